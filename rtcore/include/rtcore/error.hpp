@@ -1,0 +1,77 @@
+#pragma once
+// Errors by layer: rtcore returns result<T>; the message names the failing
+// call and the path ("write /proc/irq/36/smp_affinity_list: Input/output
+// error").  code is a positive errno value, or 0 for errors that are not
+// system-call failures (parse errors, policy refusals).
+//
+// This is a deliberately small stand-in for std::expected: g++ 12 has
+// <expected>, but clang 14 (used for the libFuzzer build) cannot compile it.
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <variant>
+
+namespace rtcore {
+
+struct error {
+    int code = 0;          // errno value, 0 when not from a system call
+    std::string message;   // names the call, the path and the cause
+
+    // "<what>: <strerror(code)>" for a failed system call.
+    static error from_errno(int errnum, const std::string& what) {
+        return error{errnum, what + ": " + std::generic_category().message(errnum)};
+    }
+    static error from_errno(const std::string& what) { return from_errno(errno, what); }
+    static error invalid(std::string what) { return error{EINVAL, std::move(what)}; }
+};
+
+template <typename T>
+class [[nodiscard]] result {
+public:
+    result(T value) : _v(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
+    result(error err) : _v(std::in_place_index<1>, std::move(err)) {}  // NOLINT implicit
+
+    bool has_value() const noexcept { return _v.index() == 0; }
+    explicit operator bool() const noexcept { return has_value(); }
+
+    T& value() & { return std::get<0>(_v); }
+    const T& value() const& { return std::get<0>(_v); }
+    T&& value() && { return std::get<0>(std::move(_v)); }
+    T& operator*() & { return value(); }
+    const T& operator*() const& { return value(); }
+    T* operator->() { return &value(); }
+    const T* operator->() const { return &value(); }
+    const error& err() const& { return std::get<1>(_v); }
+    error&& err() && { return std::get<1>(std::move(_v)); }
+
+    template <typename U>
+    T value_or(U&& fallback) const& {
+        return has_value() ? value() : static_cast<T>(std::forward<U>(fallback));
+    }
+
+private:
+    std::variant<T, error> _v;
+};
+
+template <>
+class [[nodiscard]] result<void> {
+public:
+    result() = default;
+    result(error err) : _err(std::move(err)), _ok(false) {}  // NOLINT implicit
+    bool has_value() const noexcept { return _ok; }
+    explicit operator bool() const noexcept { return _ok; }
+    const error& err() const& { return _err; }
+    error&& err() && { return std::move(_err); }
+
+private:
+    error _err;
+    bool _ok = true;
+};
+
+using status = result<void>;
+
+inline status ok() { return {}; }
+
+}  // namespace rtcore

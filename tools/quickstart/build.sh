@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configure and build qrtd into ./build (or $QRT_BUILD_DIR).  Idempotent.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${QRT_BUILD_DIR:-$here/build}
+jobs=${QRT_JOBS:-$(nproc)}
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "[build] configuring $build"
+  cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DQRT_WERROR=${QRT_WERROR:-ON} ${QRT_CMAKE_ARGS:-}
+fi
+echo "[build] building with $jobs jobs"
+cmake --build "$build" -j "$jobs"
+echo "[build] done: $build"

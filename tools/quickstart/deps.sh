@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages qrtd needs to build, test and run its demo.
+# Idempotent: apt-get only runs when a package is missing.
+set -euo pipefail
+
+QRT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  clang llvm libbpf-dev bpftool
+  liburing-dev libhwloc-dev hwloc libcap-dev libsystemd-dev
+  libspdlog-dev libfmt-dev libtomlplusplus-dev
+  nlohmann-json3-dev libsqlite3-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  rt-tests libbpf-tools stress-ng systemd python3
+)
+
+missing=()
+for p in "${QRT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "[deps] missing packages: ${missing[*]}" >&2
+  echo "[deps] run as root (or with sudo) to install them" >&2
+  exit 1
+fi
+echo "[deps] installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "[deps] done"
