@@ -1,0 +1,192 @@
+#include "qrt/event_loop.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <system_error>
+
+namespace qrt {
+
+namespace {
+constexpr std::uint32_t timer_tag_events = EPOLLIN;
+
+timespec to_timespec(std::chrono::nanoseconds d) {
+    const auto ns = d.count();
+    return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+}  // namespace
+
+event_loop::event_loop() {
+    _epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    if (_epfd < 0) {
+        throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    }
+    _wakefd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (_wakefd < 0) {
+        const int e = errno;
+        ::close(_epfd);
+        throw std::system_error(e, std::generic_category(), "eventfd");
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = _wakefd;
+    if (::epoll_ctl(_epfd, EPOLL_CTL_ADD, _wakefd, &ev) < 0) {
+        const int e = errno;
+        ::close(_wakefd);
+        ::close(_epfd);
+        throw std::system_error(e, std::generic_category(), "epoll_ctl ADD eventfd");
+    }
+}
+
+event_loop::~event_loop() {
+    for (auto& [id, t] : _timers) {
+        ::close(t.fd);
+    }
+    ::close(_wakefd);
+    ::close(_epfd);
+}
+
+rtcore::status event_loop::add_fd(int fd, std::uint32_t epoll_events, fd_callback cb) {
+    epoll_event ev{};
+    ev.events = epoll_events;
+    ev.data.fd = fd;
+    if (::epoll_ctl(_epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        return rtcore::error::from_errno("epoll_ctl ADD fd " + std::to_string(fd));
+    }
+    _fds[fd] = fd_entry{std::make_shared<fd_callback>(std::move(cb))};
+    return rtcore::ok();
+}
+
+rtcore::status event_loop::modify_fd(int fd, std::uint32_t epoll_events) {
+    epoll_event ev{};
+    ev.events = epoll_events;
+    ev.data.fd = fd;
+    if (::epoll_ctl(_epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
+        return rtcore::error::from_errno("epoll_ctl MOD fd " + std::to_string(fd));
+    }
+    return rtcore::ok();
+}
+
+void event_loop::remove_fd(int fd) noexcept {
+    if (_fds.erase(fd) != 0) {
+        ::epoll_ctl(_epfd, EPOLL_CTL_DEL, fd, nullptr);
+    }
+}
+
+rtcore::result<event_loop::timer_id> event_loop::add_timer(std::chrono::nanoseconds first,
+                                                           std::chrono::nanoseconds interval,
+                                                           task cb) {
+    const int tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (tfd < 0) {
+        return rtcore::error::from_errno("timerfd_create CLOCK_MONOTONIC");
+    }
+    itimerspec its{};
+    // A zero it_value disarms a timerfd; the earliest expiry is 1 ns.
+    its.it_value = to_timespec(first.count() > 0 ? first : std::chrono::nanoseconds(1));
+    its.it_interval = to_timespec(interval);
+    if (::timerfd_settime(tfd, 0, &its, nullptr) < 0) {
+        const int e = errno;
+        ::close(tfd);
+        return rtcore::error::from_errno(e, "timerfd_settime");
+    }
+    const timer_id id = _next_timer++;
+    const bool periodic = interval.count() > 0;
+    auto shared_cb = std::make_shared<task>(std::move(cb));
+    _timers[id] = timer_entry{tfd, periodic, shared_cb};
+    auto st = add_fd(tfd, timer_tag_events, [this, id, tfd](std::uint32_t) {
+        std::uint64_t expirations = 0;
+        if (::read(tfd, &expirations, sizeof expirations) < 0) {
+            return;  // EAGAIN: spurious wakeup
+        }
+        auto it = _timers.find(id);
+        if (it == _timers.end()) {
+            return;
+        }
+        auto keep = it->second.cb;  // callback may cancel its own timer
+        if (!it->second.periodic) {
+            cancel_timer(id);
+        }
+        (*keep)();
+    });
+    if (!st) {
+        _timers.erase(id);
+        ::close(tfd);
+        return std::move(st).err();
+    }
+    return id;
+}
+
+void event_loop::cancel_timer(timer_id id) noexcept {
+    auto it = _timers.find(id);
+    if (it == _timers.end()) {
+        return;
+    }
+    remove_fd(it->second.fd);
+    ::close(it->second.fd);
+    _timers.erase(it);
+}
+
+void event_loop::post(task cb) {
+    {
+        std::lock_guard lock(_posted_mu);
+        _posted.push_back(std::move(cb));
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(_wakefd, &one, sizeof one);
+}
+
+void event_loop::stop() noexcept {
+    _stop_requested.store(true, std::memory_order_release);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(_wakefd, &one, sizeof one);
+}
+
+void event_loop::drain_posted() {
+    std::uint64_t v = 0;
+    [[maybe_unused]] auto n = ::read(_wakefd, &v, sizeof v);
+    std::vector<task> batch;
+    {
+        std::lock_guard lock(_posted_mu);
+        batch.swap(_posted);
+    }
+    for (auto& t : batch) {
+        t();
+    }
+}
+
+void event_loop::run_once(std::chrono::milliseconds timeout) {
+    std::array<epoll_event, 64> events{};
+    const int n = ::epoll_wait(_epfd, events.data(), static_cast<int>(events.size()),
+                               static_cast<int>(timeout.count()));
+    if (n < 0) {
+        return;  // EINTR: the caller loops
+    }
+    for (int i = 0; i < n; ++i) {
+        const auto& ev = events[static_cast<std::size_t>(i)];
+        if (ev.data.fd == _wakefd) {
+            drain_posted();
+            continue;
+        }
+        auto it = _fds.find(ev.data.fd);
+        if (it == _fds.end()) {
+            continue;  // removed by an earlier callback in this batch
+        }
+        auto keep = it->second.cb;
+        (*keep)(ev.events);
+    }
+}
+
+std::uint64_t event_loop::run() {
+    std::uint64_t iterations = 0;
+    while (!stopping()) {
+        run_once(std::chrono::milliseconds(-1));
+        ++iterations;
+    }
+    return iterations;
+}
+
+}  // namespace qrt

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "qrt/event_loop.hpp"
+
+using namespace std::chrono_literals;
+
+TEST(event_loop, calls_back_when_an_fd_becomes_readable) {
+    qrt::event_loop loop;
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    int calls = 0;
+    ASSERT_TRUE(loop.add_fd(p[0], EPOLLIN, [&](std::uint32_t ev) {
+        EXPECT_TRUE(ev & EPOLLIN);
+        char c;
+        ASSERT_EQ(::read(p[0], &c, 1), 1);
+        ++calls;
+        loop.remove_fd(p[0]);  // removing itself from inside a callback is allowed
+        loop.stop();
+    }));
+    ASSERT_EQ(::write(p[1], "x", 1), 1);
+    loop.run();
+    EXPECT_EQ(calls, 1);
+    EXPECT_FALSE(loop.watching(p[0]));
+    ::close(p[0]);
+    ::close(p[1]);
+}
+
+TEST(event_loop, one_shot_timer_fires_once_and_periodic_timer_repeats) {
+    qrt::event_loop loop;
+    int once = 0;
+    int periodic = 0;
+    ASSERT_TRUE(loop.add_timer(1ms, 0ns, [&] { ++once; }));
+    auto id = loop.add_timer(1ms, 1ms, [&] {
+        if (++periodic == 3) {
+            loop.stop();
+        }
+    });
+    ASSERT_TRUE(id);
+    loop.run();
+    EXPECT_EQ(once, 1);
+    EXPECT_EQ(periodic, 3);
+    loop.cancel_timer(*id);
+}
+
+TEST(event_loop, post_runs_tasks_from_other_threads_on_the_loop_thread) {
+    qrt::event_loop loop;
+    std::thread::id ran_on;
+    std::thread poster([&] { loop.post([&] { ran_on = std::this_thread::get_id(); loop.stop(); }); });
+    loop.run();
+    poster.join();
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(event_loop, add_fd_on_a_bad_fd_names_the_call) {
+    qrt::event_loop loop;
+    auto st = loop.add_fd(-1, EPOLLIN, [](std::uint32_t) {});
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.err().message, "epoll_ctl ADD fd -1: Bad file descriptor");
+}
