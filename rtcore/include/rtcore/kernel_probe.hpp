@@ -61,7 +61,7 @@ struct idle_state {
     bool disabled = false;
 };
 
-struct cpu_power {
+struct cpu_power_state {
     unsigned cpu = 0;
     std::optional<std::string> governor;       // cpufreq scaling_governor
     std::vector<idle_state> idle_states;       // cpuidle states, in order
@@ -111,7 +111,7 @@ struct kernel_report {
     std::optional<int> irqbalance_pid;
 
     std::optional<std::string> cpuidle_driver;           // /sys/devices/system/cpu/cpuidle/current_driver
-    std::vector<cpu_power> cpu_power;                    // per isolated CPU (all online CPUs when none)
+    std::vector<cpu_power_state> cpu_power;                   // per isolated CPU (all online CPUs when none)
 
     std::vector<warning> warnings;
 
