@@ -251,10 +251,12 @@ void probe_boot_knobs(const host_fs& fs, kernel_report& rep) {
     // What the kernel itself says is in effect.
     rep.isolcpus.kernel_cpus = parse_sys_list(read_opt(fs, "/sys/devices/system/cpu/isolated"));
     rep.nohz_full.kernel_cpus = parse_sys_list(read_opt(fs, "/sys/devices/system/cpu/nohz_full"));
-    if (!rep.nohz_full.kernel_cpus && rep.isolcpus.kernel_cpus &&
-        !fs.exists("/sys/devices/system/cpu/nohz_full")) {
+    if (rep.nohz_full.kernel_cpus) {
+        rep.nohz_full_supported = tristate::yes;
+    } else if (rep.isolcpus.kernel_cpus && !fs.exists("/sys/devices/system/cpu/nohz_full")) {
         // The cpu directory is there but nohz_full is not: the kernel was
         // built without CONFIG_NO_HZ_FULL, so a cmdline nohz_full= is ignored.
+        rep.nohz_full_supported = tristate::no;
         rep.nohz_full.kernel_cpus = cpu_set{};
     }
     // nohz_full CPUs have their RCU callbacks offloaded too.
@@ -271,13 +273,13 @@ void warn_boot_knobs(kernel_report& rep) {
         return;
     }
     const std::string iso_list = iso.to_list();
-    auto add = [&](std::string message, std::string args) {
+    auto add = [&](std::string message, std::string args, std::string before = {}) {
         rep.warnings.push_back(warning{"boot", std::move(message),
-                                       "add to the kernel command line: " + std::move(args),
+                                       std::move(before) + "add to the kernel command line: " + std::move(args),
                                        true});
     };
     auto judge = [&](const boot_knob& knob, const char* name, const std::string& args,
-                     const char* effect, const char* source) {
+                     const char* effect, const char* source, std::string before = {}) {
         const cpu_set eff = knob.effective();
         if (iso.is_subset_of(eff)) {
             return;
@@ -287,7 +289,7 @@ void warn_boot_knobs(kernel_report& rep) {
         if (knob.cmdline_value) {
             msg += "; the kernel command line has " + std::string(name) + "=" + *knob.cmdline_value;
         }
-        add(msg + "; " + effect, args);
+        add(msg + "; " + effect, args, std::move(before));
     };
     judge(rep.isolcpus, "isolcpus", "isolcpus=managed_irq,domain," + iso_list,
           "the scheduler still balances tasks onto them",
@@ -301,7 +303,12 @@ void warn_boot_knobs(kernel_report& rep) {
     }
     judge(rep.nohz_full, "nohz_full", "nohz_full=" + iso_list,
           "the scheduler tick keeps interrupting them",
-          rep.nohz_full.kernel_cpus ? "/sys/devices/system/cpu/nohz_full" : "kernel command line");
+          rep.nohz_full_supported == tristate::no ? "kernel built without CONFIG_NO_HZ_FULL"
+          : rep.nohz_full.kernel_cpus             ? "/sys/devices/system/cpu/nohz_full"
+                                                  : "kernel command line",
+          rep.nohz_full_supported == tristate::no
+              ? "boot a kernel built with CONFIG_NO_HZ_FULL=y (Debian's stock kernels are) and "
+              : "");
     judge(rep.rcu_nocbs, "rcu_nocbs", "rcu_nocbs=" + iso_list,
           "RCU callbacks still run on them", "kernel command line and nohz_full");
 

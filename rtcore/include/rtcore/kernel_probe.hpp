@@ -83,6 +83,9 @@ struct kernel_report {
     boot_knob isolcpus;                        // kernel_cpus from /sys/devices/system/cpu/isolated
     std::vector<std::string> isolcpus_flags;   // "managed_irq", "domain", "nohz"
     boot_knob nohz_full;                       // kernel_cpus from /sys/devices/system/cpu/nohz_full
+    // Kernel built with CONFIG_NO_HZ_FULL: no when sysfs has the cpu
+    // directory but no nohz_full file (a cmdline nohz_full= is then ignored).
+    tristate nohz_full_supported = tristate::unknown;
     boot_knob rcu_nocbs;                       // cmdline only; nohz_full implies it
     boot_knob irqaffinity;                     // cmdline only
 
