@@ -1,0 +1,562 @@
+#include "rtcore/isolation.hpp"
+
+#include <cerrno>
+#include <set>
+
+namespace rtcore {
+
+namespace {
+
+std::string join(std::string_view dir, std::string_view name) {
+    std::string p(dir);
+    if (p.empty() || p.back() != '/') {
+        p += '/';
+    }
+    p += name;
+    return p;
+}
+
+bool has_token(std::string_view text, std::string_view token) {
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const auto end = text.find_first_of(" \n\t", pos);
+        if (text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos) == token) {
+            return true;
+        }
+        if (end == std::string_view::npos) {
+            break;
+        }
+        pos = end + 1;
+    }
+    return false;
+}
+
+status write_checked(host_fs& fs, const std::string& path, const std::string& value,
+                     std::vector<std::string>& lines) {
+    if (auto st = fs.write(path, value); !st) {
+        return st;
+    }
+    lines.push_back("isolation: write " + path + " = " + (value.empty() ? "(empty)" : value));
+    return ok();
+}
+
+// ------------------------------------------------------------ cgroup v2
+
+// Why the v2 partition cannot be used, or "" when it can.
+std::string v2_unavailable(const host_fs& fs, const cgroup_mounts& m) {
+    if (m.v2_root.empty()) {
+        return "no cgroup2 hierarchy is mounted";
+    }
+    auto ctl = fs.read(join(m.v2_root, "cgroup.controllers"));
+    if (!ctl) {
+        return "cannot read " + join(m.v2_root, "cgroup.controllers") + ": " + ctl.err().message;
+    }
+    if (!has_token(*ctl, "cpuset")) {
+        return "cgroup2 is mounted at " + m.v2_root +
+               " but the cpuset controller is not in its cgroup.controllers (it is bound to a v1 "
+               "hierarchy, or the kernel lacks it)";
+    }
+    return "";
+}
+
+status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cgroup_mounts& m,
+                const cpu_set& isolated, const isolation_options& opts, isolation_report& rep) {
+    const std::string subtree = join(m.v2_root, "cgroup.subtree_control");
+    auto sub = fs.read(subtree);
+    if (!sub) {
+        return sub.err();
+    }
+    if (!has_token(*sub, "cpuset")) {
+        if (auto st = journal.append(journal_record{"ctl", {subtree, "cpuset"}}); !st) {
+            return st;
+        }
+        if (auto st = write_checked(fs, subtree, "+cpuset", rep.lines); !st) {
+            return st;
+        }
+    }
+    const std::string dir = join(m.v2_root, opts.cgroup_prefix + "-isolated");
+    if (auto st = journal.append(journal_record{"mkcg", {dir, m.v2_root}}); !st) {
+        return st;
+    }
+    if (auto st = tasks.make_cgroup(fs, dir); !st) {
+        return st;
+    }
+    rep.lines.push_back("isolation: mkdir " + dir);
+    if (auto st = write_checked(fs, join(dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
+        return st;
+    }
+    // Kernels >= 6.7 want the CPUs claimed exclusively before they become a partition.
+    if (fs.exists(join(dir, "cpuset.cpus.exclusive"))) {
+        if (auto st = write_checked(fs, join(dir, "cpuset.cpus.exclusive"), isolated.to_list(), rep.lines); !st) {
+            return st;
+        }
+    }
+    const std::string part = join(dir, "cpuset.cpus.partition");
+    if (!fs.dry_run() && !fs.exists(part)) {
+        return error{ENOTSUP, part + " does not exist (the kernel predates cpuset partitions, 5.11)"};
+    }
+    if (auto st = write_checked(fs, part, "isolated", rep.lines); !st) {
+        return st;
+    }
+    if (!fs.dry_run()) {
+        auto back = fs.read_line(part);
+        if (!back) {
+            return back.err();
+        }
+        if (*back != "isolated") {
+            return error::invalid(part + " reads \"" + *back + "\" after writing isolated");
+        }
+    }
+    rep.isolated_cgroup = dir;
+    rep.lines.push_back("isolation: " + dir + " is an isolated partition of CPUs " + isolated.to_list() +
+                        "; the kernel keeps every other cgroup and load balancing off them");
+    return ok();
+}
+
+// ------------------------------------------------------------ cgroup v1
+
+std::string v1_unavailable(const host_fs& fs, const cgroup_mounts& m) {
+    if (m.v1_cpuset_root.empty()) {
+        return "no cgroup v1 cpuset hierarchy is mounted";
+    }
+    if (!fs.exists(join(m.v1_cpuset_root, "cpuset.cpus"))) {
+        return m.v1_cpuset_root + " has no cpuset.cpus (mounted with noprefix?)";
+    }
+    return "";
+}
+
+struct sweep_counts {
+    std::size_t moved = 0;
+    std::size_t refused = 0;
+    std::size_t gone = 0;
+    std::string refused_example;
+};
+
+// Moves every movable task of the v1 root cpuset into dest, journaling each
+// (tid, start time, original cgroup, original affinity) first.
+status sweep_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const std::string& root,
+                const std::string& dest, sweep_counts& c, std::vector<std::string>& lines) {
+    std::set<pid_t> refused;
+    // A few passes: tasks forked in the root while we move are caught next pass.
+    for (int pass = 0; pass < 3; ++pass) {
+        auto members = tasks.cgroup_tasks(fs, root);
+        if (!members) {
+            return members.err();
+        }
+        std::vector<std::pair<task_info, cpu_set>> todo;
+        std::vector<journal_record> recs;
+        for (pid_t tid : *members) {
+            if (refused.count(tid) != 0) {
+                continue;
+            }
+            auto t = tasks.task(fs, tid);
+            auto aff = tasks.affinity(tid);
+            if (!t || !aff) {
+                ++c.gone;
+                continue;
+            }
+            if (!journal.has_task(tid)) {
+                recs.push_back(journal_record{
+                    "cg", {std::to_string(tid), std::to_string(t->start_ticks), root, aff->to_list()}});
+            }
+            todo.emplace_back(std::move(*t), *aff);
+        }
+        if (todo.empty()) {
+            break;
+        }
+        if (auto st = journal.append(recs); !st) {
+            return st;
+        }
+        for (const auto& [t, aff] : todo) {
+            auto st = tasks.attach(fs, dest, t.tid);
+            if (st) {
+                ++c.moved;
+                continue;
+            }
+            const int e = st.err().code;
+            if (e == ESRCH) {
+                ++c.gone;
+            } else if (e == EINVAL || e == ENOSPC || e == EBUSY) {
+                ++c.refused;
+                refused.insert(t.tid);
+                if (c.refused_example.empty()) {
+                    c.refused_example = "task " + std::to_string(t.tid) + " (" + t.comm + "): " + st.err().message;
+                }
+            } else {
+                return st;
+            }
+        }
+        if (fs.dry_run()) {
+            break;
+        }
+    }
+    lines.push_back("isolation: moved " + std::to_string(c.moved) + " tasks from " + root + " to " + dest + ", " +
+                    std::to_string(c.refused) + " kernel threads refused" +
+                    (c.refused_example.empty() ? std::string() : " (e.g. " + c.refused_example + ")") + ", " +
+                    std::to_string(c.gone) + " exited meanwhile");
+    return ok();
+}
+
+status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cgroup_mounts& m,
+                const cpu_set& isolated, const cpu_set& housekeeping, const isolation_options& opts,
+                isolation_report& rep) {
+    const std::string& root = m.v1_cpuset_root;
+    auto mems = fs.read_line(join(root, "cpuset.mems"));
+    if (!mems) {
+        return mems.err();
+    }
+    const std::string iso_dir = join(root, opts.cgroup_prefix + "-isolated");
+    const std::string hk_dir = join(root, opts.cgroup_prefix + "-housekeeping");
+    // Other cpusets whose CPUs reach the isolated ones keep their tasks there.
+    if (auto ents = fs.list(root)) {
+        for (const auto& e : *ents) {
+            const std::string d = join(root, e);
+            if (d == iso_dir || d == hk_dir || !fs.is_dir(d)) {
+                continue;
+            }
+            if (auto cpus = fs.read_line(join(d, "cpuset.cpus"))) {
+                if (auto s = cpu_set::parse_list(*cpus); s && s->intersects(isolated)) {
+                    rep.lines.push_back("isolation: warning: cpuset " + d + " (CPUs " + s->to_list() +
+                                        ") reaches isolated CPUs; its tasks are not moved");
+                }
+            }
+        }
+    }
+
+    if (auto st = journal.append(journal_record{"mkcg", {hk_dir, root}}); !st) {
+        return st;
+    }
+    if (auto st = tasks.make_cgroup(fs, hk_dir); !st) {
+        return st;
+    }
+    rep.lines.push_back("isolation: mkdir " + hk_dir);
+    if (auto st = write_checked(fs, join(hk_dir, "cpuset.cpus"), housekeeping.to_list(), rep.lines); !st) {
+        return st;
+    }
+    if (auto st = write_checked(fs, join(hk_dir, "cpuset.mems"), *mems, rep.lines); !st) {
+        return st;
+    }
+
+    if (auto st = journal.append(journal_record{"mkcg", {iso_dir, root}}); !st) {
+        return st;
+    }
+    if (auto st = tasks.make_cgroup(fs, iso_dir); !st) {
+        return st;
+    }
+    rep.lines.push_back("isolation: mkdir " + iso_dir);
+    if (auto st = write_checked(fs, join(iso_dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
+        return st;
+    }
+    if (auto st = write_checked(fs, join(iso_dir, "cpuset.mems"), *mems, rep.lines); !st) {
+        return st;
+    }
+    if (auto st = write_checked(fs, join(iso_dir, "cpuset.cpu_exclusive"), "1", rep.lines); !st) {
+        if (st.err().code != EINVAL) {
+            return st;
+        }
+        rep.lines.push_back("isolation: warning: " + st.err().message +
+                            " (another cpuset shares these CPUs); continuing without cpu_exclusive");
+    }
+    // The isolated CPUs balance nothing: each real-time thread is pinned.
+    if (auto st = write_checked(fs, join(iso_dir, "cpuset.sched_load_balance"), "0", rep.lines); !st) {
+        return st;
+    }
+
+    sweep_counts c;
+    if (auto st = sweep_v1(fs, tasks, journal, root, hk_dir, c, rep.lines); !st) {
+        return st;
+    }
+    rep.tasks_moved = c.moved;
+    rep.tasks_refused = c.refused;
+    rep.tasks_gone = c.gone;
+
+    const std::string slb = join(root, "cpuset.sched_load_balance");
+    if (auto st = journal.save_file(fs, slb); !st) {
+        return st;
+    }
+    if (auto st = write_checked(fs, slb, "0", rep.lines); !st) {
+        return st;
+    }
+    rep.isolated_cgroup = iso_dir;
+    rep.housekeeping_cgroup = hk_dir;
+    rep.lines.push_back("isolation: root sched_load_balance off: the scheduler balances " + hk_dir + " and " +
+                        iso_dir + " as separate domains");
+    return ok();
+}
+
+// ------------------------------------------------------------ fence
+
+status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const cpu_set& isolated,
+                   const cpu_set& housekeeping, isolation_report& rep) {
+    auto all = tasks.list_tasks(fs);
+    if (!all) {
+        return all.err();
+    }
+    struct change {
+        task_info t;
+        cpu_set from;
+        cpu_set to;
+    };
+    std::vector<change> todo;
+    std::vector<journal_record> recs;
+    for (const auto& t : *all) {
+        auto aff = tasks.affinity(t.tid);
+        if (!aff) {
+            ++rep.tasks_gone;
+            continue;
+        }
+        if (!aff->intersects(isolated)) {
+            continue;
+        }
+        cpu_set to = *aff - isolated;
+        if (to.empty()) {
+            to = housekeeping;
+        }
+        if (!journal.has_task(t.tid)) {
+            recs.push_back(journal_record{"aff", {std::to_string(t.tid), std::to_string(t.start_ticks),
+                                                  aff->to_list(), to.to_list()}});
+        }
+        todo.push_back(change{t, *aff, to});
+    }
+    if (auto st = journal.append(recs); !st) {
+        return st;
+    }
+    std::string refused_example;
+    for (const auto& c : todo) {
+        if (fs.dry_run()) {
+            rep.lines.push_back("isolation: would set affinity of task " + std::to_string(c.t.tid) + " (" +
+                                c.t.comm + ") " + c.from.to_list() + " -> " + c.to.to_list());
+            ++rep.tasks_moved;
+            continue;
+        }
+        auto st = tasks.set_affinity(c.t.tid, c.to);
+        if (st) {
+            ++rep.tasks_moved;
+            continue;
+        }
+        const int e = st.err().code;
+        if (e == ESRCH) {
+            ++rep.tasks_gone;
+        } else if (e == EINVAL) {
+            ++rep.tasks_refused;
+            if (refused_example.empty()) {
+                refused_example = "task " + std::to_string(c.t.tid) + " (" + c.t.comm + "): " + st.err().message;
+            }
+        } else {
+            return error{e, st.err().message + " (fencing task " + c.t.comm + ")"};
+        }
+    }
+    rep.lines.push_back("isolation: fenced " + std::to_string(rep.tasks_moved) + " tasks off CPUs " +
+                        isolated.to_list() + ", " + std::to_string(rep.tasks_refused) + " kernel threads refused" +
+                        (refused_example.empty() ? std::string() : " (e.g. " + refused_example + ")") + ", " +
+                        std::to_string(rep.tasks_gone) + " exited meanwhile");
+    return ok();
+}
+
+status apply_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const cpu_set& isolated,
+                   const cpu_set& housekeeping, isolation_report& rep) {
+    if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, rep); !st) {
+        return st;
+    }
+    rep.lines.push_back("isolation: the fence is advisory: a task that sets its own affinity later can "
+                        "reach the isolated CPUs again (verify re-fences it)");
+    return ok();
+}
+
+}  // namespace
+
+const char* to_string(isolation_method m) {
+    switch (m) {
+        case isolation_method::none: return "none";
+        case isolation_method::cgroup_v2_partition: return "cgroup-v2-partition";
+        case isolation_method::cgroup_v1_cpuset: return "cgroup-v1-cpuset";
+        case isolation_method::affinity_fence: return "affinity-fence";
+    }
+    return "?";
+}
+
+std::optional<isolation_method> parse_isolation_method(std::string_view name) {
+    for (auto m : {isolation_method::none, isolation_method::cgroup_v2_partition, isolation_method::cgroup_v1_cpuset,
+                   isolation_method::affinity_fence}) {
+        if (name == to_string(m)) {
+            return m;
+        }
+    }
+    return std::nullopt;
+}
+
+cgroup_mounts find_cgroup_mounts(const host_fs& fs) {
+    cgroup_mounts m;
+    if (auto text = fs.read("/proc/mounts")) {
+        std::string_view rest = *text;
+        while (!rest.empty()) {
+            const auto nl = rest.find('\n');
+            const auto line = rest.substr(0, nl);
+            rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+            // device mountpoint type options dump pass
+            std::vector<std::string_view> f;
+            std::size_t pos = 0;
+            while (pos < line.size() && f.size() < 4) {
+                const auto sp = line.find(' ', pos);
+                f.push_back(line.substr(pos, sp == std::string_view::npos ? std::string_view::npos : sp - pos));
+                if (sp == std::string_view::npos) {
+                    break;
+                }
+                pos = sp + 1;
+            }
+            if (f.size() < 4) {
+                continue;
+            }
+            if (f[2] == "cgroup2" && m.v2_root.empty()) {
+                m.v2_root = std::string(f[1]);
+            } else if (f[2] == "cgroup" && m.v1_cpuset_root.empty()) {
+                std::string opts(f[3]);
+                for (auto& ch : opts) {
+                    if (ch == ',') {
+                        ch = ' ';
+                    }
+                }
+                if (has_token(opts, "cpuset")) {
+                    m.v1_cpuset_root = std::string(f[1]);
+                }
+            }
+        }
+        return m;
+    }
+    if (fs.exists("/sys/fs/cgroup/cgroup.controllers")) {
+        m.v2_root = "/sys/fs/cgroup";
+    } else if (fs.exists("/sys/fs/cgroup/unified/cgroup.controllers")) {
+        m.v2_root = "/sys/fs/cgroup/unified";
+    }
+    if (fs.exists("/sys/fs/cgroup/cpuset/cpuset.cpus")) {
+        m.v1_cpuset_root = "/sys/fs/cgroup/cpuset";
+    }
+    return m;
+}
+
+result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_journal& journal,
+                                         const cpu_set& isolated, const cpu_set& housekeeping,
+                                         const isolation_options& opts) {
+    isolation_report rep;
+    const auto mounts = find_cgroup_mounts(fs);
+    const isolation_method order[] = {isolation_method::cgroup_v2_partition, isolation_method::cgroup_v1_cpuset,
+                                      isolation_method::affinity_fence};
+    if (opts.force && *opts.force == isolation_method::none) {
+        rep.lines.push_back("isolation: none (disabled by configuration)");
+        return rep;
+    }
+    for (auto m : order) {
+        if (opts.force && *opts.force != m) {
+            continue;
+        }
+        std::string why_not;
+        if (m == isolation_method::cgroup_v2_partition) {
+            why_not = v2_unavailable(fs, mounts);
+        } else if (m == isolation_method::cgroup_v1_cpuset) {
+            why_not = v1_unavailable(fs, mounts);
+        }
+        if (!why_not.empty()) {
+            if (opts.force) {
+                return error{ENOTSUP, std::string("isolation ") + to_string(m) + " was asked for but " + why_not};
+            }
+            rep.not_used.push_back(std::string(to_string(m)) + ": " + why_not);
+            continue;
+        }
+        const std::size_t mark = journal.size();
+        isolation_report attempt;
+        status st = ok();
+        if (m == isolation_method::cgroup_v2_partition) {
+            st = apply_v2(fs, tasks, journal, mounts, isolated, opts, attempt);
+        } else if (m == isolation_method::cgroup_v1_cpuset) {
+            st = apply_v1(fs, tasks, journal, mounts, isolated, housekeeping, opts, attempt);
+        } else {
+            st = apply_fence(fs, tasks, journal, isolated, housekeeping, attempt);
+        }
+        if (!st) {
+            // Put back what this method changed, then try the next one.
+            auto undone = unwind_since(fs, tasks, journal, mark);
+            std::string reason = st.err().message;
+            if (!undone.complete) {
+                return error{st.err().code, std::string("isolation ") + to_string(m) + " failed (" + reason +
+                                                ") and could not be fully unwound"};
+            }
+            if (opts.force || m == isolation_method::affinity_fence) {
+                return error{st.err().code, std::string("isolation ") + to_string(m) + ": " + reason};
+            }
+            rep.not_used.push_back(std::string(to_string(m)) + ": tried and unwound: " + reason);
+            continue;
+        }
+        if (auto a = journal.append(journal_record{"method", {to_string(m)}}); !a) {
+            return a.err();
+        }
+        attempt.method = m;
+        attempt.not_used = rep.not_used;
+        std::vector<std::string> lines;
+        for (const auto& n : attempt.not_used) {
+            lines.push_back("isolation: not used: " + n);
+        }
+        lines.insert(lines.end(), attempt.lines.begin(), attempt.lines.end());
+        lines.push_back(std::string("isolation: using ") + to_string(m) + " for CPUs " + isolated.to_list());
+        attempt.lines = std::move(lines);
+        return attempt;
+    }
+    return error{ENOTSUP, "isolation: no method is available"};
+}
+
+result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_journal& journal,
+                                          const cpu_set& isolated, const cpu_set& housekeeping,
+                                          isolation_method method, const isolation_options& opts) {
+    isolation_report rep;
+    rep.method = method;
+    const auto mounts = find_cgroup_mounts(fs);
+    if (method == isolation_method::cgroup_v2_partition) {
+        const std::string dir = join(mounts.v2_root, opts.cgroup_prefix + "-isolated");
+        rep.isolated_cgroup = dir;
+        auto part = fs.read_line(join(dir, "cpuset.cpus.partition"));
+        if (!part || *part != "isolated") {
+            rep.drift = true;
+            rep.lines.push_back("isolation: DRIFT: " + dir + " partition is " +
+                                (part ? "\"" + *part + "\"" : part.err().message) +
+                                "; run restore then apply to rebuild it");
+        } else {
+            rep.lines.push_back("isolation: " + dir + " is still an isolated partition");
+        }
+        return rep;
+    }
+    if (method == isolation_method::cgroup_v1_cpuset) {
+        const std::string& root = mounts.v1_cpuset_root;
+        const std::string iso_dir = join(root, opts.cgroup_prefix + "-isolated");
+        const std::string hk_dir = join(root, opts.cgroup_prefix + "-housekeeping");
+        rep.isolated_cgroup = iso_dir;
+        rep.housekeeping_cgroup = hk_dir;
+        auto cpus = fs.read_line(join(iso_dir, "cpuset.cpus"));
+        auto slb = fs.read_line(join(root, "cpuset.sched_load_balance"));
+        if (!cpus || *cpus != isolated.to_list() || !slb || *slb != "0") {
+            rep.drift = true;
+            rep.lines.push_back("isolation: DRIFT: " + iso_dir + " cpus " + (cpus ? *cpus : cpus.err().message) +
+                                ", root sched_load_balance " + (slb ? *slb : slb.err().message) +
+                                "; run restore then apply to rebuild it");
+            return rep;
+        }
+        sweep_counts c;
+        if (auto st = sweep_v1(fs, tasks, journal, root, hk_dir, c, rep.lines); !st) {
+            return st.err();
+        }
+        rep.tasks_moved = c.moved;
+        rep.tasks_refused = c.refused;
+        rep.tasks_gone = c.gone;
+        rep.drift = c.moved > 0;
+        return rep;
+    }
+    if (method == isolation_method::affinity_fence) {
+        if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, rep); !st) {
+            return st.err();
+        }
+        rep.drift = rep.tasks_moved > 0;
+        return rep;
+    }
+    rep.lines.push_back("isolation: none in use");
+    return rep;
+}
+
+}  // namespace rtcore
