@@ -1,0 +1,276 @@
+#pragma once
+// Validating encode/decode for the QPU endpoint frames defined in qrt/wire.h.
+//
+// Header-only so qpu-sim and the tests use exactly the agent's code.
+// - encode_header()/patch_sent_ns() are noexcept and allocation-free: the
+//   dispatch thread patches sent_ns into a frame prepared in advance.
+// - decode_header() checks every field (magic, version, header_len, type,
+//   flags, status, reserved, payload_len) and never reads past the span it is
+//   given; a short span is need_more, not an error.
+// - frame_reader cuts a byte stream into frames (housekeeping side; it
+//   allocates).  After an error it stays in the error state: the stream is
+//   out of sync and the connection must be dropped.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qrt/wire.h"
+
+namespace qrt::wire {
+
+using header = qrt_wire_header;
+inline constexpr std::size_t header_len = QRT_WIRE_HEADER_LEN;
+inline constexpr std::uint32_t max_payload = QRT_WIRE_MAX_PAYLOAD;
+
+enum class frame_type : std::uint8_t {
+    hello = QRT_WIRE_HELLO,
+    job = QRT_WIRE_JOB,
+    result = QRT_WIRE_RESULT,
+    error = QRT_WIRE_ERROR,
+};
+
+enum class decode_status {
+    ok,
+    need_more,          // fewer bytes than a header (or than header + payload)
+    bad_magic,
+    bad_version,
+    bad_header_len,
+    bad_type,
+    bad_flags,
+    bad_status,
+    bad_reserved,
+    payload_too_large,
+};
+
+// Stable spellings (they end up in job failure reasons).
+inline const char* to_string(decode_status s) noexcept {
+    switch (s) {
+    case decode_status::ok: return "ok";
+    case decode_status::need_more: return "need_more";
+    case decode_status::bad_magic: return "bad_magic";
+    case decode_status::bad_version: return "bad_version";
+    case decode_status::bad_header_len: return "bad_header_len";
+    case decode_status::bad_type: return "bad_type";
+    case decode_status::bad_flags: return "bad_flags";
+    case decode_status::bad_status: return "bad_status";
+    case decode_status::bad_reserved: return "bad_reserved";
+    case decode_status::payload_too_large: return "payload_too_large";
+    }
+    return "unknown";
+}
+
+inline const char* to_string(frame_type t) noexcept {
+    switch (t) {
+    case frame_type::hello: return "HELLO";
+    case frame_type::job: return "JOB";
+    case frame_type::result: return "RESULT";
+    case frame_type::error: return "ERROR";
+    }
+    return "?";
+}
+
+namespace detail {
+template <typename T>
+inline void store_le(std::uint8_t* p, T v) noexcept {
+    auto u = static_cast<std::uint64_t>(v);
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+        p[i] = static_cast<std::uint8_t>(u >> (8 * i));
+    }
+}
+template <typename T>
+inline T load_le(const std::uint8_t* p) noexcept {
+    std::uint64_t u = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+        u |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+    }
+    return static_cast<T>(u);
+}
+}  // namespace detail
+
+// A header with magic, version and header_len set and everything else zero.
+inline header make_header(frame_type type) noexcept {
+    header h{};
+    h.magic = QRT_WIRE_MAGIC;
+    h.version = QRT_WIRE_VERSION;
+    h.type = static_cast<std::uint8_t>(type);
+    h.header_len = QRT_WIRE_HEADER_LEN;
+    return h;
+}
+
+// Writes h as 96 little-endian bytes at out (out must hold header_len bytes).
+inline void encode_header(const header& h, std::uint8_t* out) noexcept {
+    using detail::store_le;
+    store_le(out + offsetof(header, magic), h.magic);
+    store_le(out + offsetof(header, version), h.version);
+    store_le(out + offsetof(header, type), h.type);
+    store_le(out + offsetof(header, flags), h.flags);
+    store_le(out + offsetof(header, header_len), h.header_len);
+    store_le(out + offsetof(header, status), h.status);
+    store_le(out + offsetof(header, payload_len), h.payload_len);
+    store_le(out + offsetof(header, job_id), h.job_id);
+    store_le(out + offsetof(header, calibration_id), h.calibration_id);
+    store_le(out + offsetof(header, scheduled_ns), h.scheduled_ns);
+    store_le(out + offsetof(header, sent_ns), h.sent_ns);
+    store_le(out + offsetof(header, window_start_ns), h.window_start_ns);
+    store_le(out + offsetof(header, window_end_ns), h.window_end_ns);
+    store_le(out + offsetof(header, duration_ns), h.duration_ns);
+    store_le(out + offsetof(header, arrival_ns), h.arrival_ns);
+    store_le(out + offsetof(header, shots), h.shots);
+    store_le(out + offsetof(header, reserved), h.reserved);
+    store_le(out + offsetof(header, tolerance_ns), h.tolerance_ns);
+}
+
+// The dispatch thread stamps sent_ns into an encoded frame just before it
+// submits it.
+inline void patch_sent_ns(std::uint8_t* frame, std::int64_t sent_ns) noexcept {
+    detail::store_le(frame + offsetof(header, sent_ns), sent_ns);
+}
+
+struct decoded {
+    decode_status status = decode_status::need_more;
+    header hdr{};
+};
+
+// Parses and validates a header from the start of in.
+inline decoded decode_header(std::span<const std::uint8_t> in) noexcept {
+    using detail::load_le;
+    decoded d;
+    if (in.size() < header_len) {
+        // Reject a wrong magic as soon as its 4 bytes are there: garbage is
+        // reported without waiting for 96 bytes that may never come.
+        if (in.size() >= sizeof(std::uint32_t) && load_le<std::uint32_t>(in.data()) != QRT_WIRE_MAGIC) {
+            d.status = decode_status::bad_magic;
+        }
+        return d;
+    }
+    const std::uint8_t* p = in.data();
+    header& h = d.hdr;
+    h.magic = load_le<std::uint32_t>(p + offsetof(header, magic));
+    h.version = load_le<std::uint16_t>(p + offsetof(header, version));
+    h.type = load_le<std::uint8_t>(p + offsetof(header, type));
+    h.flags = load_le<std::uint8_t>(p + offsetof(header, flags));
+    h.header_len = load_le<std::uint16_t>(p + offsetof(header, header_len));
+    h.status = load_le<std::uint16_t>(p + offsetof(header, status));
+    h.payload_len = load_le<std::uint32_t>(p + offsetof(header, payload_len));
+    h.job_id = load_le<std::uint64_t>(p + offsetof(header, job_id));
+    h.calibration_id = load_le<std::uint64_t>(p + offsetof(header, calibration_id));
+    h.scheduled_ns = load_le<std::int64_t>(p + offsetof(header, scheduled_ns));
+    h.sent_ns = load_le<std::int64_t>(p + offsetof(header, sent_ns));
+    h.window_start_ns = load_le<std::int64_t>(p + offsetof(header, window_start_ns));
+    h.window_end_ns = load_le<std::int64_t>(p + offsetof(header, window_end_ns));
+    h.duration_ns = load_le<std::int64_t>(p + offsetof(header, duration_ns));
+    h.arrival_ns = load_le<std::int64_t>(p + offsetof(header, arrival_ns));
+    h.shots = load_le<std::uint32_t>(p + offsetof(header, shots));
+    h.reserved = load_le<std::uint32_t>(p + offsetof(header, reserved));
+    h.tolerance_ns = load_le<std::int64_t>(p + offsetof(header, tolerance_ns));
+
+    if (h.magic != QRT_WIRE_MAGIC) {
+        d.status = decode_status::bad_magic;
+    } else if (h.version != QRT_WIRE_VERSION) {
+        d.status = decode_status::bad_version;
+    } else if (h.header_len != QRT_WIRE_HEADER_LEN) {
+        d.status = decode_status::bad_header_len;
+    } else if (h.type < QRT_WIRE_HELLO || h.type > QRT_WIRE_ERROR) {
+        d.status = decode_status::bad_type;
+    } else if ((h.flags & ~QRT_WIRE_FLAGS_KNOWN) != 0) {
+        d.status = decode_status::bad_flags;
+    } else if ((h.type == QRT_WIRE_ERROR) != (h.status != QRT_WIRE_ERR_NONE) ||
+               h.status > QRT_WIRE_ERR_INTERNAL) {
+        d.status = decode_status::bad_status;
+    } else if (h.reserved != 0) {
+        d.status = decode_status::bad_reserved;
+    } else if (h.payload_len > QRT_WIRE_MAX_PAYLOAD ||
+               (h.type == QRT_WIRE_HELLO && h.payload_len > QRT_WIRE_MAX_HELLO_PAYLOAD)) {
+        d.status = decode_status::payload_too_large;
+    } else {
+        d.status = decode_status::ok;
+    }
+    return d;
+}
+
+struct frame {
+    header hdr{};
+    std::vector<std::uint8_t> payload;
+
+    std::string_view payload_text() const noexcept {
+        return {reinterpret_cast<const char*>(payload.data()), payload.size()};
+    }
+};
+
+// Whole frame (header + payload) as bytes.  Setup/housekeeping side.
+inline std::vector<std::uint8_t> encode_frame(header h, std::span<const std::uint8_t> payload) {
+    h.payload_len = static_cast<std::uint32_t>(payload.size());
+    std::vector<std::uint8_t> out(header_len);
+    encode_header(h, out.data());
+    out.insert(out.end(), payload.begin(), payload.end());
+    return out;
+}
+
+inline std::vector<std::uint8_t> encode_frame(header h, std::string_view payload) {
+    return encode_frame(h, std::span<const std::uint8_t>(
+                               reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()));
+}
+
+// Cuts a byte stream into frames.
+class frame_reader {
+public:
+    // Appends received bytes.
+    void feed(std::span<const std::uint8_t> bytes) { _buf.insert(_buf.end(), bytes.begin(), bytes.end()); }
+
+    // The next complete frame, or nullopt when more bytes are needed or the
+    // stream is broken (then error() != ok).
+    std::optional<frame> next() {
+        if (_error != decode_status::ok) {
+            return std::nullopt;
+        }
+        const std::span<const std::uint8_t> avail(_buf.data() + _pos, _buf.size() - _pos);
+        const decoded d = decode_header(avail);
+        if (d.status == decode_status::need_more) {
+            compact();
+            return std::nullopt;
+        }
+        if (d.status != decode_status::ok) {
+            _error = d.status;
+            return std::nullopt;
+        }
+        const std::size_t total = header_len + d.hdr.payload_len;
+        if (avail.size() < total) {
+            compact();
+            return std::nullopt;
+        }
+        frame f;
+        f.hdr = d.hdr;
+        f.payload.assign(avail.begin() + static_cast<std::ptrdiff_t>(header_len),
+                         avail.begin() + static_cast<std::ptrdiff_t>(total));
+        _pos += total;
+        return f;
+    }
+
+    decode_status error() const noexcept { return _error; }
+    std::size_t buffered() const noexcept { return _buf.size() - _pos; }
+    void reset() noexcept {
+        _buf.clear();
+        _pos = 0;
+        _error = decode_status::ok;
+    }
+
+private:
+    void compact() {
+        if (_pos != 0) {
+            _buf.erase(_buf.begin(), _buf.begin() + static_cast<std::ptrdiff_t>(_pos));
+            _pos = 0;
+        }
+    }
+
+    std::vector<std::uint8_t> _buf;
+    std::size_t _pos = 0;
+    decode_status _error = decode_status::ok;
+};
+
+}  // namespace qrt::wire

@@ -1,0 +1,230 @@
+#include "qrt/dispatch/endpoint.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace qrt::dispatch {
+
+void unique_fd::reset(int fd) noexcept {
+    if (_fd >= 0) {
+        ::close(_fd);
+    }
+    _fd = fd;
+}
+
+namespace {
+
+constexpr std::string_view unix_prefix = "unix://";
+constexpr std::string_view tcp_prefix = "tcp://";
+constexpr std::string_view file_prefix = "file://";
+
+rtcore::error bad_uri(std::string_view uri, const std::string& why) {
+    return rtcore::error::invalid("endpoint \"" + std::string(uri) + "\": " + why);
+}
+
+rtcore::result<sockaddr_un> unix_sockaddr(const endpoint_address& addr) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (addr.path.size() >= sizeof(sa.sun_path)) {
+        return rtcore::error::invalid("endpoint " + addr.uri + ": path longer than " +
+                                      std::to_string(sizeof(sa.sun_path) - 1) + " bytes");
+    }
+    std::memcpy(sa.sun_path, addr.path.c_str(), addr.path.size() + 1);
+    return sa;
+}
+
+sockaddr_in tcp_sockaddr(const endpoint_address& addr) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(addr.port);
+    ::inet_pton(AF_INET, addr.host.c_str(), &sa.sin_addr);  // validated by parse_endpoint
+    return sa;
+}
+
+}  // namespace
+
+rtcore::result<endpoint_address> parse_endpoint(std::string_view uri) {
+    endpoint_address a;
+    a.uri = std::string(uri);
+    auto abs_path = [&](std::string_view rest) -> rtcore::status {
+        if (rest.empty() || rest.front() != '/') {
+            return bad_uri(uri, "path must be absolute (three slashes: scheme:///path)");
+        }
+        if (rest.find('\0') != std::string_view::npos) {
+            return bad_uri(uri, "path contains a NUL byte");
+        }
+        a.path = std::string(rest);
+        return rtcore::ok();
+    };
+    if (uri.starts_with(unix_prefix)) {
+        a.kind = endpoint_kind::unix_stream;
+        if (auto st = abs_path(uri.substr(unix_prefix.size())); !st) {
+            return st.err();
+        }
+        if (a.path.size() >= sizeof(sockaddr_un::sun_path)) {
+            return bad_uri(uri, "unix socket path longer than 107 bytes");
+        }
+        return a;
+    }
+    if (uri.starts_with(file_prefix)) {
+        a.kind = endpoint_kind::file;
+        if (auto st = abs_path(uri.substr(file_prefix.size())); !st) {
+            return st.err();
+        }
+        return a;
+    }
+    if (uri.starts_with(tcp_prefix)) {
+        a.kind = endpoint_kind::tcp;
+        const std::string_view rest = uri.substr(tcp_prefix.size());
+        const auto colon = rest.rfind(':');
+        if (colon == std::string_view::npos) {
+            return bad_uri(uri, "expected tcp://A.B.C.D:PORT");
+        }
+        a.host = std::string(rest.substr(0, colon));
+        in_addr ia{};
+        if (::inet_pton(AF_INET, a.host.c_str(), &ia) != 1) {
+            return bad_uri(uri, "host \"" + a.host + "\" is not an IPv4 address literal");
+        }
+        const std::string_view port_text = rest.substr(colon + 1);
+        unsigned port = 0;
+        const auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+        if (ec != std::errc{} || ptr != port_text.data() + port_text.size() || port == 0 || port > 65535) {
+            return bad_uri(uri, "port \"" + std::string(port_text) + "\" is not in 1..65535");
+        }
+        a.port = static_cast<std::uint16_t>(port);
+        return a;
+    }
+    return bad_uri(uri, "scheme must be unix://, tcp:// or file://");
+}
+
+rtcore::status set_nonblocking(int fd, bool on) {
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0) {
+        return rtcore::error::from_errno("fcntl(F_GETFL) fd " + std::to_string(fd));
+    }
+    const int want = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    if (want != fl && ::fcntl(fd, F_SETFL, want) < 0) {
+        return rtcore::error::from_errno("fcntl(F_SETFL) fd " + std::to_string(fd));
+    }
+    return rtcore::ok();
+}
+
+rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
+    connect_attempt out;
+    if (addr.kind == endpoint_kind::file) {
+        const int fd = ::open(addr.path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+            return rtcore::error::from_errno("open " + addr.path);
+        }
+        out.fd.reset(fd);
+        return out;
+    }
+    const int domain = addr.kind == endpoint_kind::unix_stream ? AF_UNIX : AF_INET;
+    const int fd = ::socket(domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        return rtcore::error::from_errno("socket for " + addr.uri);
+    }
+    out.fd.reset(fd);
+    int rc = 0;
+    if (addr.kind == endpoint_kind::unix_stream) {
+        auto sa = unix_sockaddr(addr);
+        if (!sa) {
+            return sa.err();
+        }
+        rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&*sa), sizeof(sockaddr_un));
+    } else {
+        const int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        const sockaddr_in sa = tcp_sockaddr(addr);
+        rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
+    }
+    if (rc < 0) {
+        if (errno == EINPROGRESS) {
+            out.in_progress = true;
+            return out;
+        }
+        return rtcore::error::from_errno("connect " + addr.uri);
+    }
+    return out;
+}
+
+rtcore::status finish_connect(int fd, const endpoint_address& addr) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) {
+        return rtcore::error::from_errno("getsockopt(SO_ERROR) " + addr.uri);
+    }
+    if (err != 0) {
+        return rtcore::error::from_errno(err, "connect " + addr.uri);
+    }
+    return rtcore::ok();
+}
+
+rtcore::result<unique_fd> connect_blocking(const endpoint_address& addr) {
+    auto att = start_connect(addr);
+    if (!att) {
+        return att.err();
+    }
+    const int fd = att->fd.get();
+    if (addr.kind != endpoint_kind::file) {
+        if (auto st = set_nonblocking(fd, false); !st) {
+            return st.err();
+        }
+        if (att->in_progress) {
+            if (auto st = finish_connect(fd, addr); !st) {
+                return st.err();
+            }
+        }
+    }
+    return std::move(att->fd);
+}
+
+rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int backlog) {
+    if (addr.kind == endpoint_kind::file) {
+        return rtcore::error::invalid("listen " + addr.uri + ": file endpoints cannot listen");
+    }
+    const int domain = addr.kind == endpoint_kind::unix_stream ? AF_UNIX : AF_INET;
+    unique_fd fd(::socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) {
+        return rtcore::error::from_errno("socket for " + addr.uri);
+    }
+    if (addr.kind == endpoint_kind::unix_stream) {
+        auto sa = unix_sockaddr(addr);
+        if (!sa) {
+            return sa.err();
+        }
+        struct stat st {};
+        if (::lstat(addr.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+            ::unlink(addr.path.c_str());  // stale socket from an earlier run
+        }
+        if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*sa), sizeof(sockaddr_un)) < 0) {
+            return rtcore::error::from_errno("bind " + addr.path);
+        }
+    } else {
+        const sockaddr_in sa = tcp_sockaddr(addr);
+        if ((ntohl(sa.sin_addr.s_addr) >> 24) != 127) {
+            return rtcore::error::invalid("listen " + addr.uri + ": only loopback (127.0.0.0/8) addresses");
+        }
+        const int one = 1;
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) < 0) {
+            return rtcore::error::from_errno("bind " + addr.uri);
+        }
+    }
+    if (::listen(fd.get(), backlog) < 0) {
+        return rtcore::error::from_errno("listen " + addr.uri);
+    }
+    return fd;
+}
+
+}  // namespace qrt::dispatch

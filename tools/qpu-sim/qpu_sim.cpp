@@ -1,0 +1,587 @@
+// qpu-sim: a simulated QPU control endpoint speaking the qrt/wire.h protocol.
+//
+// It timestamps each JOB on receipt (CLOCK_REALTIME), checks that the arrival
+// lies inside the job's window, "runs" the job for its duration, and answers a
+// RESULT with deterministic pseudo-random bitstring counts.  Faults can be
+// injected (stall, drop, disconnect, slow answers, garbage) for every N-th
+// job.  At exit (SIGTERM, SIGINT, --duration-s, --max-jobs) it prints the
+// counters and arrival-lateness percentiles, as text or one JSON line.
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/dispatch/wire_codec.hpp"
+#include "rtcore/histogram.hpp"
+
+namespace {
+
+using qrt::dispatch::unique_fd;
+namespace wire = qrt::wire;
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+std::int64_t now_ns(clockid_t clk) {
+    timespec ts{};
+    ::clock_gettime(clk, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+struct options {
+    std::vector<std::string> listen;
+    int cpu = -1;
+    int fifo_priority = 0;
+    double duration_s = 0;
+    std::uint64_t max_jobs = 0;
+    std::uint64_t calibration_id = 0;
+    bool busy_poll = false;
+    bool json = false;
+    std::string summary_file;
+    // faults, for every N-th job (0 = never)
+    std::uint64_t stall_every = 0;
+    double stall_ms = 2000;
+    std::uint64_t drop_every = 0;
+    std::uint64_t disconnect_every = 0;
+    std::uint64_t garbage_every = 0;
+    std::uint64_t slow_every = 0;
+    double slow_ms = 0;
+    std::uint64_t stop_reading_after = 0;
+    unsigned qubits = 4;
+    // calibration schedule printing
+    bool print_calibration = false;
+    double period_s = 1.0;
+    double blackout_s = 0.1;
+    double phase_s = 0.0;
+    unsigned windows = 5;
+};
+
+struct counters {
+    std::uint64_t connections = 0;
+    std::uint64_t jobs = 0;
+    std::uint64_t results = 0;
+    std::uint64_t errors_sent = 0;
+    std::uint64_t out_of_window = 0;
+    std::uint64_t late = 0;
+    std::uint64_t early = 0;
+    std::uint64_t busy = 0;
+    std::uint64_t calibration_mismatch = 0;
+    std::uint64_t protocol_errors = 0;
+    std::uint64_t dropped = 0;
+    std::uint64_t stalled = 0;
+    std::uint64_t disconnects = 0;
+    std::uint64_t garbage = 0;
+    std::uint64_t slow = 0;
+};
+
+struct client {
+    unique_fd fd;
+    wire::frame_reader reader;
+    bool hello_done = false;
+    bool reading = true;
+    std::uint64_t id = 0;
+};
+
+struct pending_answer {
+    std::uint64_t client_id = 0;
+    std::vector<std::uint8_t> bytes;
+};
+
+bool every(std::uint64_t n, std::uint64_t seq) { return n != 0 && seq % n == 0; }
+
+std::uint64_t splitmix64(std::uint64_t& s) {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+// "<bitstring> <count>\n" for each outcome with a non-zero count; the counts
+// sum to shots.  Deterministic in (job_id, calibration_id).
+std::string bitstring_counts(std::uint64_t job_id, std::uint64_t calibration_id, std::uint32_t shots,
+                             unsigned qubits) {
+    const std::size_t outcomes = std::size_t{1} << qubits;
+    std::vector<std::uint32_t> counts(outcomes, 0);
+    std::uint64_t seed = job_id * 0x100000001b3ULL ^ calibration_id;
+    // Biased towards |0...0> and |1...1>, as a GHZ-like program would be.
+    for (std::uint32_t i = 0; i < shots; ++i) {
+        const std::uint64_t r = splitmix64(seed);
+        std::size_t k = 0;
+        if ((r & 0xff) < 200) {
+            k = ((r >> 8) & 1) != 0 ? outcomes - 1 : 0;
+        } else {
+            k = static_cast<std::size_t>((r >> 16) % outcomes);
+        }
+        ++counts[k];
+    }
+    std::string out;
+    for (std::size_t k = 0; k < outcomes; ++k) {
+        if (counts[k] == 0) {
+            continue;
+        }
+        for (unsigned b = qubits; b-- > 0;) {
+            out.push_back(((k >> b) & 1) != 0 ? '1' : '0');
+        }
+        out += ' ';
+        out += std::to_string(counts[k]);
+        out += '\n';
+    }
+    return out;
+}
+
+class simulator {
+public:
+    explicit simulator(options opt) : _opt(std::move(opt)) {}
+
+    int run() {
+        for (const auto& uri : _opt.listen) {
+            auto addr = qrt::dispatch::parse_endpoint(uri);
+            if (!addr) {
+                std::fprintf(stderr, "qpu-sim: %s\n", addr.err().message.c_str());
+                return 2;
+            }
+            auto fd = qrt::dispatch::listen_endpoint(*addr);
+            if (!fd) {
+                std::fprintf(stderr, "qpu-sim: %s\n", fd.err().message.c_str());
+                return 1;
+            }
+            _listeners.push_back(std::move(*fd));
+            _unix_paths.push_back(addr->kind == qrt::dispatch::endpoint_kind::unix_stream ? addr->path : "");
+            std::fprintf(stderr, "qpu-sim: listening on %s\n", uri.c_str());
+        }
+        const std::int64_t start_mono = now_ns(CLOCK_MONOTONIC);
+        const std::int64_t end_mono =
+            _opt.duration_s > 0 ? start_mono + static_cast<std::int64_t>(_opt.duration_s * 1e9) : INT64_MAX;
+        std::vector<pollfd> pfds;
+        std::vector<std::uint64_t> pclients;
+        while (g_stop == 0) {
+            const std::int64_t now = now_ns(CLOCK_MONOTONIC);
+            if (now >= end_mono || (_opt.max_jobs != 0 && _c.jobs >= _opt.max_jobs && _answers.empty())) {
+                break;
+            }
+            flush_due(now);
+            pfds.clear();
+            pclients.clear();
+            for (const auto& l : _listeners) {
+                pfds.push_back({l.get(), POLLIN, 0});
+                pclients.push_back(0);
+            }
+            for (const auto& [id, c] : _clients) {
+                pfds.push_back({c->fd.get(), static_cast<short>(c->reading ? POLLIN : 0), 0});
+                pclients.push_back(id);
+            }
+            std::int64_t wait_ns = std::min<std::int64_t>(end_mono - now, 100'000'000);
+            if (!_answers.empty()) {
+                wait_ns = std::min(wait_ns, std::max<std::int64_t>(0, _answers.begin()->first - now));
+            }
+            if (_opt.busy_poll) {
+                wait_ns = 0;
+            }
+            timespec ts{wait_ns / 1'000'000'000, wait_ns % 1'000'000'000};
+            const int n = ::ppoll(pfds.data(), pfds.size(), &ts, nullptr);
+            if (n < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                std::perror("qpu-sim: ppoll");
+                return 1;
+            }
+            for (std::size_t i = 0; i < pfds.size(); ++i) {
+                if (pfds[i].revents == 0) {
+                    continue;
+                }
+                if (i < _listeners.size()) {
+                    accept_one(pfds[i].fd);
+                } else {
+                    service(pclients[i]);
+                }
+            }
+        }
+        for (const auto& p : _unix_paths) {
+            if (!p.empty()) {
+                ::unlink(p.c_str());
+            }
+        }
+        report();
+        return 0;
+    }
+
+private:
+    void accept_one(int lfd) {
+        const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            return;
+        }
+        auto c = std::make_unique<client>();
+        c->fd.reset(fd);
+        c->id = ++_next_client;
+        ++_c.connections;
+        _clients.emplace(c->id, std::move(c));
+    }
+
+    void close_client(std::uint64_t id) {
+        _clients.erase(id);
+        for (auto it = _answers.begin(); it != _answers.end();) {
+            it = it->second.client_id == id ? _answers.erase(it) : std::next(it);
+        }
+    }
+
+    void send_now(client& c, const std::vector<std::uint8_t>& bytes) {
+        std::size_t off = 0;
+        while (off < bytes.size()) {
+            const ssize_t n = ::send(c.fd.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                if (errno == EAGAIN) {
+                    pollfd p{c.fd.get(), POLLOUT, 0};
+                    ::poll(&p, 1, 100);
+                    continue;
+                }
+                return;  // peer gone; the read side notices
+            }
+            off += static_cast<std::size_t>(n);
+        }
+    }
+
+    void flush_due(std::int64_t now) {
+        while (!_answers.empty() && _answers.begin()->first <= now) {
+            auto node = _answers.extract(_answers.begin());
+            auto it = _clients.find(node.mapped().client_id);
+            if (it != _clients.end()) {
+                send_now(*it->second, node.mapped().bytes);
+            }
+        }
+    }
+
+    void send_error(client& c, const wire::header& job, qrt_wire_error code, const std::string& why) {
+        wire::header h = wire::make_header(wire::frame_type::error);
+        h.status = static_cast<std::uint16_t>(code);
+        h.job_id = job.job_id;
+        h.calibration_id = job.calibration_id;
+        h.scheduled_ns = job.scheduled_ns;
+        h.arrival_ns = job.arrival_ns;
+        h.sent_ns = now_ns(CLOCK_REALTIME);
+        send_now(c, wire::encode_frame(h, why));
+        ++_c.errors_sent;
+    }
+
+    void service(std::uint64_t id) {
+        auto it = _clients.find(id);
+        if (it == _clients.end()) {
+            return;
+        }
+        client& c = *it->second;
+        std::uint8_t buf[65536];
+        const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+        const std::int64_t arrival_ns = now_ns(CLOCK_REALTIME);
+        const std::int64_t arrival_mono = now_ns(CLOCK_MONOTONIC);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            close_client(id);
+            return;
+        }
+        if (n < 0) {
+            return;
+        }
+        c.reader.feed({buf, static_cast<std::size_t>(n)});
+        while (auto f = c.reader.next()) {
+            if (!handle(c, *f, arrival_ns, arrival_mono)) {
+                close_client(id);
+                return;
+            }
+        }
+        if (c.reader.error() != wire::decode_status::ok) {
+            ++_c.protocol_errors;
+            wire::header none{};
+            const auto code = c.reader.error() == wire::decode_status::bad_version ? QRT_WIRE_ERR_VERSION
+                                                                                  : QRT_WIRE_ERR_PROTOCOL;
+            send_error(c, none, code, std::string("protocol error: ") + wire::to_string(c.reader.error()));
+            close_client(id);
+        }
+    }
+
+    // false: close the connection.
+    bool handle(client& c, const wire::frame& f, std::int64_t arrival_ns, std::int64_t arrival_mono) {
+        const auto type = static_cast<wire::frame_type>(f.hdr.type);
+        if (!c.hello_done) {
+            if (type != wire::frame_type::hello) {
+                ++_c.protocol_errors;
+                send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL, "protocol error: first frame must be HELLO");
+                return false;
+            }
+            c.hello_done = true;
+            send_now(c, wire::encode_frame(wire::make_header(wire::frame_type::hello),
+                                           std::string("qpu-sim ") + QRT_VERSION));
+            return true;
+        }
+        if (type != wire::frame_type::job) {
+            if (type == wire::frame_type::hello) {
+                return true;  // harmless repeat
+            }
+            ++_c.protocol_errors;
+            send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL, "protocol error: unexpected frame type");
+            return false;
+        }
+        const std::uint64_t seq = ++_c.jobs;
+        wire::header job = f.hdr;
+        job.arrival_ns = arrival_ns;
+        const std::int64_t lateness_ns = arrival_ns - job.scheduled_ns;
+        _lateness.record(lateness_ns);
+        if (lateness_ns < 0) {
+            ++_c.early;
+        }
+        if (_opt.stop_reading_after != 0 && seq >= _opt.stop_reading_after) {
+            c.reading = false;  // the endpoint stalls: stop reading, never answer again
+        }
+        if (every(_opt.disconnect_every, seq)) {
+            ++_c.disconnects;
+            return false;
+        }
+        if (every(_opt.drop_every, seq)) {
+            ++_c.dropped;
+            return true;
+        }
+        if (every(_opt.garbage_every, seq)) {
+            ++_c.garbage;
+            std::vector<std::uint8_t> junk(64);
+            std::uint64_t s = job.job_id;
+            for (auto& b : junk) {
+                b = static_cast<std::uint8_t>(splitmix64(s));
+            }
+            junk[0] = 'G';  // never a valid magic
+            send_now(c, junk);
+            return true;
+        }
+        const bool out_of_window =
+            arrival_ns < job.window_start_ns || arrival_ns + job.duration_ns > job.window_end_ns;
+        if (out_of_window) {
+            ++_c.out_of_window;
+            send_error(c, job, QRT_WIRE_ERR_OUT_OF_WINDOW,
+                       "arrival " + std::to_string(arrival_ns) + " outside window [" +
+                           std::to_string(job.window_start_ns) + ", " + std::to_string(job.window_end_ns) +
+                           " - duration " + std::to_string(job.duration_ns) + "]");
+            return true;
+        }
+        if (_opt.calibration_id != 0 && job.calibration_id != _opt.calibration_id) {
+            ++_c.calibration_mismatch;
+            send_error(c, job, QRT_WIRE_ERR_CALIBRATION,
+                       "calibration_id " + std::to_string(job.calibration_id) + " is not current (" +
+                           std::to_string(_opt.calibration_id) + ")");
+            return true;
+        }
+        if (arrival_mono < _busy_until_mono) {
+            ++_c.busy;
+            send_error(c, job, QRT_WIRE_ERR_BUSY, "still running the previous job");
+            return true;
+        }
+        _busy_until_mono = arrival_mono + std::max<std::int64_t>(job.duration_ns, 0);
+        wire::header r = wire::make_header(wire::frame_type::result);
+        r.job_id = job.job_id;
+        r.calibration_id = job.calibration_id;
+        r.scheduled_ns = job.scheduled_ns;
+        r.window_start_ns = job.window_start_ns;
+        r.window_end_ns = job.window_end_ns;
+        r.duration_ns = job.duration_ns;
+        r.arrival_ns = arrival_ns;
+        r.shots = job.shots;
+        r.tolerance_ns = job.tolerance_ns;
+        if (job.tolerance_ns > 0 && lateness_ns > job.tolerance_ns) {
+            r.flags |= QRT_WIRE_FLAG_LATE;
+            ++_c.late;
+        }
+        std::int64_t due = _busy_until_mono;
+        if (every(_opt.stall_every, seq)) {
+            ++_c.stalled;
+            due += static_cast<std::int64_t>(_opt.stall_ms * 1e6);
+        }
+        if (every(_opt.slow_every, seq) || (_opt.slow_every == 0 && _opt.slow_ms > 0)) {
+            ++_c.slow;
+            due += static_cast<std::int64_t>(_opt.slow_ms * 1e6);
+        }
+        const std::string data = (job.flags & QRT_WIRE_FLAG_NO_RESULT_DATA) != 0
+                                     ? std::string()
+                                     : bitstring_counts(job.job_id, job.calibration_id,
+                                                        std::min<std::uint32_t>(job.shots, 1'000'000), _opt.qubits);
+        r.sent_ns = now_ns(CLOCK_REALTIME) + (due - now_ns(CLOCK_MONOTONIC));
+        _answers.emplace(due, pending_answer{c.id, wire::encode_frame(r, data)});
+        ++_c.results;
+        return true;
+    }
+
+    void report() const {
+        const rtcore::histogram_summary s = _lateness.summary();
+        nlohmann::json j = {
+            {"tool", "qpu-sim"},
+            {"connections", _c.connections},
+            {"jobs", _c.jobs},
+            {"results", _c.results},
+            {"errors_sent", _c.errors_sent},
+            {"out_of_window", _c.out_of_window},
+            {"late", _c.late},
+            {"early", _c.early},
+            {"busy", _c.busy},
+            {"calibration_mismatch", _c.calibration_mismatch},
+            {"protocol_errors", _c.protocol_errors},
+            {"faults",
+             {{"dropped", _c.dropped},
+              {"stalled", _c.stalled},
+              {"disconnects", _c.disconnects},
+              {"garbage", _c.garbage},
+              {"slow", _c.slow}}},
+            {"arrival_lateness_ns",
+             {{"count", s.count},
+              {"p50", s.p50_ns},
+              {"p95", s.p95_ns},
+              {"p99", s.p99_ns},
+              {"p999", s.p999_ns},
+              {"max", s.max_ns},
+              {"mean", s.mean_ns},
+              {"stddev", s.stddev_ns}}},
+        };
+        if (!_opt.summary_file.empty()) {
+            std::ofstream(_opt.summary_file) << j.dump() << '\n';
+        }
+        if (_opt.json) {
+            std::printf("%s\n", j.dump().c_str());
+            return;
+        }
+        std::printf("qpu-sim: %" PRIu64 " jobs, %" PRIu64 " results, %" PRIu64 " errors sent, %" PRIu64
+                    " connections\n",
+                    _c.jobs, _c.results, _c.errors_sent, _c.connections);
+        std::printf("  out-of-window %" PRIu64 "  late %" PRIu64 "  early %" PRIu64 "  busy %" PRIu64
+                    "  calibration-mismatch %" PRIu64 "  protocol-errors %" PRIu64 "\n",
+                    _c.out_of_window, _c.late, _c.early, _c.busy, _c.calibration_mismatch, _c.protocol_errors);
+        std::printf("  faults: dropped %" PRIu64 "  stalled %" PRIu64 "  disconnects %" PRIu64 "  garbage %" PRIu64
+                    "  slow %" PRIu64 "\n",
+                    _c.dropped, _c.stalled, _c.disconnects, _c.garbage, _c.slow);
+        std::printf("  arrival lateness (us): n=%" PRIu64 " p50 %.1f  p95 %.1f  p99 %.1f  p99.9 %.1f  max %.1f"
+                    "  stddev %.1f\n",
+                    s.count, static_cast<double>(s.p50_ns) / 1e3, static_cast<double>(s.p95_ns) / 1e3,
+                    static_cast<double>(s.p99_ns) / 1e3, static_cast<double>(s.p999_ns) / 1e3,
+                    static_cast<double>(s.max_ns) / 1e3, s.stddev_ns / 1e3);
+    }
+
+    options _opt;
+    counters _c;
+    rtcore::histogram _lateness;
+    std::vector<unique_fd> _listeners;
+    std::vector<std::string> _unix_paths;
+    std::map<std::uint64_t, std::unique_ptr<client>> _clients;
+    std::uint64_t _next_client = 0;
+    std::multimap<std::int64_t, pending_answer> _answers;  // by monotonic due time
+    std::int64_t _busy_until_mono = 0;
+};
+
+// Periodic calibration schedule: window k is valid from phase + k*period to
+// phase + (k+1)*period - blackout, aligned to the next whole period.
+int print_calibration(const options& opt) {
+    const auto period_ns = static_cast<std::int64_t>(opt.period_s * 1e9);
+    const auto blackout_ns = static_cast<std::int64_t>(opt.blackout_s * 1e9);
+    const auto phase_ns = static_cast<std::int64_t>(opt.phase_s * 1e9);
+    if (period_ns <= 0 || blackout_ns < 0 || blackout_ns >= period_ns) {
+        std::fprintf(stderr, "qpu-sim: --period-s must be > 0 and --blackout-s in [0, period)\n");
+        return 2;
+    }
+    const std::int64_t now = now_ns(CLOCK_REALTIME);
+    std::int64_t k0 = (now - phase_ns) / period_ns + 1;
+    nlohmann::json windows = nlohmann::json::array();
+    for (unsigned i = 0; i < opt.windows; ++i) {
+        const std::int64_t k = k0 + i;
+        const std::int64_t from = phase_ns + k * period_ns;
+        windows.push_back({{"calibration_id", static_cast<std::uint64_t>(k)},
+                           {"valid_from_ns", from},
+                           {"valid_until_ns", from + period_ns - blackout_ns}});
+    }
+    std::printf("%s\n", nlohmann::json{{"windows", windows}}.dump().c_str());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options opt;
+    CLI::App app{"qpu-sim: simulated QPU control endpoint for qrtd (qrt/wire.h protocol)"};
+    app.footer(
+        "Examples:\n"
+        "  qpu-sim --listen unix:///run/qrtd/qpu0.sock\n"
+        "  qpu-sim --listen tcp://127.0.0.1:7000 --duration-s 30 --json\n"
+        "  qpu-sim --listen unix:///tmp/q.sock --disconnect-every 100 --garbage-every 150\n"
+        "  qpu-sim --print-calibration --period-s 2 --blackout-s 0.2 --windows 3\n"
+        "See qpu-sim(1).");
+    app.add_option("--listen,-l", opt.listen, "endpoint to listen on: unix:///path or tcp://127.x.x.x:port (repeatable)");
+    app.add_option("--cpu", opt.cpu, "pin to this CPU");
+    app.add_option("--fifo", opt.fifo_priority, "run SCHED_FIFO at this priority (1..99)")->check(CLI::Range(0, 99));
+    app.add_option("--duration-s", opt.duration_s, "exit after this many seconds (0 = until SIGTERM/SIGINT)");
+    app.add_option("--max-jobs", opt.max_jobs, "exit after this many jobs have been answered");
+    app.add_option("--calibration-id", opt.calibration_id, "current calibration id; others get ERROR (0 = accept any)");
+    app.add_flag("--busy-poll", opt.busy_poll, "spin on the sockets for tighter arrival stamps (burns a CPU)");
+    app.add_flag("--json", opt.json, "print the exit summary as one JSON line");
+    app.add_option("--summary-file", opt.summary_file, "also write the JSON summary to this file");
+    app.add_option("--stall-every", opt.stall_every, "hold back the RESULT of every N-th job for --stall-ms");
+    app.add_option("--stall-ms", opt.stall_ms, "stall length in ms (default 2000)");
+    app.add_option("--drop-every", opt.drop_every, "never answer every N-th job");
+    app.add_option("--disconnect-every", opt.disconnect_every, "close the connection on every N-th job");
+    app.add_option("--garbage-every", opt.garbage_every, "answer every N-th job with garbage bytes");
+    app.add_option("--slow-ms", opt.slow_ms, "delay answers by this many ms (all, or every --slow-every)");
+    app.add_option("--slow-every", opt.slow_every, "only every N-th answer is slow");
+    app.add_option("--stop-reading-after", opt.stop_reading_after, "stop reading the connection after N jobs");
+    app.add_option("--qubits", opt.qubits, "bitstring width of results")->check(CLI::Range(1, 16));
+    app.add_flag("--print-calibration", opt.print_calibration, "print a periodic calibration schedule as JSON and exit");
+    app.add_option("--period-s", opt.period_s, "calibration period (s)");
+    app.add_option("--blackout-s", opt.blackout_s, "blackout at the end of each period (s)");
+    app.add_option("--phase-s", opt.phase_s, "phase of the schedule (s)");
+    app.add_option("--windows", opt.windows, "number of windows to print");
+    CLI11_PARSE(app, argc, argv);
+
+    if (opt.print_calibration) {
+        return print_calibration(opt);
+    }
+    if (opt.listen.empty()) {
+        std::fprintf(stderr, "qpu-sim: give at least one --listen endpoint (see --help)\n");
+        return 2;
+    }
+    if (opt.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(static_cast<unsigned>(opt.cpu), &set);
+        if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+            std::fprintf(stderr, "qpu-sim: sched_setaffinity cpu %d: %s\n", opt.cpu, std::strerror(errno));
+            return 1;
+        }
+    }
+    if (opt.fifo_priority > 0) {
+        sched_param sp{};
+        sp.sched_priority = opt.fifo_priority;
+        if (::sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+            std::fprintf(stderr, "qpu-sim: sched_setscheduler SCHED_FIFO %d: %s\n", opt.fifo_priority,
+                         std::strerror(errno));
+            return 1;
+        }
+    }
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+    simulator sim(opt);
+    return sim.run();
+}
