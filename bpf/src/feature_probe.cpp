@@ -37,8 +37,9 @@ bool kernel_has_tp_btf(const char* tp_name) noexcept {
     return true;
 }
 
-rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp) {
-    const bool use_btf = kernel_has_tp_btf(probe_tp);
+rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp,
+                                           bool force_raw_tp) {
+    const bool use_btf = !force_raw_tp && kernel_has_tp_btf(probe_tp);
     const std::string_view keep = use_btf ? "tp_btf_" : "raw_tp_";
     const std::string_view drop = use_btf ? "raw_tp_" : "tp_btf_";
     bpf_program* prog = nullptr;
@@ -62,7 +63,7 @@ int libbpf_print(enum libbpf_print_level level, const char* format, va_list args
     if (level == LIBBPF_DEBUG) {
         return 0;
     }
-    std::fputs("bpf: libbpf: ", stderr);
+    std::fputs("bpf: ", stderr);  // libbpf adds its own "libbpf: "
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
     return std::vfprintf(stderr, format, args);

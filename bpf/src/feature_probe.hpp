@@ -16,10 +16,12 @@ bool kernel_has_tp_btf(const char* tp_name) noexcept;
 
 // Turns autoload off for the flavour not chosen: programs are named
 // tp_btf_<tp> and raw_tp_<tp>.  Returns the chosen flavour name.
-rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp);
+// force_raw_tp skips the probe (tests of the fallback).
+rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp,
+                                           bool force_raw_tp);
 
 // Routes libbpf's messages: debug dropped, the rest to stderr with a
-// "bpf: libbpf: " prefix.  Idempotent.
+// "bpf: " prefix.  Idempotent.
 void install_libbpf_logger() noexcept;
 
 // rtcore::error for a libbpf call that failed with -err (or errno), with a

@@ -63,7 +63,7 @@ rtcore::result<intrusion_probe> intrusion_probe::load(const intrusion_options& o
     for (unsigned cpu : options.isolated_cpus.cpus()) {
         p->skel->rodata->isolated_mask[cpu / 64] |= 1ULL << (cpu % 64);
     }
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch");
+    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
     if (!flavour) {
         return std::move(flavour).err();
     }

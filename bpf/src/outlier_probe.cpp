@@ -77,7 +77,7 @@ rtcore::result<outlier_probe> outlier_probe::load(const outlier_options& options
         return detail::libbpf_error("outliers: qrt_outliers__open", -errno);
     }
     p->skel->rodata->threshold_ns = options.threshold_ns;
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch");
+    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
     if (!flavour) {
         return std::move(flavour).err();
     }

@@ -43,15 +43,15 @@ probe_set probe_set::start(const probe_config& config, const rtcore::host_fs& fs
         }
         std::string failure;
         if (config.wakeup) {
-            start_one("wakeup", wakeup_options{config.count_preempted}, s._wakeup, s._wakeup_state,
+            start_one("wakeup", wakeup_options{config.count_preempted, config.force_raw_tp}, s._wakeup, s._wakeup_state,
                       failure);
         }
         if (config.intrusions) {
-            start_one("intrusions", intrusion_options{config.isolated_cpus}, s._intrusions,
+            start_one("intrusions", intrusion_options{config.isolated_cpus, config.force_raw_tp}, s._intrusions,
                       s._intrusions_state, failure);
         }
         if (config.outliers) {
-            start_one("outliers", outlier_options{config.outlier_threshold_ns}, s._outliers,
+            start_one("outliers", outlier_options{config.outlier_threshold_ns, config.force_raw_tp}, s._outliers,
                       s._outliers_state, failure);
         }
         s._availability = failure.empty() ? availability::ok() : availability::unavailable(failure);

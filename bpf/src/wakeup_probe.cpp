@@ -52,7 +52,7 @@ rtcore::result<wakeup_probe> wakeup_probe::load(const wakeup_options& options) {
         return detail::libbpf_error("wakeup: qrt_wakeup__open", -errno);
     }
     p->skel->rodata->count_preempted = options.count_preempted;
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch");
+    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
     if (!flavour) {
         return std::move(flavour).err();
     }

@@ -21,6 +21,7 @@ namespace qrt_bpf {
 
 struct intrusion_options {
     rtcore::cpu_set isolated_cpus;  // must not be empty; CPUs < 1024
+    bool force_raw_tp = false;
 };
 
 struct intrusion_counters {

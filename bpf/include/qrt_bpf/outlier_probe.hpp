@@ -20,6 +20,7 @@ namespace qrt_bpf {
 
 struct outlier_options {
     std::uint64_t threshold_ns = 100'000;
+    bool force_raw_tp = false;
 };
 
 class outlier_probe {

@@ -33,6 +33,7 @@ struct probe_config {
     rtcore::cpu_set isolated_cpus;
     std::uint64_t outlier_threshold_ns = 100'000;
     bool count_preempted = true;
+    bool force_raw_tp = false;  // skip the tp_btf feature probe
 };
 
 class probe_set {

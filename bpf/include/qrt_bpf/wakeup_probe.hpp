@@ -22,6 +22,8 @@ struct wakeup_options {
     // Count a preemption that leaves a dispatch thread runnable as a new
     // wait, as runqlat does.
     bool count_preempted = true;
+    // Use the raw_tp programs even where tp_btf works (tests, old kernels).
+    bool force_raw_tp = false;
 };
 
 class wakeup_probe {
