@@ -278,39 +278,42 @@ void warn_boot_knobs(kernel_report& rep) {
                                        std::move(before) + "add to the kernel command line: " + std::move(args),
                                        true});
     };
-    auto judge = [&](const boot_knob& knob, const char* name, const std::string& args,
-                     const char* effect, const char* source, std::string before = {}) {
+    // detail says where "in effect" was read, so the message never implies
+    // more than the kernel reported.
+    auto judge = [&](const boot_knob& knob, const char* name, const std::string& args, const char* effect,
+                     const std::string& detail, std::string before = {}) {
         const cpu_set eff = knob.effective();
         if (iso.is_subset_of(eff)) {
             return;
         }
         std::string msg = std::string(name) + " is not in effect on isolated " + cpus_word(iso - eff) + " (" +
-                          source + ": " + list_or_none(eff) + ")";
+                          detail + ")";
         if (knob.cmdline_value) {
             msg += "; the kernel command line has " + std::string(name) + "=" + *knob.cmdline_value;
         }
         add(msg + "; " + effect, args, std::move(before));
     };
+    const cpu_set iso_eff = rep.isolcpus.effective();
     judge(rep.isolcpus, "isolcpus", "isolcpus=managed_irq,domain," + iso_list,
-          "the scheduler still balances tasks onto them",
-          rep.isolcpus.kernel_cpus ? "/sys/devices/system/cpu/isolated" : "kernel command line");
-    if (iso.is_subset_of(rep.isolcpus.effective()) &&
+          "the scheduler still balances tasks onto those CPUs",
+          rep.isolcpus.kernel_cpus ? "/sys/devices/system/cpu/isolated lists " + list_or_none(iso_eff)
+                                   : "the kernel command line gives " + list_or_none(iso_eff));
+    if (iso.is_subset_of(iso_eff) &&
         std::find(rep.isolcpus_flags.begin(), rep.isolcpus_flags.end(), "managed_irq") ==
             rep.isolcpus_flags.end()) {
         add("isolcpus lacks the managed_irq flag: managed IRQs (NVMe, multiqueue NICs) can still fire on "
             "isolated " + cpus_word(iso),
             "isolcpus=managed_irq,domain," + iso_list);
     }
-    judge(rep.nohz_full, "nohz_full", "nohz_full=" + iso_list,
-          "the scheduler tick keeps interrupting them",
-          rep.nohz_full_supported == tristate::no ? "kernel built without CONFIG_NO_HZ_FULL"
-          : rep.nohz_full.kernel_cpus             ? "/sys/devices/system/cpu/nohz_full"
-                                                  : "kernel command line",
-          rep.nohz_full_supported == tristate::no
-              ? "boot a kernel built with CONFIG_NO_HZ_FULL=y (Debian's stock kernels are) and "
-              : "");
-    judge(rep.rcu_nocbs, "rcu_nocbs", "rcu_nocbs=" + iso_list,
-          "RCU callbacks still run on them", "kernel command line and nohz_full");
+    const cpu_set nohz_eff = rep.nohz_full.effective();
+    const bool no_nohz = rep.nohz_full_supported == tristate::no;
+    judge(rep.nohz_full, "nohz_full", "nohz_full=" + iso_list, "the scheduler tick keeps interrupting those CPUs",
+          no_nohz                   ? std::string("the kernel is built without CONFIG_NO_HZ_FULL")
+          : rep.nohz_full.kernel_cpus ? "/sys/devices/system/cpu/nohz_full lists " + list_or_none(nohz_eff)
+                                    : "the kernel command line gives " + list_or_none(nohz_eff),
+          no_nohz ? "boot a kernel built with CONFIG_NO_HZ_FULL=y (Debian's stock kernels are) and " : "");
+    judge(rep.rcu_nocbs, "rcu_nocbs", "rcu_nocbs=" + iso_list, "RCU callbacks still run on those CPUs",
+          "rcu_nocbs= and nohz_full cover " + list_or_none(rep.rcu_nocbs.effective()));
 
     const cpu_set irq = rep.irqaffinity.effective();
     const cpu_set hk = rep.online ? (*rep.online - iso) : cpu_set{};

@@ -90,6 +90,8 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
     const bool locality = !plan.near_device_cpus.empty() && !(plan.near_device_cpus == plan.online);
     auto is_near = [&](const topo_core& c) { return locality && c.cpus.is_subset_of(plan.near_device_cpus); };
 
+    // Isolated cores, best first, for handing out dispatch CPUs.
+    std::vector<const topo_core*> choice_order;
     if (req.isolated) {
         // Explicit list.
         const cpu_set& wanted = *req.isolated;
@@ -195,6 +197,7 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
         for (const topo_core* c : chosen) {
             plan.isolated |= c->cpus;
         }
+        choice_order = chosen;
         if (topo.has_smt()) {
             plan.reasons.push_back("isolated whole cores: SMT siblings share execution units and L1/L2 "
                                    "cache, so no sibling of an isolated CPU runs housekeeping work");
@@ -243,16 +246,20 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
                                    std::to_string(req.dispatch_cpus[q]) + " as requested");
         }
     } else {
-        // One CPU per isolated core first (near cores first), then siblings.
-        std::vector<const topo_core*> iso;
-        for (const auto& c : cores) {
-            if (c.cpus.is_subset_of(plan.isolated)) {
-                iso.push_back(&c);
+        // One CPU per isolated core first, best core first (the order the
+        // cores were chosen; for an explicit list, near cores first), then
+        // the siblings.
+        std::vector<const topo_core*> iso = choice_order;
+        if (iso.empty()) {
+            for (const auto& c : cores) {
+                if (c.cpus.is_subset_of(plan.isolated)) {
+                    iso.push_back(&c);
+                }
             }
+            std::stable_sort(iso.begin(), iso.end(), [&](const topo_core* a, const topo_core* b) {
+                return (is_near(*a) ? 0 : 1) < (is_near(*b) ? 0 : 1);
+            });
         }
-        std::stable_sort(iso.begin(), iso.end(), [&](const topo_core* a, const topo_core* b) {
-            return (is_near(*a) ? 0 : 1) < (is_near(*b) ? 0 : 1);
-        });
         std::vector<unsigned> order;
         for (const topo_core* c : iso) {
             order.push_back(static_cast<unsigned>(c->cpus.first()));
@@ -287,8 +294,8 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
     }
 
     plan.reasons.push_back("housekeeping " + cpus_word(plan.housekeeping) + " (" + std::to_string(hk_cores) +
-                           " " + cores_word(hk_cores) + ") run the event loop, RPC server, IRQs and "
-                           "every other task");
+                           " " + cores_word(hk_cores) + ")" + (plan.housekeeping.count() == 1 ? " runs" : " run") +
+                           " the event loop, RPC server, IRQs and every other task");
     plan.kernel_cmdline.args = recommended_kernel_cmdline(plan.isolated, plan.housekeeping);
     plan.kernel_cmdline.needs_reboot = true;
     plan.reasons.push_back("boot-only knobs isolcpus, nohz_full, rcu_nocbs and irqaffinity take effect only "
