@@ -273,10 +273,19 @@ void warn_boot_knobs(kernel_report& rep) {
         return;
     }
     const std::string iso_list = iso.to_list();
+    // The fix names the parameter to add, or to change when the command line
+    // already has it.
     auto add = [&](std::string message, std::string args, std::string before = {}) {
-        rep.warnings.push_back(warning{"boot", std::move(message),
-                                       std::move(before) + "add to the kernel command line: " + std::move(args),
-                                       true});
+        const std::string key = args.substr(0, args.find('='));
+        const auto present = parse_cmdline(rep.cmdline.value_or("")).get(key);
+        std::string fix = std::move(before);
+        if (present) {
+            fix += "replace " + key + (*present ? "=" + **present : std::string()) +
+                   " on the kernel command line with " + args;
+        } else {
+            fix += "add to the kernel command line: " + args;
+        }
+        rep.warnings.push_back(warning{"boot", std::move(message), std::move(fix), true});
     };
     // detail says where "in effect" was read, so the message never implies
     // more than the kernel reported.
@@ -379,8 +388,9 @@ void probe_sched(const host_fs& fs, kernel_report& rep, const cpu_set& cpus) {
                     (key.second != 0 ? std::to_string(key.second) : std::string("?")) +
                     " ns for normal tasks on " + cpus_word(set) +
                     ", preempting a SCHED_FIFO dispatch thread whenever a normal task is runnable there",
-                "echo 0 > /sys/kernel/debug/sched/fair_server/cpu" + std::to_string(first) +
-                    "/runtime, and likewise for every CPU in " + set.to_list() + " (runtime setting, lost at reboot)",
+                "echo 0 > /sys/kernel/debug/sched/fair_server/cpu" + std::to_string(first) + "/runtime" +
+                    (set.count() > 1 ? ", and likewise for every CPU in " + set.to_list() : std::string()) +
+                    " (runtime setting, lost at reboot)",
                 false});
         }
     } else if (rep.sched_rt_runtime_us && *rep.sched_rt_runtime_us >= 0) {
@@ -399,6 +409,7 @@ void probe_cgroups(const host_fs& fs, kernel_report& rep) {
     if (!mounts) {
         return;
     }
+    rep.mounts_read = true;
     std::istringstream in(*mounts);
     std::string line;
     while (std::getline(in, line)) {
@@ -426,18 +437,17 @@ void probe_cgroups(const host_fs& fs, kernel_report& rep) {
             std::find(words.begin(), words.end(), "cpuset") != words.end() ? tristate::yes : tristate::no;
     }
     if (!rep.cgroup_v1_cpuset_mount && rep.cgroup_v2_cpuset == tristate::no) {
+        // cgroup.controllers lists what the v2 root can offer; cpuset missing
+        // there means it is bound to a v1 hierarchy or not built in.
         std::string where = rep.cgroup_v2_mount ? "cgroup v2 at " + *rep.cgroup_v2_mount +
-                                                      " has no cpuset in cgroup.controllers"
+                                                      " does not offer cpuset in cgroup.controllers"
                                                 : "no cgroup v2 is mounted";
         rep.warnings.push_back(warning{
             "cgroup",
             "no cpuset controller: " + where + " and no cgroup v1 cpuset is mounted; runtime isolation "
                 "falls back to an affinity fence, which cannot stop new tasks from landing on isolated CPUs",
-            rep.cgroup_v2_mount ? "enable cpuset in the cgroup v2 root (echo +cpuset > " + *rep.cgroup_v2_mount +
-                                      "/cgroup.subtree_control), or mount -t cgroup -o cpuset cpuset "
-                                      "/sys/fs/cgroup/cpuset"
-                                : "mount -t cgroup2 none /sys/fs/cgroup, or mount -t cgroup -o cpuset cpuset "
-                                  "/sys/fs/cgroup/cpuset",
+            "mkdir -p /sys/fs/cgroup/cpuset && mount -t cgroup -o cpuset cpuset /sys/fs/cgroup/cpuset; if that "
+            "fails, boot a kernel built with CONFIG_CPUSETS=y",
             false});
     }
 }
@@ -741,7 +751,10 @@ std::string format_kernel_report(const kernel_report& r) {
     out += "sched_rt_runtime_us: " + optn(r.sched_rt_runtime_us) + " / sched_rt_period_us: " +
            optn(r.sched_rt_period_us) + "\n";
     out += "fair server: " + std::string(to_string(r.fair_server)) + "\n";
-    out += "cgroup v1 cpuset: " + opt(r.cgroup_v1_cpuset_mount) + ", cgroup v2: " + opt(r.cgroup_v2_mount) +
+    auto mnt = [&](const std::optional<std::string>& m) {
+        return m ? *m : std::string(r.mounts_read ? "not mounted" : "unknown");
+    };
+    out += "cgroup v1 cpuset: " + mnt(r.cgroup_v1_cpuset_mount) + ", cgroup v2: " + mnt(r.cgroup_v2_mount) +
            " (cpuset " + to_string(r.cgroup_v2_cpuset) + ")\n";
     out += "btf: " + std::string(to_string(r.btf)) + ", io_uring: " + to_string(r.io_uring) + "\n";
     out += "hypervisor: " + std::string(to_string(r.hypervisor)) + ", steal since boot: " +

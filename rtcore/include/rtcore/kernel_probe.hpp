@@ -94,6 +94,7 @@ struct kernel_report {
     tristate fair_server = tristate::unknown;  // /sys/kernel/debug/sched/fair_server present
     std::vector<fair_server_cpu> fair_server_cpus;
 
+    bool mounts_read = false;                            // /proc/mounts was readable: nullopt = not mounted
     std::optional<std::string> cgroup_v1_cpuset_mount;   // mount point of a v1 cpuset hierarchy
     std::optional<std::string> cgroup_v2_mount;          // mount point of cgroup2
     tristate cgroup_v2_cpuset = tristate::unknown;       // "cpuset" in the v2 root cgroup.controllers
