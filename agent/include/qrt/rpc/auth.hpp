@@ -1,0 +1,125 @@
+#pragma once
+// Authorization for the control socket.
+//
+// Who: the kernel tells us (SO_PEERCRED: uid, gid, pid; SO_PEERGROUPS: the
+// supplementary groups the peer held when it connected; getgrouplist() on the
+// uid's passwd entry is the fallback for kernels before 4.13).
+// What: roles, granted by a role_map of principals ("user:NAME",
+// "group:NAME", "uid:N", "gid:N"), translated by the daemon from [roles] in
+// qrtd.toml.
+//
+// Role semantics:
+//   reader       queries (agent.status, qpus.list, calibration.get,
+//                slots.query, telemetry.snapshot, metrics, events.subscribe)
+//   scheduler    reader + reserve/submit/cancel, on its OWN objects only
+//   calibration  reader + calibration.update
+//   admin        everything, on every tenant's objects
+//   (agent.hello needs no role: a peer can always learn what it may do.)
+// The tenant of a connection is its user name (or "uid:N" when the uid has
+// no passwd entry).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rtcore/error.hpp"
+
+namespace qrt::rpc {
+
+enum class role : std::uint8_t {
+    none = 0,  // no role required (agent.hello)
+    reader = 1U << 0,
+    scheduler = 1U << 1,
+    calibration = 1U << 2,
+    admin = 1U << 3,
+};
+
+std::string_view role_name(role r) noexcept;
+std::optional<role> role_from_name(std::string_view name) noexcept;
+
+// The set of roles one peer holds.
+class role_set {
+public:
+    constexpr role_set() = default;
+    constexpr explicit role_set(std::uint8_t bits) : _bits(bits) {}
+    constexpr role_set with(role r) const { return role_set(static_cast<std::uint8_t>(_bits | static_cast<std::uint8_t>(r))); }
+    constexpr bool holds(role r) const { return (_bits & static_cast<std::uint8_t>(r)) != 0; }
+    // May a holder of this set call a method that requires `required`?
+    constexpr bool allows(role required) const {
+        if (required == role::none || holds(role::admin)) {
+            return true;
+        }
+        if (required == role::reader) {
+            return holds(role::reader) || holds(role::scheduler) || holds(role::calibration);
+        }
+        return holds(required);
+    }
+    constexpr bool empty() const { return _bits == 0; }
+    constexpr std::uint8_t bits() const { return _bits; }
+    std::vector<std::string> names() const;
+
+private:
+    std::uint8_t _bits = 0;
+};
+
+// A principal from the config: "user:NAME", "group:NAME", "uid:N", "gid:N".
+struct principal {
+    enum class kind : std::uint8_t { user, group, uid, gid };
+    kind what = kind::uid;
+    std::string name;   // user or group name (kind user/group)
+    std::uint32_t id = 0;  // uid/gid (kind uid/gid, and group after resolution)
+
+    // Strict: the prefix must be one of the four, a NAME non-empty, N a
+    // decimal uint32 without sign or spaces.
+    static rtcore::result<principal> parse(std::string_view text);
+    std::string to_string() const;
+};
+
+// The daemon's translation of [roles] in qrtd.toml.
+struct role_map {
+    std::vector<std::string> reader;
+    std::vector<std::string> scheduler;
+    std::vector<std::string> calibration;
+    std::vector<std::string> admin;
+};
+
+// What the kernel says about a connected peer.
+struct peer_identity {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    pid_t pid = 0;
+    std::vector<gid_t> groups;  // supplementary groups, primary gid included
+    std::string user_name;      // empty when the uid has no passwd entry
+    std::string groups_source;  // "SO_PEERGROUPS" or "getgrouplist"
+
+    // The tenant id: the user name, or "uid:N".
+    std::string tenant() const;
+    bool in_group(gid_t g) const;
+};
+
+// SO_PEERCRED + SO_PEERGROUPS (or getgrouplist) + getpwuid_r.
+rtcore::result<peer_identity> peer_identity_of(int fd);
+
+// A role_map with its group names resolved to gids.
+class authorizer {
+public:
+    // Fails, naming the entry, when a principal does not parse or a group
+    // name does not resolve (user names are matched by name at connect time,
+    // so a user that does not exist yet is not an error).
+    static rtcore::result<authorizer> compile(const role_map& map);
+
+    role_set roles_of(const peer_identity& peer) const;
+
+private:
+    struct grant {
+        principal who;
+        role what;
+    };
+    std::vector<grant> _grants;
+};
+
+}  // namespace qrt::rpc

@@ -1,0 +1,156 @@
+#pragma once
+// The transport-free request engine: framing decisions, JSON-RPC 2.0
+// validation, batches, the method registry, role checks, events and request
+// statistics.  The socket server (server.hpp) feeds it complete lines; the
+// fuzz target and unit tests feed it bytes directly, without sockets.
+//
+// Single-threaded: every call happens on the event-loop thread.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qrt/rpc/auth.hpp"
+#include "qrt/rpc/json_rpc.hpp"
+#include "qrt/telemetry.hpp"
+#include "rtcore/histogram.hpp"
+
+namespace qrt::rpc {
+
+// An event pushed to subscribers as a notification
+//   {"jsonrpc":"2.0","method":"events.event",
+//    "params":{"seq":N,"type":"job.finished","data":{...}}}
+// seq counts 1, 2, 3 ... per subscription, so a client sees gaps never and
+// order always.  Types: reservation.displaced, reservation.expired,
+// calibration.changed, job.dispatched, job.finished (and any the daemon adds).
+struct event {
+    std::string type;
+    std::string tenant;  // owner; empty = of interest to every subscriber
+    json data;
+};
+
+// One connected peer.
+struct session {
+    std::uint64_t id = 0;
+    peer_identity peer;
+    role_set roles;
+    std::string tenant;
+    bool subscribed = false;
+    std::vector<std::string> topics;  // empty = every type
+    std::uint64_t event_seq = 0;
+    // Where this session's notifications go (the server appends to the
+    // connection's output buffer).  Must not detach the session.
+    std::function<void(std::string_view line)> push;
+};
+
+// What a handler sees of its caller.
+struct call_context {
+    session& caller;
+    // Admins see everything; everyone else only their own tenant's objects.
+    bool may_access(std::string_view owner_tenant) const {
+        return caller.roles.holds(role::admin) || owner_tenant == caller.tenant;
+    }
+};
+
+// A handler returns the result or throws rpc_failure (or invalid_params).
+using handler = std::function<json(const json& params, call_context& ctx)>;
+
+struct method_info {
+    std::string name;
+    role required = role::reader;
+    std::string summary;  // one line, for agent.hello and qrtctl --help
+    handler fn;
+};
+
+class registry {
+public:
+    // Throws std::invalid_argument on an empty name, a missing handler or a
+    // duplicate.
+    void add(method_info m);
+    const method_info* find(std::string_view name) const;
+    const std::vector<method_info>& methods() const noexcept { return _methods; }
+
+private:
+    std::vector<method_info> _methods;
+    std::map<std::string, std::size_t, std::less<>> _index;
+};
+
+struct engine_limits {
+    std::size_t max_line_bytes = 1U << 20;  // 1 MiB, newline excluded
+    std::size_t max_depth = 64;             // arrays/objects nested
+    std::size_t max_batch = 256;            // requests in one batch line
+};
+
+struct line_reply {
+    std::string text;            // reply line(s) with '\n'; empty = nothing to send
+    std::size_t requests = 0;    // requests the line held (a batch: its size)
+};
+
+class engine {
+public:
+    explicit engine(engine_limits limits = {});
+
+    registry& methods() noexcept { return _registry; }
+    const registry& methods() const noexcept { return _registry; }
+    const engine_limits& limits() const noexcept { return _limits; }
+
+    // One complete line without its '\n' (a trailing '\r' is ignored).
+    // The caller sends the reply, THEN calls drain_event_sources(), so a
+    // caller sees its reply before the events its call caused.
+    line_reply handle_line(std::string_view line, session& s);
+
+    // The error line sent before closing a connection whose line exceeded
+    // max_line_bytes.
+    std::string line_too_long_reply(std::size_t seen_bytes);
+    // The error line sent before closing an extra connection.
+    static std::string overloaded_reply(std::string_view what);
+
+    // Sessions that may receive events.
+    void attach(session& s);
+    void detach(session& s) noexcept;
+    std::size_t sessions() const noexcept { return _sessions.size(); }
+
+    // Deliver one event to every matching subscriber, in call order.
+    void publish(const event& e);
+    // A source drained after every handled line (the ledger's
+    // drain_events(), adapted by the method layer).
+    void add_event_source(std::function<std::vector<event>()> drain);
+    void drain_event_sources();
+
+    // Request counters and the handling-time histogram.
+    telemetry::snapshot stats() const;
+    std::uint64_t denied_total() const noexcept { return _denied_total; }
+
+    // The dispatch of one parsed request (for tests): the reply object, or
+    // null for a notification.
+    json handle_request(const json& request, session& s);
+
+private:
+    json handle_batch(const json& batch, session& s, std::size_t& requests);
+    void count_error(std::string_view reason);
+    void log_denied(const session& s, std::string_view method, role needed);
+
+    engine_limits _limits;
+    registry _registry;
+    std::map<std::uint64_t, session*> _sessions;
+    std::vector<std::function<std::vector<event>()>> _sources;
+
+    std::map<std::string, std::uint64_t, std::less<>> _requests_by_method;
+    std::map<std::string, std::uint64_t, std::less<>> _errors_by_reason;
+    std::uint64_t _lines = 0;
+    std::uint64_t _notifications_sent = 0;
+    std::uint64_t _denied_total = 0;
+    rtcore::histogram _handle_ns;
+
+    // Denied-call logging: at most log_burst lines per second, then a count
+    // of the suppressed ones.
+    std::chrono::steady_clock::time_point _log_window{};
+    unsigned _log_in_window = 0;
+    std::uint64_t _log_suppressed = 0;
+};
+
+}  // namespace qrt::rpc

@@ -1,0 +1,136 @@
+#pragma once
+// The one table of JSON-RPC error codes and their stable `data.reason`
+// strings, shared by the server (agent/src/rpc/) and every client (qrtctl,
+// libqrt-client, the Python client).  A reason's spelling, code and exit code
+// never change once released; new reasons are appended.
+//
+// Every error object the server sends has this form:
+//   {"code": -32005, "message": "<human text naming the field or method>",
+//    "data": {"reason": "not_owner", ...optional details...}}
+// Standard JSON-RPC 2.0 errors carry a reason too, so a client can always
+// switch on data.reason alone.
+//
+// exit_code is what `qrtctl` returns for that reason, so scripts (Slurm
+// prolog/epilog, Kubernetes probes) can branch on it without parsing JSON.
+//
+// Header-only and dependency-free, so C++ clients can include it as is.
+
+#include <array>
+#include <string_view>
+
+namespace qrt::rpc {
+
+// JSON-RPC 2.0 standard codes.
+inline constexpr int code_parse_error = -32700;
+inline constexpr int code_invalid_request = -32600;
+inline constexpr int code_method_not_found = -32601;
+inline constexpr int code_invalid_params = -32602;
+inline constexpr int code_internal_error = -32603;
+// Application errors live in [-32099, -32000].
+inline constexpr int code_app_first = -32099;
+inline constexpr int code_app_last = -32000;
+// A reason that the ledger reports but this table does not know yet: it is
+// passed through verbatim in data.reason with this code.
+inline constexpr int code_unlisted_reason = -32099;
+
+struct reason_entry {
+    std::string_view reason;  // stable data.reason
+    int code;                 // JSON-RPC error code
+    int exit_code;            // qrtctl exit status for this reason
+    std::string_view meaning;
+};
+
+// clang-format off
+inline constexpr std::array<reason_entry, 28> reason_table{{
+    // standard errors
+    {"parse_error",          code_parse_error,      2, "the line is not valid JSON (or not valid UTF-8)"},
+    {"invalid_request",      code_invalid_request,  2, "not a valid JSON-RPC 2.0 request object"},
+    {"line_too_long",        code_invalid_request,  2, "a request line exceeds the per-line byte limit; the connection is closed"},
+    {"too_deep",             code_invalid_request,  2, "the JSON nests deeper than the server accepts"},
+    {"batch_too_large",      code_invalid_request,  2, "a batch holds more requests than the server accepts"},
+    {"method_not_found",     code_method_not_found, 3, "no such method"},
+    {"invalid_params",       code_invalid_params,   4, "a parameter is missing, of the wrong type, out of range or unknown"},
+    {"internal_error",       code_internal_error,   5, "the server failed; see its log"},
+    // application errors
+    {"permission_denied",    -32000, 6,  "the caller's roles do not allow this method or object"},
+    {"invalid_argument",     -32001, 4,  "a parameter is well-formed but not acceptable"},
+    {"not_found",            -32002, 7,  "no such reservation, job or window"},
+    {"no_fit",               -32003, 8,  "no slot satisfies the request's constraints"},
+    {"lease_expired",        -32004, 9,  "the reservation's lease ran out before this call"},
+    {"not_owner",            -32005, 6,  "the object belongs to another tenant"},
+    {"calibration_changed",  -32006, 10, "the calibration window changed under the reservation"},
+    {"unknown_qpu",          -32007, 7,  "no QPU with that id"},
+    {"illegal_transition",   -32008, 11, "the object is not in a state that allows this call"},
+    {"bad_fencing_token",    -32009, 12, "the fencing token is stale or does not match"},
+    {"overloaded",           -32010, 13, "a server limit was reached (connections, requests in flight)"},
+    {"unavailable",          -32011, 14, "the subsystem needed is not available"},
+    {"duplicate",            -32012, 15, "the idempotency key was already used with different parameters"},
+    {"deadline_passed",      -32013, 8,  "the request's deadline is already in the past"},
+    {"missed",               -32014, 16, "the job's slot passed without it being sent"},
+    {"idle_timeout",         -32015, 13, "the connection was idle too long and is being closed"},
+    {"payload_too_large",    -32016, 4,  "the job payload exceeds the accepted size"},
+    {"conflict",             -32017, 11, "the call conflicts with the current state (e.g. window overlap)"},
+    {"not_ready",            -32018, 17, "the job has no result yet"},
+    {"store_error",          -32019, 14, "the durable store failed; nothing was changed"},
+}};
+// clang-format on
+
+// Code for a reason; code_unlisted_reason when the reason is not listed.
+constexpr int code_for_reason(std::string_view reason) noexcept {
+    for (const auto& e : reason_table) {
+        if (e.reason == reason) {
+            return e.code;
+        }
+    }
+    return code_unlisted_reason;
+}
+
+// The table entry for a reason, or nullptr.
+constexpr const reason_entry* find_reason(std::string_view reason) noexcept {
+    for (const auto& e : reason_table) {
+        if (e.reason == reason) {
+            return &e;
+        }
+    }
+    return nullptr;
+}
+
+// qrtctl exit status for a reason (1 when unlisted: generic failure).
+constexpr int exit_code_for_reason(std::string_view reason) noexcept {
+    const reason_entry* e = find_reason(reason);
+    return e != nullptr ? e->exit_code : 1;
+}
+
+// The default reason for a standard code (the reason a client should assume
+// when a foreign server omits data.reason).
+constexpr std::string_view default_reason_for_code(int code) noexcept {
+    for (const auto& e : reason_table) {
+        if (e.code == code) {
+            return e.reason;
+        }
+    }
+    return "internal_error";
+}
+
+// Application codes are unique per reason; standard codes are shared.
+constexpr bool app_codes_are_unique_and_in_range() noexcept {
+    for (std::size_t i = 0; i < reason_table.size(); ++i) {
+        const int c = reason_table[i].code;
+        if (c > code_app_last || c < code_app_first) {
+            continue;
+        }
+        if (c == code_unlisted_reason) {
+            return false;
+        }
+        for (std::size_t j = i + 1; j < reason_table.size(); ++j) {
+            if (reason_table[j].code == c || reason_table[j].reason == reason_table[i].reason) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+static_assert(app_codes_are_unique_and_in_range());
+static_assert(code_for_reason("no_fit") == -32003);
+
+}  // namespace qrt::rpc

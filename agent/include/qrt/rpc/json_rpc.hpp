@@ -1,0 +1,107 @@
+#pragma once
+// JSON-RPC 2.0 building blocks shared by the request engine and the method
+// handlers: the failure type, reply builders, the nesting pre-scan, and a
+// strict reader for named params.
+//
+// Params policy (documented for clients): params must be an object (by-name);
+// a member the method does not know is REJECTED with -32602 invalid_params
+// naming the member, so a typo ("deadline" for "deadline_ns") is never
+// silently ignored.  Integers must be JSON integers within the stated range:
+// 1e3, 1.5, 1e400 and integers beyond int64 are rejected, naming the field.
+
+#include <cstdint>
+#include <exception>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qrt/rpc/errors.hpp"
+
+namespace qrt::rpc {
+
+using json = nlohmann::json;
+
+// Thrown by param readers and method handlers (the control plane may throw;
+// the engine catches it and answers with an error object).
+class rpc_failure : public std::exception {
+public:
+    // code is taken from the reason table (code_unlisted_reason if unlisted).
+    rpc_failure(std::string reason, std::string message, json details = json::object());
+    rpc_failure(int code, std::string reason, std::string message,
+                json details = json::object());
+
+    int code() const noexcept { return _code; }
+    const std::string& reason() const noexcept { return _reason; }
+    const std::string& message() const noexcept { return _message; }
+    const json& details() const noexcept { return _details; }
+    const char* what() const noexcept override { return _message.c_str(); }
+
+    // {"code":..,"message":..,"data":{"reason":..,<details>}}
+    json to_json() const;
+
+private:
+    int _code;
+    std::string _reason;
+    std::string _message;
+    json _details;
+};
+
+// -32602 invalid_params with data.field = field.
+rpc_failure invalid_params(std::string_view field, std::string message);
+
+json make_result_reply(const json& id, json result);
+json make_error_reply(const json& id, const rpc_failure& f);
+json make_notification(std::string_view method, json params);
+
+// Serialise one reply or notification as a line ("...\n").  Strings the
+// server received were validated as UTF-8 by the parser; any invalid byte
+// that still slips in is replaced (U+FFFD), never thrown.
+std::string to_line(const json& j);
+
+// True when `text` nests arrays/objects deeper than max_depth (strings and
+// escapes are skipped).  Run before parsing so a line of a million '[' costs
+// one linear scan and no allocation.
+bool nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept;
+
+// A strict reader of one request's named params.
+class params_reader {
+public:
+    // params may be null/absent (treated as {}); anything but an object, or
+    // any member outside `allowed`, throws invalid_params.
+    params_reader(const json& params, std::initializer_list<std::string_view> allowed);
+
+    bool has(std::string_view name) const;
+
+    std::int64_t i64(std::string_view name, std::int64_t min, std::int64_t max) const;
+    std::optional<std::int64_t> opt_i64(std::string_view name, std::int64_t min,
+                                        std::int64_t max) const;
+    double number(std::string_view name, double min, double max) const;
+    std::optional<double> opt_number(std::string_view name, double min, double max) const;
+    std::string str(std::string_view name, std::size_t max_len = 256) const;
+    std::optional<std::string> opt_str(std::string_view name, std::size_t max_len = 256) const;
+    bool boolean(std::string_view name) const;
+    std::optional<bool> opt_bool(std::string_view name) const;
+    std::vector<std::string> str_array(std::string_view name, std::size_t max_items,
+                                       std::size_t max_len = 256) const;
+    // The raw member (throws invalid_params when missing).
+    const json& raw(std::string_view name) const;
+    const json& object() const noexcept { return _p; }
+
+private:
+    const json* find(std::string_view name) const;
+    const json& require(std::string_view name) const;
+
+    const json& _p;
+};
+
+// The standard base64 alphabet with '=' padding, strictly: no whitespace, no
+// URL-safe characters, length a multiple of 4, padding only at the end, and
+// zero unused bits.  Returns nullopt on any deviation.
+std::optional<std::string> base64_decode_strict(std::string_view in);
+std::string base64_encode(std::string_view in);
+
+}  // namespace qrt::rpc

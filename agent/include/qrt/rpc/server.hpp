@@ -1,0 +1,144 @@
+#pragma once
+// The control socket: AF_UNIX stream, one JSON-RPC request (or batch) per
+// line, served from the housekeeping event loop with non-blocking sockets and
+// no thread per connection.
+//
+// Listening socket: the one systemd passes (sd_listen_fds, qrtd.socket), or,
+// without socket activation, bound at socket_path: a stale socket file is
+// unlinked only when nobody answers on it, then the socket is chmod'ed to
+// socket_mode and chown'ed to socket_group.
+//
+// Limits, per connection unless said otherwise:
+//   max_connections   server-wide; an extra connection gets one
+//                     `overloaded` error line and is closed
+//   max_line_bytes    a longer line gets `line_too_long`, then the
+//                     connection is closed (after its input is drained)
+//   max_inflight      requests read but whose replies are not yet written
+//                     to the socket; at the limit the server stops reading
+//                     that connection (back-pressure, nothing is dropped)
+//   output_soft_limit unsent reply bytes above which reading stops
+//   output_hard_limit unsent bytes (replies + events) above which the
+//                     connection is closed: a peer that never reads cannot
+//                     grow the daemon's memory without bound
+//   idle_timeout      no bytes received for this long: closed (a subscriber
+//                     with no partial line pending is exempt)
+// Replies go out in request order (handlers are synchronous: the ledger
+// commits to SQLite before it returns, so a reply always follows its effect).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "qrt/event_loop.hpp"
+#include "qrt/rpc/auth.hpp"
+#include "qrt/rpc/engine.hpp"
+#include "qrt/telemetry.hpp"
+#include "rtcore/error.hpp"
+
+namespace qrt::rpc {
+
+struct server_options {
+#ifdef QRT_DEFAULT_SOCKET_PATH
+    std::string socket_path = QRT_DEFAULT_SOCKET_PATH;
+#else
+    std::string socket_path = "/run/qrtd/qrtd.sock";
+#endif
+    std::string socket_group;      // empty: keep the daemon's group
+    unsigned socket_mode = 0660;
+    bool socket_activation = true;  // take a systemd socket when passed one
+    std::size_t max_connections = 256;
+    std::size_t max_inflight = 128;
+    std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
+    std::size_t max_line_bytes = 1U << 20;
+    std::size_t max_batch = 256;
+    std::size_t max_depth = 64;
+    std::size_t output_soft_limit = 1U << 20;
+    std::size_t output_hard_limit = 16U << 20;
+    // How long a connection being closed may take to drain its input and
+    // read its last error line.
+    std::chrono::milliseconds close_linger{2000};
+    // node_exporter textfile (empty: off), rewritten every interval.
+    std::string metrics_textfile;
+    std::chrono::milliseconds metrics_textfile_interval{std::chrono::seconds(15)};
+};
+
+class server {
+public:
+    // The loop, engine and authorizer outlive the server.
+    server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts);
+    ~server();
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    // Obtain the listening socket and register it with the loop.  Call on
+    // the loop thread (or before the loop runs).
+    rtcore::status start();
+    // Close every connection and the listening socket; unlink the socket
+    // file if this server bound it.  Loop thread only.
+    void stop() noexcept;
+
+    // Deliver an event to subscribers (loop thread; other threads go
+    // through event_loop::post).
+    void publish(const event& e) { _engine.publish(e); }
+
+    // Source of the textfile export (the full metrics text).
+    void set_metrics_source(std::function<rtcore::result<std::string>()> src);
+
+    std::size_t connections() const noexcept { return _conns.size(); }
+    // "systemd" or "bind".
+    const std::string& listen_source() const noexcept { return _listen_source; }
+    const server_options& options() const noexcept { return _opts; }
+    telemetry::snapshot stats() const;
+
+private:
+    struct connection;
+    void on_accept();
+    void accept_one(int fd);
+    void on_event(std::uint64_t id, std::uint32_t events);
+    void read_some(connection& c);
+    void process_input(connection& c);
+    void flush(connection& c);
+    void append(connection& c, std::string_view text, std::size_t requests);
+    void update_interest(connection& c);
+    bool may_read(const connection& c) const;
+    void begin_close(connection& c, std::string_view last_line);
+    void kill(connection& c, const char* why);
+    void reap();
+    void sweep();
+    void export_textfile();
+    rtcore::result<int> bind_socket();
+
+    event_loop& _loop;
+    engine& _engine;
+    const authorizer& _auth;
+    server_options _opts;
+
+    int _listen_fd = -1;
+    int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
+    bool _bound_here = false;
+    std::uint64_t _bound_ino = 0;
+    std::string _listen_source;
+    std::map<std::uint64_t, std::unique_ptr<connection>> _conns;
+    std::uint64_t _next_id = 1;
+    bool _reap_posted = false;
+    event_loop::timer_id _sweep_timer = 0;
+    event_loop::timer_id _textfile_timer = 0;
+    std::function<rtcore::result<std::string>()> _metrics_source;
+    // shared so posted callbacks can tell the server has gone
+    std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
+
+    std::uint64_t _accepted = 0;
+    std::uint64_t _rejected_cap = 0;
+    std::uint64_t _closed_line_too_long = 0;
+    std::uint64_t _closed_idle = 0;
+    std::uint64_t _closed_slow_reader = 0;
+    std::uint64_t _peercred_failures = 0;
+    std::uint64_t _bytes_in = 0;
+    std::uint64_t _bytes_out = 0;
+    std::uint64_t _backpressure_pauses = 0;
+};
+
+}  // namespace qrt::rpc

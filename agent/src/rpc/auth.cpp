@@ -1,0 +1,256 @@
+#include "qrt/rpc/auth.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace qrt::rpc {
+
+std::string_view role_name(role r) noexcept {
+    switch (r) {
+        case role::none:
+            return "none";
+        case role::reader:
+            return "reader";
+        case role::scheduler:
+            return "scheduler";
+        case role::calibration:
+            return "calibration";
+        case role::admin:
+            return "admin";
+    }
+    return "unknown";
+}
+
+std::optional<role> role_from_name(std::string_view name) noexcept {
+    for (const role r : {role::reader, role::scheduler, role::calibration, role::admin}) {
+        if (role_name(r) == name) {
+            return r;
+        }
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> role_set::names() const {
+    std::vector<std::string> out;
+    for (const role r : {role::reader, role::scheduler, role::calibration, role::admin}) {
+        if (holds(r)) {
+            out.emplace_back(role_name(r));
+        }
+    }
+    return out;
+}
+
+rtcore::result<principal> principal::parse(std::string_view text) {
+    const auto colon = text.find(':');
+    if (colon == std::string_view::npos) {
+        return rtcore::error::invalid(
+            fmt::format("role principal '{}': expected user:NAME, group:NAME, uid:N or gid:N", text));
+    }
+    const std::string_view prefix = text.substr(0, colon);
+    const std::string_view rest = text.substr(colon + 1);
+    principal p;
+    if (prefix == "user" || prefix == "group") {
+        if (rest.empty() || rest.find_first_of(" \t\n:") != std::string_view::npos) {
+            return rtcore::error::invalid(
+                fmt::format("role principal '{}': name must be non-empty without spaces or ':'", text));
+        }
+        p.what = prefix == "user" ? kind::user : kind::group;
+        p.name = std::string(rest);
+        return p;
+    }
+    if (prefix == "uid" || prefix == "gid") {
+        std::uint32_t n = 0;
+        const auto* first = rest.data();
+        const auto* last = rest.data() + rest.size();
+        const auto [ptr, ec] = std::from_chars(first, last, n);
+        if (rest.empty() || ec != std::errc{} || ptr != last) {
+            return rtcore::error::invalid(
+                fmt::format("role principal '{}': '{}' is not a decimal id in [0, 4294967295]", text,
+                            rest));
+        }
+        p.what = prefix == "uid" ? kind::uid : kind::gid;
+        p.id = n;
+        return p;
+    }
+    return rtcore::error::invalid(fmt::format(
+        "role principal '{}': unknown kind '{}' (expected user, group, uid or gid)", text, prefix));
+}
+
+std::string principal::to_string() const {
+    switch (what) {
+        case kind::user:
+            return "user:" + name;
+        case kind::group:
+            return "group:" + name;
+        case kind::uid:
+            return fmt::format("uid:{}", id);
+        case kind::gid:
+            return fmt::format("gid:{}", id);
+    }
+    return {};
+}
+
+std::string peer_identity::tenant() const {
+    return user_name.empty() ? fmt::format("uid:{}", uid) : user_name;
+}
+
+bool peer_identity::in_group(gid_t g) const {
+    return gid == g || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+namespace {
+
+std::vector<char> pw_buffer() {
+    long n = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+    return std::vector<char>(n > 0 ? static_cast<std::size_t>(n) : 16384U);
+}
+
+std::optional<std::string> user_name_of(uid_t uid) {
+    auto buf = pw_buffer();
+    passwd pw{};
+    passwd* out = nullptr;
+    while (true) {
+        const int rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &out);
+        if (rc == ERANGE && buf.size() < (1U << 20)) {
+            buf.resize(buf.size() * 2);
+            continue;
+        }
+        if (rc != 0 || out == nullptr) {
+            return std::nullopt;
+        }
+        return std::string(pw.pw_name);
+    }
+}
+
+std::optional<gid_t> gid_of_group(const std::string& name) {
+    long n = ::sysconf(_SC_GETGR_R_SIZE_MAX);
+    std::vector<char> buf(n > 0 ? static_cast<std::size_t>(n) : 16384U);
+    group gr{};
+    group* out = nullptr;
+    while (true) {
+        const int rc = ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &out);
+        if (rc == ERANGE && buf.size() < (1U << 20)) {
+            buf.resize(buf.size() * 2);
+            continue;
+        }
+        if (rc != 0 || out == nullptr) {
+            return std::nullopt;
+        }
+        return gr.gr_gid;
+    }
+}
+
+}  // namespace
+
+rtcore::result<peer_identity> peer_identity_of(int fd) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        return rtcore::error::from_errno(fmt::format("getsockopt fd {} SO_PEERCRED", fd));
+    }
+    peer_identity id;
+    id.uid = cred.uid;
+    id.gid = cred.gid;
+    id.pid = cred.pid;
+    if (auto name = user_name_of(cred.uid)) {
+        id.user_name = std::move(*name);
+    }
+#ifdef SO_PEERGROUPS
+    {
+        std::vector<gid_t> groups(64);
+        for (int attempt = 0; attempt < 4; ++attempt) {
+            socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+            if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+                groups.resize(glen / sizeof(gid_t));
+                id.groups = std::move(groups);
+                id.groups_source = "SO_PEERGROUPS";
+                break;
+            }
+            if (errno != ERANGE) {
+                break;
+            }
+            groups.resize(glen / sizeof(gid_t) + 16);
+        }
+    }
+#endif
+    if (id.groups_source.empty() && !id.user_name.empty()) {
+        int ngroups = 64;
+        std::vector<gid_t> groups(static_cast<std::size_t>(ngroups));
+        for (int attempt = 0; attempt < 4; ++attempt) {
+            int n = ngroups;
+            if (::getgrouplist(id.user_name.c_str(), cred.gid, groups.data(), &n) >= 0) {
+                groups.resize(static_cast<std::size_t>(n));
+                id.groups = std::move(groups);
+                id.groups_source = "getgrouplist";
+                break;
+            }
+            ngroups = n > ngroups ? n : ngroups * 2;
+            groups.resize(static_cast<std::size_t>(ngroups));
+        }
+    }
+    if (std::find(id.groups.begin(), id.groups.end(), id.gid) == id.groups.end()) {
+        id.groups.push_back(id.gid);
+    }
+    return id;
+}
+
+rtcore::result<authorizer> authorizer::compile(const role_map& map) {
+    authorizer a;
+    const std::pair<role, const std::vector<std::string>*> lists[] = {
+        {role::reader, &map.reader},
+        {role::scheduler, &map.scheduler},
+        {role::calibration, &map.calibration},
+        {role::admin, &map.admin},
+    };
+    for (const auto& [r, list] : lists) {
+        for (const auto& text : *list) {
+            auto p = principal::parse(text);
+            if (!p) {
+                return rtcore::error::invalid(
+                    fmt::format("roles.{}: {}", role_name(r), p.err().message));
+            }
+            if (p->what == principal::kind::group) {
+                auto g = gid_of_group(p->name);
+                if (!g) {
+                    return rtcore::error::invalid(fmt::format(
+                        "roles.{}: group '{}' does not exist (getgrnam_r)", role_name(r), p->name));
+                }
+                p->id = *g;
+            }
+            a._grants.push_back(grant{std::move(*p), r});
+        }
+    }
+    return a;
+}
+
+role_set authorizer::roles_of(const peer_identity& peer) const {
+    role_set out;
+    for (const auto& g : _grants) {
+        bool match = false;
+        switch (g.who.what) {
+            case principal::kind::user:
+                match = !peer.user_name.empty() && peer.user_name == g.who.name;
+                break;
+            case principal::kind::uid:
+                match = peer.uid == g.who.id;
+                break;
+            case principal::kind::group:
+            case principal::kind::gid:
+                match = peer.in_group(g.who.id);
+                break;
+        }
+        if (match) {
+            out = out.with(g.what);
+        }
+    }
+    return out;
+}
+
+}  // namespace qrt::rpc

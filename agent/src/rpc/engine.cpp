@@ -1,0 +1,348 @@
+#include "qrt/rpc/engine.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace qrt::rpc {
+
+namespace {
+
+constexpr unsigned log_burst = 10;  // denied-call log lines per second
+
+std::int64_t monotonic_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t realtime_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool valid_id(const json& id) {
+    if (id.is_string() || id.is_null() || id.is_number_integer()) {
+        return true;
+    }
+    return id.is_number_float() && std::isfinite(id.get<double>());
+}
+
+std::string_view trim_line(std::string_view line) {
+    if (!line.empty() && line.back() == '\r') {
+        line.remove_suffix(1);
+    }
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) {
+        line.remove_prefix(1);
+    }
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) {
+        line.remove_suffix(1);
+    }
+    return line;
+}
+
+}  // namespace
+
+void registry::add(method_info m) {
+    if (m.name.empty() || !m.fn) {
+        throw std::invalid_argument("rpc registry: a method needs a name and a handler");
+    }
+    if (_index.count(m.name) != 0) {
+        throw std::invalid_argument("rpc registry: method '" + m.name + "' registered twice");
+    }
+    _index.emplace(m.name, _methods.size());
+    _methods.push_back(std::move(m));
+}
+
+const method_info* registry::find(std::string_view name) const {
+    auto it = _index.find(name);
+    return it == _index.end() ? nullptr : &_methods[it->second];
+}
+
+engine::engine(engine_limits limits) : _limits(limits) {}
+
+void engine::count_error(std::string_view reason) {
+    auto it = _errors_by_reason.find(reason);
+    if (it == _errors_by_reason.end()) {
+        _errors_by_reason.emplace(std::string(reason), 1);
+    } else {
+        ++it->second;
+    }
+}
+
+void engine::log_denied(const session& s, std::string_view method, role needed) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - _log_window >= std::chrono::seconds(1)) {
+        if (_log_suppressed > 0) {
+            spdlog::warn("rpc: {} more denied calls not logged in the last second", _log_suppressed);
+        }
+        _log_window = now;
+        _log_in_window = 0;
+        _log_suppressed = 0;
+    }
+    if (_log_in_window >= log_burst) {
+        ++_log_suppressed;
+        return;
+    }
+    ++_log_in_window;
+    spdlog::warn("rpc: denied {} to uid {} ({}) pid {}: needs role {}, has [{}]", method, s.peer.uid,
+                 s.tenant, s.peer.pid, role_name(needed), fmt::join(s.roles.names(), ","));
+}
+
+std::string engine::line_too_long_reply(std::size_t seen_bytes) {
+    count_error("line_too_long");
+    const rpc_failure f("line_too_long",
+                        fmt::format("request line exceeds {} bytes (read {} without a newline); "
+                                    "closing the connection",
+                                    _limits.max_line_bytes, seen_bytes),
+                        json{{"limit_bytes", _limits.max_line_bytes}});
+    return to_line(make_error_reply(nullptr, f));
+}
+
+std::string engine::overloaded_reply(std::string_view what) {
+    const rpc_failure f("overloaded", std::string(what));
+    return to_line(make_error_reply(nullptr, f));
+}
+
+line_reply engine::handle_line(std::string_view raw, session& s) {
+    line_reply out;
+    const std::string_view line = trim_line(raw);
+    if (line.empty()) {
+        return out;  // blank lines are keep-alives
+    }
+    ++_lines;
+    const std::int64_t t0 = monotonic_ns();
+    json reply;
+    if (line.size() > _limits.max_line_bytes) {
+        out.text = line_too_long_reply(line.size());
+        out.requests = 1;
+        return out;
+    }
+    if (nesting_exceeds(line, _limits.max_depth)) {
+        count_error("too_deep");
+        reply = make_error_reply(
+            nullptr, rpc_failure("too_deep",
+                                 fmt::format("JSON nests deeper than {} levels", _limits.max_depth),
+                                 json{{"limit", _limits.max_depth}}));
+        out.requests = 1;
+    } else {
+        json parsed;
+        bool ok = true;
+        std::string why;
+        try {
+            parsed = json::parse(line.begin(), line.end());
+        } catch (const json::parse_error& e) {
+            ok = false;
+            why = e.what();
+        }
+        if (!ok) {
+            count_error("parse_error");
+            // nlohmann's message names the byte offset and what it expected.
+            reply = make_error_reply(nullptr, rpc_failure("parse_error", "parse error: " + why));
+            out.requests = 1;
+        } else if (parsed.is_array()) {
+            reply = handle_batch(parsed, s, out.requests);
+        } else {
+            out.requests = 1;
+            reply = handle_request(parsed, s);
+        }
+    }
+    _handle_ns.record(monotonic_ns() - t0);
+    if (!reply.is_null()) {
+        out.text = to_line(reply);
+    }
+    return out;
+}
+
+json engine::handle_batch(const json& batch, session& s, std::size_t& requests) {
+    requests = std::max<std::size_t>(batch.size(), 1);
+    if (batch.empty()) {
+        count_error("invalid_request");
+        return make_error_reply(nullptr, rpc_failure("invalid_request", "empty batch"));
+    }
+    if (batch.size() > _limits.max_batch) {
+        count_error("batch_too_large");
+        return make_error_reply(
+            nullptr, rpc_failure("batch_too_large",
+                                 fmt::format("batch of {} requests exceeds the limit of {}",
+                                             batch.size(), _limits.max_batch),
+                                 json{{"limit", _limits.max_batch}}));
+    }
+    json replies = json::array();
+    for (const auto& req : batch) {
+        json r = handle_request(req, s);
+        if (!r.is_null()) {
+            replies.push_back(std::move(r));
+        }
+    }
+    if (replies.empty()) {
+        return nullptr;  // all notifications: nothing at all is sent
+    }
+    return replies;
+}
+
+json engine::handle_request(const json& req, session& s) {
+    const auto invalid = [&](const json& id, std::string message) {
+        count_error("invalid_request");
+        return make_error_reply(id, rpc_failure("invalid_request", std::move(message)));
+    };
+    if (!req.is_object()) {
+        return invalid(nullptr, fmt::format("a request must be an object, got {}", req.type_name()));
+    }
+    const auto id_it = req.find("id");
+    const bool is_notification = id_it == req.end();
+    json id = nullptr;
+    if (!is_notification) {
+        if (!valid_id(*id_it)) {
+            return invalid(nullptr, fmt::format("'id' must be a string, a number or null, got {}",
+                                                id_it->type_name()));
+        }
+        id = *id_it;
+    }
+    for (const auto& [key, value] : req.items()) {
+        if (key != "jsonrpc" && key != "method" && key != "params" && key != "id") {
+            return invalid(id, fmt::format("unknown request member '{}'", key));
+        }
+    }
+    const auto v_it = req.find("jsonrpc");
+    if (v_it == req.end() || !v_it->is_string() || v_it->get_ref<const std::string&>() != "2.0") {
+        return invalid(id, "'jsonrpc' must be exactly \"2.0\"");
+    }
+    const auto m_it = req.find("method");
+    if (m_it == req.end() || !m_it->is_string()) {
+        return invalid(id, "'method' must be a string");
+    }
+    const auto& name = m_it->get_ref<const std::string&>();
+    const auto p_it = req.find("params");
+    static const json no_params = nullptr;
+    const json& params = p_it == req.end() ? no_params : *p_it;
+    if (!params.is_null() && !params.is_object() && !params.is_array()) {
+        return invalid(id, "'params' must be an object or an array");
+    }
+
+    const method_info* m = _registry.find(name);
+    const std::string_view counted_name = m != nullptr ? std::string_view(m->name) : "unknown";
+    if (auto it = _requests_by_method.find(counted_name); it != _requests_by_method.end()) {
+        ++it->second;
+    } else {
+        _requests_by_method.emplace(std::string(counted_name), 1);
+    }
+    if (m == nullptr) {
+        count_error("method_not_found");
+        if (is_notification) {
+            return nullptr;
+        }
+        return make_error_reply(id, rpc_failure("method_not_found",
+                                                fmt::format("no method '{}'",
+                                                            name.size() > 128 ? name.substr(0, 128) + "..." : name),
+                                                json{{"method", name.size() > 128 ? name.substr(0, 128) : name}}));
+    }
+    if (!s.roles.allows(m->required)) {
+        ++_denied_total;
+        count_error("permission_denied");
+        log_denied(s, m->name, m->required);
+        if (is_notification) {
+            return nullptr;
+        }
+        return make_error_reply(
+            id, rpc_failure("permission_denied",
+                            fmt::format("{} needs role '{}'; uid {} ({}) holds [{}]", m->name,
+                                        role_name(m->required), s.peer.uid, s.tenant,
+                                        fmt::join(s.roles.names(), ", ")),
+                            json{{"method", m->name},
+                                 {"required_role", role_name(m->required)},
+                                 {"roles", s.roles.names()}}));
+    }
+    call_context ctx{s};
+    try {
+        json result = m->fn(params, ctx);
+        if (is_notification) {
+            return nullptr;
+        }
+        return make_result_reply(id, std::move(result));
+    } catch (const rpc_failure& f) {
+        count_error(f.reason());
+        if (is_notification) {
+            return nullptr;
+        }
+        return make_error_reply(id, f);
+    } catch (const std::exception& e) {
+        count_error("internal_error");
+        spdlog::error("rpc: {} from uid {} failed: {}", m->name, s.peer.uid, e.what());
+        if (is_notification) {
+            return nullptr;
+        }
+        return make_error_reply(
+            id, rpc_failure("internal_error", fmt::format("{} failed inside the agent", m->name)));
+    }
+}
+
+void engine::attach(session& s) { _sessions[s.id] = &s; }
+
+void engine::detach(session& s) noexcept { _sessions.erase(s.id); }
+
+void engine::publish(const event& e) {
+    for (auto& [id, s] : _sessions) {
+        if (!s->subscribed || !s->push) {
+            continue;
+        }
+        if (!e.tenant.empty() && !s->roles.holds(role::admin) && e.tenant != s->tenant) {
+            continue;  // another tenant's object
+        }
+        if (!s->topics.empty() &&
+            std::find(s->topics.begin(), s->topics.end(), e.type) == s->topics.end()) {
+            continue;
+        }
+        ++s->event_seq;
+        ++_notifications_sent;
+        json params{{"seq", s->event_seq}, {"type", e.type}, {"data", e.data}};
+        if (!e.tenant.empty()) {
+            params["tenant"] = e.tenant;
+        }
+        s->push(to_line(make_notification("events.event", std::move(params))));
+    }
+}
+
+void engine::add_event_source(std::function<std::vector<event>()> drain) {
+    _sources.push_back(std::move(drain));
+}
+
+void engine::drain_event_sources() {
+    for (auto& src : _sources) {
+        for (const auto& e : src()) {
+            publish(e);
+        }
+    }
+}
+
+telemetry::snapshot engine::stats() const {
+    telemetry::snapshot snap;
+    snap.taken_ns = realtime_ns();
+    for (const auto& [method, n] : _requests_by_method) {
+        snap.add_counter("qrt_rpc_requests_total", "JSON-RPC requests received, by method",
+                         {{"method", method}}, n);
+    }
+    for (const auto& [reason, n] : _errors_by_reason) {
+        snap.add_counter("qrt_rpc_errors_total", "JSON-RPC error replies, by data.reason",
+                         {{"reason", reason}}, n);
+    }
+    snap.add_counter("qrt_rpc_lines_total", "request lines handled (a batch is one line)", {},
+                     _lines);
+    snap.add_counter("qrt_rpc_denied_total", "calls refused for lack of a role", {},
+                     _denied_total);
+    snap.add_counter("qrt_rpc_notifications_total", "event notifications pushed to subscribers",
+                     {}, _notifications_sent);
+    snap.add_gauge("qrt_rpc_sessions", "connected sessions", {},
+                   static_cast<double>(_sessions.size()));
+    snap.add_histogram("qrt_rpc_line_handling_seconds",
+                       "time to parse, authorise and answer one request line", {}, _handle_ns);
+    return snap;
+}
+
+}  // namespace qrt::rpc

@@ -1,0 +1,365 @@
+#include "qrt/rpc/json_rpc.hpp"
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace qrt::rpc {
+
+rpc_failure::rpc_failure(std::string reason, std::string message, json details)
+    : rpc_failure(code_for_reason(reason), std::move(reason), std::move(message),
+                  std::move(details)) {}
+
+rpc_failure::rpc_failure(int code, std::string reason, std::string message, json details)
+    : _code(code),
+      _reason(std::move(reason)),
+      _message(std::move(message)),
+      _details(details.is_object() ? std::move(details) : json::object()) {}
+
+json rpc_failure::to_json() const {
+    json data = _details;
+    data["reason"] = _reason;
+    return json{{"code", _code}, {"message", _message}, {"data", std::move(data)}};
+}
+
+rpc_failure invalid_params(std::string_view field, std::string message) {
+    return rpc_failure("invalid_params", std::move(message), json{{"field", std::string(field)}});
+}
+
+json make_result_reply(const json& id, json result) {
+    return json{{"jsonrpc", "2.0"}, {"result", std::move(result)}, {"id", id}};
+}
+
+json make_error_reply(const json& id, const rpc_failure& f) {
+    return json{{"jsonrpc", "2.0"}, {"error", f.to_json()}, {"id", id}};
+}
+
+json make_notification(std::string_view method, json params) {
+    return json{{"jsonrpc", "2.0"}, {"method", std::string(method)}, {"params", std::move(params)}};
+}
+
+std::string to_line(const json& j) {
+    std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    s.push_back('\n');
+    return s;
+}
+
+bool nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept {
+    std::size_t depth = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (const char c : text) {
+        if (in_string) {
+            if (escaped) {
+                escaped = false;
+            } else if (c == '\\') {
+                escaped = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        switch (c) {
+            case '"':
+                in_string = true;
+                break;
+            case '[':
+            case '{':
+                if (++depth > max_depth) {
+                    return true;
+                }
+                break;
+            case ']':
+            case '}':
+                if (depth > 0) {
+                    --depth;
+                }
+                break;
+            default:
+                break;
+        }
+    }
+    return false;
+}
+
+// ---- params_reader -------------------------------------------------------
+
+namespace {
+const json& empty_object() {
+    static const json e = json::object();
+    return e;
+}
+
+std::string type_name(const json& v) {
+    if (v.is_number_integer()) {
+        return "integer";
+    }
+    if (v.is_number_float()) {
+        return "number";
+    }
+    return v.type_name();
+}
+}  // namespace
+
+params_reader::params_reader(const json& params, std::initializer_list<std::string_view> allowed)
+    : _p(params.is_null() ? empty_object() : params) {
+    if (!_p.is_object()) {
+        throw invalid_params("params", fmt::format("params must be an object of named parameters, "
+                                                   "got {}",
+                                                   type_name(_p)));
+    }
+    for (const auto& [key, value] : _p.items()) {
+        bool known = false;
+        for (const auto a : allowed) {
+            if (a == key) {
+                known = true;
+                break;
+            }
+        }
+        if (!known) {
+            std::string list;
+            for (const auto a : allowed) {
+                list += list.empty() ? "" : ", ";
+                list += a;
+            }
+            throw invalid_params(key, fmt::format("unknown parameter '{}' (accepted: {})", key,
+                                                  list.empty() ? "none" : list));
+        }
+    }
+}
+
+const json* params_reader::find(std::string_view name) const {
+    auto it = _p.find(name);
+    return it == _p.end() ? nullptr : &*it;
+}
+
+bool params_reader::has(std::string_view name) const { return find(name) != nullptr; }
+
+const json& params_reader::require(std::string_view name) const {
+    const json* v = find(name);
+    if (v == nullptr) {
+        throw invalid_params(name, fmt::format("missing required parameter '{}'", name));
+    }
+    return *v;
+}
+
+const json& params_reader::raw(std::string_view name) const { return require(name); }
+
+std::int64_t params_reader::i64(std::string_view name, std::int64_t min, std::int64_t max) const {
+    const json& v = require(name);
+    if (!v.is_number_integer()) {
+        throw invalid_params(name, fmt::format("parameter '{}' must be an integer, got {}", name,
+                                               type_name(v)));
+    }
+    bool in_range = false;
+    std::int64_t out = 0;
+    if (v.is_number_unsigned()) {
+        const auto u = v.get<std::uint64_t>();
+        if (u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+            out = static_cast<std::int64_t>(u);
+            in_range = out >= min && out <= max;
+        }
+    } else {
+        out = v.get<std::int64_t>();
+        in_range = out >= min && out <= max;
+    }
+    if (!in_range) {
+        throw invalid_params(name, fmt::format("parameter '{}' = {} is out of range [{}, {}]", name,
+                                               v.dump(), min, max));
+    }
+    return out;
+}
+
+std::optional<std::int64_t> params_reader::opt_i64(std::string_view name, std::int64_t min,
+                                                   std::int64_t max) const {
+    const json* v = find(name);
+    if (v == nullptr || v->is_null()) {
+        return std::nullopt;
+    }
+    return i64(name, min, max);
+}
+
+double params_reader::number(std::string_view name, double min, double max) const {
+    const json& v = require(name);
+    if (!v.is_number()) {
+        throw invalid_params(name, fmt::format("parameter '{}' must be a number, got {}", name,
+                                               type_name(v)));
+    }
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < min || d > max) {
+        throw invalid_params(name, fmt::format("parameter '{}' = {} is out of range [{}, {}]", name,
+                                               v.dump(), min, max));
+    }
+    return d;
+}
+
+std::optional<double> params_reader::opt_number(std::string_view name, double min,
+                                                double max) const {
+    const json* v = find(name);
+    if (v == nullptr || v->is_null()) {
+        return std::nullopt;
+    }
+    return number(name, min, max);
+}
+
+std::string params_reader::str(std::string_view name, std::size_t max_len) const {
+    const json& v = require(name);
+    if (!v.is_string()) {
+        throw invalid_params(name, fmt::format("parameter '{}' must be a string, got {}", name,
+                                               type_name(v)));
+    }
+    const auto& s = v.get_ref<const std::string&>();
+    if (s.size() > max_len) {
+        throw invalid_params(name, fmt::format("parameter '{}' is {} bytes long, at most {} allowed",
+                                               name, s.size(), max_len));
+    }
+    return s;
+}
+
+std::optional<std::string> params_reader::opt_str(std::string_view name,
+                                                  std::size_t max_len) const {
+    const json* v = find(name);
+    if (v == nullptr || v->is_null()) {
+        return std::nullopt;
+    }
+    return str(name, max_len);
+}
+
+bool params_reader::boolean(std::string_view name) const {
+    const json& v = require(name);
+    if (!v.is_boolean()) {
+        throw invalid_params(name, fmt::format("parameter '{}' must be a boolean, got {}", name,
+                                               type_name(v)));
+    }
+    return v.get<bool>();
+}
+
+std::optional<bool> params_reader::opt_bool(std::string_view name) const {
+    const json* v = find(name);
+    if (v == nullptr || v->is_null()) {
+        return std::nullopt;
+    }
+    return boolean(name);
+}
+
+std::vector<std::string> params_reader::str_array(std::string_view name, std::size_t max_items,
+                                                  std::size_t max_len) const {
+    const json& v = require(name);
+    if (!v.is_array()) {
+        throw invalid_params(name, fmt::format("parameter '{}' must be an array of strings, got {}",
+                                               name, type_name(v)));
+    }
+    if (v.size() > max_items) {
+        throw invalid_params(name, fmt::format("parameter '{}' has {} items, at most {} allowed",
+                                               name, v.size(), max_items));
+    }
+    std::vector<std::string> out;
+    out.reserve(v.size());
+    for (const auto& item : v) {
+        if (!item.is_string() || item.get_ref<const std::string&>().size() > max_len) {
+            throw invalid_params(name, fmt::format("parameter '{}' must hold strings of at most {} "
+                                                   "bytes",
+                                                   name, max_len));
+        }
+        out.push_back(item.get<std::string>());
+    }
+    return out;
+}
+
+// ---- base64 --------------------------------------------------------------
+
+namespace {
+constexpr std::string_view b64_alphabet =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+constexpr std::array<std::int8_t, 256> make_b64_table() {
+    std::array<std::int8_t, 256> t{};
+    for (auto& x : t) {
+        x = -1;
+    }
+    for (std::size_t i = 0; i < b64_alphabet.size(); ++i) {
+        t[static_cast<unsigned char>(b64_alphabet[i])] = static_cast<std::int8_t>(i);
+    }
+    return t;
+}
+constexpr auto b64_table = make_b64_table();
+}  // namespace
+
+std::optional<std::string> base64_decode_strict(std::string_view in) {
+    if (in.size() % 4 != 0) {
+        return std::nullopt;
+    }
+    std::string out;
+    out.reserve(in.size() / 4 * 3);
+    for (std::size_t i = 0; i < in.size(); i += 4) {
+        const bool last = i + 4 == in.size();
+        std::array<int, 4> v{};
+        int pad = 0;
+        for (std::size_t k = 0; k < 4; ++k) {
+            const char c = in[i + k];
+            if (c == '=') {
+                // '=' only in the last quantum, only in positions 2..3, and
+                // only followed by more '='.
+                if (!last || k < 2) {
+                    return std::nullopt;
+                }
+                ++pad;
+                v[k] = 0;
+                continue;
+            }
+            if (pad > 0) {
+                return std::nullopt;
+            }
+            const int d = b64_table[static_cast<unsigned char>(c)];
+            if (d < 0) {
+                return std::nullopt;
+            }
+            v[k] = d;
+        }
+        const unsigned triple = (static_cast<unsigned>(v[0]) << 18) |
+                                (static_cast<unsigned>(v[1]) << 12) |
+                                (static_cast<unsigned>(v[2]) << 6) | static_cast<unsigned>(v[3]);
+        // Non-canonical encodings (unused bits set) are rejected.
+        if ((pad == 1 && (triple & 0xffU) != 0) || (pad == 2 && (triple & 0xffffU) != 0)) {
+            return std::nullopt;
+        }
+        out.push_back(static_cast<char>((triple >> 16) & 0xffU));
+        if (pad < 2) {
+            out.push_back(static_cast<char>((triple >> 8) & 0xffU));
+        }
+        if (pad < 1) {
+            out.push_back(static_cast<char>(triple & 0xffU));
+        }
+    }
+    return out;
+}
+
+std::string base64_encode(std::string_view in) {
+    std::string out;
+    out.reserve((in.size() + 2) / 3 * 4);
+    std::size_t i = 0;
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(in[k])); };
+    for (; i + 3 <= in.size(); i += 3) {
+        const unsigned t = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
+        out.push_back(b64_alphabet[(t >> 18) & 63U]);
+        out.push_back(b64_alphabet[(t >> 12) & 63U]);
+        out.push_back(b64_alphabet[(t >> 6) & 63U]);
+        out.push_back(b64_alphabet[t & 63U]);
+    }
+    const std::size_t rest = in.size() - i;
+    if (rest > 0) {
+        unsigned t = byte(i) << 16;
+        if (rest == 2) {
+            t |= byte(i + 1) << 8;
+        }
+        out.push_back(b64_alphabet[(t >> 18) & 63U]);
+        out.push_back(b64_alphabet[(t >> 12) & 63U]);
+        out.push_back(rest == 2 ? b64_alphabet[(t >> 6) & 63U] : '=');
+        out.push_back('=');
+    }
+    return out;
+}
+
+}  // namespace qrt::rpc

@@ -1,0 +1,165 @@
+#include "qrt/rpc/methods.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "qrt/version.hpp"
+
+namespace qrt::rpc {
+
+const std::vector<std::string_view>& event_types() {
+    static const std::vector<std::string_view> types{
+        "reservation.reserved",  "reservation.committed", "reservation.released",
+        "reservation.cancelled", "reservation.expired",   "reservation.replaced",
+        "reservation.displaced", "calibration.changed",   "job.dispatched",
+        "job.finished",
+    };
+    return types;
+}
+
+telemetry::snapshot full_snapshot(const engine& e, const agent_hooks& hooks) {
+    telemetry::snapshot s = e.stats();
+    if (hooks.transport) {
+        s.merge(hooks.transport());
+    }
+    if (hooks.telemetry) {
+        s.merge(hooks.telemetry());
+    }
+    return s;
+}
+
+rtcore::result<std::string> metrics_text(const engine& e, const agent_hooks& hooks) {
+    return telemetry::to_prometheus(full_snapshot(e, hooks));
+}
+
+void register_agent_methods(engine& e, const agent_hooks& hooks) {
+    engine* eng = &e;
+    const agent_hooks* h = &hooks;
+
+    e.methods().add({"agent.hello", role::none,
+                     "api version, agent version, the methods and the caller's roles",
+                     [eng](const json& params, call_context& ctx) {
+                         params_reader p(params, {"client", "api_version"});
+                         (void)p.opt_str("client");
+                         (void)p.opt_i64("api_version", 0, 1'000'000);
+                         json caps = json::array();
+                         json allowed = json::array();
+                         json methods = json::array();
+                         for (const auto& m : eng->methods().methods()) {
+                             caps.push_back(m.name);
+                             const bool ok = ctx.caller.roles.allows(m.required);
+                             if (ok) {
+                                 allowed.push_back(m.name);
+                             }
+                             methods.push_back({{"name", m.name},
+                                                {"role", role_name(m.required)},
+                                                {"allowed", ok},
+                                                {"summary", m.summary}});
+                         }
+                         const auto& lim = eng->limits();
+                         return json{
+                             {"api_version", qrt::api_version},
+                             {"agent", "qrtd"},
+                             {"agent_version", std::string(qrt::version())},
+                             {"capabilities", std::move(caps)},
+                             {"allowed", std::move(allowed)},
+                             {"methods", std::move(methods)},
+                             {"peer",
+                              {{"uid", ctx.caller.peer.uid},
+                               {"gid", ctx.caller.peer.gid},
+                               {"pid", ctx.caller.peer.pid},
+                               {"tenant", ctx.caller.tenant},
+                               {"roles", ctx.caller.roles.names()}}},
+                             {"limits",
+                              {{"max_line_bytes", lim.max_line_bytes},
+                               {"max_batch", lim.max_batch},
+                               {"max_depth", lim.max_depth}}},
+                             {"event_types", event_types()},
+                         };
+                     }});
+
+    e.methods().add({"agent.status", role::reader,
+                     "partition, IRQs, kernel, probes, QPUs and health",
+                     [h](const json& params, call_context&) {
+                         params_reader p(params, {});
+                         if (!h->status) {
+                             throw rpc_failure("unavailable",
+                                               "agent.status: no status provider is installed");
+                         }
+                         return h->status();
+                     }});
+
+    e.methods().add({"telemetry.snapshot", role::reader,
+                     "histograms, counters and gauges as JSON",
+                     [eng, h](const json& params, call_context&) {
+                         params_reader p(params, {"prefix"});
+                         const auto prefix = p.opt_str("prefix");
+                         telemetry::snapshot s = full_snapshot(*eng, *h);
+                         if (prefix) {
+                             const auto keep = [&](const auto& m) {
+                                 return m.name.rfind(*prefix, 0) == 0;
+                             };
+                             std::erase_if(s.counters, [&](const auto& m) { return !keep(m); });
+                             std::erase_if(s.gauges, [&](const auto& m) { return !keep(m); });
+                             std::erase_if(s.histograms, [&](const auto& m) { return !keep(m); });
+                         }
+                         return telemetry::to_json(s);
+                     }});
+
+    e.methods().add({"metrics", role::reader, "Prometheus text exposition (format 0.0.4)",
+                     [eng, h](const json& params, call_context&) {
+                         params_reader p(params, {});
+                         auto text = metrics_text(*eng, *h);
+                         if (!text) {
+                             throw rpc_failure("internal_error",
+                                               "metrics: " + text.err().message);
+                         }
+                         return json{{"content_type", "text/plain; version=0.0.4; charset=utf-8"},
+                                     {"text", std::move(*text)}};
+                     }});
+
+    e.methods().add({"events.subscribe", role::reader,
+                     "push events.event notifications on this connection",
+                     [](const json& params, call_context& ctx) {
+                         params_reader p(params, {"topics"});
+                         std::vector<std::string> topics;
+                         if (p.has("topics")) {
+                             topics = p.str_array("topics", event_types().size(), 64);
+                             for (const auto& t : topics) {
+                                 const auto& known = event_types();
+                                 if (std::find(known.begin(), known.end(), t) == known.end()) {
+                                     throw invalid_params(
+                                         "topics", fmt::format("unknown event type '{}' (known: {})",
+                                                               t, fmt::join(known, ", ")));
+                                 }
+                             }
+                         }
+                         ctx.caller.subscribed = true;
+                         ctx.caller.topics = topics;
+                         json shown = json::array();
+                         if (topics.empty()) {
+                             for (const auto t : event_types()) {
+                                 shown.push_back(t);
+                             }
+                         } else {
+                             shown = topics;
+                         }
+                         return json{{"subscribed", true},
+                                     {"topics", std::move(shown)},
+                                     {"next_seq", ctx.caller.event_seq + 1},
+                                     {"scope", ctx.caller.roles.holds(role::admin) ? "all tenants"
+                                                                                  : "own tenant"}};
+                     }});
+
+    e.methods().add({"events.unsubscribe", role::reader, "stop event notifications",
+                     [](const json& params, call_context& ctx) {
+                         params_reader p(params, {});
+                         const bool was = ctx.caller.subscribed;
+                         ctx.caller.subscribed = false;
+                         ctx.caller.topics.clear();
+                         return json{{"subscribed", false}, {"was_subscribed", was}};
+                     }});
+}
+
+}  // namespace qrt::rpc

@@ -1,0 +1,693 @@
+#include "qrt/rpc/server.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace qrt::rpc {
+
+namespace {
+
+constexpr std::size_t read_chunk = 64U * 1024U;
+constexpr int reads_per_event = 16;  // fairness between connections
+constexpr int accepts_per_event = 64;
+
+std::int64_t now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
+    return static_cast<std::int64_t>(d.count()) * 1'000'000;
+}
+
+// Best effort, never blocks: used for the one line an extra or idle
+// connection gets before it is closed.
+void send_nowait(int fd, std::string_view text) noexcept {
+    [[maybe_unused]] const auto n = ::send(fd, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+struct server::connection {
+    enum class state : std::uint8_t { open, closing, dead };
+
+    std::uint64_t id = 0;
+    int fd = -1;
+    state st = state::open;
+    session sess;
+    std::string in;
+    std::size_t in_off = 0;   // start of the first unprocessed line
+    std::size_t scanned = 0;  // in[in_off, scanned) holds no '\n'
+    std::string out;
+    std::size_t out_off = 0;
+    // (end of a reply in the stream of appended bytes, requests it answers)
+    std::deque<std::pair<std::uint64_t, std::size_t>> replies;
+    std::uint64_t appended = 0;
+    std::uint64_t written = 0;
+    std::size_t inflight = 0;
+    std::int64_t last_rx_ns = 0;
+    std::int64_t closing_since_ns = 0;
+    bool peer_eof = false;
+    bool shut_wr = false;
+    std::uint32_t interest = 0;
+
+    std::size_t out_pending() const noexcept { return out.size() - out_off; }
+    std::size_t in_pending() const noexcept { return in.size() - in_off; }
+};
+
+server::server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts)
+    : _loop(loop), _engine(eng), _auth(auth), _opts(std::move(opts)) {}
+
+server::~server() { stop(); }
+
+void server::set_metrics_source(std::function<rtcore::result<std::string>()> src) {
+    _metrics_source = std::move(src);
+}
+
+rtcore::result<int> server::bind_socket() {
+    const std::string& path = _opts.socket_path;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof addr.sun_path) {
+        return rtcore::error::invalid(fmt::format(
+            "rpc: socket path '{}' must be 1..{} bytes long", path, sizeof addr.sun_path - 1));
+    }
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+
+    // A socket file left by a previous run: remove it only if nobody answers.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            return rtcore::error{EEXIST, fmt::format("rpc: {} exists and is not a socket; "
+                                                     "refusing to remove it",
+                                                     path)};
+        }
+        const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe < 0) {
+            return rtcore::error::from_errno("socket AF_UNIX (stale probe)");
+        }
+        const int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), addr_len);
+        const int e = errno;
+        ::close(probe);
+        if (rc == 0) {
+            return rtcore::error{EADDRINUSE,
+                                 fmt::format("rpc: another process is serving on {}", path)};
+        }
+        if (e != ECONNREFUSED && e != ENOENT) {
+            return rtcore::error::from_errno(e, "connect " + path + " (stale probe)");
+        }
+        if (::unlink(path.c_str()) < 0 && errno != ENOENT) {
+            return rtcore::error::from_errno("unlink stale socket " + path);
+        }
+        spdlog::info("rpc: removed stale socket {}", path);
+    }
+
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return rtcore::error::from_errno("socket AF_UNIX SOCK_STREAM");
+    }
+    // The inode bind() creates takes the socket's mode (minus umask): set it
+    // first so the path is never more open than socket_mode.
+    const auto mode = static_cast<mode_t>(_opts.socket_mode & 07777U);
+    if (::fchmod(fd, mode) < 0) {
+        const int e = errno;
+        ::close(fd);
+        return rtcore::error::from_errno(e, "fchmod socket");
+    }
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), addr_len) < 0) {
+        const int e = errno;
+        ::close(fd);
+        return rtcore::error::from_errno(e, "bind " + path);
+    }
+    auto fail = [&](int e, const std::string& what) -> rtcore::result<int> {
+        ::close(fd);
+        ::unlink(path.c_str());
+        return rtcore::error::from_errno(e, what);
+    };
+    if (::chmod(path.c_str(), mode) < 0) {
+        return fail(errno, fmt::format("chmod {:o} {}", mode, path));
+    }
+    if (!_opts.socket_group.empty()) {
+        group gr{};
+        group* found = nullptr;
+        std::vector<char> buf(16384);
+        const int rc = ::getgrnam_r(_opts.socket_group.c_str(), &gr, buf.data(), buf.size(), &found);
+        if (rc != 0 || found == nullptr) {
+            return fail(rc != 0 ? rc : ENOENT,
+                        fmt::format("rpc: socket_group '{}' (getgrnam_r)", _opts.socket_group));
+        }
+        if (::chown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
+            return fail(errno, fmt::format("chown :{} {}", _opts.socket_group, path));
+        }
+    }
+    if (::listen(fd, SOMAXCONN) < 0) {
+        return fail(errno, "listen " + path);
+    }
+    if (::stat(path.c_str(), &st) == 0) {
+        _bound_ino = st.st_ino;
+    }
+    _bound_here = true;
+    return fd;
+}
+
+rtcore::status server::start() {
+    if (_listen_fd >= 0) {
+        return rtcore::error::invalid("rpc: server already started");
+    }
+    int fd = -1;
+    if (_opts.socket_activation) {
+        const int n = ::sd_listen_fds(1);
+        if (n < 0) {
+            return rtcore::error::from_errno(-n, "sd_listen_fds");
+        }
+        for (int i = 0; i < n; ++i) {
+            const int cand = SD_LISTEN_FDS_START + i;
+            if (fd < 0 && ::sd_is_socket_unix(cand, SOCK_STREAM, 1, nullptr, 0) > 0) {
+                fd = cand;
+            } else {
+                spdlog::warn("rpc: ignoring passed fd {} (not a listening AF_UNIX stream socket)", cand);
+            }
+        }
+        if (n > 0 && fd < 0) {
+            return rtcore::error::invalid(
+                fmt::format("rpc: systemd passed {} fds but none is a listening AF_UNIX stream", n));
+        }
+        if (fd >= 0) {
+            const int flags = ::fcntl(fd, F_GETFL);
+            if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+                return rtcore::error::from_errno(fmt::format("fcntl O_NONBLOCK fd {}", fd));
+            }
+            _listen_source = "systemd";
+        }
+    }
+    if (fd < 0) {
+        auto b = bind_socket();
+        if (!b) {
+            return std::move(b).err();
+        }
+        fd = *b;
+        _listen_source = "bind";
+    }
+    _listen_fd = fd;
+    _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (auto st = _loop.add_fd(_listen_fd, EPOLLIN, [this](std::uint32_t) { on_accept(); }); !st) {
+        return st;
+    }
+    const auto tick = std::clamp(_opts.idle_timeout / 4, std::chrono::milliseconds(20),
+                                 std::chrono::milliseconds(1000));
+    auto t = _loop.add_timer(tick, tick, [this] { sweep(); });
+    if (!t) {
+        return std::move(t).err();
+    }
+    _sweep_timer = *t;
+    if (!_opts.metrics_textfile.empty()) {
+        auto tt = _loop.add_timer(_opts.metrics_textfile_interval, _opts.metrics_textfile_interval,
+                                  [this] { export_textfile(); });
+        if (!tt) {
+            return std::move(tt).err();
+        }
+        _textfile_timer = *tt;
+    }
+    spdlog::info("rpc: serving on {} ({}), max {} connections, {} in flight each, idle {} ms",
+                 _listen_source == "bind" ? _opts.socket_path : "systemd socket", _listen_source,
+                 _opts.max_connections, _opts.max_inflight, _opts.idle_timeout.count());
+    return rtcore::ok();
+}
+
+void server::stop() noexcept {
+    for (auto& [id, c] : _conns) {
+        if (c->st != connection::state::dead) {
+            kill(*c, "server stopping");
+        }
+    }
+    for (auto& [id, c] : _conns) {
+        _engine.detach(c->sess);
+    }
+    _conns.clear();
+    if (_sweep_timer != 0) {
+        _loop.cancel_timer(_sweep_timer);
+        _sweep_timer = 0;
+    }
+    if (_textfile_timer != 0) {
+        _loop.cancel_timer(_textfile_timer);
+        _textfile_timer = 0;
+    }
+    if (_listen_fd >= 0) {
+        _loop.remove_fd(_listen_fd);
+        ::close(_listen_fd);
+        _listen_fd = -1;
+    }
+    if (_spare_fd >= 0) {
+        ::close(_spare_fd);
+        _spare_fd = -1;
+    }
+    if (_bound_here) {
+        struct stat st {};
+        // Unlink only our own inode, not a successor's socket.
+        if (::stat(_opts.socket_path.c_str(), &st) == 0 && st.st_ino == _bound_ino) {
+            ::unlink(_opts.socket_path.c_str());
+        }
+        _bound_here = false;
+    }
+}
+
+void server::on_accept() {
+    for (int i = 0; i < accepts_per_event; ++i) {
+        const int fd = ::accept4(_listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            accept_one(fd);
+            continue;
+        }
+        const int e = errno;
+        if (e == EINTR || e == ECONNABORTED) {
+            continue;
+        }
+        if (e == EMFILE || e == ENFILE) {
+            // Out of descriptors: free the spare, accept and drop one peer so
+            // the listening socket does not stay readable forever.
+            ++_rejected_cap;
+            if (_spare_fd >= 0) {
+                ::close(_spare_fd);
+                const int victim = ::accept4(_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+                if (victim >= 0) {
+                    ::close(victim);
+                }
+                _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+            }
+            spdlog::warn("rpc: accept4: {}; dropped a connection", std::strerror(e));
+            return;
+        }
+        if (e != EAGAIN && e != EWOULDBLOCK) {
+            spdlog::warn("rpc: accept4 on fd {}: {}", _listen_fd, std::strerror(e));
+        }
+        return;
+    }
+}
+
+void server::accept_one(int fd) {
+    std::size_t live = 0;
+    for (const auto& [id, c] : _conns) {
+        live += c->st == connection::state::dead ? 0U : 1U;
+    }
+    if (live >= _opts.max_connections) {
+        ++_rejected_cap;
+        send_nowait(fd, engine::overloaded_reply(fmt::format(
+                            "connection limit of {} reached; try again later", _opts.max_connections)));
+        ::close(fd);
+        return;
+    }
+    auto peer = peer_identity_of(fd);
+    if (!peer) {
+        ++_peercred_failures;
+        spdlog::warn("rpc: closing a connection: {}", peer.err().message);
+        ::close(fd);
+        return;
+    }
+    auto c = std::make_unique<connection>();
+    c->id = _next_id++;
+    c->fd = fd;
+    c->last_rx_ns = now_ns();
+    c->sess.id = c->id;
+    c->sess.peer = std::move(*peer);
+    c->sess.roles = _auth.roles_of(c->sess.peer);
+    c->sess.tenant = c->sess.peer.tenant();
+    const std::uint64_t id = c->id;
+    c->sess.push = [this, id](std::string_view line) {
+        auto it = _conns.find(id);
+        if (it == _conns.end() || it->second->st == connection::state::dead) {
+            return;
+        }
+        connection& conn = *it->second;
+        append(conn, line, 0);
+        flush(conn);
+        update_interest(conn);
+    };
+    c->interest = EPOLLIN;
+    if (auto st = _loop.add_fd(fd, EPOLLIN, [this, id](std::uint32_t ev) { on_event(id, ev); });
+        !st) {
+        spdlog::warn("rpc: {}", st.err().message);
+        ::close(fd);
+        return;
+    }
+    ++_accepted;
+    _engine.attach(c->sess);
+    _conns.emplace(id, std::move(c));
+}
+
+bool server::may_read(const connection& c) const {
+    return c.st == connection::state::open && !c.peer_eof && c.inflight < _opts.max_inflight &&
+           c.out_pending() < _opts.output_soft_limit;
+}
+
+void server::on_event(std::uint64_t id, std::uint32_t events) {
+    auto it = _conns.find(id);
+    if (it == _conns.end() || it->second->st == connection::state::dead) {
+        return;
+    }
+    connection& c = *it->second;
+    if ((events & EPOLLERR) != 0) {
+        kill(c, "socket error");
+        return;
+    }
+    if ((events & EPOLLOUT) != 0) {
+        flush(c);
+        // Writing may have lifted back-pressure: serve lines already read.
+        process_input(c);
+    }
+    if (c.st != connection::state::dead && (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) != 0) {
+        read_some(c);
+    }
+    if (c.st != connection::state::dead && (events & EPOLLHUP) != 0 && c.out_pending() > 0) {
+        kill(c, "peer hung up");  // nobody will read what is left
+    }
+    update_interest(c);
+}
+
+void server::read_some(connection& c) {
+    for (int i = 0; i < reads_per_event; ++i) {
+        if (c.st == connection::state::closing) {
+            // Draining: read and drop whatever the peer still sends, so it
+            // can finish writing and read our last line.
+            char sink[16384];
+            const ssize_t n = ::recv(c.fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (n > 0) {
+                continue;
+            }
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                kill(c, "closed after error");
+            }
+            return;
+        }
+        if (!may_read(c)) {
+            return;
+        }
+        const std::size_t old = c.in.size();
+        c.in.resize(old + read_chunk);
+        const ssize_t n = ::recv(c.fd, c.in.data() + old, read_chunk, MSG_DONTWAIT);
+        c.in.resize(old + (n > 0 ? static_cast<std::size_t>(n) : 0U));
+        if (n > 0) {
+            _bytes_in += static_cast<std::uint64_t>(n);
+            c.last_rx_ns = now_ns();
+            process_input(c);
+            if (c.st == connection::state::dead) {
+                return;
+            }
+            continue;
+        }
+        if (n == 0) {
+            // The peer finished sending; it may still read its replies.
+            c.peer_eof = true;
+            if (c.out_pending() == 0) {
+                kill(c, "peer closed");
+            }
+            return;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            kill(c, "recv failed");
+        }
+        return;
+    }
+}
+
+void server::process_input(connection& c) {
+    while (c.st == connection::state::open && c.inflight < _opts.max_inflight &&
+           c.out_pending() < _opts.output_soft_limit) {
+        const std::size_t nl = c.in.find('\n', std::max(c.scanned, c.in_off));
+        if (nl == std::string::npos) {
+            c.scanned = c.in.size();
+            if (c.in_pending() > _opts.max_line_bytes) {
+                ++_closed_line_too_long;
+                begin_close(c, _engine.line_too_long_reply(c.in_pending()));
+            }
+            break;
+        }
+        const std::size_t len = nl - c.in_off;
+        if (len > _opts.max_line_bytes) {
+            ++_closed_line_too_long;
+            begin_close(c, _engine.line_too_long_reply(len));
+            break;
+        }
+        const std::string_view line(c.in.data() + c.in_off, len);
+        line_reply r = _engine.handle_line(line, c.sess);
+        c.in_off = nl + 1;
+        c.scanned = c.in_off;
+        if (!r.text.empty()) {
+            append(c, r.text, r.requests);
+        }
+        // Events caused by this request follow its reply.
+        _engine.drain_event_sources();
+    }
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    if (c.in_off > 0 && (c.in_off == c.in.size() || c.in_off >= read_chunk)) {
+        c.in.erase(0, c.in_off);
+        c.scanned -= std::min(c.scanned, c.in_off);
+        c.in_off = 0;
+    }
+    flush(c);
+}
+
+void server::append(connection& c, std::string_view text, std::size_t requests) {
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    c.out.append(text);
+    c.appended += text.size();
+    if (requests > 0) {
+        c.replies.emplace_back(c.appended, requests);
+        c.inflight += requests;
+    }
+    if (c.out_pending() > _opts.output_hard_limit) {
+        ++_closed_slow_reader;
+        spdlog::warn("rpc: closing connection of uid {} ({}): {} unread bytes exceed the limit of {}",
+                     c.sess.peer.uid, c.sess.tenant, c.out_pending(), _opts.output_hard_limit);
+        kill(c, "slow reader");
+    }
+}
+
+void server::flush(connection& c) {
+    while (c.st != connection::state::dead && c.out_pending() > 0) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out_pending(),
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            c.out_off += static_cast<std::size_t>(n);
+            c.written += static_cast<std::uint64_t>(n);
+            _bytes_out += static_cast<std::uint64_t>(n);
+            while (!c.replies.empty() && c.replies.front().first <= c.written) {
+                c.inflight -= c.replies.front().second;
+                c.replies.pop_front();
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        }
+        kill(c, "send failed");
+        return;
+    }
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    if (c.out_off == c.out.size()) {
+        c.out.clear();
+        c.out_off = 0;
+    } else if (c.out_off >= read_chunk && c.out_off * 2 >= c.out.size()) {
+        c.out.erase(0, c.out_off);
+        c.out_off = 0;
+    }
+    if (c.out_pending() == 0) {
+        if (c.st == connection::state::closing && !c.shut_wr) {
+            ::shutdown(c.fd, SHUT_WR);  // the peer reads our last line, then EOF
+            c.shut_wr = true;
+        }
+        if (c.peer_eof) {
+            kill(c, "peer closed, replies sent");
+        }
+    }
+}
+
+void server::update_interest(connection& c) {
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    std::uint32_t want = 0;
+    if ((c.st == connection::state::closing && !c.peer_eof) || may_read(c)) {
+        want |= EPOLLIN;
+    }
+    if (c.out_pending() > 0) {
+        want |= EPOLLOUT;
+    }
+    if (want == c.interest) {
+        return;
+    }
+    if ((c.interest & EPOLLIN) != 0 && (want & EPOLLIN) == 0 && c.st == connection::state::open) {
+        ++_backpressure_pauses;
+    }
+    if (auto st = _loop.modify_fd(c.fd, want); !st) {
+        kill(c, "epoll_ctl MOD failed");
+        return;
+    }
+    c.interest = want;
+}
+
+void server::begin_close(connection& c, std::string_view last_line) {
+    if (c.st != connection::state::open) {
+        return;
+    }
+    append(c, last_line, 0);
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    c.st = connection::state::closing;
+    c.closing_since_ns = now_ns();
+    c.in.clear();
+    c.in_off = 0;
+    c.scanned = 0;
+    flush(c);
+    update_interest(c);
+}
+
+void server::kill(connection& c, const char* why) {
+    if (c.st == connection::state::dead) {
+        return;
+    }
+    spdlog::debug("rpc: closing connection {} (uid {}): {}", c.id, c.sess.peer.uid, why);
+    c.st = connection::state::dead;
+    _loop.remove_fd(c.fd);
+    ::close(c.fd);
+    c.fd = -1;
+    c.sess.push = nullptr;
+    c.in = std::string();
+    c.out = std::string();
+    c.replies.clear();
+    if (!_reap_posted) {
+        _reap_posted = true;
+        // The connection may be on the caller's stack (and the engine may be
+        // iterating sessions): free it later, from the loop.
+        _loop.post([alive = std::weak_ptr<bool>(_alive), this] {
+            if (alive.lock()) {
+                reap();
+            }
+        });
+    }
+}
+
+void server::reap() {
+    _reap_posted = false;
+    for (auto it = _conns.begin(); it != _conns.end();) {
+        if (it->second->st == connection::state::dead) {
+            _engine.detach(it->second->sess);
+            it = _conns.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void server::sweep() {
+    const std::int64_t now = now_ns();
+    const std::int64_t idle_ns = to_ns(_opts.idle_timeout);
+    const std::int64_t linger_ns = to_ns(_opts.close_linger);
+    for (auto& [id, cp] : _conns) {
+        connection& c = *cp;
+        if (c.st == connection::state::closing && now - c.closing_since_ns > linger_ns) {
+            kill(c, "close linger expired");
+            continue;
+        }
+        if (c.st != connection::state::open || now - c.last_rx_ns <= idle_ns) {
+            continue;
+        }
+        const bool quiet_subscriber = c.sess.subscribed && c.in_pending() == 0 && c.out_pending() == 0;
+        if (quiet_subscriber) {
+            continue;
+        }
+        ++_closed_idle;
+        if (c.out_pending() == 0) {
+            const rpc_failure f("idle_timeout",
+                                fmt::format("no complete request for {} ms; closing",
+                                            _opts.idle_timeout.count()));
+            send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+        }
+        kill(c, "idle timeout");
+    }
+}
+
+void server::export_textfile() {
+    if (!_metrics_source || _opts.metrics_textfile.empty()) {
+        return;
+    }
+    auto text = _metrics_source();
+    if (!text) {
+        spdlog::warn("rpc: metrics textfile: {}", text.err().message);
+        return;
+    }
+    if (auto st = telemetry::write_textfile_atomically(_opts.metrics_textfile, *text); !st) {
+        spdlog::warn("rpc: metrics textfile: {}", st.err().message);
+    }
+}
+
+telemetry::snapshot server::stats() const {
+    telemetry::snapshot s;
+    std::size_t live = 0;
+    std::size_t subscribers = 0;
+    std::size_t buffered = 0;
+    for (const auto& [id, c] : _conns) {
+        if (c->st == connection::state::dead) {
+            continue;
+        }
+        ++live;
+        subscribers += c->sess.subscribed ? 1U : 0U;
+        buffered += c->out_pending() + c->in.size();
+    }
+    s.add_gauge("qrt_rpc_connections", "open control-socket connections", {},
+                static_cast<double>(live));
+    s.add_gauge("qrt_rpc_connections_max", "connection cap", {},
+                static_cast<double>(_opts.max_connections));
+    s.add_gauge("qrt_rpc_subscribers", "connections subscribed to events", {},
+                static_cast<double>(subscribers));
+    s.add_gauge("qrt_rpc_buffered_bytes", "bytes buffered for all connections", {},
+                static_cast<double>(buffered));
+    s.add_counter("qrt_rpc_connections_accepted_total", "connections accepted", {}, _accepted);
+    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
+                  {{"cause", "cap"}}, _rejected_cap);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "line_too_long"}}, _closed_line_too_long);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "idle_timeout"}}, _closed_idle);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "slow_reader"}}, _closed_slow_reader);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "peercred"}}, _peercred_failures);
+    s.add_counter("qrt_rpc_received_bytes_total", "bytes read from clients", {}, _bytes_in);
+    s.add_counter("qrt_rpc_sent_bytes_total", "bytes written to clients", {}, _bytes_out);
+    s.add_counter("qrt_rpc_backpressure_pauses_total",
+                  "times reading a connection stopped for unsent replies or requests in flight",
+                  {}, _backpressure_pauses);
+    return s;
+}
+
+}  // namespace qrt::rpc
