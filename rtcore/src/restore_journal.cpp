@@ -293,17 +293,35 @@ restore_item undo_cg(host_fs& fs, task_ops& tasks, const journal_record& rec) {
         return it;
     }
     it.what += " (" + t->comm + ")";
+    bool moved = true;
     if (auto st = tasks.attach(fs, rec.fields[2], tid); !st) {
-        it.result = st.err().code == ESRCH ? outcome::gone : outcome::failed;
-        it.detail = st.err().message;
-        return it;
+        if (st.err().code == ESRCH) {
+            it.result = outcome::gone;
+            it.detail = st.err().message;
+            return it;
+        }
+        // A kernel thread that refused to move never left; anything else failed.
+        auto members = tasks.cgroup_tasks(fs, rec.fields[2]);
+        if (!members || std::find(members->begin(), members->end(), tid) == members->end()) {
+            it.result = outcome::failed;
+            it.detail = st.err().message;
+            return it;
+        }
+        moved = false;
     }
-    it.detail = "back in " + rec.fields[2];
+    it.detail = moved ? "back in " + rec.fields[2] : "never left " + rec.fields[2];
     if (!rec.fields[3].empty()) {
         auto aff = cpu_set::parse_list(rec.fields[3]);
         if (!aff) {
             it.result = outcome::failed;
             it.detail = aff.err().message;
+            return it;
+        }
+        auto cur = tasks.affinity(tid);
+        if (cur && *cur == *aff) {
+            if (!moved) {
+                it.result = outcome::unchanged;
+            }
             return it;
         }
         if (auto st = tasks.set_affinity(tid, *aff); !st) {

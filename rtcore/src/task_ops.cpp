@@ -47,10 +47,20 @@ bool is_number(std::string_view s) {
 
 std::string cgroup_tasks_file(const host_fs& fs, std::string_view dir) {
     const std::string v1 = join(dir, "tasks");
+    const std::string v2 = join(dir, "cgroup.threads");
     if (fs.exists(v1)) {
         return v1;
     }
-    return join(dir, "cgroup.threads");
+    if (fs.exists(v2)) {
+        return v2;
+    }
+    // Not created yet (dry run): a child has the files of its parent's version.
+    std::string parent(dir);
+    while (!parent.empty() && parent.back() == '/') {
+        parent.pop_back();
+    }
+    parent = parent.substr(0, parent.rfind('/'));
+    return fs.exists(join(parent, "tasks")) ? v1 : v2;
 }
 
 result<task_info> parse_proc_stat(std::string_view line) {

@@ -1,0 +1,157 @@
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include "rtcore/isolation.hpp"
+#include "tree_fixture.hpp"
+
+using namespace qrt_test;
+using rtcore::cpu_set;
+using rtcore::isolation_method;
+using rtcore::restore_journal;
+
+TEST(isolation, finds_cgroup_mounts_from_proc_mounts) {
+    tree_copy a("vm2-v1");
+    auto m = rtcore::find_cgroup_mounts(rtcore::host_fs(a.root()));
+    EXPECT_EQ(m.v2_root, "/sys/fs/cgroup/unified");
+    EXPECT_EQ(m.v1_cpuset_root, "/sys/fs/cgroup/cpuset");
+    tree_copy b("host4-nocg");
+    m = rtcore::find_cgroup_mounts(rtcore::host_fs(b.root()));
+    EXPECT_EQ(m.v2_root, "");
+    EXPECT_EQ(m.v1_cpuset_root, "");
+}
+
+TEST(isolation, cgroup_v2_partition_when_cpuset_is_in_the_v2_hierarchy) {
+    tree_copy t("host8-v2");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(8));
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    auto r = rtcore::apply_isolation(fs, tasks, *j, {4, 5, 6, 7}, {0, 1, 2, 3}, {});
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->method, isolation_method::cgroup_v2_partition);
+    EXPECT_TRUE(r->not_used.empty());
+    EXPECT_EQ(r->isolated_cgroup, "/sys/fs/cgroup/qrt-isolated");
+    EXPECT_EQ(read_file(t.root() / "sys/fs/cgroup/qrt-isolated/cpuset.cpus"), "4-7");
+    EXPECT_EQ(read_file(t.root() / "sys/fs/cgroup/qrt-isolated/cpuset.cpus.partition"), "isolated");
+    EXPECT_EQ(tasks.set_affinity_calls(), 0U) << "the partition needs no per-task changes";
+}
+
+TEST(isolation, an_invalid_v2_partition_is_unwound_and_the_next_method_used) {
+    tree_copy t("host8-v2");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(8));
+    const auto before = snapshot(t.root());
+    // The kernel refuses the partition (a sibling claims the CPUs).
+    fs.inject_write_error("/sys/fs/cgroup/qrt-isolated/cpuset.cpus.partition", EINVAL);
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    auto r = rtcore::apply_isolation(fs, tasks, *j, {4, 5, 6, 7}, {0, 1, 2, 3}, {});
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->method, isolation_method::affinity_fence);
+    ASSERT_EQ(r->not_used.size(), 2U);
+    EXPECT_EQ(r->not_used[0],
+              "cgroup-v2-partition: tried and unwound: write /sys/fs/cgroup/qrt-isolated/cpuset.cpus.partition: "
+              "Invalid argument");
+    EXPECT_EQ(r->not_used[1], "cgroup-v1-cpuset: no cgroup v1 cpuset hierarchy is mounted");
+    EXPECT_FALSE(fs::exists(t.root() / "sys/fs/cgroup/qrt-isolated"));
+    EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
+}
+
+TEST(isolation, cgroup_v1_cpuset_on_this_vm_falls_through_v2_and_moves_movable_tasks) {
+    tree_copy t("vm2-v1");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_vm2_tasks(tasks);
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    auto r = rtcore::apply_isolation(fs, tasks, *j, {1}, {0}, {});
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->method, isolation_method::cgroup_v1_cpuset);
+    ASSERT_EQ(r->not_used.size(), 1U);
+    EXPECT_EQ(r->not_used[0],
+              "cgroup-v2-partition: cgroup2 is mounted at /sys/fs/cgroup/unified but the cpuset controller is not "
+              "in its cgroup.controllers (it is bound to a v1 hierarchy, or the kernel lacks it)");
+    const auto cs = t.root() / "sys/fs/cgroup/cpuset";
+    EXPECT_EQ(read_file(cs / "qrt-isolated/cpuset.cpus"), "1");
+    EXPECT_EQ(read_file(cs / "qrt-isolated/cpuset.mems"), "0");
+    EXPECT_EQ(read_file(cs / "qrt-isolated/cpuset.cpu_exclusive"), "1");
+    EXPECT_EQ(read_file(cs / "qrt-housekeeping/cpuset.cpus"), "0");
+    EXPECT_EQ(read_file(cs / "cpuset.sched_load_balance"), "0");
+    EXPECT_EQ(r->tasks_moved, 5U);
+    EXPECT_EQ(r->tasks_refused, 2U);  // ksoftirqd/1, migration/1
+    EXPECT_EQ(tasks.tasks().at(400).cgroup, "/sys/fs/cgroup/cpuset/qrt-housekeeping");
+    EXPECT_EQ(tasks.tasks().at(401).affinity, cpu_set{0}) << "the cpuset moved the pinned app off CPU 1";
+    EXPECT_EQ(tasks.tasks().at(19).cgroup, v1_root);
+    EXPECT_EQ(r->isolated_cgroup, "/sys/fs/cgroup/cpuset/qrt-isolated");
+}
+
+TEST(isolation, affinity_fence_when_no_cpuset_exists) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(4));
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    auto r = rtcore::apply_isolation(fs, tasks, *j, {2, 3}, {0, 1}, {});
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->method, isolation_method::affinity_fence);
+    ASSERT_EQ(r->not_used.size(), 2U);
+    EXPECT_EQ(r->not_used[0], "cgroup-v2-partition: no cgroup2 hierarchy is mounted");
+    EXPECT_EQ(tasks.tasks().at(1).affinity, (cpu_set{0, 1}));
+    EXPECT_EQ(tasks.tasks().at(501).affinity, (cpu_set{0, 1})) << "a task only on isolated CPUs goes to housekeeping";
+    EXPECT_EQ(tasks.tasks().at(502).affinity, cpu_set{0}) << "a task already off them is untouched";
+    EXPECT_EQ(tasks.tasks().at(30).affinity, cpu_set{3}) << "a per-CPU kernel thread cannot move";
+    EXPECT_EQ(r->tasks_moved, 4U);  // systemd, kthreadd, postgres, pinned-app
+    EXPECT_EQ(r->tasks_refused, 1U);
+}
+
+TEST(isolation, a_forced_method_that_is_unavailable_is_an_error) {
+    tree_copy t("vm2-v1");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    rtcore::isolation_options o;
+    o.force = isolation_method::cgroup_v2_partition;
+    auto r = rtcore::apply_isolation(fs, tasks, *j, {1}, {0}, o);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.err().code, ENOTSUP);
+    EXPECT_NE(r.err().message.find("isolation cgroup-v2-partition was asked for but cgroup2 is mounted at"),
+              std::string::npos)
+        << r.err().message;
+}
+
+TEST(isolation, verify_v1_moves_tasks_that_appeared_in_the_root) {
+    tree_copy t("vm2-v1");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_vm2_tasks(tasks);
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    ASSERT_TRUE(rtcore::apply_isolation(fs, tasks, *j, {1}, {0}, {}));
+    tasks.add_task(900, "late-daemon", {0, 1}, v1_root);
+    auto v = rtcore::verify_isolation(fs, tasks, *j, {1}, {0}, isolation_method::cgroup_v1_cpuset, {});
+    ASSERT_TRUE(v) << v.err().message;
+    EXPECT_EQ(v->tasks_moved, 1U);
+    EXPECT_TRUE(v->drift);
+    EXPECT_EQ(tasks.tasks().at(900).cgroup, "/sys/fs/cgroup/cpuset/qrt-housekeeping");
+    EXPECT_TRUE(j->has_task(900));
+}
+
+TEST(isolation, verify_fence_refences_a_task_that_moved_itself_back) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(4));
+    auto j = restore_journal::open(fs, t.state());
+    ASSERT_TRUE(j);
+    ASSERT_TRUE(rtcore::apply_isolation(fs, tasks, *j, {2, 3}, {0, 1}, {}));
+    ASSERT_TRUE(tasks.set_affinity(500, {0, 1, 2, 3}));
+    auto v = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, {});
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->tasks_moved, 1U);
+    EXPECT_EQ(tasks.tasks().at(500).affinity, (cpu_set{0, 1}));
+}
