@@ -1,0 +1,226 @@
+#pragma once
+// The QPU timeline ledger: calibration windows, reservations and jobs of every
+// QPU of the host, placed by one policy and kept durable by an optional store.
+//
+// Single-threaded: the daemon's housekeeping event loop owns it.  No clock is
+// read here: every operation that depends on time takes now_ns.
+//
+// Reservation states:
+//
+//   held --commit--> committed --mark_dispatched--> dispatched --> completed
+//     |                 |                                   \---> failed
+//     |                 +--cancel--> cancelled
+//     |                 +--mark_missed--> missed   (start passed undispatched)
+//     |                 +--> displaced  (preemption / calibration change, no
+//     |                                  other slot, or policy "fail")
+//     +--expire_leases--> expired
+//     +--release--> released
+//     +--> displaced (as for committed)
+//
+// A re-placed reservation keeps its id, state and fencing token; only its
+// start and calibration_id change, and a "replaced" event says why.
+//
+// Gangs: reserve_gang places k reservations with one start on k QPUs, all or
+// nothing.  They share a gang_id and a fencing token; heartbeat, release,
+// commit and cancel on any member apply to every member, and a gang is moved
+// or displaced as one.
+//
+// Every operation either succeeds or returns an error with a stable reason
+// and leaves the ledger unchanged.  With a store, the operation's effect is
+// committed to SQLite before the call returns.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "qrt/timeline/gap_index.hpp"
+#include "qrt/timeline/policy.hpp"
+#include "qrt/timeline/store.hpp"
+#include "qrt/timeline/types.hpp"
+
+namespace qrt::timeline {
+
+enum class on_calibration_change : std::uint8_t { replace, fail };
+
+struct ledger_options {
+    std::string policy = "edf-backfill";
+    on_calibration_change calibration_change = on_calibration_change::replace;
+    std::int64_t default_lease_ns = 30'000'000'000;          // 30 s
+    std::int64_t max_lease_ns = 3'600'000'000'000;           // 1 h
+    std::int64_t horizon_ns = 7LL * 24 * 3'600'000'000'000;  // periodic windows ahead of now
+    std::size_t max_gang_search_steps = 100'000;
+};
+
+struct ledger_stats {
+    std::size_t reservations = 0;  // every record, terminal ones included
+    std::size_t active = 0;        // held + committed + dispatched
+    std::size_t preemptions = 0;   // reservations displaced or moved by preemption
+    std::size_t windows = 0;
+    std::size_t gaps = 0;
+};
+
+class ledger {
+public:
+    // store_path empty = in memory (tests, benches).  On open with a store,
+    // everything is loaded; committed reservations whose start passed become
+    // missed ("agent was down at start"), held ones whose lease ran out
+    // become expired, dispatched ones without a result become failed.
+    static result<std::unique_ptr<ledger>> open(std::vector<qpu_spec> qpus, ledger_options opts,
+                                                const std::string& store_path,
+                                                std::int64_t now_ns);
+    ~ledger();
+    ledger(const ledger&) = delete;
+    ledger& operator=(const ledger&) = delete;
+
+    const placement_policy& policy() const noexcept { return *_policy; }
+    const ledger_options& options() const noexcept { return _opts; }
+    std::vector<std::string> qpu_names() const;
+
+    // slots.query: the best max_candidates slots, or the next window that
+    // could hold the request when none fits.
+    result<query_result> query(const request& req, std::int64_t now_ns);
+
+    // slots.reserve: a held reservation with a lease and a fencing token.
+    // The same idempotency key from the same tenant returns the same
+    // reservation (in its current state); reused with a different request
+    // it is an error (duplicate).  lease_ns 0 = default.
+    result<reservation> reserve(std::string_view tenant, const request& req,
+                                std::string_view idempotency_key, std::int64_t lease_ns,
+                                std::int64_t now_ns);
+    // k reservations with one start on k distinct QPUs, all or nothing.
+    result<std::vector<reservation>> reserve_gang(std::string_view tenant, const request& req,
+                                                  std::size_t k, std::string_view idempotency_key,
+                                                  std::int64_t lease_ns, std::int64_t now_ns);
+
+    result<reservation> heartbeat(std::string_view tenant, std::uint64_t id,
+                                  std::uint64_t fencing_token, std::int64_t now_ns);
+    result<reservation> release(std::string_view tenant, std::uint64_t id,
+                                std::uint64_t fencing_token, std::int64_t now_ns);
+    // jobs.submit on a held reservation: attach the payload, held -> committed.
+    result<reservation> commit(std::string_view tenant, std::uint64_t id,
+                               std::uint64_t fencing_token, blob payload, std::int64_t now_ns);
+    // jobs.submit one-shot: place and commit in one step.
+    result<reservation> submit(std::string_view tenant, const request& req,
+                               std::string_view idempotency_key, blob payload,
+                               std::int64_t now_ns);
+    // jobs.cancel: committed -> cancelled.
+    result<reservation> cancel(std::string_view tenant, std::uint64_t id, std::int64_t now_ns);
+    // jobs.status: only the owner sees a reservation.
+    result<reservation> status(std::string_view tenant, std::uint64_t id) const;
+    // jobs.result: completed or failed jobs only (not_ready before).
+    result<job_result> job_result_of(std::string_view tenant, std::uint64_t id) const;
+
+    // calibration.get: windows ending after now_ns, in order.
+    result<std::vector<calibration_window>> calibration(std::string_view qpu,
+                                                        std::int64_t now_ns);
+    // calibration.update on a pushed QPU: the windows replace every window
+    // ending after now_ns.  Reservations whose window changed are re-placed
+    // or displaced (options().calibration_change).
+    result<calibration_report> update_calibration(std::string_view qpu,
+                                                  std::vector<calibration_window> windows,
+                                                  std::int64_t now_ns);
+
+    // Housekeeping.  Return how many reservations changed.
+    result<std::size_t> expire_leases(std::int64_t now_ns);
+    // Committed jobs with start + tolerance < now_ns become missed.
+    result<std::size_t> mark_missed(std::int64_t now_ns, std::int64_t tolerance_ns = 0);
+
+    // Dispatcher side (no tenant check: the agent itself calls these).
+    std::vector<reservation> due_jobs(std::string_view qpu, std::int64_t horizon_end_ns) const;
+    result<reservation> mark_dispatched(std::uint64_t id, std::int64_t sent_ns);
+    result<reservation> complete(std::uint64_t id, blob result_blob, std::int64_t now_ns);
+    result<reservation> fail(std::uint64_t id, std::string_view why, std::int64_t now_ns);
+
+    std::vector<event> drain_events();
+
+    // Admin / tests.
+    const reservation* find(std::uint64_t id) const;
+    ledger_stats stats() const;
+    // Every invariant, checked from scratch; empty when all hold.
+    std::vector<std::string> check_invariants() const;
+    // Drop terminal reservations that ended before before_ns (memory and store).
+    result<std::size_t> forget_terminal(std::int64_t before_ns);
+
+private:
+    struct qpu_state;
+    struct slot;
+    struct preempt_plan;
+    ledger(std::vector<qpu_spec> qpus, ledger_options opts,
+           std::unique_ptr<placement_policy> policy);
+
+    result<reservation> reserve_impl(std::string_view tenant, const request& req,
+                                     std::string_view idempotency_key, std::int64_t lease_ns,
+                                     blob* payload, std::int64_t now_ns);
+
+    // search (const, no mutation)
+    result<std::vector<std::size_t>> resolve_qpus(const request& req) const;
+    timeline::status validate(const request& req, std::int64_t now_ns) const;
+    std::int64_t earliest_start(const request& req, std::int64_t now_ns) const;
+    std::int64_t deadline_of(const request& req) const;
+    std::optional<slot> earliest_fit(std::size_t q, std::int64_t from_ns, const request& req,
+                                     bool backfill) const;
+    std::vector<candidate> candidates_for(const request& req, const std::vector<std::size_t>& qs,
+                                          std::int64_t now_ns, std::size_t per_qpu) const;
+    std::optional<std::vector<slot>> gang_fit(const request& req,
+                                              const std::vector<std::size_t>& qs, std::size_t k,
+                                              std::int64_t from_ns) const;
+    std::optional<preempt_plan> preemption_fit(const request& req,
+                                               const std::vector<std::size_t>& qs,
+                                               std::int64_t now_ns) const;
+    const calibration_window* window_at(std::size_t q, std::int64_t t_ns) const;
+    candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
+    result<reservation*> owned(std::string_view tenant, std::uint64_t id);
+    result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
+    std::vector<std::uint64_t> members(const reservation& r) const;
+    error no_fit_error(const request& req, const std::vector<std::size_t>& qs,
+                       std::int64_t now_ns) const;
+
+    // mutation helpers (never fail)
+    void advance(std::int64_t now_ns);
+    void extend_periodic(qpu_state& qs, std::int64_t until_ns);
+    void occupy(std::size_t q, const reservation& r);
+    void vacate(std::size_t q, const reservation& r);
+    void rebuild_gaps(std::size_t q);
+    void set_state(reservation& r, res_state to, std::string_view why, std::int64_t now_ns,
+                   std::string_view ev_type);
+    void place(reservation& r, const slot& s);
+    void emit(std::string_view type, const reservation& r, std::string_view why,
+              std::int64_t now_ns);
+    reservation& insert_new(reservation r);
+    // Re-place displaced reservations (already vacated) or mark them displaced.
+    std::size_t replace_or_displace(std::vector<std::uint64_t> ids, bool try_replace,
+                                    std::string_view why, std::int64_t now_ns,
+                                    std::size_t* replaced);
+    void touch(std::uint64_t id) { _dirty.push_back(id); }
+
+    // durability: every public mutating operation ends with persist().
+    timeline::status persist();
+    timeline::status reload();
+
+    std::vector<qpu_state> _qpus;
+    std::unordered_map<std::string, std::size_t> _qpu_index;
+    ledger_options _opts;
+    std::unique_ptr<placement_policy> _policy;
+    std::unique_ptr<store> _store;
+
+    std::unordered_map<std::uint64_t, reservation> _res;
+    std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id
+    std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> _gangs;
+    std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
+    std::uint64_t _next_id = 1;
+    std::uint64_t _next_token = 1;
+    std::uint64_t _next_gang = 1;
+    std::size_t _preemptions = 0;
+
+    std::vector<std::uint64_t> _dirty;
+    std::vector<std::string> _dirty_windows;
+    std::vector<event> _pending_events;
+    std::vector<event> _events;
+};
+
+}  // namespace qrt::timeline

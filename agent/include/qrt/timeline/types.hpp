@@ -1,0 +1,258 @@
+#pragma once
+// Value types of the QPU timeline: calibration windows, requests,
+// reservations, candidates, events and the error/result type.
+//
+// Every time is int64 nanoseconds since the Unix epoch (UTC); every duration
+// is int64 nanoseconds.  Nothing here reads a clock: callers pass now_ns.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace qrt::timeline {
+
+inline constexpr std::int64_t k_no_deadline_ns = std::numeric_limits<std::int64_t>::max();
+
+// ---------------------------------------------------------------- errors
+
+// Stable reason strings: the socket layer copies them into data.reason and
+// qrtctl maps them to exit codes, so their spelling never changes.
+namespace reason {
+inline constexpr std::string_view no_fit = "no_fit";
+inline constexpr std::string_view unknown_qpu = "unknown_qpu";
+inline constexpr std::string_view invalid_argument = "invalid_argument";
+inline constexpr std::string_view lease_expired = "lease_expired";
+inline constexpr std::string_view not_owner = "not_owner";
+inline constexpr std::string_view bad_fencing_token = "bad_fencing_token";
+inline constexpr std::string_view calibration_changed = "calibration_changed";
+inline constexpr std::string_view illegal_transition = "illegal_transition";
+inline constexpr std::string_view not_found = "not_found";
+inline constexpr std::string_view duplicate = "duplicate";
+inline constexpr std::string_view not_ready = "not_ready";
+inline constexpr std::string_view store_error = "store_error";
+}  // namespace reason
+
+struct error {
+    std::string reason;   // one of qrt::timeline::reason::*
+    std::string message;  // names the field and the value
+};
+
+inline error make_error(std::string_view why, std::string message) {
+    return error{std::string(why), std::move(message)};
+}
+
+template <typename T>
+class [[nodiscard]] result {
+public:
+    result(T value) : _v(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
+    result(error err) : _v(std::in_place_index<1>, std::move(err)) {}  // NOLINT implicit
+
+    bool has_value() const noexcept { return _v.index() == 0; }
+    explicit operator bool() const noexcept { return has_value(); }
+    T& value() & { return std::get<0>(_v); }
+    const T& value() const& { return std::get<0>(_v); }
+    T&& value() && { return std::get<0>(std::move(_v)); }
+    T& operator*() & { return value(); }
+    const T& operator*() const& { return value(); }
+    T* operator->() { return &value(); }
+    const T* operator->() const { return &value(); }
+    const error& err() const& { return std::get<1>(_v); }
+    error&& err() && { return std::get<1>(std::move(_v)); }
+
+private:
+    std::variant<T, error> _v;
+};
+
+template <>
+class [[nodiscard]] result<void> {
+public:
+    result() = default;
+    result(error err) : _err(std::move(err)), _ok(false) {}  // NOLINT implicit
+    bool has_value() const noexcept { return _ok; }
+    explicit operator bool() const noexcept { return _ok; }
+    const error& err() const& { return _err; }
+    error&& err() && { return std::move(_err); }
+
+private:
+    error _err;
+    bool _ok = true;
+};
+
+using status = result<void>;
+
+// ---------------------------------------------------------- calibration
+
+struct calibration_window {
+    std::uint64_t calibration_id = 0;
+    std::int64_t valid_from_ns = 0;
+    std::int64_t valid_until_ns = 0;  // exclusive
+    double f0 = 1.0;                  // predicted fidelity at valid_from
+    std::int64_t tau_ns = 0;          // drift time constant; 0 = no drift
+
+    std::int64_t length_ns() const noexcept { return valid_until_ns - valid_from_ns; }
+    bool contains(std::int64_t t_ns) const noexcept {
+        return t_ns >= valid_from_ns && t_ns < valid_until_ns;
+    }
+    // f0 * exp(-(t - valid_from) / tau)
+    double predicted_fidelity(std::int64_t t_ns) const noexcept {
+        if (tau_ns <= 0) {
+            return f0;
+        }
+        const double age = static_cast<double>(t_ns - valid_from_ns);
+        return f0 * std::exp(-age / static_cast<double>(tau_ns));
+    }
+    bool operator==(const calibration_window&) const = default;
+};
+
+struct periodic_calibration {
+    std::int64_t period_ns = 0;   // one calibration cycle
+    std::int64_t blackout_ns = 0; // calibration runs at the start of each cycle
+    std::int64_t phase_ns = 0;    // cycle k starts at phase + k * period
+    double f0 = 1.0;
+    std::int64_t tau_ns = 0;
+};
+
+// Windows are pushed later through ledger::update_calibration.
+struct pushed_calibration {};
+
+struct qpu_spec {
+    std::string name;
+    std::variant<periodic_calibration, pushed_calibration> calibration = pushed_calibration{};
+};
+
+// --------------------------------------------------------- reservations
+
+enum class res_state : std::uint8_t {
+    held,
+    committed,
+    dispatched,
+    completed,
+    failed,
+    expired,
+    released,
+    cancelled,
+    missed,
+    displaced,
+};
+
+std::string_view to_string(res_state s) noexcept;
+std::optional<res_state> res_state_from_string(std::string_view s) noexcept;
+// held, committed and dispatched occupy QPU time.
+bool is_active(res_state s) noexcept;
+bool is_terminal(res_state s) noexcept;
+// The transition table (see ledger.hpp for the diagram).
+bool transition_allowed(res_state from, res_state to) noexcept;
+
+struct request {
+    std::int64_t duration_ns = 0;
+    std::int64_t not_before_ns = 0;  // 0 or in the past = as soon as possible
+    std::int64_t deadline_ns = 0;    // latest end; 0 = none
+    std::int32_t priority = 0;       // higher wins under priority-preempt
+    double min_fidelity = 0.0;       // 0 = no requirement
+    std::vector<std::string> qpus;   // empty = any QPU
+    std::size_t max_candidates = 4;  // query only
+};
+
+using blob = std::vector<std::uint8_t>;
+
+struct reservation {
+    std::uint64_t id = 0;
+    std::string tenant;
+    std::string qpu;
+    std::int64_t start_ns = 0;
+    std::int64_t duration_ns = 0;
+    std::int64_t not_before_ns = 0;
+    std::int64_t deadline_ns = k_no_deadline_ns;
+    std::int32_t priority = 0;
+    double min_fidelity = 0.0;
+    std::uint64_t calibration_id = 0;
+    std::string idempotency_key;
+    std::int64_t lease_ns = 0;
+    std::int64_t lease_expires_ns = 0;
+    std::uint64_t fencing_token = 0;
+    res_state state = res_state::held;
+    std::string reason;          // why it is in its state (missed, displaced, failed ...)
+    std::uint64_t gang_id = 0;   // 0 = not part of a gang
+    blob payload;
+    blob result;
+    std::int64_t sent_ns = 0;
+    std::int64_t created_ns = 0;
+    std::int64_t updated_ns = 0;
+
+    std::int64_t end_ns() const noexcept { return start_ns + duration_ns; }
+    bool operator==(const reservation&) const = default;
+};
+
+struct candidate {
+    std::string qpu;
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::uint64_t calibration_id = 0;
+    std::int64_t calibration_age_ns = 0;  // start - window valid_from
+    double predicted_fidelity = 1.0;
+    std::int64_t window_until_ns = 0;
+    std::int64_t window_tau_ns = 0;  // the window's drift time constant
+    double score = 0.0;  // the policy's score; lower is better
+};
+
+struct next_window {
+    std::string qpu;
+    calibration_window window;
+};
+
+struct query_result {
+    std::vector<candidate> candidates;  // best first
+    std::optional<next_window> next;    // set when no candidate fits
+    std::string why_none;               // set when no candidate fits
+};
+
+struct job_result {
+    std::uint64_t id = 0;
+    res_state state = res_state::completed;
+    blob result;
+    std::string reason;
+    std::int64_t sent_ns = 0;
+    std::int64_t updated_ns = 0;
+};
+
+struct calibration_report {
+    std::size_t windows = 0;
+    std::size_t replaced = 0;   // reservations moved to a new slot
+    std::size_t displaced = 0;  // reservations that could not be kept
+};
+
+// -------------------------------------------------------------- events
+
+namespace event_type {
+inline constexpr std::string_view reserved = "reserved";
+inline constexpr std::string_view committed = "committed";
+inline constexpr std::string_view released = "released";
+inline constexpr std::string_view cancelled = "cancelled";
+inline constexpr std::string_view expired = "expired";
+inline constexpr std::string_view missed = "missed";
+inline constexpr std::string_view replaced = "replaced";    // moved to a new slot
+inline constexpr std::string_view displaced = "displaced";  // could not be re-placed
+inline constexpr std::string_view dispatched = "dispatched";
+inline constexpr std::string_view completed = "completed";
+inline constexpr std::string_view failed = "failed";
+inline constexpr std::string_view calibration = "calibration";  // windows changed
+}  // namespace event_type
+
+struct event {
+    std::string type;  // one of event_type::*
+    std::uint64_t reservation_id = 0;
+    std::string tenant;
+    std::string qpu;
+    std::string reason;
+    std::int64_t time_ns = 0;
+    std::int64_t start_ns = 0;  // the reservation's start after the change
+    res_state state = res_state::held;
+};
+
+}  // namespace qrt::timeline
