@@ -245,6 +245,8 @@ static __always_inline int on_switch(struct task_struct *prev, struct task_struc
 		return 0;
 	st->task_tid = next_tid;
 	st->task_start_ns = now_ns;
+	/* Zero first: the comm is part of the key, bytes after its NUL too. */
+	__builtin_memset(st->task_comm, 0, sizeof(st->task_comm));
 	BPF_CORE_READ_STR_INTO(&st->task_comm, next, comm);
 	return 0;
 }
