@@ -1,0 +1,214 @@
+#pragma once
+// The per-QPU dispatcher: one real-time thread that sends each job's frame at
+// its start time T (DESIGN.md, "Threads and cores").
+//
+// Housekeeping thread (one, the owner)            dispatch thread (RT)
+// -------------------------------------           ----------------------------
+// submit(job, payload): take a slot from the      peek the next job
+//   free list, encode the frame into the slot's    sleep (clock_nanosleep ABS) to
+//   pre-registered buffer, convert T to            T - lead, spin to T
+//   monotonic, push {slot} on the job ring  -->    guard: missed / calibration /
+// on_realtime_step(): re-convert the deadline      window / endpoint
+//   of every queued slot (one atomic store each)   stamp sent_ns, io_uring
+// set_endpoint_fd()/clear_endpoint(): update the     WRITE_FIXED (registered file
+//   registered file                                 0, fixed buffer)
+// set_calibration_id(): the guard's atomic         reap completions (never waits)
+// drain_records(): records back, slot freed <--    push a record per job
+//
+// - The slot pool, both rings, the io_uring ring, its registered buffer and
+//   file table are all created in the constructor, before the thread starts
+//   and before it turns real-time; the loop never allocates, locks, logs or
+//   throws (run_loop is noexcept) and only counts.
+// - Deadlines: each slot's monotonic deadline is one std::atomic<int64_t>;
+//   the window end and tolerance are kept relative to it, so a step
+//   re-conversion can never be seen half-done.
+// - Jobs must be submitted in non-decreasing T (one QPU runs one job at a
+//   time; due_jobs() yields them in order).  submit() refuses otherwise.
+// - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, mlockall +
+//   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
+//   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
+//   pinning, default timer slack, plain sleep to T, no spin.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qrt/dispatch/job.hpp"
+#include "qrt/dispatch/lead_controller.hpp"
+#include "rtcore/clock.hpp"
+#include "rtcore/error.hpp"
+#include "rtcore/spsc_ring.hpp"
+
+namespace qrt::dispatch {
+
+enum class dispatch_mode { tuned, untuned };
+
+struct dispatcher_config {
+    std::uint32_t qpu_index = 0;
+    dispatch_mode mode = dispatch_mode::tuned;
+    int dispatch_cpu = -1;              // tuned: pin here (-1 = do not pin)
+    int rt_priority = 80;               // tuned: SCHED_FIFO priority
+    bool hold_cpu_dma_latency = true;   // tuned: write 0 to /dev/cpu_dma_latency while running
+    bool require_rt = false;            // tuned: fail start() if SCHED_FIFO/mlock cannot be had
+    std::size_t slots = 256;            // in-flight jobs (power of two)
+    std::size_t max_payload_bytes = 64 * 1024;
+    std::uint8_t frame_flags = 0;       // qrt_wire_flag bits set on every JOB frame
+    lead_config lead{};
+    std::int64_t max_sleep_chunk_ns = 20'000'000;  // re-check stop/deadline at least this often
+    std::int64_t idle_sleep_ns = 1'000'000;        // nothing queued: sleep this long
+};
+
+// One record per submitted job, back from the dispatch thread.
+struct dispatch_record {
+    std::uint64_t job_id = 0;
+    std::uint32_t slot = 0;
+    dispatch_status status = dispatch_status::sent;
+    std::int32_t io_result = 0;             // CQE res (bytes or -errno), sent/send_failed
+    std::int64_t deadline_ns = 0;           // T, monotonic, as used
+    std::int64_t lateness_ns = 0;           // monotonic after submit - T (sent), or now - T
+    std::int64_t sent_ns = 0;               // realtime stamp put in the frame (0 if not sent)
+    std::int64_t wakeup_latency_ns = -1;    // timer wake - requested wake (-1: no timed wake)
+    std::int64_t spin_ns = 0;               // time spent spinning for this job
+    std::int64_t lead_ns = 0;               // lead in force for this job
+};
+
+// Counters the dispatch thread keeps (relaxed atomics, read any time).
+struct dispatch_thread_stats {
+    std::uint64_t loops = 0;
+    std::uint64_t sleeps = 0;
+    std::uint64_t submit_errors = 0;        // io_uring_submit < 1
+    std::uint64_t sqe_exhausted = 0;
+    std::uint64_t deadline_reloads = 0;     // re-converted deadlines seen while waiting
+    bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
+    bool mlocked = false;
+    bool dma_latency_held = false;
+    int setup_errno = 0;                    // first failed tuning step's errno (0 = none)
+};
+
+namespace detail {
+// What the job ring carries (the immutable part of a queued job; the
+// deadline lives in the slot, where a realtime step can rewrite it).
+struct queued_job {
+    std::uint32_t slot = 0;
+    std::uint32_t frame_len = 0;
+    std::uint64_t job_id = 0;
+    std::uint64_t calibration_id = 0;
+    std::int64_t tolerance_ns = 0;
+    std::int64_t window_end_rel_ns = 0;  // window_end - scheduled
+    std::int64_t duration_ns = 0;
+};
+}  // namespace detail
+
+class dispatcher {
+public:
+    // Creates the slot pool, rings and the io_uring (with registered buffer
+    // and a one-entry sparse file table).  Throws std::system_error /
+    // std::invalid_argument on setup failure (setup code may throw).
+    dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock);
+    ~dispatcher();
+    dispatcher(const dispatcher&) = delete;
+    dispatcher& operator=(const dispatcher&) = delete;
+
+    // Starts the dispatch thread.  Tuned mode applies the RT setup on the
+    // thread; when require_rt is set and it fails, start() returns the error.
+    rtcore::status start();
+    // Stops and joins the thread; queued jobs come back as `cancelled`.
+    void stop() noexcept;
+    bool running() const noexcept { return _thread.joinable(); }
+
+    // ---- housekeeping thread only ----
+    // Converts T with the current time base, encodes the JOB frame into a
+    // free slot and queues it.  Errors: payload too large, pool full, T
+    // earlier than the last queued job, window/duration inconsistent.
+    rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
+    // Re-sample the time base (after a realtime step) and re-convert every
+    // queued deadline.  Returns the number of deadlines rewritten.
+    std::size_t on_realtime_step(const rtcore::time_base& base);
+    const rtcore::time_base& base() const noexcept { return _base; }
+    // The endpoint's connected fd (not owned) goes into registered file 0.
+    rtcore::status set_endpoint_fd(int fd);
+    void clear_endpoint() noexcept;
+    // Calls f(const dispatch_record&) for each record and frees the slots.
+    template <typename F>
+    std::size_t drain_records(F&& f) {
+        std::size_t n = 0;
+        while (const dispatch_record* r = _records.peek()) {
+            const dispatch_record rec = *r;
+            _records.pop_front();
+            release_slot(rec.slot);
+            f(rec);
+            ++n;
+        }
+        return n;
+    }
+    std::size_t queued() const noexcept { return _slot_count - _free.size(); }
+
+    // ---- any thread ----
+    void set_calibration_id(std::uint64_t id) noexcept { _calibration_id.store(id, std::memory_order_release); }
+    std::uint64_t calibration_id() const noexcept { return _calibration_id.load(std::memory_order_acquire); }
+    bool endpoint_up() const noexcept { return _endpoint_up.load(std::memory_order_acquire); }
+    std::int64_t lead_ns() const noexcept { return _lead_ns_pub.load(std::memory_order_relaxed); }
+    dispatch_thread_stats thread_stats() const noexcept;
+    const dispatcher_config& config() const noexcept { return _cfg; }
+
+private:
+    using queued_job = detail::queued_job;
+    struct alignas(64) slot_state {
+        std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
+        std::int64_t scheduled_rt_ns = 0;          // housekeeping only
+        bool queued = false;                       // housekeeping only
+    };
+    struct uring;  // liburing state (pimpl keeps liburing.h out of this header)
+
+    void thread_main() noexcept;
+    void apply_tuning() noexcept;
+    void run_loop() noexcept;
+    void reap_completions() noexcept;
+    void emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
+              std::int64_t wakeup_latency, std::int64_t spin_ns) noexcept;
+    void release_slot(std::uint32_t slot) noexcept;
+    std::uint8_t* slot_buffer(std::uint32_t slot) const noexcept;
+
+    dispatcher_config _cfg;
+    rtcore::clock_source& _clock;
+    rtcore::time_base _base;
+    std::size_t _slot_count = 0;
+    std::size_t _slot_bytes = 0;
+    std::uint8_t* _pool = nullptr;  // mmap'ed, registered with io_uring
+    std::size_t _pool_bytes = 0;
+    std::unique_ptr<slot_state[]> _slots;
+    std::vector<std::uint32_t> _free;  // housekeeping only
+    std::int64_t _last_deadline_rt_ns = INT64_MIN;
+    rtcore::spsc_ring<queued_job> _jobs;
+    rtcore::spsc_ring<dispatch_record> _records;
+    std::unique_ptr<uring> _uring;
+    lead_controller _lead;
+
+    // per-slot send-time info kept by the RT thread until the CQE arrives
+    std::unique_ptr<dispatch_record[]> _inflight;
+
+    std::atomic<bool> _stop{false};
+    std::atomic<bool> _endpoint_up{false};
+    std::atomic<std::uint64_t> _calibration_id{0};
+    std::atomic<std::int64_t> _lead_ns_pub{0};
+    std::atomic<int> _setup_done{0};  // 0 pending, 1 ok, -errno failed (start() waits)
+
+    std::atomic<std::uint64_t> _st_loops{0};
+    std::atomic<std::uint64_t> _st_sleeps{0};
+    std::atomic<std::uint64_t> _st_submit_errors{0};
+    std::atomic<std::uint64_t> _st_sqe_exhausted{0};
+    std::atomic<std::uint64_t> _st_reloads{0};
+    std::atomic<bool> _st_rt{false};
+    std::atomic<bool> _st_mlocked{false};
+    std::atomic<bool> _st_dma{false};
+    std::atomic<int> _st_setup_errno{0};
+
+    std::thread _thread;
+};
+
+}  // namespace qrt::dispatch

@@ -1,0 +1,41 @@
+#pragma once
+// The checks made just before a job is sent (pure functions, so the rules
+// are unit-tested apart from the thread).  All times CLOCK_MONOTONIC ns.
+
+#include <cstdint>
+
+#include "qrt/dispatch/job.hpp"
+
+namespace qrt::dispatch {
+
+struct guard_input {
+    std::int64_t now_ns = 0;             // monotonic, just before sending
+    std::int64_t deadline_ns = 0;        // T, monotonic
+    std::int64_t window_end_ns = 0;      // monotonic (deadline + window_end - scheduled)
+    std::int64_t duration_ns = 0;
+    std::int64_t tolerance_ns = 0;
+    std::uint64_t job_calibration_id = 0;
+    std::uint64_t current_calibration_id = 0;  // 0 = no calibration tracking
+    bool endpoint_up = false;
+};
+
+// sent means "go ahead and send now".  Order of precedence: a job whose start
+// passed by more than its tolerance is missed (whatever else holds); then the
+// calibration guard; then the window; then the endpoint.
+constexpr dispatch_status check_before_send(const guard_input& in) noexcept {
+    if (in.now_ns - in.deadline_ns > in.tolerance_ns) {
+        return dispatch_status::missed;
+    }
+    if (in.current_calibration_id != 0 && in.job_calibration_id != in.current_calibration_id) {
+        return dispatch_status::calibration_changed;
+    }
+    if (in.now_ns + in.duration_ns > in.window_end_ns) {
+        return dispatch_status::out_of_window;
+    }
+    if (!in.endpoint_up) {
+        return dispatch_status::endpoint_down;
+    }
+    return dispatch_status::sent;
+}
+
+}  // namespace qrt::dispatch

@@ -1,0 +1,65 @@
+#pragma once
+// Plain job descriptors and outcomes exchanged between the daemon (which
+// owns the ledger) and the dispatcher.  Deliberately independent of the
+// timeline types: the daemon translates due_jobs() entries into
+// dispatch_job, and dispatch_outcome into mark_dispatched/complete/fail.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qrt::dispatch {
+
+// One committed job, as handed to dispatcher::submit().  Times are realtime
+// (UTC) nanoseconds since the epoch, durations nanoseconds.
+struct dispatch_job {
+    std::uint64_t job_id = 0;
+    std::uint32_t qpu_index = 0;
+    std::int64_t scheduled_ns = 0;     // slot start T
+    std::int64_t window_start_ns = 0;  // calibration window (arrival must be >= this)
+    std::int64_t window_end_ns = 0;    // the job must end by this time
+    std::int64_t duration_ns = 0;
+    std::uint64_t calibration_id = 0;  // the window's id at placement
+    std::int64_t tolerance_ns = 0;     // largest acceptable lateness; later = missed
+    std::uint32_t shots = 0;
+};
+
+// Outcome of the dispatch step itself (what the RT thread did).
+enum class dispatch_status : std::uint8_t {
+    sent = 0,              // submitted on time; the write completed
+    missed,                // start passed by more than tolerance: never sent
+    calibration_changed,   // calibration guard: id no longer current, never sent
+    out_of_window,         // sending now would not end inside the window, never sent
+    endpoint_down,         // no connected endpoint at T, never sent
+    send_failed,           // the io_uring write failed or was short
+    cancelled,             // dispatcher stopped with the job queued
+};
+
+// Stable spellings, used as failure reasons.
+const char* to_string(dispatch_status s) noexcept;
+
+// Terminal state of a job as the daemon sees it.
+enum class job_state : std::uint8_t {
+    completed,  // RESULT received
+    failed,     // see reason
+    missed,     // never sent: start passed by more than tolerance
+};
+const char* to_string(job_state s) noexcept;
+
+// Reported once per job by qpu_link (housekeeping thread).  `dispatched` is
+// reported earlier, when the frame left (see qpu_link callbacks).
+struct dispatch_outcome {
+    std::uint64_t job_id = 0;
+    std::uint32_t qpu_index = 0;
+    job_state state = job_state::failed;
+    std::string reason;                   // stable reason ("ok", "missed", "endpoint_timeout", ...)
+    std::string detail;                   // human detail (may be empty)
+    std::int64_t scheduled_ns = 0;
+    std::int64_t sent_ns = 0;             // realtime, 0 when never sent
+    std::int64_t dispatch_lateness_ns = 0;
+    std::int64_t arrival_ns = 0;          // from RESULT/ERROR, 0 when unknown
+    std::int64_t arrival_lateness_ns = 0;
+    std::vector<std::uint8_t> result;     // RESULT payload
+};
+
+}  // namespace qrt::dispatch

@@ -1,0 +1,140 @@
+#pragma once
+// One QPU's housekeeping side: the endpoint connection (connect, HELLO,
+// reconnect with exponential backoff, RESULT/ERROR reader) on the event loop,
+// plus the dispatcher (its RT thread) and the per-job bookkeeping that turns
+// dispatch records and endpoint frames into one terminal outcome per job.
+//
+//   qrt::dispatch::qpu_link link(loop, clock, cfg, {
+//       .on_dispatched = [&](std::uint64_t id, std::int64_t sent_ns) { ledger.mark_dispatched(id); },
+//       .on_outcome = [&](const dispatch_outcome& o) { ledger.complete_or_fail(o); },
+//   });
+//   link.start();
+//   link.submit(job, payload);          // from due_jobs()
+//   link.set_calibration_id(id);        // calibration stack updates
+//   link.on_realtime_step(base);        // from rtcore::realtime_step_watch
+//
+// Failure reasons (stable): missed, calibration_changed, out_of_window,
+// endpoint_down, send_failed, endpoint_timeout, endpoint_disconnected,
+// endpoint_protocol_error, endpoint_stalled, qpu_out_of_window,
+// qpu_calibration_mismatch, qpu_busy, qpu_error, cancelled.
+//
+// Nothing here blocks: connects are non-blocking, the reader only reads what
+// epoll says is there, and the dispatch thread never waits on the endpoint.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "qrt/dispatch/dispatcher.hpp"
+#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/dispatch/job.hpp"
+#include "qrt/dispatch/telemetry.hpp"
+#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/event_loop.hpp"
+#include "rtcore/clock.hpp"
+
+namespace qrt::dispatch {
+
+struct qpu_link_config {
+    std::string endpoint;  // unix:///path, tcp://127.0.0.1:port, file:///dev/...
+    dispatcher_config dispatch{};
+    std::chrono::milliseconds backoff_initial{20};
+    std::chrono::milliseconds backoff_max{2000};
+    std::chrono::milliseconds hello_timeout{1000};
+    std::int64_t result_timeout_ns = 1'000'000'000;  // after T + duration
+    std::uint32_t stall_timeouts = 3;                 // consecutive timeouts => reconnect
+    std::chrono::microseconds poll_interval{500};     // record drain / timeout scan
+    std::string identity = "qrtd";
+};
+
+struct qpu_link_callbacks {
+    std::function<void(std::uint64_t job_id, std::int64_t sent_ns)> on_dispatched;
+    std::function<void(const dispatch_outcome&)> on_outcome;
+    std::function<void(bool up, const std::string& reason)> on_endpoint_state;
+};
+
+class qpu_link {
+public:
+    // Throws on a bad endpoint URI or dispatcher setup failure.
+    qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_config cfg, qpu_link_callbacks cb);
+    ~qpu_link();
+    qpu_link(const qpu_link&) = delete;
+    qpu_link& operator=(const qpu_link&) = delete;
+
+    // Starts the dispatch thread and the first connection attempt.
+    rtcore::status start();
+    // Stops the thread, closes the endpoint; every unfinished job gets an
+    // outcome (cancelled).
+    void stop();
+
+    rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
+    void set_calibration_id(std::uint64_t id) noexcept { _dispatcher.set_calibration_id(id); }
+    std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
+
+    bool endpoint_up() const noexcept { return _state == conn_state::up; }
+    const std::string& last_endpoint_error() const noexcept { return _last_error; }
+    std::size_t pending() const noexcept { return _pending.size(); }
+    dispatch_telemetry telemetry() const;
+    const dispatch_histograms& histograms() const noexcept { return *_hist; }
+    const dispatcher& dispatch() const noexcept { return _dispatcher; }
+
+    // Drain records and expire timeouts now (the loop timer does this too).
+    void poll();
+
+private:
+    enum class conn_state { idle, connecting, hello, up, stopped };
+    enum class job_phase { queued, sent };
+    struct pending_job {
+        dispatch_job job;
+        job_phase phase = job_phase::queued;
+        std::int64_t sent_ns = 0;
+        std::int64_t lateness_ns = 0;
+        std::int64_t result_due_mono_ns = 0;
+        std::optional<wire::frame> early_answer;  // RESULT/ERROR before the record
+    };
+
+    void schedule_connect();
+    void try_connect();
+    void on_connect_writable();
+    void send_hello();
+    void on_readable(std::uint32_t events);
+    void handle_frame(wire::frame&& f);
+    void drop_connection(const std::string& reason, const std::string& detail);
+    void on_record(const dispatch_record& r);
+    void answer(pending_job& p, wire::frame&& f);
+    void finish(std::uint64_t job_id, job_state st, std::string reason, std::string detail,
+                const wire::header* hdr = nullptr, std::vector<std::uint8_t> result = {});
+    void expire_timeouts();
+
+    event_loop& _loop;
+    rtcore::clock_source& _clock;
+    qpu_link_config _cfg;
+    qpu_link_callbacks _cb;
+    endpoint_address _addr;
+    dispatcher _dispatcher;
+
+    conn_state _state = conn_state::idle;
+    unique_fd _fd;
+    bool _fd_watched = false;
+    bool _write_only = false;
+    wire::frame_reader _reader;
+    std::chrono::milliseconds _backoff;
+    std::optional<event_loop::timer_id> _connect_timer;
+    std::optional<event_loop::timer_id> _hello_timer;
+    std::optional<event_loop::timer_id> _poll_timer;
+    std::string _last_error;
+    std::uint32_t _consecutive_timeouts = 0;
+
+    std::map<std::uint64_t, pending_job> _pending;
+    dispatch_counters _counters;
+    std::unique_ptr<dispatch_histograms> _hist;
+    std::uint64_t _spin_ns_total = 0;
+    std::uint64_t _sent_total = 0;
+};
+
+}  // namespace qrt::dispatch

@@ -1,0 +1,554 @@
+#include "qrt/dispatch/qpu_link.hpp"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace qrt::dispatch {
+
+namespace {
+
+endpoint_address parse_or_throw(const std::string& uri) {
+    auto a = parse_endpoint(uri);
+    if (!a) {
+        throw std::invalid_argument(a.err().message);
+    }
+    return *a;
+}
+
+const char* reason_for_qpu_error(std::uint16_t status) {
+    switch (status) {
+    case QRT_WIRE_ERR_OUT_OF_WINDOW: return "qpu_out_of_window";
+    case QRT_WIRE_ERR_CALIBRATION: return "qpu_calibration_mismatch";
+    case QRT_WIRE_ERR_BUSY: return "qpu_busy";
+    default: return "qpu_error";
+    }
+}
+
+}  // namespace
+
+qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_config cfg, qpu_link_callbacks cb)
+    : _loop(loop),
+      _clock(clock),
+      _cfg(std::move(cfg)),
+      _cb(std::move(cb)),
+      _addr(parse_or_throw(_cfg.endpoint)),
+      _dispatcher(_cfg.dispatch, clock),
+      _backoff(_cfg.backoff_initial),
+      _hist(std::make_unique<dispatch_histograms>()) {}
+
+qpu_link::~qpu_link() { stop(); }
+
+rtcore::status qpu_link::start() {
+    if (auto st = _dispatcher.start(); !st) {
+        return st;
+    }
+    auto t = _loop.add_timer(_cfg.poll_interval, _cfg.poll_interval, [this] { poll(); });
+    if (!t) {
+        _dispatcher.stop();
+        return t.err();
+    }
+    _poll_timer = *t;
+    _state = conn_state::idle;
+    try_connect();
+    return rtcore::ok();
+}
+
+void qpu_link::stop() {
+    if (_state == conn_state::stopped) {
+        return;
+    }
+    _dispatcher.stop();
+    poll();  // records of what was sent or cancelled
+    if (_poll_timer) {
+        _loop.cancel_timer(*_poll_timer);
+        _poll_timer.reset();
+    }
+    if (_connect_timer) {
+        _loop.cancel_timer(*_connect_timer);
+        _connect_timer.reset();
+    }
+    if (_hello_timer) {
+        _loop.cancel_timer(*_hello_timer);
+        _hello_timer.reset();
+    }
+    if (_fd_watched) {
+        _loop.remove_fd(_fd.get());
+        _fd_watched = false;
+    }
+    _dispatcher.clear_endpoint();
+    _fd.reset();
+    _state = conn_state::stopped;
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, p] : _pending) {
+        ids.push_back(id);
+    }
+    for (auto id : ids) {
+        finish(id, job_state::failed, "cancelled", "dispatcher stopped before the job finished");
+    }
+}
+
+// ---- connection -----------------------------------------------------------
+
+void qpu_link::schedule_connect() {
+    if (_state == conn_state::stopped) {
+        return;
+    }
+    _state = conn_state::idle;
+    const auto delay = _backoff;
+    _backoff = std::min(_backoff * 2, _cfg.backoff_max);
+    auto t = _loop.add_timer(delay, std::chrono::nanoseconds{0}, [this] {
+        _connect_timer.reset();
+        try_connect();
+    });
+    if (t) {
+        _connect_timer = *t;
+    }
+}
+
+void qpu_link::try_connect() {
+    if (_state == conn_state::stopped) {
+        return;
+    }
+    auto att = start_connect(_addr);
+    if (!att) {
+        if (_last_error != att.err().message) {
+            spdlog::warn("dispatch: qpu {}: {} (retrying with backoff)", _cfg.dispatch.qpu_index,
+                         att.err().message);
+        }
+        _last_error = att.err().message;
+        schedule_connect();
+        return;
+    }
+    _fd = std::move(att->fd);
+    _reader.reset();
+    _write_only = false;
+    if (att->in_progress) {
+        _state = conn_state::connecting;
+        auto st = _loop.add_fd(_fd.get(), EPOLLOUT, [this](std::uint32_t) { on_connect_writable(); });
+        if (!st) {
+            drop_connection("endpoint_down", st.err().message);
+            return;
+        }
+        _fd_watched = true;
+        return;
+    }
+    send_hello();
+}
+
+void qpu_link::on_connect_writable() {
+    if (auto st = finish_connect(_fd.get(), _addr); !st) {
+        drop_connection("endpoint_down", st.err().message);
+        return;
+    }
+    _loop.remove_fd(_fd.get());
+    _fd_watched = false;
+    send_hello();
+}
+
+void qpu_link::send_hello() {
+    _state = conn_state::hello;
+    const int fd = _fd.get();
+    if (_addr.kind != endpoint_kind::file) {
+        // The dispatch thread's io_uring writes need a blocking-mode socket
+        // (O_NONBLOCK makes io_uring return -EAGAIN instead of waiting in
+        // the kernel); this side reads with MSG_DONTWAIT.
+        if (auto st = set_nonblocking(fd, false); !st) {
+            drop_connection("endpoint_down", st.err().message);
+            return;
+        }
+    }
+    auto st = _loop.add_fd(fd, EPOLLIN | EPOLLRDHUP, [this](std::uint32_t ev) { on_readable(ev); });
+    if (!st) {
+        if (_addr.kind == endpoint_kind::file && st.err().code == EPERM) {
+            // A regular file (or /dev/null): not pollable, write-only; no
+            // HELLO and no results.
+            _write_only = true;
+        } else {
+            drop_connection("endpoint_down", st.err().message);
+            return;
+        }
+    } else {
+        _fd_watched = true;
+    }
+    if (_write_only) {
+        if (auto up = _dispatcher.set_endpoint_fd(fd); !up) {
+            drop_connection("endpoint_down", up.err().message);
+            return;
+        }
+        _state = conn_state::up;
+        _backoff = _cfg.backoff_initial;
+        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only, no results)", _cfg.dispatch.qpu_index,
+                     _addr.uri);
+        if (_cb.on_endpoint_state) {
+            _cb.on_endpoint_state(true, "write_only");
+        }
+        return;
+    }
+    const auto hello = wire::encode_frame(wire::make_header(wire::frame_type::hello),
+                                          _cfg.identity + " qpu=" + std::to_string(_cfg.dispatch.qpu_index));
+    const ssize_t n = _addr.kind == endpoint_kind::file
+                          ? ::write(fd, hello.data(), hello.size())
+                          : ::send(fd, hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(hello.size())) {
+        drop_connection("endpoint_down", std::string("send HELLO to ") + _addr.uri + ": " +
+                                             (n < 0 ? std::strerror(errno) : "short write"));
+        return;
+    }
+    auto t = _loop.add_timer(_cfg.hello_timeout, std::chrono::nanoseconds{0}, [this] {
+        _hello_timer.reset();
+        if (_state == conn_state::hello) {
+            drop_connection("endpoint_down", "no HELLO from " + _addr.uri + " within " +
+                                                 std::to_string(_cfg.hello_timeout.count()) + " ms");
+        }
+    });
+    if (t) {
+        _hello_timer = *t;
+    }
+}
+
+void qpu_link::on_readable(std::uint32_t events) {
+    std::uint8_t buf[16384];
+    // Read what is there (bounded: a peer flooding us cannot starve the loop).
+    for (int round = 0; round < 16; ++round) {
+        ssize_t n = 0;
+        if (_addr.kind == endpoint_kind::file) {
+            n = round == 0 ? ::read(_fd.get(), buf, sizeof(buf)) : -1;
+            if (round != 0) {
+                errno = EAGAIN;
+            }
+        } else {
+            n = ::recv(_fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+        }
+        if (n == 0) {
+            drop_connection("endpoint_disconnected", _addr.uri + " closed the connection");
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                break;
+            }
+            drop_connection("endpoint_disconnected", std::string("read ") + _addr.uri + ": " + std::strerror(errno));
+            return;
+        }
+        _reader.feed({buf, static_cast<std::size_t>(n)});
+        while (auto f = _reader.next()) {
+            handle_frame(std::move(*f));
+            if (_state != conn_state::hello && _state != conn_state::up) {
+                return;  // handle_frame dropped the connection
+            }
+        }
+        if (_reader.error() != wire::decode_status::ok) {
+            ++_counters.endpoint_protocol_errors;
+            drop_connection("endpoint_protocol_error",
+                            std::string("bad frame from ") + _addr.uri + ": " + wire::to_string(_reader.error()));
+            return;
+        }
+    }
+    if ((events & (EPOLLHUP | EPOLLERR)) != 0 && _state != conn_state::idle) {
+        drop_connection("endpoint_disconnected", _addr.uri + " hung up");
+    }
+}
+
+void qpu_link::handle_frame(wire::frame&& f) {
+    const auto type = static_cast<wire::frame_type>(f.hdr.type);
+    if (_state == conn_state::hello) {
+        if (type != wire::frame_type::hello) {
+            ++_counters.endpoint_protocol_errors;
+            drop_connection("endpoint_protocol_error",
+                            std::string("expected HELLO from ") + _addr.uri + ", got " + wire::to_string(type));
+            return;
+        }
+        if (_hello_timer) {
+            _loop.cancel_timer(*_hello_timer);
+            _hello_timer.reset();
+        }
+        if (auto st = _dispatcher.set_endpoint_fd(_fd.get()); !st) {
+            drop_connection("endpoint_down", st.err().message);
+            return;
+        }
+        _state = conn_state::up;
+        _backoff = _cfg.backoff_initial;
+        _consecutive_timeouts = 0;
+        _last_error.clear();
+        spdlog::info("dispatch: qpu {}: endpoint {} up ({})", _cfg.dispatch.qpu_index, _addr.uri,
+                     std::string(f.payload_text()));
+        if (_cb.on_endpoint_state) {
+            _cb.on_endpoint_state(true, std::string(f.payload_text()));
+        }
+        return;
+    }
+    if (type == wire::frame_type::hello) {
+        return;
+    }
+    if (type == wire::frame_type::job) {
+        ++_counters.endpoint_protocol_errors;
+        drop_connection("endpoint_protocol_error", _addr.uri + " sent a JOB frame");
+        return;
+    }
+    if (type == wire::frame_type::error && f.hdr.job_id == 0) {
+        ++_counters.endpoint_protocol_errors;
+        drop_connection("endpoint_protocol_error",
+                        _addr.uri + " reported a protocol error: " + std::string(f.payload_text()));
+        return;
+    }
+    auto it = _pending.find(f.hdr.job_id);
+    if (it == _pending.end()) {
+        ++_counters.stray_frames;  // e.g. a RESULT after its job timed out
+        return;
+    }
+    if (it->second.phase == job_phase::queued) {
+        it->second.early_answer = std::move(f);  // the record is still on its way
+        return;
+    }
+    answer(it->second, std::move(f));
+}
+
+void qpu_link::answer(pending_job& p, wire::frame&& f) {
+    _consecutive_timeouts = 0;
+    const std::uint64_t id = p.job.job_id;
+    if (f.hdr.arrival_ns != 0) {
+        _hist->arrival_lateness.record(f.hdr.arrival_ns - p.job.scheduled_ns);
+    }
+    if ((f.hdr.flags & QRT_WIRE_FLAG_OUT_OF_WINDOW) != 0 || f.hdr.status == QRT_WIRE_ERR_OUT_OF_WINDOW) {
+        ++_counters.qpu_out_of_window;
+    }
+    if (static_cast<wire::frame_type>(f.hdr.type) == wire::frame_type::result) {
+        ++_counters.completed;
+        finish(id, job_state::completed, "ok", "", &f.hdr, std::move(f.payload));
+        return;
+    }
+    ++_counters.endpoint_errors;
+    finish(id, job_state::failed, reason_for_qpu_error(f.hdr.status), std::string(f.payload_text()), &f.hdr);
+}
+
+void qpu_link::drop_connection(const std::string& reason, const std::string& detail) {
+    const bool was_up = _state == conn_state::up;
+    _dispatcher.clear_endpoint();
+    if (_fd.valid()) {
+        if (_addr.kind != endpoint_kind::file) {
+            ::shutdown(_fd.get(), SHUT_RDWR);  // completes any write the kernel still holds
+        }
+        if (_fd_watched) {
+            _loop.remove_fd(_fd.get());
+            _fd_watched = false;
+        }
+        _fd.reset();
+    }
+    if (_hello_timer) {
+        _loop.cancel_timer(*_hello_timer);
+        _hello_timer.reset();
+    }
+    _last_error = detail;
+    if (was_up) {
+        ++_counters.endpoint_disconnects;
+        spdlog::warn("dispatch: qpu {}: endpoint {} lost: {} ({})", _cfg.dispatch.qpu_index, _addr.uri, reason,
+                     detail);
+        if (_cb.on_endpoint_state) {
+            _cb.on_endpoint_state(false, reason + ": " + detail);
+        }
+    }
+    // Jobs already on the wire cannot be answered on a new connection.
+    std::vector<std::uint64_t> lost;
+    for (const auto& [id, p] : _pending) {
+        if (p.phase == job_phase::sent) {
+            lost.push_back(id);
+        }
+    }
+    for (auto id : lost) {
+        finish(id, job_state::failed, reason, detail);
+    }
+    if (_state != conn_state::stopped) {
+        if (was_up) {
+            ++_counters.reconnects;
+        }
+        schedule_connect();
+    }
+}
+
+// ---- jobs -----------------------------------------------------------------
+
+rtcore::status qpu_link::submit(const dispatch_job& job, std::span<const std::uint8_t> payload) {
+    if (_pending.count(job.job_id) != 0) {
+        ++_counters.rejected_submits;
+        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.dispatch.qpu_index) + ": job " +
+                                      std::to_string(job.job_id) + " is already queued");
+    }
+    if (auto st = _dispatcher.submit(job, payload); !st) {
+        ++_counters.rejected_submits;
+        return st;
+    }
+    ++_counters.submitted;
+    pending_job p;
+    p.job = job;
+    _pending.emplace(job.job_id, std::move(p));
+    return rtcore::ok();
+}
+
+void qpu_link::poll() {
+    _dispatcher.drain_records([this](const dispatch_record& r) { on_record(r); });
+    expire_timeouts();
+}
+
+void qpu_link::on_record(const dispatch_record& r) {
+    if (r.wakeup_latency_ns >= 0) {
+        _hist->wakeup_latency.record(r.wakeup_latency_ns);
+    }
+    _spin_ns_total += static_cast<std::uint64_t>(std::max<std::int64_t>(r.spin_ns, 0));
+    auto it = _pending.find(r.job_id);
+    if (it == _pending.end()) {
+        return;
+    }
+    pending_job& p = it->second;
+    switch (r.status) {
+    case dispatch_status::sent: {
+        ++_sent_total;
+        _hist->dispatch_lateness.record(r.lateness_ns);
+        if (r.lateness_ns <= p.job.tolerance_ns) {
+            ++_counters.on_time;
+        } else {
+            ++_counters.late;
+        }
+        p.phase = job_phase::sent;
+        p.sent_ns = r.sent_ns;
+        p.lateness_ns = r.lateness_ns;
+        p.result_due_mono_ns = r.deadline_ns + p.job.duration_ns + _cfg.result_timeout_ns;
+        if (_cb.on_dispatched) {
+            _cb.on_dispatched(p.job.job_id, r.sent_ns);
+        }
+        if (_write_only) {
+            ++_counters.completed;
+            finish(r.job_id, job_state::completed, "ok", "sent to a write-only endpoint (no result)");
+            return;
+        }
+        if (p.early_answer) {
+            wire::frame f = std::move(*p.early_answer);
+            p.early_answer.reset();
+            answer(p, std::move(f));
+        }
+        return;
+    }
+    case dispatch_status::missed:
+        ++_counters.missed;
+        finish(r.job_id, job_state::missed, "missed",
+               "start passed by " + std::to_string(r.lateness_ns) + " ns, more than the tolerance of " +
+                   std::to_string(p.job.tolerance_ns) + " ns; not sent");
+        return;
+    case dispatch_status::calibration_changed:
+        ++_counters.calibration_changed;
+        finish(r.job_id, job_state::failed, "calibration_changed",
+               "calibration_id " + std::to_string(p.job.calibration_id) + " is no longer current (" +
+                   std::to_string(_dispatcher.calibration_id()) + "); not sent");
+        return;
+    case dispatch_status::out_of_window:
+        ++_counters.out_of_window;
+        finish(r.job_id, job_state::failed, "out_of_window",
+               "sending at T+" + std::to_string(r.lateness_ns) + " ns would not end inside the window; not sent");
+        return;
+    case dispatch_status::endpoint_down:
+        ++_counters.endpoint_down;
+        finish(r.job_id, job_state::failed, "endpoint_down",
+               "endpoint " + _addr.uri + " was not connected at T" +
+                   (_last_error.empty() ? std::string() : " (" + _last_error + ")") + "; not sent");
+        return;
+    case dispatch_status::send_failed: {
+        ++_counters.send_failed;
+        const std::string detail =
+            r.io_result < 0 ? std::string("io_uring write: ") + std::strerror(-r.io_result)
+                            : "io_uring write: short write of " + std::to_string(r.io_result) + " bytes";
+        finish(r.job_id, job_state::failed, "send_failed", detail);
+        if (_state == conn_state::up) {
+            drop_connection("send_failed", detail);  // the stream may be out of sync
+        }
+        return;
+    }
+    case dispatch_status::cancelled:
+        finish(r.job_id, job_state::failed, "cancelled", "dispatcher stopped before T");
+        return;
+    }
+}
+
+void qpu_link::expire_timeouts() {
+    if (_pending.empty()) {
+        return;
+    }
+    const std::int64_t now = _clock.now_monotonic_ns();
+    std::vector<std::uint64_t> expired;
+    for (const auto& [id, p] : _pending) {
+        if (p.phase == job_phase::sent && now > p.result_due_mono_ns) {
+            expired.push_back(id);
+        }
+    }
+    for (auto id : expired) {
+        ++_counters.endpoint_timeouts;
+        ++_consecutive_timeouts;
+        finish(id, job_state::failed, "endpoint_timeout",
+               "no RESULT from " + _addr.uri + " within " + std::to_string(_cfg.result_timeout_ns / 1'000'000) +
+                   " ms after the job's end");
+    }
+    if (_cfg.stall_timeouts != 0 && _consecutive_timeouts >= _cfg.stall_timeouts && _state == conn_state::up) {
+        _consecutive_timeouts = 0;
+        drop_connection("endpoint_stalled", _addr.uri + " answered none of the last " +
+                                                std::to_string(_cfg.stall_timeouts) + " jobs");
+    }
+}
+
+void qpu_link::finish(std::uint64_t job_id, job_state st, std::string reason, std::string detail,
+                      const wire::header* hdr, std::vector<std::uint8_t> result) {
+    auto it = _pending.find(job_id);
+    if (it == _pending.end()) {
+        return;
+    }
+    dispatch_outcome o;
+    o.job_id = job_id;
+    o.qpu_index = _cfg.dispatch.qpu_index;
+    o.state = st;
+    o.reason = std::move(reason);
+    o.detail = std::move(detail);
+    o.scheduled_ns = it->second.job.scheduled_ns;
+    o.sent_ns = it->second.sent_ns;
+    o.dispatch_lateness_ns = it->second.lateness_ns;
+    if (hdr != nullptr && hdr->arrival_ns != 0) {
+        o.arrival_ns = hdr->arrival_ns;
+        o.arrival_lateness_ns = hdr->arrival_ns - o.scheduled_ns;
+    }
+    o.result = std::move(result);
+    if (st == job_state::failed) {
+        ++_counters.failed;
+    }
+    _pending.erase(it);
+    if (_cb.on_outcome) {
+        _cb.on_outcome(o);
+    }
+}
+
+dispatch_telemetry qpu_link::telemetry() const {
+    dispatch_telemetry t;
+    t.qpu_index = _cfg.dispatch.qpu_index;
+    t.tuned = _cfg.dispatch.mode == dispatch_mode::tuned;
+    t.endpoint_up = _state == conn_state::up;
+    t.lead_ns = _dispatcher.lead_ns();
+    t.lead_min_ns = _cfg.dispatch.lead.min_ns;
+    t.lead_max_ns = _cfg.dispatch.lead.max_ns;
+    t.spin_ns_total = _spin_ns_total;
+    t.spin_ns_per_dispatch =
+        _sent_total == 0 ? 0.0 : static_cast<double>(_spin_ns_total) / static_cast<double>(_sent_total);
+    t.counters = _counters;
+    t.dispatch_lateness = _hist->dispatch_lateness.summary();
+    t.arrival_lateness = _hist->arrival_lateness.summary();
+    t.wakeup_latency = _hist->wakeup_latency.summary();
+    return t;
+}
+
+}  // namespace qrt::dispatch
