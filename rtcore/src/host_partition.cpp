@@ -198,7 +198,14 @@ result<restore_report> restore(host_fs& fs, task_ops& tasks, const std::filesyst
                         std::to_string(rep.count(o::gone)) + " gone, " + std::to_string(rep.count(o::skipped)) +
                         " left as changed by others, " + std::to_string(rep.count(o::failed)) + " failed; " +
                         (rep.journal_removed ? "journal removed"
+                         : fs.dry_run()      ? "journal kept (dry run)"
                                              : "journal kept (run restore again after fixing the failures)"));
+    if (fs.dry_run()) {
+        for (const auto& w : fs.planned_writes()) {
+            rep.lines.push_back("dry-run: would write " + w.path + " = " + w.data);
+        }
+        rep.lines.push_back("restore: dry run: nothing was changed and the journal is kept");
+    }
     return rep;
 }
 

@@ -324,6 +324,10 @@ restore_item undo_cg(host_fs& fs, task_ops& tasks, const journal_record& rec) {
             }
             return it;
         }
+        if (fs.dry_run()) {
+            it.detail += ", would set affinity " + rec.fields[3];
+            return it;
+        }
         if (auto st = tasks.set_affinity(tid, *aff); !st) {
             it.result = st.err().code == ESRCH ? outcome::gone : outcome::failed;
             it.detail += "; " + st.err().message;
@@ -367,6 +371,10 @@ restore_item undo_aff(host_fs& fs, task_ops& tasks, const journal_record& rec) {
     if (!(*cur == *set)) {
         it.result = outcome::skipped;
         it.detail = "affinity changed by someone else since (now " + cur->to_list() + "); left as is";
+        return it;
+    }
+    if (fs.dry_run()) {
+        it.detail = "would set affinity " + set->to_list() + " -> " + orig->to_list();
         return it;
     }
     if (auto st = tasks.set_affinity(tid, *orig); !st) {

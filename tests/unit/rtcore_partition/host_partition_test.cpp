@@ -246,6 +246,31 @@ TEST(host_partition, dry_run_lists_the_writes_and_changes_nothing) {
     EXPECT_EQ(planned.count("/sys/fs/cgroup/cpuset/qrt-housekeeping/tasks"), 1U);
 }
 
+TEST(host_partition, dry_run_restore_lists_what_it_would_put_back_and_changes_nothing) {
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.tree);
+        tree_copy t(c.tree);
+        rtcore::host_fs fs(t.root());
+        rtcore::fake_task_ops tasks;
+        add_tasks(c, tasks);
+        ASSERT_TRUE(hp::apply(fs, tasks, t.state(), c.isolated, c.housekeeping));
+        const auto applied = snapshot(t.root());
+        const auto tasks_applied = task_states(tasks);
+        const unsigned mutations = tasks.mutations();
+        rtcore::host_fs dry(t.root(), rtcore::host_fs::mode::dry_run);
+        auto r = hp::restore(dry, tasks, t.state());
+        ASSERT_TRUE(r) << r.err().message;
+        EXPECT_FALSE(r->journal_removed);
+        EXPECT_TRUE(fs::exists(t.journal()));
+        EXPECT_EQ(first_difference(applied, snapshot(t.root())), "");
+        EXPECT_TRUE(task_states(tasks) == tasks_applied);
+        EXPECT_EQ(tasks.mutations(), mutations);
+        EXPECT_FALSE(dry.planned_writes().empty());
+        EXPECT_EQ(r->lines.back(), "restore: dry run: nothing was changed and the journal is kept");
+        ASSERT_TRUE(hp::restore(fs, tasks, t.state())->complete);
+    }
+}
+
 TEST(host_partition, verify_reports_clean_then_drift_and_a_new_irq_and_repins) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());
