@@ -221,6 +221,13 @@ result<std::unique_ptr<topology::impl>> make_impl(source_kind kind, const std::s
         if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) {
             return error::from_errno("hwloc_topology_set_io_types_filter");
         }
+        // Locality needs PCI devices and network interfaces only, which the
+        // linux component reads from sysfs.  The libpciaccess plugin ("pci")
+        // leaks on every load and the GPU plugins are slow to load: skip them
+        // (a name hwloc does not have is ignored).
+        for (const char* plugin : {"pci", "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"}) {
+            (void)hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, plugin);
+        }
         break;
     case source_kind::synthetic:
         if (hwloc_topology_set_synthetic(topo, arg.c_str()) != 0) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "rtcore/topology.hpp"
@@ -152,5 +153,42 @@ TEST(topology, this_host_loads_with_every_online_cpu_in_exactly_one_core) {
         auto near = t->cpus_near_device(d.name);
         ASSERT_TRUE(near) << near.err().message;
         EXPECT_EQ(*near, d.near_cpus) << d.name;
+    }
+}
+
+TEST(topology, every_pci_backed_network_interface_of_this_host_has_a_locality) {
+    auto t = topology::from_system();
+    ASSERT_TRUE(t) << t.err().message;
+    std::error_code ec;
+    int checked = 0;
+    for (const auto& ent : std::filesystem::directory_iterator("/sys/class/net", ec)) {
+        // /sys/class/net/eth0/device -> .../0000:00:03.0[/virtio2]: the
+        // innermost PCI bus id on the canonical path is the NIC's function.
+        const auto dev = std::filesystem::canonical(ent.path() / "device", ec);
+        if (ec) {
+            ec.clear();
+            continue;
+        }
+        std::string bus_id;
+        for (const auto& part : dev) {
+            if (rtcore::looks_like_pci_bus_id(part.string())) {
+                bus_id = part.string();
+            }
+        }
+        if (bus_id.empty()) {
+            continue;
+        }
+        const std::string name = ent.path().filename().string();
+        auto near = t->cpus_near_netif(name);
+        ASSERT_TRUE(near) << near.err().message;
+        EXPECT_FALSE(near->empty()) << name;
+        EXPECT_TRUE(near->is_subset_of(t->online_cpus())) << name;
+        auto by_pci = t->cpus_near_pci(bus_id);
+        ASSERT_TRUE(by_pci) << by_pci.err().message;
+        EXPECT_EQ(*by_pci, *near) << name << " at " << bus_id;
+        ++checked;
+    }
+    if (checked == 0) {
+        GTEST_SKIP() << "this host has no PCI-backed network interface";
     }
 }
