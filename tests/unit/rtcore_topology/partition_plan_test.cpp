@@ -351,3 +351,17 @@ TEST(partition_plan, this_host_can_be_planned_or_is_refused_with_a_reason) {
     expect_sound(*t, *p, 1);
     EXPECT_FALSE(p->isolated.test(0));
 }
+
+TEST(partition_plan, an_explicit_list_keeps_its_cpus_but_dispatches_near_the_device_and_notes_the_far_ones) {
+    auto t = topology::from_xml(xml_dual);
+    ASSERT_TRUE(t) << t.err().message;
+    plan_request req;
+    req.isolated = list("6-7,14-15");
+    req.near_device = "ens1f0";   // package 1
+    auto p = plan_partition(*t, req);
+    ASSERT_TRUE(p) << p.err().message;
+    expect_sound(*t, *p, 1);
+    EXPECT_EQ(p->isolated, list("6-7,14-15"));
+    EXPECT_EQ(p->dispatch_cpus, std::vector<unsigned>{14});
+    EXPECT_TRUE(any_reason_contains(*p, "note: isolated CPUs 6-7 not near device ens1f0")) << all_reasons(*p);
+}
