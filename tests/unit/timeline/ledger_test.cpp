@@ -1,0 +1,495 @@
+// Reservations and jobs: placement invariants, every state transition (legal
+// and illegal), ownership, fencing, idempotency, bad input, gangs, events.
+#include "helpers.hpp"
+
+namespace qrt::timeline {
+namespace {
+
+using namespace qrt::timeline::test;
+
+const std::int64_t w0 = t0_ns + blackout_ns;  // first window [w0, w0 + 90 s)
+
+TEST(ledger, reserve_places_at_the_first_window_after_the_blackout) {
+    auto l = make_ledger();
+    auto r = l->reserve("alice", req(30), "", 0, t0_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->qpu, "q0");
+    EXPECT_EQ(r->start_ns, w0);
+    EXPECT_EQ(r->calibration_id, 10001U);
+    EXPECT_EQ(r->state, res_state::held);
+    EXPECT_EQ(r->lease_expires_ns, t0_ns + l->options().default_lease_ns);
+    EXPECT_GT(r->fencing_token, 0U);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, reservations_never_overlap_nor_straddle_a_window_boundary) {
+    auto l = make_ledger();
+    request r40 = req(40);
+    r40.qpus = {"q0"};
+    auto a = l->reserve("t", r40, "", 0, t0_ns);
+    auto b = l->reserve("t", r40, "", 0, t0_ns);
+    auto c = l->reserve("t", r40, "", 0, t0_ns);
+    ASSERT_TRUE(a && b && c);
+    EXPECT_EQ(a->start_ns, w0);
+    EXPECT_EQ(b->start_ns, w0 + 40 * s_ns);
+    // [w0+80, w0+120) would cross into the blackout: the next window instead.
+    EXPECT_EQ(c->start_ns, w0 + period_ns);
+    EXPECT_EQ(c->calibration_id, 10002U);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, start_honours_not_before_and_end_honours_deadline) {
+    auto l = make_ledger();
+    auto a = l->reserve("t", req(10, w0 + 55 * s_ns), "", 0, t0_ns);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->start_ns, w0 + 55 * s_ns);
+    // Both QPUs busy at w0+55 on q0 only; q0 taken -> the next request with
+    // the same not_before lands on q1.
+    auto b = l->reserve("t", req(10, w0 + 55 * s_ns, w0 + 65 * s_ns), "", 0, t0_ns);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->qpu, "q1");
+    request only_q0 = req(10, w0 + 55 * s_ns, w0 + 70 * s_ns);
+    only_q0.qpus = {"q0"};
+    auto c = l->reserve("t", only_q0, "", 0, t0_ns);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.err().reason, "no_fit");
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, min_fidelity_moves_the_start_to_a_fresher_window) {
+    auto l = make_ledger();
+    request first = req(30);
+    first.qpus = {"q0"};
+    ASSERT_TRUE(l->reserve("t", first, "", 0, t0_ns));
+    // f(t) = 0.99 exp(-age / 1000 s) >= 0.97 needs age <= 20.4 s: the gap at
+    // age 30 s is too stale, the next window's start is fresh.
+    request fresh = req(10);
+    fresh.qpus = {"q0"};
+    fresh.min_fidelity = 0.97;
+    auto r = l->reserve("t", fresh, "", 0, t0_ns);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->start_ns, w0 + period_ns);
+    EXPECT_INVARIANTS(*l);
+}
+
+struct bad_case {
+    const char* name;
+    request rq;
+    const char* reason;
+    const char* mentions;
+};
+
+TEST(ledger, bad_input_is_rejected_with_a_stable_reason_and_changes_nothing) {
+    auto l = make_ledger();
+    ASSERT_TRUE(l->reserve("t", req(10), "k", 0, t0_ns));
+    l->drain_events();
+    const auto before = snapshot(*l);
+    const auto stats_before = l->stats();
+    request unknown = req(10);
+    unknown.qpus = {"nope"};
+    request fid = req(10);
+    fid.min_fidelity = 1.5;
+    request negfid = req(10);
+    negfid.min_fidelity = -0.1;
+    request twice = req(10);
+    twice.qpus = {"q0", "q0"};
+    const std::vector<bad_case> cases = {
+        {"zero duration", req(0), "invalid_argument", "duration_ns"},
+        {"negative duration", req(-5), "invalid_argument", "duration_ns"},
+        {"deadline before not_before", req(10, t0_ns + 50 * s_ns, t0_ns + 40 * s_ns),
+         "invalid_argument", "deadline_ns"},
+        {"deadline shorter than duration", req(10, t0_ns, t0_ns + 5 * s_ns), "invalid_argument",
+         "deadline_ns"},
+        {"negative not_before", req(10, -1), "invalid_argument", "not_before_ns"},
+        {"unknown qpu", unknown, "unknown_qpu", "nope"},
+        {"min_fidelity above 1", fid, "invalid_argument", "min_fidelity"},
+        {"min_fidelity below 0", negfid, "invalid_argument", "min_fidelity"},
+        {"qpu listed twice", twice, "invalid_argument", "q0"},
+        {"longer than any window", req(91), "invalid_argument", "longest calibration window"},
+    };
+    for (const bad_case& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto r = l->reserve("t", c.rq, "", 0, t0_ns);
+        ASSERT_FALSE(r);
+        EXPECT_EQ(r.err().reason, c.reason);
+        EXPECT_NE(r.err().message.find(c.mentions), std::string::npos) << r.err().message;
+        auto q = l->query(c.rq, t0_ns);
+        ASSERT_FALSE(q);
+        EXPECT_EQ(q.err().reason, c.reason);
+        auto s = l->submit("t", c.rq, "", {1}, t0_ns);
+        ASSERT_FALSE(s);
+        EXPECT_EQ(s.err().reason, c.reason);
+        auto g = l->reserve_gang("t", c.rq, 2, "", 0, t0_ns);
+        ASSERT_FALSE(g);
+        EXPECT_EQ(g.err().reason, c.reason);
+    }
+    EXPECT_EQ(l->reserve("", req(10), "", 0, t0_ns).err().reason, "invalid_argument");
+    EXPECT_EQ(l->reserve("t", req(10), "", -1, t0_ns).err().reason, "invalid_argument");
+    EXPECT_EQ(l->reserve_gang("t", req(10), 3, "", 0, t0_ns).err().reason, "invalid_argument");
+    EXPECT_EQ(l->reserve_gang("t", req(10), 0, "", 0, t0_ns).err().reason, "invalid_argument");
+    EXPECT_EQ(l->mark_missed(t0_ns, -1).err().reason, "invalid_argument");
+    EXPECT_EQ(snapshot(*l), before);
+    EXPECT_EQ(l->stats().active, stats_before.active);
+    EXPECT_EQ(l->stats().gaps, stats_before.gaps);
+    EXPECT_TRUE(l->drain_events().empty());
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, same_idempotency_key_and_tenant_returns_the_same_reservation) {
+    auto l = make_ledger();
+    auto a = l->reserve("alice", req(10), "job-1", 0, t0_ns);
+    auto b = l->reserve("alice", req(10), "job-1", 0, t0_ns + s_ns);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->id, b->id);
+    EXPECT_EQ(a->fencing_token, b->fencing_token);
+    EXPECT_EQ(l->stats().active, 1U);
+    // Another tenant's key space is separate.
+    auto c = l->reserve("bob", req(10), "job-1", 0, t0_ns);
+    ASSERT_TRUE(c);
+    EXPECT_NE(c->id, a->id);
+    // The same key with a different request is refused.
+    auto d = l->reserve("alice", req(20), "job-1", 0, t0_ns);
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.err().reason, "duplicate");
+    // Still the same reservation after it was committed.
+    ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {1, 2}, t0_ns));
+    auto e = l->reserve("alice", req(10), "job-1", 0, t0_ns);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->id, a->id);
+    EXPECT_EQ(e->state, res_state::committed);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, a_tenant_never_sees_nor_changes_another_tenants_reservation) {
+    auto l = make_ledger();
+    auto a = l->reserve("alice", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(a);
+    const auto before = snapshot(*l);
+    EXPECT_EQ(l->status("bob", a->id).err().reason, "not_owner");
+    EXPECT_EQ(l->job_result_of("bob", a->id).err().reason, "not_owner");
+    EXPECT_EQ(l->heartbeat("bob", a->id, a->fencing_token, t0_ns).err().reason, "not_owner");
+    EXPECT_EQ(l->release("bob", a->id, a->fencing_token, t0_ns).err().reason, "not_owner");
+    EXPECT_EQ(l->commit("bob", a->id, a->fencing_token, {}, t0_ns).err().reason, "not_owner");
+    EXPECT_EQ(l->cancel("bob", a->id, t0_ns).err().reason, "not_owner");
+    EXPECT_EQ(l->status("alice", 999).err().reason, "not_found");
+    EXPECT_EQ(snapshot(*l), before);
+}
+
+TEST(ledger, a_stale_fencing_token_is_refused) {
+    auto l = make_ledger();
+    auto a = l->reserve("alice", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(a);
+    const auto before = snapshot(*l);
+    EXPECT_EQ(l->heartbeat("alice", a->id, a->fencing_token + 1, t0_ns).err().reason,
+              "bad_fencing_token");
+    EXPECT_EQ(l->release("alice", a->id, a->fencing_token + 1, t0_ns).err().reason,
+              "bad_fencing_token");
+    EXPECT_EQ(l->commit("alice", a->id, 0, {}, t0_ns).err().reason, "bad_fencing_token");
+    EXPECT_EQ(snapshot(*l), before);
+    // Every reservation gets a fresh, larger token.
+    auto b = l->reserve("alice", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(b);
+    EXPECT_GT(b->fencing_token, a->fencing_token);
+}
+
+TEST(ledger, job_lifecycle_held_committed_dispatched_completed_with_events) {
+    auto l = make_ledger();
+    auto a = l->reserve("alice", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, "not_ready");
+    auto c = l->commit("alice", a->id, a->fencing_token, {0xde, 0xad}, t0_ns + s_ns);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->state, res_state::committed);
+    EXPECT_EQ(c->payload, (blob{0xde, 0xad}));
+    auto due = l->due_jobs("q0", w0 + 1);
+    ASSERT_EQ(due.size(), 1U);
+    EXPECT_EQ(due[0].id, a->id);
+    EXPECT_TRUE(l->due_jobs("q0", w0).empty());  // horizon is exclusive
+    auto d = l->mark_dispatched(a->id, w0 + 5);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->state, res_state::dispatched);
+    EXPECT_EQ(d->sent_ns, w0 + 5);
+    EXPECT_TRUE(l->due_jobs("q0", w0 + period_ns).empty());
+    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, "not_ready");
+    auto done = l->complete(a->id, {42}, w0 + 10 * s_ns);
+    ASSERT_TRUE(done);
+    auto res = l->job_result_of("alice", a->id);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->state, res_state::completed);
+    EXPECT_EQ(res->result, (blob{42}));
+    const auto evs = l->drain_events();
+    std::vector<std::string> types;
+    for (const event& e : evs) {
+        EXPECT_EQ(e.reservation_id, a->id);
+        EXPECT_EQ(e.tenant, "alice");
+        EXPECT_EQ(e.qpu, "q0");
+        types.push_back(e.type);
+    }
+    EXPECT_EQ(types, (std::vector<std::string>{"reserved", "committed", "dispatched", "completed"}));
+    EXPECT_TRUE(l->drain_events().empty());
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, dispatched_job_can_fail_with_a_reason) {
+    auto l = make_ledger();
+    auto a = l->submit("alice", req(10), "", {1}, t0_ns);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->state, res_state::committed);
+    ASSERT_TRUE(l->mark_dispatched(a->id, w0));
+    auto f = l->fail(a->id, "endpoint closed the connection", w0 + s_ns);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->state, res_state::failed);
+    auto res = l->job_result_of("alice", a->id);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->state, res_state::failed);
+    EXPECT_EQ(res->reason, "endpoint closed the connection");
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, transition_table_allows_exactly_the_documented_edges) {
+    using st = res_state;
+    const std::vector<std::pair<st, st>> legal = {
+        {st::held, st::committed},       {st::held, st::expired},
+        {st::held, st::released},        {st::held, st::displaced},
+        {st::committed, st::dispatched}, {st::committed, st::cancelled},
+        {st::committed, st::missed},     {st::committed, st::displaced},
+        {st::dispatched, st::completed}, {st::dispatched, st::failed},
+    };
+    for (int f = 0; f <= static_cast<int>(st::displaced); ++f) {
+        for (int t = 0; t <= static_cast<int>(st::displaced); ++t) {
+            const auto from = static_cast<st>(f);
+            const auto to = static_cast<st>(t);
+            const bool want =
+                std::find(legal.begin(), legal.end(), std::make_pair(from, to)) != legal.end();
+            EXPECT_EQ(transition_allowed(from, to), want)
+                << to_string(from) << " -> " << to_string(to);
+        }
+        EXPECT_EQ(res_state_from_string(to_string(static_cast<st>(f))), static_cast<st>(f));
+    }
+}
+
+TEST(ledger, illegal_transitions_are_errors_and_change_nothing) {
+    auto l = make_ledger();
+    auto held = l->reserve("a", req(10), "", 0, t0_ns);
+    auto committed = l->submit("a", req(10), "", {1}, t0_ns);
+    auto released = l->reserve("a", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(held && committed && released);
+    ASSERT_TRUE(l->release("a", released->id, released->fencing_token, t0_ns));
+    const auto before = snapshot(*l);
+    l->drain_events();
+    auto expect_illegal = [&](auto&& r, const char* what) {
+        ASSERT_FALSE(r) << what;
+        EXPECT_EQ(r.err().reason, "illegal_transition") << what << ": " << r.err().message;
+    };
+    expect_illegal(l->cancel("a", held->id, t0_ns), "cancel held");
+    expect_illegal(l->mark_dispatched(held->id, t0_ns), "dispatch held");
+    expect_illegal(l->complete(held->id, {}, t0_ns), "complete held");
+    expect_illegal(l->fail(held->id, "x", t0_ns), "fail held");
+    expect_illegal(l->release("a", committed->id, committed->fencing_token, t0_ns), "release committed");
+    expect_illegal(l->heartbeat("a", committed->id, committed->fencing_token, t0_ns), "heartbeat committed");
+    expect_illegal(l->commit("a", committed->id, committed->fencing_token, {}, t0_ns), "commit committed");
+    expect_illegal(l->complete(committed->id, {}, t0_ns), "complete committed");
+    expect_illegal(l->fail(committed->id, "x", t0_ns), "fail committed");
+    expect_illegal(l->release("a", released->id, released->fencing_token, t0_ns), "release released");
+    expect_illegal(l->commit("a", released->id, released->fencing_token, {}, t0_ns), "commit released");
+    expect_illegal(l->cancel("a", released->id, t0_ns), "cancel released");
+    expect_illegal(l->mark_dispatched(released->id, t0_ns), "dispatch released");
+    EXPECT_EQ(l->mark_dispatched(777, t0_ns).err().reason, "not_found");
+    EXPECT_EQ(l->complete(777, {}, t0_ns).err().reason, "not_found");
+    EXPECT_EQ(l->fail(777, "x", t0_ns).err().reason, "not_found");
+    EXPECT_EQ(snapshot(*l), before);
+    EXPECT_TRUE(l->drain_events().empty());
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, leases_expire_unless_heartbeated_and_free_their_slot) {
+    auto l = make_ledger();
+    auto a = l->reserve("a", req(10), "", 5 * s_ns, t0_ns);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(*l->expire_leases(t0_ns + 4 * s_ns), 0U);
+    auto hb = l->heartbeat("a", a->id, a->fencing_token, t0_ns + 4 * s_ns);
+    ASSERT_TRUE(hb);
+    EXPECT_EQ(hb->lease_expires_ns, t0_ns + 9 * s_ns);
+    EXPECT_EQ(*l->expire_leases(t0_ns + 8 * s_ns), 0U);
+    // Past the lease but before housekeeping ran: refused, not silently renewed.
+    EXPECT_EQ(l->heartbeat("a", a->id, a->fencing_token, t0_ns + 9 * s_ns).err().reason,
+              "lease_expired");
+    EXPECT_EQ(l->commit("a", a->id, a->fencing_token, {}, t0_ns + 9 * s_ns).err().reason,
+              "lease_expired");
+    EXPECT_EQ(*l->expire_leases(t0_ns + 9 * s_ns), 1U);
+    EXPECT_EQ(l->status("a", a->id)->state, res_state::expired);
+    EXPECT_EQ(l->heartbeat("a", a->id, a->fencing_token, t0_ns + 9 * s_ns).err().reason,
+              "lease_expired");
+    const auto evs = l->drain_events();
+    ASSERT_FALSE(evs.empty());
+    EXPECT_EQ(evs.back().type, "expired");
+    // The slot is free again.
+    auto b = l->reserve("b", req(10), "", 0, t0_ns + 9 * s_ns);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->start_ns, a->start_ns);
+    EXPECT_EQ(b->qpu, a->qpu);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, commit_after_the_start_passed_is_refused) {
+    auto l = make_ledger();
+    auto a = l->reserve("a", req(10), "", 600 * s_ns, t0_ns);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(l->commit("a", a->id, a->fencing_token, {}, a->start_ns).err().reason,
+              "lease_expired");
+}
+
+TEST(ledger, committed_jobs_whose_start_passed_undispatched_become_missed) {
+    auto l = make_ledger();
+    auto a = l->submit("a", req(10), "", {1}, t0_ns);
+    auto b = l->submit("a", req(10), "", {1}, t0_ns);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->qpu, "q0");
+    ASSERT_EQ(b->qpu, "q1");  // both at w0
+    EXPECT_EQ(*l->mark_missed(w0, 0), 0U);
+    EXPECT_EQ(*l->mark_missed(w0 + 100, 1000), 0U);  // within tolerance
+    ASSERT_TRUE(l->mark_dispatched(b->id, w0 + 50));
+    EXPECT_EQ(*l->mark_missed(w0 + 2000, 1000), 1U);
+    const auto m = l->status("a", a->id);
+    EXPECT_EQ(m->state, res_state::missed);
+    EXPECT_NE(m->reason.find("not dispatched"), std::string::npos);
+    EXPECT_TRUE(l->due_jobs("q0", w0 + period_ns).empty());
+    EXPECT_EQ(l->mark_dispatched(a->id, w0 + 3000).err().reason, "illegal_transition");
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, due_jobs_lists_committed_jobs_in_start_order) {
+    auto l = make_ledger();
+    request r = req(10);
+    r.qpus = {"q1"};
+    auto a = l->submit("a", r, "", {1}, t0_ns);
+    auto held = l->reserve("a", r, "", 0, t0_ns);
+    auto c = l->submit("a", r, "", {3}, t0_ns);
+    ASSERT_TRUE(a && held && c);
+    auto due = l->due_jobs("q1", t0_ns + 10 * period_ns);
+    ASSERT_EQ(due.size(), 2U);
+    EXPECT_EQ(due[0].id, a->id);
+    EXPECT_EQ(due[1].id, c->id);
+    EXPECT_LT(due[0].start_ns, due[1].start_ns);
+    EXPECT_TRUE(l->due_jobs("q0", t0_ns + 10 * period_ns).empty());
+    EXPECT_TRUE(l->due_jobs("nope", t0_ns + 10 * period_ns).empty());
+}
+
+TEST(ledger, cancel_and_release_free_the_slot) {
+    auto l = make_ledger();
+    request r = req(90);
+    r.qpus = {"q0"};
+    auto a = l->submit("a", r, "", {1}, t0_ns);
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(l->cancel("a", a->id, t0_ns));
+    EXPECT_EQ(l->status("a", a->id)->state, res_state::cancelled);
+    auto b = l->reserve("a", r, "", 0, t0_ns);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->start_ns, a->start_ns);
+    ASSERT_TRUE(l->release("a", b->id, b->fencing_token, t0_ns));
+    auto c = l->reserve("a", r, "", 0, t0_ns);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->start_ns, a->start_ns);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, gang_reserves_one_start_on_k_qpus) {
+    auto l = make_ledger();
+    request only_q0 = req(40);
+    only_q0.qpus = {"q0"};
+    ASSERT_TRUE(l->reserve("x", only_q0, "", 0, t0_ns));  // q0 busy [w0, w0+40)
+    auto g = l->reserve_gang("a", req(20), 2, "gang-1", 0, t0_ns);
+    ASSERT_TRUE(g) << g.err().message;
+    ASSERT_EQ(g->size(), 2U);
+    EXPECT_EQ((*g)[0].start_ns, w0 + 40 * s_ns);
+    EXPECT_EQ((*g)[1].start_ns, w0 + 40 * s_ns);
+    EXPECT_NE((*g)[0].qpu, (*g)[1].qpu);
+    EXPECT_EQ((*g)[0].gang_id, (*g)[1].gang_id);
+    EXPECT_NE((*g)[0].gang_id, 0U);
+    EXPECT_EQ((*g)[0].fencing_token, (*g)[1].fencing_token);
+    // Idempotent as a whole.
+    auto again = l->reserve_gang("a", req(20), 2, "gang-1", 0, t0_ns);
+    ASSERT_TRUE(again);
+    EXPECT_EQ((*again)[0].id, (*g)[0].id);
+    EXPECT_EQ(l->reserve("a", req(20), "gang-1", 0, t0_ns).err().reason, "duplicate");
+    // Commit on one member commits the gang; cancel on the other cancels it.
+    ASSERT_TRUE(l->commit("a", (*g)[1].id, (*g)[1].fencing_token, {7}, t0_ns));
+    EXPECT_EQ(l->status("a", (*g)[0].id)->state, res_state::committed);
+    EXPECT_EQ(l->due_jobs("q0", w0 + period_ns).size(), 1U);
+    EXPECT_EQ(l->due_jobs("q1", w0 + period_ns).size(), 1U);
+    ASSERT_TRUE(l->cancel("a", (*g)[0].id, t0_ns));
+    EXPECT_EQ(l->status("a", (*g)[1].id)->state, res_state::cancelled);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, gang_is_all_or_nothing) {
+    auto l = make_ledger();
+    request fill = req(90);
+    fill.qpus = {"q1"};
+    ASSERT_TRUE(l->reserve("x", fill, "", 0, t0_ns));
+    l->drain_events();
+    const auto before = snapshot(*l);
+    const auto gaps_before = l->stats().gaps;
+    // q0 is free, q1 is full until the next window, and the deadline ends
+    // before it: no common start, so nothing is reserved on q0 either.
+    auto g = l->reserve_gang("a", req(20, 0, w0 + 90 * s_ns), 2, "", 0, t0_ns);
+    ASSERT_FALSE(g);
+    EXPECT_EQ(g.err().reason, "no_fit");
+    EXPECT_EQ(snapshot(*l), before);
+    EXPECT_EQ(l->stats().gaps, gaps_before);
+    EXPECT_TRUE(l->drain_events().empty());
+    // Release one member: both go.
+    auto ok = l->reserve_gang("a", req(20), 2, "", 0, t0_ns);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ((*ok)[0].start_ns, w0 + period_ns);
+    ASSERT_TRUE(l->release("a", (*ok)[0].id, (*ok)[0].fencing_token, t0_ns));
+    EXPECT_EQ(l->status("a", (*ok)[1].id)->state, res_state::released);
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(ledger, query_reports_window_age_and_fidelity_or_the_next_window) {
+    auto l = make_ledger();
+    request r = req(10, w0 + 30 * s_ns);
+    r.max_candidates = 3;
+    auto q = l->query(r, t0_ns);
+    ASSERT_TRUE(q);
+    ASSERT_EQ(q->candidates.size(), 3U);
+    const candidate& c = q->candidates[0];
+    EXPECT_EQ(c.start_ns, w0 + 30 * s_ns);
+    EXPECT_EQ(c.calibration_id, 10001U);
+    EXPECT_EQ(c.calibration_age_ns, 30 * s_ns);
+    EXPECT_NEAR(c.predicted_fidelity, 0.99 * std::exp(-0.03), 1e-9);
+    EXPECT_EQ(c.window_until_ns, t0_ns + period_ns);
+    EXPECT_LE(q->candidates[0].score, q->candidates[1].score);
+    EXPECT_FALSE(q->next);
+    // Queries change nothing.
+    EXPECT_EQ(l->stats().active, 0U);
+    // Nothing fits before a deadline inside the blackout: the next window is reported.
+    request tight = req(10, t0_ns, t0_ns + 10 * s_ns);
+    auto none = l->query(tight, t0_ns);
+    ASSERT_TRUE(none);
+    EXPECT_TRUE(none->candidates.empty());
+    ASSERT_TRUE(none->next);
+    EXPECT_EQ(none->next->window.valid_from_ns, w0);
+    EXPECT_NE(none->why_none.find("no slot"), std::string::npos);
+}
+
+TEST(ledger, forget_terminal_drops_old_records_only) {
+    auto l = make_ledger();
+    auto a = l->reserve("a", req(10), "k", 0, t0_ns);
+    auto b = l->reserve("a", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(a && b);
+    ASSERT_TRUE(l->release("a", a->id, a->fencing_token, t0_ns));
+    EXPECT_EQ(*l->forget_terminal(a->end_ns()), 0U);
+    EXPECT_EQ(*l->forget_terminal(a->end_ns() + 1), 1U);
+    EXPECT_EQ(l->find(a->id), nullptr);
+    EXPECT_NE(l->find(b->id), nullptr);
+    // The key is free again.
+    auto c = l->reserve("a", req(10), "k", 0, t0_ns);
+    ASSERT_TRUE(c);
+    EXPECT_NE(c->id, a->id);
+    EXPECT_INVARIANTS(*l);
+}
+
+}  // namespace
+}  // namespace qrt::timeline
