@@ -178,6 +178,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
 
     slot_state& s = _slots[slot];
     s.scheduled_rt_ns = job.scheduled_ns;
+    s.job_id = job.job_id;
     s.queued = true;
     s.deadline_ns.store(_base.to_monotonic_ns(job.scheduled_ns), std::memory_order_release);
 
@@ -211,6 +212,15 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
         }
     }
     return n;
+}
+
+std::optional<std::int64_t> dispatcher::queued_deadline_ns(std::uint64_t job_id) const noexcept {
+    for (std::size_t i = 0; i < _slot_count; ++i) {
+        if (_slots[i].queued && _slots[i].job_id == job_id) {
+            return _slots[i].deadline_ns.load(std::memory_order_acquire);
+        }
+    }
+    return std::nullopt;
 }
 
 rtcore::status dispatcher::set_endpoint_fd(int fd) {

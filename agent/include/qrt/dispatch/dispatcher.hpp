@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -147,6 +148,8 @@ public:
         return n;
     }
     std::size_t queued() const noexcept { return _slot_count - _free.size(); }
+    // The monotonic deadline a queued (or in-flight) job will be sent at.
+    std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
     // ---- any thread ----
     void set_calibration_id(std::uint64_t id) noexcept { _calibration_id.store(id, std::memory_order_release); }
@@ -161,6 +164,7 @@ private:
     struct alignas(64) slot_state {
         std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
         std::int64_t scheduled_rt_ns = 0;          // housekeeping only
+        std::uint64_t job_id = 0;                  // housekeeping only
         bool queued = false;                       // housekeeping only
     };
     struct uring;  // liburing state (pimpl keeps liburing.h out of this header)

@@ -1,0 +1,232 @@
+// The dispatcher with a real thread in untuned mode (no root needed) sending
+// into a socketpair: what is sent, what is refused, and the deadline
+// re-conversion on a realtime step (fake clock).  No timing is asserted.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "qrt/dispatch/dispatcher.hpp"
+#include "qrt/dispatch/wire_codec.hpp"
+
+using namespace qrt::dispatch;
+namespace wire = qrt::wire;
+
+namespace {
+
+constexpr std::int64_t ms = 1'000'000;
+
+class dispatcher_fixture : public ::testing::Test {
+protected:
+    void SetUp() override { ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, _sp), 0); }
+    void TearDown() override {
+        ::close(_sp[0]);
+        ::close(_sp[1]);
+    }
+
+    static dispatcher_config untuned() {
+        dispatcher_config c;
+        c.mode = dispatch_mode::untuned;
+        c.slots = 8;
+        c.max_payload_bytes = 256;
+        return c;
+    }
+
+    static dispatch_job job_at(std::uint64_t id, std::int64_t t_rt, std::uint64_t calibration_id = 1) {
+        dispatch_job j;
+        j.job_id = id;
+        j.scheduled_ns = t_rt;
+        j.window_start_ns = t_rt - 1000 * ms;
+        j.window_end_ns = t_rt + 1000 * ms;
+        j.duration_ns = 100'000;
+        j.calibration_id = calibration_id;
+        j.tolerance_ns = 1 * ms;
+        j.shots = 10;
+        return j;
+    }
+
+    // Bounded wait for n records.
+    static std::vector<dispatch_record> wait_records(dispatcher& d, std::size_t n) {
+        std::vector<dispatch_record> out;
+        for (int i = 0; i < 3000 && out.size() < n; ++i) {
+            d.drain_records([&](const dispatch_record& r) { out.push_back(r); });
+            if (out.size() < n) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
+        return out;
+    }
+
+    std::vector<wire::frame> read_frames() {
+        wire::frame_reader r;
+        std::uint8_t buf[4096];
+        ssize_t n = 0;
+        while ((n = ::recv(_sp[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+            r.feed({buf, static_cast<std::size_t>(n)});
+        }
+        std::vector<wire::frame> out;
+        while (auto f = r.next()) {
+            out.push_back(std::move(*f));
+        }
+        EXPECT_EQ(r.error(), wire::decode_status::ok);
+        return out;
+    }
+
+    int _sp[2] = {-1, -1};
+    rtcore::real_clock _clock;
+};
+
+const std::uint8_t payload[] = {'h', 'e', 'l', 'l', 'o'};
+
+}  // namespace
+
+TEST_F(dispatcher_fixture, a_job_whose_start_passed_beyond_tolerance_is_missed_and_never_sent) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() - 1000 * ms), payload));
+    ASSERT_TRUE(d.start());
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::missed) << to_string(recs[0].status);
+    EXPECT_GT(recs[0].lateness_ns, 1 * ms);
+    EXPECT_EQ(recs[0].sent_ns, 0);
+    EXPECT_TRUE(read_frames().empty()) << "a missed job must never reach the endpoint";
+}
+
+TEST_F(dispatcher_fixture, calibration_guard_sends_only_jobs_of_the_current_calibration) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    d.set_calibration_id(6);
+    const std::int64_t t = _clock.now_realtime_ns() + 30 * ms;
+    ASSERT_TRUE(d.submit(job_at(1, t, 5), payload));
+    ASSERT_TRUE(d.submit(job_at(2, t + 20 * ms, 6), payload));
+    ASSERT_TRUE(d.start());
+    const auto recs = wait_records(d, 2);
+    d.stop();
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs[0].job_id, 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::calibration_changed) << to_string(recs[0].status);
+    EXPECT_EQ(recs[1].job_id, 2u);
+    ASSERT_EQ(recs[1].status, dispatch_status::sent) << to_string(recs[1].status) << " io " << recs[1].io_result;
+    EXPECT_EQ(recs[1].io_result, static_cast<std::int32_t>(wire::header_len + sizeof(payload)));
+
+    const auto frames = read_frames();
+    ASSERT_EQ(frames.size(), 1u);
+    const wire::header& h = frames[0].hdr;
+    EXPECT_EQ(h.type, QRT_WIRE_JOB);
+    EXPECT_EQ(h.job_id, 2u);
+    EXPECT_EQ(h.calibration_id, 6u);
+    EXPECT_EQ(h.scheduled_ns, t + 20 * ms);
+    EXPECT_EQ(h.sent_ns, recs[1].sent_ns);
+    EXPECT_NE(h.sent_ns, 0);
+    EXPECT_EQ(h.shots, 10u);
+    EXPECT_EQ(frames[0].payload_text(), "hello");
+}
+
+TEST_F(dispatcher_fixture, calibration_change_after_submit_stops_a_queued_job) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    d.set_calibration_id(3);
+    ASSERT_TRUE(d.submit(job_at(9, _clock.now_realtime_ns() + 50 * ms, 3), payload));
+    ASSERT_TRUE(d.start());
+    d.set_calibration_id(4);  // the window changed before T
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::calibration_changed);
+    EXPECT_TRUE(read_frames().empty());
+}
+
+TEST_F(dispatcher_fixture, without_an_endpoint_the_job_fails_endpoint_down) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 10 * ms), payload));
+    ASSERT_TRUE(d.start());
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::endpoint_down);
+}
+
+TEST_F(dispatcher_fixture, stop_cancels_queued_jobs) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 10'000 * ms), payload));
+    ASSERT_TRUE(d.start());
+    d.stop();
+    const auto recs = wait_records(d, 1);
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::cancelled);
+    EXPECT_EQ(d.queued(), 0u) << "the slot came back to the pool";
+}
+
+TEST_F(dispatcher_fixture, submit_refuses_bad_jobs_with_a_reason) {
+    dispatcher d(untuned(), _clock);
+    const std::int64_t t = _clock.now_realtime_ns() + 1000 * ms;
+    ASSERT_TRUE(d.submit(job_at(1, t), payload));
+    auto st = d.submit(job_at(2, t - 1), payload);
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.err().message.find("start order"), std::string::npos) << st.err().message;
+
+    dispatch_job outside = job_at(3, t + 1);
+    outside.window_end_ns = outside.scheduled_ns + outside.duration_ns - 1;
+    st = d.submit(outside, payload);
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.err().message.find("not inside its window"), std::string::npos) << st.err().message;
+
+    std::vector<std::uint8_t> big(257);
+    st = d.submit(job_at(4, t + 2), big);
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.err().message.find("max_payload_bytes"), std::string::npos);
+
+    for (std::uint64_t id = 10; id < 17; ++id) {
+        ASSERT_TRUE(d.submit(job_at(id, t + static_cast<std::int64_t>(id)), payload));
+    }
+    st = d.submit(job_at(99, t + 100), payload);
+    ASSERT_FALSE(st) << "8 slots are in use";
+    EXPECT_EQ(st.err().code, EBUSY);
+}
+
+TEST(dispatcher_clock_step, queued_deadlines_are_reconverted_after_a_realtime_step) {
+    rtcore::fake_clock clock;
+    int sp[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    dispatcher_config cfg;
+    cfg.mode = dispatch_mode::untuned;
+    cfg.slots = 4;
+    cfg.max_payload_bytes = 64;
+    dispatcher d(cfg, clock);
+    dispatch_job j;
+    j.job_id = 77;
+    j.scheduled_ns = clock.now_realtime_ns() + 10 * rtcore::ns_per_s;
+    j.window_start_ns = j.scheduled_ns;
+    j.window_end_ns = j.scheduled_ns + rtcore::ns_per_s;
+    j.tolerance_ns = 1 * ms;
+    ASSERT_TRUE(d.submit(j, {}));
+    const std::int64_t mono0 = clock.now_monotonic_ns();
+    ASSERT_EQ(d.queued_deadline_ns(77), mono0 + 10 * rtcore::ns_per_s);
+
+    // The realtime clock is set back by 3 s (e.g. PTP step): the job's start,
+    // given in realtime, is now 13 s away on CLOCK_MONOTONIC.
+    clock.step_realtime(-3 * rtcore::ns_per_s);
+    EXPECT_EQ(d.on_realtime_step(rtcore::time_base::sample(clock)), 1u);
+    ASSERT_EQ(d.queued_deadline_ns(77), mono0 + 13 * rtcore::ns_per_s);
+
+    ASSERT_TRUE(d.set_endpoint_fd(sp[0]));
+    ASSERT_TRUE(d.start());
+    std::vector<dispatch_record> recs;
+    for (int i = 0; i < 3000 && recs.empty(); ++i) {
+        d.drain_records([&](const dispatch_record& r) { recs.push_back(r); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    EXPECT_EQ(recs[0].deadline_ns, mono0 + 13 * rtcore::ns_per_s) << "sent at the re-converted deadline";
+    ::close(sp[0]);
+    ::close(sp[1]);
+}

@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include "qrt/dispatch/guard.hpp"
+
+using namespace qrt::dispatch;
+
+namespace {
+guard_input on_time() {
+    guard_input g;
+    g.now_ns = 1'000'000;
+    g.deadline_ns = 1'000'000;
+    g.window_end_ns = 2'000'000;
+    g.duration_ns = 100'000;
+    g.tolerance_ns = 50'000;
+    g.job_calibration_id = 7;
+    g.current_calibration_id = 7;
+    g.endpoint_up = true;
+    return g;
+}
+}  // namespace
+
+TEST(calibration_guard, sends_when_the_window_id_is_still_current) {
+    EXPECT_EQ(check_before_send(on_time()), dispatch_status::sent);
+}
+
+TEST(calibration_guard, refuses_a_job_whose_calibration_id_changed) {
+    guard_input g = on_time();
+    g.current_calibration_id = 8;
+    EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed);
+}
+
+TEST(calibration_guard, zero_current_id_means_no_calibration_tracking) {
+    guard_input g = on_time();
+    g.current_calibration_id = 0;
+    EXPECT_EQ(check_before_send(g), dispatch_status::sent);
+}
+
+TEST(missed, start_passed_beyond_tolerance_is_missed_never_sent) {
+    guard_input g = on_time();
+    g.now_ns = g.deadline_ns + g.tolerance_ns + 1;
+    EXPECT_EQ(check_before_send(g), dispatch_status::missed);
+    g.now_ns = g.deadline_ns + g.tolerance_ns;  // exactly at the tolerance: still sent
+    EXPECT_EQ(check_before_send(g), dispatch_status::sent);
+}
+
+TEST(missed, takes_precedence_over_every_other_refusal) {
+    guard_input g = on_time();
+    g.now_ns = g.deadline_ns + 10 * g.tolerance_ns;
+    g.current_calibration_id = 9;
+    g.endpoint_up = false;
+    EXPECT_EQ(check_before_send(g), dispatch_status::missed);
+}
+
+TEST(window, a_job_that_would_end_after_the_window_is_not_sent) {
+    guard_input g = on_time();
+    g.window_end_ns = g.deadline_ns + g.duration_ns + 10'000;
+    g.now_ns = g.deadline_ns + 20'000;  // within tolerance, but would overrun the window
+    EXPECT_EQ(check_before_send(g), dispatch_status::out_of_window);
+}
+
+TEST(endpoint, a_job_is_not_sent_to_a_down_endpoint) {
+    guard_input g = on_time();
+    g.endpoint_up = false;
+    EXPECT_EQ(check_before_send(g), dispatch_status::endpoint_down);
+}
