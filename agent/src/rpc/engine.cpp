@@ -137,7 +137,8 @@ line_reply engine::handle_line(std::string_view raw, session& s) {
         std::string why;
         try {
             parsed = json::parse(line.begin(), line.end());
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {
+            // parse_error, and out_of_range for numbers beyond double (1e400).
             ok = false;
             why = e.what();
         }

@@ -9,8 +9,10 @@
 namespace qrt::rpc {
 
 rpc_failure::rpc_failure(std::string reason, std::string message, json details)
-    : rpc_failure(code_for_reason(reason), std::move(reason), std::move(message),
-                  std::move(details)) {}
+    : _code(code_for_reason(reason)),
+      _reason(std::move(reason)),
+      _message(std::move(message)),
+      _details(details.is_object() ? std::move(details) : json::object()) {}
 
 rpc_failure::rpc_failure(int code, std::string reason, std::string message, json details)
     : _code(code),
