@@ -222,6 +222,7 @@ result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem
     }
     rep.applied = true;
     bool have_sets = false;
+    std::string prefix = opts.isolation.cgroup_prefix;
     for (const auto& r : *recs) {
         if (r.kind == "apply" && r.fields.size() == 2) {
             auto i = cpu_set::parse_list(r.fields[0]);
@@ -233,6 +234,13 @@ result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem
             }
         } else if (r.kind == "method" && !r.fields.empty()) {
             rep.method = parse_isolation_method(r.fields[0]).value_or(isolation_method::none);
+        } else if (r.kind == "mkcg" && !r.fields.empty()) {
+            // The cgroups apply created name the prefix, whatever the caller passes now.
+            const std::string base = std::filesystem::path(r.fields[0]).filename().string();
+            const std::string suffix = "-isolated";
+            if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+                prefix = base.substr(0, base.size() - suffix.size());
+            }
         }
     }
     if (!have_sets) {
@@ -249,7 +257,9 @@ result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem
         }
         rep.irqs = std::move(*irqs);
     }
-    auto iso = verify_isolation(fs, tasks, *journal, rep.isolated, rep.housekeeping, rep.method, opts.isolation);
+    isolation_options iso_opts = opts.isolation;
+    iso_opts.cgroup_prefix = prefix;
+    auto iso = verify_isolation(fs, tasks, *journal, rep.isolated, rep.housekeeping, rep.method, iso_opts);
     if (!iso) {
         return error{iso.err().code, "verify: " + iso.err().message};
     }

@@ -84,6 +84,9 @@ result<apply_report> apply(host_fs& fs, task_ops& tasks, const std::filesystem::
 
 result<restore_report> restore(host_fs& fs, task_ops& tasks, const std::filesystem::path& state_dir);
 
+// Reads the sets, the isolation method and the cgroup names from the journal
+// (opts only switches IRQ checks); re-pins drifted and new IRQs and sweeps
+// tasks that arrived since, journaling first.  No journal: applied = false.
 result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem::path& state_dir,
                              const apply_options& opts = {});
 

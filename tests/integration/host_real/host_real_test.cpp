@@ -276,9 +276,10 @@ TEST_F(host_real, apply_changes_irqs_and_cpusets_and_restore_puts_back_every_byt
         std::fprintf(stderr, "host_real: isolation used %s\n", rtcore::to_string(rep->isolation.method));
     }
 
-    auto v = hp::verify(_fs, _tasks, state_dir, _opts);
+    auto v = hp::verify(_fs, _tasks, state_dir);  // finds the qrt-it prefix in the journal
     ASSERT_TRUE(v) << v.err().message;
     EXPECT_EQ(v->irqs.count(rtcore::irq_outcome::action::repinned), 0U);
+    EXPECT_EQ(v->isolation.isolated_cgroup, rep->isolation.isolated_cgroup);
 
     auto back = hp::restore(_fs, _tasks, state_dir);
     ASSERT_TRUE(back) << back.err().message;
