@@ -454,6 +454,10 @@ result<rt_thread_report> configure_current_thread(const rt_thread_config& cfg, s
         }
         report.memory_locked_by_us = !prev->memory_was_locked;
         report.steps.push_back("memory: mlockall(MCL_CURRENT|MCL_FUTURE)");
+        if (!ops.memory_locked()) {
+            // AddressSanitizer, for one, turns mlockall into a no-op.
+            report.steps.push_back("memory: mlockall succeeded but no page is locked (VmLck 0; sanitizer build?)");
+        }
     }
 
     if (cfg.prefault_stack_bytes > 0) {
