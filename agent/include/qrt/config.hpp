@@ -1,0 +1,271 @@
+#pragma once
+// qrtd's configuration: the plain struct every module reads, and the loader.
+//
+// The options themselves (name, type, default, range, meaning) live in ONE
+// table, qrt/config_table.hpp.  That table drives parsing, `qrtd
+// check-config`, the commented reference (`qrtd config-reference`, which is
+// byte-equal to config/qrtd.toml) and the option list of qrtd.toml(5).
+//
+// Loading never throws and never touches the host.  Every problem becomes a
+// config_diagnostic naming the file, the line, the option, the value and what
+// was allowed:
+//   qrtd.toml:12: dispatch.priority = 150 is out of range 1..99
+// and the loader reports all of them, not just the first.
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "rtcore/cpu_set.hpp"
+#include "rtcore/error.hpp"
+
+namespace qrt {
+
+// ---- enumerations (names are the config spelling, in declaration order) ---
+
+enum class log_level { trace, debug, info, warn, error, critical, off };
+enum class isolation_mode { automatic, cgroup2, cgroup1, fence, none };
+enum class dispatch_mode { tuned, untuned };
+enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_aware };
+enum class calibration_change { replace, fail };
+enum class calibration_source { periodic, pushed };
+
+template <typename E>
+struct enum_names;
+template <>
+struct enum_names<log_level> {
+    static constexpr std::array<std::string_view, 7> names{
+        "trace", "debug", "info", "warn", "error", "critical", "off"};
+};
+template <>
+struct enum_names<isolation_mode> {
+    static constexpr std::array<std::string_view, 5> names{
+        "auto", "cgroup2", "cgroup1", "fence", "none"};
+};
+template <>
+struct enum_names<dispatch_mode> {
+    static constexpr std::array<std::string_view, 2> names{"tuned", "untuned"};
+};
+template <>
+struct enum_names<placement_policy> {
+    static constexpr std::array<std::string_view, 4> names{
+        "fifo", "edf-backfill", "priority-preempt", "fidelity-aware"};
+};
+template <>
+struct enum_names<calibration_change> {
+    static constexpr std::array<std::string_view, 2> names{"replace", "fail"};
+};
+template <>
+struct enum_names<calibration_source> {
+    static constexpr std::array<std::string_view, 2> names{"periodic", "pushed"};
+};
+
+template <typename E>
+constexpr std::string_view to_string(E value) noexcept {
+    return enum_names<E>::names[static_cast<std::size_t>(value)];
+}
+template <typename E>
+constexpr std::optional<E> enum_from_string(std::string_view text) noexcept {
+    const auto& names = enum_names<E>::names;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        if (names[i] == text) {
+            return static_cast<E>(i);
+        }
+    }
+    return std::nullopt;
+}
+
+// ---- value types with their own syntax -----------------------------------
+
+// A QPU control endpoint:
+//   unix:///run/qpu0.sock     AF_UNIX stream socket (absolute path, < 108 bytes)
+//   tcp://127.0.0.1:9000      IPv4 literal and port (no host names: no DNS)
+//   tcp://[::1]:9000          IPv6 literal in brackets
+//   file:///dev/qpu0          a character device under /dev
+struct endpoint {
+    enum class kind { unix_socket, tcp, device_file };
+    kind type = kind::unix_socket;
+    std::string path;        // unix_socket, device_file
+    std::string host;        // tcp: the address literal, without brackets
+    std::uint16_t port = 0;  // tcp
+    std::string uri;         // as written
+    bool operator==(const endpoint&) const = default;
+};
+// Error message says what is wrong ("scheme must be unix://, tcp:// or file://").
+rtcore::result<endpoint> parse_endpoint(std::string_view uri);
+
+// A role member: "user:NAME", "group:NAME", "uid:N" or "gid:N".  Names are
+// resolved to ids when a peer connects, not at load time, so a config can be
+// checked on a machine without those accounts.
+struct principal {
+    enum class kind { user, group, uid, gid };
+    kind type = kind::user;
+    std::string name;      // user, group
+    std::uint32_t id = 0;  // uid, gid
+    std::string text;      // as written
+    bool operator==(const principal&) const = default;
+};
+rtcore::result<principal> parse_principal(std::string_view text);
+
+// ---- the configuration ----------------------------------------------------
+
+struct agent_config {
+    std::string state_dir;
+    log_level level = log_level::info;
+    bool watchdog = true;
+    bool operator==(const agent_config&) const = default;
+};
+
+struct host_config {
+    bool apply_on_run = true;
+    // nullopt: "auto" (planned from the topology).
+    std::optional<rtcore::cpu_set> isolated_cpus;
+    unsigned housekeeping_min_cores = 1;
+    isolation_mode isolation = isolation_mode::automatic;
+    bool pin_irqs = true;
+    unsigned irq_verify_interval_s = 0;   // 0: never re-verify
+    std::string locality_device;          // PCI bus id or interface; "" none
+    bool operator==(const host_config&) const = default;
+};
+
+struct dispatch_config {
+    dispatch_mode mode = dispatch_mode::tuned;
+    int priority = 0;
+    std::int64_t lead_min_ns = 0;
+    std::int64_t lead_max_ns = 0;
+    double lead_quantile = 0;
+    std::int64_t lead_margin_ns = 0;
+    std::int64_t miss_tolerance_ns = 0;
+    std::uint32_t ring_capacity = 0;
+    std::uint32_t max_payload_bytes = 0;
+    bool cpu_dma_latency = true;
+    bool operator==(const dispatch_config&) const = default;
+};
+
+struct timeline_config {
+    placement_policy policy = placement_policy::fifo;
+    calibration_change on_calibration_change = calibration_change::replace;
+    std::int64_t default_lease_ns = 0;
+    std::int64_t horizon_ns = 0;
+    bool operator==(const timeline_config&) const = default;
+};
+
+struct rpc_config {
+    std::string socket_path;
+    std::string socket_group;
+    unsigned socket_mode = 0;   // permission bits, e.g. 0660
+    unsigned max_connections = 0;
+    unsigned max_inflight = 0;
+    unsigned idle_timeout_s = 0;   // 0: never
+    std::uint32_t max_line_bytes = 0;
+    std::string metrics_textfile;  // "" off
+    bool operator==(const rpc_config&) const = default;
+};
+
+struct roles_config {
+    std::vector<principal> reader;
+    std::vector<principal> scheduler;
+    std::vector<principal> calibration;
+    std::vector<principal> admin;
+    bool operator==(const roles_config&) const = default;
+};
+
+struct probes_config {
+    bool enabled = true;
+    std::int64_t outlier_threshold_ns = 0;
+    bool operator==(const probes_config&) const = default;
+};
+
+struct qpu_config {
+    std::string name;
+    endpoint target;
+    int dispatch_cpu = -1;                 // -1: chosen by the partition plan
+    std::string locality_device;           // "" inherits host.locality_device
+    calibration_source calibration = calibration_source::periodic;
+    std::int64_t period_ns = 0;
+    std::int64_t blackout_ns = 0;
+    std::int64_t phase_ns = 0;
+    double fidelity_f0 = 0;
+    std::int64_t fidelity_tau_ns = 0;      // 0: no decay
+    std::int64_t job_tolerance_ns = -1;    // -1 inherits dispatch.miss_tolerance_ns
+
+    // The tolerance that applies to this QPU's jobs.
+    std::int64_t effective_job_tolerance_ns(const struct config& cfg) const;
+    bool operator==(const qpu_config&) const = default;
+};
+
+struct config {
+    agent_config agent;
+    host_config host;
+    dispatch_config dispatch;
+    timeline_config timeline;
+    rpc_config rpc;
+    roles_config roles;
+    probes_config probes;
+    std::vector<qpu_config> qpus;
+    bool operator==(const config&) const = default;
+};
+
+inline std::int64_t qpu_config::effective_job_tolerance_ns(const config& cfg) const {
+    return job_tolerance_ns >= 0 ? job_tolerance_ns : cfg.dispatch.miss_tolerance_ns;
+}
+
+// ---- loading --------------------------------------------------------------
+
+struct config_diagnostic {
+    std::string file;      // as given to the loader
+    unsigned line = 0;     // 1-based; 0 when the problem has no place
+    unsigned column = 0;   // 1-based; set for malformed TOML only
+    std::string option;    // "dispatch.priority", "qpu[1].endpoint", "" for none
+    std::string message;   // "dispatch.priority = 150 is out of range 1..99"
+
+    // "qrtd.toml:12: <message>", "qrtd.toml:3:14: <message>" or "qrtd.toml: <message>".
+    std::string to_string() const;
+};
+
+struct config_load_options {
+    // When set, host.isolated_cpus and qpu.dispatch_cpu are checked against
+    // these online CPUs (unknown CPUs, an isolated set that leaves no
+    // housekeeping CPU).  check-config and run pass the host's online set.
+    std::optional<rtcore::cpu_set> online_cpus;
+};
+
+struct config_load_result {
+    config cfg;                                // meaningful only when ok()
+    std::vector<config_diagnostic> errors;     // in file order
+    bool ok() const { return errors.empty(); }
+    std::string error_text() const;            // one diagnostic per line
+};
+
+// Parse TOML text; source_name is what diagnostics call the file.
+config_load_result parse_config(std::string_view toml_text, std::string source_name,
+                                const config_load_options& opts = {});
+// Read and parse a file; an unreadable file is a single diagnostic
+// ("/etc/qrtd/qrtd.toml: cannot read: No such file or directory").
+config_load_result load_config_file(const std::filesystem::path& path,
+                                    const config_load_options& opts = {});
+
+// The configuration of the reference file: every default, and the example
+// [[qpu]] it declares.
+const config& default_config();
+
+// The commented TOML for cfg: every option, with its meaning, type and range,
+// at cfg's value.  reference_toml() == render_config(default_config()) is
+// what `qrtd config-reference` prints and what config/qrtd.toml holds.
+std::string render_config(const config& cfg);
+std::string reference_toml();
+
+// The option list of qrtd.toml(5) in roff (.SS per section, .TP per option).
+std::string reference_roff();
+
+// The configuration as JSON, one member per section, keyed like the TOML
+// (for `qrtd check-config --json`).
+nlohmann::json config_to_json(const config& cfg);
+
+}  // namespace qrt

@@ -1,0 +1,711 @@
+// Loading qrtd.toml: toml++ parses, the option table validates and stores.
+//
+// The walk goes section by section over what the file holds (so unknown
+// sections and keys are found), looks each key up in the table, checks type,
+// range and syntax, and stores.  Cross-field checks run after every value is
+// in, with the line of each option remembered for their messages.  All
+// problems are collected and sorted by line, like a compiler.
+
+#include "qrt/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "qrt/config_table.hpp"
+
+namespace qrt {
+namespace {
+
+unsigned line_of(const toml::source_region& src) {
+    return static_cast<unsigned>(src.begin.line);
+}
+
+const char* type_name(const toml::node& n) {
+    switch (n.type()) {
+        case toml::node_type::string: return "a string";
+        case toml::node_type::integer: return "an integer";
+        case toml::node_type::floating_point: return "a float";
+        case toml::node_type::boolean: return "a boolean";
+        case toml::node_type::array: return "an array";
+        case toml::node_type::table: return "a table";
+        case toml::node_type::date:
+        case toml::node_type::time:
+        case toml::node_type::date_time: return "a date/time";
+        case toml::node_type::none: return "nothing";
+    }
+    return "something else";
+}
+
+std::string expected_text(const config_option& opt) {
+    switch (opt.kind) {
+        case option_kind::boolean: return "a boolean (true or false)";
+        case option_kind::integer:
+        case option_kind::duration_ns: return fmt::format("an integer ({})", opt.range_text());
+        case option_kind::real: return fmt::format("a number ({})", opt.range_text());
+        case option_kind::string: return "a string";
+        case option_kind::enumeration: return fmt::format("a string ({})", opt.range_text());
+        case option_kind::cpu_list: return "a string (\"auto\" or a CPU list)";
+        case option_kind::string_list: return "an array of strings";
+    }
+    return "?";
+}
+
+// The value as the file wrote it, for messages.
+std::string show(const toml::node& n) {
+    std::ostringstream os;
+    if (const auto* arr = n.as_array()) {
+        os << '[';
+        bool first = true;
+        for (const auto& el : *arr) {
+            os << (first ? "" : ", ") << show(el);
+            first = false;
+        }
+        os << ']';
+        return os.str();
+    }
+    if (n.is_table()) {
+        return "{...}";
+    }
+    if (const auto* s = n.as_string()) {
+        return toml_quote(s->get());
+    }
+    if (const auto* i = n.as_integer()) {
+        return std::to_string(i->get());
+    }
+    if (const auto* f = n.as_floating_point()) {
+        return fmt::format("{}", f->get());
+    }
+    if (const auto* b = n.as_boolean()) {
+        return b->get() ? "true" : "false";
+    }
+    n.visit([&os](const auto& v) { os << v; });
+    return os.str();
+}
+
+// Levenshtein distance, for "did you mean" suggestions.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> prev(b.size() + 1);
+    std::vector<std::size_t> cur(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) {
+        prev[j] = j;
+    }
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+        }
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+std::string suggest_key(std::string_view section, std::string_view key) {
+    std::string best;
+    std::size_t best_d = 3;   // suggest only close matches
+    for (const auto& opt : config_table()) {
+        if (!section.empty() && opt.section != section) {
+            continue;
+        }
+        const std::size_t d = section.empty() && opt.key == key ? 0 : edit_distance(opt.key, key);
+        if (d < best_d) {
+            best_d = d;
+            best = opt.section == "qpu" ? fmt::format("[[qpu]] {}", opt.key) : opt.full_name();
+        }
+    }
+    return best.empty() ? std::string() : fmt::format(" (did you mean {}?)", best);
+}
+
+std::string suggest_section(std::string_view name) {
+    for (const auto s : section_order()) {
+        if (edit_distance(s, name) <= 2) {
+            return s == "qpu" ? std::string(" (did you mean [[qpu]]?)")
+                              : fmt::format(" (did you mean [{}]?)", s);
+        }
+    }
+    return {};
+}
+
+bool is_power_of_two(std::int64_t v) {
+    return v > 0 && (v & (v - 1)) == 0;
+}
+
+class loader {
+public:
+    loader(std::string file, const config_load_options& opts) : _file(std::move(file)), _opts(opts) {}
+
+    config_load_result run(std::string_view text) {
+        config_load_result res;
+        try {
+            const toml::table root = toml::parse(text, _file);
+            load_defaults();
+            walk(root);
+            cross_checks();
+        } catch (const toml::parse_error& e) {
+            config_diagnostic d;
+            d.file = _file;
+            d.line = line_of(e.source());
+            d.column = static_cast<unsigned>(e.source().begin.column);
+            d.message = fmt::format("malformed TOML: {}", e.description());
+            _errors.push_back(std::move(d));
+        }
+        std::stable_sort(_errors.begin(), _errors.end(),
+                         [](const config_diagnostic& a, const config_diagnostic& b) {
+                             return a.line < b.line;
+                         });
+        res.errors = std::move(_errors);
+        res.cfg = std::move(_cfg);
+        return res;
+    }
+
+private:
+    void error(unsigned line, std::string option, std::string message) {
+        _errors.push_back(config_diagnostic{_file, line, 0, std::move(option), std::move(message)});
+    }
+
+    void load_defaults() {
+        qpu_config unused;
+        for (const auto& opt : config_table()) {
+            if (opt.section != "qpu") {
+                opt.store(_cfg, unused, opt.default_value);
+            }
+        }
+    }
+
+    static qpu_config default_qpu() {
+        qpu_config q;
+        config unused;
+        for (const auto& opt : config_table()) {
+            if (opt.section == "qpu" && !opt.required) {
+                opt.store(unused, q, opt.default_value);
+            }
+        }
+        return q;
+    }
+
+    void walk(const toml::table& root) {
+        for (const auto& [key, node] : root) {
+            const std::string_view name = key.str();
+            const unsigned line = line_of(key.source());
+            const bool known = std::find(section_order().begin(), section_order().end(), name) !=
+                               section_order().end();
+            if (!known) {
+                if (node.is_table() || node.is_array_of_tables()) {
+                    error(line, std::string(name),
+                          fmt::format("unknown section [{}]{}", name, suggest_section(name)));
+                } else {
+                    error(line, std::string(name),
+                          fmt::format("unknown option {} outside any section{}", name,
+                                      suggest_key({}, name)));
+                }
+                continue;
+            }
+            if (name == "qpu") {
+                walk_qpus(node, line);
+                continue;
+            }
+            const auto* tbl = node.as_table();
+            if (tbl == nullptr) {
+                error(line, std::string(name),
+                      fmt::format("{} must be a table [{}], not {}", name, name, type_name(node)));
+                continue;
+            }
+            qpu_config unused;
+            walk_section(name, *tbl, std::string(name), unused);
+        }
+        if (_cfg.qpus.empty() && !_saw_qpu) {
+            error(0, "qpu", "no [[qpu]] table: declare at least one QPU");
+        }
+    }
+
+    void walk_qpus(const toml::node& node, unsigned line) {
+        _saw_qpu = true;
+        const auto* arr = node.as_array();
+        if (arr == nullptr || !arr->is_array_of_tables()) {
+            error(line, "qpu", "qpu must be an array of tables: write each QPU as [[qpu]]");
+            return;
+        }
+        for (std::size_t i = 0; i < arr->size(); ++i) {
+            const auto& tbl = *(*arr)[i].as_table();
+            const std::string prefix = fmt::format("qpu[{}]", i);
+            qpu_config q = default_qpu();
+            const unsigned tbl_line = line_of(tbl.source());
+            walk_section("qpu", tbl, prefix, q);
+            for (const auto& opt : config_table()) {
+                if (opt.section == "qpu" && opt.required && !tbl.contains(opt.key)) {
+                    error(tbl_line, fmt::format("{}.{}", prefix, opt.key),
+                          fmt::format("{}: missing required option {}", prefix, opt.key));
+                }
+            }
+            _qpu_lines.push_back(tbl_line);
+            _cfg.qpus.push_back(std::move(q));
+        }
+    }
+
+    void walk_section(std::string_view section, const toml::table& tbl, const std::string& prefix,
+                      qpu_config& qpu) {
+        for (const auto& [key, node] : tbl) {
+            const std::string name = fmt::format("{}.{}", prefix, key.str());
+            const unsigned line = line_of(key.source());
+            const config_option* opt = find_option(section, key.str());
+            if (opt == nullptr) {
+                error(line, name,
+                      fmt::format("unknown option {}{}", name, suggest_key(section, key.str())));
+                continue;
+            }
+            auto value = validate(*opt, node, name, line);
+            if (value) {
+                opt->store(_cfg, qpu, *value);
+                _lines[name] = line;
+            }
+        }
+    }
+
+    // Type, range and syntax of one value; nullopt after reporting an error.
+    std::optional<option_value> validate(const config_option& opt, const toml::node& node,
+                                         const std::string& name, unsigned line) {
+        auto wrong_type = [&]() -> std::optional<option_value> {
+            error(line, name,
+                  fmt::format("{} = {}: expected {}, got {}", name, show(node), expected_text(opt),
+                              type_name(node)));
+            return std::nullopt;
+        };
+        auto out_of_range = [&]() -> std::optional<option_value> {
+            error(line, name,
+                  fmt::format("{} = {} is out of range {}", name, show(node), opt.range_text()));
+            return std::nullopt;
+        };
+        auto bad_text = [&](const std::string& why) -> std::optional<option_value> {
+            error(line, name, fmt::format("{} = {} {}", name, show(node), why));
+            return std::nullopt;
+        };
+
+        switch (opt.kind) {
+            case option_kind::boolean:
+                if (const auto* b = node.as_boolean()) {
+                    return option_value{b->get()};
+                }
+                return wrong_type();
+            case option_kind::integer:
+            case option_kind::duration_ns: {
+                const auto* i = node.as_integer();
+                if (i == nullptr) {
+                    return wrong_type();
+                }
+                const std::int64_t v = i->get();
+                if (v < opt.min || v > opt.max) {
+                    return out_of_range();
+                }
+                if (opt.section == "dispatch" && opt.key == "ring_capacity" && !is_power_of_two(v)) {
+                    return bad_text("is not a power of two");
+                }
+                return option_value{v};
+            }
+            case option_kind::real: {
+                double v = 0;
+                if (const auto* f = node.as_floating_point()) {
+                    v = f->get();
+                } else if (const auto* i = node.as_integer()) {
+                    v = static_cast<double>(i->get());
+                } else {
+                    return wrong_type();
+                }
+                if (!(v >= opt.min_real && v <= opt.max_real)) {   // NaN fails too
+                    return out_of_range();
+                }
+                return option_value{v};
+            }
+            case option_kind::string:
+            case option_kind::enumeration:
+            case option_kind::cpu_list: {
+                const auto* s = node.as_string();
+                if (s == nullptr) {
+                    return wrong_type();
+                }
+                const std::string& text = s->get();
+                if (opt.kind == option_kind::enumeration &&
+                    std::find(opt.allowed.begin(), opt.allowed.end(), text) == opt.allowed.end()) {
+                    return bad_text(fmt::format("is not one of {}", opt.range_text()));
+                }
+                if (opt.kind == option_kind::cpu_list && text != "auto") {
+                    auto set = rtcore::cpu_set::parse_list(text);
+                    if (!set) {
+                        return bad_text(fmt::format("is not \"auto\" or a CPU list: {}",
+                                                    set.err().message));
+                    }
+                    if (set->empty()) {
+                        return bad_text("names no CPU: write \"auto\" or a CPU list such as \"2-3\"");
+                    }
+                }
+                if (opt.check != nullptr) {
+                    if (auto why = opt.check(text)) {
+                        return bad_text(*why);
+                    }
+                }
+                return option_value{text};
+            }
+            case option_kind::string_list: {
+                const auto* arr = node.as_array();
+                if (arr == nullptr) {
+                    return wrong_type();
+                }
+                std::vector<std::string> out;
+                bool ok = true;
+                for (std::size_t i = 0; i < arr->size(); ++i) {
+                    const auto& el = (*arr)[i];
+                    const std::string el_name = fmt::format("{}[{}]", name, i);
+                    const auto* s = el.as_string();
+                    if (s == nullptr) {
+                        error(line, name,
+                              fmt::format("{} = {}: expected a string, got {}", el_name, show(el),
+                                          type_name(el)));
+                        ok = false;
+                        continue;
+                    }
+                    if (opt.check != nullptr) {
+                        if (auto why = opt.check(s->get())) {
+                            error(line, name, fmt::format("{} = {} {}", el_name, show(el), *why));
+                            ok = false;
+                            continue;
+                        }
+                    }
+                    out.push_back(s->get());
+                }
+                if (!ok) {
+                    return std::nullopt;
+                }
+                return option_value{std::move(out)};
+            }
+        }
+        return wrong_type();
+    }
+
+    unsigned line(const std::string& name) const {
+        auto it = _lines.find(name);
+        return it == _lines.end() ? 0 : it->second;
+    }
+    // The line of whichever of two related options the file set (the later).
+    unsigned line(const std::string& a, const std::string& b) const {
+        return std::max(line(a), line(b));
+    }
+
+    void cross_checks() {
+        const auto& d = _cfg.dispatch;
+        if (d.lead_min_ns > d.lead_max_ns) {
+            error(line("dispatch.lead_min_ns", "dispatch.lead_max_ns"), "dispatch.lead_min_ns",
+                  fmt::format("dispatch.lead_min_ns = {} is greater than dispatch.lead_max_ns = {}",
+                              d.lead_min_ns, d.lead_max_ns));
+        }
+        const auto& t = _cfg.timeline;
+        if (t.default_lease_ns > t.horizon_ns) {
+            error(line("timeline.default_lease_ns", "timeline.horizon_ns"),
+                  "timeline.default_lease_ns",
+                  fmt::format("timeline.default_lease_ns = {} is greater than timeline.horizon_ns = {}",
+                              t.default_lease_ns, t.horizon_ns));
+        }
+
+        const auto& iso = _cfg.host.isolated_cpus;
+        const unsigned iso_line = line("host.isolated_cpus");
+        if (iso && _opts.online_cpus) {
+            const rtcore::cpu_set& online = *_opts.online_cpus;
+            const rtcore::cpu_set unknown = *iso - online;
+            if (!unknown.empty()) {
+                error(iso_line, "host.isolated_cpus",
+                      fmt::format("host.isolated_cpus = \"{}\" names CPUs that are not online: {} "
+                                  "(online: {})",
+                                  iso->to_list(), unknown.to_list(), online.to_list()));
+            } else if (online.is_subset_of(*iso)) {
+                error(iso_line, "host.isolated_cpus",
+                      fmt::format("host.isolated_cpus = \"{}\" covers every online CPU ({}): at "
+                                  "least one core must stay for housekeeping",
+                                  iso->to_list(), online.to_list()));
+            }
+        }
+
+        std::map<std::string, std::size_t> names;
+        std::map<int, std::size_t> cpus;
+        for (std::size_t i = 0; i < _cfg.qpus.size(); ++i) {
+            const auto& q = _cfg.qpus[i];
+            const std::string p = fmt::format("qpu[{}]", i);
+            if (q.blackout_ns >= q.period_ns) {
+                error(line(p + ".blackout_ns", p + ".period_ns"), p + ".blackout_ns",
+                      fmt::format("{0}.blackout_ns = {1} must be less than {0}.period_ns = {2}", p,
+                                  q.blackout_ns, q.period_ns));
+            }
+            if (q.phase_ns >= q.period_ns) {
+                error(line(p + ".phase_ns", p + ".period_ns"), p + ".phase_ns",
+                      fmt::format("{0}.phase_ns = {1} must be less than {0}.period_ns = {2}", p,
+                                  q.phase_ns, q.period_ns));
+            }
+            if (!q.name.empty()) {
+                auto [it, fresh] = names.emplace(q.name, i);
+                if (!fresh) {
+                    error(line(p + ".name"), p + ".name",
+                          fmt::format("{}.name = \"{}\" is already the name of qpu[{}] (line {})", p,
+                                      q.name, it->second, _qpu_lines[it->second]));
+                }
+            }
+            if (q.dispatch_cpu >= 0) {
+                const auto cpu = static_cast<unsigned>(q.dispatch_cpu);
+                const unsigned l = line(p + ".dispatch_cpu");
+                auto [it, fresh] = cpus.emplace(q.dispatch_cpu, i);
+                if (!fresh) {
+                    error(l, p + ".dispatch_cpu",
+                          fmt::format("{}.dispatch_cpu = {} is already the dispatch CPU of qpu[{}]",
+                                      p, q.dispatch_cpu, it->second));
+                } else if (_opts.online_cpus && !_opts.online_cpus->test(cpu)) {
+                    error(l, p + ".dispatch_cpu",
+                          fmt::format("{}.dispatch_cpu = {} is not an online CPU (online: {})", p,
+                                      q.dispatch_cpu, _opts.online_cpus->to_list()));
+                } else if (iso && !iso->test(cpu)) {
+                    error(l, p + ".dispatch_cpu",
+                          fmt::format("{}.dispatch_cpu = {} is not in host.isolated_cpus ({})", p,
+                                      q.dispatch_cpu, iso->to_list()));
+                }
+            }
+        }
+    }
+
+    std::string _file;
+    const config_load_options& _opts;
+    config _cfg;
+    bool _saw_qpu = false;
+    std::vector<unsigned> _qpu_lines;
+    std::map<std::string, unsigned> _lines;
+    std::vector<config_diagnostic> _errors;
+};
+
+// ---- rendering ------------------------------------------------------------
+
+std::vector<std::string> wrap(std::string_view text, std::size_t width) {
+    std::vector<std::string> lines;
+    std::string cur;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        while (pos < text.size() && text[pos] == ' ') {
+            ++pos;
+        }
+        if (pos >= text.size()) {
+            break;
+        }
+        auto end = text.find(' ', pos);
+        if (end == std::string_view::npos) {
+            end = text.size();
+        }
+        const std::string_view word = text.substr(pos, end - pos);
+        // Keep the two spaces after a sentence when the line goes on.
+        const bool sentence_end = end + 1 < text.size() && text[end + 1] == ' ';
+        if (!cur.empty() && cur.size() + 1 + word.size() > width) {
+            while (!cur.empty() && cur.back() == ' ') {
+                cur.pop_back();
+            }
+            lines.push_back(cur);
+            cur.clear();
+        }
+        if (!cur.empty() && cur.back() != ' ') {
+            cur += ' ';
+        }
+        cur += word;
+        if (sentence_end) {
+            cur += ' ';
+        }
+        pos = end;
+    }
+    while (!cur.empty() && cur.back() == ' ') {
+        cur.pop_back();
+    }
+    if (!cur.empty()) {
+        lines.push_back(cur);
+    }
+    return lines;
+}
+
+std::string default_text(const config_option& opt) {
+    const std::string v = render_value(opt, opt.default_value);
+    return opt.required ? fmt::format("required, for example {}", v) : fmt::format("default {}", v);
+}
+
+void render_option(std::string& out, const config_option& opt, const option_value& value,
+                   bool commented) {
+    for (const auto& l : wrap(opt.meaning, 76)) {
+        out += fmt::format("# {}\n", l);
+    }
+    out += fmt::format("# ({}; {})\n", opt.type_text(), default_text(opt));
+    out += fmt::format("{}{} = {}\n\n", commented ? "#" : "", opt.key, render_value(opt, value));
+}
+
+std::string roff_escape(std::string_view text) {
+    std::string out;
+    for (const char c : text) {
+        if (c == '\\') {
+            out += "\\e";
+        } else if (c == '-') {
+            out += "\\-";
+        } else {
+            out += c;
+        }
+    }
+    if (!out.empty() && (out.front() == '.' || out.front() == '\'')) {
+        out.insert(0, "\\&");
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string config_diagnostic::to_string() const {
+    if (line == 0) {
+        return fmt::format("{}: {}", file, message);
+    }
+    if (column == 0) {
+        return fmt::format("{}:{}: {}", file, line, message);
+    }
+    return fmt::format("{}:{}:{}: {}", file, line, column, message);
+}
+
+std::string config_load_result::error_text() const {
+    std::string out;
+    for (const auto& e : errors) {
+        out += e.to_string();
+        out += '\n';
+    }
+    return out;
+}
+
+config_load_result parse_config(std::string_view toml_text, std::string source_name,
+                                const config_load_options& opts) {
+    loader l(std::move(source_name), opts);
+    return l.run(toml_text);
+}
+
+config_load_result load_config_file(const std::filesystem::path& path,
+                                    const config_load_options& opts) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        config_load_result res;
+        const int err = errno;
+        res.errors.push_back(config_diagnostic{
+            path.string(), 0, 0, "",
+            fmt::format("cannot read: {}", std::generic_category().message(err))});
+        return res;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse_config(text.str(), path.string(), opts);
+}
+
+const config& default_config() {
+    static const config cfg = [] {
+        config c;
+        qpu_config q;
+        for (const auto& opt : config_table()) {
+            opt.store(c, q, opt.default_value);
+        }
+        c.qpus.push_back(q);
+        return c;
+    }();
+    return cfg;
+}
+
+std::string render_config(const config& cfg) {
+    std::string out;
+    out += "# qrtd.toml: configuration of qrtd(8), the real-time host agent.\n"
+           "#\n"
+           "# Every option is listed with its meaning, its type and range, and its\n"
+           "# default; see qrtd.toml(5).  `qrtd check-config` validates a file and\n"
+           "# `qrtd config-reference` prints this reference.  Durations are integer\n"
+           "# nanoseconds; TOML allows 1_000_000 for readability.  Unknown sections and\n"
+           "# options are errors.\n\n";
+    static const qpu_config no_qpu;
+    for (const auto section : section_order()) {
+        if (section == "qpu") {
+            continue;
+        }
+        out += fmt::format("[{}]\n", section);
+        for (const auto& l : wrap(section_meaning(section), 76)) {
+            out += fmt::format("# {}\n", l);
+        }
+        out += "\n";
+        for (const auto& opt : config_table()) {
+            if (opt.section == section) {
+                render_option(out, opt, opt.load(cfg, no_qpu), false);
+            }
+        }
+    }
+    // [[qpu]]: one block per QPU, or a commented example when there is none.
+    const bool example = cfg.qpus.empty();
+    const std::vector<qpu_config> qpus = example ? default_config().qpus : cfg.qpus;
+    for (const auto& q : qpus) {
+        out += fmt::format("{}[[qpu]]\n", example ? "#" : "");
+        for (const auto& l : wrap(section_meaning("qpu"), 76)) {
+            out += fmt::format("# {}\n", l);
+        }
+        out += "\n";
+        for (const auto& opt : config_table()) {
+            if (opt.section == "qpu") {
+                render_option(out, opt, opt.load(cfg, q), example);
+            }
+        }
+    }
+    while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n') {
+        out.pop_back();
+    }
+    return out;
+}
+
+std::string reference_toml() {
+    return render_config(default_config());
+}
+
+std::string reference_roff() {
+    std::string out;
+    for (const auto section : section_order()) {
+        out += section == "qpu" ? std::string(".SS \"[[qpu]]\"\n")
+                                : fmt::format(".SS \"[{}]\"\n", section);
+        out += roff_escape(section_meaning(section)) + "\n";
+        for (const auto& opt : config_table()) {
+            if (opt.section != section) {
+                continue;
+            }
+            out += fmt::format(".TP\n.B {}\n", roff_escape(opt.key));
+            out += fmt::format("({}; {})\n", roff_escape(opt.type_text()),
+                               roff_escape(default_text(opt)));
+            out += ".br\n";
+            out += roff_escape(opt.meaning) + "\n";
+        }
+    }
+    return out;
+}
+
+nlohmann::json config_to_json(const config& cfg) {
+    auto to_json = [](const option_value& v) {
+        return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
+    };
+    nlohmann::json j = nlohmann::json::object();
+    static const qpu_config no_qpu;
+    for (const auto& opt : config_table()) {
+        if (opt.section != "qpu") {
+            j[std::string(opt.section)][std::string(opt.key)] = to_json(opt.load(cfg, no_qpu));
+        }
+    }
+    j["qpu"] = nlohmann::json::array();
+    for (const auto& q : cfg.qpus) {
+        nlohmann::json jq = nlohmann::json::object();
+        for (const auto& opt : config_table()) {
+            if (opt.section == "qpu") {
+                jq[std::string(opt.key)] = to_json(opt.load(cfg, q));
+            }
+        }
+        j["qpu"].push_back(std::move(jq));
+    }
+    return j;
+}
+
+}  // namespace qrt

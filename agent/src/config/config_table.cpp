@@ -1,0 +1,685 @@
+// The rows of qrtd's option table.  See qrt/config_table.hpp.
+
+#include "qrt/config_table.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <type_traits>
+
+namespace qrt {
+namespace {
+
+// ---- struct field <-> option_value, by field type -------------------------
+
+template <typename T>
+void assign(T& dst, const option_value& v) {
+    if constexpr (std::is_same_v<T, bool>) {
+        dst = std::get<bool>(v);
+    } else if constexpr (std::is_enum_v<T>) {
+        dst = *enum_from_string<T>(std::get<std::string>(v));
+    } else if constexpr (std::is_integral_v<T>) {
+        dst = static_cast<T>(std::get<std::int64_t>(v));
+    } else if constexpr (std::is_same_v<T, double>) {
+        dst = std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                : static_cast<double>(std::get<std::int64_t>(v));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        dst = std::get<std::string>(v);
+    } else if constexpr (std::is_same_v<T, std::optional<rtcore::cpu_set>>) {
+        const auto& text = std::get<std::string>(v);
+        if (text == "auto") {
+            dst.reset();
+        } else {
+            dst = *rtcore::cpu_set::parse_list(text);
+        }
+    } else if constexpr (std::is_same_v<T, std::vector<principal>>) {
+        dst.clear();
+        for (const auto& s : std::get<std::vector<std::string>>(v)) {
+            dst.push_back(*parse_principal(s));
+        }
+    } else if constexpr (std::is_same_v<T, endpoint>) {
+        dst = *parse_endpoint(std::get<std::string>(v));
+    } else {
+        static_assert(sizeof(T) == 0, "no option_value conversion for this field type");
+    }
+}
+
+template <typename T>
+option_value extract(const T& src) {
+    if constexpr (std::is_same_v<T, bool>) {
+        return src;
+    } else if constexpr (std::is_enum_v<T>) {
+        return std::string(to_string(src));
+    } else if constexpr (std::is_integral_v<T>) {
+        return static_cast<std::int64_t>(src);
+    } else if constexpr (std::is_same_v<T, double>) {
+        return src;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        return src;
+    } else if constexpr (std::is_same_v<T, std::optional<rtcore::cpu_set>>) {
+        return src ? src->to_list() : std::string("auto");
+    } else if constexpr (std::is_same_v<T, std::vector<principal>>) {
+        std::vector<std::string> out;
+        for (const auto& p : src) {
+            out.push_back(p.text);
+        }
+        return out;
+    } else if constexpr (std::is_same_v<T, endpoint>) {
+        return src.uri;
+    } else {
+        static_assert(sizeof(T) == 0, "no option_value conversion for this field type");
+    }
+}
+
+template <auto Section, auto Field>
+void store_field(config& c, qpu_config& /*unused*/, const option_value& v) {
+    assign((c.*Section).*Field, v);
+}
+template <auto Section, auto Field>
+option_value load_field(const config& c, const qpu_config& /*unused*/) {
+    return extract((c.*Section).*Field);
+}
+template <auto Field>
+void store_qpu(config& /*unused*/, qpu_config& q, const option_value& v) {
+    assign(q.*Field, v);
+}
+template <auto Field>
+option_value load_qpu(const config& /*unused*/, const qpu_config& q) {
+    return extract(q.*Field);
+}
+
+// socket_mode is written as an octal string ("0660") and kept as bits.
+void store_socket_mode(config& c, qpu_config& /*unused*/, const option_value& v) {
+    c.rpc.socket_mode = static_cast<unsigned>(std::stoul(std::get<std::string>(v), nullptr, 8));
+}
+option_value load_socket_mode(const config& c, const qpu_config& /*unused*/) {
+    return fmt::format("{:04o}", c.rpc.socket_mode);
+}
+
+// ---- syntax checks --------------------------------------------------------
+
+std::optional<std::string> check_absolute_path(std::string_view text) {
+    if (text.empty() || text.front() != '/') {
+        return std::string("must be an absolute path");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_optional_absolute_path(std::string_view text) {
+    if (text.empty()) {
+        return std::nullopt;
+    }
+    return check_absolute_path(text);
+}
+
+std::optional<std::string> check_socket_path(std::string_view text) {
+    if (auto bad = check_absolute_path(text)) {
+        return bad;
+    }
+    if (text.size() >= 108) {
+        return fmt::format("is {} bytes, longer than the 107 that fit in sun_path", text.size());
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_group_name(std::string_view text) {
+    if (!parse_principal(fmt::format("group:{}", text))) {
+        return std::string("is not a valid group name");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_octal_mode(std::string_view text) {
+    if (text.size() < 3 || text.size() > 4 ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        return std::string("must be an octal permission mode such as \"0660\"");
+    }
+    if (std::stoul(std::string(text), nullptr, 8) > 0777) {
+        return std::string("must not set setuid, setgid or sticky bits (at most 0777)");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_principal(std::string_view text) {
+    if (!parse_principal(text)) {
+        return std::string("is not user:NAME, group:NAME, uid:N or gid:N");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_endpoint(std::string_view text) {
+    auto ep = parse_endpoint(text);
+    if (!ep) {
+        return "is not a valid endpoint: " + ep.err().message;
+    }
+    return std::nullopt;
+}
+
+// "0000:3b:00.0" or "3b:00.0": [domain:]bus:device.function in hex.
+bool looks_like_pci_id(std::string_view text) {
+    auto hex = [](std::string_view s, std::size_t n) {
+        return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
+                   return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+               });
+    };
+    if (text.size() == 12) {
+        if (text[4] != ':' || !hex(text.substr(0, 4), 4)) {
+            return false;
+        }
+        text = text.substr(5);
+    }
+    return text.size() == 7 && text[2] == ':' && text[5] == '.' && hex(text.substr(0, 2), 2) &&
+           hex(text.substr(3, 2), 2) && hex(text.substr(6, 1), 1);
+}
+
+std::optional<std::string> check_device_name(std::string_view text) {
+    if (text.empty() || looks_like_pci_id(text)) {
+        return std::nullopt;
+    }
+    // A network interface name: IFNAMSIZ-1 bytes, no '/', no white space.
+    const bool ok = text.size() < 16 && std::none_of(text.begin(), text.end(), [](char c) {
+        return c == '/' || c == ':' || std::isspace(static_cast<unsigned char>(c)) != 0;
+    });
+    if (!ok) {
+        return std::string("must be a PCI bus id (0000:3b:00.0) or a network interface name");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_qpu_name(std::string_view text) {
+    const bool ok = !text.empty() && text.size() <= 32 &&
+                    std::all_of(text.begin(), text.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
+                               c == '-' || c == '.';
+                    });
+    if (!ok) {
+        return std::string("must be 1..32 characters of [A-Za-z0-9_.-]");
+    }
+    return std::nullopt;
+}
+
+template <typename E>
+std::vector<std::string_view> names_of() {
+    const auto& n = enum_names<E>::names;
+    return {n.begin(), n.end()};
+}
+
+constexpr std::int64_t us = 1000;
+constexpr std::int64_t ms = 1000 * us;
+constexpr std::int64_t sec = 1000 * ms;
+constexpr std::int64_t hour = 3600 * sec;
+
+#define QRT_FIELD(sec_, field_)                                       \
+    .store = store_field<&config::sec_, &sec_##_config::field_>,      \
+    .load = load_field<&config::sec_, &sec_##_config::field_>
+#define QRT_QPU_FIELD(field_) \
+    .store = store_qpu<&qpu_config::field_>, .load = load_qpu<&qpu_config::field_>
+
+std::vector<config_option> build_table() {
+    using k = option_kind;
+    using strings = std::vector<std::string>;
+    return {
+        // ---------------------------------------------------------------- agent
+        {.section = "agent", .key = "state_dir", .kind = k::string,
+         .default_value = std::string(QRT_DEFAULT_STATE_DIR),
+         .meaning = "Directory for the restore journal of the host partition and the durable "
+                    "reservation ledger.  It must exist and be writable; systemd creates it "
+                    "(StateDirectory=qrtd).",
+         .check = check_absolute_path, QRT_FIELD(agent, state_dir)},
+        {.section = "agent", .key = "log_level", .kind = k::enumeration,
+         .default_value = std::string("info"), .allowed = names_of<log_level>(),
+         .meaning = "Least severe message that is logged.  --log-level overrides it.",
+         .store = [](config& c, qpu_config&, const option_value& v) { assign(c.agent.level, v); },
+         .load = [](const config& c, const qpu_config&) { return extract(c.agent.level); }},
+        {.section = "agent", .key = "watchdog", .kind = k::boolean, .default_value = true,
+         .meaning = "Send WATCHDOG=1 to systemd at half of WatchdogSec= when the unit sets one.",
+         QRT_FIELD(agent, watchdog)},
+
+        // ----------------------------------------------------------------- host
+        {.section = "host", .key = "apply_on_run", .kind = k::boolean, .default_value = true,
+         .meaning = "When `qrtd run` starts as root, apply the host partition itself and "
+                    "restore it on exit.  Under systemd, ExecStartPre=+qrtd host apply does "
+                    "this instead and qrtd run finds it applied.",
+         QRT_FIELD(host, apply_on_run)},
+        {.section = "host", .key = "isolated_cpus", .kind = k::cpu_list,
+         .default_value = std::string("auto"),
+         .meaning = "CPUs reserved for the dispatch threads.  \"auto\" isolates one whole core "
+                    "per QPU, preferring cores near locality_device.  An explicit list is "
+                    "widened to whole cores (SMT siblings together) and must leave at least "
+                    "housekeeping_min_cores cores for housekeeping.",
+         QRT_FIELD(host, isolated_cpus)},
+        {.section = "host", .key = "housekeeping_min_cores", .kind = k::integer,
+         .default_value = std::int64_t{1}, .min = 1, .max = 4096,
+         .meaning = "Whole cores that always stay for housekeeping: the event loop, the RPC "
+                    "server, IRQs and every other task of the host.",
+         QRT_FIELD(host, housekeeping_min_cores)},
+        {.section = "host", .key = "isolation", .kind = k::enumeration,
+         .default_value = std::string("auto"), .allowed = names_of<isolation_mode>(),
+         .meaning = "How the isolated CPUs are kept free of other tasks.  \"auto\" takes the "
+                    "first that works of: cgroup2 (cpuset.cpus.partition=isolated), cgroup1 "
+                    "(a cpuset with sched_load_balance=0), fence (move every movable task off "
+                    "the isolated CPUs).  \"none\" leaves scheduling alone.",
+         QRT_FIELD(host, isolation)},
+        {.section = "host", .key = "pin_irqs", .kind = k::boolean, .default_value = true,
+         .meaning = "Move every IRQ and /proc/irq/default_smp_affinity to the housekeeping "
+                    "CPUs.  Managed IRQs, which the kernel does not let move, are reported.",
+         QRT_FIELD(host, pin_irqs)},
+        {.section = "host", .key = "irq_verify_interval_s", .kind = k::integer,
+         .default_value = std::int64_t{10}, .min = 0, .max = 86400,
+         .meaning = "Seconds between checks that re-pin IRQs which drifted or appeared after "
+                    "start (hot-plugged devices, drivers loaded later).  0 disables them.",
+         QRT_FIELD(host, irq_verify_interval_s)},
+        {.section = "host", .key = "locality_device", .kind = k::string,
+         .default_value = std::string(""),
+         .meaning = "PCI bus id (\"0000:3b:00.0\") or network interface (\"eth1\") that the "
+                    "QPU control electronics hang off; isolated cores near it are preferred.  "
+                    "Empty: no preference.",
+         .check = check_device_name, QRT_FIELD(host, locality_device)},
+
+        // ------------------------------------------------------------- dispatch
+        {.section = "dispatch", .key = "mode", .kind = k::enumeration,
+         .default_value = std::string("tuned"), .allowed = names_of<dispatch_mode>(),
+         .meaning = "\"tuned\": dispatch threads run SCHED_FIFO on isolated CPUs, mlocked, "
+                    "with timer slack 1 ns, sleeping to T - lead and spinning to T.  "
+                    "\"untuned\": a plain SCHED_OTHER thread that sleeps to T, the baseline "
+                    "the jitter report compares against.",
+         QRT_FIELD(dispatch, mode)},
+        {.section = "dispatch", .key = "priority", .kind = k::integer,
+         .default_value = std::int64_t{80}, .min = 1, .max = 99,
+         .meaning = "SCHED_FIFO priority of the dispatch threads.  Keep it below the kernel's "
+                    "threaded IRQ handlers the QPU path needs (50 by default on PREEMPT_RT is "
+                    "lower, so raise those or lower this).",
+         QRT_FIELD(dispatch, priority)},
+        {.section = "dispatch", .key = "lead_min_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{10 * us}, .min = 0, .max = 10 * ms,
+         .meaning = "Least spin lead: a dispatch thread wakes at least this long before the "
+                    "slot start and spins the rest.",
+         QRT_FIELD(dispatch, lead_min_ns)},
+        {.section = "dispatch", .key = "lead_max_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{500 * us}, .min = 0, .max = 100 * ms,
+         .meaning = "Largest spin lead, whatever the observed wakeup latency; bounds the CPU "
+                    "burned per dispatch.",
+         QRT_FIELD(dispatch, lead_max_ns)},
+        {.section = "dispatch", .key = "lead_quantile", .kind = k::real,
+         .default_value = 0.999, .min_real = 0.5, .max_real = 1.0,
+         .meaning = "The spin lead adapts to this quantile of the observed wakeup latency "
+                    "(plus lead_margin_ns), clamped to lead_min_ns..lead_max_ns.",
+         QRT_FIELD(dispatch, lead_quantile)},
+        {.section = "dispatch", .key = "lead_margin_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{5 * us}, .min = 0, .max = 10 * ms,
+         .meaning = "Added to the wakeup-latency quantile to get the spin lead.",
+         QRT_FIELD(dispatch, lead_margin_ns)},
+        {.section = "dispatch", .key = "miss_tolerance_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{100 * us}, .min = 0, .max = 10 * sec,
+         .meaning = "A job whose slot start has passed by more than this is never sent late: "
+                    "it is marked missed, with the reason.  A [[qpu]] may override it with "
+                    "job_tolerance_ns.",
+         QRT_FIELD(dispatch, miss_tolerance_ns)},
+        {.section = "dispatch", .key = "ring_capacity", .kind = k::integer,
+         .default_value = std::int64_t{1024}, .min = 2, .max = 65536,
+         .meaning = "Job descriptors in each lock-free ring between the housekeeping thread "
+                    "and a dispatch thread, allocated at start.  A power of two.",
+         QRT_FIELD(dispatch, ring_capacity)},
+        {.section = "dispatch", .key = "max_payload_bytes", .kind = k::integer,
+         .default_value = std::int64_t{65536}, .min = 1, .max = 16 * 1024 * 1024,
+         .meaning = "Largest job payload.  Each ring slot owns a buffer of this size, "
+                    "allocated and locked in memory at start.",
+         QRT_FIELD(dispatch, max_payload_bytes)},
+        {.section = "dispatch", .key = "cpu_dma_latency", .kind = k::boolean,
+         .default_value = true,
+         .meaning = "Hold /dev/cpu_dma_latency at 0 while running, keeping CPUs out of deep "
+                    "idle states whose exit latency would delay a wakeup.",
+         QRT_FIELD(dispatch, cpu_dma_latency)},
+
+        // ------------------------------------------------------------- timeline
+        {.section = "timeline", .key = "policy", .kind = k::enumeration,
+         .default_value = std::string("edf-backfill"), .allowed = names_of<placement_policy>(),
+         .meaning = "Placement policy: \"fifo\" appends after the last reservation; "
+                    "\"edf-backfill\" places earliest deadline first and backfills gaps; "
+                    "\"priority-preempt\" lets a higher priority displace unstarted lower "
+                    "ones; \"fidelity-aware\" also scores the predicted fidelity at start.",
+         QRT_FIELD(timeline, policy)},
+        {.section = "timeline", .key = "on_calibration_change", .kind = k::enumeration,
+         .default_value = std::string("replace"), .allowed = names_of<calibration_change>(),
+         .meaning = "When the calibration window of a reservation changes before dispatch: "
+                    "\"replace\" places it again, \"fail\" fails it.  The owner gets an event "
+                    "either way.",
+         QRT_FIELD(timeline, on_calibration_change)},
+        {.section = "timeline", .key = "default_lease_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{30 * sec}, .min = 1 * sec, .max = 24 * hour,
+         .meaning = "Lease of a reservation when the request names none; a reservation whose "
+                    "lease runs out without a heartbeat or a job is released.",
+         QRT_FIELD(timeline, default_lease_ns)},
+        {.section = "timeline", .key = "horizon_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{24 * hour}, .min = 1 * sec, .max = 30 * 24 * hour,
+         .meaning = "How far ahead of now reservations may be placed.",
+         QRT_FIELD(timeline, horizon_ns)},
+
+        // ------------------------------------------------------------------ rpc
+        {.section = "rpc", .key = "socket_path", .kind = k::string,
+         .default_value = std::string(QRT_DEFAULT_SOCKET_PATH),
+         .meaning = "UNIX socket of the JSON-RPC API.  Under systemd the socket comes from "
+                    "qrtd.socket and this path is only checked against it.",
+         .check = check_socket_path, QRT_FIELD(rpc, socket_path)},
+        {.section = "rpc", .key = "socket_group", .kind = k::string,
+         .default_value = std::string("qrt"),
+         .meaning = "Group that owns the socket; its members may connect.",
+         .check = check_group_name, QRT_FIELD(rpc, socket_group)},
+        {.section = "rpc", .key = "socket_mode", .kind = k::string,
+         .default_value = std::string("0660"),
+         .meaning = "Permission bits of the socket, in octal.",
+         .check = check_octal_mode, .store = store_socket_mode, .load = load_socket_mode},
+        {.section = "rpc", .key = "max_connections", .kind = k::integer,
+         .default_value = std::int64_t{64}, .min = 1, .max = 4096,
+         .meaning = "Connections served at once; more are accepted and closed at once.",
+         QRT_FIELD(rpc, max_connections)},
+        {.section = "rpc", .key = "max_inflight", .kind = k::integer,
+         .default_value = std::int64_t{16}, .min = 1, .max = 1024,
+         .meaning = "Requests one connection may have in flight; reading from it pauses at "
+                    "this many.",
+         QRT_FIELD(rpc, max_inflight)},
+        {.section = "rpc", .key = "idle_timeout_s", .kind = k::integer,
+         .default_value = std::int64_t{300}, .min = 0, .max = 86400,
+         .meaning = "Seconds a connection may stay silent, without subscriptions, before it "
+                    "is closed.  0 disables the timeout.",
+         QRT_FIELD(rpc, idle_timeout_s)},
+        {.section = "rpc", .key = "max_line_bytes", .kind = k::integer,
+         .default_value = std::int64_t{1048576}, .min = 1024, .max = 16 * 1024 * 1024,
+         .meaning = "Longest request line; a longer one is answered with -32600 and the "
+                    "connection closed.",
+         QRT_FIELD(rpc, max_line_bytes)},
+        {.section = "rpc", .key = "metrics_textfile", .kind = k::string,
+         .default_value = std::string(""),
+         .meaning = "When set, the Prometheus metrics are also written to this file every 10 s "
+                    "(for node_exporter's textfile collector).  Empty: off.",
+         .check = check_optional_absolute_path, QRT_FIELD(rpc, metrics_textfile)},
+
+        // ---------------------------------------------------------------- roles
+        {.section = "roles", .key = "reader", .kind = k::string_list,
+         .default_value = strings{"group:qrt"},
+         .meaning = "Peers allowed to query: agent.*, qpus.list, slots.query, jobs.status, "
+                    "telemetry, metrics, events.  Entries are \"user:NAME\", \"group:NAME\", "
+                    "\"uid:N\" or \"gid:N\", matched against SO_PEERCRED and the peer's groups.",
+         .check = check_principal, QRT_FIELD(roles, reader)},
+        {.section = "roles", .key = "scheduler", .kind = k::string_list,
+         .default_value = strings{"group:qrt"},
+         .meaning = "Peers allowed to reserve slots and submit, cancel and fetch jobs.",
+         .check = check_principal, QRT_FIELD(roles, scheduler)},
+        {.section = "roles", .key = "calibration", .kind = k::string_list,
+         .default_value = strings{},
+         .meaning = "Peers allowed to push calibration windows (calibration.update).",
+         .check = check_principal, QRT_FIELD(roles, calibration)},
+        {.section = "roles", .key = "admin", .kind = k::string_list,
+         .default_value = strings{"uid:0"},
+         .meaning = "Peers allowed everything.",
+         .check = check_principal, QRT_FIELD(roles, admin)},
+
+        // --------------------------------------------------------------- probes
+        {.section = "probes", .key = "enabled", .kind = k::boolean, .default_value = true,
+         .meaning = "Load the eBPF probes (wakeup latency of the dispatch threads, intrusions "
+                    "on the isolated CPUs).  Without BTF or CAP_BPF/CAP_PERFMON the agent "
+                    "runs on and reports the probes unavailable.",
+         QRT_FIELD(probes, enabled)},
+        {.section = "probes", .key = "outlier_threshold_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{50 * us}, .min = 1 * us, .max = 1 * sec,
+         .meaning = "Wakeup latencies and intrusions longer than this are reported one by "
+                    "one, with their cause.",
+         QRT_FIELD(probes, outlier_threshold_ns)},
+
+        // ---------------------------------------------------------------- [[qpu]]
+        {.section = "qpu", .key = "name", .kind = k::string, .default_value = std::string("qpu0"),
+         .required = true,
+         .meaning = "Name of the QPU in the API.  Required, unique.",
+         .check = check_qpu_name, QRT_QPU_FIELD(name)},
+        {.section = "qpu", .key = "endpoint", .kind = k::string,
+         .default_value = std::string("unix:///run/qrtd/qpu0.sock"), .required = true,
+         .meaning = "Where jobs are sent: \"unix:///path\", \"tcp://127.0.0.1:port\" (an "
+                    "address literal; [::1] for IPv6) or \"file:///dev/...\".  Required.",
+         .check = check_endpoint, QRT_QPU_FIELD(target)},
+        {.section = "qpu", .key = "dispatch_cpu", .kind = k::integer,
+         .default_value = std::int64_t{-1}, .min = -1, .max = 4095,
+         .meaning = "CPU of this QPU's dispatch thread; its core is isolated.  -1: chosen by "
+                    "the partition plan.",
+         QRT_QPU_FIELD(dispatch_cpu)},
+        {.section = "qpu", .key = "locality_device", .kind = k::string,
+         .default_value = std::string(""),
+         .meaning = "PCI bus id or network interface of this QPU's endpoint; empty inherits "
+                    "host.locality_device.",
+         .check = check_device_name, QRT_QPU_FIELD(locality_device)},
+        {.section = "qpu", .key = "calibration", .kind = k::enumeration,
+         .default_value = std::string("periodic"), .allowed = names_of<calibration_source>(),
+         .meaning = "\"periodic\": calibration windows follow period_ns, blackout_ns and "
+                    "phase_ns.  \"pushed\": the calibration stack pushes windows over the "
+                    "socket (calibration role).",
+         QRT_QPU_FIELD(calibration)},
+        {.section = "qpu", .key = "period_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{60 * sec}, .min = 1 * ms, .max = 7 * 24 * hour,
+         .meaning = "Periodic calibration: time from one window start to the next, blackout "
+                    "included.",
+         QRT_QPU_FIELD(period_ns)},
+        {.section = "qpu", .key = "blackout_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{5 * sec}, .min = 0, .max = 7 * 24 * hour,
+         .meaning = "Periodic calibration: the calibration run at the start of each period, "
+                    "when no job may run.  Less than period_ns.",
+         QRT_QPU_FIELD(blackout_ns)},
+        {.section = "qpu", .key = "phase_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{0}, .min = 0, .max = 7 * 24 * hour,
+         .meaning = "Periodic calibration: offset of the first period from the Unix epoch, "
+                    "modulo period_ns.  Less than period_ns.",
+         QRT_QPU_FIELD(phase_ns)},
+        {.section = "qpu", .key = "fidelity_f0", .kind = k::real,
+         .default_value = 0.99, .min_real = 0.0, .max_real = 1.0,
+         .meaning = "Fidelity right after calibration; the prediction at t is "
+                    "f0 * exp(-(t - valid_from) / tau).",
+         QRT_QPU_FIELD(fidelity_f0)},
+        {.section = "qpu", .key = "fidelity_tau_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{3600 * sec}, .min = 0, .max = 365 * 24 * hour,
+         .meaning = "Drift time constant of the fidelity prediction.  0: no drift.",
+         QRT_QPU_FIELD(fidelity_tau_ns)},
+        {.section = "qpu", .key = "job_tolerance_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{-1}, .min = -1, .max = 10 * sec,
+         .meaning = "Lateness after which this QPU's jobs are marked missed instead of sent.  "
+                    "-1 inherits dispatch.miss_tolerance_ns.",
+         QRT_QPU_FIELD(job_tolerance_ns)},
+    };
+}
+
+#undef QRT_FIELD
+#undef QRT_QPU_FIELD
+
+}  // namespace
+
+std::string toml_quote(std::string_view s) {
+    std::string out = "\"";
+    for (const char c : s) {
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+                    out += fmt::format("\\u{:04X}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+                } else {
+                    out += c;
+                }
+        }
+    }
+    out += '"';
+    return out;
+}
+
+namespace {
+
+// 30000000000 -> "30_000_000_000"; short numbers stay as they are.
+std::string group_digits(std::int64_t v) {
+    std::string digits = std::to_string(v < 0 ? -v : v);
+    if (digits.size() <= 4) {
+        return v < 0 ? "-" + digits : digits;
+    }
+    std::string out;
+    const std::size_t lead = digits.size() % 3 == 0 ? 3 : digits.size() % 3;
+    out += digits.substr(0, lead);
+    for (std::size_t i = lead; i < digits.size(); i += 3) {
+        out += '_';
+        out += digits.substr(i, 3);
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+std::string duration_words(std::int64_t ns) {
+    struct unit {
+        std::int64_t ns;
+        const char* name;
+    };
+    static constexpr unit units[] = {{24 * hour, "d"}, {hour, "h"}, {60 * sec, "min"},
+                                     {sec, "s"},       {ms, "ms"},  {us, "us"}};
+    if (ns <= 0) {
+        return {};
+    }
+    for (const auto& u : units) {
+        if (ns >= u.ns && ns % u.ns == 0) {
+            return fmt::format("{} {}", ns / u.ns, u.name);
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
+std::string_view to_string(option_kind kind) noexcept {
+    switch (kind) {
+        case option_kind::boolean: return "boolean";
+        case option_kind::integer: return "integer";
+        case option_kind::duration_ns: return "duration";
+        case option_kind::real: return "float";
+        case option_kind::string: return "string";
+        case option_kind::enumeration: return "string";
+        case option_kind::cpu_list: return "string";
+        case option_kind::string_list: return "array of strings";
+    }
+    return "?";
+}
+
+std::string config_option::full_name() const {
+    return fmt::format("{}.{}", section, key);
+}
+
+std::string config_option::range_text() const {
+    switch (kind) {
+        case option_kind::integer:
+        case option_kind::duration_ns:
+            return fmt::format("{}..{}", min, max);
+        case option_kind::real:
+            return fmt::format("{}..{}", min_real, max_real);
+        case option_kind::enumeration:
+            return fmt::format("{}", fmt::join(allowed, ", "));
+        case option_kind::cpu_list:
+            return "\"auto\" or a CPU list such as \"2-3,6\"";
+        default:
+            return {};
+    }
+}
+
+std::string config_option::type_text() const {
+    switch (kind) {
+        case option_kind::boolean: return "boolean";
+        case option_kind::integer: return fmt::format("integer, {}", range_text());
+        case option_kind::duration_ns: {
+            std::string text = fmt::format("nanoseconds, {}", range_text());
+            const std::string lo = duration_words(min);
+            const std::string hi = duration_words(max);
+            if (!hi.empty()) {
+                text += fmt::format(" ({}..{})", lo.empty() ? std::to_string(min) : lo, hi);
+            }
+            return text;
+        }
+        case option_kind::real: return fmt::format("float, {}", range_text());
+        case option_kind::string: return required ? "string, required" : "string";
+        case option_kind::enumeration: return fmt::format("one of {}", range_text());
+        case option_kind::cpu_list: return range_text();
+        case option_kind::string_list: return "array of strings";
+    }
+    return {};
+}
+
+const std::vector<config_option>& config_table() {
+    static const std::vector<config_option> table = build_table();
+    return table;
+}
+
+const std::vector<std::string_view>& section_order() {
+    static const std::vector<std::string_view> order{
+        "agent", "host", "dispatch", "timeline", "rpc", "roles", "probes", "qpu"};
+    return order;
+}
+
+std::string_view section_meaning(std::string_view section) {
+    if (section == "agent") {
+        return "The daemon itself.";
+    }
+    if (section == "host") {
+        return "Host partitioning: isolated and housekeeping CPUs, runtime isolation, IRQs "
+               "(`qrtd host plan|apply|restore|verify`).";
+    }
+    if (section == "dispatch") {
+        return "The real-time dispatch threads, one per QPU.";
+    }
+    if (section == "timeline") {
+        return "Calibration windows, reservations and their placement.";
+    }
+    if (section == "rpc") {
+        return "The JSON-RPC socket served to cluster schedulers.";
+    }
+    if (section == "roles") {
+        return "Who may do what over the socket.";
+    }
+    if (section == "probes") {
+        return "eBPF self-measurement.";
+    }
+    if (section == "qpu") {
+        return "One [[qpu]] table per QPU served by this host; at least one.";
+    }
+    return {};
+}
+
+const config_option* find_option(std::string_view section, std::string_view key) {
+    for (const auto& opt : config_table()) {
+        if (opt.section == section && opt.key == key) {
+            return &opt;
+        }
+    }
+    return nullptr;
+}
+
+std::string render_value(const config_option& opt, const option_value& value) {
+    return std::visit(
+        [&opt](const auto& v) -> std::string {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, bool>) {
+                return v ? "true" : "false";
+            } else if constexpr (std::is_same_v<T, std::int64_t>) {
+                return opt.kind == option_kind::duration_ns ? group_digits(v) : std::to_string(v);
+            } else if constexpr (std::is_same_v<T, double>) {
+                std::string s = fmt::format("{}", v);
+                if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos &&
+                    s.find("nan") == std::string::npos) {
+                    s += ".0";
+                }
+                return s;
+            } else if constexpr (std::is_same_v<T, std::string>) {
+                return toml_quote(v);
+            } else {
+                std::vector<std::string> quoted;
+                for (const auto& s : v) {
+                    quoted.push_back(toml_quote(s));
+                }
+                return fmt::format("[{}]", fmt::join(quoted, ", "));
+            }
+        },
+        value);
+}
+
+}  // namespace qrt
