@@ -1,0 +1,469 @@
+// `qrtd run`: startup order, main loop, shutdown.  See daemon::run().
+
+#include "qrt/daemon.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "qrt/config_table.hpp"
+#include "qrt/event_loop.hpp"
+#include "qrt/log.hpp"
+#include "qrt/sd_notify.hpp"
+#include "rtcore/capabilities.hpp"
+#include "rtcore/kernel_probe.hpp"
+#include "rtcore/restore_journal.hpp"
+#include "rtcore/task_ops.hpp"
+
+namespace qrt {
+namespace {
+
+// Blocks the shutdown signals in this thread (and so in every thread created
+// later) for as long as it lives; they are read from a signalfd instead.
+class blocked_signals {
+public:
+    blocked_signals() {
+        sigemptyset(&_set);
+        sigaddset(&_set, SIGTERM);
+        sigaddset(&_set, SIGINT);
+        sigaddset(&_set, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &_set, &_old);
+    }
+    ~blocked_signals() { pthread_sigmask(SIG_SETMASK, &_old, nullptr); }
+    blocked_signals(const blocked_signals&) = delete;
+    blocked_signals& operator=(const blocked_signals&) = delete;
+    const sigset_t& set() const { return _set; }
+
+private:
+    sigset_t _set{};
+    sigset_t _old{};
+};
+
+class unique_fd {
+public:
+    explicit unique_fd(int fd = -1) : _fd(fd) {}
+    ~unique_fd() {
+        if (_fd >= 0) {
+            ::close(_fd);
+        }
+    }
+    unique_fd(const unique_fd&) = delete;
+    unique_fd& operator=(const unique_fd&) = delete;
+    int get() const { return _fd; }
+
+private:
+    int _fd;
+};
+
+// The partition this process applied, restored exactly once: by shutdown(),
+// or by the destructor on any early return.
+class owned_partition {
+public:
+    owned_partition(rtcore::host_fs& fs, std::filesystem::path state_dir)
+        : _fs(fs), _state_dir(std::move(state_dir)) {}
+    ~owned_partition() {
+        if (_applied) {
+            (void)restore();
+        }
+    }
+    owned_partition(const owned_partition&) = delete;
+    owned_partition& operator=(const owned_partition&) = delete;
+
+    void mark_applied() { _applied = true; }
+    bool applied() const { return _applied; }
+
+    // true when everything was put back.
+    bool restore() {
+        if (!_applied) {
+            return true;
+        }
+        _applied = false;
+        rtcore::real_task_ops tasks;
+        auto rep = rtcore::host_partition::restore(_fs, tasks, _state_dir);
+        if (!rep) {
+            log::error("host", "restore failed: {}; run `qrtd host restore`", rep.err().message);
+            return false;
+        }
+        for (const auto& l : rep->lines) {
+            log::debug("host", "{}", l);
+        }
+        for (const auto& p : rep->problems) {
+            log::error("host", "{}", p);
+        }
+        if (!rep->complete) {
+            log::error("host", "restore incomplete ({} failed); the journal in {} is kept: run "
+                               "`qrtd host restore`",
+                       rep->count(rtcore::restore_item::outcome::failed), _state_dir.string());
+            return false;
+        }
+        log::info("host", "restored: {} values put back, {} unchanged, {} gone",
+                  rep->count(rtcore::restore_item::outcome::restored),
+                  rep->count(rtcore::restore_item::outcome::unchanged),
+                  rep->count(rtcore::restore_item::outcome::gone));
+        return true;
+    }
+
+private:
+    rtcore::host_fs& _fs;
+    std::filesystem::path _state_dir;
+    bool _applied = false;
+};
+
+const char* signal_name(std::uint32_t sig) {
+    switch (sig) {
+        case SIGTERM: return "SIGTERM";
+        case SIGINT: return "SIGINT";
+        case SIGHUP: return "SIGHUP";
+        default: return "signal";
+    }
+}
+
+// SIGHUP: re-read the config and say what changed.  Only log_level takes
+// effect at once; every other option is read at startup.
+void reload_config(const run_options& opts, config& current, const rtcore::host_fs& fs) {
+    auto loaded = load_config_file(opts.config_path, {read_online_cpus(fs)});
+    if (!loaded.ok()) {
+        for (const auto& e : loaded.errors) {
+            log::error("config", "reload: {}", e.to_string());
+        }
+        log::warn("config", "reload: {} keeps running with the configuration it started with",
+                  opts.config_path.string());
+        return;
+    }
+    config next = std::move(loaded.cfg);
+    if (opts.state_dir) {
+        next.agent.state_dir = opts.state_dir->string();
+    }
+    if (opts.level) {
+        next.agent.level = *opts.level;
+    }
+    unsigned changed = 0;
+    static const qpu_config no_qpu;
+    for (const auto& opt : config_table()) {
+        if (opt.section == "qpu") {
+            continue;
+        }
+        const auto before = render_value(opt, opt.load(current, no_qpu));
+        const auto after = render_value(opt, opt.load(next, no_qpu));
+        if (before == after) {
+            continue;
+        }
+        ++changed;
+        if (opt.section == "agent" && opt.key == "log_level") {
+            log::set_level(next.agent.level);
+            current.agent.level = next.agent.level;
+            log::info("config", "reload: agent.log_level = {} (was {})", after, before);
+        } else {
+            log::warn("config", "reload: {} = {} (was {}) takes effect at the next start",
+                      opt.full_name(), after, before);
+        }
+    }
+    if (next.qpus != current.qpus) {
+        ++changed;
+        log::warn("config", "reload: the [[qpu]] tables changed; they take effect at the next start");
+    }
+    log::info("config", "reload: {} read, {} change{}", opts.config_path.string(), changed,
+              changed == 1 ? "" : "s");
+}
+
+}  // namespace
+
+daemon::daemon(run_options opts) : _opts(std::move(opts)) {}
+daemon::~daemon() = default;
+
+exit_code daemon::run() {
+    try {
+        // 0. Block SIGTERM, SIGINT and SIGHUP before anything else.  Every
+        //    thread created later inherits the mask, and a SIGTERM that
+        //    arrives while the partition is being applied waits in the
+        //    signalfd (step 5) instead of killing us between apply and
+        //    restore.
+        blocked_signals signals;
+        sd_notifier sd;
+
+        // 1. Load and validate the config.  First, because every later
+        //    step reads it, and because a bad config must change nothing on
+        //    the host.  The host's online CPUs are read (read-only) so an
+        //    isolated set naming unknown CPUs is a config error here.
+        rtcore::host_fs fs(_opts.root);
+        auto loaded = load_config_file(_opts.config_path, {read_online_cpus(fs)});
+        if (!loaded.ok()) {
+            for (const auto& e : loaded.errors) {
+                log::error("config", "{}", e.to_string());
+            }
+            return exit_code::usage;
+        }
+        config cfg = std::move(loaded.cfg);
+        if (_opts.state_dir) {
+            cfg.agent.state_dir = _opts.state_dir->string();
+        }
+        if (_opts.level) {
+            cfg.agent.level = *_opts.level;
+        }
+        log::set_level(cfg.agent.level);
+        log::info("daemon", "qrtd {} starting with {} ({} QPU{})", QRT_VERSION,
+                  _opts.config_path.string(), cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s");
+        (void)sd.status("starting: config loaded");
+
+        // 2. Open the state directory.  It holds the restore journal, so it
+        //    must exist and be writable before anything on the host changes;
+        //    the lock keeps a second qrtd (or a `qrtd host` command) from
+        //    changing the host at the same time.
+        const std::filesystem::path state_dir = cfg.agent.state_dir;
+        std::error_code ec;
+        if (!std::filesystem::is_directory(state_dir, ec)) {
+            log::error("daemon", "agent.state_dir {}: not a directory ({}); create it (systemd "
+                                 "does, with StateDirectory=qrtd) or pass --state-dir",
+                       state_dir.string(), ec ? ec.message() : "missing");
+            return exit_code::failure;
+        }
+        auto lock = state_dir_lock::acquire(state_dir);
+        if (!lock) {
+            log::error("daemon", "{}", lock.err().message);
+            return exit_code::failure;
+        }
+
+        // 3. Topology, partition plan and kernel probe.  All read-only; the
+        //    plan names the isolated and dispatch CPUs every later step uses,
+        //    and each kernel risk is logged now, so the journal of this start
+        //    says why latency may be poor.
+        host_context hctx;
+        hctx.root = _opts.root;
+        hctx.state_dir = state_dir;
+        hctx.topology = _opts.topology;
+        std::string note;
+        auto topo = load_topology(hctx, fs, &note);
+        if (!topo) {
+            log::error("topology", "{}", topo.err().message);
+            return exit_code::failure;
+        }
+        if (!note.empty()) {
+            log::info("topology", "{}", note);
+        }
+        auto plan = plan_for(cfg, *topo);
+        if (!plan) {
+            log::error("plan", "{}", plan.err().message);
+            return exit_code::usage;
+        }
+        for (const auto& r : plan->reasons) {
+            log::debug("plan", "{}", r);
+        }
+        log::info("plan", "isolated CPUs {}, housekeeping CPUs {}", plan->isolated.to_list(),
+                  plan->housekeeping.to_list());
+        const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
+        log::info("kernel", "{} {}, preemption {}", kernel.release.value_or("?"),
+                  kernel.version.value_or(""), kernel.preempt_model);
+        for (const auto& w : kernel.warnings) {
+            log::warn(w.subsystem, "{}; fix: {}{}", w.message, w.fix,
+                      w.needs_reboot ? " (needs reboot)" : "");
+        }
+
+        // 4. Apply the partition, when running as root (or on a --root tree)
+        //    and host.apply_on_run says so.  Before the capability drop:
+        //    writing /proc/irq and cgroup files and moving other users' tasks
+        //    needs root.  A journal already in the state directory means
+        //    `qrtd host apply` (systemd's ExecStartPre) applied it, and
+        //    `qrtd host restore` (ExecStopPost) owns undoing it.  A crash
+        //    from here on is recovered by `qrtd host restore`.
+        owned_partition partition(fs, state_dir);
+        const bool privileged = ::geteuid() == 0 || !fs.is_system();
+        std::vector<std::string> journal_problems;
+        auto journal = rtcore::restore_journal::load(state_dir, &journal_problems);
+        const bool applied_before = journal && !journal->empty();
+        std::string isolation_used = "not applied";
+        if (!cfg.host.apply_on_run) {
+            log::info("host", "host.apply_on_run = false: the partition is left alone");
+        } else if (applied_before) {
+            log::info("host", "partition already applied (journal in {}); `qrtd host restore` "
+                              "undoes it, not this process",
+                      state_dir.string());
+            isolation_used = "applied by qrtd host apply";
+        } else if (!privileged) {
+            log::warn("host", "not root: partition not applied; run `qrtd host apply` as root "
+                              "(under systemd, ExecStartPre=+ does)");
+        } else {
+            (void)sd.status("starting: applying host partition");
+            rtcore::real_task_ops tasks;
+            auto rep = rtcore::host_partition::apply(fs, tasks, state_dir, plan->isolated,
+                                                     plan->housekeeping, apply_options_for(cfg));
+            if (!rep) {
+                log::error("host", "{}", rep.err().message);
+                return exit_code::failure;
+            }
+            partition.mark_applied();
+            for (const auto& l : rep->lines) {
+                log::debug("host", "{}", l);
+            }
+            for (const auto& l : rep->irqs.lines) {
+                log::debug("irq", "{}", l);
+            }
+            log::info("irq", "{} IRQs pinned, {} already on housekeeping CPUs, {} managed by the "
+                             "kernel (left alone)",
+                      rep->irqs.count(rtcore::irq_outcome::action::pinned),
+                      rep->irqs.count(rtcore::irq_outcome::action::already_ok),
+                      rep->irqs.count(rtcore::irq_outcome::action::managed));
+            for (const auto& why : rep->isolation.not_used) {
+                log::info("isolation", "not used: {}", why);
+            }
+            isolation_used = rtcore::to_string(rep->isolation.method);
+            log::info("isolation", "{}: {} tasks moved off CPUs {}", isolation_used,
+                      rep->isolation.tasks_moved, plan->isolated.to_list());
+        }
+
+        // 5. The event loop and the signals it reads.  Set up after the
+        //    apply, so nothing here can fail half way through a partition
+        //    change; the signals have been blocked since step 0.
+        event_loop loop;
+        unique_fd sigfd(::signalfd(-1, &signals.set(), SFD_NONBLOCK | SFD_CLOEXEC));
+        if (sigfd.get() < 0) {
+            log::error("daemon", "signalfd: {}", std::strerror(errno));
+            return exit_code::failure;
+        }
+        std::string stop_reason;
+        auto shutdown = [&](std::string reason) {
+            if (stop_reason.empty()) {
+                stop_reason = std::move(reason);
+                (void)sd.stopping("stopping: " + stop_reason);
+                loop.stop();
+            }
+        };
+        auto added = loop.add_fd(sigfd.get(), EPOLLIN, [&](std::uint32_t) {
+            signalfd_siginfo si{};
+            while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+                if (si.ssi_signo == SIGHUP) {
+                    log::info("signal", "SIGHUP from pid {}: reloading the config", si.ssi_pid);
+                    reload_config(_opts, cfg, fs);
+                    continue;
+                }
+                log::info("signal", "{} from pid {}: shutting down", signal_name(si.ssi_signo),
+                          si.ssi_pid);
+                shutdown(signal_name(si.ssi_signo));
+            }
+        });
+        if (!added) {
+            log::error("daemon", "{}", added.err().message);
+            return exit_code::failure;
+        }
+        if (_opts.duration) {
+            const auto d = *_opts.duration;
+            auto t = loop.add_timer(d, std::chrono::nanoseconds(0), [&, d] {
+                log::info("daemon", "--duration-s {} elapsed: shutting down", d.count());
+                shutdown("duration elapsed");
+            });
+            if (!t) {
+                log::error("daemon", "{}", t.err().message);
+                return exit_code::failure;
+            }
+        }
+        // IRQ drift watch: only when this process applied the partition.
+        // Under systemd the partition is root's (ExecStartPre) and the qrtd
+        // user may not write /proc/irq; `qrtd host verify` covers that case.
+        if (partition.applied() && cfg.host.pin_irqs && cfg.host.irq_verify_interval_s > 0) {
+            const auto every = std::chrono::seconds(cfg.host.irq_verify_interval_s);
+            auto t = loop.add_timer(every, every, [&] {
+                static log::rate_limiter rl{std::chrono::minutes(1)};
+                rtcore::real_task_ops tasks;
+                auto rep = rtcore::host_partition::verify(fs, tasks, state_dir, apply_options_for(cfg));
+                if (!rep) {
+                    log::warn_rl(rl, "irq", "verify: {}", rep.err().message);
+                } else if (!rep->clean) {
+                    for (const auto& l : rep->irqs.lines) {
+                        log::warn("irq", "verify: {}", l);
+                    }
+                }
+            });
+            if (!t) {
+                log::error("daemon", "{}", t.err().message);
+                return exit_code::failure;
+            }
+        }
+
+        // 6. Drop every capability but CAP_SYS_NICE (SCHED_FIFO, affinity),
+        //    CAP_IPC_LOCK (mlockall), CAP_BPF and CAP_PERFMON (probes).  After
+        //    the apply (which needed root) and BEFORE any thread is created:
+        //    capability sets are per thread, and a thread started earlier
+        //    would keep root's full set.  The bounding set goes too, and
+        //    no_new_privs is set.  Caps this process never had are skipped.
+        std::vector<rtcore::capability> keep;
+        for (const auto cap : {CAP_SYS_NICE, CAP_IPC_LOCK, CAP_BPF, CAP_PERFMON}) {
+            if (rtcore::has_permitted_capability(cap)) {
+                keep.push_back(cap);
+            } else {
+                log::warn("caps", "{} is not permitted: {}", rtcore::capability_name(cap),
+                          cap == CAP_SYS_NICE || cap == CAP_IPC_LOCK
+                              ? "dispatch threads cannot run SCHED_FIFO/mlocked (untuned)"
+                              : "the eBPF probes will be unavailable");
+            }
+        }
+        auto dropped = rtcore::drop_capabilities_except(keep);
+        if (!dropped) {
+            log::error("caps", "{}", dropped.err().message);
+            return exit_code::failure;
+        }
+        log::info("caps", "kept {}; dropped {} others{}",
+                  dropped->kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(dropped->kept, ",")),
+                  dropped->dropped.size(),
+                  dropped->bounding_set_dropped ? " (bounding set too)" : "");
+        for (const auto& n : dropped->notes) {
+            log::debug("caps", "{}", n);
+        }
+
+        // 7. [Later issues plug in here, in this order, all on the
+        //    housekeeping CPUs unless said otherwise:
+        //      - the durable store (SQLite ledger) and the timeline, which
+        //        recover reservations before anything may be dispatched;
+        //      - the dispatcher threads, one per QPU on plan->dispatch_cpus
+        //        (SCHED_FIFO needs CAP_SYS_NICE, kept above);
+        //      - the RPC server on the socket from sd_listen_fds or
+        //        rpc.socket_path, last of the services, so no client is
+        //        answered before the state it queries exists;
+        //      - the eBPF probes (CAP_BPF, CAP_PERFMON).
+        //    Each registers its fds and timers on `loop`.]
+
+        // 8. READY=1 only now: systemd starts dependent units, and a socket
+        //    client may be served, once everything above is in place.
+        const std::string status_text =
+            fmt::format("running: {} QPU{}, isolated CPUs {} ({}), housekeeping CPUs {}",
+                        cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s", plan->isolated.to_list(),
+                        isolation_used, plan->housekeeping.to_list());
+        if (auto st = sd.ready(status_text); !st) {
+            log::warn("systemd", "{}", st.err().message);
+        }
+        if (cfg.agent.watchdog) {
+            auto wd = sd.start_watchdog(loop);
+            if (!wd) {
+                log::error("systemd", "watchdog: {}", wd.err().message);
+                return exit_code::failure;
+            }
+            if (*wd) {
+                log::info("systemd", "watchdog: pinging every {} ms",
+                          (*wd)->count() / 2000);
+            }
+        }
+        log::info("daemon", "{}", status_text);
+
+        // 9. The loop, until SIGTERM/SIGINT or --duration-s.
+        loop.run();
+
+        // 10. Shutdown: STOPPING=1 was sent when the stop was asked for.
+        //     Stop the watchdog, then put the host back.
+        sd.stop_watchdog();
+        log::info("daemon", "stopping ({})", stop_reason.empty() ? "loop ended" : stop_reason);
+        const bool restored = partition.restore();
+        log::info("daemon", "stopped");
+        return restored ? exit_code::ok : exit_code::failure;
+    } catch (const std::exception& e) {
+        // Setup code may throw (std::system_error from epoll, bad_alloc);
+        // the partition guard has restored the host on the way out.
+        log::error("daemon", "{}", e.what());
+        return exit_code::failure;
+    }
+}
+
+}  // namespace qrt
