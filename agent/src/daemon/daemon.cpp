@@ -2,7 +2,10 @@
 
 #include "qrt/daemon.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -61,34 +64,102 @@ private:
     int _fd;
 };
 
-// The partition this process applied, restored exactly once: by shutdown(),
-// or by the destructor on any early return.
+// The host partition this process applied, and the privileged helper that
+// restores it.
+//
+// Restoring needs more than the capabilities `qrtd run` keeps (rmdir of a
+// cgroup v1 cpuset fails without CAP_SYS_ADMIN, for one), so right after the
+// apply, while still root and single-threaded, the daemon forks a helper
+// that keeps root's capabilities and does nothing but wait on a pipe.  When
+// the pipe closes -- restore() at shutdown, an early return, or the daemon
+// dying by SIGKILL -- the helper restores from the journal and exits 0 when
+// everything was put back.  It inherits the blocked signals (a terminal's
+// Ctrl-C does not kill it before it has restored) and the state-dir lock
+// (no other qrtd changes the host until it is done).
 class owned_partition {
 public:
-    owned_partition(rtcore::host_fs& fs, std::filesystem::path state_dir)
-        : _fs(fs), _state_dir(std::move(state_dir)) {}
+    owned_partition(std::filesystem::path root, std::filesystem::path state_dir)
+        : _root(std::move(root)), _state_dir(std::move(state_dir)) {}
     ~owned_partition() {
-        if (_applied) {
+        if (_pid > 0) {
             (void)restore();
         }
     }
     owned_partition(const owned_partition&) = delete;
     owned_partition& operator=(const owned_partition&) = delete;
 
-    void mark_applied() { _applied = true; }
-    bool applied() const { return _applied; }
+    // Call right after a successful apply, before dropping capabilities.
+    rtcore::status start_restorer() {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) < 0) {
+            return rtcore::error::from_errno("pipe2");
+        }
+        const pid_t pid = ::fork();
+        if (pid < 0) {
+            const int err = errno;
+            ::close(fds[0]);
+            ::close(fds[1]);
+            return rtcore::error::from_errno(err, "fork (restore helper)");
+        }
+        if (pid == 0) {
+            ::close(fds[1]);
+            ::_exit(restorer_main(fds[0]));
+        }
+        ::close(fds[0]);
+        _pid = pid;
+        _pipe = fds[1];
+        log::debug("host", "restore helper is pid {}", pid);
+        return rtcore::ok();
+    }
+    bool applied() const { return _pid > 0; }
 
-    // true when everything was put back.
+    // Tells the helper to restore and waits for it.  true when everything
+    // was put back.
     bool restore() {
-        if (!_applied) {
+        if (_pid <= 0) {
             return true;
         }
-        _applied = false;
+        ::close(_pipe);
+        _pipe = -1;
+        int wstatus = 0;
+        pid_t r = -1;
+        do {
+            r = ::waitpid(_pid, &wstatus, 0);
+        } while (r < 0 && errno == EINTR);
+        const pid_t pid = _pid;
+        _pid = -1;
+        if (r < 0) {
+            log::error("host", "waitpid {} (restore helper): {}; run `qrtd host restore`", pid,
+                       std::strerror(errno));
+            return false;
+        }
+        if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+            log::error("host", "restore helper {} {} {}; run `qrtd host restore`", pid,
+                       WIFEXITED(wstatus) ? "exited with" : "killed by signal",
+                       WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+            return false;
+        }
+        return true;
+    }
+
+private:
+    // The helper: wait for EOF on the pipe, restore, exit.  Never returns to
+    // the daemon's code (the caller _exit()s with the result).
+    int restorer_main(int pipe_fd) {
+        ::prctl(PR_SET_NAME, "qrtd-restore", 0, 0, 0);
+        char buf[64];
+        for (;;) {
+            const ssize_t n = ::read(pipe_fd, buf, sizeof buf);
+            if (n == 0 || (n < 0 && errno != EINTR)) {
+                break;
+            }
+        }
+        rtcore::host_fs fs(_root);
         rtcore::real_task_ops tasks;
-        auto rep = rtcore::host_partition::restore(_fs, tasks, _state_dir);
+        auto rep = rtcore::host_partition::restore(fs, tasks, _state_dir);
         if (!rep) {
             log::error("host", "restore failed: {}; run `qrtd host restore`", rep.err().message);
-            return false;
+            return 1;
         }
         for (const auto& l : rep->lines) {
             log::debug("host", "{}", l);
@@ -100,19 +171,19 @@ public:
             log::error("host", "restore incomplete ({} failed); the journal in {} is kept: run "
                                "`qrtd host restore`",
                        rep->count(rtcore::restore_item::outcome::failed), _state_dir.string());
-            return false;
+            return 1;
         }
         log::info("host", "restored: {} values put back, {} unchanged, {} gone",
                   rep->count(rtcore::restore_item::outcome::restored),
                   rep->count(rtcore::restore_item::outcome::unchanged),
                   rep->count(rtcore::restore_item::outcome::gone));
-        return true;
+        return 0;
     }
 
-private:
-    rtcore::host_fs& _fs;
+    std::filesystem::path _root;
     std::filesystem::path _state_dir;
-    bool _applied = false;
+    pid_t _pid = -1;
+    int _pipe = -1;
 };
 
 const char* signal_name(std::uint32_t sig) {
@@ -269,9 +340,11 @@ exit_code daemon::run() {
         //    writing /proc/irq and cgroup files and moving other users' tasks
         //    needs root.  A journal already in the state directory means
         //    `qrtd host apply` (systemd's ExecStartPre) applied it, and
-        //    `qrtd host restore` (ExecStopPost) owns undoing it.  A crash
-        //    from here on is recovered by `qrtd host restore`.
-        owned_partition partition(fs, state_dir);
+        //    `qrtd host restore` (ExecStopPost) owns undoing it.  After our
+        //    own apply, a root helper is forked to restore at exit (see
+        //    owned_partition); if even that dies, `qrtd host restore`
+        //    recovers from the journal.
+        owned_partition partition(_opts.root, state_dir);
         const bool privileged = ::geteuid() == 0 || !fs.is_system();
         std::vector<std::string> journal_problems;
         auto journal = rtcore::restore_journal::load(state_dir, &journal_problems);
@@ -296,7 +369,17 @@ exit_code daemon::run() {
                 log::error("host", "{}", rep.err().message);
                 return exit_code::failure;
             }
-            partition.mark_applied();
+            if (auto st = partition.start_restorer(); !st) {
+                // Without the helper nobody could restore after the drop:
+                // undo now, while still root, and give up.
+                log::error("host", "{}", st.err().message);
+                rtcore::real_task_ops undo_tasks;
+                auto undo = rtcore::host_partition::restore(fs, undo_tasks, state_dir);
+                if (!undo || !undo->complete) {
+                    log::error("host", "undo incomplete; run `qrtd host restore`");
+                }
+                return exit_code::failure;
+            }
             for (const auto& l : rep->lines) {
                 log::debug("host", "{}", l);
             }
@@ -452,7 +535,7 @@ exit_code daemon::run() {
         loop.run();
 
         // 10. Shutdown: STOPPING=1 was sent when the stop was asked for.
-        //     Stop the watchdog, then put the host back.
+        //     Stop the watchdog, then have the root helper put the host back.
         sd.stop_watchdog();
         log::info("daemon", "stopping ({})", stop_reason.empty() ? "loop ended" : stop_reason);
         const bool restored = partition.restore();
