@@ -388,12 +388,14 @@ private:
                            std::to_string(_opt.calibration_id) + ")");
             return true;
         }
+        // One job at a time: a job that arrives while the previous one still
+        // runs waits for it (counted as busy).
+        std::int64_t start_mono = arrival_mono;
         if (arrival_mono < _busy_until_mono) {
             ++_c.busy;
-            send_error(c, job, QRT_WIRE_ERR_BUSY, "still running the previous job");
-            return true;
+            start_mono = _busy_until_mono;
         }
-        _busy_until_mono = arrival_mono + std::max<std::int64_t>(job.duration_ns, 0);
+        _busy_until_mono = start_mono + std::max<std::int64_t>(job.duration_ns, 0);
         wire::header r = wire::make_header(wire::frame_type::result);
         r.job_id = job.job_id;
         r.calibration_id = job.calibration_id;

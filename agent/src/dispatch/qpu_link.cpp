@@ -336,6 +336,12 @@ void qpu_link::answer(pending_job& p, wire::frame&& f) {
 void qpu_link::drop_connection(const std::string& reason, const std::string& detail) {
     const bool was_up = _state == conn_state::up;
     _dispatcher.clear_endpoint();
+    // Frames the dispatch thread sent before this point went to the old
+    // connection: their records may still be in the ring, so remember when
+    // and why the connection went (on_record fails them on arrival).
+    _last_drop_mono_ns = _clock.now_monotonic_ns();
+    _last_drop_reason = reason;
+    _last_drop_detail = detail;
     if (_fd.valid()) {
         if (_addr.kind != endpoint_kind::file) {
             ::shutdown(_fd.get(), SHUT_RDWR);  // completes any write the kernel still holds
@@ -423,6 +429,14 @@ void qpu_link::on_record(const dispatch_record& r) {
         p.phase = job_phase::sent;
         p.sent_ns = r.sent_ns;
         p.lateness_ns = r.lateness_ns;
+        if (r.deadline_ns + r.lateness_ns <= _last_drop_mono_ns && !p.early_answer) {
+            // Sent on a connection that has since been dropped: no answer can come.
+            if (_cb.on_dispatched) {
+                _cb.on_dispatched(p.job.job_id, r.sent_ns);
+            }
+            finish(r.job_id, job_state::failed, _last_drop_reason, _last_drop_detail);
+            return;
+        }
         p.result_due_mono_ns = r.deadline_ns + p.job.duration_ns + _cfg.result_timeout_ns;
         if (_cb.on_dispatched) {
             _cb.on_dispatched(p.job.job_id, r.sent_ns);

@@ -129,6 +129,9 @@ private:
     std::optional<event_loop::timer_id> _poll_timer;
     std::string _last_error;
     std::uint32_t _consecutive_timeouts = 0;
+    std::int64_t _last_drop_mono_ns = INT64_MIN;
+    std::string _last_drop_reason;
+    std::string _last_drop_detail;
 
     std::map<std::uint64_t, pending_job> _pending;
     dispatch_counters _counters;

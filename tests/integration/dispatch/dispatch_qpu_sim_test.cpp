@@ -1,0 +1,295 @@
+// qpu_link (dispatch thread + endpoint client on the event loop) against a
+// real qpu-sim process over a UNIX socket.  Asserts behaviour only: every
+// job reaches a terminal state with a reason, qpu-sim sees no out-of-window
+// arrival, injected faults fail only the affected jobs and dispatching goes
+// on.  Tuned mode (SCHED_FIFO, spin) when run as root, untuned otherwise.
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qrt/dispatch/qpu_link.hpp"
+#include "qrt/event_loop.hpp"
+
+using namespace qrt::dispatch;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t ms = 1'000'000;
+constexpr std::size_t job_count = 500;
+constexpr std::int64_t spacing_ns = 2 * ms;
+constexpr std::int64_t window_ns = 100 * ms;
+constexpr std::int64_t blackout_ns = 10 * ms;
+constexpr std::int64_t duration_ns = 200'000;
+
+// qpu-sim as a child process, stopped (SIGTERM) and reaped by the destructor.
+class sim_process {
+public:
+    sim_process(const fs::path& dir, std::vector<std::string> extra) : _dir(dir) {
+        _sock = (dir / "qpu.sock").string();
+        _summary = (dir / "summary.json").string();
+        std::vector<std::string> args = {QPU_SIM_PATH, "--listen", "unix://" + _sock, "--summary-file", _summary,
+                                         "--json", "--duration-s", "60"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        _pid = ::fork();
+        if (_pid == 0) {
+            std::vector<char*> argv;
+            for (auto& a : args) {
+                argv.push_back(a.data());
+            }
+            argv.push_back(nullptr);
+            const int devnull = ::open("/dev/null", O_WRONLY);
+            ::dup2(devnull, 1);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        for (int i = 0; i < 500 && !fs::exists(_sock); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+    ~sim_process() { stop(); }
+    sim_process(const sim_process&) = delete;
+    sim_process& operator=(const sim_process&) = delete;
+
+    std::string endpoint() const { return "unix://" + _sock; }
+    bool listening() const { return fs::exists(_sock); }
+
+    // SIGTERM, reap, and the exit summary qpu-sim wrote.
+    nlohmann::json stop() {
+        if (_pid > 0) {
+            ::kill(_pid, SIGTERM);
+            int status = 0;
+            ::waitpid(_pid, &status, 0);
+            _pid = -1;
+        }
+        std::ifstream in(_summary);
+        nlohmann::json j;
+        if (in) {
+            in >> j;
+        }
+        return j;
+    }
+
+private:
+    fs::path _dir;
+    std::string _sock;
+    std::string _summary;
+    pid_t _pid = -1;
+};
+
+struct run_result {
+    std::map<std::uint64_t, dispatch_outcome> outcomes;
+    std::size_t dispatched = 0;
+    dispatch_telemetry telemetry;
+    nlohmann::json sim;
+    std::size_t pending_left = 0;
+    bool endpoint_up_at_end = false;
+};
+
+class dispatch_with_qpu_sim : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/qrt-dispatch-it-XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        _dir = tmpl;
+        _tuned = ::geteuid() == 0;
+    }
+    void TearDown() override {
+        std::error_code ec;
+        fs::remove_all(_dir, ec);
+    }
+
+    run_result run(const std::vector<std::string>& sim_args) {
+        run_result rr;
+        sim_process sim(_dir, sim_args);
+        EXPECT_TRUE(sim.listening()) << "qpu-sim did not start";
+
+        qrt::event_loop loop;
+        rtcore::real_clock clock;
+        qpu_link_config cfg;
+        cfg.endpoint = sim.endpoint();
+        cfg.dispatch.mode = _tuned ? dispatch_mode::tuned : dispatch_mode::untuned;
+        cfg.dispatch.dispatch_cpu = std::thread::hardware_concurrency() > 1 ? 1 : 0;
+        cfg.dispatch.slots = 512;
+        cfg.dispatch.max_payload_bytes = 1024;
+        cfg.result_timeout_ns = 300 * ms;
+        cfg.backoff_initial = std::chrono::milliseconds(20);
+        qpu_link_callbacks cb;
+        cb.on_dispatched = [&](std::uint64_t, std::int64_t) { ++rr.dispatched; };
+        cb.on_outcome = [&](const dispatch_outcome& o) {
+            EXPECT_EQ(rr.outcomes.count(o.job_id), 0u) << "two outcomes for job " << o.job_id;
+            rr.outcomes[o.job_id] = o;
+        };
+        qpu_link link(loop, clock, cfg, cb);
+        EXPECT_TRUE(link.start());
+        // Wait (bounded) for the endpoint before placing jobs.
+        for (int i = 0; i < 400 && !link.endpoint_up(); ++i) {
+            loop.run_once(std::chrono::milliseconds(5));
+        }
+        EXPECT_TRUE(link.endpoint_up()) << link.last_endpoint_error();
+
+        // Calibration windows of 100 ms with a 10 ms blackout; the current id
+        // switches at each blackout (the calibration stack's job).
+        const std::int64_t base = clock.now_realtime_ns() + 200 * ms;
+        std::vector<dispatch_job> jobs;
+        std::int64_t t = base + 5 * ms;
+        while (jobs.size() < job_count) {
+            const std::int64_t w = (t - base) / window_ns;
+            const std::int64_t w_start = base + w * window_ns;
+            const std::int64_t w_end = w_start + window_ns - blackout_ns;
+            if (t < w_start + 5 * ms || t + duration_ns + 5 * ms > w_end) {
+                t += spacing_ns;
+                continue;
+            }
+            dispatch_job j;
+            j.job_id = jobs.size() + 1;
+            j.scheduled_ns = t;
+            j.window_start_ns = w_start;
+            j.window_end_ns = w_end;
+            j.duration_ns = duration_ns;
+            j.calibration_id = static_cast<std::uint64_t>(w + 1);
+            j.tolerance_ns = 1 * ms;
+            j.shots = 100;
+            jobs.push_back(j);
+            t += spacing_ns;
+        }
+        const std::int64_t windows = (jobs.back().scheduled_ns - base) / window_ns + 1;
+        link.set_calibration_id(1);
+        for (std::int64_t w = 1; w < windows; ++w) {
+            const std::int64_t switch_rt = base + w * window_ns - blackout_ns;
+            const auto delay = std::chrono::nanoseconds(std::max<std::int64_t>(switch_rt - clock.now_realtime_ns(), 1));
+            EXPECT_TRUE(loop.add_timer(delay, std::chrono::nanoseconds(0),
+                                       [&link, w] { link.set_calibration_id(static_cast<std::uint64_t>(w + 1)); }));
+        }
+        const std::uint8_t payload[] = "OPENQASM 3; qubit[4] q; h q[0]; cx q[0], q[1];";
+        for (const auto& j : jobs) {
+            EXPECT_TRUE(link.submit(j, payload));
+        }
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (rr.outcomes.size() < job_count && std::chrono::steady_clock::now() < give_up) {
+            loop.run_once(std::chrono::milliseconds(5));
+        }
+        rr.telemetry = link.telemetry();
+        rr.pending_left = link.pending();
+        rr.endpoint_up_at_end = link.endpoint_up();
+        link.stop();
+        rr.sim = sim.stop();
+        return rr;
+    }
+
+    static std::map<std::string, std::size_t> reasons(const run_result& rr) {
+        std::map<std::string, std::size_t> m;
+        for (const auto& [id, o] : rr.outcomes) {
+            ++m[o.reason];
+        }
+        return m;
+    }
+
+    static std::string describe(const run_result& rr) {
+        std::string s = "outcomes by reason:";
+        for (const auto& [r, n] : reasons(rr)) {
+            s += " " + r + "=" + std::to_string(n);
+        }
+        return s + "; qpu-sim: " + rr.sim.dump();
+    }
+
+    // Every job reached a terminal state with a reason; no arrival outside its
+    // window at the QPU; only `allowed` failure reasons.
+    void expect_terminal_and_clean(const run_result& rr, const std::set<std::string>& allowed) {
+        ASSERT_EQ(rr.outcomes.size(), job_count) << describe(rr);
+        EXPECT_EQ(rr.pending_left, 0u);
+        for (const auto& [id, o] : rr.outcomes) {
+            EXPECT_FALSE(o.reason.empty()) << "job " << id;
+            if (o.state == job_state::completed) {
+                EXPECT_EQ(o.reason, "ok");
+                EXPECT_FALSE(o.result.empty()) << "job " << id << " completed without result data";
+                EXPECT_NE(o.arrival_ns, 0);
+            } else {
+                EXPECT_TRUE(allowed.count(o.reason) != 0 || o.reason == "missed")
+                    << "job " << id << " failed with " << o.reason << ": " << o.detail;
+                EXPECT_FALSE(o.detail.empty()) << "job " << id;
+            }
+            if (o.state == job_state::missed) {
+                EXPECT_EQ(o.sent_ns, 0) << "a missed job was sent";
+            }
+        }
+        ASSERT_TRUE(rr.sim.contains("out_of_window")) << "no qpu-sim summary";
+        EXPECT_EQ(rr.sim["out_of_window"].get<std::uint64_t>(), 0u) << describe(rr);
+        EXPECT_EQ(rr.telemetry.counters.qpu_out_of_window, 0u);
+        EXPECT_EQ(rr.sim["protocol_errors"].get<std::uint64_t>(), 0u);
+    }
+
+    fs::path _dir;
+    bool _tuned = false;
+};
+
+}  // namespace
+
+TEST_F(dispatch_with_qpu_sim, five_hundred_jobs_all_end_terminal_and_none_arrives_out_of_window) {
+    const run_result rr = run({});
+    expect_terminal_and_clean(rr, {});
+    const auto by = reasons(rr);
+    // Without faults every job that was not missed completes with its result.
+    EXPECT_EQ(by.count("ok") ? by.at("ok") : 0u, job_count - (by.count("missed") ? by.at("missed") : 0u))
+        << describe(rr);
+    EXPECT_EQ(rr.telemetry.counters.completed + rr.telemetry.counters.missed, job_count);
+    EXPECT_EQ(rr.telemetry.dispatch_lateness.count, rr.dispatched);
+    EXPECT_EQ(rr.telemetry.arrival_lateness.count, rr.telemetry.counters.completed);
+    EXPECT_TRUE(rr.endpoint_up_at_end);
+    if (_tuned) {
+        EXPECT_GE(rr.telemetry.lead_ns, rr.telemetry.lead_min_ns);
+        EXPECT_LE(rr.telemetry.lead_ns, rr.telemetry.lead_max_ns);
+    }
+}
+
+TEST_F(dispatch_with_qpu_sim, stalled_results_time_out_only_the_stalled_jobs) {
+    const run_result rr = run({"--stall-every", "100", "--stall-ms", "1500"});
+    expect_terminal_and_clean(rr, {"endpoint_timeout"});
+    const auto by = reasons(rr);
+    const auto stalled = rr.sim["faults"]["stalled"].get<std::size_t>();
+    EXPECT_GE(stalled, 4u) << describe(rr);
+    EXPECT_EQ(by.count("endpoint_timeout") ? by.at("endpoint_timeout") : 0u, stalled) << describe(rr);
+    EXPECT_TRUE(rr.endpoint_up_at_end);
+}
+
+TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_resumes_after_reconnect) {
+    const run_result rr = run({"--disconnect-every", "100"});
+    expect_terminal_and_clean(rr, {"endpoint_disconnected", "endpoint_down"});
+    const auto by = reasons(rr);
+    const auto faults = rr.sim["faults"]["disconnects"].get<std::size_t>();
+    EXPECT_GE(faults, 4u) << describe(rr);
+    EXPECT_EQ(by.count("endpoint_disconnected") ? by.at("endpoint_disconnected") : 0u, faults) << describe(rr);
+    // Jobs due while reconnecting fail endpoint_down; the rest complete.
+    EXPECT_LT(by.count("endpoint_down") ? by.at("endpoint_down") : 0u, faults * 40) << describe(rr);
+    EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+    EXPECT_EQ(rr.telemetry.counters.reconnects, faults);
+    EXPECT_EQ(rr.sim["connections"].get<std::size_t>(), faults + 1);
+}
+
+TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link_recovers) {
+    const run_result rr = run({"--garbage-every", "100"});
+    expect_terminal_and_clean(rr, {"endpoint_protocol_error", "endpoint_down"});
+    const auto by = reasons(rr);
+    const auto faults = rr.sim["faults"]["garbage"].get<std::size_t>();
+    EXPECT_GE(faults, 4u) << describe(rr);
+    EXPECT_EQ(by.count("endpoint_protocol_error") ? by.at("endpoint_protocol_error") : 0u, faults)
+        << describe(rr);
+    EXPECT_EQ(rr.telemetry.counters.endpoint_protocol_errors, faults);
+    EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+}
