@@ -45,6 +45,7 @@ struct ledger::qpu_state {
     bool periodic = false;
     periodic_calibration per;
     std::int64_t next_cycle = 0;  // periodic: first cycle not generated yet
+    std::int64_t first_cycle = 0;  // periodic: first cycle generated
     std::map<std::int64_t, calibration_window> windows;  // by valid_from
     gap_index gaps;
     std::map<std::int64_t, std::uint64_t> busy;     // active reservations by start
@@ -269,6 +270,9 @@ std::vector<std::string> ledger::qpu_names() const {
 
 void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns) {
     const periodic_calibration& p = qs.per;
+    if (qs.windows.empty()) {
+        qs.first_cycle = qs.next_cycle;
+    }
     for (;;) {
         const std::int64_t cycle_start = p.phase_ns + qs.next_cycle * p.period_ns;
         if (cycle_start >= until_ns) {
@@ -309,6 +313,9 @@ void ledger::advance(std::int64_t now_ns) {
             extend_periodic(qs, until);
         }
         // Free time in the past can never be used again.
+        if (now_ns <= qs.pruned_before_ns) {
+            continue;
+        }
         for (auto g = qs.gaps.first(); g && g->end_ns <= now_ns; g = qs.gaps.first()) {
             qs.gaps.erase(g->start_ns);
         }
@@ -316,14 +323,33 @@ void ledger::advance(std::int64_t now_ns) {
     }
 }
 
-const calibration_window* ledger::window_at(std::size_t q, std::int64_t t_ns) const {
-    const auto& ws = _qpus[q].windows;
+std::optional<calibration_window> ledger::window_at(std::size_t q, std::int64_t t_ns) const {
+    const qpu_state& qs = _qpus[q];
+    if (qs.periodic) {
+        // Periodic windows are arithmetic: no map walk on the hot path.
+        const periodic_calibration& p = qs.per;
+        const std::int64_t cycle = floor_div(t_ns - p.phase_ns, p.period_ns);
+        if (cycle < qs.first_cycle || cycle >= qs.next_cycle) {
+            return std::nullopt;
+        }
+        const std::int64_t cycle_start = p.phase_ns + cycle * p.period_ns;
+        if (t_ns < cycle_start + p.blackout_ns) {
+            return std::nullopt;
+        }
+        return calibration_window{static_cast<std::uint64_t>(cycle) + 1,
+                                  cycle_start + p.blackout_ns, cycle_start + p.period_ns, p.f0,
+                                  p.tau_ns};
+    }
+    const auto& ws = qs.windows;
     auto it = ws.upper_bound(t_ns);
     if (it == ws.begin()) {
-        return nullptr;
+        return std::nullopt;
     }
     --it;
-    return it->second.contains(t_ns) ? &it->second : nullptr;
+    if (!it->second.contains(t_ns)) {
+        return std::nullopt;
+    }
+    return it->second;
 }
 
 void ledger::rebuild_gaps(std::size_t q) {
@@ -590,8 +616,8 @@ std::optional<ledger::slot> ledger::earliest_fit(std::size_t q, std::int64_t fro
         if (s > latest_start) {
             return std::nullopt;
         }
-        const calibration_window* w = window_at(q, s);
-        if (w == nullptr) {
+        const auto w = window_at(q, s);
+        if (!w) {
             return std::nullopt;  // gaps only exist inside windows
         }
         if (req.min_fidelity > 0.0 &&
@@ -1715,8 +1741,8 @@ std::vector<std::string> ledger::check_invariants() const {
             fail(who + ": lease index membership is " + (in_leases ? "set" : "unset"));
         }
         if (r.state == res_state::held || r.state == res_state::committed) {
-            const calibration_window* w = window_at(qit->second, r.start_ns);
-            if (w == nullptr) {
+            const auto w = window_at(qit->second, r.start_ns);
+            if (!w) {
                 fail(who + ": start " + n2s(r.start_ns) + " is in no window (blackout)");
             } else {
                 if (w->calibration_id != r.calibration_id) {

@@ -225,7 +225,7 @@ TEST_F(store_test, kill_9_at_random_points_keeps_exactly_the_acknowledged_set) {
             _exit(0);
         }
         close(fds[1]);
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(30, 250)(rng)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(80, 400)(rng)));
         ASSERT_EQ(kill(pid, SIGKILL), 0);
         int wstatus = 0;
         ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);

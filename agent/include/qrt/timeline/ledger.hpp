@@ -172,7 +172,7 @@ private:
     std::optional<preempt_plan> preemption_fit(const request& req,
                                                const std::vector<std::size_t>& qs,
                                                std::int64_t now_ns) const;
-    const calibration_window* window_at(std::size_t q, std::int64_t t_ns) const;
+    std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
     result<reservation*> owned(std::string_view tenant, std::uint64_t id);
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
