@@ -1,0 +1,422 @@
+// libqrt-client: the C ABI over qrt::client::connection.  Every entry point
+// catches everything: no C++ exception crosses into C.
+
+#include "qrt/client.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "connection.hpp"
+
+struct qrt_client {
+    std::unique_ptr<qrt::client::connection> conn;
+};
+
+namespace {
+
+using qrt::client::call_error;
+using qrt::client::json;
+
+#ifndef QRT_CLIENT_VERSION
+#define QRT_CLIENT_VERSION "0.0.0"
+#endif
+
+void copy_str(char* dst, std::size_t cap, std::string_view src) noexcept {
+    const std::size_t n = std::min(cap - 1, src.size());
+    std::memcpy(dst, src.data(), n);
+    dst[n] = '\0';
+}
+
+void clear(qrt_error* err) noexcept {
+    if (err != nullptr) {
+        err->code = 0;
+        err->sys_errno = 0;
+        err->reason[0] = '\0';
+        err->message[0] = '\0';
+    }
+}
+
+// Fill err and return the negative errno for this failure.
+int report(const call_error& e, qrt_error* err) noexcept {
+    if (err != nullptr) {
+        err->code = e.code;
+        err->sys_errno = e.sys_errno;
+        copy_str(err->reason, sizeof(err->reason), e.reason);
+        copy_str(err->message, sizeof(err->message), e.message);
+    }
+    if (!e.is_local()) {
+        return -EREMOTEIO;
+    }
+    return e.sys_errno > 0 ? -e.sys_errno : -EIO;
+}
+
+int local_fail(int errnum, std::string_view reason, std::string_view message,
+               qrt_error* err) noexcept {
+    if (err != nullptr) {
+        err->code = 0;
+        err->sys_errno = errnum;
+        copy_str(err->reason, sizeof(err->reason), reason);
+        copy_str(err->message, sizeof(err->message), message);
+    }
+    return -errnum;
+}
+
+int invalid(std::string_view message, qrt_error* err) noexcept {
+    return local_fail(EINVAL, qrt::client::local_reason::client_error, message, err);
+}
+
+// A malloc'ed copy for the caller (freed with qrt_free).
+char* c_string(const std::string& s) noexcept {
+    char* p = static_cast<char*>(std::malloc(s.size() + 1));
+    if (p != nullptr) {
+        std::memcpy(p, s.data(), s.size());
+        p[s.size()] = '\0';
+    }
+    return p;
+}
+
+int give_json(const json& j, char** out, qrt_error* err) {
+    if (out == nullptr) {
+        return 0;
+    }
+    *out = c_string(j.dump(-1, ' ', false, json::error_handler_t::replace));
+    if (*out == nullptr) {
+        return local_fail(ENOMEM, qrt::client::local_reason::client_error, "out of memory", err);
+    }
+    return 0;
+}
+
+// Runs fn, translating any exception into a negative errno.
+template <typename Fn>
+int guarded(qrt_error* err, Fn&& fn) noexcept {
+    try {
+        clear(err);
+        return fn();
+    } catch (const std::bad_alloc&) {
+        return local_fail(ENOMEM, qrt::client::local_reason::client_error, "out of memory", err);
+    } catch (const std::exception& e) {
+        return local_fail(EPROTO, qrt::client::local_reason::protocol_error, e.what(), err);
+    } catch (...) {
+        return local_fail(EPROTO, qrt::client::local_reason::protocol_error,
+                          "unexpected failure", err);
+    }
+}
+
+int do_call(qrt_client* c, std::string_view method, const json& params, json* result,
+            qrt_error* err) {
+    if (c == nullptr || !c->conn) {
+        return invalid("qrt client is NULL", err);
+    }
+    auto r = c->conn->call(method, params);
+    if (!r) {
+        return report(r.error(), err);
+    }
+    if (result != nullptr) {
+        *result = std::move(r).result();
+    }
+    return 0;
+}
+
+json request_params(const qrt_slot_request* req) {
+    json p{{"duration_ns", req->duration_ns}};
+    if (req->not_before_ns != 0) {
+        p["not_before_ns"] = req->not_before_ns;
+    }
+    if (req->deadline_ns != 0) {
+        p["deadline_ns"] = req->deadline_ns;
+    }
+    if (req->priority != 0) {
+        p["priority"] = req->priority;
+    }
+    if (req->min_fidelity > 0.0) {
+        p["min_fidelity"] = req->min_fidelity;
+    }
+    if (req->qpu != nullptr && req->qpu[0] != '\0') {
+        p["qpus"] = json::array({std::string(req->qpu)});
+    }
+    return p;
+}
+
+template <typename T>
+T num_or(const json& j, const char* key, T fallback) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number()) {
+        return fallback;
+    }
+    return it->get<T>();
+}
+
+int fill_reservation(const json& r, qrt_reservation* out, qrt_error* err) {
+    if (!r.is_object()) {
+        return local_fail(EPROTO, qrt::client::local_reason::protocol_error,
+                          "reservation reply is not an object", err);
+    }
+    if (out == nullptr) {
+        return 0;
+    }
+    *out = qrt_reservation{};
+    out->reservation_id = num_or<std::uint64_t>(r, "reservation_id", 0);
+    out->fencing_token = num_or<std::uint64_t>(r, "fencing_token", 0);
+    out->start_ns = num_or<std::int64_t>(r, "start_ns", 0);
+    out->end_ns = num_or<std::int64_t>(r, "end_ns", 0);
+    out->lease_expires_ns = num_or<std::int64_t>(r, "lease_expires_ns", 0);
+    out->calibration_id = num_or<std::uint64_t>(r, "calibration_id", 0);
+    copy_str(out->qpu, sizeof(out->qpu), r.value("qpu", std::string()));
+    copy_str(out->state, sizeof(out->state), r.value("state", std::string()));
+    return 0;
+}
+
+std::string base64(const void* data, std::size_t len) {
+    static constexpr char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const auto* p = static_cast<const unsigned char*>(data);
+    std::string out;
+    out.reserve((len + 2) / 3 * 4);
+    std::size_t i = 0;
+    for (; i + 3 <= len; i += 3) {
+        const unsigned v = (unsigned{p[i]} << 16U) | (unsigned{p[i + 1]} << 8U) | p[i + 2];
+        out += alphabet[(v >> 18U) & 63U];
+        out += alphabet[(v >> 12U) & 63U];
+        out += alphabet[(v >> 6U) & 63U];
+        out += alphabet[v & 63U];
+    }
+    if (i < len) {
+        unsigned v = unsigned{p[i]} << 16U;
+        if (i + 1 < len) {
+            v |= unsigned{p[i + 1]} << 8U;
+        }
+        out += alphabet[(v >> 18U) & 63U];
+        out += alphabet[(v >> 12U) & 63U];
+        out += i + 1 < len ? alphabet[(v >> 6U) & 63U] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+thread_local std::string default_path_storage;
+
+}  // namespace
+
+extern "C" {
+
+const char* qrt_client_version(void) { return QRT_CLIENT_VERSION; }
+
+const char* qrt_default_socket(void) {
+    try {
+        default_path_storage = qrt::client::resolve_socket_path({});
+        return default_path_storage.c_str();
+    } catch (...) {
+        return "/run/qrtd/qrtd.sock";
+    }
+}
+
+int qrt_connect_timeout(const char* path, int connect_timeout_ms, qrt_client** out,
+                        qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (out == nullptr) {
+            return invalid("qrt_connect: out is NULL", err);
+        }
+        *out = nullptr;
+        if (connect_timeout_ms <= 0) {
+            return invalid("qrt_connect: connect_timeout_ms must be > 0", err);
+        }
+        qrt::client::connect_options opts;
+        opts.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+        const std::string p = qrt::client::resolve_socket_path(path != nullptr ? path : "");
+        auto r = qrt::client::connection::open(p, opts);
+        if (auto* e = std::get_if<call_error>(&r)) {
+            return report(*e, err);
+        }
+        auto* c = new qrt_client;
+        c->conn = std::move(std::get<0>(r));
+        *out = c;
+        return 0;
+    });
+}
+
+int qrt_connect(const char* path, qrt_client** out, qrt_error* err) {
+    return qrt_connect_timeout(path, 2000, out, err);
+}
+
+int qrt_set_timeout(qrt_client* c, int timeout_ms) {
+    if (c == nullptr || timeout_ms <= 0) {
+        return -EINVAL;
+    }
+    c->conn->set_call_timeout(std::chrono::milliseconds(timeout_ms));
+    return 0;
+}
+
+int qrt_fd(const qrt_client* c) { return c == nullptr ? -EINVAL : c->conn->fd(); }
+
+int qrt_call(qrt_client* c, const char* method, const char* params_json, char** result_json,
+             qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (result_json != nullptr) {
+            *result_json = nullptr;
+        }
+        if (method == nullptr || method[0] == '\0') {
+            return invalid("qrt_call: method is NULL or empty", err);
+        }
+        json params = json::object();
+        if (params_json != nullptr && params_json[0] != '\0') {
+            params = json::parse(params_json, nullptr, false);
+            if (params.is_discarded() || !params.is_object()) {
+                return invalid(std::string("qrt_call(") + method +
+                                   "): params_json is not a JSON object",
+                               err);
+            }
+        }
+        json result;
+        if (const int rc = do_call(c, method, params, &result, err); rc < 0) {
+            return rc;
+        }
+        return give_json(result, result_json, err);
+    });
+}
+
+int qrt_hello(qrt_client* c, char** result_json, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (result_json != nullptr) {
+            *result_json = nullptr;
+        }
+        json result;
+        const json params{{"client", std::string("libqrt-client/") + QRT_CLIENT_VERSION}};
+        if (const int rc = do_call(c, "agent.hello", params, &result, err); rc < 0) {
+            return rc;
+        }
+        return give_json(result, result_json, err);
+    });
+}
+
+int qrt_slots_query(qrt_client* c, const qrt_slot_request* req, char** result_json,
+                    qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (result_json != nullptr) {
+            *result_json = nullptr;
+        }
+        if (req == nullptr || req->duration_ns <= 0) {
+            return invalid("qrt_slots_query: request is NULL or duration_ns <= 0", err);
+        }
+        json result;
+        if (const int rc = do_call(c, "slots.query", request_params(req), &result, err); rc < 0) {
+            return rc;
+        }
+        return give_json(result, result_json, err);
+    });
+}
+
+int qrt_slots_reserve(qrt_client* c, const qrt_slot_request* req, const char* idempotency_key,
+                      int64_t lease_ns, qrt_reservation* out, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (req == nullptr || req->duration_ns <= 0) {
+            return invalid("qrt_slots_reserve: request is NULL or duration_ns <= 0", err);
+        }
+        if (idempotency_key == nullptr || idempotency_key[0] == '\0') {
+            return invalid("qrt_slots_reserve: idempotency_key is required", err);
+        }
+        json params = request_params(req);
+        params["idempotency_key"] = idempotency_key;
+        if (lease_ns > 0) {
+            params["lease_ns"] = lease_ns;
+        }
+        json result;
+        if (const int rc = do_call(c, "slots.reserve", params, &result, err); rc < 0) {
+            return rc;
+        }
+        return fill_reservation(result, out, err);
+    });
+}
+
+int qrt_slots_heartbeat(qrt_client* c, uint64_t reservation_id, uint64_t fencing_token,
+                        qrt_reservation* out, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        json result;
+        const json params{{"reservation_id", reservation_id}, {"fencing_token", fencing_token}};
+        if (const int rc = do_call(c, "slots.heartbeat", params, &result, err); rc < 0) {
+            return rc;
+        }
+        return fill_reservation(result, out, err);
+    });
+}
+
+int qrt_slots_release(qrt_client* c, uint64_t reservation_id, uint64_t fencing_token,
+                      qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        const json params{{"reservation_id", reservation_id}, {"fencing_token", fencing_token}};
+        return do_call(c, "slots.release", params, nullptr, err);
+    });
+}
+
+int qrt_jobs_submit(qrt_client* c, uint64_t reservation_id, uint64_t fencing_token,
+                    const void* payload, size_t payload_len, qrt_reservation* out,
+                    qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (payload == nullptr && payload_len != 0) {
+            return invalid("qrt_jobs_submit: payload is NULL with a non-zero length", err);
+        }
+        json result;
+        const json params{{"reservation_id", reservation_id},
+                          {"fencing_token", fencing_token},
+                          {"payload", base64(payload, payload_len)}};
+        if (const int rc = do_call(c, "jobs.submit", params, &result, err); rc < 0) {
+            return rc;
+        }
+        return fill_reservation(result, out, err);
+    });
+}
+
+int qrt_jobs_status(qrt_client* c, uint64_t job_id, qrt_reservation* out, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        json result;
+        if (const int rc = do_call(c, "jobs.status", json{{"job_id", job_id}}, &result, err);
+            rc < 0) {
+            return rc;
+        }
+        return fill_reservation(result, out, err);
+    });
+}
+
+int qrt_jobs_cancel(qrt_client* c, uint64_t job_id, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        return do_call(c, "jobs.cancel", json{{"job_id", job_id}}, nullptr, err);
+    });
+}
+
+int qrt_next_event(qrt_client* c, int timeout_ms, char** event_json, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (event_json == nullptr) {
+            return invalid("qrt_next_event: event_json is NULL", err);
+        }
+        *event_json = nullptr;
+        if (c == nullptr || !c->conn) {
+            return invalid("qrt client is NULL", err);
+        }
+        auto r = c->conn->next_notification(std::chrono::milliseconds(timeout_ms < 0 ? -1 : timeout_ms));
+        if (auto* e = std::get_if<call_error>(&r)) {
+            return report(*e, err);
+        }
+        auto& ev = std::get<0>(r);
+        if (!ev) {
+            return local_fail(ETIMEDOUT, qrt::client::local_reason::timeout,
+                              "no event within the timeout", err);
+        }
+        return give_json(*ev, event_json, err);
+    });
+}
+
+void qrt_free(void* p) { std::free(p); }
+
+void qrt_close(qrt_client* c) { delete c; }
+
+int qrt_exit_code_for_reason(const char* reason) {
+    if (reason == nullptr) {
+        return 1;
+    }
+    return qrt::client::exit_code_for(reason);
+}
+
+}  // extern "C"
