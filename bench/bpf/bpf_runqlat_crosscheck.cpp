@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -71,6 +72,10 @@ double log2_median_us(const log2_hist& h) {
     return 0;
 }
 
+// runqlat slot k holds integer microseconds [2^k, 2^(k+1)) (slot 0: [0, 2)),
+// i.e. nanoseconds [2^k * 1000, 2^(k+1) * 1000).  Each fine bucket's count is
+// split across the slots it overlaps, in proportion to the overlap (samples
+// assumed uniform inside a bucket, whose width is <= 1/8 of its value).
 log2_hist rebin(const qrt_bpf::wakeup_histogram& h) {
     log2_hist out{};
     for (unsigned i = 0; i < qrt_bpf::wakeup_histogram::bucket_count; ++i) {
@@ -81,8 +86,15 @@ log2_hist rebin(const qrt_bpf::wakeup_histogram& h) {
         const double hi = i + 1 < qrt_bpf::wakeup_histogram::bucket_count
                               ? static_cast<double>(qrt_bpf::wakeup_histogram::bucket_upper_ns(i))
                               : static_cast<double>(h.max_ns) + 1;
-        const auto us = static_cast<std::uint64_t>((lo + hi) / 2 / 1000.0);
-        out[static_cast<std::size_t>(slot_of_us(us))] += static_cast<double>(h.buckets[i]);
+        const double n = static_cast<double>(h.buckets[i]);
+        for (int k = 0; k < slots; ++k) {
+            const double slot_lo = k == 0 ? 0.0 : std::ldexp(1000.0, k);
+            const double slot_hi = k == slots - 1 ? 1e300 : std::ldexp(1000.0, k + 1);
+            const double overlap = std::min(hi, slot_hi) - std::max(lo, slot_lo);
+            if (overlap > 0) {
+                out[static_cast<std::size_t>(k)] += n * overlap / (hi - lo);
+            }
+        }
     }
     return out;
 }
