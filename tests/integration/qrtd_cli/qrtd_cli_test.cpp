@@ -1,0 +1,436 @@
+// The qrtd binary, end to end.  Each test runs the real executable and
+// checks its exit code and what it printed.  Host-changing commands run on
+// COPIES of the fake trees under tests/data/trees; the one test on the real
+// host needs root, skips otherwise, and restores in TearDown if it fails.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string qrtd = QRTD_BINARY;
+const std::string demo = QRT_SOURCE_DIR "/config/demo.toml";
+const std::string trees = QRT_TEST_DATA_DIR "/trees";
+
+struct run_result {
+    int status = -1;
+    std::string out;   // stdout
+    std::string err;   // stderr
+};
+
+// Runs a shell command line; stdout and stderr are kept apart.
+run_result run(const std::string& cmd) {
+    char tmpl[] = "/tmp/qrt-cli-err-XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    if (fd >= 0) {
+        ::close(fd);
+    }
+    run_result r;
+    FILE* p = ::popen((cmd + " 2>" + tmpl).c_str(), "r");
+    if (p == nullptr) {
+        return r;
+    }
+    std::array<char, 4096> buf{};
+    std::size_t n = 0;
+    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) {
+        r.out.append(buf.data(), n);
+    }
+    const int st = ::pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    std::ifstream e(tmpl);
+    std::ostringstream s;
+    s << e.rdbuf();
+    r.err = s.str();
+    ::unlink(tmpl);
+    return r;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+    const auto path = fs::temp_directory_path() / ("qrt-cli-" + std::to_string(::getpid()) + "-" + name);
+    std::ofstream(path) << text;
+    return path.string();
+}
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// Every file under root (relative path -> bytes), and every directory.
+std::map<std::string, std::string> snapshot_tree(const fs::path& root) {
+    std::map<std::string, std::string> snap;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+        const auto rel = fs::relative(e.path(), root).string();
+        if (e.is_directory()) {
+            snap[rel + "/"] = "";
+        } else if (e.is_regular_file()) {
+            snap[rel] = read_file(e.path());
+        }
+    }
+    return snap;
+}
+
+class temp_dir {
+public:
+    temp_dir() {
+        char tmpl[] = "/tmp/qrt-cli-XXXXXX";
+        if (::mkdtemp(tmpl) != nullptr) {
+            _path = tmpl;
+        }
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(_path, ec);
+    }
+    const fs::path& path() const { return _path; }
+    std::string str() const { return _path.string(); }
+
+private:
+    fs::path _path;
+};
+
+// A writable copy of a fake tree, plus a state directory beside it.
+struct tree_copy {
+    temp_dir dir;
+    fs::path root;
+    fs::path state;
+    explicit tree_copy(const std::string& name) {
+        root = dir.path() / "root";
+        state = dir.path() / "state";
+        fs::copy(trees + "/" + name, root, fs::copy_options::recursive);
+        fs::create_directories(state);
+    }
+};
+
+// ---- help, version, usage -------------------------------------------------
+
+TEST(qrtd_cli, help_lists_commands_examples_and_exit_codes) {
+    const auto r = run(qrtd + " --help");
+    EXPECT_EQ(r.status, 0);
+    for (const char* s : {"run", "host", "check-config", "config-reference", "EXAMPLES",
+                          "EXIT STATUS", "qrtd host plan", "--root", "--state-dir", "--log-level"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+}
+
+TEST(qrtd_cli, version_prints_the_version) {
+    const auto r = run(qrtd + " --version");
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("0."), std::string::npos) << r.out;
+}
+
+TEST(qrtd_cli, usage_errors_exit_2) {
+    EXPECT_EQ(run(qrtd).status, 2);
+    EXPECT_EQ(run(qrtd + " frobnicate").status, 2);
+    EXPECT_EQ(run(qrtd + " host").status, 2);
+    EXPECT_EQ(run(qrtd + " --log-level loud check-config").status, 2);
+}
+
+// ---- check-config and config-reference ------------------------------------
+
+TEST(qrtd_cli, check_config_accepts_the_shipped_files) {
+    for (const std::string f : {QRT_SOURCE_DIR "/config/qrtd.toml", QRT_SOURCE_DIR "/config/demo.toml",
+                                QRT_SOURCE_DIR "/config/profiles/low-latency.toml",
+                                QRT_SOURCE_DIR "/config/profiles/two-qpus.toml"}) {
+        // --root points at a 2-CPU tree, the smallest host the profiles need
+        // to make sense on, so the result does not depend on this machine.
+        const auto r = run(qrtd + " check-config -c " + f + " --root " + trees + "/host8-v2");
+        EXPECT_EQ(r.status, 0) << f << "\n" << r.err;
+        EXPECT_NE(r.out.find(": OK ("), std::string::npos) << r.out;
+    }
+}
+
+TEST(qrtd_cli, check_config_rejects_a_bad_file_with_exit_2_and_every_message) {
+    const auto f = write_temp("bad.toml",
+                              "[dispatch]\n"
+                              "priority = 150\n"
+                              "[host]\n"
+                              "isolated_cpus = \"0-1\"\n"
+                              "[[qpu]]\n"
+                              "name = \"q\"\n"
+                              "endpoint = \"http://x\"\n");
+    const auto r = run(qrtd + " check-config -c " + f + " --root " + trees + "/vm2-v1");
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.err, f + ":2: dispatch.priority = 150 is out of range 1..99\n" + f +
+                         ":4: host.isolated_cpus = \"0-1\" covers every online CPU (0-1): at least one "
+                         "core must stay for housekeeping\n" +
+                         f + ":7: qpu[0].endpoint = \"http://x\" is not a valid endpoint: scheme must "
+                             "be unix://, tcp:// or file://\n");
+    EXPECT_EQ(r.out, "");
+    fs::remove(f);
+}
+
+TEST(qrtd_cli, check_config_json_gives_errors_with_lines_or_the_effective_config) {
+    const auto f = write_temp("bad.json.toml", "[agent]\nlog_level = \"loud\"\n");
+    const auto bad = run(qrtd + " check-config --json -c " + f);
+    EXPECT_EQ(bad.status, 2);
+    const auto jb = nlohmann::json::parse(bad.out);
+    EXPECT_FALSE(jb["ok"].get<bool>());
+    ASSERT_EQ(jb["errors"].size(), 2u) << bad.out;   // the bad level, and no [[qpu]]
+    EXPECT_EQ(jb["errors"][1]["line"], 2);
+    EXPECT_EQ(jb["errors"][1]["option"], "agent.log_level");
+    fs::remove(f);
+
+    const auto good = run(qrtd + " check-config --json -c " + demo);
+    EXPECT_EQ(good.status, 0) << good.err;
+    const auto jg = nlohmann::json::parse(good.out);
+    EXPECT_TRUE(jg["ok"].get<bool>());
+    EXPECT_EQ(jg["config"]["qpu"][0]["name"], "qpu0");
+    EXPECT_EQ(jg["config"]["qpu"][0]["period_ns"], 2000000000);
+}
+
+TEST(qrtd_cli, check_config_on_a_missing_file_exits_2_naming_it) {
+    const auto r = run(qrtd + " check-config -c /nonexistent/qrtd.toml");
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.err, "/nonexistent/qrtd.toml: cannot read: No such file or directory\n");
+}
+
+TEST(qrtd_cli, config_reference_is_the_shipped_qrtd_toml) {
+    const auto r = run(qrtd + " config-reference");
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out, read_file(QRT_SOURCE_DIR "/config/qrtd.toml"));
+}
+
+// ---- host commands on fake trees ------------------------------------------
+
+TEST(qrtd_cli, host_plan_on_a_fake_tree_prints_json_and_changes_nothing) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["plan"]["isolated"], "1");
+    EXPECT_EQ(j["plan"]["housekeeping"], "0");
+    EXPECT_EQ(j["plan"]["dispatch_cpus"][0], 1);
+    EXPECT_FALSE(j["plan"]["reasons"].empty());
+    EXPECT_TRUE(j["kernel"]["warnings"].is_array());
+    EXPECT_EQ(snapshot_tree(t.root), before);
+}
+
+TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
+    tree_copy t("host8-v2");
+    const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string() +
+                       " --topology 'synthetic:package:1 core:4 pu:2'");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["topology"], "synthetic:package:1 core:4 pu:2");
+    EXPECT_EQ(j["plan"]["isolated"], "6-7") << r.out;
+}
+
+TEST(qrtd_cli, host_apply_dry_run_lists_writes_and_changes_nothing) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host apply --dry-run -c " + demo + " --root " + t.root.string() +
+                       " --state-dir " + t.state.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("write /proc/irq/"), std::string::npos) << r.out;
+    EXPECT_EQ(snapshot_tree(t.root), before);
+    EXPECT_TRUE(fs::is_empty(t.state));
+}
+
+TEST(qrtd_cli, host_apply_then_restore_leaves_the_tree_byte_identical) {
+    for (const char* name : {"vm2-v1", "host8-v2", "host4-nocg"}) {
+        tree_copy t(name);
+        const auto before = snapshot_tree(t.root);
+        const auto common = " -c " + demo + " --root " + t.root.string() + " --state-dir " + t.state.string();
+        const auto a = run(qrtd + " host apply --json" + common);
+        ASSERT_EQ(a.status, 0) << name << "\n" << a.err;
+        const auto j = nlohmann::json::parse(a.out);
+        EXPECT_NE(snapshot_tree(t.root), before) << name << ": apply changed nothing";
+        const auto v = run(qrtd + " host verify" + common);
+        EXPECT_EQ(v.status, 0) << name << "\n" << v.out << v.err;
+        const auto r = run(qrtd + " host restore" + common);
+        ASSERT_EQ(r.status, 0) << name << "\n" << r.err;
+        EXPECT_EQ(snapshot_tree(t.root), before) << name << " (isolation "
+                                                 << j["apply"]["isolation"]["method"] << ")";
+    }
+}
+
+TEST(qrtd_cli, host_restore_works_with_a_broken_config) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    ASSERT_EQ(run(qrtd + " host apply -c " + demo + " --root " + t.root.string() + " --state-dir " +
+                  t.state.string()).status, 0);
+    const auto broken = write_temp("broken.toml", "this is [not toml\n");
+    const auto r = run(qrtd + " host restore -c " + broken + " --root " + t.root.string() +
+                       " --state-dir " + t.state.string());
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(snapshot_tree(t.root), before);
+    fs::remove(broken);
+}
+
+TEST(qrtd_cli, host_verify_without_apply_exits_1) {
+    tree_copy t("vm2-v1");
+    const auto r = run(qrtd + " host verify -c " + demo + " --root " + t.root.string() + " --state-dir " +
+                       t.state.string());
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("not applied"), std::string::npos) << r.err;
+}
+
+TEST(qrtd_cli, apply_with_a_missing_state_dir_fails_and_changes_nothing) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host apply -c " + demo + " --root " + t.root.string() +
+                       " --state-dir " + (t.dir.path() / "missing").string());
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find((t.dir.path() / "missing").string()), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot_tree(t.root), before);
+}
+
+// ---- run on a fake tree, with a fake systemd notify socket ----------------
+
+TEST(qrtd_cli, run_on_a_fake_tree_notifies_systemd_and_restores_on_exit) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const fs::path sock = t.dir.path() / "notify.sock";
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+
+    const auto r = run("NOTIFY_SOCKET=" + sock.string() + " " + qrtd + " run --duration-s 1 -c " + demo +
+                       " --root " + t.root.string() + " --state-dir " + t.state.string());
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::vector<std::string> messages;
+    char buf[1024];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+        messages.emplace_back(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    bool ready = false;
+    bool stopping = false;
+    for (const auto& m : messages) {
+        ready = ready || m.rfind("READY=1\nSTATUS=running: 1 QPU, isolated CPUs 1", 0) == 0;
+        stopping = stopping || m.rfind("STOPPING=1\n", 0) == 0;
+    }
+    EXPECT_TRUE(ready) << r.err;
+    EXPECT_TRUE(stopping) << r.err;
+    for (const char* s : {"daemon: qrtd ", "plan: isolated CPUs 1, housekeeping CPUs 0", "irq: ",
+                          "isolation: ", "daemon: stopped"}) {
+        EXPECT_NE(r.err.find(s), std::string::npos) << s << "\n" << r.err;
+    }
+    EXPECT_EQ(snapshot_tree(t.root), before) << r.err;
+}
+
+TEST(qrtd_cli, run_with_a_bad_config_exits_2_and_changes_nothing) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto bad = write_temp("run-bad.toml", "[dispatch]\npriority = 0\n");
+    const auto r = run(qrtd + " run --duration-s 1 -c " + bad + " --root " + t.root.string() +
+                       " --state-dir " + t.state.string());
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("config: " + bad + ":2: dispatch.priority = 0 is out of range 1..99"),
+              std::string::npos) << r.err;
+    EXPECT_EQ(snapshot_tree(t.root), before);
+    fs::remove(bad);
+}
+
+// ---- the real host (root only) --------------------------------------------
+
+// What apply may touch on the real host: every IRQ's affinity, the default
+// affinity, and the cpuset hierarchies (directories and cpuset.* values).
+std::map<std::string, std::string> snapshot_host() {
+    std::map<std::string, std::string> snap;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/irq", ec)) {
+        const auto f = e.path() / "smp_affinity_list";
+        if (fs::exists(f)) {
+            snap[f.string()] = read_file(f);
+        }
+    }
+    snap["/proc/irq/default_smp_affinity"] = read_file("/proc/irq/default_smp_affinity");
+    // The v1 cpuset and the cgroup2 mount points, from /proc/mounts.
+    std::vector<std::string> roots;
+    std::istringstream mounts(read_file("/proc/mounts"));
+    std::string dev, dir, type, opts;
+    while (mounts >> dev >> dir >> type >> opts) {
+        std::string rest;
+        std::getline(mounts, rest);
+        if (type == "cgroup2" || (type == "cgroup" && ("," + opts + ",").find(",cpuset,") != std::string::npos)) {
+            roots.push_back(dir);
+        }
+    }
+    for (const auto& root : roots) {
+        auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+        for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+            if (it.depth() > 2) {
+                it.disable_recursion_pending();
+                continue;
+            }
+            const auto& p = it->path();
+            const auto name = p.filename().string();
+            if (it->is_directory(ec)) {
+                snap[p.string() + "/"] = "";
+            } else if ((name.rfind("cpuset.", 0) == 0 && name.find("memory_pressure") == std::string::npos) ||
+                       name == "cgroup.subtree_control") {
+                snap[p.string()] = read_file(p);
+            }
+        }
+    }
+    return snap;
+}
+
+class real_host : public ::testing::Test {
+protected:
+    void TearDown() override {
+        // Whatever happened, leave the host as it was.
+        if (_state && fs::exists(_state->path() / "host-journal")) {
+            (void)run(qrtd + " host restore --state-dir " + _state->str());
+        }
+    }
+    std::optional<temp_dir> _state;
+};
+
+TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte) {
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "needs root to change IRQ affinity and cpusets";
+    }
+    if (read_file("/sys/devices/system/cpu/online") == "0\n") {
+        GTEST_SKIP() << "a single CPU cannot be partitioned";
+    }
+    _state.emplace();
+    const auto before = snapshot_host();
+    const auto r = run(qrtd + " run --duration-s 2 -c " + demo + " --state-dir " + _state->str());
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("irq: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("host: restored:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("caps: kept"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(_state->path() / "host-journal")) << "journal left behind";
+    const auto after = snapshot_host();
+    for (const auto& [path, value] : before) {
+        auto it = after.find(path);
+        if (it == after.end()) {
+            ADD_FAILURE() << path << " is gone";
+        } else {
+            EXPECT_EQ(it->second, value) << path;
+        }
+    }
+    for (const auto& [path, value] : after) {
+        EXPECT_TRUE(before.count(path)) << path << " was left behind";
+    }
+}
+
+}  // namespace
