@@ -328,8 +328,8 @@ exit_code daemon::run() {
         log::info("plan", "isolated CPUs {}, housekeeping CPUs {}", plan->isolated.to_list(),
                   plan->housekeeping.to_list());
         const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
-        log::info("kernel", "{} {}, preemption {}", kernel.release.value_or("?"),
-                  kernel.version.value_or(""), kernel.preempt_model);
+        log::info("kernel", "release {}, preemption {}", kernel.release.value_or("unknown"),
+                  kernel.preempt_model);
         for (const auto& w : kernel.warnings) {
             log::warn(w.subsystem, "{}; fix: {}{}", w.message, w.fix,
                       w.needs_reboot ? " (needs reboot)" : "");
