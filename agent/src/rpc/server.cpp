@@ -1,5 +1,7 @@
 #include "qrt/rpc/server.hpp"
 
+#include "qrt/rpc/framing.hpp"
+
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/epoll.h>
@@ -51,9 +53,7 @@ struct server::connection {
     int fd = -1;
     state st = state::open;
     session sess;
-    std::string in;
-    std::size_t in_off = 0;   // start of the first unprocessed line
-    std::size_t scanned = 0;  // in[in_off, scanned) holds no '\n'
+    line_framer in;
     std::string out;
     std::size_t out_off = 0;
     // (end of a reply in the stream of appended bytes, requests it answers)
@@ -67,8 +67,9 @@ struct server::connection {
     bool shut_wr = false;
     std::uint32_t interest = 0;
 
+    explicit connection(std::size_t max_line_bytes) : in(max_line_bytes) {}
     std::size_t out_pending() const noexcept { return out.size() - out_off; }
-    std::size_t in_pending() const noexcept { return in.size() - in_off; }
+    std::size_t in_pending() const noexcept { return in.buffered(); }
 };
 
 server::server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts)
@@ -320,7 +321,7 @@ void server::accept_one(int fd) {
         ::close(fd);
         return;
     }
-    auto c = std::make_unique<connection>();
+    auto c = std::make_unique<connection>(_opts.max_line_bytes);
     c->id = _next_id++;
     c->fd = fd;
     c->last_rx_ns = now_ns();
@@ -398,10 +399,9 @@ void server::read_some(connection& c) {
         if (!may_read(c)) {
             return;
         }
-        const std::size_t old = c.in.size();
-        c.in.resize(old + read_chunk);
-        const ssize_t n = ::recv(c.fd, c.in.data() + old, read_chunk, MSG_DONTWAIT);
-        c.in.resize(old + (n > 0 ? static_cast<std::size_t>(n) : 0U));
+        char* dst = c.in.prepare(read_chunk);
+        const ssize_t n = ::recv(c.fd, dst, read_chunk, MSG_DONTWAIT);
+        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
         if (n > 0) {
             _bytes_in += static_cast<std::uint64_t>(n);
             c.last_rx_ns = now_ns();
@@ -430,42 +430,51 @@ void server::read_some(connection& c) {
 }
 
 void server::process_input(connection& c) {
-    while (c.st == connection::state::open && c.inflight < _opts.max_inflight &&
-           c.out_pending() < _opts.output_soft_limit) {
-        const std::size_t nl = c.in.find('\n', std::max(c.scanned, c.in_off));
-        if (nl == std::string::npos) {
-            c.scanned = c.in.size();
-            if (c.in_pending() > _opts.max_line_bytes) {
-                ++_closed_line_too_long;
-                begin_close(c, _engine.line_too_long_reply(c.in_pending()));
+    // Lines already buffered must be served even when the socket has no more
+    // input (epoll will not wake us for them): after a flush lifts the
+    // back-pressure, go round again.
+    while (c.st == connection::state::open) {
+        std::size_t handled = 0;
+        while (c.st == connection::state::open && c.inflight < _opts.max_inflight &&
+               c.out_pending() < _opts.output_soft_limit) {
+            const line_framer::item it = c.in.next();
+            if (it.st == line_framer::status::need_more) {
+                break;
             }
-            break;
+            if (it.st == line_framer::status::too_long) {
+                ++_closed_line_too_long;
+                begin_close(c, _engine.line_too_long_reply(it.seen_bytes));
+                break;
+            }
+            line_reply r = _engine.handle_line(it.line, c.sess);
+            ++handled;
+            if (!r.text.empty()) {
+                append(c, r.text, r.requests);
+            }
+            // Events caused by this request follow its reply.
+            _engine.drain_event_sources();
         }
-        const std::size_t len = nl - c.in_off;
-        if (len > _opts.max_line_bytes) {
-            ++_closed_line_too_long;
-            begin_close(c, _engine.line_too_long_reply(len));
-            break;
+        if (c.st == connection::state::dead) {
+            return;
         }
-        const std::string_view line(c.in.data() + c.in_off, len);
-        line_reply r = _engine.handle_line(line, c.sess);
-        c.in_off = nl + 1;
-        c.scanned = c.in_off;
-        if (!r.text.empty()) {
-            append(c, r.text, r.requests);
+        const bool paused =
+            c.inflight >= _opts.max_inflight || c.out_pending() >= _opts.output_soft_limit;
+        flush(c);
+        if (c.st == connection::state::dead) {
+            return;
         }
-        // Events caused by this request follow its reply.
-        _engine.drain_event_sources();
+        if (paused) {
+            ++_backpressure_pauses;
+        }
+        const bool still_paused =
+            c.inflight >= _opts.max_inflight || c.out_pending() >= _opts.output_soft_limit;
+        if (handled == 0 || still_paused) {
+            break;  // need more input, or wait for EPOLLOUT
+        }
     }
-    if (c.st == connection::state::dead) {
-        return;
+    if (c.st != connection::state::dead) {
+        c.in.compact();
     }
-    if (c.in_off > 0 && (c.in_off == c.in.size() || c.in_off >= read_chunk)) {
-        c.in.erase(0, c.in_off);
-        c.scanned -= std::min(c.scanned, c.in_off);
-        c.in_off = 0;
-    }
-    flush(c);
 }
 
 void server::append(connection& c, std::string_view text, std::size_t requests) {
@@ -544,9 +553,6 @@ void server::update_interest(connection& c) {
     if (want == c.interest) {
         return;
     }
-    if ((c.interest & EPOLLIN) != 0 && (want & EPOLLIN) == 0 && c.st == connection::state::open) {
-        ++_backpressure_pauses;
-    }
     if (auto st = _loop.modify_fd(c.fd, want); !st) {
         kill(c, "epoll_ctl MOD failed");
         return;
@@ -565,8 +571,6 @@ void server::begin_close(connection& c, std::string_view last_line) {
     c.st = connection::state::closing;
     c.closing_since_ns = now_ns();
     c.in.clear();
-    c.in_off = 0;
-    c.scanned = 0;
     flush(c);
     update_interest(c);
 }
@@ -581,7 +585,7 @@ void server::kill(connection& c, const char* why) {
     ::close(c.fd);
     c.fd = -1;
     c.sess.push = nullptr;
-    c.in = std::string();
+    c.in = line_framer(0);
     c.out = std::string();
     c.replies.clear();
     if (!_reap_posted) {
@@ -661,7 +665,7 @@ telemetry::snapshot server::stats() const {
         }
         ++live;
         subscribers += c->sess.subscribed ? 1U : 0U;
-        buffered += c->out_pending() + c->in.size();
+        buffered += c->out_pending() + c->in.buffered();
     }
     s.add_gauge("qrt_rpc_connections", "open control-socket connections", {},
                 static_cast<double>(live));

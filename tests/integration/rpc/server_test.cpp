@@ -1,0 +1,926 @@
+// The control socket end to end: a real server on a temporary UNIX socket,
+// the event loop on its own thread, a real ledger with a SQLite store, and
+// real client sockets.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <latch>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "qrt/event_loop.hpp"
+#include "qrt/rpc/methods.hpp"
+#include "qrt/rpc/server.hpp"
+#include "qrt/rpc/timeline_methods.hpp"
+#include "qrt/timeline/ledger.hpp"
+
+using namespace std::chrono_literals;
+using qrt::rpc::json;
+namespace rpc = qrt::rpc;
+namespace tl = qrt::timeline;
+
+namespace {
+
+constexpr std::int64_t s_ns = 1'000'000'000;
+
+std::int64_t realtime_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * s_ns + ts.tv_nsec;
+}
+
+// A blocking client with a receive timeout, so a broken server fails the
+// test instead of hanging it.
+class client {
+public:
+    explicit client(const std::string& path, std::chrono::milliseconds timeout = 5000ms) {
+        _fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+        if (::connect(_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+            _connect_errno = errno;
+            ::close(_fd);
+            _fd = -1;
+            return;
+        }
+        set_timeout(timeout);
+    }
+    ~client() {
+        if (_fd >= 0) {
+            ::close(_fd);
+        }
+    }
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    bool connected() const { return _fd >= 0; }
+    int fd() const { return _fd; }
+    int connect_errno() const { return _connect_errno; }
+
+    void set_timeout(std::chrono::milliseconds t) {
+        timeval tv{static_cast<time_t>(t.count() / 1000),
+                   static_cast<suseconds_t>((t.count() % 1000) * 1000)};
+        ::setsockopt(_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    }
+
+    // false when the peer is gone.
+    bool send_raw(std::string_view bytes) {
+        std::size_t done = 0;
+        while (done < bytes.size()) {
+            const ssize_t n = ::send(_fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                return false;
+            }
+            done += static_cast<std::size_t>(n);
+        }
+        return true;
+    }
+
+    // One line (without '\n'); nullopt on EOF, reset or timeout.
+    std::optional<std::string> read_line() {
+        while (true) {
+            const auto nl = _buf.find('\n');
+            if (nl != std::string::npos) {
+                std::string line = _buf.substr(0, nl);
+                _buf.erase(0, nl + 1);
+                return line;
+            }
+            char tmp[65536];
+            const ssize_t n = ::recv(_fd, tmp, sizeof tmp, 0);
+            if (n <= 0) {
+                if (n < 0 && errno == EINTR) {
+                    continue;
+                }
+                _last_errno = n == 0 ? 0 : errno;
+                return std::nullopt;
+            }
+            _buf.append(tmp, static_cast<std::size_t>(n));
+        }
+    }
+    int last_errno() const { return _last_errno; }
+
+    std::optional<json> read_json() {
+        auto l = read_line();
+        if (!l) {
+            return std::nullopt;
+        }
+        return json::parse(*l);
+    }
+
+    json call(const std::string& method, json params = json::object()) {
+        const std::uint64_t id = ++_next_id;
+        json req{{"jsonrpc", "2.0"}, {"method", method}, {"id", id}};
+        if (!params.is_null()) {
+            req["params"] = std::move(params);
+        }
+        EXPECT_TRUE(send_raw(req.dump() + "\n")) << method;
+        // Skip notifications that arrive before the reply.
+        while (true) {
+            auto r = read_json();
+            if (!r) {
+                ADD_FAILURE() << method << ": no reply (errno " << _last_errno << ")";
+                return json{{"error", {{"data", {{"reason", "no_reply"}}}}}};
+            }
+            if (r->contains("method")) {
+                _notifications.push_back(*r);
+                continue;
+            }
+            EXPECT_EQ(r->at("id"), id) << r->dump();
+            return *r;
+        }
+    }
+
+    // Result of a call that must succeed.
+    json ok(const std::string& method, json params = json::object()) {
+        json r = call(method, std::move(params));
+        EXPECT_TRUE(r.contains("result")) << method << " -> " << r.dump();
+        return r.contains("result") ? r.at("result") : json();
+    }
+
+    std::vector<json>& notifications() { return _notifications; }
+
+private:
+    int _fd = -1;
+    int _connect_errno = 0;
+    int _last_errno = 0;
+    std::string _buf;
+    std::uint64_t _next_id = 0;
+    std::vector<json> _notifications;
+};
+
+std::string reason_of(const json& reply) {
+    const auto e = reply.find("error");
+    if (e == reply.end()) {
+        return "";
+    }
+    const auto d = e->find("data");
+    if (d == e->end()) {
+        return "";
+    }
+    const auto r = d->find("reason");
+    return r != d->end() && r->is_string() ? r->get<std::string>() : std::string();
+}
+
+// The periodic QPU: cycles of 10 s, the first 1 s of each is calibration.
+constexpr std::int64_t period_ns = 10 * s_ns;
+constexpr std::int64_t blackout_ns = 1 * s_ns;
+
+struct harness_options {
+    rpc::role_map roles;
+    rpc::server_options server;
+    bool with_store = true;
+};
+
+// Ledger + engine + server + loop thread.
+class harness {
+public:
+    explicit harness(harness_options o = {}) {
+        static std::atomic<int> counter{0};
+        dir = std::filesystem::temp_directory_path() /
+              fmt::format("qrt-rpc-{}-{}", ::getpid(), counter++);
+        std::filesystem::create_directories(dir);
+        socket_path = (dir / "qrtd.sock").string();
+
+        std::vector<tl::qpu_spec> qpus;
+        qpus.push_back(tl::qpu_spec{"q0", tl::periodic_calibration{period_ns, blackout_ns, 0, 0.99, 0}});
+        qpus.push_back(tl::qpu_spec{"q1", tl::periodic_calibration{period_ns, blackout_ns, 0, 0.99, 0}});
+        qpus.push_back(tl::qpu_spec{"qp", tl::pushed_calibration{}});
+        tl::ledger_options lo;
+        lo.policy = "edf-backfill";
+        auto l = tl::ledger::open(std::move(qpus), lo,
+                                  o.with_store ? (dir / "ledger.db").string() : std::string(),
+                                  now());
+        if (!l) {
+            throw std::runtime_error("ledger::open: " + l.err().message);
+        }
+        ledger = std::move(*l);
+
+        auto a = rpc::authorizer::compile(o.roles);
+        if (!a) {
+            throw std::runtime_error(a.err().message);
+        }
+        auth = std::make_unique<rpc::authorizer>(std::move(*a));
+        rpc::engine_limits lim;
+        lim.max_line_bytes = o.server.max_line_bytes;
+        lim.max_batch = o.server.max_batch;
+        lim.max_depth = o.server.max_depth;
+        eng = std::make_unique<rpc::engine>(lim);
+        o.server.socket_path = socket_path;
+        o.server.socket_activation = false;
+        srv = std::make_unique<rpc::server>(loop, *eng, *auth, o.server);
+        hooks.status = [] { return json{{"health", "ok"}, {"probes", "unavailable (test)"}}; };
+        hooks.transport = [this] { return srv->stats(); };
+        rpc::register_agent_methods(*eng, hooks);
+        rpc::timeline_options to;
+        to.now_ns = [this] { return now(); };
+        to.max_payload_bytes = 4096;
+        rpc::register_timeline_methods(*eng, *ledger, to);
+        auto st = srv->start();
+        if (!st) {
+            throw std::runtime_error(st.err().message);
+        }
+        thread = std::thread([this] { loop.run(); });
+    }
+
+    ~harness() {
+        std::promise<void> done;
+        loop.post([&] {
+            srv->stop();
+            done.set_value();
+        });
+        done.get_future().wait();
+        loop.stop();
+        thread.join();
+        srv.reset();
+        std::filesystem::remove_all(dir);
+    }
+
+    // The test clock: real time plus a skew the test can advance.
+    std::int64_t now() const { return realtime_ns() + skew_ns.load(); }
+
+    // Run f on the loop thread and wait for it.
+    template <typename F>
+    auto on_loop(F&& f) -> decltype(f()) {
+        std::packaged_task<decltype(f())()> task(std::forward<F>(f));
+        auto fut = task.get_future();
+        loop.post([&task] { task(); });
+        return fut.get();
+    }
+
+    // Start of a calibration window about `ahead` from now (inside it, past
+    // the blackout).
+    std::int64_t window_start(std::int64_t ahead_ns) const {
+        const std::int64_t t = now() + ahead_ns;
+        return (t / period_ns + 1) * period_ns + blackout_ns;
+    }
+
+    std::filesystem::path dir;
+    std::string socket_path;
+    std::atomic<std::int64_t> skew_ns{0};
+    qrt::event_loop loop;
+    std::unique_ptr<tl::ledger> ledger;
+    std::unique_ptr<rpc::authorizer> auth;
+    std::unique_ptr<rpc::engine> eng;
+    rpc::agent_hooks hooks;
+    std::unique_ptr<rpc::server> srv;
+    std::thread thread;
+};
+
+rpc::role_map only(const std::string& role_name, const std::string& who) {
+    rpc::role_map m;
+    if (role_name == "reader") {
+        m.reader = {who};
+    } else if (role_name == "scheduler") {
+        m.scheduler = {who};
+    } else if (role_name == "calibration") {
+        m.calibration = {who};
+    } else if (role_name == "admin") {
+        m.admin = {who};
+    }
+    return m;
+}
+
+std::string me() { return fmt::format("uid:{}", ::getuid()); }
+
+harness_options admin_options() {
+    harness_options o;
+    o.roles = only("admin", me());
+    return o;
+}
+
+json request_at(std::int64_t start_ns, std::int64_t duration_ns, const std::string& qpu = "q0") {
+    return json{{"duration_ns", duration_ns},
+                {"not_before_ns", start_ns},
+                {"deadline_ns", start_ns + duration_ns},
+                {"qpus", {qpu}}};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ methods
+
+TEST(rpc_server, every_method_answers_an_admin) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    ASSERT_TRUE(c.connected());
+
+    const json hello = c.ok("agent.hello", {{"client", "test"}});
+    EXPECT_EQ(hello.at("api_version"), 1);
+    const auto caps = hello.at("capabilities").get<std::vector<std::string>>();
+    for (const char* m : {"agent.hello", "agent.status", "qpus.list", "calibration.get",
+                          "calibration.update", "slots.query", "slots.reserve", "slots.heartbeat",
+                          "slots.release", "jobs.submit", "jobs.status", "jobs.result",
+                          "jobs.cancel", "events.subscribe", "telemetry.snapshot", "metrics"}) {
+        EXPECT_NE(std::find(caps.begin(), caps.end(), m), caps.end()) << m;
+    }
+    EXPECT_EQ(hello.at("peer").at("roles"), json::array({"admin"}));
+    EXPECT_EQ(c.ok("agent.status").at("health"), "ok");
+    const json qpus = c.ok("qpus.list");
+    ASSERT_EQ(qpus.at("qpus").size(), 3U);
+
+    const json cal = c.ok("calibration.get", {{"qpu", "q0"}});
+    ASSERT_FALSE(cal.at("windows").empty());
+    const std::int64_t t0 = h.now() + 60 * s_ns;
+    const json upd = c.ok("calibration.update",
+                          {{"qpu", "qp"},
+                           {"windows", {{{"calibration_id", 7},
+                                         {"valid_from_ns", t0},
+                                         {"valid_until_ns", t0 + 5 * s_ns},
+                                         {"f0", 0.98}}}}});
+    EXPECT_EQ(upd.at("windows"), 1);
+    EXPECT_EQ(c.ok("calibration.get", {{"qpu", "qp"}}).at("windows")[0].at("calibration_id"), 7);
+
+    const std::int64_t start = h.window_start(30 * s_ns);
+    const json q = c.ok("slots.query", request_at(start, 1'000'000));
+    ASSERT_EQ(q.at("candidates").size(), 1U);
+    EXPECT_EQ(q.at("candidates")[0].at("start_ns"), start);
+
+    json req = request_at(start, 1'000'000);
+    req["idempotency_key"] = "k1";
+    req["lease_ns"] = 30 * s_ns;
+    const json r = c.ok("slots.reserve", req);
+    EXPECT_EQ(r.at("state"), "held");
+    const auto id = r.at("reservation_id").get<std::uint64_t>();
+    const auto token = r.at("fencing_token").get<std::uint64_t>();
+    EXPECT_EQ(c.ok("slots.heartbeat", {{"reservation_id", id}, {"fencing_token", token}})
+                  .at("state"),
+              "held");
+    const json sub = c.ok("jobs.submit", {{"reservation_id", id},
+                                         {"fencing_token", token},
+                                         {"payload", rpc::base64_encode("PULSE")}});
+    EXPECT_EQ(sub.at("state"), "committed");
+    EXPECT_EQ(sub.at("payload_bytes"), 5);
+    EXPECT_EQ(c.ok("jobs.status", {{"job_id", id}}).at("state"), "committed");
+    EXPECT_EQ(reason_of(c.call("jobs.result", {{"job_id", id}})), "not_ready");
+    EXPECT_EQ(c.ok("jobs.cancel", {{"job_id", id}}).at("state"), "cancelled");
+
+    // One-shot place + commit, then the agent dispatches and completes it.
+    json oneshot = request_at(start + 2'000'000, 1'000'000);
+    oneshot["idempotency_key"] = "k2";
+    oneshot["payload"] = rpc::base64_encode(std::string("\x00\x01\x02", 3));
+    const json j = c.ok("jobs.submit", oneshot);
+    const auto job = j.at("job_id").get<std::uint64_t>();
+    EXPECT_EQ(j.at("state"), "committed");
+    h.on_loop([&] {
+        EXPECT_TRUE(h.ledger->mark_dispatched(job, h.now()));
+        EXPECT_TRUE(h.ledger->complete(job, tl::blob{'o', 'k'}, h.now()));
+        h.eng->drain_event_sources();
+        return 0;
+    });
+    const json res = c.ok("jobs.result", {{"job_id", job}});
+    EXPECT_EQ(res.at("state"), "completed");
+    EXPECT_EQ(rpc::base64_decode_strict(res.at("result").get<std::string>()), std::string("ok"));
+
+    // A second held reservation, released.
+    json req3 = request_at(start + 4'000'000, 1'000'000);
+    req3["idempotency_key"] = "k3";
+    const json r3 = c.ok("slots.reserve", req3);
+    EXPECT_EQ(c.ok("slots.release", {{"reservation_id", r3.at("reservation_id")},
+                                      {"fencing_token", r3.at("fencing_token")}})
+                  .at("state"),
+              "released");
+
+    EXPECT_EQ(c.ok("events.subscribe").at("subscribed"), true);
+    const json snap = c.ok("telemetry.snapshot");
+    EXPECT_FALSE(snap.at("counters").empty());
+    const std::string text = c.ok("metrics").at("text");
+    EXPECT_NE(text.find("qrt_rpc_requests_total{method=\"slots.reserve\"} 2"), std::string::npos);
+    EXPECT_NE(text.find("qrt_rpc_connections 1"), std::string::npos) << text;
+}
+
+TEST(rpc_server, the_socket_file_gets_the_configured_mode_and_a_stale_one_is_replaced) {
+    harness_options o = admin_options();
+    o.server.socket_mode = 0660;
+    auto h = std::make_unique<harness>(o);
+    struct stat st {};
+    ASSERT_EQ(::stat(h->socket_path.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777U, 0660U);
+    // A second server on the same live path refuses to steal it.
+    qrt::event_loop loop2;
+    rpc::engine eng2;
+    rpc::server_options so;
+    so.socket_path = h->socket_path;
+    so.socket_activation = false;
+    rpc::server s2(loop2, eng2, *h->auth, so);
+    auto st2 = s2.start();
+    ASSERT_FALSE(st2);
+    EXPECT_NE(st2.err().message.find(h->socket_path), std::string::npos) << st2.err().message;
+    // A stale socket (nobody listening) is replaced.
+    const std::string stale = (h->dir / "stale.sock").string();
+    {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", stale.c_str());
+        ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        ::close(fd);  // the file stays, nobody listens
+    }
+    so.socket_path = stale;
+    rpc::server s3(loop2, eng2, *h->auth, so);
+    ASSERT_TRUE(s3.start());
+    EXPECT_EQ(s3.listen_source(), "bind");
+    client c(stale);
+    EXPECT_TRUE(c.connected());
+    s3.stop();
+    EXPECT_FALSE(std::filesystem::exists(stale)) << "stop() unlinks the socket it bound";
+}
+
+// -------------------------------------------------------------------- roles
+
+TEST(rpc_server, each_role_may_call_exactly_its_methods) {
+    // method -> roles allowed to call it (admin always)
+    const std::vector<std::pair<std::string, std::vector<std::string>>> matrix = {
+        {"agent.hello", {"none", "reader", "scheduler", "calibration"}},
+        {"agent.status", {"reader", "scheduler", "calibration"}},
+        {"qpus.list", {"reader", "scheduler", "calibration"}},
+        {"calibration.get", {"reader", "scheduler", "calibration"}},
+        {"slots.query", {"reader", "scheduler", "calibration"}},
+        {"metrics", {"reader", "scheduler", "calibration"}},
+        {"telemetry.snapshot", {"reader", "scheduler", "calibration"}},
+        {"events.subscribe", {"reader", "scheduler", "calibration"}},
+        {"calibration.update", {"calibration"}},
+        {"slots.reserve", {"scheduler"}},
+        {"slots.heartbeat", {"scheduler"}},
+        {"slots.release", {"scheduler"}},
+        {"jobs.submit", {"scheduler"}},
+        {"jobs.status", {"scheduler"}},
+        {"jobs.result", {"scheduler"}},
+        {"jobs.cancel", {"scheduler"}},
+    };
+    for (const std::string role : {"none", "reader", "scheduler", "calibration", "admin"}) {
+        harness_options o;
+        o.roles = only(role, me());
+        o.with_store = false;
+        harness h(o);
+        client c(h.socket_path);
+        ASSERT_TRUE(c.connected());
+        for (const auto& [method, allowed_roles] : matrix) {
+            const bool allowed = role == "admin" || std::find(allowed_roles.begin(), allowed_roles.end(),
+                                                              role) != allowed_roles.end();
+            // Params are deliberately empty: an allowed call then fails on
+            // its params (or succeeds), never on permissions.
+            const json r = c.call(method, json::object());
+            if (allowed) {
+                EXPECT_NE(reason_of(r), "permission_denied") << role << " " << method;
+            } else {
+                EXPECT_EQ(reason_of(r), "permission_denied") << role << " " << method << r.dump();
+                EXPECT_EQ(r.at("error").at("code"), -32000);
+                EXPECT_NE(r.at("error").at("message").get<std::string>().find(method),
+                          std::string::npos);
+            }
+        }
+    }
+}
+
+TEST(rpc_server, a_tenant_never_sees_or_changes_another_tenants_reservation) {
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "needs root to connect as a second uid";
+    }
+    constexpr uid_t other_uid = 65534;
+    harness_options o;
+    o.roles.scheduler = {me(), fmt::format("uid:{}", other_uid)};
+    o.server.socket_mode = 0666;
+    harness h(o);
+    ::chmod(h.dir.c_str(), 0755);
+    client owner(h.socket_path);
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "mine";
+    const json r = owner.ok("slots.reserve", req);
+    const auto id = r.at("reservation_id").get<std::uint64_t>();
+    const auto token = r.at("fencing_token").get<std::uint64_t>();
+    owner.ok("jobs.submit", {{"reservation_id", id}, {"fencing_token", token},
+                             {"payload", rpc::base64_encode("secret")}});
+
+    // A thread with other credentials (raw syscalls change only the calling
+    // thread's credentials; SO_PEERCRED records the connecting thread's).
+    std::vector<std::string> reasons;
+    std::string tenant;
+    std::thread other([&] {
+        const gid_t g = other_uid;
+        if (::syscall(SYS_setgroups, 1, &g) != 0 || ::syscall(SYS_setresgid, g, g, g) != 0 ||
+            ::syscall(SYS_setresuid, other_uid, other_uid, other_uid) != 0) {
+            reasons.push_back("setresuid failed");
+            return;
+        }
+        client c(h.socket_path);
+        if (!c.connected()) {
+            reasons.push_back(fmt::format("connect: {}", std::strerror(c.connect_errno())));
+            return;
+        }
+        tenant = c.ok("agent.hello").at("peer").at("tenant");
+        reasons.push_back(reason_of(c.call("jobs.status", {{"job_id", id}})));
+        reasons.push_back(reason_of(c.call("jobs.result", {{"job_id", id}})));
+        reasons.push_back(reason_of(c.call("jobs.cancel", {{"job_id", id}})));
+        reasons.push_back(reason_of(
+            c.call("slots.heartbeat", {{"reservation_id", id}, {"fencing_token", token}})));
+        // Same idempotency key, other tenant: a different reservation.
+        json again = request_at(h.window_start(30 * s_ns) + 5'000'000, 1'000'000);
+        again["idempotency_key"] = "mine";
+        const json mine = c.call("slots.reserve", again);
+        reasons.push_back(mine.contains("result") && mine.at("result").at("reservation_id") != id
+                              ? "separate"
+                              : mine.dump());
+    });
+    other.join();
+    ASSERT_EQ(reasons.size(), 5U) << (reasons.empty() ? "" : reasons[0]);
+    EXPECT_NE(tenant, owner.ok("agent.hello").at("peer").at("tenant"));
+    for (std::size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(reasons[i], "not_owner") << i;
+    }
+    EXPECT_EQ(reasons[4], "separate");
+    EXPECT_EQ(owner.ok("jobs.status", {{"job_id", id}}).at("state"), "committed");
+}
+
+// -------------------------------------------------------------- concurrency
+
+TEST(rpc_server, fifty_clients_racing_for_one_slot_have_exactly_one_winner) {
+    harness h(admin_options());
+    const std::int64_t start = h.window_start(30 * s_ns);
+    constexpr int n = 50;
+    std::latch go(n);
+    std::vector<std::string> outcome(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+            client c(h.socket_path);
+            json req = request_at(start, 2'000'000);
+            req["idempotency_key"] = fmt::format("racer-{}", i);
+            go.arrive_and_wait();
+            const json r = c.call("slots.reserve", req);
+            outcome[static_cast<std::size_t>(i)] =
+                r.contains("result") ? "won" : reason_of(r);
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    EXPECT_EQ(std::count(outcome.begin(), outcome.end(), "won"), 1);
+    EXPECT_EQ(std::count(outcome.begin(), outcome.end(), "no_fit"), n - 1);
+    EXPECT_TRUE(h.on_loop([&] { return h.ledger->check_invariants(); }).empty());
+}
+
+TEST(rpc_server, a_retried_reserve_with_the_same_key_returns_the_same_reservation) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "retry-me";
+    const json a = c.ok("slots.reserve", req);
+    client again(h.socket_path);  // e.g. after a lost reply and a reconnect
+    const json b = again.ok("slots.reserve", req);
+    EXPECT_EQ(a.at("reservation_id"), b.at("reservation_id"));
+    EXPECT_EQ(a.at("fencing_token"), b.at("fencing_token"));
+    req["duration_ns"] = 2'000'000;
+    req["deadline_ns"] = req["not_before_ns"].get<std::int64_t>() + 2'000'000;
+    EXPECT_EQ(reason_of(again.call("slots.reserve", req)), "duplicate");
+}
+
+TEST(rpc_server, an_expired_lease_refuses_heartbeat_and_commit_and_is_announced) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    c.ok("events.subscribe", {{"topics", {"reservation.expired"}}});
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "short";
+    req["lease_ns"] = 1 * s_ns;
+    const json r = c.ok("slots.reserve", req);
+    h.skew_ns += 2 * s_ns;  // the lease runs out
+    const json hb = c.call("slots.heartbeat", {{"reservation_id", r.at("reservation_id")},
+                                               {"fencing_token", r.at("fencing_token")}});
+    EXPECT_EQ(reason_of(hb), "lease_expired");
+    EXPECT_EQ(hb.at("error").at("code"), -32004);
+    const json sub = c.call("jobs.submit", {{"reservation_id", r.at("reservation_id")},
+                                            {"fencing_token", r.at("fencing_token")},
+                                            {"payload", ""}});
+    EXPECT_EQ(reason_of(sub), "lease_expired");
+    h.on_loop([&] {
+        rpc::ledger_housekeeping(*h.eng, *h.ledger, h.now());
+        return 0;
+    });
+    const auto ev = c.read_json();
+    ASSERT_TRUE(ev.has_value());
+    EXPECT_EQ(ev->at("method"), "events.event");
+    EXPECT_EQ(ev->at("params").at("type"), "reservation.expired");
+    EXPECT_EQ(ev->at("params").at("data").at("reservation_id"), r.at("reservation_id"));
+}
+
+TEST(rpc_server, pipelined_requests_and_batches_are_answered_in_order) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    std::string burst;
+    constexpr int n = 500;
+    for (int i = 0; i < n; ++i) {
+        burst += json{{"jsonrpc", "2.0"}, {"method", i % 2 == 0 ? "agent.hello" : "qpus.list"},
+                      {"id", i}}
+                     .dump();
+        burst += '\n';
+    }
+    ASSERT_TRUE(c.send_raw(burst));
+    for (int i = 0; i < n; ++i) {
+        const auto r = c.read_json();
+        ASSERT_TRUE(r.has_value()) << i;
+        ASSERT_EQ(r->at("id"), i);
+        EXPECT_TRUE(r->contains("result"));
+    }
+    const std::string batch =
+        R"([{"jsonrpc":"2.0","method":"qpus.list","id":"a"},)"
+        R"({"jsonrpc":"2.0","method":"agent.hello"},)"
+        R"({"jsonrpc":"2.0","method":"slots.query","params":{"duration_ns":"x"},"id":"b"},)"
+        R"({"jsonrpc":"2.0","method":"nope","id":"c"}])"
+        "\n";
+    ASSERT_TRUE(c.send_raw(batch));
+    const auto r = c.read_json();
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(r->is_array());
+    ASSERT_EQ(r->size(), 3U);
+    EXPECT_EQ((*r)[0].at("id"), "a");
+    EXPECT_EQ((*r)[1].at("id"), "b");
+    EXPECT_EQ(reason_of((*r)[1]), "invalid_params");
+    EXPECT_EQ((*r)[1].at("error").at("data").at("field"), "duration_ns");
+    EXPECT_EQ((*r)[2].at("error").at("code"), -32601);
+    ASSERT_TRUE(c.send_raw("[]\n"));
+    EXPECT_EQ(c.read_json()->at("error").at("code"), -32600);
+}
+
+TEST(rpc_server, events_arrive_in_order_after_the_reply_that_caused_them) {
+    harness h(admin_options());
+    client watcher(h.socket_path);
+    watcher.ok("events.subscribe");
+    client c(h.socket_path);
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "ev";
+    req["payload"] = rpc::base64_encode("x");
+    const auto id = c.ok("jobs.submit", req).at("job_id").get<std::uint64_t>();
+    h.on_loop([&] {
+        EXPECT_TRUE(h.ledger->mark_dispatched(id, h.now()));
+        h.eng->drain_event_sources();  // the daemon's hook after dispatch
+        EXPECT_TRUE(h.ledger->complete(id, tl::blob{1}, h.now()));
+        h.eng->drain_event_sources();
+        return 0;
+    });
+    // A calibration change is announced to everyone.
+    const std::int64_t t0 = h.now() + 3600 * s_ns;
+    c.ok("calibration.update", {{"qpu", "qp"},
+                                {"windows", {{{"calibration_id", 1},
+                                              {"valid_from_ns", t0},
+                                              {"valid_until_ns", t0 + s_ns}}}}});
+    std::vector<std::string> types;
+    std::int64_t last_seq = 0;
+    while (types.size() < 4) {
+        const auto ev = watcher.read_json();
+        ASSERT_TRUE(ev.has_value()) << "got only " << types.size() << " events";
+        const auto& p = ev->at("params");
+        EXPECT_EQ(p.at("seq").get<std::int64_t>(), last_seq + 1);
+        last_seq = p.at("seq");
+        const std::string type = p.at("type");
+        if (type.rfind("reservation.", 0) == 0 && type != "reservation.committed") {
+            continue;  // bookkeeping events the ledger may add
+        }
+        types.push_back(type);
+    }
+    EXPECT_EQ(types, (std::vector<std::string>{"reservation.committed", "job.dispatched",
+                                               "job.finished", "calibration.changed"}));
+}
+
+// ---------------------------------------------------------------- bad input
+
+TEST(rpc_server, bad_input_gets_its_error_and_the_connection_stays_usable) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    struct probe {
+        std::string line;
+        int code;
+        std::string reason;
+    };
+    const std::vector<probe> probes = {
+        {"{not json", -32700, "parse_error"},
+        {std::string("{\"jsonrpc\":\"2.0\",\"method\":\"agent.hello\",\"params\":{\"client\":\"\xc3\x28\"},\"id\":1}"),
+         -32700, "parse_error"},
+        {R"({"jsonrpc":"2.0","method":"slots.query","params":{"duration_ns":"5"},"id":1})", -32602,
+         "invalid_params"},
+        {R"({"jsonrpc":"2.0","method":"slots.query","params":{},"id":1})", -32602,
+         "invalid_params"},
+        {R"({"jsonrpc":"2.0","method":"slots.query","params":{"duration_ns":5,"bogus":1},"id":1})",
+         -32602, "invalid_params"},
+        {R"({"jsonrpc":"2.0","method":"no.such.method","id":1})", -32601, "method_not_found"},
+        {R"({"jsonrpc":"2.0","method":"slots.query","params":{"duration_ns":1e400},"id":1})",
+         -32700, "parse_error"},
+        {R"({"jsonrpc":"2.0","method":"slots.query","params":{"duration_ns":123456789012345678901234567890},"id":1})",
+         -32602, "invalid_params"},
+        {R"({"jsonrpc":"2.0","method":"jobs.status","params":{"job_id":-1},"id":1})", -32602,
+         "invalid_params"},
+        {R"({"jsonrpc":"2.0","method":"jobs.submit","params":{"reservation_id":1,"fencing_token":1,"payload":"!!"},"id":1})",
+         -32602, "invalid_params"},
+        {std::string(200000, '[') + std::string(200000, ']'), -32600, "too_deep"},
+        {R"({"jsonrpc":"2.0","method":"jobs.status","params":{"job_id":999999},"id":1})", -32002,
+         "not_found"},
+        {R"({"jsonrpc":"2.0","method":"calibration.get","params":{"qpu":"nope"},"id":1})", -32007,
+         "unknown_qpu"},
+    };
+    for (const auto& p : probes) {
+        ASSERT_TRUE(c.send_raw(p.line + "\n"));
+        const auto r = c.read_json();
+        ASSERT_TRUE(r.has_value()) << p.line.substr(0, 80);
+        ASSERT_TRUE(r->contains("error")) << r->dump();
+        EXPECT_EQ(r->at("error").at("code"), p.code) << p.line.substr(0, 80) << " -> " << r->dump();
+        EXPECT_EQ(reason_of(*r), p.reason) << p.line.substr(0, 80);
+        EXPECT_FALSE(r->at("error").at("message").get<std::string>().empty());
+    }
+    EXPECT_EQ(c.ok("agent.hello").at("api_version"), 1);
+}
+
+TEST(rpc_server, a_line_over_the_limit_gets_an_error_then_the_connection_closes) {
+    harness h(admin_options());
+    client side(h.socket_path);
+    client c(h.socket_path);
+    const std::string huge(h.srv->options().max_line_bytes + 4096, 'a');
+    c.send_raw(huge);  // may fail part-way once the server closes: that is fine
+    const auto r = c.read_json();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(reason_of(*r), "line_too_long");
+    EXPECT_EQ(r->at("error").at("code"), -32600);
+    EXPECT_FALSE(c.read_line().has_value()) << "then EOF";
+    EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
+}
+
+TEST(rpc_server, a_half_line_that_stalls_is_closed_by_the_idle_timeout) {
+    harness_options o = admin_options();
+    o.server.idle_timeout = 300ms;
+    harness h(o);
+    client subscriber(h.socket_path);
+    subscriber.ok("events.subscribe");
+    client c(h.socket_path);
+    ASSERT_TRUE(c.send_raw(R"({"jsonrpc":"2.0","meth)"));
+    const auto r = c.read_json();  // blocks until the server gives up
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(reason_of(*r), "idle_timeout");
+    EXPECT_FALSE(c.read_line().has_value());
+    // A quiet subscriber is not idle: it is still served.
+    EXPECT_EQ(subscriber.ok("agent.hello").at("api_version"), 1);
+}
+
+TEST(rpc_server, a_thousand_connections_at_once_hit_the_cap_and_the_server_keeps_serving) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2200) {
+        rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, 4096);
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < 2200) {
+        GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << rl.rlim_max << " is below 2200";
+    }
+    harness_options o = admin_options();
+    o.server.max_connections = 64;
+    o.with_store = false;
+    harness h(o);
+    client side(h.socket_path);
+    ASSERT_TRUE(side.connected());
+    EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
+
+    constexpr int n = 1000;
+    std::vector<std::unique_ptr<client>> flood;
+    flood.reserve(n);
+    for (int i = 0; i < n; ++i) {
+        flood.push_back(std::make_unique<client>(h.socket_path, 10000ms));
+        ASSERT_TRUE(flood.back()->connected()) << i << ": " << std::strerror(flood.back()->connect_errno());
+    }
+    EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1) << "served during the flood";
+    int served = 0;
+    int refused = 0;
+    const std::string hello = R"({"jsonrpc":"2.0","method":"agent.hello","id":1})" "\n";
+    for (auto& f : flood) {
+        f->send_raw(hello);  // refused ones may be closed already
+    }
+    for (auto& f : flood) {
+        const auto r = f->read_json();
+        ASSERT_TRUE(r.has_value()) << "every connection gets an answer or an error";
+        if (r->contains("result")) {
+            ++served;
+        } else {
+            EXPECT_EQ(reason_of(*r), "overloaded");
+            EXPECT_FALSE(f->read_line().has_value()) << "refused connections are closed";
+            ++refused;
+        }
+    }
+    EXPECT_EQ(served, 63);  // the cap (64) minus the side client
+    EXPECT_EQ(refused, n - 63);
+    flood.clear();
+    EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
+    // Slots free up again once the flood is gone.
+    bool reconnected = false;
+    for (int attempt = 0; attempt < 50 && !reconnected; ++attempt) {
+        client again(h.socket_path);
+        const json r = again.call("agent.hello");
+        reconnected = r.contains("result");
+        if (!reconnected) {
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+    EXPECT_TRUE(reconnected);
+}
+
+TEST(rpc_server, a_client_that_never_reads_is_paused_then_cut_off_without_unbounded_memory) {
+    harness_options o = admin_options();
+    o.server.max_inflight = 16;
+    o.server.output_soft_limit = 64 * 1024;
+    o.server.output_hard_limit = 512 * 1024;
+    o.with_store = false;
+    harness h(o);
+    client side(h.socket_path);
+
+    // 1. Pipelining without reading: the server stops reading, so the
+    // client's writes block (here: EAGAIN) instead of the daemon buffering.
+    client greedy(h.socket_path);
+    ::fcntl(greedy.fd(), F_SETFL, ::fcntl(greedy.fd(), F_GETFL) | O_NONBLOCK);
+    const std::string req = R"({"jsonrpc":"2.0","method":"metrics","id":1})" "\n";
+    std::string block;
+    for (int i = 0; i < 64; ++i) {
+        block += req;
+    }
+    std::size_t sent = 0;
+    for (int i = 0; i < 20000; ++i) {
+        const ssize_t n = ::send(greedy.fd(), block.data(), block.size(), MSG_NOSIGNAL);
+        if (n < 0) {
+            break;  // EAGAIN: the server no longer reads us
+        }
+        sent += static_cast<std::size_t>(n);
+    }
+    EXPECT_LT(sent, 64U * 1024 * 1024) << "the server kept reading a client that never reads";
+    // The loop serves the greedy connection asynchronously: poll the
+    // server's own counters until it has paused reading it.
+    double buffered = -1;
+    std::uint64_t pauses = 0;
+    json snap;
+    for (int attempt = 0; attempt < 500 && pauses == 0; ++attempt) {
+        snap = side.ok("telemetry.snapshot", {{"prefix", "qrt_rpc_"}});
+        for (const auto& g : snap.at("gauges")) {
+            if (g.at("name") == "qrt_rpc_buffered_bytes") {
+                buffered = g.at("value");
+            }
+        }
+        for (const auto& c : snap.at("counters")) {
+            if (c.at("name") == "qrt_rpc_backpressure_pauses_total") {
+                pauses = c.at("value");
+            }
+        }
+        if (pauses == 0) {
+            std::this_thread::sleep_for(10ms);
+        }
+    }
+    EXPECT_GT(pauses, 0U) << "sent " << sent << " " << snap.dump();
+    EXPECT_GE(buffered, 0.0);
+    EXPECT_LT(buffered, 2.0 * 1024 * 1024) << "server-side buffers stay bounded";
+
+    // 2. A subscriber that never reads while events pour in is closed at the
+    // hard cap.
+    client deaf(h.socket_path);
+    deaf.ok("events.subscribe");
+    const json big_data{{"pad", std::string(4096, 'x')}};
+    for (int round = 0; round < 10; ++round) {
+        h.on_loop([&] {
+            for (int i = 0; i < 200; ++i) {
+                h.srv->publish(rpc::event{"calibration.changed", "", big_data});
+            }
+            return 0;
+        });
+    }
+    std::uint64_t slow_closed = 0;
+    for (int attempt = 0; attempt < 500 && slow_closed == 0; ++attempt) {
+        const json snap2 =
+            side.ok("telemetry.snapshot", {{"prefix", "qrt_rpc_connections_closed"}});
+        for (const auto& c : snap2.at("counters")) {
+            if (c.at("labels").contains("cause") && c.at("labels").at("cause") == "slow_reader") {
+                slow_closed = c.at("value");
+            }
+        }
+        if (slow_closed == 0) {
+            std::this_thread::sleep_for(10ms);
+        }
+    }
+    EXPECT_GE(slow_closed, 1U);
+    EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
+}
