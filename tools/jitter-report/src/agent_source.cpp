@@ -1,0 +1,424 @@
+#include "jitter_report/agent_source.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "jitter_report/slo.hpp"
+
+namespace qrt::jitter {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t max_reply_bytes = 64U << 20;
+
+std::int64_t monotonic_ms() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+class fd_guard {
+public:
+    explicit fd_guard(int fd) : _fd(fd) {}
+    fd_guard(const fd_guard&) = delete;
+    fd_guard& operator=(const fd_guard&) = delete;
+    ~fd_guard() {
+        if (_fd >= 0) {
+            ::close(_fd);
+        }
+    }
+    int get() const noexcept { return _fd; }
+
+private:
+    int _fd;
+};
+
+rtcore::error connect_error(int e, const std::string& path) {
+    switch (e) {
+        case ENOENT:
+            return rtcore::error{e, fmt::format("agent: no socket at {} (is qrtd running? "
+                                                "--standalone measures without the agent)",
+                                                path)};
+        case ECONNREFUSED:
+            return rtcore::error{e, fmt::format("agent: stale socket {}: nobody is listening "
+                                                "(qrtd stopped or crashed)",
+                                                path)};
+        case EACCES:
+        case EPERM:
+            return rtcore::error{e, fmt::format("agent: connect {}: permission denied (join "
+                                                "group qrt, or run as root)",
+                                                path)};
+        default:
+            return rtcore::error::from_errno(e, "agent: connect " + path);
+    }
+}
+
+// One histogram name of the agent and what this report calls it.
+struct metric_entry {
+    const char* name;
+    const char* metric;
+    bool primary;
+};
+
+constexpr std::array<metric_entry, 4> metric_table{{
+    {"qrt_dispatch_lateness_seconds", "dispatch_lateness", true},
+    {"qrt_dispatch_wakeup_latency_seconds", "timer_wakeup", false},
+    {"qrt_dispatch_arrival_lateness_seconds", "arrival_lateness", false},
+    {"qrt_probe_wakeup_latency_seconds", "probe_wakeup", false},
+}};
+
+// A label value, "" when absent or not a string.
+std::string label(const json& m, const char* key) {
+    const auto l = m.find("labels");
+    if (l == m.end() || !l->is_object()) {
+        return {};
+    }
+    const auto v = l->find(key);
+    return v != l->end() && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+rtcore::result<int> cpu_label(const json& m, const std::string& what) {
+    const std::string c = label(m, "cpu");
+    if (c.empty()) {
+        return -1;
+    }
+    int v = 0;
+    for (const char ch : c) {
+        if (ch < '0' || ch > '9' || v > 100'000) {
+            return rtcore::error::invalid(
+                fmt::format("agent: {}: label cpu=\"{}\" is not a CPU number", what, c));
+        }
+        v = v * 10 + (ch - '0');
+    }
+    return v;
+}
+
+template <typename T>
+T number_or(const json& m, const char* key, T fallback) {
+    const auto it = m.find(key);
+    if (it == m.end() || !it->is_number()) {
+        return fallback;
+    }
+    return it->get<T>();
+}
+
+rtcore::result<series> series_of(const json& h, const metric_entry& e) {
+    series s;
+    s.metric = e.metric;
+    s.primary = e.primary;
+    auto cpu = cpu_label(h, e.name);
+    if (!cpu) {
+        return std::move(cpu).err();
+    }
+    s.cpu = *cpu;
+    const std::string qpu = label(h, "qpu");
+    if (!qpu.empty()) {
+        s.scope = "qpu";
+        s.name = qpu;
+    } else if (s.cpu >= 0) {
+        s.scope = "cpu";
+        s.name = fmt::format("cpu{}", s.cpu);
+    } else {
+        s.scope = "host";
+        s.name = "all";
+    }
+    auto& st = s.stats;
+    st.count = number_or<std::uint64_t>(h, "count", 0);
+    st.min_ns = number_or<std::int64_t>(h, "min_ns", 0);
+    st.max_ns = number_or<std::int64_t>(h, "max_ns", 0);
+    st.mean_ns = number_or<double>(h, "mean_ns", 0.0);
+    st.stddev_ns = number_or<double>(h, "stddev_ns", 0.0);
+    st.p50_ns = number_or<std::int64_t>(h, "p50_ns", 0);
+    st.p95_ns = number_or<std::int64_t>(h, "p95_ns", 0);
+    st.p99_ns = number_or<std::int64_t>(h, "p99_ns", 0);
+    st.p999_ns = number_or<std::int64_t>(h, "p999_ns", 0);
+    st.negative_count = number_or<std::uint64_t>(h, "negative_count", 0);
+    std::vector<bin> cumulative;
+    if (const auto b = h.find("buckets"); b != h.end() && b->is_array()) {
+        for (const auto& step : *b) {
+            if (step.is_object()) {
+                cumulative.push_back(
+                    {number_or<std::int64_t>(step, "le_ns", 0), number_or<std::uint64_t>(step, "count", 0)});
+            }
+        }
+    }
+    s.bins = bins_from_cumulative(cumulative, st.count, st.max_ns);
+    return s;
+}
+
+// Intrusion counters and gauges keyed by (cpu, kind, source).
+void collect_intrusions(const json& snapshot, report& r) {
+    std::map<std::tuple<int, std::string, std::string>, intrusion_row> rows;
+    const auto visit = [&](const json& list) {
+        if (!list.is_array()) {
+            return;
+        }
+        for (const auto& m : list) {
+            if (!m.is_object() || !m.contains("name") || !m["name"].is_string()) {
+                continue;
+            }
+            const std::string name = m["name"].get<std::string>();
+            const bool count = name == "qrt_probe_intrusions_total";
+            const bool total = name == "qrt_probe_intrusion_seconds_total";
+            const bool max = name == "qrt_probe_intrusion_max_seconds";
+            if (!count && !total && !max) {
+                continue;
+            }
+            auto cpu = cpu_label(m, name);
+            if (!cpu || *cpu < 0) {
+                continue;
+            }
+            const std::string kind = label(m, "kind");
+            const std::string source = label(m, "source");
+            auto& row = rows[{*cpu, kind, source}];
+            row.cpu = static_cast<unsigned>(*cpu);
+            row.kind = kind;
+            row.source = source;
+            const double v = number_or<double>(m, "value", 0.0);
+            if (count) {
+                row.count = number_or<std::uint64_t>(m, "value", 0);
+            } else if (total) {
+                row.total_ns = static_cast<std::uint64_t>(v * 1e9);
+            } else {
+                row.max_ns = static_cast<std::uint64_t>(v * 1e9);
+            }
+        }
+    };
+    if (snapshot.contains("counters")) {
+        visit(snapshot["counters"]);
+    }
+    if (snapshot.contains("gauges")) {
+        visit(snapshot["gauges"]);
+    }
+    for (auto& [key, row] : rows) {
+        r.intrusions.push_back(std::move(row));
+    }
+    std::stable_sort(r.intrusions.begin(), r.intrusions.end(), [](const auto& a, const auto& b) {
+        return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.count > b.count;
+    });
+}
+
+}  // namespace
+
+rtcore::result<json> agent_call(const agent_options& opt, const std::string& method, const json& params) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (opt.socket_path.empty() || opt.socket_path.size() >= sizeof addr.sun_path) {
+        return rtcore::error::invalid(
+            fmt::format("agent: socket path '{}' is empty or longer than {} bytes", opt.socket_path,
+                        sizeof addr.sun_path - 1));
+    }
+    std::memcpy(addr.sun_path, opt.socket_path.c_str(), opt.socket_path.size() + 1);
+    fd_guard fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) {
+        return rtcore::error::from_errno(errno, "agent: socket(AF_UNIX)");
+    }
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+        return connect_error(errno, opt.socket_path);
+    }
+    const std::string line =
+        json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}}.dump() + "\n";
+    const std::int64_t deadline = monotonic_ms() + opt.timeout.count();
+    std::size_t sent = 0;
+    while (sent < line.size()) {
+        const ssize_t n = ::send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return rtcore::error::from_errno(errno, fmt::format("agent: send {} to {}", method, opt.socket_path));
+        }
+        sent += static_cast<std::size_t>(n);
+    }
+    std::string buf;
+    while (true) {
+        const auto nl = buf.find('\n');
+        if (nl != std::string::npos) {
+            json reply;
+            try {
+                reply = json::parse(buf.substr(0, nl));
+            } catch (const json::parse_error& e) {
+                return rtcore::error::invalid(
+                    fmt::format("agent: {} reply from {} is not JSON: {}", method, opt.socket_path, e.what()));
+            }
+            buf.erase(0, nl + 1);
+            if (!reply.is_object()) {
+                return rtcore::error::invalid(
+                    fmt::format("agent: {} reply from {} is not a JSON-RPC object", method, opt.socket_path));
+            }
+            if (reply.contains("method") && !reply.contains("id")) {
+                continue;  // a notification, not our reply
+            }
+            if (const auto e = reply.find("error"); e != reply.end()) {
+                std::string reason = "?";
+                std::string message = e->is_object() ? e->value("message", std::string("?")) : "?";
+                if (e->is_object() && e->contains("data") && (*e)["data"].is_object()) {
+                    reason = (*e)["data"].value("reason", std::string("?"));
+                }
+                return rtcore::error::invalid(
+                    fmt::format("agent: {} failed: {} ({})", method, message, reason));
+            }
+            if (!reply.contains("result")) {
+                return rtcore::error::invalid(
+                    fmt::format("agent: {} reply has neither result nor error", method));
+            }
+            return reply["result"];
+        }
+        if (buf.size() > max_reply_bytes) {
+            return rtcore::error::invalid(fmt::format("agent: {} reply over {} bytes", method, max_reply_bytes));
+        }
+        const std::int64_t left = deadline - monotonic_ms();
+        if (left <= 0) {
+            return rtcore::error{ETIMEDOUT, fmt::format("agent: {} did not answer {} within {} ms "
+                                                        "(agent hung or overloaded)",
+                                                        opt.socket_path, method, opt.timeout.count())};
+        }
+        pollfd p{fd.get(), POLLIN, 0};
+        const int pr = ::poll(&p, 1, static_cast<int>(left));
+        if (pr < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return rtcore::error::from_errno(errno, "agent: poll");
+        }
+        if (pr == 0) {
+            continue;
+        }
+        char tmp[65536];
+        const ssize_t n = ::recv(fd.get(), tmp, sizeof tmp, 0);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN) {
+                continue;
+            }
+            return rtcore::error::from_errno(errno, fmt::format("agent: recv from {}", opt.socket_path));
+        }
+        if (n == 0) {
+            return rtcore::error{ECONNRESET, fmt::format("agent: {} closed the connection before "
+                                                         "answering {}",
+                                                         opt.socket_path, method)};
+        }
+        buf.append(tmp, static_cast<std::size_t>(n));
+    }
+}
+
+rtcore::result<report> report_from_snapshot(const json& snapshot, const json& status,
+                                            const agent_options& opt, std::int64_t now_ns) {
+    if (!snapshot.is_object() || !snapshot.contains("taken_ns") || !snapshot["taken_ns"].is_number_integer()) {
+        return rtcore::error::invalid("agent: telemetry.snapshot has no integer taken_ns");
+    }
+    const auto taken_ns = snapshot["taken_ns"].get<std::int64_t>();
+    const std::int64_t max_age_ns = static_cast<std::int64_t>(opt.max_age.count()) * 1'000'000'000;
+    if (now_ns - taken_ns > max_age_ns) {
+        return rtcore::error::invalid(fmt::format(
+            "agent: telemetry snapshot is stale: taken {:.0f} s ago (limit {} s; agent stuck?)",
+            static_cast<double>(now_ns - taken_ns) / 1e9, opt.max_age.count()));
+    }
+    if (taken_ns - now_ns > max_age_ns) {
+        return rtcore::error::invalid(fmt::format(
+            "agent: telemetry snapshot is {:.0f} s in the future: the clocks disagree",
+            static_cast<double>(taken_ns - now_ns) / 1e9));
+    }
+    report r;
+    r.run.mode = "agent";
+    r.run.taken_ns = taken_ns;
+    r.run.socket = opt.socket_path;
+    if (snapshot.contains("histograms") && snapshot["histograms"].is_array()) {
+        for (const auto& h : snapshot["histograms"]) {
+            if (!h.is_object() || !h.contains("name") || !h["name"].is_string()) {
+                continue;
+            }
+            const std::string name = h["name"].get<std::string>();
+            for (const auto& e : metric_table) {
+                if (name != e.name) {
+                    continue;
+                }
+                auto s = series_of(h, e);
+                if (!s) {
+                    return std::move(s).err();
+                }
+                r.series_list.push_back(std::move(*s));
+            }
+        }
+    }
+    collect_intrusions(snapshot, r);
+    // --cpus filters; a CPU the agent does not report is an error.
+    if (!opt.cpus.empty()) {
+        rtcore::cpu_set known;
+        for (const auto& s : r.series_list) {
+            if (s.cpu >= 0) {
+                known.set(static_cast<unsigned>(s.cpu));
+            }
+        }
+        for (const auto c : opt.cpus.cpus()) {
+            if (!known.test(c)) {
+                return rtcore::error::invalid(fmt::format(
+                    "--cpus: unknown CPU {}: the agent reports {}", c,
+                    known.empty() ? std::string("no per-CPU series") : "CPUs " + known.to_list()));
+            }
+        }
+        std::erase_if(r.series_list, [&](const series& s) { return s.cpu < 0 || !opt.cpus.test(static_cast<unsigned>(s.cpu)); });
+        std::erase_if(r.intrusions, [&](const intrusion_row& i) { return !opt.cpus.test(i.cpu); });
+    }
+    if (r.series_list.empty()) {
+        r.notes.push_back("the agent reports no dispatch or wakeup histograms yet (no QPU "
+                          "configured, or no job dispatched)");
+    }
+    // agent.status: probes and version; its absence is only a note.
+    if (status.is_object()) {
+        if (const auto p = status.find("probes"); p != status.end()) {
+            if (p->is_string()) {
+                r.probes.status = p->get<std::string>();
+            } else if (p->is_object() && p->contains("status") && (*p)["status"].is_string()) {
+                r.probes.status = (*p)["status"].get<std::string>();
+            }
+            r.probes.available = r.probes.status.rfind("available", 0) == 0;
+        }
+        for (const char* key : {"agent_version", "version"}) {
+            if (const auto v = status.find(key); v != status.end() && v->is_string()) {
+                r.run.agent_version = v->get<std::string>();
+                break;
+            }
+        }
+    }
+    if (r.probes.status.empty()) {
+        r.probes.status = "unknown (agent.status did not say)";
+    }
+    return r;
+}
+
+rtcore::result<report> read_agent(const agent_options& opt) {
+    auto snap = agent_call(opt, "telemetry.snapshot");
+    if (!snap) {
+        return std::move(snap).err();
+    }
+    json status;
+    std::string status_note;
+    if (auto st = agent_call(opt, "agent.status")) {
+        status = std::move(*st);
+    } else {
+        status_note = "agent.status: " + st.err().message;
+    }
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    const std::int64_t now_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    auto r = report_from_snapshot(*snap, status, opt, now_ns);
+    if (r && !status_note.empty()) {
+        r->notes.push_back(status_note);
+    }
+    return r;
+}
+
+}  // namespace qrt::jitter
