@@ -275,8 +275,9 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     } else {
         out << "topology: " << topo->source() << '\n'
             << topo->describe() << '\n'
-            << rtcore::format_plan(*plan) << '\n'
-            << rtcore::format_kernel_report(kernel);
+            << rtcore::format_plan(*plan) << '\n';
+        const std::string report = rtcore::format_kernel_report(kernel);
+        out << report << (report.empty() || report.back() == '\n' ? "" : "\n");
     }
     return exit_code::ok;
 }
