@@ -4,6 +4,8 @@
 // host needs root, skips otherwise, and restores in TearDown if it fails.
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -333,6 +335,88 @@ TEST(qrtd_cli, run_on_a_fake_tree_notifies_systemd_and_restores_on_exit) {
         EXPECT_NE(r.err.find(s), std::string::npos) << s << "\n" << r.err;
     }
     EXPECT_EQ(snapshot_tree(t.root), before) << r.err;
+}
+
+// Waits (at most timeout_s) for a datagram starting with prefix.
+bool wait_for_datagram(int fd, const std::string& prefix, int timeout_s) {
+    timeval tv{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (int i = 0; i < timeout_s; ++i) {
+        char buf[1024];
+        ssize_t n = 0;
+        while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+            if (std::string(buf, static_cast<std::size_t>(n)).rfind(prefix, 0) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+TEST(qrtd_cli, run_reloads_on_sighup_pings_the_watchdog_and_restores_on_sigterm) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const fs::path cfg = t.dir.path() / "qrtd.toml";
+    fs::copy_file(demo, cfg);
+    const fs::path sock = t.dir.path() / "notify.sock";
+    const fs::path err = t.dir.path() / "stderr.log";
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::setenv("NOTIFY_SOCKET", sock.c_str(), 1);
+        ::setenv("WATCHDOG_USEC", "400000", 1);   // ping every 200 ms
+        ::unsetenv("WATCHDOG_PID");
+        const int efd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(efd, STDERR_FILENO);
+        ::execl(qrtd.c_str(), "qrtd", "run", "--duration-s", "120", "-c", cfg.c_str(), "--root",
+                t.root.c_str(), "--state-dir", t.state.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    // Whatever happens below, do not leave the daemon running.
+    struct reaper {
+        pid_t pid;
+        bool done = false;
+        int wait_status() {
+            int st = 0;
+            ::waitpid(pid, &st, 0);
+            done = true;
+            return st;
+        }
+        ~reaper() {
+            if (!done) {
+                ::kill(pid, SIGKILL);
+                ::waitpid(pid, nullptr, 0);
+            }
+        }
+    } child{pid};
+
+    ASSERT_TRUE(wait_for_datagram(fd, "READY=1", 60)) << read_file(err);
+    EXPECT_TRUE(wait_for_datagram(fd, "WATCHDOG=1", 30)) << read_file(err);
+    // Change two options: log_level applies at once, priority at restart.
+    std::string text = read_file(cfg);
+    text.replace(text.find("log_level = \"info\""), 18, "log_level = \"debug\"");
+    text.replace(text.find("priority = 80"), 13, "priority = 70");
+    std::ofstream(cfg) << text;
+    ASSERT_EQ(::kill(pid, SIGHUP), 0);
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    EXPECT_TRUE(wait_for_datagram(fd, "STOPPING=1", 30)) << read_file(err);
+    const int st = child.wait_status();
+    ::close(fd);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    const std::string log = read_file(err);
+    for (const char* s : {"signal: SIGHUP from pid", "config: reload: agent.log_level = \"debug\" (was \"info\")",
+                          "config: reload: dispatch.priority = 70 (was 80) takes effect at the next start",
+                          "signal: SIGTERM from pid", "daemon: stopping (SIGTERM)", "host: restored:"}) {
+        EXPECT_NE(log.find(s), std::string::npos) << s << "\n" << log;
+    }
+    EXPECT_EQ(snapshot_tree(t.root), before) << log;
 }
 
 TEST(qrtd_cli, run_with_a_bad_config_exits_2_and_changes_nothing) {
