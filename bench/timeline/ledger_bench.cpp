@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     std::printf("reserve 100k/1k cost ratio: %.2fx (goal <= 3x) %s\n", r_ratio,
                 r_ratio <= 3.0 ? "PASS" : "FAIL");
     std::printf("{\"bench\":\"timeline_ledger\",\"query_cpu_ns\":{\"1k\":%.0f,\"10k\":%.0f,\"100k\":%.0f},"
-                "\"reserve_release_ns\":{\"1k\":%.0f,\"10k\":%.0f,\"100k\":%.0f},"
+                "\"reserve_release_cpu_ns\":{\"1k\":%.0f,\"10k\":%.0f,\"100k\":%.0f},"
                 "\"query_ratio_100k_1k\":%.3f,\"reserve_ratio_100k_1k\":%.3f,\"goal_ratio\":3.0,"
                 "\"pass\":%s}\n",
                 q1k, get("BM_query/10000/min_time:0.300"), q100k, r1k,

@@ -4,190 +4,245 @@
 
 namespace qrt::timeline {
 
+namespace {
+constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+bool start_less(const gap_index::gap& g, std::int64_t t) { return g.start_ns < t; }
+bool less_start(std::int64_t t, const gap_index::gap& g) { return t < g.start_ns; }
+}  // namespace
+
 void gap_index::clear() {
-    _nodes.clear();
-    _free.clear();
-    _root = -1;
+    _blocks.clear();
+    _firsts.clear();
+    _seg.clear();
+    _cap = 0;
     _size = 0;
 }
 
-std::int32_t gap_index::alloc(gap g) {
-    // xorshift64: deterministic priorities, so runs are reproducible.
-    _rng ^= _rng << 13U;
-    _rng ^= _rng >> 7U;
-    _rng ^= _rng << 17U;
-    const node n{g.start_ns, g.end_ns, g.end_ns - g.start_ns,
-                 static_cast<std::uint32_t>(_rng >> 32U), -1, -1};
-    if (!_free.empty()) {
-        const std::int32_t idx = _free.back();
-        _free.pop_back();
-        at(idx) = n;
-        return idx;
+std::size_t gap_index::locate(std::int64_t t_ns) const noexcept {
+    // Last block whose first start <= t; block 0 when t is before everything.
+    const auto it = std::upper_bound(_firsts.begin(), _firsts.end(), t_ns);
+    if (it == _firsts.begin()) {
+        return 0;
     }
-    _nodes.push_back(n);
-    return static_cast<std::int32_t>(_nodes.size() - 1);
+    return static_cast<std::size_t>(it - _firsts.begin()) - 1;
 }
 
-std::int64_t gap_index::max_len(std::int32_t n) const noexcept {
-    return n < 0 ? -1 : at(n).max_len_ns;
+void gap_index::seg_set(std::size_t b) {
+    std::size_t i = _cap + b;
+    _seg[i] = _blocks[b].max_len_ns;
+    for (i /= 2; i >= 1; i /= 2) {
+        _seg[i] = std::max(_seg[2 * i], _seg[2 * i + 1]);
+    }
 }
 
-void gap_index::update(std::int32_t n) noexcept {
-    node& x = at(n);
-    x.max_len_ns = std::max({x.end_ns - x.start_ns, max_len(x.left), max_len(x.right)});
+void gap_index::refresh(std::size_t b) {
+    block& bl = _blocks[b];
+    std::int64_t m = 0;
+    for (const gap& g : bl.gaps) {
+        m = std::max(m, g.end_ns - g.start_ns);
+    }
+    bl.max_len_ns = m;
+    _firsts[b] = bl.gaps.front().start_ns;
+    seg_set(b);
 }
 
-void gap_index::split(std::int32_t t, std::int64_t key, std::int32_t& l, std::int32_t& r) {
-    if (t < 0) {
-        l = -1;
-        r = -1;
-        return;
+void gap_index::rebuild() {
+    _firsts.resize(_blocks.size());
+    _cap = 1;
+    while (_cap < _blocks.size()) {
+        _cap *= 2;
     }
-    if (at(t).start_ns < key) {
-        std::int32_t rl = -1;
-        split(at(t).right, key, rl, r);
-        at(t).right = rl;
-        l = t;
-    } else {
-        std::int32_t lr = -1;
-        split(at(t).left, key, l, lr);
-        at(t).left = lr;
-        r = t;
+    _seg.assign(2 * _cap, -1);
+    for (std::size_t b = 0; b < _blocks.size(); ++b) {
+        const block& bl = _blocks[b];
+        std::int64_t m = 0;
+        for (const gap& g : bl.gaps) {
+            m = std::max(m, g.end_ns - g.start_ns);
+        }
+        _blocks[b].max_len_ns = m;
+        _firsts[b] = bl.gaps.front().start_ns;
+        _seg[_cap + b] = m;
     }
-    update(t);
+    for (std::size_t i = _cap - 1; i >= 1; --i) {
+        _seg[i] = std::max(_seg[2 * i], _seg[2 * i + 1]);
+    }
 }
 
-std::int32_t gap_index::merge(std::int32_t l, std::int32_t r) {
-    if (l < 0) {
-        return r;
+std::size_t gap_index::seg_first(std::size_t from, std::int64_t len_ns) const {
+    if (from >= _blocks.size()) {
+        return npos;
     }
-    if (r < 0) {
-        return l;
+    // Walk up from the leaf, looking right for a subtree that qualifies,
+    // then down to its leftmost qualifying leaf.
+    std::size_t i = _cap + from;
+    if (_seg[i] >= len_ns) {
+        return from;
     }
-    if (at(l).prio > at(r).prio) {
-        at(l).right = merge(at(l).right, r);
-        update(l);
-        return l;
+    for (;;) {
+        while (i % 2 == 1) {  // right child: go up until we are a left child
+            i /= 2;
+            if (i == 0) {
+                return npos;
+            }
+        }
+        if (i == 0) {
+            return npos;
+        }
+        ++i;  // the right sibling
+        if (_seg[i] >= len_ns) {
+            break;
+        }
     }
-    at(r).left = merge(l, at(r).left);
-    update(r);
-    return r;
+    while (i < _cap) {
+        i = _seg[2 * i] >= len_ns ? 2 * i : 2 * i + 1;
+    }
+    const std::size_t b = i - _cap;
+    return b < _blocks.size() ? b : npos;
 }
 
 void gap_index::insert(gap g) {
-    const std::int32_t n = alloc(g);
-    std::int32_t l = -1;
-    std::int32_t r = -1;
-    split(_root, g.start_ns, l, r);
-    _root = merge(merge(l, n), r);
     ++_size;
+    if (_blocks.empty()) {
+        _blocks.push_back(block{{g}, g.end_ns - g.start_ns});
+        rebuild();
+        return;
+    }
+    const std::size_t b = locate(g.start_ns);
+    auto& gs = _blocks[b].gaps;
+    gs.insert(std::upper_bound(gs.begin(), gs.end(), g.start_ns, less_start), g);
+    if (gs.size() > k_max_block) {
+        block tail;
+        tail.gaps.assign(gs.begin() + static_cast<std::ptrdiff_t>(gs.size() / 2), gs.end());
+        gs.resize(gs.size() / 2);
+        _blocks.insert(_blocks.begin() + static_cast<std::ptrdiff_t>(b) + 1, std::move(tail));
+        rebuild();
+        return;
+    }
+    if (g.end_ns - g.start_ns > _blocks[b].max_len_ns || g.start_ns < _firsts[b]) {
+        _blocks[b].max_len_ns = std::max(_blocks[b].max_len_ns, g.end_ns - g.start_ns);
+        _firsts[b] = gs.front().start_ns;
+        seg_set(b);
+    }
 }
 
 bool gap_index::erase(std::int64_t start_ns) {
-    std::int32_t l = -1;
-    std::int32_t mr = -1;
-    split(_root, start_ns, l, mr);
-    std::int32_t m = -1;
-    std::int32_t r = -1;
-    split(mr, start_ns + 1, m, r);
-    const bool found = m >= 0;
-    if (found) {
-        // start keys are unique, so m is a single node.
-        _free.push_back(m);
-        --_size;
+    if (_blocks.empty()) {
+        return false;
     }
-    _root = merge(l, r);
-    return found;
+    const std::size_t b = locate(start_ns);
+    auto& gs = _blocks[b].gaps;
+    const auto it = std::lower_bound(gs.begin(), gs.end(), start_ns, start_less);
+    if (it == gs.end() || it->start_ns != start_ns) {
+        return false;
+    }
+    gs.erase(it);
+    --_size;
+    if (gs.empty()) {
+        _blocks.erase(_blocks.begin() + static_cast<std::ptrdiff_t>(b));
+        rebuild();
+        return true;
+    }
+    if (gs.size() < k_min_block && _blocks.size() > 1) {
+        // Merge with a neighbour (and split again if that is too big), so
+        // blocks stay between k_min_block and k_max_block.
+        const std::size_t left = b + 1 < _blocks.size() ? b : b - 1;
+        auto& a = _blocks[left].gaps;
+        auto& c = _blocks[left + 1].gaps;
+        a.insert(a.end(), c.begin(), c.end());
+        if (a.size() > k_max_block) {
+            c.assign(a.begin() + static_cast<std::ptrdiff_t>(a.size() / 2), a.end());
+            a.resize(a.size() / 2);
+        } else {
+            _blocks.erase(_blocks.begin() + static_cast<std::ptrdiff_t>(left) + 1);
+        }
+        rebuild();
+        return true;
+    }
+    refresh(b);
+    return true;
 }
 
 std::optional<gap_index::gap> gap_index::find(std::int64_t start_ns) const {
-    std::int32_t n = _root;
-    while (n >= 0) {
-        const node& x = at(n);
-        if (x.start_ns == start_ns) {
-            return gap{x.start_ns, x.end_ns};
-        }
-        n = start_ns < x.start_ns ? x.left : x.right;
+    if (_blocks.empty()) {
+        return std::nullopt;
     }
-    return std::nullopt;
+    const auto& gs = _blocks[locate(start_ns)].gaps;
+    const auto it = std::lower_bound(gs.begin(), gs.end(), start_ns, start_less);
+    if (it == gs.end() || it->start_ns != start_ns) {
+        return std::nullopt;
+    }
+    return *it;
 }
 
 std::optional<gap_index::gap> gap_index::containing(std::int64_t t_ns) const {
-    // Floor search: the gap with the greatest start <= t.
-    std::int32_t n = _root;
-    std::int32_t best = -1;
-    while (n >= 0) {
-        const node& x = at(n);
-        if (x.start_ns <= t_ns) {
-            best = n;
-            n = x.right;
-        } else {
-            n = x.left;
-        }
+    if (_blocks.empty()) {
+        return std::nullopt;
     }
-    if (best >= 0 && at(best).end_ns > t_ns) {
-        return gap{at(best).start_ns, at(best).end_ns};
+    const auto& gs = _blocks[locate(t_ns)].gaps;
+    auto it = std::upper_bound(gs.begin(), gs.end(), t_ns, less_start);
+    if (it == gs.begin()) {
+        return std::nullopt;
+    }
+    --it;
+    if (it->end_ns > t_ns) {
+        return *it;
     }
     return std::nullopt;
 }
 
-std::int32_t gap_index::first_fit_at(std::int32_t n, std::int64_t min_start_ns,
-                                     std::int64_t len_ns) const {
-    while (n >= 0) {
-        const node& x = at(n);
-        if (x.max_len_ns < len_ns) {
-            return -1;
+std::optional<gap_index::gap> gap_index::scan(std::size_t b, std::size_t from_pos,
+                                              std::int64_t len_ns) const {
+    const auto& gs = _blocks[b].gaps;
+    for (std::size_t i = from_pos; i < gs.size(); ++i) {
+        if (gs[i].end_ns - gs[i].start_ns >= len_ns) {
+            return gs[i];
         }
-        if (x.start_ns < min_start_ns) {
-            n = x.right;
-            continue;
-        }
-        const std::int32_t in_left = first_fit_at(x.left, min_start_ns, len_ns);
-        if (in_left >= 0) {
-            return in_left;
-        }
-        if (x.end_ns - x.start_ns >= len_ns) {
-            return n;
-        }
-        n = x.right;
     }
-    return -1;
+    return std::nullopt;
 }
 
 std::optional<gap_index::gap> gap_index::first_fit(std::int64_t min_start_ns,
                                                    std::int64_t len_ns) const {
-    const std::int32_t n = first_fit_at(_root, min_start_ns, len_ns);
-    if (n < 0) {
+    if (_blocks.empty()) {
         return std::nullopt;
     }
-    return gap{at(n).start_ns, at(n).end_ns};
+    const std::size_t b = locate(min_start_ns);
+    const auto& gs = _blocks[b].gaps;
+    const auto pos = static_cast<std::size_t>(
+        std::lower_bound(gs.begin(), gs.end(), min_start_ns, start_less) - gs.begin());
+    if (_blocks[b].max_len_ns >= len_ns) {
+        if (auto g = scan(b, pos, len_ns)) {
+            return g;
+        }
+    }
+    const std::size_t next = seg_first(b + 1, len_ns);
+    if (next == npos) {
+        return std::nullopt;
+    }
+    return scan(next, 0, len_ns);
+}
+
+std::optional<gap_index::gap> gap_index::first_fit_from(std::int64_t t_ns,
+                                                        std::int64_t len_ns) const {
+    if (const auto c = containing(t_ns); c && c->end_ns - t_ns >= len_ns) {
+        return c;
+    }
+    return first_fit(t_ns + 1, len_ns);
 }
 
 std::optional<gap_index::gap> gap_index::first() const {
-    std::int32_t n = _root;
-    if (n < 0) {
+    if (_blocks.empty()) {
         return std::nullopt;
     }
-    while (at(n).left >= 0) {
-        n = at(n).left;
-    }
-    return gap{at(n).start_ns, at(n).end_ns};
+    return _blocks.front().gaps.front();
 }
 
 std::vector<gap_index::gap> gap_index::to_vector() const {
     std::vector<gap> out;
     out.reserve(_size);
-    std::vector<std::int32_t> stack;
-    std::int32_t n = _root;
-    while (n >= 0 || !stack.empty()) {
-        while (n >= 0) {
-            stack.push_back(n);
-            n = at(n).left;
-        }
-        n = stack.back();
-        stack.pop_back();
-        out.push_back(gap{at(n).start_ns, at(n).end_ns});
-        n = at(n).right;
+    for (const block& b : _blocks) {
+        out.insert(out.end(), b.gaps.begin(), b.gaps.end());
     }
     return out;
 }
