@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "base64.hpp"
 #include "connection.hpp"
 
 struct qrt_client {
@@ -168,33 +169,6 @@ int fill_reservation(const json& r, qrt_reservation* out, qrt_error* err) {
     copy_str(out->qpu, sizeof(out->qpu), r.value("qpu", std::string()));
     copy_str(out->state, sizeof(out->state), r.value("state", std::string()));
     return 0;
-}
-
-std::string base64(const void* data, std::size_t len) {
-    static constexpr char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const auto* p = static_cast<const unsigned char*>(data);
-    std::string out;
-    out.reserve((len + 2) / 3 * 4);
-    std::size_t i = 0;
-    for (; i + 3 <= len; i += 3) {
-        const unsigned v = (unsigned{p[i]} << 16U) | (unsigned{p[i + 1]} << 8U) | p[i + 2];
-        out += alphabet[(v >> 18U) & 63U];
-        out += alphabet[(v >> 12U) & 63U];
-        out += alphabet[(v >> 6U) & 63U];
-        out += alphabet[v & 63U];
-    }
-    if (i < len) {
-        unsigned v = unsigned{p[i]} << 16U;
-        if (i + 1 < len) {
-            v |= unsigned{p[i + 1]} << 8U;
-        }
-        out += alphabet[(v >> 18U) & 63U];
-        out += alphabet[(v >> 12U) & 63U];
-        out += i + 1 < len ? alphabet[(v >> 6U) & 63U] : '=';
-        out += '=';
-    }
-    return out;
 }
 
 thread_local std::string default_path_storage;
@@ -358,10 +332,14 @@ int qrt_jobs_submit(qrt_client* c, uint64_t reservation_id, uint64_t fencing_tok
         if (payload == nullptr && payload_len != 0) {
             return invalid("qrt_jobs_submit: payload is NULL with a non-zero length", err);
         }
+        if (payload == nullptr) {
+            payload = "";
+        }
         json result;
         const json params{{"reservation_id", reservation_id},
                           {"fencing_token", fencing_token},
-                          {"payload", base64(payload, payload_len)}};
+                          {"payload", qrt::client::base64_encode(std::string_view(
+                              static_cast<const char*>(payload), payload_len))}};
         if (const int rc = do_call(c, "jobs.submit", params, &result, err); rc < 0) {
             return rc;
         }
