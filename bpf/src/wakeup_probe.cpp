@@ -94,6 +94,26 @@ rtcore::result<wakeup_histogram> wakeup_probe::read() const {
     return detail::sum_cpus(per_cpu.data(), per_cpu.size());
 }
 
+rtcore::result<std::vector<wakeup_histogram>> wakeup_probe::read_per_cpu() const {
+    const int ncpus = libbpf_num_possible_cpus();
+    if (ncpus <= 0) {
+        return detail::libbpf_error("wakeup: libbpf_num_possible_cpus", ncpus);
+    }
+    std::vector<qrt_wakeup_hist> per_cpu(static_cast<std::size_t>(ncpus));
+    const std::uint32_t zero = 0;
+    const int err = bpf_map__lookup_elem(_impl->skel->maps.wakeup_hist, &zero, sizeof(zero),
+                                         per_cpu.data(), per_cpu.size() * sizeof(qrt_wakeup_hist), 0);
+    if (err != 0) {
+        return detail::libbpf_error("wakeup: lookup map wakeup_hist", err);
+    }
+    std::vector<wakeup_histogram> out;
+    out.reserve(per_cpu.size());
+    for (const qrt_wakeup_hist& h : per_cpu) {
+        out.push_back(detail::sum_cpus(&h, 1));
+    }
+    return out;
+}
+
 #else  // built without probes: load() reports why; no instance ever exists.
 
 rtcore::result<wakeup_probe> wakeup_probe::load(const wakeup_options&) {
@@ -102,6 +122,9 @@ rtcore::result<wakeup_probe> wakeup_probe::load(const wakeup_options&) {
 rtcore::status wakeup_probe::add_tid(pid_t) { return rtcore::error{ENOTSUP, built_without_reason()}; }
 rtcore::status wakeup_probe::remove_tid(pid_t) { return rtcore::error{ENOTSUP, built_without_reason()}; }
 rtcore::result<wakeup_histogram> wakeup_probe::read() const {
+    return rtcore::error{ENOTSUP, built_without_reason()};
+}
+rtcore::result<std::vector<wakeup_histogram>> wakeup_probe::read_per_cpu() const {
     return rtcore::error{ENOTSUP, built_without_reason()};
 }
 

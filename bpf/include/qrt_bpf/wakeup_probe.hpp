@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "qrt_bpf/histogram.hpp"
 #include "rtcore/error.hpp"
@@ -38,6 +39,9 @@ public:
     rtcore::status remove_tid(pid_t tid);
     // The histogram summed over every possible CPU.
     rtcore::result<wakeup_histogram> read() const;
+    // One histogram per possible CPU (index = CPU the thread was switched
+    // in on), for per-CPU reports.
+    rtcore::result<std::vector<wakeup_histogram>> read_per_cpu() const;
     // "tp_btf" or "raw_tp": which program flavour the feature probe chose.
     const std::string& flavour() const;
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cerrno>
 #include <fstream>
 
 #include "child_process.hpp"
@@ -70,6 +71,20 @@ TEST(availability, disabled_probes_are_described_as_disabled) {
     probe_set set = probe_set::start(cfg, rtcore::host_fs(root.dir));
     EXPECT_NE(set.describe().find("intrusions: disabled"), std::string::npos) << set.describe();
     EXPECT_NE(set.describe().find("outliers: disabled"), std::string::npos) << set.describe();
+}
+
+TEST(availability, a_build_without_probes_says_so_from_every_loader) {
+    if (built_with_probes()) {
+        GTEST_SKIP() << "this build has probes";
+    }
+    auto w = wakeup_probe::load({});
+    ASSERT_FALSE(w);
+    EXPECT_EQ(w.err().code, ENOTSUP);
+    EXPECT_EQ(w.err().message.rfind("built without probes", 0), 0U) << w.err().message;
+    intrusion_options io;
+    io.isolated_cpus = {0};
+    EXPECT_FALSE(intrusion_probe::load(io));
+    EXPECT_FALSE(outlier_probe::load({}));
 }
 
 TEST(availability, preflight_names_each_missing_capability) {

@@ -1,6 +1,7 @@
 // Loading tests: need root (or CAP_BPF + CAP_PERFMON) and kernel BTF, and a
 // build with probes.  They skip with the reason otherwise.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,47 @@ TEST(wakeup_probe_load, counts_every_wakeup_of_a_registered_thread_only) {
     auto later = probe->read();
     ASSERT_TRUE(later);
     EXPECT_EQ(later->count, after->count) << "removed TID is no longer counted";
+}
+
+TEST(wakeup_probe_load, per_cpu_histograms_add_up_to_the_total_and_name_the_cpu) {
+    QRT_SKIP_UNLESS_PROBES_LOAD();
+    cpu_set_t saved;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(saved), &saved), 0);
+    cpu_set_t cpu0;
+    CPU_ZERO(&cpu0);
+    CPU_SET(0, &cpu0);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(cpu0), &cpu0), 0);
+    auto probe = wakeup_probe::load({});
+    ASSERT_TRUE(probe) << probe.err().message;
+    ASSERT_TRUE(probe->add_tid(this_tid()));
+    sleep_ms(10);
+    ASSERT_TRUE(probe->remove_tid(this_tid()));
+    ::sched_setaffinity(0, sizeof(saved), &saved);
+    auto total = probe->read();
+    auto per_cpu = probe->read_per_cpu();
+    ASSERT_TRUE(total && per_cpu);
+    ASSERT_GE(per_cpu->size(), 1U);
+    std::uint64_t sum = 0;
+    for (const auto& h : *per_cpu) {
+        sum += h.count;
+    }
+    EXPECT_EQ(sum, total->count);
+    EXPECT_EQ((*per_cpu)[0].count, total->count) << "the thread only ran on CPU 0";
+    EXPECT_GE(total->count, 10U);
+}
+
+TEST(probe_set_load, a_probe_that_cannot_load_is_reported_while_the_others_run) {
+    QRT_SKIP_UNLESS_PROBES_LOAD();
+    probe_config cfg;  // no isolated CPUs: the intrusion probe refuses
+    probe_set set = probe_set::start(cfg);
+    EXPECT_FALSE(set.availability().available());
+    EXPECT_NE(set.availability().reason().find("intrusions: "), std::string::npos)
+        << set.availability().to_string();
+    EXPECT_NE(set.wakeup(), nullptr);
+    EXPECT_EQ(set.intrusions(), nullptr);
+    EXPECT_NE(set.outliers(), nullptr);
+    EXPECT_NE(set.describe().find("wakeup: available ("), std::string::npos) << set.describe();
+    EXPECT_TRUE(set.add_tid(this_tid()));
 }
 
 TEST(wakeup_probe_load, rejects_invalid_tids_and_tolerates_double_remove) {
