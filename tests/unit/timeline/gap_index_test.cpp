@@ -33,13 +33,13 @@ TEST(gap_index, finds_containing_exact_and_first_fit) {
     EXPECT_EQ(g.to_vector(), (std::vector<gap>{{0, 10}, {30, 100}}));
 }
 
-// The treap against a std::map reference under random inserts, erases and
-// queries.
+// The blocked index against a std::map reference under random inserts,
+// erases and queries (thousands of gaps: blocks split and merge).
 TEST(gap_index, matches_a_linear_reference_under_random_operations) {
     std::mt19937_64 rng(7);
     gap_index g;
     std::map<std::int64_t, std::int64_t> ref;
-    for (int step = 0; step < 20000; ++step) {
+    for (int step = 0; step < 40000; ++step) {
         const std::int64_t slot = static_cast<std::int64_t>(rng() % 2000);
         const std::int64_t start = slot * 10;
         const int op = static_cast<int>(rng() % 3);
@@ -66,6 +66,16 @@ TEST(gap_index, matches_a_linear_reference_under_random_operations) {
                 cont = gap{std::prev(it)->first, std::prev(it)->second};
             }
             ASSERT_EQ(g.containing(t), cont) << "step " << step;
+            std::optional<gap> from = cont && cont->end_ns - t >= len ? cont : std::nullopt;
+            if (!from) {
+                for (auto f = ref.upper_bound(t); f != ref.end(); ++f) {
+                    if (f->second - f->first >= len) {
+                        from = gap{f->first, f->second};
+                        break;
+                    }
+                }
+            }
+            ASSERT_EQ(g.first_fit_from(t, len), from) << "step " << step;
         }
         ASSERT_EQ(g.size(), ref.size());
     }
