@@ -53,6 +53,9 @@ rtcore::result<rtcore::topology> load_topology(const host_context& ctx, const rt
 rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore::topology& topo);
 rtcore::host_partition::apply_options apply_options_for(const config& cfg);
 
+// ok when state_dir is a directory; otherwise an error saying how to get one.
+rtcore::status check_state_dir(const std::filesystem::path& state_dir);
+
 // Exclusive lock on <state_dir>/qrtd.lock, so one qrtd at a time changes
 // the host.  Released when the object dies (or the process does).
 class state_dir_lock {

@@ -287,11 +287,8 @@ exit_code daemon::run() {
         //    the lock keeps a second qrtd (or a `qrtd host` command) from
         //    changing the host at the same time.
         const std::filesystem::path state_dir = cfg.agent.state_dir;
-        std::error_code ec;
-        if (!std::filesystem::is_directory(state_dir, ec)) {
-            log::error("daemon", "agent.state_dir {}: not a directory ({}); create it (systemd "
-                                 "does, with StateDirectory=qrtd) or pass --state-dir",
-                       state_dir.string(), ec ? ec.message() : "missing");
+        if (auto st = check_state_dir(state_dir); !st) {
+            log::error("daemon", "agent.state_dir: {}", st.err().message);
             return exit_code::failure;
         }
         auto lock = state_dir_lock::acquire(state_dir);

@@ -208,6 +208,19 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg) {
     return o;
 }
 
+rtcore::status check_state_dir(const std::filesystem::path& state_dir) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(state_dir, ec)) {
+        return rtcore::ok();
+    }
+    return rtcore::error{ec ? ec.value() : ENOENT,
+                         fmt::format("state directory {}: {}; create it (installed systems: "
+                                     "tmpfiles.d/qrtd.conf and StateDirectory=qrtd do) or pass "
+                                     "--state-dir",
+                                     state_dir.string(),
+                                     ec ? ec.message() : std::string("does not exist or is not a directory"))};
+}
+
 // ---- state_dir_lock -------------------------------------------------------
 
 rtcore::result<state_dir_lock> state_dir_lock::acquire(const std::filesystem::path& state_dir) {
@@ -299,6 +312,9 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
     }
     std::optional<state_dir_lock> lock;
     if (!ctx.dry_run) {
+        if (auto st = check_state_dir(ctx.state_dir); !st) {
+            return fail("host", st.err());
+        }
         auto l = state_dir_lock::acquire(ctx.state_dir);
         if (!l) {
             return fail("host", l.err());
@@ -333,6 +349,9 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
                                              : rtcore::host_fs::mode::real);
     std::optional<state_dir_lock> lock;
     if (!ctx.dry_run) {
+        if (auto st = check_state_dir(ctx.state_dir); !st) {
+            return fail("host", st.err());
+        }
         auto l = state_dir_lock::acquire(ctx.state_dir);
         if (!l) {
             return fail("host", l.err());
@@ -382,6 +401,9 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
 exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& out) {
     rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
                                              : rtcore::host_fs::mode::real);
+    if (auto st = check_state_dir(ctx.state_dir); !st) {
+        return fail("host", st.err());
+    }
     rtcore::real_task_ops tasks;
     auto rep = rtcore::host_partition::verify(fs, tasks, ctx.state_dir, apply_options_for(cfg));
     if (!rep) {

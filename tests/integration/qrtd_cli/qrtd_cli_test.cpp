@@ -295,7 +295,9 @@ TEST(qrtd_cli, apply_with_a_missing_state_dir_fails_and_changes_nothing) {
     const auto r = run(qrtd + " host apply -c " + demo + " --root " + t.root.string() +
                        " --state-dir " + (t.dir.path() / "missing").string());
     EXPECT_EQ(r.status, 1);
-    EXPECT_NE(r.err.find((t.dir.path() / "missing").string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("state directory " + (t.dir.path() / "missing").string() +
+                         ": No such file or directory; create it"),
+              std::string::npos) << r.err;
     EXPECT_EQ(snapshot_tree(t.root), before);
 }
 
