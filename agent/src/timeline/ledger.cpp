@@ -140,7 +140,7 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
         }
     }
     if (!store_path.empty()) {
-        auto st = store::open(store_path);
+        auto st = store::open(store_path, l->_opts.store_busy_timeout_ms);
         if (!st) {
             return std::move(st).err();
         }
@@ -1649,7 +1649,9 @@ ledger_stats ledger::stats() const {
 // ------------------------------------------------------------ durability
 
 status ledger::persist() {
-    if (!_store) {
+    if (!_store || (_dirty.empty() && _dirty_windows.empty())) {
+        // In memory, or nothing changed (an idle housekeeping tick): no
+        // transaction, no fsync.
         _dirty.clear();
         _dirty_windows.clear();
         for (event& e : _pending_events) {

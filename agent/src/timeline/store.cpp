@@ -95,7 +95,7 @@ result<sqlite_stmt> store::prepare(std::string_view sql) {
     return sqlite_stmt(s);
 }
 
-result<std::unique_ptr<store>> store::open(const std::string& path) {
+result<std::unique_ptr<store>> store::open(const std::string& path, int busy_timeout_ms) {
     std::unique_ptr<store> st(new store());
     st->_path = path;
     sqlite3* db = nullptr;
@@ -109,7 +109,7 @@ result<std::unique_ptr<store>> store::open(const std::string& path) {
                                                    (db != nullptr ? sqlite3_errmsg(db)
                                                                   : sqlite3_errstr(rc)));
     }
-    sqlite3_busy_timeout(db, 2000);
+    sqlite3_busy_timeout(db, busy_timeout_ms);
     for (const std::string_view pragma :
          {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
         if (auto s = st->exec(pragma); !s) {

@@ -272,3 +272,53 @@ TEST_F(store_test, kill_9_at_random_points_keeps_exactly_the_acknowledged_set) {
 
 }  // namespace
 }  // namespace qrt::timeline
+
+namespace qrt::timeline {
+namespace {
+
+using namespace qrt::timeline::test;
+
+// While another connection holds the database exclusively, the commit cannot
+// happen: the operation must fail with store_error and leave no trace in
+// memory either (nothing is acknowledged that is not on disk).
+TEST(store_failure, an_operation_whose_commit_fails_is_not_applied) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "qrt-timeline-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    const std::string db_path = tmpl + "/ledger.db";
+    ledger_options o;
+    o.horizon_ns = 20 * period_ns;
+    o.store_busy_timeout_ms = 50;
+    auto opened = ledger::open({periodic_qpu("q0"), periodic_qpu("q1")}, o, db_path, t0_ns);
+    ASSERT_TRUE(opened);
+    auto l = std::move(*opened);
+    auto kept = l->reserve("a", req(10), "k1", 0, t0_ns);
+    ASSERT_TRUE(kept);
+    l->drain_events();
+    const auto before = snapshot(*l);
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(db_path.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+    auto r = l->reserve("a", req(10), "k2", 0, t0_ns);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.err().reason, "store_error");
+    auto c = l->commit("a", kept->id, kept->fencing_token, {1}, t0_ns);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.err().reason, "store_error");
+    EXPECT_EQ(snapshot(*l), before);
+    EXPECT_TRUE(l->drain_events().empty());
+    EXPECT_INVARIANTS(*l);
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(other);
+    // Once the database is free again the same operations succeed.
+    auto again = l->reserve("a", req(10), "k2", 0, t0_ns);
+    ASSERT_TRUE(again);
+    EXPECT_GT(again->id, kept->id);
+    EXPECT_TRUE(l->commit("a", kept->id, kept->fencing_token, {1}, t0_ns));
+    EXPECT_INVARIANTS(*l);
+    l.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(tmpl, ec);
+}
+
+}  // namespace
+}  // namespace qrt::timeline

@@ -54,6 +54,7 @@ struct ledger_options {
     std::int64_t max_lease_ns = 3'600'000'000'000;           // 1 h
     std::int64_t horizon_ns = 7LL * 24 * 3'600'000'000'000;  // periodic windows ahead of now
     std::size_t max_gang_search_steps = 100'000;
+    int store_busy_timeout_ms = 2000;  // wait for a locked database before failing
 };
 
 struct ledger_stats {

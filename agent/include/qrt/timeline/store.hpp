@@ -70,7 +70,7 @@ public:
     static constexpr int k_schema_version = 2;
 
     // Opens or creates the database and applies pending migrations.
-    static result<std::unique_ptr<store>> open(const std::string& path);
+    static result<std::unique_ptr<store>> open(const std::string& path, int busy_timeout_ms = 2000);
     ~store();
     store(const store&) = delete;
     store& operator=(const store&) = delete;
