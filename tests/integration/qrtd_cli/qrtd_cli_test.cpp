@@ -497,8 +497,10 @@ TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte)
     if (read_file("/sys/devices/system/cpu/online") == "0\n") {
         GTEST_SKIP() << "a single CPU cannot be partitioned";
     }
-    for (const char* d : {"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/unified/qrt-isolated",
-                          "/sys/fs/cgroup/qrt-isolated", "/var/lib/qrtd/host-journal"}) {
+    for (const char* d : {"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset/qrt-housekeeping",
+                          "/sys/fs/cgroup/unified/qrt-isolated", "/sys/fs/cgroup/unified/qrt-housekeeping",
+                          "/sys/fs/cgroup/qrt-isolated", "/sys/fs/cgroup/qrt-housekeeping",
+                          "/var/lib/qrtd/host-journal"}) {
         if (fs::exists(d)) {
             GTEST_SKIP() << d << " exists: the host is already partitioned by another qrtd; "
                          << "comparing against that state would prove nothing";
