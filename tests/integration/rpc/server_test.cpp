@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +241,7 @@ public:
         to.now_ns = [this] { return now(); };
         to.max_payload_bytes = 4096;
         rpc::register_timeline_methods(*eng, *ledger, to);
+        srv->set_metrics_source([this] { return rpc::metrics_text(*eng, hooks); });
         auto st = srv->start();
         if (!st) {
             throw std::runtime_error(st.err().message);
@@ -449,6 +451,92 @@ TEST(rpc_server, the_socket_file_gets_the_configured_mode_and_a_stale_one_is_rep
     EXPECT_TRUE(c.connected());
     s3.stop();
     EXPECT_FALSE(std::filesystem::exists(stale)) << "stop() unlinks the socket it bound";
+}
+
+TEST(rpc_server, a_systemd_socket_is_used_instead_of_binding) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     fmt::format("qrt-rpc-activation-{}", ::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "activated.sock").string();
+    const int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(lfd, 16), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        // The child plays qrtd started by qrtd.socket: fd 3 + LISTEN_FDS.
+        if (::dup2(lfd, 3) < 0) {
+            ::_exit(10);
+        }
+        ::setenv("LISTEN_FDS", "1", 1);
+        ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+        qrt::event_loop loop;
+        rpc::engine eng;
+        rpc::role_map m;
+        m.admin = {me()};
+        auto auth = rpc::authorizer::compile(m);
+        rpc::agent_hooks hooks;
+        rpc::register_agent_methods(eng, hooks);
+        eng.methods().add({"test.quit", rpc::role::admin, "", [&loop](const json&, rpc::call_context&) {
+                               loop.stop();
+                               return json(true);
+                           }});
+        rpc::server_options so;
+        so.socket_path = (dir / "must-not-be-bound.sock").string();
+        rpc::server srv(loop, eng, *auth, so);
+        if (!srv.start()) {
+            ::_exit(11);
+        }
+        if (srv.listen_source() != "systemd" || std::filesystem::exists(so.socket_path)) {
+            ::_exit(12);
+        }
+        loop.run();
+        srv.stop();
+        ::_exit(0);
+    }
+    ::close(lfd);
+    {
+        client c(path);
+        ASSERT_TRUE(c.connected());
+        EXPECT_EQ(c.ok("agent.hello").at("api_version"), 1);
+        c.ok("test.quit");
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "11: start failed, 12: did not use the passed socket";
+    std::filesystem::remove_all(dir);
+}
+
+TEST(rpc_server, the_metrics_textfile_is_written_for_node_exporter) {
+    harness_options o = admin_options();
+    o.with_store = false;
+    o.server.metrics_textfile_interval = 50ms;
+    const auto dir = std::filesystem::temp_directory_path() /
+                     fmt::format("qrt-rpc-textfile-{}", ::getpid());
+    std::filesystem::create_directories(dir);
+    o.server.metrics_textfile = (dir / "qrtd.prom").string();
+    harness h(o);
+    client c(h.socket_path);
+    c.ok("agent.hello");
+    std::string content;
+    for (int attempt = 0; attempt < 200; ++attempt) {
+        if (FILE* f = std::fopen(o.server.metrics_textfile.c_str(), "rb"); f != nullptr) {
+            content.assign(1 << 20, '\0');
+            content.resize(std::fread(content.data(), 1, content.size(), f));
+            std::fclose(f);
+            if (content.find("qrt_rpc_requests_total{method=\"agent.hello\"}") != std::string::npos) {
+                break;
+            }
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_NE(content.find("# TYPE qrt_rpc_connections gauge"), std::string::npos) << content;
+    EXPECT_NE(content.find("qrt_rpc_requests_total{method=\"agent.hello\"}"), std::string::npos);
+    std::filesystem::remove_all(dir);
 }
 
 // -------------------------------------------------------------------- roles
