@@ -1,0 +1,120 @@
+// The agent contract: snapshots built with the agent's own telemetry types
+// and renderer (qrt::telemetry::to_json), read back into a report.
+#include <gtest/gtest.h>
+
+#include "jitter_report/agent_source.hpp"
+#include "qrt/telemetry.hpp"
+
+using namespace qrt::jitter;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::int64_t now_ns = 1'790'000'000'000'000'000;
+
+rtcore::histogram lateness(std::int64_t base_ns, int n) {
+    rtcore::histogram h;
+    for (int i = 0; i < n; ++i) {
+        h.record(base_ns + (i % 50) * 100);
+    }
+    return h;
+}
+
+json agent_snapshot(std::int64_t taken_ns = now_ns - 1'000'000'000) {
+    qrt::telemetry::snapshot s;
+    s.taken_ns = taken_ns;
+    s.add_histogram("qrt_rpc_line_handling_seconds", "not ours", {}, lateness(50'000, 10));
+    s.add_histogram("qrt_dispatch_lateness_seconds", "dispatch lateness", {{"qpu", "q0"}, {"cpu", "1"}},
+                    lateness(3'000, 1000));
+    s.add_histogram("qrt_dispatch_lateness_seconds", "dispatch lateness", {{"qpu", "q1"}, {"cpu", "3"}},
+                    lateness(8'000, 500));
+    s.add_histogram("qrt_probe_wakeup_latency_seconds", "wakeup", {{"cpu", "1"}}, lateness(2'000, 700));
+    s.add_counter("qrt_probe_intrusions_total", "n",
+                  {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 17);
+    s.add_gauge("qrt_probe_intrusion_seconds_total", "t",
+                {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0025);
+    s.add_gauge("qrt_probe_intrusion_max_seconds", "m",
+                {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0004);
+    s.add_counter("qrt_probe_intrusions_total", "n", {{"cpu", "3"}, {"kind", "task"}, {"source", "task a/1"}}, 3);
+    return qrt::telemetry::to_json(s);
+}
+
+}  // namespace
+
+TEST(agent_snapshot, becomes_per_qpu_series_with_the_agents_percentiles) {
+    const json snap = agent_snapshot();
+    auto r = report_from_snapshot(snap, json{{"probes", "available"}}, {}, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->run.mode, "agent");
+    ASSERT_EQ(r->series_list.size(), 3U);
+    const auto& q0 = r->series_list[0];
+    EXPECT_EQ(q0.scope, "qpu");
+    EXPECT_EQ(q0.name, "q0");
+    EXPECT_EQ(q0.cpu, 1);
+    EXPECT_EQ(q0.metric, "dispatch_lateness");
+    EXPECT_TRUE(q0.primary);
+    const auto h = lateness(3'000, 1000).summary();
+    EXPECT_EQ(q0.stats.count, 1000U);
+    EXPECT_EQ(q0.stats.p99_ns, h.p99_ns);
+    EXPECT_EQ(q0.stats.max_ns, h.max_ns);
+    std::uint64_t binned = 0;
+    for (const auto& b : q0.bins) {
+        binned += b.count;
+    }
+    EXPECT_EQ(binned, 1000U);
+    const auto& probe = r->series_list[2];
+    EXPECT_EQ(probe.scope, "cpu");
+    EXPECT_EQ(probe.name, "cpu1");
+    EXPECT_EQ(probe.metric, "probe_wakeup");
+    EXPECT_FALSE(probe.primary);
+    EXPECT_TRUE(r->probes.available);
+
+    ASSERT_EQ(r->intrusions.size(), 2U);
+    EXPECT_EQ(r->intrusions[0].source, "irq 24 (virtio0-input.0)");
+    EXPECT_EQ(r->intrusions[0].count, 17U);
+    EXPECT_EQ(r->intrusions[0].total_ns, 2'500'000U);
+    EXPECT_EQ(r->intrusions[0].max_ns, 400'000U);
+}
+
+TEST(agent_snapshot, a_stale_snapshot_is_an_error) {
+    agent_options opt;
+    opt.max_age = std::chrono::seconds(60);
+    auto r = report_from_snapshot(agent_snapshot(now_ns - 3600'000'000'000), json(), opt, now_ns);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.err().message.find("stale"), std::string::npos) << r.err().message;
+    EXPECT_NE(r.err().message.find("3600 s ago"), std::string::npos) << r.err().message;
+}
+
+TEST(agent_snapshot, without_taken_ns_is_an_error) {
+    auto r = report_from_snapshot(json{{"histograms", json::array()}}, json(), {}, now_ns);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.err().message.find("taken_ns"), std::string::npos);
+}
+
+TEST(agent_snapshot, cpus_filter_and_unknown_cpu) {
+    agent_options opt;
+    opt.cpus = rtcore::cpu_set{3};
+    auto r = report_from_snapshot(agent_snapshot(), json(), opt, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    ASSERT_EQ(r->series_list.size(), 1U);
+    EXPECT_EQ(r->series_list[0].name, "q1");
+    ASSERT_EQ(r->intrusions.size(), 1U);
+    EXPECT_EQ(r->intrusions[0].cpu, 3U);
+
+    opt.cpus = rtcore::cpu_set{7};
+    auto bad = report_from_snapshot(agent_snapshot(), json(), opt, now_ns);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.err().message.find("unknown CPU 7: the agent reports CPUs 1,3"), std::string::npos)
+        << bad.err().message;
+}
+
+TEST(agent_snapshot, without_dispatch_histograms_says_so) {
+    qrt::telemetry::snapshot s;
+    s.taken_ns = now_ns;
+    auto r = report_from_snapshot(qrt::telemetry::to_json(s), json(), {}, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_TRUE(r->series_list.empty());
+    ASSERT_FALSE(r->notes.empty());
+    EXPECT_NE(r->notes[0].find("no dispatch or wakeup histograms"), std::string::npos);
+    EXPECT_NE(r->probes.status.find("unknown"), std::string::npos);
+}
