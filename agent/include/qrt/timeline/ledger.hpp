@@ -26,8 +26,19 @@
 // or displaced as one.
 //
 // Every operation either succeeds or returns an error with a stable reason
-// and leaves the ledger unchanged.  With a store, the operation's effect is
-// committed to SQLite before the call returns.
+// and leaves the ledger unchanged (periodic windows are still generated as
+// time passes).  With a store, the operation's effect is committed to SQLite
+// before the call returns, so the caller may acknowledge on success.
+//
+// Use from the daemon (housekeeping loop):
+//
+//   auto l = ledger::open(specs, opts, state_dir + "/ledger.db", now_ns);
+//   // RPC:        l->reserve(tenant, req, key, lease_ns, now_ns) ...
+//   // every tick: l->expire_leases(now); l->mark_missed(now, tolerance_ns);
+//   //             for each QPU: l->due_jobs(qpu, now + lookahead_ns) -> dispatcher ring
+//   //             l->drain_events() -> subscribers
+//   //             now and then: l->forget_terminal(now - retention_ns)
+//   // dispatcher: l->mark_dispatched(id, sent_ns); l->complete(id, blob, now) / l->fail(...)
 
 #include <cstdint>
 #include <map>
