@@ -57,6 +57,23 @@ rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp
     return std::string(use_btf ? "tp_btf" : "raw_tp");
 }
 
+std::uint64_t recursion_misses(bpf_object* obj) noexcept {
+    std::uint64_t total = 0;
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, obj) {
+        const int fd = bpf_program__fd(prog);
+        if (fd < 0) {
+            continue;  // not loaded (the other flavour)
+        }
+        bpf_prog_info info{};
+        __u32 len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) {
+            total += info.recursion_misses;
+        }
+    }
+    return total;
+}
+
 namespace {
 
 int libbpf_print(enum libbpf_print_level level, const char* format, va_list args) {

@@ -2,6 +2,7 @@
 // Probe, then choose, then say so: pick tp_btf programs when the kernel can
 // load them, raw_tp otherwise (after libbpf-tools' probe_tp_btf()).
 
+#include <cstdint>
 #include <string>
 
 #include "rtcore/error.hpp"
@@ -19,6 +20,9 @@ bool kernel_has_tp_btf(const char* tp_name) noexcept;
 // force_raw_tp skips the probe (tests of the fallback).
 rtcore::result<std::string> select_flavour(bpf_object* obj, const char* probe_tp,
                                            bool force_raw_tp);
+
+// Sum of bpf_prog_info.recursion_misses over the loaded programs of obj.
+std::uint64_t recursion_misses(bpf_object* obj) noexcept;
 
 // Routes libbpf's messages: debug dropped, the rest to stderr with a
 // "bpf: " prefix.  Idempotent.

@@ -138,6 +138,7 @@ rtcore::result<intrusion_counters> intrusion_probe::counters() const {
         c.map_full += s.map_full;
         c.unmatched_exit += s.unmatched_exit;
     }
+    c.recursion_misses = detail::recursion_misses(_impl->skel->obj);
     return c;
 }
 

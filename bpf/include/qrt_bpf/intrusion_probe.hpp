@@ -27,6 +27,9 @@ struct intrusion_options {
 struct intrusion_counters {
     std::uint64_t map_full = 0;        // sources dropped: key map full
     std::uint64_t unmatched_exit = 0;  // exits seen without their entry
+    // Runs the kernel skipped because the same program was already running
+    // on that CPU (bpf_prog_info.recursion_misses, summed over programs).
+    std::uint64_t recursion_misses = 0;
 };
 
 class intrusion_probe {

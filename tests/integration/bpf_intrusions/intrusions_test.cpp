@@ -319,10 +319,12 @@ TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
             continue;
         }
         ASSERT_TRUE(softirqs.count(vec)) << name << " ran " << delta << " times on CPU 1";
-        // Slack of one: about one run in ten, one disk IRQ (and its BLOCK
-        // softirq) counted by the kernel between the snapshots is missing
-        // from the probe; the rest of the machine keeps doing disk I/O on
-        // CPU 1 while the snapshots are taken.
+        // Slack of one: in about one run in ten (early runs) the probe was
+        // one short of the kernel for the disk IRQ and its BLOCK softirq,
+        // with the rest of the machine doing disk I/O on CPU 1 during the
+        // snapshots.  The cause (a snapshot race or a missed run) is not
+        // pinned down; the counters printed below (unmatched exits,
+        // recursion misses) were 0 in every run since they were added.
         EXPECT_GE(softirqs[vec].count + 1, delta) << name;
     }
     for (const auto& [vec, i] : softirqs) {
@@ -359,6 +361,8 @@ TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
     auto counters = probes.intrusions()->counters();
     ASSERT_TRUE(counters);
     EXPECT_EQ(counters->map_full, 0U);
+    std::cout << "bpf_intrusions: unmatched exits " << counters->unmatched_exit
+              << ", recursion misses " << counters->recursion_misses << "\n";
 
     // Probe 3: each dispatch wakeup came with its CPU's history; with three
     // foreign tasks sharing CPU 1, some wakeups waited for one of them.
