@@ -195,6 +195,7 @@ struct harness_options {
     rpc::role_map roles;
     rpc::server_options server;
     bool with_store = true;
+    std::filesystem::path dir;  // reuse (and keep) this state directory
 };
 
 // Ledger + engine + server + loop thread.
@@ -202,8 +203,10 @@ class harness {
 public:
     explicit harness(harness_options o = {}) {
         static std::atomic<int> counter{0};
-        dir = std::filesystem::temp_directory_path() /
-              fmt::format("qrt-rpc-{}-{}", ::getpid(), counter++);
+        keep_dir = !o.dir.empty();
+        dir = keep_dir ? o.dir
+                       : std::filesystem::temp_directory_path() /
+                             fmt::format("qrt-rpc-{}-{}", ::getpid(), counter++);
         std::filesystem::create_directories(dir);
         socket_path = (dir / "qrtd.sock").string();
 
@@ -259,7 +262,9 @@ public:
         loop.stop();
         thread.join();
         srv.reset();
-        std::filesystem::remove_all(dir);
+        if (!keep_dir) {
+            std::filesystem::remove_all(dir);
+        }
     }
 
     // The test clock: real time plus a skew the test can advance.
@@ -282,6 +287,7 @@ public:
     }
 
     std::filesystem::path dir;
+    bool keep_dir = false;
     std::string socket_path;
     std::atomic<std::int64_t> skew_ns{0};
     qrt::event_loop loop;
@@ -792,6 +798,32 @@ TEST(rpc_server, events_arrive_in_order_after_the_reply_that_caused_them) {
     }
     EXPECT_EQ(types, (std::vector<std::string>{"reservation.committed", "job.dispatched",
                                                "job.finished", "calibration.changed"}));
+}
+
+TEST(rpc_server, an_acknowledged_reservation_survives_a_restart_and_clients_reconnect) {
+    harness_options o = admin_options();
+    o.dir = std::filesystem::temp_directory_path() / fmt::format("qrt-rpc-restart-{}", ::getpid());
+    std::filesystem::create_directories(o.dir);
+    json req;
+    json first;
+    {
+        harness h(o);
+        req = request_at(h.window_start(60 * s_ns), 1'000'000);
+        req["idempotency_key"] = "durable";
+        req["payload"] = rpc::base64_encode("keep me");
+        client c(h.socket_path);
+        first = c.ok("jobs.submit", req);
+        EXPECT_EQ(first.at("state"), "committed");
+    }  // the daemon stops: clients see EOF
+    harness h2(o);  // a new daemon on the same state directory and socket path
+    client again(h2.socket_path);
+    ASSERT_TRUE(again.connected());
+    const json st = again.ok("jobs.status", {{"job_id", first.at("job_id")}});
+    EXPECT_EQ(st.at("state"), "committed");
+    EXPECT_EQ(st.at("payload_bytes"), 7);
+    // The client's retry after a lost reply is answered from the ledger.
+    EXPECT_EQ(again.ok("jobs.submit", req).at("job_id"), first.at("job_id"));
+    std::filesystem::remove_all(o.dir);
 }
 
 // ---------------------------------------------------------------- bad input
