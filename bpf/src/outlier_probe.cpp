@@ -100,7 +100,12 @@ rtcore::status outlier_probe::add_tid(pid_t tid) {
 }
 
 rtcore::status outlier_probe::remove_tid(pid_t tid) {
-    return detail::tid_map_update(_impl->skel->maps.dispatch_tids, tid, false, "outliers");
+    auto st = detail::tid_map_update(_impl->skel->maps.dispatch_tids, tid, false, "outliers");
+    if (st && tid > 0) {
+        const auto key = static_cast<std::uint32_t>(tid);
+        (void)bpf_map__delete_elem(_impl->skel->maps.wakeups, &key, sizeof(key), 0);
+    }
+    return st;
 }
 
 rtcore::result<std::vector<outlier>> outlier_probe::poll(int timeout_ms) {

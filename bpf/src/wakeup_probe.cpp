@@ -76,7 +76,13 @@ rtcore::status wakeup_probe::add_tid(pid_t tid) {
 }
 
 rtcore::status wakeup_probe::remove_tid(pid_t tid) {
-    return detail::tid_map_update(_impl->skel->maps.dispatch_tids, tid, false, "wakeup");
+    auto st = detail::tid_map_update(_impl->skel->maps.dispatch_tids, tid, false, "wakeup");
+    if (st && tid > 0) {
+        // A pending wakeup of a removed thread would otherwise stay forever.
+        const auto key = static_cast<std::uint32_t>(tid);
+        (void)bpf_map__delete_elem(_impl->skel->maps.wakeup_start_ns, &key, sizeof(key), 0);
+    }
+    return st;
 }
 
 rtcore::result<wakeup_histogram> wakeup_probe::read() const {
