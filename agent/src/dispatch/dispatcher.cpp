@@ -119,8 +119,8 @@ rtcore::status dispatcher::start() {
     const int st = _setup_done.load(std::memory_order_acquire);
     if (st < 0 && _cfg.require_rt) {
         stop();
-        return rtcore::error::from_errno(-st, "dispatch: qpu " + std::to_string(_cfg.qpu_index) +
-                                                  ": real-time setup of the dispatch thread");
+        return rtcore::error{-st, "dispatch: qpu " + std::to_string(_cfg.qpu_index) +
+                                      ": real-time setup of the dispatch thread: " + _setup_error};
     }
     return rtcore::ok();
 }
@@ -283,6 +283,7 @@ void dispatcher::thread_main() noexcept {
                 _st_mlocked.store(true, std::memory_order_relaxed);
             } else {
                 setup_err = entered.err().code != 0 ? entered.err().code : EPERM;
+                _setup_error = entered.err().message;
             }
             if (_cfg.hold_cpu_dma_latency) {
                 rtcore::host_fs fs = rtcore::host_fs::system();
@@ -292,6 +293,7 @@ void dispatcher::thread_main() noexcept {
                     _st_dma.store(dma.active(), std::memory_order_relaxed);
                 } else if (setup_err == 0) {
                     setup_err = h.err().code != 0 ? h.err().code : EPERM;
+                    _setup_error = h.err().message;
                 }
             }
         }

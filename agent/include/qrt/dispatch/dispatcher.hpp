@@ -158,6 +158,8 @@ public:
     std::int64_t lead_ns() const noexcept { return _lead_ns_pub.load(std::memory_order_relaxed); }
     dispatch_thread_stats thread_stats() const noexcept;
     const dispatcher_config& config() const noexcept { return _cfg; }
+    // Why the RT setup failed (empty when it did not); valid after start().
+    const std::string& setup_error() const noexcept { return _setup_error; }
 
 private:
     using queued_job = detail::queued_job;
@@ -201,6 +203,7 @@ private:
     std::atomic<std::uint64_t> _calibration_id{0};
     std::atomic<std::int64_t> _lead_ns_pub{0};
     std::atomic<int> _setup_done{0};  // 0 pending, 1 ok, -errno failed (start() waits)
+    std::string _setup_error;         // written by the thread before _setup_done
 
     std::atomic<std::uint64_t> _st_loops{0};
     std::atomic<std::uint64_t> _st_sleeps{0};
