@@ -36,6 +36,11 @@ line_framer::item line_framer::next() {
     return it;
 }
 
+bool line_framer::has_complete_line() const noexcept {
+    return _buf.find('\n', std::max(_scanned, _off)) != std::string::npos ||
+           _buf.size() - _off > _max;
+}
+
 void line_framer::compact() {
     if (_off == 0) {
         return;

@@ -412,9 +412,12 @@ void server::read_some(connection& c) {
             continue;
         }
         if (n == 0) {
-            // The peer finished sending; it may still read its replies.
+            // The peer finished sending (maybe only shutdown(SHUT_WR)): it
+            // still gets the replies to every complete line it sent.
             c.peer_eof = true;
-            if (c.out_pending() == 0) {
+            process_input(c);
+            if (c.st != connection::state::dead && c.out_pending() == 0 &&
+                !c.in.has_complete_line()) {
                 kill(c, "peer closed");
             }
             return;
@@ -533,7 +536,7 @@ void server::flush(connection& c) {
             ::shutdown(c.fd, SHUT_WR);  // the peer reads our last line, then EOF
             c.shut_wr = true;
         }
-        if (c.peer_eof) {
+        if (c.peer_eof && !c.in.has_complete_line()) {
             kill(c, "peer closed, replies sent");
         }
     }

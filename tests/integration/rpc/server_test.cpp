@@ -758,6 +758,19 @@ TEST(rpc_server, pipelined_requests_and_batches_are_answered_in_order) {
     EXPECT_EQ((*r)[2].at("error").at("code"), -32601);
     ASSERT_TRUE(c.send_raw("[]\n"));
     EXPECT_EQ(c.read_json()->at("error").at("code"), -32600);
+
+    // A client that sends everything, then shuts down its write side, still
+    // gets every reply (more than the in-flight limit), then EOF.
+    client half(h.socket_path);
+    ASSERT_TRUE(half.send_raw(burst));
+    ASSERT_EQ(::shutdown(half.fd(), SHUT_WR), 0);
+    for (int i = 0; i < n; ++i) {
+        const auto r2 = half.read_json();
+        ASSERT_TRUE(r2.has_value()) << i;
+        ASSERT_EQ(r2->at("id"), i);
+    }
+    EXPECT_FALSE(half.read_line().has_value());
+    EXPECT_EQ(half.last_errno(), 0) << "a clean EOF";
 }
 
 TEST(rpc_server, events_arrive_in_order_after_the_reply_that_caused_them) {

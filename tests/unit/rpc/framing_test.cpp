@@ -50,9 +50,11 @@ TEST(line_framer, splits_lines_across_arbitrary_read_boundaries) {
 TEST(line_framer, a_partial_line_waits_for_the_rest) {
     line_framer f(64);
     f.append("{\"jsonrpc\":");
+    EXPECT_FALSE(f.has_complete_line());
     EXPECT_TRUE(drain(f).empty());
     EXPECT_EQ(f.buffered(), 11U);
     f.append("\"2.0\"}\n");
+    EXPECT_TRUE(f.has_complete_line());
     EXPECT_EQ(drain(f), std::vector<std::string>{"{\"jsonrpc\":\"2.0\"}"});
 }
 

@@ -37,6 +37,8 @@ public:
     void compact();
     void clear() noexcept;
     std::size_t buffered() const noexcept { return _buf.size() - _off; }
+    // Whether next() would return a line (or too_long) right now.
+    bool has_complete_line() const noexcept;
     std::size_t max_line_bytes() const noexcept { return _max; }
 
 private:
