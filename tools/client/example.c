@@ -3,7 +3,8 @@
  * does with libqrt-client, in plain C:
  *
  *   1. connect to the agent and say hello (api version, our roles);
- *   2. ask for candidate slots for a job of --duration-ns;
+ *   2. ask for candidate slots for a job of --duration-ns, starting at
+ *      least --lead-ms from now;
  *   3. reserve one under an idempotency key (the Slurm job id is a good
  *      one: a retried prolog gets the same reservation back);
  *   4. submit the payload into the held reservation with its fencing token;
@@ -15,7 +16,10 @@
  *   cc example.c $(pkg-config --cflags --libs qrt-client)
  *
  * Usage: qrt-client-example [--socket PATH] [--qpu NAME] [--duration-ns N]
- *                           [--key KEY] [--payload TEXT] [--release]
+ *                           [--lead-ms N] [--key KEY] [--payload TEXT] [--release]
+ *
+ * --lead-ms: the slot starts at least this long from now (default 1000), so
+ * the payload is committed before the slot begins.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <qrt/client.h>
@@ -38,7 +43,26 @@ static int fail(const char *what, int rc, const qrt_error *err)
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: qrt-client-example [--socket PATH] [--qpu NAME] "
-		     "[--duration-ns N] [--key KEY] [--payload TEXT] [--release]\n");
+		     "[--duration-ns N] [--lead-ms N] [--key KEY] [--payload TEXT] [--release]\n");
+}
+
+/* A strictly positive decimal integer, or -1. */
+static long long positive(const char *text)
+{
+	char *end = NULL;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (errno != 0 || end == text || *end != '\0' || v <= 0) {
+		return -1;
+	}
+	return v;
+}
+
+static int64_t realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int main(int argc, char **argv)
@@ -49,11 +73,13 @@ int main(int argc, char **argv)
 	char key_buf[64];
 	const char *key = NULL;
 	int64_t duration_ns = 1000000; /* 1 ms */
+	int64_t lead_ns = 1000000000;  /* 1 s */
 	int release_only = 0;
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, 's'},
 		{"qpu", required_argument, NULL, 'q'},
 		{"duration-ns", required_argument, NULL, 'd'},
+		{"lead-ms", required_argument, NULL, 'l'},
 		{"key", required_argument, NULL, 'k'},
 		{"payload", required_argument, NULL, 'p'},
 		{"release", no_argument, NULL, 'r'},
@@ -61,20 +87,23 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	int opt;
-	while ((opt = getopt_long(argc, argv, "s:q:d:k:p:rh", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:q:d:l:k:p:rh", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's': socket_path = optarg; break;
 		case 'q': qpu = optarg; break;
-		case 'd': {
-			char *end = NULL;
-			errno = 0;
-			long long v = strtoll(optarg, &end, 10);
-			if (errno != 0 || end == optarg || *end != '\0' || v <= 0) {
-				fprintf(stderr, "qrt-client-example: --duration-ns '%s' is not a "
-						"positive integer\n", optarg);
+		case 'd':
+		case 'l': {
+			long long v = positive(optarg);
+			if (v < 0 || (opt == 'l' && v > INT64_MAX / 1000000)) {
+				fprintf(stderr, "qrt-client-example: --%s '%s' is not a positive "
+						"integer\n", opt == 'd' ? "duration-ns" : "lead-ms", optarg);
 				return 64;
 			}
-			duration_ns = (int64_t)v;
+			if (opt == 'd') {
+				duration_ns = (int64_t)v;
+			} else {
+				lead_ns = (int64_t)v * 1000000;
+			}
 			break;
 		}
 		case 'k': key = optarg; break;
@@ -110,6 +139,7 @@ int main(int argc, char **argv)
 	qrt_slot_request req;
 	memset(&req, 0, sizeof(req));
 	req.duration_ns = duration_ns;
+	req.not_before_ns = realtime_ns() + lead_ns;
 	req.qpu = qpu;
 	rc = qrt_slots_query(c, &req, &json, &err);
 	if (rc < 0) {

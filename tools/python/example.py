@@ -2,7 +2,7 @@
 """qrt_client usage example: what a Python scheduler tool does with qrtd.
 
   1. say hello (API version, our roles);
-  2. ask for candidate slots;
+  2. ask for candidate slots starting at least --lead-s from now;
   3. reserve one under an idempotency key (retry-safe);
   4. submit a payload into it with the fencing token;
   5. read the job's status back, and show the events our calls caused.
@@ -15,6 +15,7 @@ Errors print the agent's stable reason and exit with qrtctl's status for it.
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qrt_client import Client, QrtError  # noqa: E402
@@ -25,6 +26,8 @@ def main() -> int:
     ap.add_argument("--socket", help="agent socket (default $QRT_SOCKET or /run/qrtd/qrtd.sock)")
     ap.add_argument("--qpu", action="append", help="restrict to this QPU (repeatable)")
     ap.add_argument("--duration-ns", type=int, default=1_000_000)
+    ap.add_argument("--lead-s", type=float, default=1.0,
+                    help="the slot starts at least this long from now")
     ap.add_argument("--key", default=f"example-py-{os.getpid()}", help="idempotency key")
     ap.add_argument("--payload", default="example payload")
     args = ap.parse_args()
@@ -37,7 +40,9 @@ def main() -> int:
 
             c.subscribe(["reservation.reserved", "reservation.committed"])
 
-            q = c.slots_query(duration_ns=args.duration_ns, qpus=args.qpu)
+            not_before = time.time_ns() + int(args.lead_s * 1e9)
+            q = c.slots_query(duration_ns=args.duration_ns, qpus=args.qpu,
+                              not_before_ns=not_before)
             for cand in q["candidates"]:
                 print(f"candidate qpu={cand['qpu']} start_ns={cand['start_ns']} "
                       f"fidelity={cand['predicted_fidelity']:.3f}")
@@ -45,7 +50,7 @@ def main() -> int:
                 print(f"no slot fits: {q.get('why_none', '')}")
 
             r = c.slots_reserve(duration_ns=args.duration_ns, qpus=args.qpu,
-                                idempotency_key=args.key)
+                                idempotency_key=args.key, not_before_ns=not_before)
             print(f"reserved id={r['reservation_id']} token={r['fencing_token']} "
                   f"qpu={r['qpu']} start_ns={r['start_ns']}")
 

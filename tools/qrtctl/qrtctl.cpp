@@ -906,11 +906,15 @@ std::vector<command> commands() {
              if (!sub) {
                  return rc;
              }
-             if (!ctx.opt.json) {
+             // The subscription first (JSON: its own line), so a script
+             // knows events from here on will be seen.
+             if (ctx.opt.json) {
+                 ctx.print_json(*sub);
+             } else {
                  ctx.out() << "subscribed (" << show(sub->value("scope", json()), shown_as::text)
                            << "): " << show(sub->value("topics", json()), shown_as::list) << '\n';
-                 ctx.out().flush();
              }
+             ctx.out().flush();
              connection* c = ctx.conn(rc);
              const auto stop_at = std::chrono::steady_clock::now() +
                                   std::chrono::nanoseconds(*window.value);
