@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "qrt/dispatch/dispatcher.hpp"
+#include "qrt/dispatch/step_follower.hpp"
+#include "qrt/event_loop.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 
 using namespace qrt::dispatch;
@@ -44,7 +46,9 @@ protected:
         j.window_end_ns = t_rt + 1000 * ms;
         j.duration_ns = 100'000;
         j.calibration_id = calibration_id;
-        j.tolerance_ns = 1 * ms;
+        // Generous: a loaded CI machine may start the thread late, and a
+        // late start must not turn these cases into `missed`.
+        j.tolerance_ns = 300 * ms;
         j.shots = 10;
         return j;
     }
@@ -93,7 +97,7 @@ TEST_F(dispatcher_fixture, a_job_whose_start_passed_beyond_tolerance_is_missed_a
     d.stop();
     ASSERT_EQ(recs.size(), 1u);
     EXPECT_EQ(recs[0].status, dispatch_status::missed) << to_string(recs[0].status);
-    EXPECT_GT(recs[0].lateness_ns, 1 * ms);
+    EXPECT_GT(recs[0].lateness_ns, 300 * ms);
     EXPECT_EQ(recs[0].sent_ns, 0);
     EXPECT_TRUE(read_frames().empty()) << "a missed job must never reach the endpoint";
 }
@@ -229,4 +233,36 @@ TEST(dispatcher_clock_step, queued_deadlines_are_reconverted_after_a_realtime_st
     EXPECT_EQ(recs[0].deadline_ns, mono0 + 13 * rtcore::ns_per_s) << "sent at the re-converted deadline";
     ::close(sp[0]);
     ::close(sp[1]);
+}
+
+TEST(realtime_step_follower, a_detected_step_reconverts_every_followed_dispatcher) {
+    rtcore::fake_clock clock;
+    qrt::event_loop loop;
+    auto follower = realtime_step_follower::open(loop, clock);
+    ASSERT_TRUE(follower) << follower.err().message;
+    dispatcher_config cfg;
+    cfg.mode = dispatch_mode::untuned;
+    cfg.slots = 2;
+    cfg.max_payload_bytes = 16;
+    dispatcher a(cfg, clock);
+    dispatcher b(cfg, clock);
+    (*follower)->follow([&](const rtcore::time_base& base) { return a.on_realtime_step(base); });
+    (*follower)->follow([&](const rtcore::time_base& base) { return b.on_realtime_step(base); });
+    dispatch_job j;
+    j.job_id = 5;
+    j.scheduled_ns = clock.now_realtime_ns() + 60 * rtcore::ns_per_s;
+    j.window_start_ns = j.scheduled_ns;
+    j.window_end_ns = j.scheduled_ns + rtcore::ns_per_s;
+    ASSERT_TRUE(a.submit(j, {}));
+    j.scheduled_ns += 1;
+    ASSERT_TRUE(b.submit(j, {}));
+    const std::int64_t before_a = *a.queued_deadline_ns(5);
+
+    clock.step_realtime(+2 * rtcore::ns_per_s);  // realtime jumps forward: T is 2 s nearer
+    auto step = (*follower)->resample_now();
+    ASSERT_TRUE(step) << step.err().message;
+    EXPECT_EQ(step->step_ns, 2 * rtcore::ns_per_s);
+    EXPECT_EQ((*follower)->reconverted(), 2u);
+    EXPECT_EQ(*a.queued_deadline_ns(5), before_a - 2 * rtcore::ns_per_s);
+    EXPECT_EQ(*b.queued_deadline_ns(5), before_a + 1 - 2 * rtcore::ns_per_s);
 }
