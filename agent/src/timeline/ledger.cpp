@@ -869,6 +869,16 @@ std::vector<std::uint64_t> ledger::members(const reservation& r) const {
     return {r.id};
 }
 
+bool ledger::gang_movable(const reservation& r) const {
+    for (const std::uint64_t m : members(r)) {
+        const res_state st = _res.at(m).state;
+        if (st != res_state::held && st != res_state::committed) {
+            return false;  // a member was dispatched or finished: the gang diverged
+        }
+    }
+    return true;
+}
+
 result<reservation> ledger::status(std::string_view tenant, std::uint64_t id) const {
     auto r = owned(tenant, id);
     if (!r) {
@@ -1126,10 +1136,14 @@ std::size_t ledger::replace_or_displace(std::vector<std::uint64_t> ids, bool try
         if (!is_active(r.state) || r.state == res_state::dispatched) {
             continue;
         }
-        if (r.gang_id != 0 && !done_gangs.insert(r.gang_id).second) {
+        // A gang moves as one while all its members are unsent; once one
+        // member was dispatched the others can only be displaced alone.
+        const bool movable = gang_movable(r);
+        if (r.gang_id != 0 && movable && !done_gangs.insert(r.gang_id).second) {
             continue;
         }
-        const std::vector<std::uint64_t> group = members(r);
+        const std::vector<std::uint64_t> group =
+            movable ? members(r) : std::vector<std::uint64_t>{r.id};
         request req;
         req.duration_ns = r.duration_ns;
         req.not_before_ns = r.not_before_ns;
@@ -1142,7 +1156,7 @@ std::size_t ledger::replace_or_displace(std::vector<std::uint64_t> ids, bool try
         }
         std::optional<std::vector<slot>> slots;
         const std::int64_t earliest = std::max(now_ns + 1, r.not_before_ns);
-        if (try_replace) {
+        if (try_replace && movable) {
             if (group.size() == 1) {
                 if (auto s = earliest_fit(qs.front(), earliest, req, _policy->backfill())) {
                     slots = std::vector<slot>{std::move(*s)};
@@ -1302,6 +1316,14 @@ result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
                               (r.state == res_state::held ? " (use slots.release)" : ""));
     }
     for (const std::uint64_t m : members(r)) {
+        const reservation& mr = _res.at(m);
+        if (mr.state != res_state::committed) {
+            return make_error(reason::illegal_transition,
+                              "cancel of gang reservation " + u2s(id) + ": member " + u2s(m) +
+                                  " is already " + std::string(to_string(mr.state)));
+        }
+    }
+    for (const std::uint64_t m : members(r)) {
         set_state(_res.at(m), res_state::cancelled, "cancelled by tenant", now_ns,
                   event_type::cancelled);
     }
@@ -1429,7 +1451,9 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
                          w->second->predicted_fidelity(r.start_ns) + k_fidelity_slack >=
                              r.min_fidelity);
         if (!ok) {
-            for (const std::uint64_t m : members(r)) {
+            const std::vector<std::uint64_t> group =
+                gang_movable(r) ? members(r) : std::vector<std::uint64_t>{r.id};
+            for (const std::uint64_t m : group) {
                 if (seen.insert(m).second) {
                     affected.push_back(m);
                 }
@@ -1588,6 +1612,24 @@ result<reservation> ledger::fail(std::uint64_t id, std::string_view why, std::in
                               std::string(to_string(r.state)));
     }
     set_state(r, res_state::failed, why, now_ns, event_type::failed);
+    if (auto s = persist(); !s) {
+        return std::move(s).err();
+    }
+    return _res.at(id);
+}
+
+result<reservation> ledger::miss(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
+    const auto it = _res.find(id);
+    if (it == _res.end()) {
+        return make_error(reason::not_found, "reservation " + u2s(id) + " does not exist");
+    }
+    reservation& r = it->second;
+    if (r.state != res_state::committed) {
+        return make_error(reason::illegal_transition,
+                          "miss of reservation " + u2s(id) + " in state " +
+                              std::string(to_string(r.state)));
+    }
+    set_state(r, res_state::missed, why, now_ns, event_type::missed);
     if (auto s = persist(); !s) {
         return std::move(s).err();
     }
@@ -1782,8 +1824,14 @@ std::vector<std::string> ledger::check_invariants() const {
                 std::set<std::string> qpus;
                 for (const std::uint64_t m : g->second) {
                     const reservation& mr = _res.at(m);
-                    if (mr.start_ns != r.start_ns || mr.state != r.state ||
-                        mr.fencing_token != r.fencing_token) {
+                    // Gang-wide states are uniform; dispatcher-side ones
+                    // (dispatched, completed, failed, missed) are per member.
+                    const auto whole = [](res_state st) {
+                        return st == res_state::held || st == res_state::released ||
+                               st == res_state::expired || st == res_state::cancelled;
+                    };
+                    if (mr.start_ns != r.start_ns || mr.fencing_token != r.fencing_token ||
+                        ((whole(mr.state) || whole(r.state)) && mr.state != r.state)) {
                         fail(who + ": gang member " + u2s(m) + " differs in start/state/token");
                     }
                     qpus.insert(mr.qpu);

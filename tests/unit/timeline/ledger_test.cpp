@@ -447,6 +447,30 @@ TEST(ledger, gang_is_all_or_nothing) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(ledger, gang_members_go_their_own_way_once_dispatched) {
+    auto l = make_ledger();
+    auto g = l->reserve_gang("a", req(20), 2, "", 0, t0_ns);
+    ASSERT_TRUE(g);
+    ASSERT_TRUE(l->commit("a", (*g)[0].id, (*g)[0].fencing_token, {1}, t0_ns));
+    ASSERT_TRUE(l->mark_dispatched((*g)[0].id, w0));
+    EXPECT_INVARIANTS(*l);
+    // The gang can no longer be cancelled as a whole, and nothing changes.
+    const auto before = snapshot(*l);
+    auto c = l->cancel("a", (*g)[1].id, w0);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.err().reason, "illegal_transition");
+    EXPECT_NE(c.err().message.find("dispatched"), std::string::npos);
+    EXPECT_EQ(snapshot(*l), before);
+    // The other member's dispatcher may report it missed on its own.
+    auto m = l->miss((*g)[1].id, "endpoint down at start", w0 + 1);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->state, res_state::missed);
+    EXPECT_EQ(m->reason, "endpoint down at start");
+    EXPECT_EQ(l->miss((*g)[1].id, "again", w0 + 2).err().reason, "illegal_transition");
+    ASSERT_TRUE(l->complete((*g)[0].id, {5}, w0 + 20 * s_ns));
+    EXPECT_INVARIANTS(*l);
+}
+
 TEST(ledger, query_reports_window_age_and_fidelity_or_the_next_window) {
     auto l = make_ledger();
     request r = req(10, w0 + 30 * s_ns);

@@ -95,6 +95,7 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
     std::size_t ok_ops = 0;
     std::size_t failed_ops = 0;
     std::size_t replaced_or_displaced = 0;
+    std::size_t gangs_dispatched = 0;
     auto snap = [&] {
         std::vector<reservation> out;
         for (const std::uint64_t id : w.known) {
@@ -155,12 +156,22 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
             break;
         case 4: {
             what = "gang";
-            auto g = l.reserve_gang(tenant, w.random_request(), static_cast<std::size_t>(w.uni(1, 3)),
+            request gr = w.random_request();
+            if (w.chance(0.7)) {
+                gr.qpus.clear();  // all three QPUs: k = 2 or 3 is valid
+            }
+            auto g = l.reserve_gang(tenant, gr, static_cast<std::size_t>(w.uni(1, 3)),
                                     key, w.uni(0, 60) * s_ns, w.now);
             ok = g.has_value();
             if (ok) {
                 for (const reservation& m : *g) {
                     w.known.insert(m.id);
+                }
+                if (w.chance(0.6)) {  // so that gangs reach the dispatcher
+                    (void)l.drain_events();
+                    ASSERT_TRUE(l.check_invariants().empty());
+                    const reservation& m = g->front();
+                    ok = l.commit(m.tenant, m.id, m.fencing_token, {7}, w.now).has_value() || true;
                 }
             }
             break;
@@ -194,8 +205,12 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
             const char* q = w.chance(0.5) ? "q0" : (w.chance(0.5) ? "q1" : "p0");
             const auto due = l.due_jobs(q, w.now + s_ns);
             if (!due.empty()) {
-                ok = l.mark_dispatched(due.front().id, std::max(w.now, due.front().start_ns))
+                const reservation& d = due[static_cast<std::size_t>(
+                    w.uni(0, static_cast<std::int64_t>(due.size()) - 1))];
+                ok = (w.chance(0.9) ? l.mark_dispatched(d.id, std::max(w.now, d.start_ns))
+                                    : l.miss(d.id, "endpoint down", w.now))
                          .has_value();
+                gangs_dispatched += d.gang_id != 0 ? 1U : 0U;
             }
             break;
         }
@@ -245,6 +260,7 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
     EXPECT_GT(ok_ops, 3000U);
     EXPECT_GT(failed_ops, 500U);
     EXPECT_GT(replaced_or_displaced, 0U);
+    EXPECT_GT(gangs_dispatched, 0U);
     if (std::string(GetParam()) == "priority-preempt") {
         EXPECT_GT(l.stats().preemptions, 0U);
     }

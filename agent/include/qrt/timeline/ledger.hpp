@@ -23,7 +23,8 @@
 // Gangs: reserve_gang places k reservations with one start on k QPUs, all or
 // nothing.  They share a gang_id and a fencing token; heartbeat, release,
 // commit and cancel on any member apply to every member, and a gang is moved
-// or displaced as one.
+// or displaced as one until the dispatcher takes its members, which then go
+// on per QPU (dispatched, completed, failed, missed).
 //
 // Every operation either succeeds or returns an error with a stable reason
 // and leaves the ledger unchanged (periodic windows are still generated as
@@ -147,6 +148,9 @@ public:
     result<reservation> mark_dispatched(std::uint64_t id, std::int64_t sent_ns);
     result<reservation> complete(std::uint64_t id, blob result_blob, std::int64_t now_ns);
     result<reservation> fail(std::uint64_t id, std::string_view why, std::int64_t now_ns);
+    // A committed job the dispatcher never sent (start passed, calibration
+    // guard, endpoint down, refused): committed -> missed with that reason.
+    result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);
 
     std::vector<event> drain_events();
 
@@ -189,6 +193,7 @@ private:
     result<reservation*> owned(std::string_view tenant, std::uint64_t id);
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
     std::vector<std::uint64_t> members(const reservation& r) const;
+    bool gang_movable(const reservation& r) const;
     error no_fit_error(const request& req, const std::vector<std::size_t>& qs,
                        std::int64_t now_ns) const;
 
