@@ -1,6 +1,8 @@
 #include "qrt/dispatch/dispatcher.hpp"
 
 #include <liburing.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -265,6 +267,13 @@ void dispatcher::thread_main() noexcept {
     // Setup (may allocate: it runs before the loop).  Failures are counted
     // and reported through thread_stats(); start() turns them into an error
     // when require_rt is set.
+    // A write to an endpoint whose peer has gone raises SIGPIPE in the
+    // thread that issues it (this one, for inline io_uring writes); keep it
+    // blocked here so the write just completes with -EPIPE (send_failed).
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
     std::optional<rtcore::scoped_rt_thread> rt;
     rtcore::cpu_dma_latency_hold dma;
     int setup_err = 0;

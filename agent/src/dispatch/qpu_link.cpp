@@ -482,7 +482,9 @@ void qpu_link::on_record(const dispatch_record& r) {
             r.io_result < 0 ? std::string("io_uring write: ") + std::strerror(-r.io_result)
                             : "io_uring write: short write of " + std::to_string(r.io_result) + " bytes";
         finish(r.job_id, job_state::failed, "send_failed", detail);
-        if (_state == conn_state::up) {
+        // Drop the connection only when the failed write went to the current
+        // one (a write to a connection dropped since then fails with EPIPE).
+        if (_state == conn_state::up && r.deadline_ns + r.lateness_ns > _last_drop_mono_ns) {
             drop_connection("send_failed", detail);  // the stream may be out of sync
         }
         return;

@@ -270,11 +270,17 @@ TEST_F(dispatch_with_qpu_sim, stalled_results_time_out_only_the_stalled_jobs) {
 
 TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_resumes_after_reconnect) {
     const run_result rr = run({"--disconnect-every", "100"});
-    expect_terminal_and_clean(rr, {"endpoint_disconnected", "endpoint_down"});
+    // Affected: the job that hit the disconnect, any job already written to
+    // the dead connection before the agent saw EOF (disconnected, or
+    // send_failed with EPIPE), and the jobs due while reconnecting.
+    expect_terminal_and_clean(rr, {"endpoint_disconnected", "endpoint_down", "send_failed"});
     const auto by = reasons(rr);
     const auto faults = rr.sim["faults"]["disconnects"].get<std::size_t>();
     EXPECT_GE(faults, 4u) << describe(rr);
-    EXPECT_EQ(by.count("endpoint_disconnected") ? by.at("endpoint_disconnected") : 0u, faults) << describe(rr);
+    const std::size_t lost = (by.count("endpoint_disconnected") ? by.at("endpoint_disconnected") : 0u) +
+                             (by.count("send_failed") ? by.at("send_failed") : 0u);
+    EXPECT_GE(lost, faults) << describe(rr);
+    EXPECT_LE(lost, faults * 3) << describe(rr);
     // Jobs due while reconnecting fail endpoint_down; the rest complete.
     EXPECT_LT(by.count("endpoint_down") ? by.at("endpoint_down") : 0u, faults * 40) << describe(rr);
     EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
@@ -284,12 +290,15 @@ TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_re
 
 TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link_recovers) {
     const run_result rr = run({"--garbage-every", "100"});
-    expect_terminal_and_clean(rr, {"endpoint_protocol_error", "endpoint_down"});
+    // Affected: the job answered with garbage, a job already on the wire when
+    // the agent dropped the connection, and the jobs due while reconnecting.
+    expect_terminal_and_clean(rr, {"endpoint_protocol_error", "endpoint_down", "send_failed"});
     const auto by = reasons(rr);
     const auto faults = rr.sim["faults"]["garbage"].get<std::size_t>();
     EXPECT_GE(faults, 4u) << describe(rr);
-    EXPECT_EQ(by.count("endpoint_protocol_error") ? by.at("endpoint_protocol_error") : 0u, faults)
-        << describe(rr);
+    const std::size_t broken = by.count("endpoint_protocol_error") ? by.at("endpoint_protocol_error") : 0u;
+    EXPECT_GE(broken, faults) << describe(rr);
+    EXPECT_LE(broken, faults * 3) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.endpoint_protocol_errors, faults);
     EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
 }
