@@ -5,7 +5,10 @@
 // on.  Tuned mode (SCHED_FIFO, spin) when run as root, untuned otherwise.
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,10 +44,12 @@ constexpr std::int64_t duration_ns = 200'000;
 // qpu-sim as a child process, stopped (SIGTERM) and reaped by the destructor.
 class sim_process {
 public:
-    sim_process(const fs::path& dir, std::vector<std::string> extra) : _dir(dir) {
+    // tcp_port != 0: listen on tcp://127.0.0.1:tcp_port instead of a UNIX socket.
+    sim_process(const fs::path& dir, std::vector<std::string> extra, int tcp_port = 0) : _dir(dir) {
         _sock = (dir / "qpu.sock").string();
         _summary = (dir / "summary.json").string();
-        std::vector<std::string> args = {QPU_SIM_PATH, "--listen", "unix://" + _sock, "--summary-file", _summary,
+        _endpoint = tcp_port != 0 ? "tcp://127.0.0.1:" + std::to_string(tcp_port) : "unix://" + _sock;
+        std::vector<std::string> args = {QPU_SIM_PATH, "--listen", _endpoint, "--summary-file", _summary,
                                          "--json", "--duration-s", "60"};
         args.insert(args.end(), extra.begin(), extra.end());
         _pid = ::fork();
@@ -59,7 +64,7 @@ public:
             ::execv(argv[0], argv.data());
             ::_exit(127);
         }
-        for (int i = 0; i < 500 && !fs::exists(_sock); ++i) {
+        for (int i = 0; i < 500 && tcp_port == 0 && !fs::exists(_sock); ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
     }
@@ -67,8 +72,8 @@ public:
     sim_process(const sim_process&) = delete;
     sim_process& operator=(const sim_process&) = delete;
 
-    std::string endpoint() const { return "unix://" + _sock; }
-    bool listening() const { return fs::exists(_sock); }
+    std::string endpoint() const { return _endpoint; }
+    bool listening() const { return _endpoint.rfind("tcp:", 0) == 0 || fs::exists(_sock); }
 
     // SIGTERM, reap, and the exit summary qpu-sim wrote.
     nlohmann::json stop() {
@@ -90,8 +95,25 @@ private:
     fs::path _dir;
     std::string _sock;
     std::string _summary;
+    std::string _endpoint;
     pid_t _pid = -1;
 };
+
+// A loopback TCP port that was free a moment ago.
+int free_tcp_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    ::close(fd);
+    return port;
+}
 
 struct run_result {
     std::map<std::uint64_t, dispatch_outcome> outcomes;
@@ -115,9 +137,9 @@ protected:
         fs::remove_all(_dir, ec);
     }
 
-    run_result run(const std::vector<std::string>& sim_args) {
+    run_result run(const std::vector<std::string>& sim_args, int tcp_port = 0) {
         run_result rr;
-        sim_process sim(_dir, sim_args);
+        sim_process sim(_dir, sim_args, tcp_port);
         EXPECT_TRUE(sim.listening()) << "qpu-sim did not start";
 
         qrt::event_loop loop;
@@ -301,4 +323,63 @@ TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link
     EXPECT_LE(broken, faults * 3) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.endpoint_protocol_errors, faults);
     EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+}
+
+TEST_F(dispatch_with_qpu_sim, the_same_run_over_loopback_tcp) {
+    const int port = free_tcp_port();
+    ASSERT_NE(port, 0);
+    const run_result rr = run({}, port);
+    expect_terminal_and_clean(rr, {});
+    EXPECT_EQ(rr.telemetry.counters.completed + rr.telemetry.counters.missed, job_count) << describe(rr);
+}
+
+// file:// to a regular file: not pollable, so the link is write-only; every
+// frame lands in the file in order and jobs complete on the write.
+TEST(dispatch_file_endpoint, jobs_are_written_in_order_to_a_write_only_file) {
+    char tmpl[] = "/tmp/qrt-dispatch-file-XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    qrt::event_loop loop;
+    rtcore::real_clock clock;
+    qpu_link_config cfg;
+    cfg.endpoint = std::string("file://") + tmpl;
+    cfg.dispatch.mode = dispatch_mode::untuned;
+    cfg.dispatch.slots = 8;
+    cfg.dispatch.max_payload_bytes = 64;
+    std::vector<dispatch_outcome> outs;
+    qpu_link_callbacks cb;
+    cb.on_outcome = [&](const dispatch_outcome& o) { outs.push_back(o); };
+    qpu_link link(loop, clock, cfg, cb);
+    ASSERT_TRUE(link.start());
+    ASSERT_TRUE(link.endpoint_up()) << link.last_endpoint_error();
+    const std::int64_t t0 = clock.now_realtime_ns() + 20 * ms;
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        dispatch_job j;
+        j.job_id = 100 + i;
+        j.scheduled_ns = t0 + static_cast<std::int64_t>(i) * 5 * ms;
+        j.window_start_ns = t0 - ms;
+        j.window_end_ns = t0 + 100 * ms;
+        j.tolerance_ns = 200 * ms;
+        const std::string payload = "job" + std::to_string(i);
+        ASSERT_TRUE(link.submit(j, std::span<const std::uint8_t>(
+                                       reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size())));
+    }
+    for (int i = 0; i < 400 && outs.size() < 3; ++i) {
+        loop.run_once(std::chrono::milliseconds(5));
+    }
+    link.stop();
+    ASSERT_EQ(outs.size(), 3u);
+    std::ifstream in(tmpl, std::ios::binary);
+    std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    qrt::wire::frame_reader r;
+    r.feed(bytes);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(outs[i].state, job_state::completed) << outs[i].reason << ": " << outs[i].detail;
+        auto f = r.next();
+        ASSERT_TRUE(f.has_value()) << "frame " << i << ": " << qrt::wire::to_string(r.error());
+        EXPECT_EQ(f->hdr.job_id, 100 + i);
+        EXPECT_EQ(f->payload_text(), "job" + std::to_string(i));
+    }
+    ::unlink(tmpl);
 }
