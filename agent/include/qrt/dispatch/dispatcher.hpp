@@ -24,6 +24,8 @@
 //   re-conversion can never be seen half-done.
 // - Jobs must be submitted in non-decreasing T (one QPU runs one job at a
 //   time; due_jobs() yields them in order).  submit() refuses otherwise.
+//   Submit at least idle_sleep_ns + lead before T: an idle thread looks at
+//   the ring once per idle_sleep_ns (no syscall is needed to hand it work).
 // - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, mlockall +
 //   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
 //   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
