@@ -84,7 +84,8 @@ struct cpu_run {
     pid_t tid = 0;
     std::string policy;
     int priority = 0;
-    std::string fallback_reason;  // why SCHED_FIFO was not used
+    std::string fallback_reason;  // why the full setup was refused
+    bool memory_unlocked = false;  // SCHED_FIFO, but memory not locked
     std::string error;
     std::uint64_t overruns = 0;
 };
@@ -115,17 +116,26 @@ void measure_thread(cpu_run& run, const standalone_options& opt, shared_control&
     cfg.policy = rtcore::sched_policy::fifo;
     cfg.priority = opt.priority;
     std::optional<rtcore::scoped_rt_thread> rt;
+    // SCHED_FIFO with locked memory; else SCHED_FIFO alone (RLIMIT_RTPRIO
+    // but a small RLIMIT_MEMLOCK); else SCHED_OTHER.  Each fallback is said.
     if (auto r = rtcore::scoped_rt_thread::enter(cfg)) {
         rt.emplace(std::move(*r));
+    } else {
+        run.fallback_reason = r.err().message;
+        cfg.lock_memory = false;
+        if (auto unlocked = rtcore::scoped_rt_thread::enter(cfg)) {
+            rt.emplace(std::move(*unlocked));
+            run.memory_unlocked = true;
+        } else {
+            run.fallback_reason = unlocked.err().message;  // the policy itself was refused
+        }
+    }
+    if (rt) {
         run.policy = "SCHED_FIFO";
         run.priority = opt.priority;
     } else {
-        // Not permitted (no root, no CAP_SYS_NICE or RLIMIT_RTPRIO, no
-        // memlock): measure under SCHED_OTHER and say so.
-        run.fallback_reason = r.err().message;
         cfg.policy = rtcore::sched_policy::other;
         cfg.priority = 0;
-        cfg.lock_memory = false;
         auto again = rtcore::scoped_rt_thread::enter(cfg);
         if (!again) {
             run.error = fmt::format("cpu {}: {}", run.cpu, again.err().message);
@@ -499,7 +509,11 @@ rtcore::result<report> run_standalone(const standalone_options& opt, rtcore::hos
         if (run->policy != r.run.policy) {
             r.run.policy = "mixed";
         }
-        if (!run->fallback_reason.empty()) {
+        if (run->memory_unlocked) {
+            r.notes.push_back(fmt::format(
+                "cpu{}: memory not locked ({}); SCHED_FIFO {} used, page faults may add latency",
+                run->cpu, run->fallback_reason, opt.priority));
+        } else if (!run->fallback_reason.empty()) {
             r.notes.push_back(fmt::format(
                 "cpu{}: SCHED_FIFO {} refused ({}); measured under SCHED_OTHER, so the "
                 "figures include ordinary scheduling delays",
