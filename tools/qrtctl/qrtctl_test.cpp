@@ -113,6 +113,17 @@ TEST(qrtctl_render, fields_skip_absent_members_and_descend_paths) {
     EXPECT_EQ(qrtctl::render_flat(obj), "a:          1\nn:          -\npeer.roles: reader,admin\n");
 }
 
+TEST(qrtctl_render, values_show_in_their_units_and_maps_as_pairs) {
+    using qrtctl::shown_as;
+    EXPECT_EQ(qrtctl::show(nlohmann::json{{"method", "slots.query"}, {"qpu", "q0"}}, shown_as::text),
+              "method=slots.query,qpu=q0");
+    EXPECT_EQ(qrtctl::show(nlohmann::json::object(), shown_as::text), "-");
+    EXPECT_EQ(qrtctl::show(2'000'000, shown_as::duration), "2ms");
+    EXPECT_EQ(qrtctl::show(0, shown_as::time), "-");
+    EXPECT_EQ(qrtctl::show(true, shown_as::yes_no), "yes");
+    EXPECT_EQ(qrtctl::show(nlohmann::json::array({"a", 1}), shown_as::list), "a,1");
+}
+
 TEST(qrtctl_exit_codes, every_reason_of_the_agent_table_is_listed_once_with_its_code) {
     const auto rows = qrtctl::exit_table();
     for (const auto& e : qrt::rpc::reason_table) {

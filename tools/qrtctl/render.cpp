@@ -22,6 +22,14 @@ std::string scalar(const json& v) {
         const auto& s = v.get_ref<const std::string&>();
         return s.empty() ? "-" : s;
     }
+    if (v.is_object()) {
+        // Labels and other flat maps: k=v,k=v.
+        std::string out;
+        for (const auto& [k, e] : v.items()) {
+            out += (out.empty() ? "" : ",") + k + "=" + scalar(e);
+        }
+        return out.empty() ? "-" : out;
+    }
     return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
