@@ -164,7 +164,21 @@ void histograms(std::string& out, const report& r, const text_options& opt) {
                           max_line) +
                "\n";
         const double scale = std::log10(static_cast<double>(top) + 1.0);
-        for (const auto& b : rows) {
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const auto& b = rows[i];
+            // A run of more than two empty bins is shown as one line.
+            std::size_t empty_run = 0;
+            while (i + empty_run < rows.size() && rows[i + empty_run].count == 0) {
+                ++empty_run;
+            }
+            if (empty_run > 2) {
+                out += fmt::format("  {:>9} |{:<{}}|\n", "...",
+                                   fmt::format(" {} empty bins up to {}", empty_run,
+                                               format_ns(static_cast<double>(rows[i + empty_run - 1].le_ns))),
+                                   width);
+                i += empty_run - 1;
+                continue;
+            }
             std::size_t len = 0;
             if (b.count > 0 && scale > 0.0) {
                 len = static_cast<std::size_t>(std::ceil(
