@@ -6,7 +6,9 @@
 // Each error case checks the stable reason AND that the exit status is the
 // one the shared table gives for it.
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -359,6 +361,42 @@ TEST_F(clients, qrtctl_health_fails_on_a_degraded_or_missing_agent_with_the_reas
     std::filesystem::remove_all(d);
 }
 
+// A socket that accepts connections (the kernel's backlog) but never
+// answers: a hung agent.
+class silent_socket {
+public:
+    explicit silent_socket(std::string path) : _path(std::move(path)) {
+        _fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", _path.c_str());
+        if (_fd < 0 || ::bind(_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+            ::listen(_fd, 8) != 0) {
+            throw std::runtime_error("silent socket: " + std::string(std::strerror(errno)));
+        }
+    }
+    ~silent_socket() {
+        ::close(_fd);
+        ::unlink(_path.c_str());
+    }
+    const std::string& path() const { return _path; }
+
+private:
+    std::string _path;
+    int _fd = -1;
+};
+
+TEST_F(clients, qrtctl_a_hung_agent_times_out_with_exit_75) {
+    silent_socket hung(*dir + "/hung.sock");
+    const ran r = qrt::testing::run(
+        {QRTCTL, "--socket", hung.path(), "--timeout", "300ms", "agent", "hello"});
+    EXPECT_EQ(r.exit_code, 75) << r.err;
+    EXPECT_NE(r.err.find("no reply from " + hung.path() + " within 300 ms"), std::string::npos)
+        << r.err;
+    const ran h = qrt::testing::run({QRTCTL, "--socket", hung.path(), "--timeout", "300ms", "health"});
+    EXPECT_EQ(h.exit_code, 75) << h.err;
+}
+
 // ------------------------------------------------------------- C library
 
 TEST_F(clients, c_example_reserves_submits_and_reads_status) {
@@ -492,6 +530,19 @@ TEST_F(c_abi, events_arrive_through_next_event_in_order) {
         EXPECT_EQ(j["seq"], seq);
         EXPECT_EQ(j["type"], "reservation.reserved");
     }
+}
+
+TEST_F(clients, c_abi_a_hung_agent_is_etimedout_after_the_set_timeout) {
+    silent_socket hung(*dir + "/hung-c.sock");
+    qrt_client* c = nullptr;
+    qrt_error err;
+    ASSERT_EQ(qrt_connect(hung.path().c_str(), &c, &err), 0) << err.message;
+    ASSERT_EQ(qrt_set_timeout(c, 200), 0);
+    EXPECT_EQ(qrt_set_timeout(c, 0), -EINVAL);
+    EXPECT_EQ(qrt_hello(c, nullptr, &err), -ETIMEDOUT);
+    EXPECT_STREQ(err.reason, "timeout");
+    EXPECT_EQ(qrt_exit_code_for_reason(err.reason), 75);
+    qrt_close(c);
 }
 
 TEST(c_abi_no_agent, connect_to_a_missing_socket_is_enoent_with_a_hint) {
