@@ -112,6 +112,12 @@ TEST_F(clients, qrtctl_hello_shows_the_agent_and_the_callers_roles) {
     auto [r, j] = qrtctl_json({"agent", "hello"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(j["agent"], "qrtd");
+
+    // Without --socket, $QRT_SOCKET names the agent.
+    run_options env;
+    env.env = {"QRT_SOCKET=" + sock()};
+    const ran via_env = qrt::testing::run({QRTCTL, "--json", "agent", "hello"}, env);
+    EXPECT_EQ(via_env.exit_code, 0) << via_env.err;
     EXPECT_TRUE(j["api_version"].is_number_integer());
     const auto& caps = j["capabilities"];
     for (const char* m : {"agent.hello", "agent.status", "qpus.list", "calibration.get",
