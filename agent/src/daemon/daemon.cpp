@@ -19,6 +19,7 @@
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
 #include "qrt/sd_notify.hpp"
+#include "services.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/kernel_probe.hpp"
 #include "rtcore/restore_journal.hpp"
@@ -347,6 +348,14 @@ exit_code daemon::run() {
         auto journal = rtcore::restore_journal::load(state_dir, &journal_problems);
         const bool applied_before = journal && !journal->empty();
         std::string isolation_used = "not applied";
+        host_facts facts;
+        facts.state_dir = state_dir;
+        facts.isolated = plan->isolated;
+        facts.housekeeping = plan->housekeeping;
+        facts.dispatch_cpus = plan->dispatch_cpus;
+        facts.kernel_release = kernel.release;
+        facts.preempt_model = kernel.preempt_model;
+        facts.kernel_warnings = kernel.warnings;
         if (!cfg.host.apply_on_run) {
             log::info("host", "host.apply_on_run = false: the partition is left alone");
         } else if (applied_before) {
@@ -392,6 +401,20 @@ exit_code daemon::run() {
                 log::info("isolation", "not used: {}", why);
             }
             isolation_used = rtcore::to_string(rep->isolation.method);
+            facts.partition_applied = true;
+            for (const auto a : {rtcore::irq_outcome::action::pinned,
+                                 rtcore::irq_outcome::action::already_ok,
+                                 rtcore::irq_outcome::action::managed,
+                                 rtcore::irq_outcome::action::refused,
+                                 rtcore::irq_outcome::action::gone}) {
+                facts.irq_counts[rtcore::to_string(a)] = rep->irqs.count(a);
+            }
+            for (const auto& o : rep->irqs.irqs) {
+                if (o.act == rtcore::irq_outcome::action::managed) {
+                    facts.managed_irqs.push_back(fmt::format("{} ({})", o.irq, o.name));
+                }
+            }
+            facts.irqbalance = rep->irqs.irqbalance.line();
             log::info("isolation", "{}: {} tasks moved off CPUs {}", isolation_used,
                       rep->isolation.tasks_moved, plan->isolated.to_list());
         }
@@ -475,10 +498,12 @@ exit_code daemon::run() {
             if (rtcore::has_permitted_capability(cap)) {
                 keep.push_back(cap);
             } else {
-                log::warn("caps", "{} is not permitted: {}", rtcore::capability_name(cap),
-                          cap == CAP_SYS_NICE || cap == CAP_IPC_LOCK
-                              ? "dispatch threads cannot run SCHED_FIFO/mlocked (untuned)"
-                              : "the eBPF probes will be unavailable");
+                const char* why = cap == CAP_SYS_NICE || cap == CAP_IPC_LOCK
+                                      ? "dispatch threads cannot run SCHED_FIFO/mlocked (untuned)"
+                                      : "the eBPF probes will be unavailable";
+                log::warn("caps", "{} is not permitted: {}", rtcore::capability_name(cap), why);
+                facts.capability_notes.push_back(
+                    fmt::format("{} not permitted: {}", rtcore::capability_name(cap), why));
             }
         }
         auto dropped = rtcore::drop_capabilities_except(keep);
@@ -494,17 +519,27 @@ exit_code daemon::run() {
             log::debug("caps", "{}", n);
         }
 
-        // 7. [Later issues plug in here, in this order, all on the
-        //    housekeeping CPUs unless said otherwise:
-        //      - the durable store (SQLite ledger) and the timeline, which
-        //        recover reservations before anything may be dispatched;
-        //      - the dispatcher threads, one per QPU on plan->dispatch_cpus
-        //        (SCHED_FIFO needs CAP_SYS_NICE, kept above);
-        //      - the RPC server on the socket from sd_listen_fds or
-        //        rpc.socket_path, last of the services, so no client is
-        //        answered before the state it queries exists;
-        //      - the eBPF probes (CAP_BPF, CAP_PERFMON).
-        //    Each registers its fds and timers on `loop`.]
+        // 7. The services, on the housekeeping loop, in this order (see
+        //    services::start):
+        //    a. the ledger with its SQLite store in the state directory,
+        //       recovering reservations before anything may be dispatched
+        //       (committed jobs whose start passed become missed, with why);
+        //    b. one qpu_link per QPU: the endpoint connection and its
+        //       dispatch thread on plan->dispatch_cpus (SCHED_FIFO needs
+        //       CAP_SYS_NICE, kept above), configured from [dispatch];
+        //    c. the job pump (due jobs within a horizon > lead_max go to
+        //       their link once; outcomes come back to the ledger), lease
+        //       expiry and missed marking, calibration switches into each
+        //       link's guard, and the realtime-step watch;
+        //    d. the eBPF probes (never fatal: "probes: unavailable (...)");
+        //    e. the RPC server (sd_listen_fds or rpc.socket_path), last, so
+        //       no client is answered before the state it queries exists.
+        facts.isolation = isolation_used;
+        services svc(loop, cfg, std::move(facts));
+        if (auto st = svc.start(); !st) {
+            log::error("daemon", "{}", st.err().message);
+            return exit_code::failure;
+        }
 
         // 8. READY=1 only now: systemd starts dependent units, and a socket
         //    client may be served, once everything above is in place.
@@ -535,6 +570,9 @@ exit_code daemon::run() {
         //     Stop the watchdog, then have the root helper put the host back.
         sd.stop_watchdog();
         log::info("daemon", "stopping ({})", stop_reason.empty() ? "loop ended" : stop_reason);
+        // Reverse order: the server closes, the links stop (every
+        // unfinished job gets its outcome in the ledger), the ledger closes.
+        svc.stop();
         const bool restored = partition.restore();
         log::info("daemon", "stopped");
         return restored ? exit_code::ok : exit_code::failure;

@@ -1,0 +1,923 @@
+// The daemon's services: see services.hpp.
+
+#include "services.hpp"
+
+#include <dirent.h>
+#include <grp.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "qrt/log.hpp"
+#include "qrt/rpc/auth.hpp"
+#include "qrt/rpc/timeline_methods.hpp"
+
+#ifdef QRT_HAVE_BPF
+#include "qrt_bpf/intrusion.hpp"
+#include "qrt_bpf/probe_set.hpp"
+#endif
+
+namespace qrt {
+namespace {
+
+using json = nlohmann::json;
+constexpr std::int64_t k_ms = 1'000'000;
+// jobs.submit carries no shot count; a JSON payload may say {"shots": N}.
+constexpr std::uint32_t k_default_shots = 1000;
+constexpr std::uint32_t k_max_shots = 1'000'000;
+
+std::string tl_error(const timeline::error& e) { return e.reason + ": " + e.message; }
+
+std::size_t round_up_pow2(std::size_t v) {
+    std::size_t p = 1;
+    while (p < v) {
+        p <<= 1U;
+    }
+    return p;
+}
+
+std::uint32_t shots_of(const timeline::blob& payload) {
+    if (payload.empty() || payload.front() != '{') {
+        return k_default_shots;
+    }
+    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
+    if (j.is_object()) {
+        const auto it = j.find("shots");
+        if (it != j.end() && it->is_number_unsigned()) {
+            return static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), k_max_shots));
+        }
+    }
+    return k_default_shots;
+}
+
+// Task ids of this process (/proc/self/task).
+std::set<pid_t> own_tids() {
+    std::set<pid_t> out;
+    DIR* d = ::opendir("/proc/self/task");
+    if (d == nullptr) {
+        return out;
+    }
+    while (const dirent* e = ::readdir(d)) {
+        char* end = nullptr;
+        const long v = std::strtol(e->d_name, &end, 10);
+        if (end != e->d_name && *end == '\0' && v > 0) {
+            out.insert(static_cast<pid_t>(v));
+        }
+    }
+    ::closedir(d);
+    return out;
+}
+
+bool group_exists(const std::string& name) {
+    group gr{};
+    group* found = nullptr;
+    std::vector<char> buf(16384);
+    return ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found) == 0 && found != nullptr;
+}
+
+std::string comm_of(pid_t tid) {
+    std::ifstream in(fmt::format("/proc/self/task/{}/comm", tid));
+    std::string s;
+    std::getline(in, s);
+    return s;
+}
+
+timeline::ledger_options ledger_options_for(const config& cfg) {
+    timeline::ledger_options lo;
+    lo.policy = std::string(to_string(cfg.timeline.policy));
+    lo.calibration_change = cfg.timeline.on_calibration_change == calibration_change::fail
+                                ? timeline::on_calibration_change::fail
+                                : timeline::on_calibration_change::replace;
+    if (cfg.timeline.default_lease_ns > 0) {
+        lo.default_lease_ns = cfg.timeline.default_lease_ns;
+        lo.max_lease_ns = std::max(lo.max_lease_ns, lo.default_lease_ns);
+    }
+    if (cfg.timeline.horizon_ns > 0) {
+        lo.horizon_ns = cfg.timeline.horizon_ns;
+    }
+    return lo;
+}
+
+std::vector<timeline::qpu_spec> qpu_specs_for(const config& cfg) {
+    std::vector<timeline::qpu_spec> out;
+    for (const auto& q : cfg.qpus) {
+        timeline::qpu_spec s;
+        s.name = q.name;
+        if (q.calibration == calibration_source::periodic) {
+            timeline::periodic_calibration pc;
+            pc.period_ns = q.period_ns;
+            pc.blackout_ns = q.blackout_ns;
+            pc.phase_ns = q.phase_ns;
+            pc.f0 = q.fidelity_f0;
+            pc.tau_ns = q.fidelity_tau_ns;
+            s.calibration = pc;
+        } else {
+            s.calibration = timeline::pushed_calibration{};
+        }
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+
+}  // namespace
+
+// ------------------------------------------------------------------ per QPU
+
+struct services::qpu_runtime {
+    std::uint32_t index = 0;
+    std::string name;
+    std::string endpoint;
+    int dispatch_cpu = -1;
+    std::int64_t tolerance_ns = 0;
+    std::unique_ptr<dispatch::qpu_link> link;
+    std::set<std::uint64_t> handed;  // given to the link, no outcome yet
+    std::vector<timeline::calibration_window> windows;  // ending after the last refresh
+    std::int64_t current_until_ns = 0;  // refresh when now reaches this
+    std::uint64_t calibration_id = 0;   // what the link's guard holds
+    bool calibration_dirty = true;
+    std::optional<event_loop::timer_id> switch_timer;
+    std::string endpoint_state = "connecting";
+    std::uint64_t completed = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t missed = 0;
+};
+
+// ------------------------------------------------------------------- probes
+
+struct services::probes_state {
+#ifdef QRT_HAVE_BPF
+    explicit probes_state(qrt_bpf::probe_set p) : set(std::move(p)) {}
+    qrt_bpf::probe_set set;
+#endif
+};
+
+services::services(event_loop& loop, const config& cfg, host_facts facts)
+    : _loop(loop), _cfg(cfg), _facts(std::move(facts)) {}
+
+services::~services() { stop(); }
+
+rtcore::status services::start() {
+    _started_ns = _clock.now_realtime_ns();
+    // a. The durable ledger, recovered before anything may be dispatched.
+    if (auto st = open_ledger(); !st) {
+        return st;
+    }
+    // b. One link (endpoint + dispatch thread) per QPU.
+    if (auto st = start_links(); !st) {
+        stop();
+        return st;
+    }
+    // c. The job pump, lease/missed housekeeping, calibration switches and
+    //    the realtime-step watch.
+    if (auto st = start_timers(); !st) {
+        stop();
+        return st;
+    }
+    // d. The eBPF probes: never fatal.
+    start_probes();
+    // e. The control socket, last: no client is answered before the state
+    //    it queries exists.
+    if (auto st = start_server(); !st) {
+        stop();
+        return st;
+    }
+    return rtcore::ok();
+}
+
+rtcore::status services::open_ledger() {
+    const std::string path = (_facts.state_dir / "ledger.sqlite").string();
+    const std::int64_t now = _clock.now_realtime_ns();
+    auto l = timeline::ledger::open(qpu_specs_for(_cfg), ledger_options_for(_cfg), path, now);
+    if (!l) {
+        return rtcore::error::invalid(fmt::format("ledger: open {}: {}", path, tl_error(l.err())));
+    }
+    _ledger = std::move(*l);
+    // What recovery changed (missed, expired, failed) is published once the
+    // server is up; count it now for the log.
+    const auto st = _ledger->stats();
+    log::info("timeline", "ledger {}: {} reservations ({} active), policy {}", path,
+              st.reservations, st.active, _ledger->policy().name());
+    return rtcore::ok();
+}
+
+rtcore::status services::start_links() {
+    std::int64_t lead_max = 0;
+    for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
+        const auto& qc = _cfg.qpus[i];
+        auto q = std::make_unique<qpu_runtime>();
+        q->index = i;
+        q->name = qc.name;
+        q->endpoint = qc.target.uri;
+        q->tolerance_ns = qc.effective_job_tolerance_ns(_cfg);
+        q->dispatch_cpu = qc.dispatch_cpu >= 0 ? qc.dispatch_cpu
+                          : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
+                                                            : -1;
+
+        dispatch::qpu_link_config lc;
+        lc.endpoint = qc.target.uri;
+        lc.identity = "qrtd/" + qc.name;
+        auto& dc = lc.dispatch;
+        dc.qpu_index = i;
+        dc.mode = _cfg.dispatch.mode == dispatch_mode::untuned ? dispatch::dispatch_mode::untuned
+                                                               : dispatch::dispatch_mode::tuned;
+        dc.dispatch_cpu = q->dispatch_cpu;
+        if (_cfg.dispatch.priority > 0) {
+            dc.rt_priority = _cfg.dispatch.priority;
+        }
+        dc.hold_cpu_dma_latency = _cfg.dispatch.cpu_dma_latency;
+        if (_cfg.dispatch.ring_capacity > 0) {
+            dc.slots = round_up_pow2(_cfg.dispatch.ring_capacity);
+        }
+        if (_cfg.dispatch.max_payload_bytes > 0) {
+            dc.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
+        }
+        if (_cfg.dispatch.lead_min_ns > 0) {
+            dc.lead.min_ns = _cfg.dispatch.lead_min_ns;
+        }
+        if (_cfg.dispatch.lead_max_ns > 0) {
+            dc.lead.max_ns = std::max(_cfg.dispatch.lead_max_ns, dc.lead.min_ns);
+        }
+        if (_cfg.dispatch.lead_margin_ns > 0) {
+            dc.lead.margin_ns = _cfg.dispatch.lead_margin_ns;
+        }
+        if (_cfg.dispatch.lead_quantile > 0) {
+            dc.lead.quantile = _cfg.dispatch.lead_quantile;
+        }
+        dc.lead.initial_ns = std::clamp(dc.lead.initial_ns, dc.lead.min_ns, dc.lead.max_ns);
+        lead_max = std::max(lead_max, dc.lead.max_ns);
+
+        qpu_runtime* qp = q.get();
+        dispatch::qpu_link_callbacks cb;
+        cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
+        cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) { on_outcome(*qp, o); };
+        cb.on_endpoint_state = [qp](bool up, const std::string& reason) {
+            qp->endpoint_state = up ? "up" : "down (" + reason + ")";
+            if (up) {
+                log::info("dispatch", "{}: endpoint {} up", qp->name, qp->endpoint);
+            } else {
+                log::warn("dispatch", "{}: endpoint {} down: {}", qp->name, qp->endpoint, reason);
+            }
+        };
+        try {
+            q->link = std::make_unique<dispatch::qpu_link>(_loop, _clock, lc, std::move(cb));
+        } catch (const std::exception& e) {
+            return rtcore::error::invalid(fmt::format("qpu {}: {}", qc.name, e.what()));
+        }
+        // The dispatch thread's TID (for the probes): the task that appears
+        // while start() runs, io_uring workers (iou-*) aside.
+        const auto before = own_tids();
+        if (auto st = q->link->start(); !st) {
+            return rtcore::error{st.err().code, fmt::format("qpu {}: {}", qc.name, st.err().message)};
+        }
+        for (const pid_t t : own_tids()) {
+            if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
+                _dispatch_tids.push_back(t);
+            }
+        }
+        const auto ts = q->link->dispatch().thread_stats();
+        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}", qc.name, lc.endpoint,
+                  to_string(_cfg.dispatch.mode), q->dispatch_cpu,
+                  ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
+                                : std::string("not real-time"));
+        if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
+            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned", qc.name,
+                      q->link->dispatch().setup_error());
+        }
+        _qpus.push_back(std::move(q));
+    }
+    // Hand jobs over a little before their lead starts: horizon > lead_max.
+    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 50 * k_ms);
+    return rtcore::ok();
+}
+
+rtcore::status services::start_timers() {
+    // The job pump: every 2 ms, due jobs within the horizon go to their link.
+    auto pump_timer = _loop.add_timer(std::chrono::milliseconds(2), std::chrono::milliseconds(2),
+                                      [this] { pump(); });
+    if (!pump_timer) {
+        return std::move(pump_timer).err();
+    }
+    _timers.push_back(*pump_timer);
+
+    // Leases and the missed backstop: every 100 ms.  Jobs handed to a link
+    // get their outcome from it; mark_missed only catches jobs nobody
+    // handed over, so its tolerance leaves the link time to report.
+    std::int64_t tol = 0;
+    for (const auto& q : _qpus) {
+        tol = std::max(tol, q->tolerance_ns);
+    }
+    _missed_backstop_ns = tol + 2'000 * k_ms;
+    auto hk = _loop.add_timer(std::chrono::milliseconds(100), std::chrono::milliseconds(100), [this] {
+        if (!_engine) {
+            return;
+        }
+        rpc::ledger_housekeeping(*_engine, *_ledger, _clock.now_realtime_ns(), _missed_backstop_ns);
+    });
+    if (!hk) {
+        return std::move(hk).err();
+    }
+    _timers.push_back(*hk);
+
+    // Forget terminal reservations after an hour (memory and store).
+    auto forget = _loop.add_timer(std::chrono::minutes(1), std::chrono::minutes(1), [this] {
+        const std::int64_t before = _clock.now_realtime_ns() - 3'600'000 * k_ms;
+        if (auto n = _ledger->forget_terminal(before); !n) {
+            log::warn("timeline", "forget_terminal: {}", tl_error(n.err()));
+        }
+    });
+    if (!forget) {
+        return std::move(forget).err();
+    }
+    _timers.push_back(*forget);
+
+    // Realtime-clock steps re-convert every queued deadline.
+    auto watch = rtcore::realtime_step_watch::open(_clock);
+    if (!watch) {
+        return rtcore::error{watch.err().code, "realtime_step_watch: " + watch.err().message};
+    }
+    _step_watch.emplace(std::move(*watch));
+    if (auto st = _loop.add_fd(_step_watch->fd(), EPOLLIN, [this](std::uint32_t) { on_realtime_step(); });
+        !st) {
+        return st;
+    }
+    for (auto& q : _qpus) {
+        refresh_calibration(*q, _clock.now_realtime_ns());
+    }
+    return rtcore::ok();
+}
+
+void services::start_probes() {
+    if (!_cfg.probes.enabled) {
+        _probes_status = "unavailable (disabled by probes.enabled = false)";
+        return;
+    }
+#ifdef QRT_HAVE_BPF
+    qrt_bpf::probe_config pc;
+    pc.isolated_cpus = _facts.isolated;
+    pc.intrusions = !_facts.isolated.empty();
+    if (_cfg.probes.outlier_threshold_ns > 0) {
+        pc.outlier_threshold_ns = static_cast<std::uint64_t>(_cfg.probes.outlier_threshold_ns);
+    }
+    _probes = std::make_unique<probes_state>(qrt_bpf::probe_set::start(pc));
+    auto& ps = _probes->set;
+    for (const pid_t t : _dispatch_tids) {
+        if (auto st = ps.add_tid(t); !st) {
+            log::warn("probes", "add dispatch tid {}: {}", t, st.err().message);
+        }
+    }
+    _probes_status = ps.availability().to_string();
+    if (ps.availability().available()) {
+        log::info("probes", "available: {} (dispatch tids {})", ps.describe(),
+                  fmt::join(_dispatch_tids, ","));
+    } else {
+        log::warn("probes", "{}", _probes_status);
+    }
+#else
+    _probes_status = "unavailable (qrtd built without qrt_bpf)";
+    log::warn("probes", "{}", _probes_status);
+#endif
+}
+
+rtcore::status services::start_server() {
+    _engine = std::make_unique<rpc::engine>(rpc::engine_limits{
+        _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256});
+    _hooks.status = [this] { return status_json(); };
+    _hooks.telemetry = [this] { return telemetry_snapshot(); };
+    rpc::register_agent_methods(*_engine, _hooks);
+    rpc::timeline_options to;
+    to.now_ns = [this] { return _clock.now_realtime_ns(); };
+    to.qpu_details = [this](std::string_view name) {
+        for (const auto& q : _qpus) {
+            if (q->name == name) {
+                return json{{"endpoint", q->endpoint},
+                            {"endpoint_up", q->link->endpoint_up()},
+                            {"dispatch_cpu", q->dispatch_cpu},
+                            {"calibration_id", q->calibration_id}};
+            }
+        }
+        return json::object();
+    };
+    if (_cfg.dispatch.max_payload_bytes > 0) {
+        to.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
+    }
+    rpc::register_timeline_methods(*_engine, *_ledger, to);
+
+    // An internal subscriber: a calibration change re-reads the windows
+    // the links' guards follow.
+    _internal.id = UINT64_MAX;
+    _internal.tenant = "qrtd";
+    _internal.roles = rpc::role_set().with(rpc::role::admin);
+    _internal.subscribed = true;
+    _internal.topics = {"calibration.changed"};
+    _internal.push = [this](std::string_view) {
+        for (auto& q : _qpus) {
+            q->calibration_dirty = true;
+        }
+    };
+    _engine->attach(_internal);
+    _internal_attached = true;
+
+    // A group that does not exist on this host grants nothing (a fresh host
+    // has no `qrt` group until the package's sysusers.d runs): it is left
+    // out with a warning instead of keeping the agent from starting.
+    rpc::role_map rm;
+    const auto copy = [](const char* role, const std::vector<principal>& from, std::vector<std::string>& out) {
+        for (const auto& p : from) {
+            if (p.type == principal::kind::group && !group_exists(p.name)) {
+                log::warn("rpc", "roles.{}: group '{}' does not exist on this host: it grants nothing",
+                          role, p.name);
+                continue;
+            }
+            out.push_back(p.text);
+        }
+    };
+    copy("reader", _cfg.roles.reader, rm.reader);
+    copy("scheduler", _cfg.roles.scheduler, rm.scheduler);
+    copy("calibration", _cfg.roles.calibration, rm.calibration);
+    copy("admin", _cfg.roles.admin, rm.admin);
+    auto auth = rpc::authorizer::compile(rm);
+    if (!auth) {
+        return rtcore::error{auth.err().code, "roles: " + auth.err().message};
+    }
+    _auth = std::make_unique<rpc::authorizer>(std::move(*auth));
+
+    rpc::server_options so;
+    if (!_cfg.rpc.socket_path.empty()) {
+        so.socket_path = _cfg.rpc.socket_path;
+    }
+    so.socket_group = _cfg.rpc.socket_group;
+    if (!so.socket_group.empty() && !group_exists(so.socket_group)) {
+        log::warn("rpc", "rpc.socket_group '{}' does not exist on this host: the socket keeps "
+                         "the daemon's group",
+                  so.socket_group);
+        so.socket_group.clear();
+    }
+    if (_cfg.rpc.socket_mode != 0) {
+        so.socket_mode = _cfg.rpc.socket_mode;
+    }
+    if (_cfg.rpc.max_connections > 0) {
+        so.max_connections = _cfg.rpc.max_connections;
+    }
+    if (_cfg.rpc.max_inflight > 0) {
+        so.max_inflight = _cfg.rpc.max_inflight;
+    }
+    so.idle_timeout = _cfg.rpc.idle_timeout_s > 0 ? std::chrono::milliseconds(std::chrono::seconds(_cfg.rpc.idle_timeout_s))
+                                                  : std::chrono::milliseconds(std::chrono::hours(24 * 365));
+    if (_cfg.rpc.max_line_bytes > 0) {
+        so.max_line_bytes = _cfg.rpc.max_line_bytes;
+    }
+    so.metrics_textfile = _cfg.rpc.metrics_textfile;
+    _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);
+    rpc::server* srv = _server.get();
+    _hooks.transport = [srv] { return srv->stats(); };
+    if (!so.metrics_textfile.empty()) {
+        rpc::engine* eng = _engine.get();
+        _server->set_metrics_source([eng, this] { return rpc::metrics_text(*eng, _hooks); });
+    }
+    if (auto st = _server->start(); !st) {
+        return rtcore::error{st.err().code, "rpc: " + st.err().message};
+    }
+    log::info("rpc", "listening on {} ({})", so.socket_path, _server->listen_source());
+    // Recovery's changes (missed, expired) reach subscribers from now on.
+    publish_ledger_events();
+    return rtcore::ok();
+}
+
+void services::stop() noexcept {
+    if (_stopped) {
+        return;
+    }
+    _stopped = true;
+    try {
+        // Reverse order: server, probes, timers, links, ledger.
+        if (_server) {
+            _server->stop();
+        }
+        _probes.reset();
+        for (const auto id : _timers) {
+            _loop.cancel_timer(id);
+        }
+        _timers.clear();
+        if (_step_watch) {
+            _loop.remove_fd(_step_watch->fd());
+        }
+        for (auto& q : _qpus) {
+            if (q->switch_timer) {
+                _loop.cancel_timer(*q->switch_timer);
+                q->switch_timer.reset();
+            }
+            if (q->link) {
+                q->link->stop();  // unfinished jobs get outcomes (on_outcome)
+            }
+        }
+        if (_internal_attached && _engine) {
+            _engine->detach(_internal);
+            _internal_attached = false;
+        }
+        _server.reset();
+        for (auto& q : _qpus) {
+            q->link.reset();
+        }
+        _ledger.reset();
+    } catch (const std::exception& e) {
+        log::error("daemon", "stopping services: {}", e.what());
+    }
+}
+
+// -------------------------------------------------------------- the pump
+
+void services::pump() noexcept {
+    try {
+        const std::int64_t now = _clock.now_realtime_ns();
+        for (auto& q : _qpus) {
+            pump_qpu(*q, now);
+        }
+        publish_ledger_events();
+    } catch (const std::exception& e) {
+        static log::rate_limiter rl{std::chrono::seconds(10)};
+        log::warn_rl(rl, "dispatch", "job pump: {}", e.what());
+    }
+}
+
+void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
+    auto ws = _ledger->calibration(q.name, now_ns);
+    if (!ws) {
+        log::warn("calibration", "{}: {}", q.name, tl_error(ws.err()));
+        return;
+    }
+    q.windows = std::move(*ws);
+    q.calibration_dirty = false;
+    // The guard follows the window that contains now, or (in a blackout)
+    // the next one: it switches at each window's end.
+    std::uint64_t id = 0;
+    std::int64_t until = now_ns + 1'000 * k_ms;
+    if (!q.windows.empty()) {
+        id = q.windows.front().calibration_id;
+        until = q.windows.front().valid_until_ns;
+    }
+    if (id != q.calibration_id) {
+        log::debug("calibration", "{}: current calibration id {} (until {})", q.name, id, until);
+    }
+    q.calibration_id = id;
+    q.current_until_ns = until;
+    q.link->set_calibration_id(id);
+    // A one-shot timer at the window's end, so the guard switches on time
+    // and not at the next pump tick.
+    if (q.switch_timer) {
+        _loop.cancel_timer(*q.switch_timer);
+        q.switch_timer.reset();
+    }
+    const auto delay = std::chrono::nanoseconds(std::max<std::int64_t>(until - _clock.now_realtime_ns(), 1));
+    qpu_runtime* qp = &q;
+    auto t = _loop.add_timer(delay, std::chrono::nanoseconds(0), [this, qp] {
+        qp->switch_timer.reset();
+        refresh_calibration(*qp, _clock.now_realtime_ns());
+    });
+    if (t) {
+        q.switch_timer = *t;
+    }
+}
+
+const timeline::calibration_window* services::window_of(qpu_runtime& q, std::int64_t start_ns,
+                                                         std::int64_t now_ns) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        const auto it = std::upper_bound(q.windows.begin(), q.windows.end(), start_ns,
+                                         [](std::int64_t t, const timeline::calibration_window& w) {
+                                             return t < w.valid_until_ns;
+                                         });
+        if (it != q.windows.end() && it->contains(start_ns)) {
+            return &*it;
+        }
+        if (attempt == 0) {
+            refresh_calibration(q, now_ns);
+        }
+    }
+    return nullptr;
+}
+
+void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
+    if (q.calibration_dirty || now_ns >= q.current_until_ns) {
+        refresh_calibration(q, now_ns);
+    }
+    for (const auto& r : _ledger->due_jobs(q.name, now_ns + _pump_horizon_ns)) {
+        if (q.handed.count(r.id) != 0) {
+            continue;
+        }
+        std::string refuse;
+        if (r.start_ns + q.tolerance_ns < now_ns) {
+            refuse = fmt::format("missed: start {} passed by {} ns before hand-over (tolerance {} ns)",
+                                 r.start_ns, now_ns - r.start_ns, q.tolerance_ns);
+            ++_missed_before_handover;
+        } else if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
+            refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
+        } else if (w->calibration_id != r.calibration_id) {
+            refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
+                                 r.calibration_id, w->calibration_id);
+        } else {
+            dispatch::dispatch_job j;
+            j.job_id = r.id;
+            j.qpu_index = q.index;
+            j.scheduled_ns = r.start_ns;
+            j.window_start_ns = w->valid_from_ns;
+            j.window_end_ns = w->valid_until_ns;
+            j.duration_ns = r.duration_ns;
+            j.calibration_id = r.calibration_id;
+            j.tolerance_ns = q.tolerance_ns;
+            j.shots = shots_of(r.payload);
+            if (auto st = q.link->submit(j, r.payload); st) {
+                q.handed.insert(r.id);
+                ++_handed_total;
+                continue;
+            } else {
+                refuse = "dispatch_refused: " + st.err().message;
+                ++_refused_total;
+            }
+        }
+        ++q.missed;
+        if (auto m = _ledger->miss(r.id, refuse, now_ns); !m) {
+            ++_ledger_errors;
+            log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
+        } else {
+            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, refuse);
+        }
+    }
+}
+
+void services::on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent_ns) {
+    if (auto r = _ledger->mark_dispatched(id, sent_ns); !r) {
+        // e.g. cancelled after the hand-over: the frame left anyway.
+        ++_ledger_errors;
+        log::debug("timeline", "{}: mark_dispatched {}: {}", q.name, id, tl_error(r.err()));
+    }
+    publish_ledger_events();
+}
+
+void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
+    q.handed.erase(o.job_id);
+    const std::int64_t now = _clock.now_realtime_ns();
+    const timeline::reservation* r = _ledger ? _ledger->find(o.job_id) : nullptr;
+    if (r == nullptr) {
+        return;
+    }
+    std::string why = o.reason;
+    if (!o.detail.empty()) {
+        why += ": " + o.detail;
+    }
+    if (r->state == timeline::res_state::committed) {
+        // Never sent (missed, calibration guard, endpoint down, stopped).
+        ++q.missed;
+        if (auto m = _ledger->miss(o.job_id, why, now); !m) {
+            ++_ledger_errors;
+            log::warn("timeline", "{}: miss {}: {}", q.name, o.job_id, tl_error(m.err()));
+        }
+    } else if (r->state == timeline::res_state::dispatched) {
+        if (o.state == dispatch::job_state::completed) {
+            ++q.completed;
+            if (auto c = _ledger->complete(o.job_id, o.result, now); !c) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: complete {}: {}", q.name, o.job_id, tl_error(c.err()));
+            }
+        } else {
+            ++q.failed;
+            if (auto f = _ledger->fail(o.job_id, why, now); !f) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: fail {}: {}", q.name, o.job_id, tl_error(f.err()));
+            }
+        }
+    }
+    publish_ledger_events();
+}
+
+void services::publish_ledger_events() {
+    if (_engine) {
+        _engine->drain_event_sources();
+    }
+}
+
+void services::on_realtime_step() {
+    auto step = _step_watch->check();
+    if (!step) {
+        log::warn("clock", "realtime step watch: {}", step.err().message);
+        return;
+    }
+    if (!*step) {
+        return;
+    }
+    const auto& s = **step;
+    std::size_t n = 0;
+    for (auto& q : _qpus) {
+        n += q->link->on_realtime_step(s.after);
+        q->calibration_dirty = true;
+    }
+    log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
+}
+
+// ------------------------------------------------------ status, telemetry
+
+nlohmann::json services::status_json() {
+    json st;
+    std::vector<std::string> degraded;
+    st["agent_version"] = QRT_VERSION;
+    st["pid"] = ::getpid();
+    st["uptime_s"] = static_cast<double>(_clock.now_realtime_ns() - _started_ns) / 1e9;
+    st["state_dir"] = _facts.state_dir.string();
+
+    std::vector<unsigned> dcpus;
+    for (const auto& q : _qpus) {
+        if (q->dispatch_cpu >= 0) {
+            dcpus.push_back(static_cast<unsigned>(q->dispatch_cpu));
+        }
+    }
+    st["partition"] = {{"applied", _facts.partition_applied},
+                       {"isolation", _facts.isolation},
+                       {"isolated_cpus", _facts.isolated.to_list()},
+                       {"housekeeping_cpus", _facts.housekeeping.to_list()},
+                       {"dispatch_cpus", dcpus}};
+    json irqs = json::object();
+    for (const auto& [k, v] : _facts.irq_counts) {
+        irqs[k] = v;
+    }
+    irqs["managed_irqs"] = _facts.managed_irqs;
+    if (!_facts.irqbalance.empty()) {
+        irqs["irqbalance"] = _facts.irqbalance;
+    }
+    st["irqs"] = irqs;
+    json warnings = json::array();
+    for (const auto& w : _facts.kernel_warnings) {
+        warnings.push_back({{"subsystem", w.subsystem},
+                            {"message", w.message},
+                            {"fix", w.fix},
+                            {"needs_reboot", w.needs_reboot}});
+    }
+    st["kernel"] = {{"release", _facts.kernel_release.value_or("unknown")},
+                    {"preempt_model", _facts.preempt_model},
+                    {"warnings", warnings}};
+    st["probes"] = _probes_status;
+#ifdef QRT_HAVE_BPF
+    if (_probes) {
+        st["probes_detail"] = _probes->set.describe();
+    }
+#endif
+    st["capabilities"] = _facts.capability_notes;
+
+    json qpus = json::array();
+    for (const auto& q : _qpus) {
+        const auto ts = q->link->dispatch().thread_stats();
+        const auto tel = q->link->telemetry();
+        json j{{"name", q->name},
+               {"endpoint", q->endpoint},
+               {"endpoint_up", q->link->endpoint_up()},
+               {"endpoint_state", q->endpoint_state},
+               {"dispatch_cpu", q->dispatch_cpu},
+               {"mode", tel.tuned ? "tuned" : "untuned"},
+               {"realtime", ts.rt_applied},
+               {"mlocked", ts.mlocked},
+               {"cpu_dma_latency_held", ts.dma_latency_held},
+               {"lead_ns", tel.lead_ns},
+               {"calibration_id", q->calibration_id},
+               {"in_flight", q->handed.size()},
+               {"completed", q->completed},
+               {"failed", q->failed},
+               {"missed", q->missed}};
+        if (!q->link->endpoint_up()) {
+            j["endpoint_error"] = q->link->last_endpoint_error();
+            degraded.push_back(fmt::format("qpu {}: endpoint {} is {}", q->name, q->endpoint,
+                                           q->endpoint_state));
+        }
+        if (tel.tuned && !ts.rt_applied) {
+            degraded.push_back(fmt::format("qpu {}: dispatch thread not real-time ({})", q->name,
+                                           q->link->dispatch().setup_error()));
+        }
+        qpus.push_back(std::move(j));
+    }
+    st["qpus"] = qpus;
+    const auto ls = _ledger->stats();
+    st["ledger"] = {{"reservations", ls.reservations},
+                    {"active", ls.active},
+                    {"windows", ls.windows},
+                    {"policy", std::string(_ledger->policy().name())},
+                    {"handed_to_dispatch", _handed_total},
+                    {"store_errors", _ledger_errors}};
+    if (_server) {
+        st["rpc"] = {{"socket", _server->options().socket_path},
+                     {"listen_source", _server->listen_source()},
+                     {"connections", _server->connections()}};
+    }
+    if (_facts.isolated.empty()) {
+        degraded.push_back("no isolated CPU: dispatch shares CPUs with housekeeping");
+    }
+    st["health"] = {{"status", degraded.empty() ? "ok" : "degraded"}, {"reasons", degraded}};
+    return st;
+}
+
+telemetry::snapshot services::telemetry_snapshot() {
+    telemetry::snapshot s;
+    s.taken_ns = _clock.now_realtime_ns();
+    for (const auto& q : _qpus) {
+        const auto tel = q->link->telemetry();
+        const auto& h = q->link->histograms();
+        telemetry::labels l{{"qpu", q->name}};
+        if (q->dispatch_cpu >= 0) {
+            l.emplace_back("cpu", std::to_string(q->dispatch_cpu));
+        }
+        s.add_histogram("qrt_dispatch_lateness_seconds",
+                        "send time minus the job's start T (CLOCK_MONOTONIC)", l, h.dispatch_lateness);
+        s.add_histogram("qrt_dispatch_arrival_lateness_seconds",
+                        "arrival at the QPU endpoint minus T (CLOCK_REALTIME)", l, h.arrival_lateness);
+        s.add_histogram("qrt_dispatch_wakeup_latency_seconds",
+                        "dispatch thread timer wake-up minus the requested wake-up", l, h.wakeup_latency);
+        const auto& c = tel.counters;
+        const std::pair<const char*, std::uint64_t> outcomes[] = {
+            {"on_time", c.on_time},
+            {"late", c.late},
+            {"missed", c.missed},
+            {"failed", c.failed},
+            {"completed", c.completed},
+            {"out_of_window", c.out_of_window},
+            {"calibration_changed", c.calibration_changed},
+            {"endpoint_down", c.endpoint_down},
+            {"send_failed", c.send_failed},
+            {"endpoint_error", c.endpoint_errors},
+            {"endpoint_timeout", c.endpoint_timeouts},
+            {"qpu_out_of_window", c.qpu_out_of_window},
+        };
+        for (const auto& [what, v] : outcomes) {
+            auto ll = l;
+            ll.emplace_back("outcome", what);
+            s.add_counter("qrt_dispatch_jobs_total", "jobs by dispatch outcome", ll, v);
+        }
+        s.add_counter("qrt_dispatch_submitted_total", "jobs handed to the dispatcher", l, c.submitted);
+        s.add_counter("qrt_dispatch_endpoint_reconnects_total", "endpoint reconnects", l, c.reconnects);
+        s.add_gauge("qrt_dispatch_lead_seconds", "current spin lead", l, static_cast<double>(tel.lead_ns) / 1e9);
+        s.add_gauge("qrt_dispatch_spin_seconds_per_dispatch", "CPU time spent spinning per dispatch", l,
+                    tel.spin_ns_per_dispatch / 1e9);
+        s.add_gauge("qrt_dispatch_endpoint_up", "1 when the QPU endpoint is connected", l,
+                    tel.endpoint_up ? 1.0 : 0.0);
+        s.add_gauge("qrt_dispatch_in_flight", "jobs handed over without an outcome yet", l,
+                    static_cast<double>(q->handed.size()));
+    }
+    if (_ledger) {
+        const auto ls = _ledger->stats();
+        s.add_gauge("qrt_ledger_reservations", "reservations held in the ledger", {},
+                    static_cast<double>(ls.reservations));
+        s.add_gauge("qrt_ledger_active_reservations", "held, committed and dispatched reservations", {},
+                    static_cast<double>(ls.active));
+        s.add_counter("qrt_ledger_preemptions_total", "reservations displaced or moved by preemption", {},
+                      ls.preemptions);
+    }
+#ifdef QRT_HAVE_BPF
+    if (_probes) {
+        if (auto* w = _probes->set.wakeup()) {
+            if (auto per_cpu = w->read_per_cpu()) {
+                for (std::size_t cpu = 0; cpu < per_cpu->size(); ++cpu) {
+                    const auto& wh = (*per_cpu)[cpu];
+                    if (wh.count == 0) {
+                        continue;
+                    }
+                    rtcore::histogram h;
+                    for (unsigned b = 0; b < qrt_bpf::wakeup_histogram::bucket_count; ++b) {
+                        if (wh.buckets[b] == 0) {
+                            continue;
+                        }
+                        const auto lo = qrt_bpf::wakeup_histogram::bucket_lower_ns(b);
+                        const auto hi = qrt_bpf::wakeup_histogram::bucket_upper_ns(b);
+                        const auto mid = std::min<std::uint64_t>(lo + (hi - lo) / 2, wh.max_ns);
+                        h.record_n(static_cast<std::int64_t>(mid), wh.buckets[b]);
+                    }
+                    s.add_histogram("qrt_probe_wakeup_latency_seconds",
+                                    "eBPF: dispatch thread wakeup latency (sched_wakeup to sched_switch)",
+                                    {{"cpu", std::to_string(cpu)}}, h);
+                }
+            }
+        }
+        if (auto* in = _probes->set.intrusions()) {
+            if (auto list = in->read()) {
+                for (const auto& i : *list) {
+                    telemetry::labels l{{"cpu", std::to_string(i.cpu)},
+                                        {"kind", std::string(qrt_bpf::to_string(i.kind))},
+                                        {"source", i.source()}};
+                    s.add_counter("qrt_probe_intrusions_total", "eBPF: intrusions on isolated CPUs", l,
+                                  i.count);
+                    s.add_gauge("qrt_probe_intrusion_seconds_total",
+                                "eBPF: time taken by intrusions on isolated CPUs", l,
+                                static_cast<double>(i.total_ns) / 1e9);
+                    s.add_gauge("qrt_probe_intrusion_max_seconds", "eBPF: longest intrusion", l,
+                                static_cast<double>(i.max_ns) / 1e9);
+                }
+            }
+        }
+    }
+#endif
+    return s;
+}
+
+}  // namespace qrt

@@ -1,0 +1,129 @@
+#pragma once
+// The daemon's services (step 7 of daemon::run): the durable ledger, one
+// qpu_link (dispatch thread + endpoint) per QPU, the job pump that feeds the
+// links from the ledger, the housekeeping timers, the eBPF probes and the
+// control socket.  Everything runs on the housekeeping event loop except the
+// dispatch threads.
+//
+//   qrt::services svc(loop, cfg, facts);
+//   if (auto st = svc.start(); !st) { ... }   // in the order written in start()
+//   loop.run();
+//   svc.stop();                               // reverse order
+//
+// Private to the daemon (agent/src/daemon); the tests drive it through
+// `qrtd run` and the socket.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qrt/config.hpp"
+#include "qrt/dispatch/qpu_link.hpp"
+#include "qrt/event_loop.hpp"
+#include "qrt/rpc/engine.hpp"
+#include "qrt/rpc/methods.hpp"
+#include "qrt/rpc/server.hpp"
+#include "qrt/telemetry.hpp"
+#include "qrt/timeline/ledger.hpp"
+#include "rtcore/clock.hpp"
+#include "rtcore/cpu_set.hpp"
+#include "rtcore/kernel_probe.hpp"
+
+namespace qrt {
+
+// What steps 1-6 of the startup learned about the host, for agent.status.
+struct host_facts {
+    std::filesystem::path state_dir;
+    bool partition_applied = false;      // by this process
+    std::string isolation;               // "cgroup2", "applied by qrtd host apply", "not applied" ...
+    rtcore::cpu_set isolated;
+    rtcore::cpu_set housekeeping;
+    std::vector<unsigned> dispatch_cpus;  // index = QPU index
+    // IRQ summary of the apply (empty when not applied here).
+    std::map<std::string, std::size_t> irq_counts;  // action -> count
+    std::vector<std::string> managed_irqs;           // "24 (nvme0q1)"
+    std::string irqbalance;
+    std::optional<std::string> kernel_release;
+    std::string preempt_model;
+    std::vector<rtcore::warning> kernel_warnings;
+    std::vector<std::string> capability_notes;  // e.g. CAP_BPF not permitted
+};
+
+class services {
+public:
+    services(event_loop& loop, const config& cfg, host_facts facts);
+    ~services();
+    services(const services&) = delete;
+    services& operator=(const services&) = delete;
+
+    // Opens the ledger, starts the links, pump, timers, probes and the
+    // server, in that order.  On error, what was started is stopped.
+    rtcore::status start();
+    // Server, probes, timers, links (unfinished jobs get outcomes), ledger.
+    void stop() noexcept;
+
+    nlohmann::json status_json();
+    telemetry::snapshot telemetry_snapshot();
+
+private:
+    struct qpu_runtime;
+
+    rtcore::status open_ledger();
+    rtcore::status start_links();
+    rtcore::status start_timers();
+    void start_probes();
+    rtcore::status start_server();
+
+    void pump() noexcept;
+    void pump_qpu(qpu_runtime& q, std::int64_t now_ns);
+    void refresh_calibration(qpu_runtime& q, std::int64_t now_ns);
+    const timeline::calibration_window* window_of(qpu_runtime& q, std::int64_t start_ns,
+                                                  std::int64_t now_ns);
+    void on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent_ns);
+    void on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o);
+    void publish_ledger_events();
+    void on_realtime_step();
+
+    event_loop& _loop;
+    const config& _cfg;
+    host_facts _facts;
+    rtcore::real_clock _clock;
+    std::int64_t _started_ns = 0;
+
+    std::unique_ptr<timeline::ledger> _ledger;
+    std::vector<std::unique_ptr<qpu_runtime>> _qpus;
+    std::vector<pid_t> _dispatch_tids;
+    std::int64_t _pump_horizon_ns = 0;
+    std::int64_t _missed_backstop_ns = 0;
+
+    std::optional<rtcore::realtime_step_watch> _step_watch;
+    std::vector<event_loop::timer_id> _timers;
+
+    struct probes_state;
+    std::unique_ptr<probes_state> _probes;
+    std::string _probes_status = "unavailable (not started)";
+
+    std::unique_ptr<rpc::engine> _engine;
+    rpc::agent_hooks _hooks;
+    std::unique_ptr<rpc::authorizer> _auth;
+    std::unique_ptr<rpc::server> _server;
+    rpc::session _internal;  // sees calibration.changed to re-read windows
+    bool _internal_attached = false;
+
+    std::uint64_t _handed_total = 0;
+    std::uint64_t _refused_total = 0;
+    std::uint64_t _missed_before_handover = 0;
+    std::uint64_t _ledger_errors = 0;
+    bool _stopped = false;
+};
+
+}  // namespace qrt
