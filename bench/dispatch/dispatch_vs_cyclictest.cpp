@@ -48,6 +48,7 @@ struct figures {
     double arrival_p50_us = 0, arrival_p99_us = 0;
     std::uint64_t sim_out_of_window = 0;
     double lead_us = 0;
+    std::uint64_t lead_capped = 0;
 
     nlohmann::json json() const {
         nlohmann::json j = {{"ok", ok},           {"count", count},         {"p50_us", p50_us},
@@ -258,6 +259,7 @@ figures run_dispatcher(dispatch_mode mode, int cpu, int prio, int interval_us, i
     f.arrival_p50_us = static_cast<double>(t.arrival_lateness.p50_ns) / 1e3;
     f.arrival_p99_us = static_cast<double>(t.arrival_lateness.p99_ns) / 1e3;
     f.lead_us = static_cast<double>(t.lead_ns) / 1e3;
+    f.lead_capped = t.lead_capped;
     if (s.contains("out_of_window")) {
         f.sim_out_of_window = s["out_of_window"].get<std::uint64_t>();
     }
@@ -333,9 +335,10 @@ int main(int argc, char** argv) {
     std::printf("\nratios (goal):  tuned p99 / cyclictest p99 = %.3f (<= 0.1)\n", r_p99_cyc);
     std::printf("                tuned p95 / untuned p95    = %.3f (<= 0.2)\n", r_p95_untuned);
     std::printf("                tuned stddev / untuned     = %.3f (<= 0.5)\n", r_stddev_untuned);
-    std::printf("spin: %.2f us CPU per dispatch (final lead %.1f us); missed tuned %llu untuned %llu; "
-                "qpu-sim out-of-window tuned %llu untuned %llu\n",
-                tuned.spin_us_per_dispatch, tuned.lead_us, static_cast<unsigned long long>(tuned.missed),
+    std::printf("spin: %.2f us CPU per dispatch (final lead %.1f us, capped by the spin budget %llu times); "
+                "missed tuned %llu untuned %llu; qpu-sim out-of-window tuned %llu untuned %llu\n",
+                tuned.spin_us_per_dispatch, tuned.lead_us, static_cast<unsigned long long>(tuned.lead_capped),
+                static_cast<unsigned long long>(tuned.missed),
                 static_cast<unsigned long long>(untuned.missed),
                 static_cast<unsigned long long>(tuned.sim_out_of_window),
                 static_cast<unsigned long long>(untuned.sim_out_of_window));
@@ -354,6 +357,7 @@ int main(int argc, char** argv) {
         {"untuned", untuned.json()},
         {"spin_us_per_dispatch", tuned.spin_us_per_dispatch},
         {"tuned_lead_us", tuned.lead_us},
+        {"tuned_lead_capped", tuned.lead_capped},
         {"missed", {{"tuned", tuned.missed}, {"untuned", untuned.missed}}},
         {"qpu_sim_out_of_window", {{"tuned", tuned.sim_out_of_window}, {"untuned", untuned.sim_out_of_window}}},
         {"arrival_p99_us", {{"tuned", tuned.arrival_p99_us}, {"untuned", untuned.arrival_p99_us}}},

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -256,6 +257,7 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.submit_errors = _st_submit_errors.load(std::memory_order_relaxed);
     s.sqe_exhausted = _st_sqe_exhausted.load(std::memory_order_relaxed);
     s.deadline_reloads = _st_reloads.load(std::memory_order_relaxed);
+    s.lead_capped = _st_lead_capped.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -351,6 +353,8 @@ void dispatcher::reap_completions() noexcept {
 void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
+    std::uint32_t cur_slot = UINT32_MAX;
+    std::int64_t first_seen = 0;
     while (!_stop.load(std::memory_order_acquire)) {
         _st_loops.fetch_add(1, std::memory_order_relaxed);
         reap_completions();
@@ -367,7 +371,19 @@ void dispatcher::run_loop() noexcept {
             _jobs.pop_front();
             continue;
         }
-        const std::int64_t lead = tuned ? _lead.lead_ns() : 0;
+        if (j->slot != cur_slot) {  // first look at this job: the gap it leaves to T
+            cur_slot = j->slot;
+            first_seen = now;
+        }
+        std::int64_t lead = tuned ? _lead.lead_ns() : 0;
+        // Spin budget: never spin more than max_spin_fraction of the gap
+        // before T, so the thread always sleeps between jobs (a SCHED_FIFO
+        // spin that never sleeps runs into RT throttling and starves the CPU).
+        const auto budget = static_cast<std::int64_t>(static_cast<double>(deadline - first_seen) * _cfg.max_spin_fraction);
+        if (lead > budget) {
+            lead = std::max<std::int64_t>(budget, 0);
+            _st_lead_capped.fetch_add(1, std::memory_order_relaxed);
+        }
         const std::int64_t wake = deadline - lead;
         std::int64_t wakeup_latency = -1;
         if (now < wake) {

@@ -557,6 +557,7 @@ dispatch_telemetry qpu_link::telemetry() const {
     t.lead_ns = _dispatcher.lead_ns();
     t.lead_min_ns = _cfg.dispatch.lead.min_ns;
     t.lead_max_ns = _cfg.dispatch.lead.max_ns;
+    t.lead_capped = _dispatcher.thread_stats().lead_capped;
     t.spin_ns_total = _spin_ns_total;
     t.spin_ns_per_dispatch =
         _sent_total == 0 ? 0.0 : static_cast<double>(_spin_ns_total) / static_cast<double>(_sent_total);

@@ -62,6 +62,7 @@ struct dispatcher_config {
     std::size_t max_payload_bytes = 64 * 1024;
     std::uint8_t frame_flags = 0;       // qrt_wire_flag bits set on every JOB frame
     lead_config lead{};
+    double max_spin_fraction = 0.25;    // spin at most this share of the gap before T
     std::int64_t max_sleep_chunk_ns = 20'000'000;  // re-check stop/deadline at least this often
     std::int64_t idle_sleep_ns = 1'000'000;        // nothing queued: sleep this long
 };
@@ -87,6 +88,7 @@ struct dispatch_thread_stats {
     std::uint64_t submit_errors = 0;        // io_uring_submit < 1
     std::uint64_t sqe_exhausted = 0;
     std::uint64_t deadline_reloads = 0;     // re-converted deadlines seen while waiting
+    std::uint64_t lead_capped = 0;          // dispatches whose lead the spin budget cut
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
     bool mlocked = false;
     bool dma_latency_held = false;
@@ -212,6 +214,7 @@ private:
     std::atomic<std::uint64_t> _st_submit_errors{0};
     std::atomic<std::uint64_t> _st_sqe_exhausted{0};
     std::atomic<std::uint64_t> _st_reloads{0};
+    std::atomic<std::uint64_t> _st_lead_capped{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<bool> _st_dma{false};

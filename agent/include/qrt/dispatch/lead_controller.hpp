@@ -20,7 +20,7 @@ namespace qrt::dispatch {
 struct lead_config {
     std::int64_t initial_ns = 100'000;
     std::int64_t min_ns = 5'000;
-    std::int64_t max_ns = 1'000'000;
+    std::int64_t max_ns = 500'000;
     std::int64_t margin_ns = 10'000;
     double quantile = 0.999;
     std::uint32_t window = 256;  // samples per adaptation step

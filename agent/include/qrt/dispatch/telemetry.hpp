@@ -38,6 +38,7 @@ struct dispatch_telemetry {
     std::int64_t lead_ns = 0;            // current spin lead
     std::int64_t lead_min_ns = 0;
     std::int64_t lead_max_ns = 0;
+    std::uint64_t lead_capped = 0;       // dispatches whose lead the spin budget cut
     std::uint64_t spin_ns_total = 0;     // CPU time spent spinning before T
     double spin_ns_per_dispatch = 0.0;
     dispatch_counters counters;
