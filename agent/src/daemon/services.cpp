@@ -295,7 +295,7 @@ rtcore::status services::start_links() {
         _qpus.push_back(std::move(q));
     }
     // Hand jobs over a little before their lead starts: horizon > lead_max.
-    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 50 * k_ms);
+    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 100 * k_ms);
     return rtcore::ok();
 }
 
