@@ -103,11 +103,12 @@ def main():
     ap.add_argument("--socket", default=os.environ.get("QRT_SOCKET", qrt_client.DEFAULT_SOCKET))
     ap.add_argument("--qpu", default="qpu0")
     ap.add_argument("--jobs", type=int, default=300)
-    ap.add_argument("--spacing-ms", type=float, default=5.0)
+    ap.add_argument("--spacing-ms", type=float, default=20.0)
     ap.add_argument("--duration-us", type=int, default=200)
     ap.add_argument("--margin-ms", type=float, default=2.0)
-    ap.add_argument("--lead-in-ms", type=float, default=2500.0,
-                    help="first start this long after now (submitting takes about 3 ms per job: one fsync each)")
+    ap.add_argument("--lead-in-ms", type=float, default=0.0,
+                    help="first start this long after now (default 1 s + 8 ms per job: "
+                         "each submit is one fsync of the ledger)")
     ap.add_argument("--connect-timeout-s", type=float, default=10.0)
     ap.add_argument("--json", action="store_true", help="also print one JSON summary line")
     a = ap.parse_args()
@@ -127,7 +128,8 @@ def main():
     duration_ns = a.duration_us * 1000
     spacing_ns = int(a.spacing_ms * 1e6)
     windows = c.calibration_get(a.qpu)
-    first = time.time_ns() + int(a.lead_in_ms * 1e6)
+    lead_in_ms = a.lead_in_ms or 1000.0 + 8.0 * a.jobs
+    first = time.time_ns() + int(lead_in_ms * 1e6)
     starts = plan_starts(windows, a.jobs, first, spacing_ns, duration_ns, int(a.margin_ms * 1e6))
     span_windows = {w["calibration_id"] for w in windows
                     for t in starts if w["valid_from_ns"] <= t < w["valid_until_ns"]}

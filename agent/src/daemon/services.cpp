@@ -294,8 +294,10 @@ rtcore::status services::start_links() {
         }
         _qpus.push_back(std::move(q));
     }
-    // Hand jobs over a little before their lead starts: horizon > lead_max.
-    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 100 * k_ms);
+    // Hand jobs over well before their lead starts (horizon > lead_max):
+    // a housekeeping stall shorter than the horizon (an fsync of the
+    // ledger, a burst of requests) then delays no dispatch.
+    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 250 * k_ms);
     return rtcore::ok();
 }
 
