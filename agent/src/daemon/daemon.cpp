@@ -350,6 +350,7 @@ exit_code daemon::run() {
         std::string isolation_used = "not applied";
         host_facts facts;
         facts.state_dir = state_dir;
+        facts.root = _opts.root;
         facts.isolated = plan->isolated;
         facts.housekeeping = plan->housekeeping;
         facts.dispatch_cpus = plan->dispatch_cpus;
@@ -402,6 +403,10 @@ exit_code daemon::run() {
             }
             isolation_used = rtcore::to_string(rep->isolation.method);
             facts.partition_applied = true;
+            if (rep->isolation.method == rtcore::isolation_method::cgroup_v1_cpuset) {
+                facts.isolated_cgroup = rep->isolation.isolated_cgroup;
+                facts.housekeeping_cgroup = rep->isolation.housekeeping_cgroup;
+            }
             for (const auto a : {rtcore::irq_outcome::action::pinned,
                                  rtcore::irq_outcome::action::already_ok,
                                  rtcore::irq_outcome::action::managed,

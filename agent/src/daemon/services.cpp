@@ -19,6 +19,8 @@
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
+#include "rtcore/host_fs.hpp"
+#include "rtcore/task_ops.hpp"
 
 #ifdef QRT_HAVE_BPF
 #include "qrt_bpf/intrusion.hpp"
@@ -275,8 +277,28 @@ rtcore::status services::start_links() {
         // The dispatch thread's TID (for the probes): the task that appears
         // while start() runs, io_uring workers (iou-*) aside.
         const auto before = own_tids();
-        if (auto st = q->link->start(); !st) {
-            return rtcore::error{st.err().code, fmt::format("qpu {}: {}", qc.name, st.err().message)};
+        // With cgroup v1 cpusets, this thread's cpuset holds only the
+        // housekeeping CPUs: the dispatch thread could not pin itself to an
+        // isolated one.  Start it from inside the isolated cpuset (a new
+        // thread inherits its creator's), then come back.
+        const bool hop = q->dispatch_cpu >= 0 && dc.mode == dispatch::dispatch_mode::tuned &&
+                         !_facts.isolated_cgroup.empty() && !_facts.housekeeping_cgroup.empty();
+        rtcore::host_fs fs(_facts.root);
+        rtcore::real_task_ops tasks;
+        if (hop) {
+            if (auto st = tasks.attach(fs, _facts.isolated_cgroup, ::gettid()); !st) {
+                log::warn("dispatch", "{}: join {}: {}", qc.name, _facts.isolated_cgroup, st.err().message);
+            }
+        }
+        auto started = q->link->start();
+        if (hop) {
+            if (auto st = tasks.attach(fs, _facts.housekeeping_cgroup, ::gettid()); !st) {
+                log::error("dispatch", "{}: back to {}: {}", qc.name, _facts.housekeeping_cgroup,
+                           st.err().message);
+            }
+        }
+        if (!started) {
+            return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
         }
         for (const pid_t t : own_tids()) {
             if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
@@ -478,6 +500,15 @@ rtcore::status services::start_server() {
         so.max_line_bytes = _cfg.rpc.max_line_bytes;
     }
     so.metrics_textfile = _cfg.rpc.metrics_textfile;
+    // The socket's directory (/run/qrtd under systemd's RuntimeDirectory=;
+    // created here for `qrtd run` by hand).
+    if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
+        std::error_code ec;
+        if (std::filesystem::create_directories(dir, ec); ec) {
+            return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(),
+                                                         ec.message())};
+        }
+    }
     _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);
     rpc::server* srv = _server.get();
     _hooks.transport = [srv] { return srv->stats(); };

@@ -56,6 +56,12 @@ struct host_facts {
     std::string preempt_model;
     std::vector<rtcore::warning> kernel_warnings;
     std::vector<std::string> capability_notes;  // e.g. CAP_BPF not permitted
+    // cgroup v1 cpusets of the partition (host paths; empty: not v1): the
+    // dispatch threads are started from inside the isolated one so they may
+    // pin themselves to an isolated CPU, then the loop thread goes back.
+    std::filesystem::path root = "/";
+    std::string isolated_cgroup;
+    std::string housekeeping_cgroup;
 };
 
 class services {

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Quick start command 1: the end-to-end demo, as root on Debian 12.
+#
+#   deps -> build -> `qrtd host plan` -> qpu-sim + `qrtd run` (applies the
+#   partition, restores it on exit) -> a scheduler client places and submits
+#   a few hundred jobs across several short calibration windows -> lateness
+#   percentiles and outcomes (qrt-jitter-report + qpu-sim's summary) -> a
+#   check that the host was put back as it was.
+#
+# Idempotent; every process it starts is stopped by PID on exit (trap).
+# Environment: QRT_BUILD_DIR (default ./build), QRT_DEMO_JOBS (300),
+# QRT_DEMO_SPACING_MS (20), QRT_DEMO_STATE (/var/lib/qrtd-demo),
+# QRT_DEMO_SKIP_BUILD=1 (use the binaries already built).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${QRT_BUILD_DIR:-$here/build}
+config=$here/config/demo.toml
+run_dir=/run/qrtd-demo
+state=${QRT_DEMO_STATE:-/var/lib/qrtd-demo}
+jobs=${QRT_DEMO_JOBS:-300}
+spacing_ms=${QRT_DEMO_SPACING_MS:-20}
+sock=$run_dir/qrtd.sock
+work=$(mktemp -d /tmp/qrtd-demo.XXXXXX)
+
+step() { echo; echo "==> [demo] $*"; }
+info() { echo "    [demo] $*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "[demo] run as root: the demo applies (and restores) a CPU/IRQ partition" >&2
+  exit 1
+fi
+
+sim_pid=""
+qrtd_pid=""
+cleanup() {
+  local rc=$?
+  # Only the PIDs this script started.
+  if [ -n "$qrtd_pid" ] && kill -0 "$qrtd_pid" 2>/dev/null; then
+    kill -TERM "$qrtd_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$qrtd_pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  if [ -n "$sim_pid" ] && kill -0 "$sim_pid" 2>/dev/null; then
+    kill -TERM "$sim_pid" 2>/dev/null || true
+    wait "$sim_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+host_snapshot() {
+  # What the partition changes: IRQ affinities, the default affinity and
+  # the qrt cpusets; restored means byte-equal to before.
+  {
+    for f in /proc/irq/default_smp_affinity /proc/irq/*/smp_affinity_list; do
+      [ -r "$f" ] && printf '%s %s\n' "$f" "$(cat "$f" 2>/dev/null || echo '?')"
+    done
+    ls -d /sys/fs/cgroup/cpuset/qrt-* /sys/fs/cgroup/unified/qrt-* /sys/fs/cgroup/qrt-* 2>/dev/null || true
+  } | sort
+}
+
+step "1/6 dependencies"
+"$here/tools/quickstart/deps.sh"
+
+step "2/6 build ($build)"
+if [ "${QRT_DEMO_SKIP_BUILD:-0}" = 1 ]; then
+  info "QRT_DEMO_SKIP_BUILD=1: using the binaries already in $build"
+else
+  "$here/tools/quickstart/build.sh"
+fi
+qrtd=$build/agent/qrtd
+sim=$build/tools/qpu-sim/qpu-sim
+report=$build/tools/jitter-report/qrt-jitter-report
+for b in "$qrtd" "$sim" "$report"; do
+  [ -x "$b" ] || { echo "[demo] missing $b after the build" >&2; exit 1; }
+done
+
+step "3/6 partition plan (changes nothing)"
+"$qrtd" host plan -c "$config" | sed 's/^/    /'
+
+if [ -e "$state/host-journal" ]; then
+  info "a journal from an earlier interrupted demo is in $state: restoring it first"
+  "$qrtd" host restore -c "$config" --state-dir "$state" || true
+fi
+mkdir -p "$run_dir" "$state"
+chmod 0750 "$state"
+rm -f "$state"/ledger.sqlite*   # a fresh timeline for every demo run
+host_snapshot > "$work/host.before"
+
+step "4/6 qpu-sim + qrtd run (applies the partition; restores it on exit)"
+"$sim" --listen "unix://$run_dir/qpu0.sock" --fifo 50 --json --summary-file "$work/sim.json" \
+  --duration-s 120 > "$work/sim.out" 2>&1 &
+sim_pid=$!
+for _ in $(seq 1 100); do [ -S "$run_dir/qpu0.sock" ] && break; sleep 0.05; done
+info "qpu-sim pid $sim_pid on unix://$run_dir/qpu0.sock"
+"$qrtd" run -c "$config" --state-dir "$state" --duration-s 90 > "$work/qrtd.log" 2>&1 &
+qrtd_pid=$!
+for _ in $(seq 1 200); do
+  [ -S "$sock" ] && break
+  kill -0 "$qrtd_pid" 2>/dev/null || { cat "$work/qrtd.log" >&2; exit 1; }
+  sleep 0.05
+done
+[ -S "$sock" ] || { echo "[demo] qrtd did not open $sock" >&2; tail -20 "$work/qrtd.log" >&2; exit 1; }
+info "qrtd pid $qrtd_pid on $sock"
+grep -E "isolation: |irq: |dispatch: qpu0: endpoint .* mode|probes: " "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
+
+step "5/6 scheduler client: $jobs jobs, ${spacing_ms} ms apart"
+python3 "$here/tools/quickstart/demo_client.py" --socket "$sock" --jobs "$jobs" \
+  --spacing-ms "$spacing_ms" | sed 's/^/    /'
+
+step "    lateness report (qrt-jitter-report against the agent)"
+"$report" --socket "$sock" --no-histogram | sed 's/^/    /' || true
+
+# Stop qrtd (it restores the host), then qpu-sim (it prints its summary).
+kill -TERM "$qrtd_pid"
+qrtd_rc=0
+wait "$qrtd_pid" || qrtd_rc=$?
+qrtd_pid=""
+grep -E "host: restored|restore|daemon: stopped" "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
+kill -TERM "$sim_pid"
+wait "$sim_pid" || true
+sim_pid=""
+step "    qpu-sim summary (arrival stamps at the simulated QPU)"
+python3 - "$work/sim.json" <<'EOF' | sed 's/^/    /'
+import json, sys
+s = json.load(open(sys.argv[1]))
+a = s["arrival_lateness_ns"]
+print(f"jobs {s['jobs']}, results {s['results']}, out of window {s['out_of_window']}, "
+      f"late {s['late']}, calibration mismatches {s['calibration_mismatch']}")
+print(f"arrival lateness: p50 {a['p50']/1e3:.1f} us, p95 {a['p95']/1e3:.1f} us, "
+      f"p99 {a['p99']/1e3:.1f} us, max {a['max']/1e3:.1f} us")
+EOF
+
+step "6/6 host restored?"
+host_snapshot > "$work/host.after"
+if [ "$qrtd_rc" -eq 0 ] && [ ! -e "$state/host-journal" ] && diff -q "$work/host.before" "$work/host.after" >/dev/null; then
+  info "yes: $(wc -l < "$work/host.after") IRQ/cpuset values equal to before, no journal left"
+else
+  info "NO: qrtd exit $qrtd_rc; differences:"
+  diff "$work/host.before" "$work/host.after" | head -20 | sed 's/^/    /' || true
+  info "run: $qrtd host restore -c $config --state-dir $state"
+  exit 1
+fi
+echo
+echo "[demo] done"
