@@ -141,7 +141,8 @@ struct services::qpu_runtime {
     int dispatch_cpu = -1;
     std::int64_t tolerance_ns = 0;
     std::unique_ptr<dispatch::qpu_link> link;
-    std::set<std::uint64_t> handed;  // given to the link, no outcome yet
+    // Given to the link, no outcome yet: id -> (start, calibration id) as handed.
+    std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
     std::vector<timeline::calibration_window> windows;  // ending after the last refresh
     std::int64_t current_until_ns = 0;  // refresh when now reaches this
     std::uint64_t calibration_id = 0;   // what the link's guard holds
@@ -667,7 +668,7 @@ void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
             j.tolerance_ns = q.tolerance_ns;
             j.shots = shots_of(r.payload);
             if (auto st = q.link->submit(j, r.payload); st) {
-                q.handed.insert(r.id);
+                q.handed[r.id] = {r.start_ns, r.calibration_id};
                 ++_handed_total;
                 continue;
             } else {
@@ -695,10 +696,23 @@ void services::on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent
 }
 
 void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
-    q.handed.erase(o.job_id);
+    std::optional<std::pair<std::int64_t, std::uint64_t>> as_handed;
+    if (const auto h = q.handed.find(o.job_id); h != q.handed.end()) {
+        as_handed = h->second;
+        q.handed.erase(h);
+    }
     const std::int64_t now = _clock.now_realtime_ns();
     const timeline::reservation* r = _ledger ? _ledger->find(o.job_id) : nullptr;
     if (r == nullptr) {
+        return;
+    }
+    // Re-placed after the hand-over (calibration.update moved it to a new
+    // window): the guard refused the stale copy; the pump hands the job
+    // over again with its new start and calibration id.
+    if (r->state == timeline::res_state::committed && o.sent_ns == 0 && as_handed &&
+        (as_handed->first != r->start_ns || as_handed->second != r->calibration_id) && !_stopped) {
+        log::debug("dispatch", "{}: job {} re-placed after hand-over ({}): handing it over again",
+                   q.name, o.job_id, o.reason);
         return;
     }
     std::string why = o.reason;

@@ -54,16 +54,27 @@ socket_path = "{dir}/qrtd.sock"
 [roles]
 reader = []
 scheduler = ["uid:{uid}"]
-calibration = []
+calibration = ["uid:{uid}"]
 admin = []
 [probes]
 enabled = false
+"""
+
+# One QPU per test (this 2-CPU host isolates one core: one dispatch CPU).
+PERIODIC_QPU = """
 [[qpu]]
 name = "qpu0"
 endpoint = "unix://{dir}/qpu0.sock"
 calibration = "periodic"
 period_ns = 1_000_000_000
 blackout_ns = 100_000_000
+fidelity_f0 = 0.99
+"""
+PUSHED_QPU = """
+[[qpu]]
+name = "qpu1"
+endpoint = "unix://{dir}/qpu1.sock"
+calibration = "pushed"
 fidelity_f0 = 0.99
 """
 
@@ -90,8 +101,9 @@ class E2E(unittest.TestCase):
         self.sock = os.path.join(self.dir, "qrtd.sock")
         self.cfg = os.path.join(self.dir, "qrtd.toml")
         with open(self.cfg, "w") as f:
-            f.write(CONFIG.format(dir=self.dir, uid=os.getuid(),
-                                  mode="tuned" if os.geteuid() == 0 else "untuned"))
+            qpu = PUSHED_QPU if "pushed" in self._testMethodName else PERIODIC_QPU
+            f.write((CONFIG + qpu).format(dir=self.dir, uid=os.getuid(),
+                                          mode="tuned" if os.geteuid() == 0 else "untuned"))
         self.summary = os.path.join(self.dir, "sim.json")
         self.procs = []
         self.sim = self.start_sim()
@@ -109,7 +121,8 @@ class E2E(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def start_sim(self):
-        args = [QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock", "--json",
+        args = [QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock",
+                "--listen", f"unix://{self.dir}/qpu1.sock", "--json",
                 "--summary-file", self.summary, "--duration-s", "110"]
         if os.geteuid() == 0:
             # Prompt arrival stamps on a loaded host.
@@ -221,7 +234,7 @@ class E2E(unittest.TestCase):
         status = c.status()
         self.assertIn(status["health"]["status"], ("ok", "degraded"))
         self.assertTrue(status["probes"].startswith("unavailable ("), status["probes"])
-        self.assertEqual(status["qpus"][0]["name"], "qpu0")
+        self.assertEqual([q["name"] for q in status["qpus"]], ["qpu0"])
 
         # 2. Acknowledged reservations, then kill -9.
         now = time.time_ns()
@@ -267,6 +280,48 @@ class E2E(unittest.TestCase):
         summary = self.stop_sim()
         self.assertEqual(summary["out_of_window"], 0, summary)
         self.assertGreater(summary["results"], 0, summary)
+
+    def test_pushed_calibration_reaches_the_dispatch_guard(self):
+        """calibration.update re-places committed jobs into the new window
+        (new calibration id), including jobs already handed to the
+        dispatcher: they complete, none fails on the calibration guard."""
+        c = self.start_qrtd()
+        self.assertTrue(wait_for(lambda: self.endpoint_up(c), 10), "endpoint never up")
+        now = time.time_ns()
+        w1 = {"calibration_id": 101, "valid_from_ns": now + 500 * MS, "valid_until_ns": now + 4000 * MS}
+        c.calibration_update("qpu1", [w1])
+        windows = c.calibration_get("qpu1")
+        self.assertEqual([w["calibration_id"] for w in windows], [101])
+        starts = demo_client.plan_starts(windows, 60, now + 1500 * MS, 20 * MS, 200_000, 2 * MS)
+        acked, errors = demo_client.submit_jobs(c, "qpu1", starts, 200_000, "pushed")
+        self.assertEqual(errors, [])
+        self.assertTrue(all(r["calibration_id"] == 101 for r in acked))
+        # Wait until the first jobs have been handed over (the pump's
+        # horizon is 250 ms), then recalibrate: same span, new id.
+        first = min(r["start_ns"] for r in acked)
+        time.sleep(max(0.0, (first - 150 * MS - time.time_ns()) / 1e9))
+        w2 = dict(w1, calibration_id=202, valid_from_ns=time.time_ns() + 20 * MS)
+        rep = c.calibration_update("qpu1", [w2])
+        self.assertGreater(rep["replaced"] + rep["displaced"], 0, rep)
+        ids = [r["job_id"] for r in acked]
+        last_end = max(r["end_ns"] for r in acked)
+        st = demo_client.wait_terminal(c, ids, (last_end - time.time_ns()) / 1e9 + 15)
+        states = {}
+        for j, s in st.items():
+            self.assertIn(s["state"], demo_client.TERMINAL, s)
+            states[s["state"]] = states.get(s["state"], 0) + 1
+            if s["state"] == "completed":
+                self.assertEqual(s["calibration_id"], 202, s)
+            else:
+                self.assertTrue(s["reason"], s)
+                self.assertNotIn("calibration_changed", s["reason"], s)
+        self.assertGreater(states.get("completed", 0), len(ids) // 2, states)
+        c.close()
+        self.qrtd.send_signal(signal.SIGTERM)
+        self.assertEqual(self.qrtd.wait(20), 0, self.log_tail())
+        summary = self.stop_sim()
+        self.assertEqual(summary["out_of_window"], 0, summary)
+        self.assertEqual(summary["calibration_mismatch"], 0, summary)
 
     def check_metrics_text(self, text):
         sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? '
