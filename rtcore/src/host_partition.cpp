@@ -129,6 +129,9 @@ result<apply_report> apply(host_fs& fs, task_ops& tasks, const std::filesystem::
     if (rep.dry_run) {
         rep.lines.push_back("partition: dry run: listing the writes apply would make; nothing is changed");
     }
+    if (!journal->set_aside_reason().empty()) {
+        rep.lines.push_back("partition: " + journal->set_aside_reason());
+    }
     if (rep.continued_journal) {
         rep.lines.push_back("partition: " + rep.journal_path +
                             " holds an earlier apply that was never restored; its originals are kept");
@@ -218,6 +221,12 @@ result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem
     }
     if (recs->empty()) {
         rep.lines.push_back("verify: no journal in " + state_dir.string() + ": the partition is not applied");
+        return rep;
+    }
+    if (auto then_boot = journal_other_boot(fs, *recs)) {
+        // Nothing of it holds after the reboot; the next apply sets it aside.
+        rep.lines.push_back("verify: the journal in " + state_dir.string() + " was written in boot " + *then_boot +
+                            ", before the last reboot: the partition is not applied in this boot");
         return rep;
     }
     rep.applied = true;

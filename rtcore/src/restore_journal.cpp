@@ -139,6 +139,40 @@ std::string current_boot_id(const host_fs& fs) {
     return id && !id->empty() ? *id : std::string("unknown");
 }
 
+// The boot id of a journal's first line, or "unknown".
+std::string journal_boot_id(const std::vector<journal_record>& recs) {
+    if (!recs.empty() && recs.front().kind == "journal" && recs.front().fields.size() >= 2 &&
+        !recs.front().fields[1].empty()) {
+        return recs.front().fields[1];
+    }
+    return "unknown";
+}
+
+// A boot id fit for a file name: hex digits and '-' only.
+std::string file_safe(std::string_view id) {
+    std::string out;
+    for (char c : id) {
+        const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-';
+        out += ok ? c : '_';
+    }
+    return out.empty() ? std::string("unknown") : out;
+}
+
+// Where an earlier boot's journal goes: host-journal.<boot id>.stale, never
+// over an older one.
+std::filesystem::path stale_name(const std::filesystem::path& state_dir, std::string_view boot) {
+    const std::string base = std::string(restore_journal::file_name) + "." + file_safe(boot);
+    std::filesystem::path p = state_dir / (base + ".stale");
+    for (int n = 1; n < 1000; ++n) {
+        struct stat st {};
+        if (::lstat(p.c_str(), &st) < 0 && errno == ENOENT) {
+            break;
+        }
+        p = state_dir / (base + "." + std::to_string(n) + ".stale");
+    }
+    return p;
+}
+
 // For report details: short and on one line.
 std::string show(std::string_view bytes) {
     std::string s(bytes);
@@ -555,7 +589,9 @@ restore_journal::restore_journal(restore_journal&& o) noexcept
       _records(std::move(o._records)),
       _files(std::move(o._files)),
       _tids(std::move(o._tids)),
-      _created_dirs(std::move(o._created_dirs)) {}
+      _created_dirs(std::move(o._created_dirs)),
+      _set_aside_path(std::move(o._set_aside_path)),
+      _set_aside_reason(std::move(o._set_aside_reason)) {}
 
 restore_journal& restore_journal::operator=(restore_journal&& o) noexcept {
     if (this != &o) {
@@ -570,6 +606,8 @@ restore_journal& restore_journal::operator=(restore_journal&& o) noexcept {
         _files = std::move(o._files);
         _tids = std::move(o._tids);
         _created_dirs = std::move(o._created_dirs);
+        _set_aside_path = std::move(o._set_aside_path);
+        _set_aside_reason = std::move(o._set_aside_reason);
     }
     return *this;
 }
@@ -602,6 +640,10 @@ bool restore_journal::created(std::string_view path) const {
     return false;
 }
 
+bool restore_journal::made_dir(std::string_view dir) const {
+    return std::find(_created_dirs.begin(), _created_dirs.end(), dir) != _created_dirs.end();
+}
+
 result<std::vector<journal_record>> restore_journal::load(const std::filesystem::path& state_dir,
                                                           std::vector<std::string>* problems) {
     if (auto st = check_state_dir(state_dir, false); !st) {
@@ -626,6 +668,23 @@ result<std::vector<journal_record>> restore_journal::load(const std::filesystem:
     return std::move(parsed.records);
 }
 
+std::optional<std::string> journal_other_boot(const host_fs& fs, const std::vector<journal_record>& recs) {
+    const std::string then_boot = journal_boot_id(recs);
+    const std::string now_boot = current_boot_id(fs);
+    if (then_boot != "unknown" && now_boot != "unknown" && then_boot != now_boot) {
+        return then_boot;
+    }
+    return std::nullopt;
+}
+
+void restore_journal::note_set_aside(const host_fs& fs, const std::string& then_boot) {
+    _set_aside_path = stale_name(_path.parent_path(), then_boot);
+    _set_aside_reason = _path.string() + " was written in boot " + then_boot + ", this is boot " +
+                        current_boot_id(fs) + ": the reboot already reset every value it recorded, so it " +
+                        (_dry_run ? "would be set aside as " : "was set aside as ") + _set_aside_path.string() +
+                        " and this boot's originals start a fresh journal";
+}
+
 result<restore_journal> restore_journal::open(const host_fs& fs, const std::filesystem::path& state_dir,
                                               bool dry_run) {
     if (auto st = check_state_dir(state_dir, !dry_run); !st) {
@@ -639,6 +698,11 @@ result<restore_journal> restore_journal::open(const host_fs& fs, const std::file
         auto recs = load(state_dir, &problems);
         if (!recs) {
             return recs.err();
+        }
+        if (auto then_boot = journal_other_boot(fs, *recs)) {
+            // Its originals belong to a boot that is over: plan as on a fresh journal.
+            j.note_set_aside(fs, *then_boot);
+            recs->clear();
         }
         j._existed = !recs->empty();
         for (auto& r : *recs) {
@@ -668,6 +732,35 @@ result<restore_journal> restore_journal::open(const host_fs& fs, const std::file
         return text.err();
     }
     auto parsed = parse_all(*text);
+    if (auto then_boot = journal_other_boot(fs, parsed.records)) {
+        // A journal from before the last reboot: the reboot reset every value
+        // it recorded, and continuing it would keep this boot's originals out
+        // of it (only the first original per path is kept).  Keep it for the
+        // admin under another name (still holding its lock) and start afresh.
+        j.note_set_aside(fs, *then_boot);
+        if (::rename(j._path.c_str(), j._set_aside_path.c_str()) < 0) {
+            return error::from_errno("rename " + j._path.string() + " to " + j._set_aside_path.string() +
+                                     " (setting aside the journal of boot " + *then_boot + ")");
+        }
+        if (auto st = fsync_dir(state_dir); !st) {
+            return st.err();
+        }
+        unique_fd fresh(::open(j._path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600));
+        if (fresh.fd < 0) {
+            const int e = errno;
+            return error{e, "open " + j._path.string() + ": " + std::generic_category().message(e) +
+                                (e == EEXIST ? " (another qrtd started a journal at the same time)" : "")};
+        }
+        if (::flock(fresh.fd, LOCK_EX | LOCK_NB) < 0) {
+            const int e = errno;
+            return error{e, "flock " + j._path.string() + ": " + std::generic_category().message(e) +
+                                " (another qrtd is applying or restoring)"};
+        }
+        ::close(fd.release());
+        fd.fd = fresh.release();
+        created = true;
+        parsed = parsed_journal{};
+    }
     if (!parsed.problems.empty()) {
         return error::invalid(j._path.string() + ": " + parsed.problems.front() +
                               "; run `qrtd host restore` and check its report before applying again");
@@ -786,15 +879,10 @@ result<restore_outcome> restore_from_journal(host_fs& fs, task_ops& tasks,
     auto parsed = parse_all(*text);
     restore_outcome out;
     out.journal_found = true;
-    const std::string now_boot = current_boot_id(fs);
-    if (!parsed.records.empty() && parsed.records.front().kind == "journal" &&
-        parsed.records.front().fields.size() >= 2) {
-        const auto& then_boot = parsed.records.front().fields[1];
-        if (then_boot != "unknown" && now_boot != "unknown" && then_boot != now_boot) {
-            out.other_boot = true;
-            out.problems.push_back("journal was written in boot " + then_boot + ", this is boot " + now_boot +
-                                   ": the reboot already reset every runtime value; nothing restored");
-        }
+    if (auto then_boot = journal_other_boot(fs, parsed.records)) {
+        out.other_boot = true;
+        out.problems.push_back("journal was written in boot " + *then_boot + ", this is boot " +
+                               current_boot_id(fs) + ": the reboot already reset every runtime value; nothing restored");
     }
     if (!out.other_boot) {
         auto undone = undo_range(fs, tasks, parsed.records, 0);

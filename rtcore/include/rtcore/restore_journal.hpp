@@ -26,6 +26,12 @@
 //
 // Only the first original per path (and per thread) is kept, so re-applying
 // after a crash never records qrtd's own values as originals.
+//
+// A journal written in another boot (its boot_id differs from
+// /proc/sys/kernel/random/boot_id) is never continued: the reboot reset every
+// value it recorded, and continuing it would keep this boot's originals out.
+// open() renames it to host-journal.<its boot id>.stale (kept for the admin,
+// the directory fsynced) and starts a fresh journal; set_aside_reason() says so.
 
 #include <sys/types.h>
 
@@ -74,9 +80,10 @@ public:
     static constexpr const char* version = "1";
 
     // Opens the journal in state_dir for appending, creating it if needed and
-    // loading what is already there.  A missing or unwritable state_dir is an
+    // loading what is already there.  A journal from another boot is set
+    // aside first (see above).  A missing or unwritable state_dir is an
     // error.  fs is only read (boot_id).  In dry-run mode nothing is written
-    // to disk; records are kept in memory.
+    // to disk; records are kept in memory (an other-boot journal is ignored).
     static result<restore_journal> open(const host_fs& fs, const std::filesystem::path& state_dir,
                                         bool dry_run = false);
 
@@ -95,6 +102,10 @@ public:
     const std::vector<journal_record>& records() const { return _records; }
     std::size_t size() const { return _records.size(); }
     bool existed() const { return _existed; }
+    // Non-empty when open() set aside (dry run: would set aside) a journal
+    // from another boot: where it went, and one line of words saying why.
+    const std::filesystem::path& set_aside_path() const { return _set_aside_path; }
+    const std::string& set_aside_reason() const { return _set_aside_reason; }
 
     // Informational and structural records (durable before returning).
     status append(const journal_record& rec);
@@ -107,12 +118,14 @@ public:
     status save_file(const host_fs& fs, const std::string& path) { return save_files(fs, {path}); }
     bool has_file(std::string_view path) const { return _files.count(std::string(path)) != 0; }
     bool has_task(pid_t tid) const { return _tids.count(tid) != 0; }
-    bool created(std::string_view dir) const;
+    bool created(std::string_view dir) const;  // path is under a directory qrtd created
+    bool made_dir(std::string_view dir) const;  // dir itself has a mkcg record
 
 private:
     restore_journal() = default;
     status write_lines(const std::vector<journal_record>& recs);
     void index(const journal_record& rec);
+    void note_set_aside(const host_fs& fs, const std::string& then_boot);
 
     std::filesystem::path _path;
     int _fd = -1;
@@ -122,7 +135,13 @@ private:
     std::set<std::string> _files;
     std::set<pid_t> _tids;
     std::vector<std::string> _created_dirs;
+    std::filesystem::path _set_aside_path;
+    std::string _set_aside_reason;
 };
+
+// The boot id a journal's records were written in, when that is known and is
+// not the current boot (/proc/sys/kernel/random/boot_id); nullopt otherwise.
+std::optional<std::string> journal_other_boot(const host_fs& fs, const std::vector<journal_record>& recs);
 
 // Puts back everything recorded in state_dir's journal, newest first, and
 // removes the journal when every record was restored.  Idempotent; a missing
