@@ -40,6 +40,19 @@ status write_checked(host_fs& fs, const std::string& path, const std::string& va
     return ok();
 }
 
+// Why qrtd may not use dir as its own cgroup, or "" when it may: dir does not
+// exist yet, or this boot's journal records that qrtd created it.  A cgroup
+// with our name that qrtd did not create is never taken over (its files would
+// be overwritten unjournaled and restore would remove it).
+std::string foreign_cgroup(const host_fs& fs, const restore_journal& journal, const std::string& dir) {
+    if (!fs.exists(dir) || journal.made_dir(dir)) {
+        return "";
+    }
+    return "cgroup " + dir +
+           " already exists (left by another tool or an earlier run that was not restored); remove it or run "
+           "`qrtd host restore`";
+}
+
 // ------------------------------------------------------------ cgroup v2
 
 // Why the v2 partition cannot be used, or "" when it can.
@@ -452,8 +465,16 @@ result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_j
         std::string why_not;
         if (m == isolation_method::cgroup_v2_partition) {
             why_not = v2_unavailable(fs, mounts);
+            if (why_not.empty()) {
+                why_not = foreign_cgroup(fs, journal, join(mounts.v2_root, opts.cgroup_prefix + "-isolated"));
+            }
         } else if (m == isolation_method::cgroup_v1_cpuset) {
             why_not = v1_unavailable(fs, mounts);
+            for (const char* suffix : {"-housekeeping", "-isolated"}) {
+                if (why_not.empty()) {
+                    why_not = foreign_cgroup(fs, journal, join(mounts.v1_cpuset_root, opts.cgroup_prefix + suffix));
+                }
+            }
         }
         if (!why_not.empty()) {
             if (opts.force) {

@@ -14,6 +14,11 @@
 //                        threads that refuse are counted and left).
 //   affinity-fence       every movable task's affinity loses the isolated CPUs.
 //
+// A cgroup method whose cgroup directory already exists without a mkcg record
+// in this boot's journal (another tool's, or left by a run whose journal is
+// gone) is not used: its files are never written and restore never removes
+// it; the reason names the path.
+//
 // Each change is journaled before it is made.  A method that cannot be used
 // says why; a method that fails half way is unwound (journal records since
 // its start) and the next one is tried.  Real-time threads join the isolated
