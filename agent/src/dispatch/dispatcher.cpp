@@ -14,6 +14,8 @@
 #include <system_error>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
@@ -38,6 +40,26 @@ constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
+
+const char* to_string(submit_mode m) noexcept {
+    switch (m) {
+        case submit_mode::syscall:
+            return "syscall";
+        case submit_mode::sqpoll:
+            return "sqpoll";
+    }
+    return "?";
+}
+
+std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept {
+    if (s == "syscall") {
+        return submit_mode::syscall;
+    }
+    if (s == "sqpoll") {
+        return submit_mode::sqpoll;
+    }
+    return std::nullopt;
+}
 
 struct dispatcher::uring {
     io_uring ring{};
@@ -76,11 +98,38 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
         _free.push_back(static_cast<std::uint32_t>(i));
     }
     _uring = std::make_unique<uring>();
-    if (int rc = io_uring_queue_init(uring_entries, &_uring->ring, 0); rc < 0) {
-        ::munmap(_pool, _pool_bytes);
-        throw std::system_error(-rc, std::generic_category(), "dispatch: io_uring_queue_init");
+    if (cfg.submit == submit_mode::sqpoll) {
+        // The kernel poller thread is created here, on the housekeeping
+        // thread, so it inherits SCHED_OTHER and never competes at RT
+        // priority; SQ_AFF pins it to the housekeeping CPU.
+        io_uring_params params{};
+        params.flags = IORING_SETUP_SQPOLL;
+        params.sq_thread_idle = cfg.sqpoll_idle_ms;
+        if (cfg.sqpoll_cpu >= 0) {
+            params.flags |= IORING_SETUP_SQ_AFF;
+            params.sq_thread_cpu = static_cast<std::uint32_t>(cfg.sqpoll_cpu);
+        }
+        if (int rc = io_uring_queue_init_params(uring_entries, &_uring->ring, &params); rc == 0) {
+            _uring->inited = true;
+            _submit_mode = submit_mode::sqpoll;
+        } else {
+            _submit_fallback_reason = "io_uring_queue_init_params(IORING_SETUP_SQPOLL" +
+                                      std::string(cfg.sqpoll_cpu >= 0 ? "|IORING_SETUP_SQ_AFF, sq_thread_cpu " +
+                                                                            std::to_string(cfg.sqpoll_cpu)
+                                                                      : "") +
+                                      ", sq_thread_idle " + std::to_string(cfg.sqpoll_idle_ms) +
+                                      " ms): " + std::strerror(-rc) + "; using syscall submission";
+            spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
+        }
     }
-    _uring->inited = true;
+    if (!_uring->inited) {
+        if (int rc = io_uring_queue_init(uring_entries, &_uring->ring, 0); rc < 0) {
+            ::munmap(_pool, _pool_bytes);
+            throw std::system_error(-rc, std::generic_category(), "dispatch: io_uring_queue_init");
+        }
+        _uring->inited = true;
+        _submit_mode = submit_mode::syscall;
+    }
     iovec iov{_pool, _pool_bytes};
     if (int rc = io_uring_register_buffers(&_uring->ring, &iov, 1); rc < 0) {
         _uring.reset();
@@ -103,6 +152,8 @@ dispatcher::~dispatcher() {
         ::munmap(_pool, _pool_bytes);
     }
 }
+
+int dispatcher::ring_fd() const noexcept { return _uring->ring.ring_fd; }
 
 std::uint8_t* dispatcher::slot_buffer(std::uint32_t slot) const noexcept {
     return _pool + static_cast<std::size_t>(slot) * _slot_bytes;
@@ -258,6 +309,8 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.sqe_exhausted = _st_sqe_exhausted.load(std::memory_order_relaxed);
     s.deadline_reloads = _st_reloads.load(std::memory_order_relaxed);
     s.lead_capped = _st_lead_capped.load(std::memory_order_relaxed);
+    s.submits = _st_submits.load(std::memory_order_relaxed);
+    s.sqpoll_wakeups = _st_sqpoll_wakeups.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -353,6 +406,7 @@ void dispatcher::reap_completions() noexcept {
 void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
+    const bool sqpoll = _submit_mode == submit_mode::sqpoll;
     std::uint32_t cur_slot = UINT32_MAX;
     std::int64_t first_seen = 0;
     while (!_stop.load(std::memory_order_acquire)) {
@@ -451,7 +505,19 @@ void dispatcher::run_loop() noexcept {
         io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
         sqe->flags |= IOSQE_FIXED_FILE;
         io_uring_sqe_set_data64(sqe, j->slot);
+        if (sqpoll) {
+            // The poller sets IORING_SQ_NEED_WAKEUP before it sleeps and only
+            // we wake it, so a flag seen set here (before our tail is
+            // published) means io_uring_submit will call io_uring_enter.
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            if ((__atomic_load_n(ring->sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_NEED_WAKEUP) != 0) {
+                _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);
+            }
+        }
+        // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
+        // syscall unless the poller sleeps.
         const int rc = io_uring_submit(ring);
+        _st_submits.fetch_add(1, std::memory_order_relaxed);
         const std::int64_t after = _clock.now_monotonic_ns();
         dispatch_record r;
         r.job_id = j->job_id;

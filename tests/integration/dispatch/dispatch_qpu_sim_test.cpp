@@ -122,6 +122,9 @@ struct run_result {
     nlohmann::json sim;
     std::size_t pending_left = 0;
     bool endpoint_up_at_end = false;
+    submit_mode submit_in_force = submit_mode::syscall;
+    std::string submit_fallback;
+    dispatch_thread_stats thread;
 };
 
 class dispatch_with_qpu_sim : public ::testing::Test {
@@ -150,6 +153,8 @@ protected:
         cfg.dispatch.dispatch_cpu = std::thread::hardware_concurrency() > 1 ? 1 : 0;
         cfg.dispatch.slots = 512;
         cfg.dispatch.max_payload_bytes = 1024;
+        cfg.dispatch.submit = _submit;
+        cfg.dispatch.sqpoll_cpu = 0;  // the housekeeping CPU
         cfg.result_timeout_ns = 300 * ms;
         cfg.backoff_initial = std::chrono::milliseconds(20);
         qpu_link_callbacks cb;
@@ -208,6 +213,9 @@ protected:
             loop.run_once(std::chrono::milliseconds(5));
         }
         rr.telemetry = link.telemetry();
+        rr.submit_in_force = link.dispatch().effective_submit_mode();
+        rr.submit_fallback = link.dispatch().submit_fallback_reason();
+        rr.thread = link.dispatch().thread_stats();
         rr.pending_left = link.pending();
         rr.endpoint_up_at_end = link.endpoint_up();
         link.stop();
@@ -259,12 +267,26 @@ protected:
 
     fs::path _dir;
     bool _tuned = false;
+    submit_mode _submit = submit_mode::syscall;
 };
+
+// The clean 500-job run once per submission mode: syscall (io_uring_enter
+// from the RT thread) and sqpoll (a kernel poller on CPU 0 issues the write).
+class dispatch_submit_modes : public dispatch_with_qpu_sim, public ::testing::WithParamInterface<submit_mode> {};
 
 }  // namespace
 
-TEST_F(dispatch_with_qpu_sim, five_hundred_jobs_all_end_terminal_and_none_arrives_out_of_window) {
+TEST_P(dispatch_submit_modes, five_hundred_jobs_all_end_terminal_and_none_arrives_out_of_window) {
+    _submit = GetParam();
     const run_result rr = run({});
+    if (_submit == submit_mode::sqpoll && rr.submit_in_force != submit_mode::sqpoll) {
+        GTEST_SKIP() << "SQPOLL not available here: " << rr.submit_fallback;
+    }
+    ASSERT_EQ(rr.submit_in_force, _submit);
+    EXPECT_EQ(rr.thread.submits, rr.dispatched) << "one io_uring_submit per sent job";
+    if (_submit == submit_mode::syscall) {
+        EXPECT_EQ(rr.thread.sqpoll_wakeups, 0u);
+    }
     expect_terminal_and_clean(rr, {});
     const auto by = reasons(rr);
     // Without faults every job that was not missed completes with its result.
@@ -279,6 +301,10 @@ TEST_F(dispatch_with_qpu_sim, five_hundred_jobs_all_end_terminal_and_none_arrive
         EXPECT_LE(rr.telemetry.lead_ns, rr.telemetry.lead_max_ns);
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(submit, dispatch_submit_modes,
+                         ::testing::Values(submit_mode::syscall, submit_mode::sqpoll),
+                         [](const ::testing::TestParamInfo<submit_mode>& i) { return std::string(to_string(i.param)); });
 
 TEST_F(dispatch_with_qpu_sim, stalled_results_time_out_only_the_stalled_jobs) {
     const run_result rr = run({"--stall-every", "100", "--stall-ms", "1500"});

@@ -30,6 +30,16 @@
 //   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
 //   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
 //   pinning, default timer slack, plain sleep to T, no spin.
+// - Submission (submit_mode): `syscall` (the default) publishes the SQE and
+//   calls io_uring_enter from the RT thread.  `sqpoll` sets the ring up with
+//   IORING_SETUP_SQPOLL (+ IORING_SETUP_SQ_AFF on sqpoll_cpu, a housekeeping
+//   CPU): the RT thread only writes the SQE and the SQ tail, a kernel thread
+//   (iou-sqp-<pid>) polling the ring issues the write.  While that thread is
+//   busy it burns its CPU; after sqpoll_idle_ms without work it sleeps and
+//   sets IORING_SQ_NEED_WAKEUP, and the next submit must wake it with
+//   io_uring_enter (a syscall, counted in sqpoll_wakeups).  When the SQPOLL
+//   setup is refused (EPERM, EINVAL, ...) the ring falls back to `syscall`
+//   and submit_fallback_reason() says why.
 
 #include <atomic>
 #include <cstddef>
@@ -38,6 +48,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -50,6 +61,11 @@
 namespace qrt::dispatch {
 
 enum class dispatch_mode { tuned, untuned };
+enum class submit_mode { syscall, sqpoll };
+
+const char* to_string(submit_mode m) noexcept;
+// "syscall" / "sqpoll" -> the mode; anything else -> nullopt.
+std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept;
 
 struct dispatcher_config {
     std::uint32_t qpu_index = 0;
@@ -65,6 +81,9 @@ struct dispatcher_config {
     double max_spin_fraction = 0.25;    // spin at most this share of the gap before T
     std::int64_t max_sleep_chunk_ns = 20'000'000;  // re-check stop/deadline at least this often
     std::int64_t idle_sleep_ns = 1'000'000;        // nothing queued: sleep this long
+    submit_mode submit = submit_mode::syscall;    // how the RT thread hands the SQE to the kernel
+    int sqpoll_cpu = 0;                 // sqpoll: pin the kernel poller here (-1 = do not pin)
+    std::uint32_t sqpoll_idle_ms = 50;  // sqpoll: poller sleeps after this long without work
 };
 
 // One record per submitted job, back from the dispatch thread.
@@ -89,6 +108,8 @@ struct dispatch_thread_stats {
     std::uint64_t sqe_exhausted = 0;
     std::uint64_t deadline_reloads = 0;     // re-converted deadlines seen while waiting
     std::uint64_t lead_capped = 0;          // dispatches whose lead the spin budget cut
+    std::uint64_t submits = 0;              // io_uring_submit calls on the send path
+    std::uint64_t sqpoll_wakeups = 0;       // sqpoll: submits that found the poller asleep (a syscall)
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
     bool mlocked = false;
     bool dma_latency_held = false;
@@ -164,6 +185,13 @@ public:
     const dispatcher_config& config() const noexcept { return _cfg; }
     // Why the RT setup failed (empty when it did not); valid after start().
     const std::string& setup_error() const noexcept { return _setup_error; }
+    // The submission mode in force (config().submit, or syscall after a
+    // refused SQPOLL setup) and why SQPOLL was not used (empty if it was,
+    // or was not asked for).
+    submit_mode effective_submit_mode() const noexcept { return _submit_mode; }
+    const std::string& submit_fallback_reason() const noexcept { return _submit_fallback_reason; }
+    // The io_uring fd (for /proc/self/fdinfo: SqThread, SqTotalTime...).
+    int ring_fd() const noexcept;
 
 private:
     using queued_job = detail::queued_job;
@@ -197,6 +225,8 @@ private:
     rtcore::spsc_ring<queued_job> _jobs;
     rtcore::spsc_ring<dispatch_record> _records;
     std::unique_ptr<uring> _uring;
+    submit_mode _submit_mode = submit_mode::syscall;
+    std::string _submit_fallback_reason;
     lead_controller _lead;
 
     // per-slot send-time info kept by the RT thread until the CQE arrives
@@ -215,6 +245,8 @@ private:
     std::atomic<std::uint64_t> _st_sqe_exhausted{0};
     std::atomic<std::uint64_t> _st_reloads{0};
     std::atomic<std::uint64_t> _st_lead_capped{0};
+    std::atomic<std::uint64_t> _st_submits{0};
+    std::atomic<std::uint64_t> _st_sqpoll_wakeups{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<bool> _st_dma{false};
