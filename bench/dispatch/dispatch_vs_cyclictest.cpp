@@ -57,7 +57,8 @@ struct figures {
     std::uint64_t arrival_count = 0;
     std::string submit = "syscall";           // submission mode in force
     std::string submit_fallback;              // why sqpoll was not used
-    std::uint64_t submits = 0, sqpoll_wakeups = 0;
+    std::uint64_t submits = 0, sqpoll_wakeups = 0, sqe_exhausted = 0;
+    double seconds = 0;                       // wall time of the dispatch run
     double sqp_cpu_us_per_dispatch = -1;      // iou-sqp thread utime+stime / dispatches (-1: none)
     double sqp_busy_us_per_dispatch = -1;     // fdinfo SqWorkTime / dispatches (-1: not reported)
     double process_cpu_us_per_dispatch = 0;   // whole bench process CPU (all threads) / dispatches
@@ -84,6 +85,9 @@ struct figures {
             j["sqp_busy_us_per_dispatch"] = sqp_busy_us_per_dispatch;
             j["process_cpu_us_per_dispatch"] = process_cpu_us_per_dispatch;
             j["missed"] = missed;
+            j["failed"] = failed;
+            j["sqe_exhausted"] = sqe_exhausted;
+            j["seconds"] = seconds;
             j["qpu_sim_out_of_window"] = sim_out_of_window;
             if (!submit_fallback.empty()) {
                 j["submit_fallback"] = submit_fallback;
@@ -323,6 +327,7 @@ figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, i
         return f;
     }
     const std::int64_t cpu0 = process_cpu_ns();
+    const auto wall0 = std::chrono::steady_clock::now();
     const std::int64_t interval_ns = static_cast<std::int64_t>(interval_us) * 1000;
     const std::int64_t first = clock.now_realtime_ns() + 100'000'000;
     const std::int64_t last = first + interval_ns * loops;
@@ -372,6 +377,11 @@ figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, i
     f.submit_fallback = fallback;
     f.submits = ts.submits;
     f.sqpoll_wakeups = ts.sqpoll_wakeups;
+    f.sqe_exhausted = ts.sqe_exhausted;
+    f.seconds = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now() - wall0)
+                                        .count()) /
+                1e3;
     const double n = f.count > 0 ? static_cast<double>(f.count) : 1.0;
     f.process_cpu_us_per_dispatch = static_cast<double>(process_cpu) / 1e3 / n;
     if (in_force == submit_mode::sqpoll && sqp_total_us >= 0) {  // kernel's own figure, in us
@@ -486,12 +496,14 @@ int main(int argc, char** argv) {
     for (const auto* f : {&tuned, &sqpoll}) {
         std::printf("%s: submit=%s, %llu submits, %llu poller wakeups (syscalls), spin %.2f us/dispatch, "
                     "iou-sqp CPU %.2f us/dispatch, process CPU %.2f us/dispatch, lead %.1f us (capped %llu), "
-                    "missed %llu, qpu-sim out-of-window %llu%s%s\n",
+                    "missed %llu, failed %llu (SQ ring full %llu), %.1f s, qpu-sim out-of-window %llu%s%s\n",
                     f == &tuned ? "tuned" : "tuned-sqpoll", f->submit.c_str(),
                     static_cast<unsigned long long>(f->submits), static_cast<unsigned long long>(f->sqpoll_wakeups),
                     f->spin_us_per_dispatch, std::max(f->sqp_cpu_us_per_dispatch, 0.0),
                     f->process_cpu_us_per_dispatch, f->lead_us, static_cast<unsigned long long>(f->lead_capped),
-                    static_cast<unsigned long long>(f->missed), static_cast<unsigned long long>(f->sim_out_of_window),
+                    static_cast<unsigned long long>(f->missed), static_cast<unsigned long long>(f->failed),
+                    static_cast<unsigned long long>(f->sqe_exhausted), f->seconds,
+                    static_cast<unsigned long long>(f->sim_out_of_window),
                     f->submit_fallback.empty() ? "" : "; fallback: ", f->submit_fallback.c_str());
     }
     std::printf("untuned: missed %llu, qpu-sim out-of-window %llu\n", static_cast<unsigned long long>(untuned.missed),
