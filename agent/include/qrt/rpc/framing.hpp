@@ -36,14 +36,17 @@ public:
     // Drop consumed bytes (call after next() returned need_more).
     void compact();
     void clear() noexcept;
-    std::size_t buffered() const noexcept { return _buf.size() - _off; }
+    std::size_t buffered() const noexcept { return _end - _off; }
     // Whether next() would return a line (or too_long) right now.
     bool has_complete_line() const noexcept;
     std::size_t max_line_bytes() const noexcept { return _max; }
 
 private:
     std::size_t _max;
+    // Storage: _buf[0, _end) holds data; the rest is spare room kept from
+    // earlier reads, so prepare() does not zero-fill a read chunk per recv.
     std::string _buf;
+    std::size_t _end = 0;
     std::size_t _off = 0;      // start of the first unconsumed line
     std::size_t _scanned = 0;  // _buf[_off, _scanned) holds no '\n'
     std::size_t _prepared = 0;
