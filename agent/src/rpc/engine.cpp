@@ -49,7 +49,16 @@ std::string_view trim_line(std::string_view line) {
 
 }  // namespace
 
-void registry::add(method_info m) {
+void registry::add(method_info m) { add(std::move(m), raw_handler{}); }
+
+void registry::add(method_info m, raw_handler raw) {
+    if (!m.fn && raw) {
+        m.fn = [r = raw](const json& params, call_context& ctx) {
+            std::string text;
+            r(params, ctx, text);
+            return json::parse(text);
+        };
+    }
     if (m.name.empty() || !m.fn) {
         throw std::invalid_argument("rpc registry: a method needs a name and a handler");
     }
@@ -58,11 +67,17 @@ void registry::add(method_info m) {
     }
     _index.emplace(m.name, _methods.size());
     _methods.push_back(std::move(m));
+    _raw.push_back(std::move(raw));
 }
 
 const method_info* registry::find(std::string_view name) const {
     auto it = _index.find(name);
     return it == _index.end() ? nullptr : &_methods[it->second];
+}
+
+const raw_handler* registry::raw_of(const method_info& m) const noexcept {
+    const auto i = static_cast<std::size_t>(&m - _methods.data());
+    return i < _raw.size() && _raw[i] ? &_raw[i] : nullptr;
 }
 
 engine::engine(engine_limits limits) : _limits(limits) {}
@@ -112,25 +127,33 @@ std::string engine::overloaded_reply(std::string_view what) {
 
 line_reply engine::handle_line(std::string_view raw, session& s) {
     line_reply out;
+    out.requests = handle_line(raw, s, out.text);
+    return out;
+}
+
+void engine::write_error(std::string& out, const json& id, const rpc_failure& f) {
+    append_error_reply(out, id, f);
+}
+
+std::size_t engine::handle_line(std::string_view raw, session& s, std::string& out) {
     const std::string_view line = trim_line(raw);
     if (line.empty()) {
-        return out;  // blank lines are keep-alives
+        return 0;  // blank lines are keep-alives
     }
     ++_lines;
     const std::int64_t t0 = monotonic_ns();
-    json reply;
     if (line.size() > _limits.max_line_bytes) {
-        out.text = line_too_long_reply(line.size());
-        out.requests = 1;
-        return out;
+        out += line_too_long_reply(line.size());
+        return 1;
     }
+    const std::size_t mark = out.size();
+    std::size_t requests = 1;
     if (nesting_exceeds(line, _limits.max_depth)) {
         count_error("too_deep");
-        reply = make_error_reply(
-            nullptr, rpc_failure("too_deep",
-                                 fmt::format("JSON nests deeper than {} levels", _limits.max_depth),
-                                 json{{"limit", _limits.max_depth}}));
-        out.requests = 1;
+        write_error(out, nullptr,
+                    rpc_failure("too_deep",
+                                fmt::format("JSON nests deeper than {} levels", _limits.max_depth),
+                                json{{"limit", _limits.max_depth}}));
     } else {
         json parsed;
         bool ok = true;
@@ -145,67 +168,82 @@ line_reply engine::handle_line(std::string_view raw, session& s) {
         if (!ok) {
             count_error("parse_error");
             // nlohmann's message names the byte offset and what it expected.
-            reply = make_error_reply(nullptr, rpc_failure("parse_error", "parse error: " + why));
-            out.requests = 1;
+            write_error(out, nullptr, rpc_failure("parse_error", "parse error: " + why));
         } else if (parsed.is_array()) {
-            reply = handle_batch(parsed, s, out.requests);
+            requests = write_batch(parsed, s, out);
         } else {
-            out.requests = 1;
-            reply = handle_request(parsed, s);
+            write_request(parsed, s, out);
         }
     }
     _handle_ns.record(monotonic_ns() - t0);
-    if (!reply.is_null()) {
-        out.text = to_line(reply);
+    if (out.size() != mark) {
+        out.push_back('\n');
     }
-    return out;
+    return requests;
 }
 
-json engine::handle_batch(const json& batch, session& s, std::size_t& requests) {
-    requests = std::max<std::size_t>(batch.size(), 1);
+std::size_t engine::write_batch(const json& batch, session& s, std::string& out) {
+    const std::size_t requests = std::max<std::size_t>(batch.size(), 1);
     if (batch.empty()) {
         count_error("invalid_request");
-        return make_error_reply(nullptr, rpc_failure("invalid_request", "empty batch"));
+        write_error(out, nullptr, rpc_failure("invalid_request", "empty batch"));
+        return requests;
     }
     if (batch.size() > _limits.max_batch) {
         count_error("batch_too_large");
-        return make_error_reply(
-            nullptr, rpc_failure("batch_too_large",
-                                 fmt::format("batch of {} requests exceeds the limit of {}",
-                                             batch.size(), _limits.max_batch),
-                                 json{{"limit", _limits.max_batch}}));
+        write_error(out, nullptr,
+                    rpc_failure("batch_too_large",
+                                fmt::format("batch of {} requests exceeds the limit of {}",
+                                            batch.size(), _limits.max_batch),
+                                json{{"limit", _limits.max_batch}}));
+        return requests;
     }
-    json replies = json::array();
+    const std::size_t mark = out.size();
+    out.push_back('[');
+    bool any = false;
     for (const auto& req : batch) {
-        json r = handle_request(req, s);
-        if (!r.is_null()) {
-            replies.push_back(std::move(r));
+        if (any) {
+            out.push_back(',');
         }
+        const bool wrote = write_request(req, s, out);
+        if (any && !wrote) {
+            out.pop_back();  // the ',' before a notification
+        }
+        any = any || wrote;
     }
-    if (replies.empty()) {
-        return nullptr;  // all notifications: nothing at all is sent
+    if (!any) {
+        out.resize(mark);  // all notifications: nothing at all is sent
+        return requests;
     }
-    return replies;
+    out.push_back(']');
+    return requests;
 }
 
 json engine::handle_request(const json& req, session& s) {
+    std::string text;
+    if (!write_request(req, s, text)) {
+        return nullptr;
+    }
+    return json::parse(text);
+}
+
+bool engine::write_request(const json& req, session& s, std::string& out) {
     const auto invalid = [&](const json& id, std::string message) {
         count_error("invalid_request");
-        return make_error_reply(id, rpc_failure("invalid_request", std::move(message)));
+        write_error(out, id, rpc_failure("invalid_request", std::move(message)));
+        return true;
     };
     if (!req.is_object()) {
         return invalid(nullptr, fmt::format("a request must be an object, got {}", req.type_name()));
     }
+    static const json null_id = nullptr;
     const auto id_it = req.find("id");
     const bool is_notification = id_it == req.end();
-    json id = nullptr;
-    if (!is_notification) {
-        if (!valid_id(*id_it)) {
-            return invalid(nullptr, fmt::format("'id' must be a string, a number or null, got {}",
-                                                id_it->type_name()));
-        }
-        id = *id_it;
+    if (!is_notification && !valid_id(*id_it)) {
+        return invalid(nullptr, fmt::format("'id' must be a string, a number or null, got {}",
+                                            id_it->type_name()));
     }
+    const json& id = is_notification ? null_id : *id_it;
     for (const auto& [key, value] : req.items()) {
         if (key != "jsonrpc" && key != "method" && key != "params" && key != "id") {
             return invalid(id, fmt::format("unknown request member '{}'", key));
@@ -237,50 +275,76 @@ json engine::handle_request(const json& req, session& s) {
     if (m == nullptr) {
         count_error("method_not_found");
         if (is_notification) {
-            return nullptr;
+            return false;
         }
-        return make_error_reply(id, rpc_failure("method_not_found",
-                                                fmt::format("no method '{}'",
-                                                            name.size() > 128 ? name.substr(0, 128) + "..." : name),
-                                                json{{"method", name.size() > 128 ? name.substr(0, 128) : name}}));
+        write_error(out, id,
+                    rpc_failure("method_not_found",
+                                fmt::format("no method '{}'",
+                                            name.size() > 128 ? name.substr(0, 128) + "..." : name),
+                                json{{"method", name.size() > 128 ? name.substr(0, 128) : name}}));
+        return true;
     }
     if (!s.roles.allows(m->required)) {
         ++_denied_total;
         count_error("permission_denied");
         log_denied(s, m->name, m->required);
         if (is_notification) {
-            return nullptr;
+            return false;
         }
-        return make_error_reply(
-            id, rpc_failure("permission_denied",
-                            fmt::format("{} needs role '{}'; uid {} ({}) holds [{}]", m->name,
-                                        role_name(m->required), s.peer.uid, s.tenant,
-                                        fmt::join(s.roles.names(), ", ")),
-                            json{{"method", m->name},
-                                 {"required_role", role_name(m->required)},
-                                 {"roles", s.roles.names()}}));
+        write_error(out, id,
+                    rpc_failure("permission_denied",
+                                fmt::format("{} needs role '{}'; uid {} ({}) holds [{}]", m->name,
+                                            role_name(m->required), s.peer.uid, s.tenant,
+                                            fmt::join(s.roles.names(), ", ")),
+                                json{{"method", m->name},
+                                     {"required_role", role_name(m->required)},
+                                     {"roles", s.roles.names()}}));
+        return true;
     }
     call_context ctx{s};
+    const std::size_t mark = out.size();
     try {
+        if (const raw_handler* raw = _registry.raw_of(*m); raw != nullptr) {
+            if (is_notification) {
+                // The call still happens (for its checks and effects); its
+                // result is dropped.
+                std::string sink;
+                (*raw)(params, ctx, sink);
+                return false;
+            }
+            static constexpr std::string_view head = R"({"id":)";
+            out += head;
+            dump_to(out, id);
+            out += R"(,"jsonrpc":"2.0","result":)";
+            (*raw)(params, ctx, out);
+            out.push_back('}');
+            return true;
+        }
         json result = m->fn(params, ctx);
         if (is_notification) {
-            return nullptr;
+            return false;
         }
-        return make_result_reply(id, std::move(result));
+        append_result_reply(out, id, result);
+        return true;
     } catch (const rpc_failure& f) {
+        out.resize(mark);
         count_error(f.reason());
         if (is_notification) {
-            return nullptr;
+            return false;
         }
-        return make_error_reply(id, f);
+        write_error(out, id, f);
+        return true;
     } catch (const std::exception& e) {
+        out.resize(mark);
         count_error("internal_error");
         spdlog::error("rpc: {} from uid {} failed: {}", m->name, s.peer.uid, e.what());
         if (is_notification) {
-            return nullptr;
+            return false;
         }
-        return make_error_reply(
-            id, rpc_failure("internal_error", fmt::format("{} failed inside the agent", m->name)));
+        write_error(out, id,
+                    rpc_failure("internal_error",
+                                fmt::format("{} failed inside the agent", m->name)));
+        return true;
     }
 }
 

@@ -48,6 +48,38 @@ std::string to_line(const json& j) {
     return s;
 }
 
+void dump_to(std::string& out, const json& j) {
+    nlohmann::detail::serializer<json> ser(nlohmann::detail::output_adapter<char, std::string>(out),
+                                           ' ', json::error_handler_t::replace);
+    ser.dump(j, false, false, 0);
+}
+
+// nlohmann objects keep their members sorted: "id" < "jsonrpc" < "result",
+// and "error" < "id" < "jsonrpc".
+void append_result_reply(std::string& out, const json& id, const json& result) {
+    out += R"({"id":)";
+    dump_to(out, id);
+    out += R"(,"jsonrpc":"2.0","result":)";
+    dump_to(out, result);
+    out += '}';
+}
+
+void append_result_reply_text(std::string& out, const json& id, std::string_view result_text) {
+    out += R"({"id":)";
+    dump_to(out, id);
+    out += R"(,"jsonrpc":"2.0","result":)";
+    out += result_text;
+    out += '}';
+}
+
+void append_error_reply(std::string& out, const json& id, const rpc_failure& f) {
+    out += R"({"error":)";
+    dump_to(out, f.to_json());
+    out += R"(,"id":)";
+    dump_to(out, id);
+    out += R"(,"jsonrpc":"2.0"})";
+}
+
 bool nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept {
     std::size_t depth = 0;
     bool in_string = false;

@@ -27,6 +27,7 @@ namespace {
 constexpr std::size_t read_chunk = 64U * 1024U;
 constexpr int reads_per_event = 16;  // fairness between connections
 constexpr int accepts_per_event = 64;
+constexpr std::size_t reply_buf_keep = 256U * 1024U;
 
 std::int64_t now_ns() noexcept {
     timespec ts{};
@@ -449,10 +450,17 @@ void server::process_input(connection& c) {
                 begin_close(c, _engine.line_too_long_reply(it.seen_bytes));
                 break;
             }
-            line_reply r = _engine.handle_line(it.line, c.sess);
+            // One reused buffer for the reply text: no string allocated
+            // per request (the engine never writes to a connection itself,
+            // so events pushed later cannot interleave with it).
+            _reply_buf.clear();
+            const std::size_t requests = _engine.handle_line(it.line, c.sess, _reply_buf);
             ++handled;
-            if (!r.text.empty()) {
-                append(c, r.text, r.requests);
+            if (!_reply_buf.empty()) {
+                append(c, _reply_buf, requests);
+            }
+            if (_reply_buf.capacity() > reply_buf_keep) {
+                _reply_buf = std::string();  // do not keep a huge reply's buffer
             }
             // Events caused by this request follow its reply.
             _engine.drain_event_sources();

@@ -58,6 +58,11 @@ struct call_context {
 
 // A handler returns the result or throws rpc_failure (or invalid_params).
 using handler = std::function<json(const json& params, call_context& ctx)>;
+// A handler that appends its result, already serialised as one JSON value,
+// to `out` (or throws as above, having appended nothing that matters: the
+// engine drops a partial write).  For hot methods whose result is mostly a
+// constant that can be serialised once (agent.hello).
+using raw_handler = std::function<void(const json& params, call_context& ctx, std::string& out)>;
 
 struct method_info {
     std::string name;
@@ -71,11 +76,18 @@ public:
     // Throws std::invalid_argument on an empty name, a missing handler or a
     // duplicate.
     void add(method_info m);
+    // A method answered by a raw writer.  m.fn may be empty: it is then
+    // derived from `raw` (parsing what it writes) for callers that want a
+    // json result.
+    void add(method_info m, raw_handler raw);
     const method_info* find(std::string_view name) const;
+    // The raw writer of a method found here, or nullptr.
+    const raw_handler* raw_of(const method_info& m) const noexcept;
     const std::vector<method_info>& methods() const noexcept { return _methods; }
 
 private:
     std::vector<method_info> _methods;
+    std::vector<raw_handler> _raw;  // parallel to _methods; empty = none
     std::map<std::string, std::size_t, std::less<>> _index;
 };
 
@@ -102,6 +114,9 @@ public:
     // The caller sends the reply, THEN calls drain_event_sources(), so a
     // caller sees its reply before the events its call caused.
     line_reply handle_line(std::string_view line, session& s);
+    // The same, appending the reply line (if any) to `out` instead of
+    // returning it; returns the number of requests the line held.
+    std::size_t handle_line(std::string_view line, session& s, std::string& out);
 
     // The error line sent before closing a connection whose line exceeded
     // max_line_bytes.
@@ -130,7 +145,12 @@ public:
     json handle_request(const json& request, session& s);
 
 private:
-    json handle_batch(const json& batch, session& s, std::size_t& requests);
+    // Append the reply to one request (false, nothing appended: it was a
+    // notification).
+    bool write_request(const json& request, session& s, std::string& out);
+    // Append the reply to a batch; returns the requests it counts for.
+    std::size_t write_batch(const json& batch, session& s, std::string& out);
+    void write_error(std::string& out, const json& id, const rpc_failure& f);
     void count_error(std::string_view reason);
     void log_denied(const session& s, std::string_view method, role needed);
 

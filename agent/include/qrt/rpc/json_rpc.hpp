@@ -62,6 +62,18 @@ json make_notification(std::string_view method, json params);
 // that still slips in is replaced (U+FFFD), never thrown.
 std::string to_line(const json& j);
 
+// The same serialisation (compact, invalid UTF-8 replaced), appended to
+// `out` without an intermediate string.
+void dump_to(std::string& out, const json& j);
+
+// Reply objects written straight into `out` (no '\n'), byte for byte what
+// dump_to(make_result_reply(id, result)) / make_error_reply would give
+// (members in nlohmann's sorted order), without building the reply tree.
+// `result_text` must already be one serialised JSON value.
+void append_result_reply(std::string& out, const json& id, const json& result);
+void append_result_reply_text(std::string& out, const json& id, std::string_view result_text);
+void append_error_reply(std::string& out, const json& id, const rpc_failure& f);
+
 // True when `text` nests arrays/objects deeper than max_depth (strings and
 // escapes are skipped).  Run before parsing so a line of a million '[' costs
 // one linear scan and no allocation.

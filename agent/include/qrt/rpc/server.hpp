@@ -121,6 +121,7 @@ private:
     bool _bound_here = false;
     std::uint64_t _bound_ino = 0;
     std::string _listen_source;
+    std::string _reply_buf;  // reused for every reply line (event-loop thread only)
     std::map<std::uint64_t, std::unique_ptr<connection>> _conns;
     std::uint64_t _next_id = 1;
     bool _reap_posted = false;
