@@ -1,6 +1,8 @@
 #include "qrt/rpc/methods.hpp"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -37,47 +39,76 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
     engine* eng = &e;
     const agent_hooks* h = &hooks;
 
+    // agent.hello's result is constant but for the caller's roles and
+    // identity: serialise everything but "peer" once per role set (and again
+    // only when methods are added), then append the caller's peer object.
+    // nlohmann sorts members and "peer" sorts last, so the bytes are exactly
+    // those of serialising the whole result.
+    struct hello_cache {
+        std::size_t methods_seen = 0;
+        std::array<std::string, 256> head_by_roles;  // by role_set::bits()
+    };
+    auto cache = std::make_shared<hello_cache>();
+    const auto hello_head = [eng, cache](const role_set roles) -> const std::string& {
+        const auto& all = eng->methods().methods();
+        if (cache->methods_seen != all.size()) {
+            for (auto& slot : cache->head_by_roles) {
+                slot.clear();
+            }
+            cache->methods_seen = all.size();
+        }
+        std::string& head = cache->head_by_roles[roles.bits()];
+        if (!head.empty()) {
+            return head;
+        }
+        json caps = json::array();
+        json allowed = json::array();
+        json methods = json::array();
+        for (const auto& m : all) {
+            caps.push_back(m.name);
+            const bool ok = roles.allows(m.required);
+            if (ok) {
+                allowed.push_back(m.name);
+            }
+            methods.push_back({{"name", m.name},
+                               {"role", role_name(m.required)},
+                               {"allowed", ok},
+                               {"summary", m.summary}});
+        }
+        const auto& lim = eng->limits();
+        const json body{
+            {"api_version", qrt::api_version},
+            {"agent", "qrtd"},
+            {"agent_version", std::string(qrt::version())},
+            {"capabilities", std::move(caps)},
+            {"allowed", std::move(allowed)},
+            {"methods", std::move(methods)},
+            {"limits",
+             {{"max_line_bytes", lim.max_line_bytes},
+              {"max_batch", lim.max_batch},
+              {"max_depth", lim.max_depth}}},
+            {"event_types", event_types()},
+        };
+        dump_to(head, body);
+        head.pop_back();  // the closing '}': the peer member follows
+        head += R"(,"peer":)";
+        return head;
+    };
+
     e.methods().add({"agent.hello", role::none,
-                     "api version, agent version, the methods and the caller's roles",
-                     [eng](const json& params, call_context& ctx) {
-                         params_reader p(params, {"client", "api_version"});
-                         (void)p.opt_str("client");
-                         (void)p.opt_i64("api_version", 0, 1'000'000);
-                         json caps = json::array();
-                         json allowed = json::array();
-                         json methods = json::array();
-                         for (const auto& m : eng->methods().methods()) {
-                             caps.push_back(m.name);
-                             const bool ok = ctx.caller.roles.allows(m.required);
-                             if (ok) {
-                                 allowed.push_back(m.name);
-                             }
-                             methods.push_back({{"name", m.name},
-                                                {"role", role_name(m.required)},
-                                                {"allowed", ok},
-                                                {"summary", m.summary}});
-                         }
-                         const auto& lim = eng->limits();
-                         return json{
-                             {"api_version", qrt::api_version},
-                             {"agent", "qrtd"},
-                             {"agent_version", std::string(qrt::version())},
-                             {"capabilities", std::move(caps)},
-                             {"allowed", std::move(allowed)},
-                             {"methods", std::move(methods)},
-                             {"peer",
-                              {{"uid", ctx.caller.peer.uid},
-                               {"gid", ctx.caller.peer.gid},
-                               {"pid", ctx.caller.peer.pid},
-                               {"tenant", ctx.caller.tenant},
-                               {"roles", ctx.caller.roles.names()}}},
-                             {"limits",
-                              {{"max_line_bytes", lim.max_line_bytes},
-                               {"max_batch", lim.max_batch},
-                               {"max_depth", lim.max_depth}}},
-                             {"event_types", event_types()},
-                         };
-                     }});
+                     "api version, agent version, the methods and the caller's roles", {}},
+                    [hello_head](const json& params, call_context& ctx, std::string& out) {
+                        params_reader p(params, {"client", "api_version"});
+                        (void)p.opt_str("client");
+                        (void)p.opt_i64("api_version", 0, 1'000'000);
+                        out += hello_head(ctx.caller.roles);
+                        dump_to(out, json{{"uid", ctx.caller.peer.uid},
+                                          {"gid", ctx.caller.peer.gid},
+                                          {"pid", ctx.caller.peer.pid},
+                                          {"tenant", ctx.caller.tenant},
+                                          {"roles", ctx.caller.roles.names()}});
+                        out.push_back('}');
+                    });
 
     e.methods().add({"agent.status", role::reader,
                      "partition, IRQs, kernel, probes, QPUs and health",
