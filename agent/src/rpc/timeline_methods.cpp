@@ -74,17 +74,6 @@ tl::blob decode_payload(const params_reader& p, std::size_t max_bytes) {
 
 json deadline_json(std::int64_t d) { return d == tl::k_no_deadline_ns ? json(nullptr) : json(d); }
 
-json candidate_json(const tl::candidate& c) {
-    return json{{"qpu", c.qpu},
-                {"start_ns", c.start_ns},
-                {"end_ns", c.end_ns},
-                {"calibration_id", c.calibration_id},
-                {"calibration_age_ns", c.calibration_age_ns},
-                {"predicted_fidelity", c.predicted_fidelity},
-                {"window_until_ns", c.window_until_ns},
-                {"score", c.score}};
-}
-
 json window_json(const tl::calibration_window& w) {
     return json{{"calibration_id", w.calibration_id},
                 {"valid_from_ns", w.valid_from_ns},
@@ -278,30 +267,71 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
                              {"displaced", rep.displaced}};
              }});
 
+    // slots.query is the hot read: its result is written straight out (no
+    // json tree built, then freed), members in nlohmann's sorted order and
+    // every scalar through nlohmann's serializer, so the bytes are those the
+    // json tree {"candidates":[{qpu,start_ns,end_ns,calibration_id,
+    // calibration_age_ns,predicted_fidelity,window_until_ns,score}..],
+    // "next_window":window_json()+qpu, "why_none"} serialised to.
     reg.add({"slots.query", role::reader,
-             "candidate slots for a request, or the next window when none fits",
-             [b](const json& params, call_context&) {
-                 const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
-                                                  "priority", "min_fidelity", "qpus",
-                                                  "max_candidates"});
-                 tl::request req = read_request(all);
-                 req.max_candidates =
-                     static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
-                 auto q = take(b->ledger->query(req, b->now()));
-                 json cands = json::array();
-                 for (const auto& c : q.candidates) {
-                     cands.push_back(candidate_json(c));
-                 }
-                 json out{{"candidates", std::move(cands)}};
-                 if (q.next) {
-                     out["next_window"] = window_json(q.next->window);
-                     out["next_window"]["qpu"] = q.next->qpu;
-                 }
-                 if (!q.why_none.empty()) {
-                     out["why_none"] = q.why_none;
-                 }
-                 return out;
-             }});
+             "candidate slots for a request, or the next window when none fits", {}},
+            [b](const json& params, call_context&, std::string& out) {
+                const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
+                                                 "priority", "min_fidelity", "qpus",
+                                                 "max_candidates"});
+                tl::request req = read_request(all);
+                req.max_candidates =
+                    static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
+                const auto q = take(b->ledger->query(req, b->now()));
+                nlohmann::detail::serializer<json> ser(
+                    nlohmann::detail::output_adapter<char, std::string>(out), ' ',
+                    json::error_handler_t::replace);
+                const auto put = [&](const json& v) { ser.dump(v, false, false, 0); };
+                out += R"({"candidates":[)";
+                bool first = true;
+                for (const auto& c : q.candidates) {
+                    out += first ? R"({"calibration_age_ns":)" : R"(,{"calibration_age_ns":)";
+                    first = false;
+                    put(c.calibration_age_ns);
+                    out += R"(,"calibration_id":)";
+                    put(c.calibration_id);
+                    out += R"(,"end_ns":)";
+                    put(c.end_ns);
+                    out += R"(,"predicted_fidelity":)";
+                    put(c.predicted_fidelity);
+                    out += R"(,"qpu":)";
+                    put(c.qpu);
+                    out += R"(,"score":)";
+                    put(c.score);
+                    out += R"(,"start_ns":)";
+                    put(c.start_ns);
+                    out += R"(,"window_until_ns":)";
+                    put(c.window_until_ns);
+                    out += '}';
+                }
+                out += ']';
+                if (q.next) {
+                    const auto& w = q.next->window;
+                    out += R"(,"next_window":{"calibration_id":)";
+                    put(w.calibration_id);
+                    out += R"(,"f0":)";
+                    put(w.f0);
+                    out += R"(,"qpu":)";
+                    put(q.next->qpu);
+                    out += R"(,"tau_ns":)";
+                    put(w.tau_ns);
+                    out += R"(,"valid_from_ns":)";
+                    put(w.valid_from_ns);
+                    out += R"(,"valid_until_ns":)";
+                    put(w.valid_until_ns);
+                    out += '}';
+                }
+                if (!q.why_none.empty()) {
+                    out += R"(,"why_none":)";
+                    put(q.why_none);
+                }
+                out += '}';
+            });
 
     reg.add({"slots.reserve", role::scheduler,
              "hold a slot under a lease (idempotency key, fencing token)",
