@@ -8,7 +8,7 @@ generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   echo "[build] configuring $build"
-  cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=${QRT_BUILD_TYPE:-Release} \
         -DQRT_WERROR=${QRT_WERROR:-ON} ${QRT_CMAKE_ARGS:-}
 fi
 echo "[build] building with $jobs jobs"
