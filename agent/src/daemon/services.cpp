@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "qrt/dispatch/guard.hpp"
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
@@ -592,7 +593,9 @@ void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
     q.calibration_dirty = false;
     // The guard follows the window that contains now, or (in a blackout)
     // the next one: it switches at each window's end.
-    std::uint64_t id = 0;
+    // With no window at all the guard gets an id that matches no job, so
+    // jobs already handed over are refused rather than sent uncalibrated.
+    std::uint64_t id = dispatch::no_window_calibration_id;
     std::int64_t until = now_ns + 1'000 * k_ms;
     if (!q.windows.empty()) {
         id = q.windows.front().calibration_id;

@@ -35,6 +35,12 @@ TEST(calibration_guard, zero_current_id_means_no_calibration_tracking) {
     EXPECT_EQ(check_before_send(g), dispatch_status::sent);
 }
 
+TEST(calibration_guard, a_qpu_without_any_window_sends_nothing) {
+    guard_input g = on_time();
+    g.current_calibration_id = no_window_calibration_id;
+    EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed);
+}
+
 TEST(missed, start_passed_beyond_tolerance_is_missed_never_sent) {
     guard_input g = on_time();
     g.now_ns = g.deadline_ns + g.tolerance_ns + 1;

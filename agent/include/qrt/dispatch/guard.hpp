@@ -8,6 +8,12 @@
 
 namespace qrt::dispatch {
 
+// The current calibration id while a QPU has no valid window (a blackout
+// with nothing scheduled, or every window cancelled by calibration.update).
+// It matches no job, so nothing is sent without a calibration; 0 keeps its
+// meaning of "this QPU does not track calibration".
+inline constexpr std::uint64_t no_window_calibration_id = UINT64_MAX;
+
 struct guard_input {
     std::int64_t now_ns = 0;             // monotonic, just before sending
     std::int64_t deadline_ns = 0;        // T, monotonic
