@@ -645,7 +645,24 @@ void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
     if (q.calibration_dirty || now_ns >= q.current_until_ns) {
         refresh_calibration(q, now_ns);
     }
-    for (const auto& r : _ledger->due_jobs(q.name, now_ns + _pump_horizon_ns)) {
+    const auto due = _ledger->due_jobs(q.name, now_ns + _pump_horizon_ns);
+    // A handed-over job that is no longer due as handed (cancelled, displaced
+    // by preemption, or moved by a calibration change) is withdrawn from the
+    // dispatcher, so its old slot is never sent.  A moved job comes back
+    // through on_outcome (cancelled, never sent) and is handed over again.
+    if (!q.handed.empty()) {
+        std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> due_as;
+        for (const auto& r : due) {
+            due_as.emplace(r.id, std::make_pair(r.start_ns, r.calibration_id));
+        }
+        for (const auto& [id, as_handed] : q.handed) {
+            const auto d = due_as.find(id);
+            if (d == due_as.end() || d->second != as_handed) {
+                q.link->withdraw(id);
+            }
+        }
+    }
+    for (const auto& r : due) {
         if (q.handed.count(r.id) != 0) {
             continue;
         }

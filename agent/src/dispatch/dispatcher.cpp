@@ -234,6 +234,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     s.scheduled_rt_ns = job.scheduled_ns;
     s.job_id = job.job_id;
     s.queued = true;
+    s.withdrawn.store(false, std::memory_order_relaxed);  // published by the ring push
     s.deadline_ns.store(_base.to_monotonic_ns(job.scheduled_ns), std::memory_order_release);
 
     queued_job q;
@@ -266,6 +267,16 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
         }
     }
     return n;
+}
+
+bool dispatcher::withdraw(std::uint64_t job_id) noexcept {
+    for (std::size_t i = 0; i < _slot_count; ++i) {
+        if (_slots[i].queued && _slots[i].job_id == job_id) {
+            _slots[i].withdrawn.store(true, std::memory_order_release);
+            return true;
+        }
+    }
+    return false;
 }
 
 std::optional<std::int64_t> dispatcher::queued_deadline_ns(std::uint64_t job_id) const noexcept {
@@ -486,7 +497,10 @@ void dispatcher::run_loop() noexcept {
         g.job_calibration_id = j->calibration_id;
         g.current_calibration_id = _calibration_id.load(std::memory_order_acquire);
         g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
-        const dispatch_status verdict = check_before_send(g);
+        dispatch_status verdict = check_before_send(g);
+        if (verdict == dispatch_status::sent && s.withdrawn.load(std::memory_order_acquire)) {
+            verdict = dispatch_status::cancelled;  // withdrawn by the housekeeping side
+        }
         if (verdict != dispatch_status::sent) {
             emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
             _jobs.pop_front();

@@ -146,6 +146,28 @@ TEST_F(dispatcher_fixture, calibration_change_after_submit_stops_a_queued_job) {
     EXPECT_TRUE(read_frames().empty());
 }
 
+TEST_F(dispatcher_fixture, a_withdrawn_job_is_cancelled_and_never_sent) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    const std::int64_t t = _clock.now_realtime_ns() + 60 * ms;
+    ASSERT_TRUE(d.submit(job_at(5, t), payload));
+    ASSERT_TRUE(d.submit(job_at(6, t + 20 * ms), payload));
+    ASSERT_TRUE(d.start());
+    EXPECT_TRUE(d.withdraw(5)) << "job 5 is queued";
+    EXPECT_FALSE(d.withdraw(77)) << "job 77 was never submitted";
+    const auto recs = wait_records(d, 2);
+    d.stop();
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs[0].job_id, 5u);
+    EXPECT_EQ(recs[0].status, dispatch_status::cancelled) << to_string(recs[0].status);
+    EXPECT_EQ(recs[0].sent_ns, 0);
+    EXPECT_EQ(recs[1].job_id, 6u);
+    EXPECT_EQ(recs[1].status, dispatch_status::sent) << to_string(recs[1].status);
+    const auto frames = read_frames();
+    ASSERT_EQ(frames.size(), 1u) << "only the job that was not withdrawn reaches the endpoint";
+    EXPECT_EQ(frames[0].hdr.job_id, 6u);
+}
+
 TEST_F(dispatcher_fixture, without_an_endpoint_the_job_fails_endpoint_down) {
     dispatcher d(untuned(), _clock);
     ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 10 * ms), payload));

@@ -173,6 +173,12 @@ public:
         return n;
     }
     std::size_t queued() const noexcept { return _slot_count - _free.size(); }
+    // Withdraw a queued job (cancelled, displaced or moved in the ledger after
+    // it was handed over): the dispatch thread checks the flag just before
+    // sending and reports the job `cancelled` instead.  Returns false when
+    // the job is not queued here.  A job already past that check is sent;
+    // its record says so, and that record is the truth.
+    bool withdraw(std::uint64_t job_id) noexcept;
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
@@ -197,6 +203,7 @@ private:
     using queued_job = detail::queued_job;
     struct alignas(64) slot_state {
         std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
+        std::atomic<bool> withdrawn{false};        // set by withdraw(); read before sending
         std::int64_t scheduled_rt_ns = 0;          // housekeeping only
         std::uint64_t job_id = 0;                  // housekeeping only
         bool queued = false;                       // housekeeping only

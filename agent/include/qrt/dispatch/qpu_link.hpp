@@ -74,6 +74,8 @@ public:
 
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
     void set_calibration_id(std::uint64_t id) noexcept { _dispatcher.set_calibration_id(id); }
+    // See dispatcher::withdraw: best effort until the dispatch thread's check.
+    bool withdraw(std::uint64_t job_id) noexcept { return _dispatcher.withdraw(job_id); }
     std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
 
     bool endpoint_up() const noexcept { return _state == conn_state::up; }
