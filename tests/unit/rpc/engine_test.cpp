@@ -326,3 +326,37 @@ TEST_F(engine_test, metrics_count_requests_by_method_and_errors_by_reason) {
     EXPECT_EQ(snap.at("result").at("histograms").size(), 1U);
     EXPECT_TRUE(snap.at("result").at("counters").size() >= 1U);
 }
+
+// Replies are written straight into the output (agent.hello from a cached,
+// pre-serialised head): the bytes must be exactly nlohmann's serialisation of
+// the same reply, for every role set, in batches, and after a method is added.
+TEST_F(engine_test, directly_written_replies_are_byte_identical_to_nlohmann_serialisation) {
+    agent_hooks hooks;
+    register_agent_methods(eng, hooks);
+    const auto same_as_tree = [](const std::string& text) {
+        ASSERT_FALSE(text.empty());
+        EXPECT_EQ(to_line(json::parse(text)), text);
+    };
+    session nobody = make_session(role_set{});
+    session admin = make_session(role_set{}.with(role::admin));
+    const std::string hello = R"({"jsonrpc":"2.0","method":"agent.hello","id":"h\u00e9"})";
+    const std::string first = eng.handle_line(hello, nobody).text;
+    same_as_tree(first);
+    same_as_tree(eng.handle_line(hello, admin).text);
+    EXPECT_EQ(eng.handle_line(hello, nobody).text, first) << "the cached head is reused as is";
+    same_as_tree(eng.handle_line(R"([{"jsonrpc":"2.0","method":"agent.hello","id":1},)"
+                                 R"({"jsonrpc":"2.0","method":"agent.hello"},)"
+                                 R"({"jsonrpc":"2.0","method":"echo","params":{"a":[1.5,"x"]},"id":2},)"
+                                 R"({"jsonrpc":"2.0","method":"nope","id":3}])",
+                                 admin)
+                     .text);
+    eng.methods().add({"late.method", role::reader, "added after a hello",
+                       [](const json&, call_context&) { return json(true); }});
+    const json r = call(hello, nobody);
+    const auto caps = r.at("result").at("capabilities").get<std::vector<std::string>>();
+    EXPECT_NE(std::find(caps.begin(), caps.end(), "late.method"), caps.end());
+    // A raw handler that fails leaves no partial result behind.
+    const json bad = call(R"({"jsonrpc":"2.0","method":"agent.hello","params":{"x":1},"id":9})",
+                          nobody);
+    EXPECT_EQ(reason_of(bad), "invalid_params");
+}
