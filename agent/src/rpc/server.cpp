@@ -595,7 +595,9 @@ void server::kill(connection& c, const char* why) {
     _loop.remove_fd(c.fd);
     ::close(c.fd);
     c.fd = -1;
-    c.sess.push = nullptr;
+    // sess.push stays: kill() may run inside that very closure (a push whose
+    // flush fails), and destroying it there is undefined.  The closure sees
+    // the dead state and does nothing; reap() detaches the session.
     c.in = line_framer(0);
     c.out = std::string();
     c.replies.clear();
