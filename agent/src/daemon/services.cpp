@@ -597,16 +597,26 @@ void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
     // jobs already handed over are refused rather than sent uncalibrated.
     std::uint64_t id = dispatch::no_window_calibration_id;
     std::int64_t until = now_ns + 1'000 * k_ms;
+    // A next window that starts exactly at the current one's end takes over
+    // at that instant in the guard itself: the first job of that window (T at
+    // the boundary) must not race the switch timer below.
+    std::uint64_t next_id = id;
+    std::int64_t switch_ns = INT64_MAX;
     if (!q.windows.empty()) {
         id = q.windows.front().calibration_id;
         until = q.windows.front().valid_until_ns;
+        next_id = id;
+        if (q.windows.size() > 1 && q.windows[1].valid_from_ns == until) {
+            next_id = q.windows[1].calibration_id;
+            switch_ns = until;
+        }
     }
     if (id != q.calibration_id) {
         log::debug("calibration", "{}: current calibration id {} (until {})", q.name, id, until);
     }
     q.calibration_id = id;
     q.current_until_ns = until;
-    q.link->set_calibration_id(id);
+    q.link->set_calibration(id, next_id, switch_ns);
     // A one-shot timer at the window's end, so the guard switches on time
     // and not at the next pump tick.
     if (q.switch_timer) {

@@ -269,6 +269,37 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
     return n;
 }
 
+void dispatcher::set_calibration(std::uint64_t current_id, std::uint64_t next_id,
+                                 std::int64_t switch_rt_ns) noexcept {
+    const std::int64_t switch_mono =
+        switch_rt_ns == INT64_MAX ? INT64_MAX : _base.to_monotonic_ns(switch_rt_ns);
+    const std::uint32_t seq = _cal_seq.load(std::memory_order_relaxed);
+    _cal_seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    _cal_current.store(current_id, std::memory_order_relaxed);
+    _cal_next.store(next_id, std::memory_order_relaxed);
+    _cal_switch_mono_ns.store(switch_mono, std::memory_order_relaxed);
+    _cal_seq.store(seq + 2, std::memory_order_release);
+}
+
+dispatcher::calibration_plan dispatcher::calibration() const noexcept {
+    calibration_plan p;
+    while (true) {
+        const std::uint32_t before = _cal_seq.load(std::memory_order_acquire);
+        if ((before & 1U) != 0) {
+            cpu_relax();
+            continue;
+        }
+        p.current = _cal_current.load(std::memory_order_relaxed);
+        p.next = _cal_next.load(std::memory_order_relaxed);
+        p.switch_mono_ns = _cal_switch_mono_ns.load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (_cal_seq.load(std::memory_order_relaxed) == before) {
+            return p;
+        }
+    }
+}
+
 bool dispatcher::withdraw(std::uint64_t job_id) noexcept {
     for (std::size_t i = 0; i < _slot_count; ++i) {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
@@ -495,7 +526,10 @@ void dispatcher::run_loop() noexcept {
         g.duration_ns = j->duration_ns;
         g.tolerance_ns = j->tolerance_ns;
         g.job_calibration_id = j->calibration_id;
-        g.current_calibration_id = _calibration_id.load(std::memory_order_acquire);
+        const calibration_plan cal = calibration();
+        g.current_calibration_id = cal.current;
+        g.next_calibration_id = cal.next;
+        g.calibration_switch_ns = cal.switch_mono_ns;
         g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
         dispatch_status verdict = check_before_send(g);
         if (verdict == dispatch_status::sent && s.withdrawn.load(std::memory_order_acquire)) {

@@ -41,6 +41,21 @@ TEST(calibration_guard, a_qpu_without_any_window_sends_nothing) {
     EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed);
 }
 
+TEST(calibration_guard, a_job_at_the_boundary_of_back_to_back_windows_belongs_to_the_next_one) {
+    guard_input g = on_time();
+    g.current_calibration_id = 7;
+    g.next_calibration_id = 8;
+    g.calibration_switch_ns = g.deadline_ns;  // the next window starts at T
+    g.job_calibration_id = 8;
+    EXPECT_EQ(check_before_send(g), dispatch_status::sent) << "the switch timer has not fired yet";
+    g.job_calibration_id = 7;
+    EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed) << "T is in the next window";
+    g.calibration_switch_ns = g.deadline_ns + 1;  // T still inside the current window
+    EXPECT_EQ(check_before_send(g), dispatch_status::sent);
+    g.job_calibration_id = 8;
+    EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed);
+}
+
 TEST(missed, start_passed_beyond_tolerance_is_missed_never_sent) {
     guard_input g = on_time();
     g.now_ns = g.deadline_ns + g.tolerance_ns + 1;

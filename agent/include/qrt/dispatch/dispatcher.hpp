@@ -182,9 +182,21 @@ public:
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
+    // The guard's calibration: the current id and, when the next window
+    // starts exactly where the current one ends, that window's id and the
+    // (realtime) switch time.  Housekeeping thread only (single writer of a
+    // seqlock the dispatch thread reads without locking).
+    void set_calibration(std::uint64_t current_id, std::uint64_t next_id, std::int64_t switch_rt_ns) noexcept;
+    void set_calibration_id(std::uint64_t id) noexcept { set_calibration(id, id, INT64_MAX); }
+
     // ---- any thread ----
-    void set_calibration_id(std::uint64_t id) noexcept { _calibration_id.store(id, std::memory_order_release); }
-    std::uint64_t calibration_id() const noexcept { return _calibration_id.load(std::memory_order_acquire); }
+    struct calibration_plan {
+        std::uint64_t current = 0;
+        std::uint64_t next = 0;
+        std::int64_t switch_mono_ns = INT64_MAX;
+    };
+    calibration_plan calibration() const noexcept;
+    std::uint64_t calibration_id() const noexcept { return calibration().current; }
     bool endpoint_up() const noexcept { return _endpoint_up.load(std::memory_order_acquire); }
     std::int64_t lead_ns() const noexcept { return _lead_ns_pub.load(std::memory_order_relaxed); }
     dispatch_thread_stats thread_stats() const noexcept;
@@ -241,7 +253,11 @@ private:
 
     std::atomic<bool> _stop{false};
     std::atomic<bool> _endpoint_up{false};
-    std::atomic<std::uint64_t> _calibration_id{0};
+    // Seqlock over the calibration plan (odd sequence = write in progress).
+    std::atomic<std::uint32_t> _cal_seq{0};
+    std::atomic<std::uint64_t> _cal_current{0};
+    std::atomic<std::uint64_t> _cal_next{0};
+    std::atomic<std::int64_t> _cal_switch_mono_ns{INT64_MAX};
     std::atomic<std::int64_t> _lead_ns_pub{0};
     std::atomic<int> _setup_done{0};  // 0 pending, 1 ok, -errno failed (start() waits)
     std::string _setup_error;         // written by the thread before _setup_done

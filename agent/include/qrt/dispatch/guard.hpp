@@ -22,6 +22,11 @@ struct guard_input {
     std::int64_t tolerance_ns = 0;
     std::uint64_t job_calibration_id = 0;
     std::uint64_t current_calibration_id = 0;  // 0 = no calibration tracking
+    // The window that starts exactly where the current one ends (pushed
+    // back-to-back windows, or blackout_ns = 0): a job whose T is at or after
+    // the switch belongs to it, even before the housekeeping side switched.
+    std::uint64_t next_calibration_id = 0;
+    std::int64_t calibration_switch_ns = INT64_MAX;  // monotonic
     bool endpoint_up = false;
 };
 
@@ -32,7 +37,9 @@ constexpr dispatch_status check_before_send(const guard_input& in) noexcept {
     if (in.now_ns - in.deadline_ns > in.tolerance_ns) {
         return dispatch_status::missed;
     }
-    if (in.current_calibration_id != 0 && in.job_calibration_id != in.current_calibration_id) {
+    const std::uint64_t expected = in.deadline_ns >= in.calibration_switch_ns ? in.next_calibration_id
+                                                                              : in.current_calibration_id;
+    if (in.current_calibration_id != 0 && in.job_calibration_id != expected) {
         return dispatch_status::calibration_changed;
     }
     if (in.now_ns + in.duration_ns > in.window_end_ns) {

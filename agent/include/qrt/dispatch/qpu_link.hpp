@@ -74,6 +74,9 @@ public:
 
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
     void set_calibration_id(std::uint64_t id) noexcept { _dispatcher.set_calibration_id(id); }
+    void set_calibration(std::uint64_t current_id, std::uint64_t next_id, std::int64_t switch_rt_ns) noexcept {
+        _dispatcher.set_calibration(current_id, next_id, switch_rt_ns);
+    }
     // See dispatcher::withdraw: best effort until the dispatch thread's check.
     bool withdraw(std::uint64_t job_id) noexcept { return _dispatcher.withdraw(job_id); }
     std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
