@@ -1562,78 +1562,53 @@ std::vector<reservation> ledger::due_jobs(std::string_view qpu,
     return out;
 }
 
-result<reservation> ledger::mark_dispatched(std::uint64_t id, std::int64_t sent_ns) {
+// The dispatcher's four transitions share one shape: look the reservation
+// up, check the state it must be in, change it, commit, return the record.
+result<reservation> ledger::dispatch_transition(std::uint64_t id, std::string_view verb,
+                                                res_state from, res_state to,
+                                                std::string_view why, std::int64_t now_ns,
+                                                std::string_view ev_type,
+                                                const std::function<void(reservation&)>& change) {
     const auto it = _res.find(id);
     if (it == _res.end()) {
         return make_error(reason::not_found, "reservation " + u2s(id) + " does not exist");
     }
     reservation& r = it->second;
-    if (r.state != res_state::committed) {
+    if (r.state != from) {
         return make_error(reason::illegal_transition,
-                          "mark_dispatched of reservation " + u2s(id) + " in state " +
+                          std::string(verb) + " of reservation " + u2s(id) + " in state " +
                               std::string(to_string(r.state)));
     }
-    r.sent_ns = sent_ns;
-    set_state(r, res_state::dispatched, "", sent_ns, event_type::dispatched);
+    if (change) {
+        change(r);
+    }
+    set_state(r, to, why, now_ns, ev_type);
     if (auto s = persist(); !s) {
         return std::move(s).err();
     }
     return _res.at(id);
+}
+
+result<reservation> ledger::mark_dispatched(std::uint64_t id, std::int64_t sent_ns) {
+    return dispatch_transition(id, "mark_dispatched", res_state::committed, res_state::dispatched, "",
+                               sent_ns, event_type::dispatched,
+                               [sent_ns](reservation& r) { r.sent_ns = sent_ns; });
 }
 
 result<reservation> ledger::complete(std::uint64_t id, blob result_blob, std::int64_t now_ns) {
-    const auto it = _res.find(id);
-    if (it == _res.end()) {
-        return make_error(reason::not_found, "reservation " + u2s(id) + " does not exist");
-    }
-    reservation& r = it->second;
-    if (r.state != res_state::dispatched) {
-        return make_error(reason::illegal_transition,
-                          "complete of reservation " + u2s(id) + " in state " +
-                              std::string(to_string(r.state)));
-    }
-    r.result = std::move(result_blob);
-    set_state(r, res_state::completed, "", now_ns, event_type::completed);
-    if (auto s = persist(); !s) {
-        return std::move(s).err();
-    }
-    return _res.at(id);
+    return dispatch_transition(id, "complete", res_state::dispatched, res_state::completed, "", now_ns,
+                               event_type::completed,
+                               [&result_blob](reservation& r) { r.result = std::move(result_blob); });
 }
 
 result<reservation> ledger::fail(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
-    const auto it = _res.find(id);
-    if (it == _res.end()) {
-        return make_error(reason::not_found, "reservation " + u2s(id) + " does not exist");
-    }
-    reservation& r = it->second;
-    if (r.state != res_state::dispatched) {
-        return make_error(reason::illegal_transition,
-                          "fail of reservation " + u2s(id) + " in state " +
-                              std::string(to_string(r.state)));
-    }
-    set_state(r, res_state::failed, why, now_ns, event_type::failed);
-    if (auto s = persist(); !s) {
-        return std::move(s).err();
-    }
-    return _res.at(id);
+    return dispatch_transition(id, "fail", res_state::dispatched, res_state::failed, why, now_ns,
+                               event_type::failed, {});
 }
 
 result<reservation> ledger::miss(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
-    const auto it = _res.find(id);
-    if (it == _res.end()) {
-        return make_error(reason::not_found, "reservation " + u2s(id) + " does not exist");
-    }
-    reservation& r = it->second;
-    if (r.state != res_state::committed) {
-        return make_error(reason::illegal_transition,
-                          "miss of reservation " + u2s(id) + " in state " +
-                              std::string(to_string(r.state)));
-    }
-    set_state(r, res_state::missed, why, now_ns, event_type::missed);
-    if (auto s = persist(); !s) {
-        return std::move(s).err();
-    }
-    return _res.at(id);
+    return dispatch_transition(id, "miss", res_state::committed, res_state::missed, why, now_ns,
+                               event_type::missed, {});
 }
 
 result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {

@@ -42,6 +42,7 @@
 //   // dispatcher: l->mark_dispatched(id, sent_ns); l->complete(id, blob, now) / l->fail(...)
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -206,6 +207,10 @@ private:
     void set_state(reservation& r, res_state to, std::string_view why, std::int64_t now_ns,
                    std::string_view ev_type);
     void place(reservation& r, const slot& s);
+    result<reservation> dispatch_transition(std::uint64_t id, std::string_view verb, res_state from,
+                                            res_state to, std::string_view why, std::int64_t now_ns,
+                                            std::string_view ev_type,
+                                            const std::function<void(reservation&)>& change);
     void emit(std::string_view type, const reservation& r, std::string_view why,
               std::int64_t now_ns);
     reservation& insert_new(reservation r);
