@@ -6,9 +6,11 @@
 // Each error case checks the stable reason AND that the exit status is the
 // one the shared table gives for it.
 
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -263,9 +265,30 @@ TEST_F(clients, qrtctl_a_wrong_fencing_token_is_refused_with_its_reason) {
     EXPECT_EQ(rel.exit_code, exit_for("bad_fencing_token"));
 }
 
+namespace {
+// Whether uid/gid can execute path: a checkout under a 0700 directory (as
+// mktemp -d makes) hides the binaries from every other user.
+bool executable_as(uid_t uid, gid_t gid, const char* path) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) {
+            ::_exit(2);
+        }
+        ::_exit(::access(path, X_OK) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 0;
+}
+}  // namespace
+
 TEST_F(clients, qrtctl_a_reader_may_query_but_not_reserve) {
     if (::geteuid() != 0) {
         GTEST_SKIP() << "needs root to run qrtctl as uid " << nobody_uid;
+    }
+    if (!executable_as(nobody_uid, nogroup_gid, QRTCTL)) {
+        GTEST_SKIP() << "uid " << nobody_uid << " cannot execute " << QRTCTL
+                     << " (a parent directory is not searchable by other users)";
     }
     run_options o;
     o.as_uid = nobody_uid;
