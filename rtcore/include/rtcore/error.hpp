@@ -27,11 +27,14 @@ struct error {
     static error invalid(std::string what) { return error{EINVAL, std::move(what)}; }
 };
 
-template <typename T>
-class [[nodiscard]] result {
+// The storage and accessors of a result, for any error type E: rtcore's
+// own result<T> below, and layers whose errors carry more than an errno
+// (the timeline's stable reason strings) alias it with their error struct.
+template <typename T, typename E>
+class [[nodiscard]] basic_result {
 public:
-    result(T value) : _v(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
-    result(error err) : _v(std::in_place_index<1>, std::move(err)) {}  // NOLINT implicit
+    basic_result(T value) : _v(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
+    basic_result(E err) : _v(std::in_place_index<1>, std::move(err)) {}      // NOLINT implicit
 
     bool has_value() const noexcept { return _v.index() == 0; }
     explicit operator bool() const noexcept { return has_value(); }
@@ -43,8 +46,8 @@ public:
     const T& operator*() const& { return value(); }
     T* operator->() { return &value(); }
     const T* operator->() const { return &value(); }
-    const error& err() const& { return std::get<1>(_v); }
-    error&& err() && { return std::get<1>(std::move(_v)); }
+    const E& err() const& { return std::get<1>(_v); }
+    E&& err() && { return std::get<1>(std::move(_v)); }
 
     template <typename U>
     T value_or(U&& fallback) const& {
@@ -52,23 +55,26 @@ public:
     }
 
 private:
-    std::variant<T, error> _v;
+    std::variant<T, E> _v;
 };
 
-template <>
-class [[nodiscard]] result<void> {
+template <typename E>
+class [[nodiscard]] basic_result<void, E> {
 public:
-    result() = default;
-    result(error err) : _err(std::move(err)), _ok(false) {}  // NOLINT implicit
+    basic_result() = default;
+    basic_result(E err) : _err(std::move(err)), _ok(false) {}  // NOLINT implicit
     bool has_value() const noexcept { return _ok; }
     explicit operator bool() const noexcept { return _ok; }
-    const error& err() const& { return _err; }
-    error&& err() && { return std::move(_err); }
+    const E& err() const& { return _err; }
+    E&& err() && { return std::move(_err); }
 
 private:
-    error _err;
+    E _err;
     bool _ok = true;
 };
+
+template <typename T>
+using result = basic_result<T, error>;
 
 using status = result<void>;
 

@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "rtcore/error.hpp"
+
 namespace qrt::timeline {
 
 inline constexpr std::int64_t k_no_deadline_ns = std::numeric_limits<std::int64_t>::max();
@@ -47,42 +49,10 @@ inline error make_error(std::string_view why, std::string message) {
     return error{std::string(why), std::move(message)};
 }
 
+// rtcore's result storage, with the timeline's error (it carries a stable
+// reason where rtcore's carries an errno).
 template <typename T>
-class [[nodiscard]] result {
-public:
-    result(T value) : _v(std::in_place_index<0>, std::move(value)) {}  // NOLINT implicit
-    result(error err) : _v(std::in_place_index<1>, std::move(err)) {}  // NOLINT implicit
-
-    bool has_value() const noexcept { return _v.index() == 0; }
-    explicit operator bool() const noexcept { return has_value(); }
-    T& value() & { return std::get<0>(_v); }
-    const T& value() const& { return std::get<0>(_v); }
-    T&& value() && { return std::get<0>(std::move(_v)); }
-    T& operator*() & { return value(); }
-    const T& operator*() const& { return value(); }
-    T* operator->() { return &value(); }
-    const T* operator->() const { return &value(); }
-    const error& err() const& { return std::get<1>(_v); }
-    error&& err() && { return std::get<1>(std::move(_v)); }
-
-private:
-    std::variant<T, error> _v;
-};
-
-template <>
-class [[nodiscard]] result<void> {
-public:
-    result() = default;
-    result(error err) : _err(std::move(err)), _ok(false) {}  // NOLINT implicit
-    bool has_value() const noexcept { return _ok; }
-    explicit operator bool() const noexcept { return _ok; }
-    const error& err() const& { return _err; }
-    error&& err() && { return std::move(_err); }
-
-private:
-    error _err;
-    bool _ok = true;
-};
+using result = rtcore::basic_result<T, error>;
 
 using status = result<void>;
 
