@@ -1,6 +1,5 @@
 #include "qrt/rpc/json_rpc.hpp"
 
-#include <array>
 #include <cmath>
 #include <limits>
 
@@ -298,100 +297,6 @@ std::vector<std::string> params_reader::str_array(std::string_view name, std::si
                                                    name, max_len));
         }
         out.push_back(item.get<std::string>());
-    }
-    return out;
-}
-
-// ---- base64 --------------------------------------------------------------
-
-namespace {
-constexpr std::string_view b64_alphabet =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-constexpr std::array<std::int8_t, 256> make_b64_table() {
-    std::array<std::int8_t, 256> t{};
-    for (auto& x : t) {
-        x = -1;
-    }
-    for (std::size_t i = 0; i < b64_alphabet.size(); ++i) {
-        t[static_cast<unsigned char>(b64_alphabet[i])] = static_cast<std::int8_t>(i);
-    }
-    return t;
-}
-constexpr auto b64_table = make_b64_table();
-}  // namespace
-
-std::optional<std::string> base64_decode_strict(std::string_view in) {
-    if (in.size() % 4 != 0) {
-        return std::nullopt;
-    }
-    std::string out;
-    out.reserve(in.size() / 4 * 3);
-    for (std::size_t i = 0; i < in.size(); i += 4) {
-        const bool last = i + 4 == in.size();
-        std::array<int, 4> v{};
-        int pad = 0;
-        for (std::size_t k = 0; k < 4; ++k) {
-            const char c = in[i + k];
-            if (c == '=') {
-                // '=' only in the last quantum, only in positions 2..3, and
-                // only followed by more '='.
-                if (!last || k < 2) {
-                    return std::nullopt;
-                }
-                ++pad;
-                v[k] = 0;
-                continue;
-            }
-            if (pad > 0) {
-                return std::nullopt;
-            }
-            const int d = b64_table[static_cast<unsigned char>(c)];
-            if (d < 0) {
-                return std::nullopt;
-            }
-            v[k] = d;
-        }
-        const unsigned triple = (static_cast<unsigned>(v[0]) << 18) |
-                                (static_cast<unsigned>(v[1]) << 12) |
-                                (static_cast<unsigned>(v[2]) << 6) | static_cast<unsigned>(v[3]);
-        // Non-canonical encodings (unused bits set) are rejected.
-        if ((pad == 1 && (triple & 0xffU) != 0) || (pad == 2 && (triple & 0xffffU) != 0)) {
-            return std::nullopt;
-        }
-        out.push_back(static_cast<char>((triple >> 16) & 0xffU));
-        if (pad < 2) {
-            out.push_back(static_cast<char>((triple >> 8) & 0xffU));
-        }
-        if (pad < 1) {
-            out.push_back(static_cast<char>(triple & 0xffU));
-        }
-    }
-    return out;
-}
-
-std::string base64_encode(std::string_view in) {
-    std::string out;
-    out.reserve((in.size() + 2) / 3 * 4);
-    std::size_t i = 0;
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(in[k])); };
-    for (; i + 3 <= in.size(); i += 3) {
-        const unsigned t = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
-        out.push_back(b64_alphabet[(t >> 18) & 63U]);
-        out.push_back(b64_alphabet[(t >> 12) & 63U]);
-        out.push_back(b64_alphabet[(t >> 6) & 63U]);
-        out.push_back(b64_alphabet[t & 63U]);
-    }
-    const std::size_t rest = in.size() - i;
-    if (rest > 0) {
-        unsigned t = byte(i) << 16;
-        if (rest == 2) {
-            t |= byte(i + 1) << 8;
-        }
-        out.push_back(b64_alphabet[(t >> 18) & 63U]);
-        out.push_back(b64_alphabet[(t >> 12) & 63U]);
-        out.push_back(rest == 2 ? b64_alphabet[(t >> 6) & 63U] : '=');
-        out.push_back('=');
     }
     return out;
 }

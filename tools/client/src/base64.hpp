@@ -1,15 +1,14 @@
 #pragma once
 // Standard base64 (RFC 4648 alphabet, '=' padding), as jobs.submit's
-// payload and jobs.result's result use it.  decode is strict like the
-// agent's: no whitespace, no URL-safe characters, canonical padding.
+// payload and jobs.result's result use it: the agent's own implementation
+// (rtcore), so decode is exactly as strict as the server's (no whitespace,
+// no URL-safe characters, canonical padding).
 
-#include <optional>
-#include <string>
-#include <string_view>
+#include "rtcore/base64.hpp"
 
 namespace qrt::client {
 
-std::string base64_encode(std::string_view bytes);
-std::optional<std::string> base64_decode(std::string_view text);
+using rtcore::base64_decode;
+using rtcore::base64_encode;
 
 }  // namespace qrt::client

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qrt/rpc/errors.hpp"
+#include "rtcore/base64.hpp"
 
 namespace qrt::rpc {
 
@@ -113,7 +114,10 @@ private:
 // The standard base64 alphabet with '=' padding, strictly: no whitespace, no
 // URL-safe characters, length a multiple of 4, padding only at the end, and
 // zero unused bits.  Returns nullopt on any deviation.
-std::optional<std::string> base64_decode_strict(std::string_view in);
-std::string base64_encode(std::string_view in);
+// (rtcore's, shared with libqrt-client.)
+inline std::optional<std::string> base64_decode_strict(std::string_view in) {
+    return rtcore::base64_decode(in);
+}
+using rtcore::base64_encode;
 
 }  // namespace qrt::rpc

@@ -1,9 +1,10 @@
-#include "base64.hpp"
+#include "rtcore/base64.hpp"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
-namespace qrt::client {
+namespace rtcore {
 
 namespace {
 
@@ -28,7 +29,9 @@ std::string base64_encode(std::string_view bytes) {
     std::string out;
     out.reserve((bytes.size() + 2) / 3 * 4);
     std::size_t i = 0;
-    const auto at = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(bytes[k])); };
+    const auto at = [&](std::size_t k) {
+        return static_cast<unsigned>(static_cast<unsigned char>(bytes[k]));
+    };
     for (; i + 3 <= bytes.size(); i += 3) {
         const unsigned v = (at(i) << 16U) | (at(i + 1) << 8U) | at(i + 2);
         out += alphabet[(v >> 18U) & 63U];
@@ -62,7 +65,12 @@ std::optional<std::string> base64_decode(std::string_view text) {
         int pad = 0;
         for (std::size_t k = 0; k < 4; ++k) {
             const char c = text[i + k];
-            if (c == '=' && last && k >= 2) {
+            if (c == '=') {
+                // Only in the last quantum, only in positions 2..3, and
+                // only followed by more '='.
+                if (!last || k < 2) {
+                    return std::nullopt;
+                }
                 ++pad;
                 v[k] = 0;
                 continue;
@@ -92,4 +100,4 @@ std::optional<std::string> base64_decode(std::string_view text) {
     return out;
 }
 
-}  // namespace qrt::client
+}  // namespace rtcore
