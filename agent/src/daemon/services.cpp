@@ -24,6 +24,7 @@
 #include "rtcore/task_ops.hpp"
 
 #ifdef QRT_HAVE_BPF
+#include "qrt_bpf/histogram_convert.hpp"
 #include "qrt_bpf/intrusion.hpp"
 #include "qrt_bpf/probe_set.hpp"
 #endif
@@ -960,19 +961,9 @@ telemetry::snapshot services::telemetry_snapshot() {
                     if (wh.count == 0) {
                         continue;
                     }
-                    rtcore::histogram h;
-                    for (unsigned b = 0; b < qrt_bpf::wakeup_histogram::bucket_count; ++b) {
-                        if (wh.buckets[b] == 0) {
-                            continue;
-                        }
-                        const auto lo = qrt_bpf::wakeup_histogram::bucket_lower_ns(b);
-                        const auto hi = qrt_bpf::wakeup_histogram::bucket_upper_ns(b);
-                        const auto mid = std::min<std::uint64_t>(lo + (hi - lo) / 2, wh.max_ns);
-                        h.record_n(static_cast<std::int64_t>(mid), wh.buckets[b]);
-                    }
                     s.add_histogram("qrt_probe_wakeup_latency_seconds",
                                     "eBPF: dispatch thread wakeup latency (sched_wakeup to sched_switch)",
-                                    {{"cpu", std::to_string(cpu)}}, h);
+                                    {{"cpu", std::to_string(cpu)}}, qrt_bpf::to_rtcore_histogram(wh));
                 }
             }
         }

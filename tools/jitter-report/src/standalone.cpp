@@ -20,6 +20,7 @@
 
 #include "jitter_report/slo.hpp"
 #include "qrt_bpf/availability.hpp"
+#include "qrt_bpf/histogram_convert.hpp"
 #include "qrt_bpf/intrusion_probe.hpp"
 #include "qrt_bpf/outlier_probe.hpp"
 #include "qrt_bpf/wakeup_probe.hpp"
@@ -187,17 +188,13 @@ std::pair<std::uint64_t, std::uint64_t> read_steal(const rtcore::host_fs& fs) {
 // A wakeup-probe histogram as a report series (bucket midpoints for the
 // bins and stddev; the probe's own interpolated quantiles and exact max).
 series probe_series(unsigned cpu, const qrt_bpf::wakeup_histogram& w) {
-    rtcore::histogram h;
+    const rtcore::histogram h = qrt_bpf::to_rtcore_histogram(w);
     std::uint64_t top_ns = 0;  // upper bound of the highest non-empty bucket
-    for (unsigned i = 0; i < qrt_bpf::wakeup_histogram::bucket_count; ++i) {
-        if (w.buckets[i] == 0) {
-            continue;
+    for (unsigned i = qrt_bpf::wakeup_histogram::bucket_count; i-- > 0;) {
+        if (w.buckets[i] != 0) {
+            top_ns = qrt_bpf::wakeup_histogram::bucket_upper_ns(i);
+            break;
         }
-        top_ns = qrt_bpf::wakeup_histogram::bucket_upper_ns(i);
-        const std::uint64_t lo = qrt_bpf::wakeup_histogram::bucket_lower_ns(i);
-        const std::uint64_t hi = qrt_bpf::wakeup_histogram::bucket_upper_ns(i);
-        const std::uint64_t mid = hi == UINT64_MAX ? lo : lo + (hi - lo) / 2;
-        h.record_n(static_cast<std::int64_t>(std::min<std::uint64_t>(mid, w.max_ns)), w.buckets[i]);
     }
     series s;
     s.scope = "cpu";
