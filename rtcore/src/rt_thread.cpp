@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <linux/capability.h>
 
 #include "rtcore/capabilities.hpp"
@@ -380,9 +381,15 @@ status restore_current_thread(const rt_thread_report& report, sched_ops& ops) {
             note(error::from_errno(-rc, sched_call_text(prev.tid, prev.attr)));
         }
     }
-    if (report.memory_locked_by_us) {
-        if (const int rc = ops.unlock_all_memory(); rc != 0) {
-            note(error::from_errno(-rc, "munlockall"));
+    if (report.memory_lock_ref) {
+        sched_ops::memory_lock_count& reg = ops.memory_locks();
+        const std::lock_guard<std::mutex> lock(reg.mu);
+        reg.holders = std::max(reg.holders - 1, 0);
+        if (reg.holders == 0 && reg.locked_by_rt) {
+            reg.locked_by_rt = false;
+            if (const int rc = ops.unlock_all_memory(); rc != 0) {
+                note(error::from_errno(-rc, "munlockall"));
+            }
         }
     }
     if (report.timer_slack_set) {
@@ -449,10 +456,19 @@ result<rt_thread_report> configure_current_thread(const rt_thread_config& cfg, s
     }
 
     if (cfg.lock_memory) {
+        sched_ops::memory_lock_count& reg = ops.memory_locks();
+        std::unique_lock<std::mutex> lock(reg.mu);
         if (const int rc = ops.lock_all_memory(); rc != 0) {
+            lock.unlock();
             return fail(mlock_error(rc, ops));
         }
-        report.memory_locked_by_us = !prev->memory_was_locked;
+        if (reg.holders == 0) {
+            reg.locked_by_rt = !prev->memory_was_locked;
+        }
+        ++reg.holders;
+        report.memory_lock_ref = true;
+        report.memory_locked_by_us = reg.locked_by_rt;
+        lock.unlock();
         report.steps.push_back("memory: mlockall(MCL_CURRENT|MCL_FUTURE)");
         if (!ops.memory_locked()) {
             // AddressSanitizer, for one, turns mlockall into a no-op.

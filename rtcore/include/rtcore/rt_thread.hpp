@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -101,6 +102,19 @@ public:
     virtual bool memory_locked() noexcept = 0;
     virtual rlimit get_rlimit(int resource) noexcept = 0;
     virtual bool has_capability(int cap) noexcept = 0;
+
+    // mlockall is per process, RT threads are not: the threads that asked
+    // for the lock through these ops are counted here, and only the restore
+    // that drops the last one calls munlockall (setup/restore only).
+    struct memory_lock_count {
+        std::mutex mu;
+        int holders = 0;
+        bool locked_by_rt = false;  // the first holder found the memory unlocked
+    };
+    memory_lock_count& memory_locks() noexcept { return _memory_locks; }
+
+private:
+    memory_lock_count _memory_locks;
 };
 
 // The real system calls (sched_setattr/sched_getattr, pthread_*affinity_np,
@@ -123,6 +137,11 @@ struct rt_thread_report {
     bool affinity_set = false;
     bool timer_slack_set = false;
     bool memory_locked_by_us = false;  // mlockall done and memory was not locked before
+    // This thread holds one reference on the process-wide memory lock.
+    // mlockall is per process: with several RT threads (one per QPU), only
+    // the restore that drops the last reference calls munlockall, and only
+    // if the memory was not locked before the first one.
+    bool memory_lock_ref = false;
     bool sched_set = false;
 };
 

@@ -445,3 +445,19 @@ TEST(rt_thread, real_eperm_without_capabilities_is_explained) {
     }
     EXPECT_EQ(final_line, "still SCHED_OTHER");
 }
+
+TEST(rt_thread, memory_stays_locked_until_the_last_rt_thread_restores) {
+    // Two dispatch threads (two QPUs) share the process's mlockall: the first
+    // one to leave must not unlock the memory under the other.
+    fake_sched_ops ops;
+    auto first = rtcore::configure_current_thread(dispatch_config(), ops);
+    ASSERT_TRUE(first) << first.err().message;
+    auto second = rtcore::configure_current_thread(dispatch_config(), ops);
+    ASSERT_TRUE(second) << second.err().message;
+    EXPECT_TRUE(first->memory_locked_by_us);
+    EXPECT_TRUE(second->memory_locked_by_us);
+    ASSERT_TRUE(rtcore::restore_current_thread(*first, ops));
+    EXPECT_TRUE(ops.locked) << "the second RT thread still runs";
+    ASSERT_TRUE(rtcore::restore_current_thread(*second, ops));
+    EXPECT_FALSE(ops.locked);
+}
