@@ -1,5 +1,7 @@
 #include "rtcore/clock.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -26,6 +28,39 @@ int real_clock::sleep_until_monotonic_ns(std::int64_t t_ns) noexcept {
             return -rc;
         }
     }
+}
+
+int real_clock::sleep_until_or_woken(std::int64_t t_ns, const wake_word& word, std::uint32_t seen) noexcept {
+    if (t_ns < 0) {
+        return -EINVAL;
+    }
+    const timespec ts = to_timespec(t_ns);
+    // FUTEX_WAIT_BITSET takes an absolute timeout on CLOCK_MONOTONIC (no
+    // FUTEX_CLOCK_REALTIME): the same hrtimer sleep as clock_nanosleep.
+    // The word is only read by the kernel: const_cast for the syscall ABI.
+    auto* addr = const_cast<std::uint32_t*>(reinterpret_cast<const std::uint32_t*>(&word));
+    while (true) {
+        const long rc = ::syscall(SYS_futex, addr, FUTEX_WAIT_BITSET_PRIVATE, seen, &ts, nullptr,
+                                  FUTEX_BITSET_MATCH_ANY);
+        if (rc == 0) {
+            return -EAGAIN;  // woken (or spurious): the caller re-checks
+        }
+        switch (errno) {
+            case ETIMEDOUT:
+                return 0;
+            case EAGAIN:
+                return -EAGAIN;  // the word had already changed
+            case EINTR:
+                continue;
+            default:
+                return -errno;
+        }
+    }
+}
+
+void wake_sleepers(wake_word& word) noexcept {
+    word.fetch_add(1, std::memory_order_acq_rel);
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 int fake_clock::sleep_until_monotonic_ns(std::int64_t t_ns) noexcept {

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 
@@ -53,9 +54,22 @@ inline std::int64_t realtime_now_ns() noexcept {
     return to_ns(ts);
 }
 
+// A word another thread bumps to cut a sleep short (see wake_sleepers and
+// clock_source::sleep_until_or_woken).  A futex: no signal, no lock.
+using wake_word = std::atomic<std::uint32_t>;
+static_assert(sizeof(wake_word) == sizeof(std::uint32_t) && wake_word::is_always_lock_free,
+              "wake_word must be a plain 32-bit futex word");
+
+// Bump the word and wake every thread sleeping on it.
+void wake_sleepers(wake_word& word) noexcept;
+
 // The seam.  sleep_until_monotonic_ns returns 0 once CLOCK_MONOTONIC >= t_ns,
 // or -errno on failure (EINVAL for a bad time); it is never interrupted
 // early by a signal (EINTR is retried with the same absolute time).
+// sleep_until_or_woken sleeps the same way (an absolute hrtimer on
+// CLOCK_MONOTONIC, the caller's timer slack) unless `word` no longer holds
+// `seen`, or changes while asleep and wake_sleepers() is called: then it
+// returns -EAGAIN at once, and the caller re-reads what it was waiting for.
 class clock_source {
 public:
     clock_source() = default;
@@ -66,6 +80,12 @@ public:
     virtual std::int64_t now_monotonic_ns() const noexcept = 0;
     virtual std::int64_t now_realtime_ns() const noexcept = 0;
     virtual int sleep_until_monotonic_ns(std::int64_t t_ns) noexcept = 0;
+    virtual int sleep_until_or_woken(std::int64_t t_ns, const wake_word& word, std::uint32_t seen) noexcept {
+        if (word.load(std::memory_order_acquire) != seen) {
+            return -EAGAIN;
+        }
+        return sleep_until_monotonic_ns(t_ns);
+    }
 };
 
 // The host's clocks: clock_gettime and clock_nanosleep(CLOCK_MONOTONIC,
@@ -75,6 +95,8 @@ public:
     std::int64_t now_monotonic_ns() const noexcept override { return monotonic_now_ns(); }
     std::int64_t now_realtime_ns() const noexcept override { return realtime_now_ns(); }
     int sleep_until_monotonic_ns(std::int64_t t_ns) noexcept override;
+    // FUTEX_WAIT_BITSET with an absolute CLOCK_MONOTONIC timeout.
+    int sleep_until_or_woken(std::int64_t t_ns, const wake_word& word, std::uint32_t seen) noexcept override;
 };
 
 // A clock for tests: time moves only when told to.  sleep_until moves both

@@ -5,6 +5,8 @@
 #include <sys/timerfd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 
@@ -69,6 +71,51 @@ TEST(clock, real_sleep_until_is_not_cut_short_by_a_signal) {
     ::sigaction(SIGUSR1, &old, nullptr);
     EXPECT_EQ(rc, 0);
     EXPECT_GE(woke, target);
+}
+
+TEST(clock, sleep_until_or_woken_sleeps_to_the_deadline_when_nobody_wakes_it) {
+    rtcore::real_clock clk;
+    rtcore::wake_word word{7};
+    const std::int64_t t = clk.now_monotonic_ns() + 2'000'000;
+    EXPECT_EQ(clk.sleep_until_or_woken(t, word, 7), 0);
+    EXPECT_GE(clk.now_monotonic_ns(), t);
+}
+
+TEST(clock, sleep_until_or_woken_returns_at_once_when_the_word_already_moved) {
+    rtcore::real_clock clk;
+    rtcore::wake_word word{8};
+    const std::int64_t t = clk.now_monotonic_ns() + 3'600 * ns_per_s;
+    EXPECT_EQ(clk.sleep_until_or_woken(t, word, 7), -EAGAIN);
+    EXPECT_EQ(clk.sleep_until_or_woken(-1, word, 8), -EINVAL);
+}
+
+TEST(clock, wake_sleepers_cuts_a_long_sleep_short) {
+    rtcore::real_clock clk;
+    rtcore::wake_word word{0};
+    std::atomic<int> rc{1};
+    std::thread sleeper([&] {
+        // An hour: only the wake can end this within the test.
+        rc = clk.sleep_until_or_woken(clk.now_monotonic_ns() + 3'600 * ns_per_s, word, 0);
+    });
+    // Wake until it has returned (the first wake may come before it sleeps:
+    // then the word has moved and its sleep returns at once).
+    for (int i = 0; i < 5000 && rc.load() == 1; ++i) {
+        rtcore::wake_sleepers(word);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    sleeper.join();
+    EXPECT_EQ(rc.load(), -EAGAIN);
+    EXPECT_GE(word.load(), 1u);
+}
+
+TEST(clock, fake_sleep_until_or_woken_honours_the_word) {
+    rtcore::fake_clock clk;
+    rtcore::wake_word word{3};
+    const std::int64_t t0 = clk.now_monotonic_ns();
+    EXPECT_EQ(clk.sleep_until_or_woken(t0 + 10, word, 2), -EAGAIN);
+    EXPECT_EQ(clk.now_monotonic_ns(), t0) << "a cut-short sleep does not move fake time";
+    EXPECT_EQ(clk.sleep_until_or_woken(t0 + 10, word, 3), 0);
+    EXPECT_EQ(clk.now_monotonic_ns(), t0 + 10);
 }
 
 TEST(clock, fake_clock_moves_only_when_told) {
