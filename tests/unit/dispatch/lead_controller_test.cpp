@@ -42,11 +42,15 @@ TEST(adaptive_lead, follows_the_window_quantile_plus_margin_downwards) {
     for (int i = 0; i < 99; ++i) {
         l.observe(10'000);
     }
-    EXPECT_EQ(l.lead_ns(), 50'000) << "does not come down before the window is full";
+    EXPECT_FALSE(l.adapt()) << "does not come down before the window is full";
+    EXPECT_EQ(l.lead_ns(), 50'000);
     l.observe(10'000);
+    EXPECT_EQ(l.lead_ns(), 50'000) << "observe() alone never lowers the lead (the RT thread's cheap half)";
+    EXPECT_TRUE(l.adapt());
     EXPECT_EQ(l.adaptations(), 1u);
-    // p99.9 of 100 samples of 10 us is 10 us (within the histogram's 1 %).
-    EXPECT_NEAR(static_cast<double>(l.lead_ns()), 12'000.0, 100.0);
+    // p99.9 of 100 samples of 10 us is exactly 10 us.
+    EXPECT_EQ(l.lead_ns(), 12'000);
+    EXPECT_FALSE(l.adapt()) << "a new window starts empty";
 }
 
 TEST(adaptive_lead, never_goes_below_the_minimum) {
@@ -54,6 +58,7 @@ TEST(adaptive_lead, never_goes_below_the_minimum) {
     for (int i = 0; i < 100; ++i) {
         l.observe(100);
     }
+    ASSERT_TRUE(l.adapt());
     EXPECT_EQ(l.lead_ns(), 5'000);
 }
 
@@ -63,5 +68,17 @@ TEST(adaptive_lead, the_quantile_covers_rare_outliers_in_the_window) {
         l.observe(3'000);
     }
     l.observe(60'000);  // one outlier in the window: p99.9 of 100 samples is the max
-    EXPECT_NEAR(static_cast<double>(l.lead_ns()), 62'000.0, 600.0);
+    ASSERT_TRUE(l.adapt());
+    EXPECT_EQ(l.lead_ns(), 62'000);
+}
+
+TEST(adaptive_lead, a_lower_quantile_ignores_the_top_of_the_window) {
+    lead_config c = cfg();
+    c.quantile = 0.9;
+    lead_controller l(c);
+    for (int i = 1; i <= 100; ++i) {
+        l.observe(i * 1'000);  // 1..100 us, in order
+    }
+    ASSERT_TRUE(l.adapt());
+    EXPECT_EQ(l.lead_ns(), 90'000 + 2'000) << "p90 of 1..100 us is 90 us";
 }
