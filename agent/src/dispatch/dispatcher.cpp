@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
@@ -36,6 +37,36 @@ inline void cpu_relax() noexcept {
 
 constexpr unsigned uring_entries = 64;
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
+// user_data of a write's linked timeout: the slot with the top bit set.
+constexpr std::uint64_t link_timeout_tag = std::uint64_t{1} << 63;
+// The thread applies an endpoint update only when its next send is further
+// away than lead + this (the io_uring_register call takes microseconds).
+constexpr std::int64_t endpoint_update_guard_ns = 200'000;
+// How long set_endpoint_fd() waits for the dispatch thread to apply it.
+constexpr auto endpoint_update_wait = std::chrono::milliseconds(500);
+
+// "SqThread:\t<tid>" from /proc/self/fdinfo/<ring fd>; 0 if absent.
+pid_t read_sqpoll_tid(int ring_fd) {
+    std::ifstream in("/proc/self/fdinfo/" + std::to_string(ring_fd));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("SqThread:", 0) == 0) {
+            try {
+                return static_cast<pid_t>(std::stol(line.substr(9)));
+            } catch (...) {
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
+__kernel_timespec to_kernel_timespec(std::int64_t ns) noexcept {
+    __kernel_timespec ts{};
+    ts.tv_sec = ns / 1'000'000'000;
+    ts.tv_nsec = ns % 1'000'000'000;
+    return ts;
+}
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
@@ -93,6 +124,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     _pool = static_cast<std::uint8_t*>(p);
     _slots = std::make_unique<slot_state[]>(_slot_count);
     _inflight = std::make_unique<dispatch_record[]>(_slot_count);
+    _send_limit = std::make_unique<__kernel_timespec[]>(_slot_count);
     _free.reserve(_slot_count);
     for (std::size_t i = _slot_count; i-- > 0;) {
         _free.push_back(static_cast<std::uint32_t>(i));
@@ -102,21 +134,25 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
         // The kernel poller thread is created here, on the housekeeping
         // thread, so it inherits SCHED_OTHER and never competes at RT
         // priority; SQ_AFF pins it to the housekeeping CPU.
+        // sqpoll_cpu -1: the poller shares the dispatch CPU (it runs when
+        // the RT thread sleeps).
+        const int poller_cpu = cfg.sqpoll_cpu >= 0 ? cfg.sqpoll_cpu : cfg.dispatch_cpu;
         io_uring_params params{};
         params.flags = IORING_SETUP_SQPOLL;
         params.sq_thread_idle = cfg.sqpoll_idle_ms;
-        if (cfg.sqpoll_cpu >= 0) {
+        if (poller_cpu >= 0) {
             params.flags |= IORING_SETUP_SQ_AFF;
-            params.sq_thread_cpu = static_cast<std::uint32_t>(cfg.sqpoll_cpu);
+            params.sq_thread_cpu = static_cast<std::uint32_t>(poller_cpu);
         }
         if (int rc = io_uring_queue_init_params(uring_entries, &_uring->ring, &params); rc == 0) {
             _uring->inited = true;
             _submit_mode = submit_mode::sqpoll;
+            _sqpoll_tid = read_sqpoll_tid(_uring->ring.ring_fd);
         } else {
             _submit_fallback_reason = "io_uring_queue_init_params(IORING_SETUP_SQPOLL" +
-                                      std::string(cfg.sqpoll_cpu >= 0 ? "|IORING_SETUP_SQ_AFF, sq_thread_cpu " +
-                                                                            std::to_string(cfg.sqpoll_cpu)
-                                                                      : "") +
+                                      std::string(poller_cpu >= 0 ? "|IORING_SETUP_SQ_AFF, sq_thread_cpu " +
+                                                                        std::to_string(poller_cpu)
+                                                                  : "") +
                                       ", sq_thread_idle " + std::to_string(cfg.sqpoll_idle_ms) +
                                       " ms): " + std::strerror(-rc) + "; using syscall submission";
             spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
@@ -184,6 +220,7 @@ void dispatcher::stop() noexcept {
         return;
     }
     _stop.store(true, std::memory_order_release);
+    rtcore::wake_sleepers(_wake);
     _thread.join();
 }
 
@@ -251,6 +288,12 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
         return rtcore::error{EBUSY, who + ": job ring full"};
     }
     _last_deadline_rt_ns = job.scheduled_ns;
+    // An idle thread looks at the ring once per idle_sleep_ns: wake it now
+    // (the wake word makes this race-free against it going to sleep).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (_idle.load(std::memory_order_relaxed)) {
+        rtcore::wake_sleepers(_wake);
+    }
     return rtcore::ok();
 }
 
@@ -265,6 +308,9 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
             s.deadline_ns.store(base.to_monotonic_ns(s.scheduled_rt_ns), std::memory_order_release);
             ++n;
         }
+    }
+    if (n != 0) {
+        rtcore::wake_sleepers(_wake);  // a deadline may now be earlier than the thread's wake-up
     }
     return n;
 }
@@ -319,21 +365,71 @@ std::optional<std::int64_t> dispatcher::queued_deadline_ns(std::uint64_t job_id)
     return std::nullopt;
 }
 
-rtcore::status dispatcher::set_endpoint_fd(int fd) {
+rtcore::status dispatcher::update_registered_file(int fd) noexcept {
     int fds[1] = {fd};
     const int rc = io_uring_register_files_update(&_uring->ring, 0, fds, 1);
-    if (rc < 0) {
-        return rtcore::error::from_errno(-rc, "dispatch: qpu " + std::to_string(_cfg.qpu_index) +
-                                                  ": io_uring_register_files_update fd " + std::to_string(fd));
+    return rc < 0 ? rtcore::status(rtcore::error{-rc, ""}) : rtcore::ok();
+}
+
+rtcore::status dispatcher::set_endpoint_fd(int fd) {
+    const auto failed = [&](int err, const std::string& what) {
+        return rtcore::error::from_errno(err, "dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": " + what +
+                                                  " (endpoint fd " + std::to_string(fd) + ")");
+    };
+    if (!_loop_running.load(std::memory_order_acquire)) {
+        if (auto st = update_registered_file(fd); !st) {
+            return failed(st.err().code, "io_uring_register_files_update");
+        }
+        _endpoint_up.store(true, std::memory_order_release);
+        return rtcore::ok();
+    }
+    // The dispatch thread applies it (see the header: no ring lock taken
+    // from here while it may be about to submit).
+    _pending_fd.store(fd, std::memory_order_relaxed);
+    const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
+    rtcore::wake_sleepers(_wake);
+    const auto give_up = std::chrono::steady_clock::now() + endpoint_update_wait;
+    while (static_cast<std::int32_t>(_fd_done_gen.load(std::memory_order_acquire) - gen) < 0) {
+        if (!_loop_running.load(std::memory_order_acquire)) {
+            return set_endpoint_fd(fd);  // the thread stopped meanwhile: apply it here
+        }
+        if (std::chrono::steady_clock::now() > give_up) {
+            return failed(ETIMEDOUT, "the dispatch thread did not take the new endpoint within " +
+                                         std::to_string(endpoint_update_wait.count()) + " ms");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (const int rc = _fd_update_rc.load(std::memory_order_relaxed); rc < 0) {
+        return failed(-rc, "io_uring_register_files_update");
     }
     _endpoint_up.store(true, std::memory_order_release);
     return rtcore::ok();
 }
 
 void dispatcher::clear_endpoint() noexcept {
-    _endpoint_up.store(false, std::memory_order_release);
-    int fds[1] = {-1};
-    io_uring_register_files_update(&_uring->ring, 0, fds, 1);
+    _endpoint_up.store(false, std::memory_order_release);  // the guard sends nothing from now on
+    if (!_loop_running.load(std::memory_order_acquire)) {
+        (void)update_registered_file(-1);
+        return;
+    }
+    _pending_fd.store(-1, std::memory_order_relaxed);
+    _fd_req_gen.fetch_add(1, std::memory_order_acq_rel);
+    rtcore::wake_sleepers(_wake);  // applied at once: nothing is sent while the endpoint is down
+}
+
+void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept {
+    if (head != nullptr && _endpoint_up.load(std::memory_order_acquire)) {
+        const std::int64_t deadline = _slots[head->slot].deadline_ns.load(std::memory_order_acquire);
+        if (deadline - now <= _lead.lead_ns() + endpoint_update_guard_ns) {
+            return;  // a send is close: after it
+        }
+    }
+    const std::uint32_t want = _fd_req_gen.load(std::memory_order_acquire);
+    int fds[1] = {_pending_fd.load(std::memory_order_relaxed)};
+    const int rc = io_uring_register_files_update(&_uring->ring, 0, fds, 1);
+    _fd_update_rc.store(rc < 0 ? rc : 0, std::memory_order_relaxed);
+    _fd_done_gen.store(want, std::memory_order_release);
+    _st_endpoint_updates.fetch_add(1, std::memory_order_relaxed);
 }
 
 void dispatcher::release_slot(std::uint32_t slot) noexcept {
@@ -353,6 +449,11 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.lead_capped = _st_lead_capped.load(std::memory_order_relaxed);
     s.submits = _st_submits.load(std::memory_order_relaxed);
     s.sqpoll_wakeups = _st_sqpoll_wakeups.load(std::memory_order_relaxed);
+    s.sqpoll_prewakes = _st_sqpoll_prewakes.load(std::memory_order_relaxed);
+    s.send_timeouts = _st_send_timeouts.load(std::memory_order_relaxed);
+    s.voided_sqes = _st_voided.load(std::memory_order_relaxed);
+    s.endpoint_updates = _st_endpoint_updates.load(std::memory_order_relaxed);
+    s.early_wakes = _st_early_wakes.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -411,7 +512,9 @@ void dispatcher::thread_main() noexcept {
     if (setup_err != 0 && _cfg.require_rt) {
         return;
     }
+    _loop_running.store(true, std::memory_order_release);
     run_loop();
+    _loop_running.store(false, std::memory_order_release);
 }
 
 void dispatcher::emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
@@ -431,17 +534,43 @@ void dispatcher::emit(const queued_job& j, dispatch_status st, std::int64_t dead
 void dispatcher::reap_completions() noexcept {
     io_uring_cqe* cqe = nullptr;
     while (io_uring_peek_cqe(&_uring->ring, &cqe) == 0 && cqe != nullptr) {
-        const auto slot = static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqe));
-        if (slot < _slot_count) {
-            dispatch_record r = _inflight[slot];
-            const std::int32_t expected = r.io_result;
-            r.io_result = cqe->res;
-            if (cqe->res != expected) {
-                r.status = dispatch_status::send_failed;
+        const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+        if ((data & link_timeout_tag) != 0) {
+            // The write's link timeout: -ETIME when it fired (the write
+            // then completes with -ECANCELED), -ECANCELED/-ENOENT when the
+            // write finished first.
+            if (cqe->res == -ETIME) {
+                _st_send_timeouts.fetch_add(1, std::memory_order_relaxed);
             }
+        } else if (const auto slot = static_cast<std::uint32_t>(data); slot < _slot_count) {
+            dispatch_record r = _inflight[slot];
+            if (r.status == dispatch_status::sent) {
+                const std::int32_t expected = r.io_result;
+                r.io_result = cqe->res;
+                if (cqe->res != expected) {
+                    r.status = dispatch_status::send_failed;
+                }
+            }  // else: voided after a failed submit (a NOP): keep the submit error
             _records.try_push(r);
         }
         io_uring_cqe_seen(&_uring->ring, cqe);
+    }
+}
+
+void dispatcher::void_unsubmitted() noexcept {
+    // Syscall mode only: nobody but this thread makes the kernel consume
+    // SQEs, so the ones between the kernel's head and our tail stay put
+    // while we rewrite them.  Each becomes a NOP with the same user_data:
+    // its CQE still arrives (and frees the slot), the frame is never sent.
+    io_uring_sq* sq = &_uring->ring.sq;
+    const unsigned head = io_uring_smp_load_acquire(sq->khead);
+    const unsigned tail = *sq->ktail;
+    for (unsigned pos = head; pos != tail; ++pos) {
+        io_uring_sqe* sqe = &sq->sqes[sq->array[pos & sq->ring_mask]];
+        const std::uint64_t data = sqe->user_data;
+        io_uring_prep_nop(sqe);
+        sqe->user_data = data;
+        _st_voided.fetch_add(1, std::memory_order_relaxed);
     }
 }
 
@@ -449,15 +578,37 @@ void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
     const bool sqpoll = _submit_mode == submit_mode::sqpoll;
+    const auto poller_asleep = [ring]() noexcept {
+        return (io_uring_smp_load_acquire(ring->sq.kflags) & IORING_SQ_NEED_WAKEUP) != 0;
+    };
     std::uint32_t cur_slot = UINT32_MAX;
     std::int64_t first_seen = 0;
     while (!_stop.load(std::memory_order_acquire)) {
         _st_loops.fetch_add(1, std::memory_order_relaxed);
+        // Read before looking at any state: a change after this makes the
+        // next sleep return at once.
+        const std::uint32_t seen = _wake.load(std::memory_order_acquire);
         reap_completions();
+        if (io_uring_sq_ready(ring) != 0) {
+            // SQEs a failed submit left (voided NOPs, or, in sqpoll mode,
+            // entries a failed poller wake-up left waiting).
+            if (!sqpoll || poller_asleep()) {
+                io_uring_submit(ring);
+            }
+        }
         const queued_job* j = _jobs.peek();
         std::int64_t now = _clock.now_monotonic_ns();
+        if (_fd_req_gen.load(std::memory_order_acquire) != _fd_done_gen.load(std::memory_order_relaxed)) {
+            apply_endpoint_update(now, j);
+        }
         if (j == nullptr) {
-            _clock.sleep_until_monotonic_ns(now + _cfg.idle_sleep_ns);
+            _idle.store(true, std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with submit()'s fence
+            if (_jobs.peek() == nullptr &&
+                _clock.sleep_until_or_woken(now + _cfg.idle_sleep_ns, _wake, seen) == -EAGAIN) {
+                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
+            }
+            _idle.store(false, std::memory_order_relaxed);
             continue;
         }
         const slot_state& s = _slots[j->slot];
@@ -485,8 +636,12 @@ void dispatcher::run_loop() noexcept {
         if (now < wake) {
             const bool chunk = wake - now > _cfg.max_sleep_chunk_ns;
             const std::int64_t target = chunk ? now + _cfg.max_sleep_chunk_ns : wake;
-            _clock.sleep_until_monotonic_ns(target);
+            const int rc = _clock.sleep_until_or_woken(target, _wake, seen);
             _st_sleeps.fetch_add(1, std::memory_order_relaxed);
+            if (rc == -EAGAIN) {  // a step, an endpoint change or stop(): look again
+                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
+                continue;
+            }
             if (chunk) {
                 continue;  // re-check stop, completions and the deadline
             }
@@ -497,8 +652,15 @@ void dispatcher::run_loop() noexcept {
             }
             wakeup_latency = now - target;
             if (tuned) {
-                _lead.observe(wakeup_latency);
+                _lead.observe(wakeup_latency);  // O(1); the quantile is taken after the send
                 _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+            }
+            if (sqpoll && poller_asleep()) {
+                // Wake the poller now, before T, so the send at T is a
+                // plain store to the SQ tail.
+                io_uring_enter(static_cast<unsigned>(ring->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
+                _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
+                now = _clock.now_monotonic_ns();
             }
         }
         std::int64_t spin_ns = 0;
@@ -540,9 +702,16 @@ void dispatcher::run_loop() noexcept {
             _jobs.pop_front();
             continue;
         }
-        io_uring_sqe* sqe = io_uring_get_sqe(ring);
-        if (sqe == nullptr) {  // cannot happen with <= 64 in flight; counted
+        // Two SQEs: the write and its link timeout.  The ring has 64 and at
+        // most two are ever unconsumed, so this cannot fail; counted if it does.
+        io_uring_sqe* sqe = io_uring_sq_space_left(ring) >= 2 ? io_uring_get_sqe(ring) : nullptr;
+        io_uring_sqe* lt = sqe != nullptr ? io_uring_get_sqe(ring) : nullptr;
+        if (sqe == nullptr || lt == nullptr) {
             _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
+            if (sqe != nullptr) {
+                io_uring_prep_nop(sqe);
+                io_uring_sqe_set_data64(sqe, link_timeout_tag);  // ignored by reap
+            }
             emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
             _jobs.pop_front();
             continue;
@@ -551,16 +720,15 @@ void dispatcher::run_loop() noexcept {
         const std::int64_t sent_rt = _clock.now_realtime_ns();
         wire::patch_sent_ns(buf, sent_rt);
         io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
-        sqe->flags |= IOSQE_FIXED_FILE;
+        sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
         io_uring_sqe_set_data64(sqe, j->slot);
-        if (sqpoll) {
-            // The poller sets IORING_SQ_NEED_WAKEUP before it sleeps and only
-            // we wake it, so a flag seen set here (before our tail is
-            // published) means io_uring_submit will call io_uring_enter.
-            std::atomic_thread_fence(std::memory_order_seq_cst);
-            if ((__atomic_load_n(ring->sq.kflags, __ATOMIC_ACQUIRE) & IORING_SQ_NEED_WAKEUP) != 0) {
-                _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);
-            }
+        // Not sent by T + tolerance (endpoint buffer full): cancelled, never late.
+        __kernel_timespec* limit = &_send_limit[j->slot];
+        *limit = to_kernel_timespec(deadline + j->tolerance_ns);
+        io_uring_prep_link_timeout(lt, limit, IORING_TIMEOUT_ABS);
+        io_uring_sqe_set_data64(lt, link_timeout_tag | j->slot);
+        if (sqpoll && poller_asleep()) {
+            _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
         }
         // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
         // syscall unless the poller sleeps.
@@ -578,16 +746,27 @@ void dispatcher::run_loop() noexcept {
         r.wakeup_latency_ns = wakeup_latency;
         r.spin_ns = spin_ns;
         r.lead_ns = lead;
-        if (rc < 1) {
+        if (rc < 2 && !sqpoll) {
+            // The enter failed (or stopped short): whatever it did not
+            // consume must never go out with a later submit.
             _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
-            r.status = dispatch_status::send_failed;
-            r.io_result = rc;
-            _records.try_push(r);
-        } else {
-            _inflight[j->slot] = r;
+            const std::uint64_t before = _st_voided.load(std::memory_order_relaxed);
+            void_unsubmitted();
+            if (_st_voided.load(std::memory_order_relaxed) - before == 2) {  // the write too
+                r.status = dispatch_status::send_failed;
+                r.io_result = rc < 0 ? rc : -EAGAIN;
+            }
+        } else if (rc < 0) {
+            // sqpoll: the SQEs are published but the poller could not be
+            // woken; the loop retries the wake-up.
+            _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
         }
+        _inflight[j->slot] = r;
         _jobs.pop_front();
         reap_completions();  // inline completions (the usual case on a socket)
+        if (tuned && _lead.adapt()) {
+            _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+        }
     }
     // Stopping: queued jobs are cancelled; in-flight writes get a bounded
     // wait, then the ring teardown cancels them.
@@ -597,6 +776,7 @@ void dispatcher::run_loop() noexcept {
              0);
         _jobs.pop_front();
     }
+    io_uring_submit(ring);  // voided NOPs still in the SQ ring complete too
     __kernel_timespec ts{0, 200'000'000};
     io_uring_cqe* cqe = nullptr;
     while (io_uring_wait_cqe_timeout(ring, &cqe, &ts) == 0) {

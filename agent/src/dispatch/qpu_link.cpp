@@ -478,9 +478,17 @@ void qpu_link::on_record(const dispatch_record& r) {
         return;
     case dispatch_status::send_failed: {
         ++_counters.send_failed;
-        const std::string detail =
-            r.io_result < 0 ? std::string("io_uring write: ") + std::strerror(-r.io_result)
-                            : "io_uring write: short write of " + std::to_string(r.io_result) + " bytes";
+        std::string detail;
+        if (r.io_result == -ECANCELED) {
+            // The write's link timeout fired at T + tolerance: the endpoint
+            // did not take the frame (its socket buffer was full).
+            detail = "endpoint " + _addr.uri + " did not take the frame within its tolerance (T+" +
+                     std::to_string(r.lateness_ns) + " ns at submit; socket buffer full?); cancelled, not sent late";
+        } else if (r.io_result < 0) {
+            detail = std::string("io_uring write: ") + std::strerror(-r.io_result);
+        } else {
+            detail = "io_uring write: short write of " + std::to_string(r.io_result) + " bytes";
+        }
         finish(r.job_id, job_state::failed, "send_failed", detail);
         // Drop the connection only when the failed write went to the current
         // one (a write to a connection dropped since then fails with EPIPE).

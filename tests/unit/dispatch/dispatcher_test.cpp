@@ -288,3 +288,111 @@ TEST(realtime_step_follower, a_detected_step_reconverts_every_followed_dispatche
     EXPECT_EQ(*a.queued_deadline_ns(5), before_a - 2 * rtcore::ns_per_s);
     EXPECT_EQ(*b.queued_deadline_ns(5), before_a + 1 - 2 * rtcore::ns_per_s);
 }
+
+// ---- edge cases from review: never late, never blocked, never stale ----
+
+TEST_F(dispatcher_fixture, a_frame_the_endpoint_cannot_take_is_cancelled_at_its_tolerance_not_sent_late) {
+    // Fill the socket buffer (the peer never reads): the write cannot go out
+    // at T.  Its linked timeout at T + tolerance must cancel it; the frame
+    // must not reach the peer when the buffer drains later.
+    int sndbuf = 4096;
+    ASSERT_EQ(::setsockopt(_sp[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+    std::vector<std::uint8_t> filler(1024, 0xAB);
+    std::size_t filled = 0;
+    while (true) {
+        const ssize_t n = ::send(_sp[0], filler.data(), filler.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n <= 0) {
+            break;
+        }
+        filled += static_cast<std::size_t>(n);
+        ASSERT_LT(filled, std::size_t{64} << 20) << "the socket buffer never filled";
+    }
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    dispatch_job j = job_at(1, _clock.now_realtime_ns() + 20 * ms);
+    j.tolerance_ns = 30 * ms;
+    ASSERT_TRUE(d.submit(j, payload));
+    ASSERT_TRUE(d.start());
+    const auto recs = wait_records(d, 1);
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::send_failed) << to_string(recs[0].status);
+    EXPECT_EQ(recs[0].io_result, -ECANCELED) << "cancelled by the link timeout";
+    EXPECT_EQ(d.thread_stats().send_timeouts, 1u);
+    // Drain the peer: only the filler comes out, never the job's frame.
+    std::size_t drained = 0;
+    std::uint8_t buf[4096];
+    for (int i = 0; i < 200; ++i) {
+        const ssize_t n = ::recv(_sp[1], buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) {
+            drained += static_cast<std::size_t>(n);
+            continue;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    d.stop();
+    EXPECT_EQ(drained, filled) << "the cancelled frame reached the endpoint after its tolerance";
+}
+
+TEST_F(dispatcher_fixture, a_job_handed_to_an_idle_thread_is_picked_up_at_once) {
+    // The idle thread would look at the ring only once a minute: submit()
+    // must wake it, or a job due in 50 ms is missed.
+    dispatcher_config c = untuned();
+    c.idle_sleep_ns = 60'000 * ms;
+    dispatcher d(c, _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it go idle
+    dispatch_job j = job_at(1, _clock.now_realtime_ns() + 50 * ms);
+    j.tolerance_ns = 500 * ms;
+    ASSERT_TRUE(d.submit(j, payload));
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    EXPECT_GE(d.thread_stats().early_wakes, 1u);
+}
+
+TEST_F(dispatcher_fixture, a_realtime_step_during_the_last_sleep_moves_the_send_at_once) {
+    // One long sleep (no chunking) towards T = now + 20 s; a step then makes
+    // T 100 ms away.  The sleep must be cut short: the job goes out long
+    // before the old wake-up time (the wait below gives up after 3 s).
+    dispatcher_config c = untuned();
+    c.max_sleep_chunk_ns = 3'600'000 * ms;
+    dispatcher d(c, _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    const std::int64_t t_rt = _clock.now_realtime_ns() + 20'000 * ms;
+    dispatch_job j = job_at(1, t_rt);
+    j.window_start_ns = t_rt - 60'000 * ms;
+    ASSERT_TRUE(d.submit(j, payload));
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // asleep towards T
+    // The realtime clock "jumped forward" by 19.9 s: realtime - monotonic grew.
+    const rtcore::time_base stepped(d.base().offset_ns() + 19'900 * ms);
+    EXPECT_EQ(d.on_realtime_step(stepped), 1u);
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u) << "still asleep towards the old deadline";
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    EXPECT_GE(d.thread_stats().early_wakes, 1u);
+    EXPECT_EQ(read_frames().size(), 1u);
+}
+
+TEST_F(dispatcher_fixture, a_new_endpoint_is_registered_by_the_dispatch_thread_itself) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.start());
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));  // while running: handed over, applied by the thread
+    EXPECT_TRUE(d.endpoint_up());
+    EXPECT_EQ(d.thread_stats().endpoint_updates, 1u);
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 30 * ms), payload));
+    const auto recs = wait_records(d, 1);
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    d.clear_endpoint();
+    EXPECT_FALSE(d.endpoint_up());
+    ASSERT_TRUE(d.submit(job_at(2, _clock.now_realtime_ns() + 30 * ms), payload));
+    const auto after = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_EQ(after[0].status, dispatch_status::endpoint_down) << to_string(after[0].status);
+    EXPECT_EQ(read_frames().size(), 1u);
+}

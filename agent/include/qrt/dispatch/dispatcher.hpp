@@ -32,14 +32,31 @@
 //   pinning, default timer slack, plain sleep to T, no spin.
 // - Submission (submit_mode): `syscall` (the default) publishes the SQE and
 //   calls io_uring_enter from the RT thread.  `sqpoll` sets the ring up with
-//   IORING_SETUP_SQPOLL (+ IORING_SETUP_SQ_AFF on sqpoll_cpu, a housekeeping
-//   CPU): the RT thread only writes the SQE and the SQ tail, a kernel thread
-//   (iou-sqp-<pid>) polling the ring issues the write.  While that thread is
-//   busy it burns its CPU; after sqpoll_idle_ms without work it sleeps and
-//   sets IORING_SQ_NEED_WAKEUP, and the next submit must wake it with
-//   io_uring_enter (a syscall, counted in sqpoll_wakeups).  When the SQPOLL
-//   setup is refused (EPERM, EINVAL, ...) the ring falls back to `syscall`
-//   and submit_fallback_reason() says why.
+//   IORING_SETUP_SQPOLL: the RT thread only writes the SQE and the SQ tail,
+//   a kernel thread (iou-sqp-<pid>) polling the ring issues the write.  Its
+//   CPU is sqpoll_cpu; -1 puts it on the dispatch CPU itself, where it runs
+//   (SCHED_OTHER) whenever the RT thread sleeps, so it never competes with
+//   the RT thread and keeps that CPU out of idle.  After sqpoll_idle_ms
+//   without work it sleeps and sets IORING_SQ_NEED_WAKEUP; the RT thread
+//   then wakes it at T - lead (a syscall before T, not at T; counted in
+//   sqpoll_prewakes).  When the SQPOLL setup is refused (EPERM, EINVAL, ...)
+//   the ring falls back to `syscall` and submit_fallback_reason() says why.
+// - Every write carries a linked IORING_OP_LINK_TIMEOUT at T + tolerance
+//   (absolute, CLOCK_MONOTONIC): a write the endpoint cannot take (socket
+//   buffer full) is cancelled then rather than sent late, and fails with
+//   -ECANCELED.
+// - A failed io_uring_enter leaves the SQEs it did not consume in the SQ
+//   ring; the thread turns them into NOPs (syscall mode: only it submits),
+//   so a frame is never sent later by the next submit.
+// - The registered file is only updated by the dispatch thread itself (at a
+//   point where it is not about to send): io_uring_register takes the ring's
+//   lock, and a housekeeping thread holding it would stall the RT thread's
+//   next submit (priority inversion).  set_endpoint_fd() hands the fd over
+//   and waits for the thread to apply it.
+// - Sleeps are futex waits with an absolute CLOCK_MONOTONIC timeout on a
+//   wake word: a realtime step, a new job on an idle thread, an endpoint
+//   change or stop() cut them short, so a deadline re-converted earlier is
+//   seen at once, not when the old wake-up time comes.
 
 #include <atomic>
 #include <cstddef>
@@ -47,6 +64,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <linux/time_types.h>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -82,7 +101,7 @@ struct dispatcher_config {
     std::int64_t max_sleep_chunk_ns = 20'000'000;  // re-check stop/deadline at least this often
     std::int64_t idle_sleep_ns = 1'000'000;        // nothing queued: sleep this long
     submit_mode submit = submit_mode::syscall;    // how the RT thread hands the SQE to the kernel
-    int sqpoll_cpu = 0;                 // sqpoll: pin the kernel poller here (-1 = do not pin)
+    int sqpoll_cpu = -1;                // sqpoll: the poller's CPU (-1 = dispatch_cpu; unpinned if that is -1 too)
     std::uint32_t sqpoll_idle_ms = 50;  // sqpoll: poller sleeps after this long without work
 };
 
@@ -110,6 +129,11 @@ struct dispatch_thread_stats {
     std::uint64_t lead_capped = 0;          // dispatches whose lead the spin budget cut
     std::uint64_t submits = 0;              // io_uring_submit calls on the send path
     std::uint64_t sqpoll_wakeups = 0;       // sqpoll: submits that found the poller asleep (a syscall)
+    std::uint64_t sqpoll_prewakes = 0;      // sqpoll: poller woken at T - lead (before T)
+    std::uint64_t send_timeouts = 0;        // writes cancelled by their T + tolerance link timeout
+    std::uint64_t voided_sqes = 0;          // SQEs a failed submit left behind, turned into NOPs
+    std::uint64_t endpoint_updates = 0;     // registered-file updates applied by the thread
+    std::uint64_t early_wakes = 0;          // sleeps cut short by the wake word
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
     bool mlocked = false;
     bool dma_latency_held = false;
@@ -210,6 +234,9 @@ public:
     const std::string& submit_fallback_reason() const noexcept { return _submit_fallback_reason; }
     // The io_uring fd (for /proc/self/fdinfo: SqThread, SqTotalTime...).
     int ring_fd() const noexcept;
+    // The SQPOLL kernel thread's TID (sqpoll mode; 0 otherwise or unknown):
+    // not an intrusion on the dispatch CPU.
+    pid_t sqpoll_tid() const noexcept { return _sqpoll_tid; }
 
 private:
     using queued_job = detail::queued_job;
@@ -226,6 +253,9 @@ private:
     void apply_tuning() noexcept;
     void run_loop() noexcept;
     void reap_completions() noexcept;
+    void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
+    void void_unsubmitted() noexcept;
+    rtcore::status update_registered_file(int fd) noexcept;
     void emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
               std::int64_t wakeup_latency, std::int64_t spin_ns) noexcept;
     void release_slot(std::uint32_t slot) noexcept;
@@ -251,8 +281,21 @@ private:
     // per-slot send-time info kept by the RT thread until the CQE arrives
     std::unique_ptr<dispatch_record[]> _inflight;
 
+    pid_t _sqpoll_tid = 0;
+    // Per slot: the absolute T + tolerance of its write's link timeout (the
+    // kernel may read it after io_uring_submit returns, in sqpoll mode).
+    std::unique_ptr<__kernel_timespec[]> _send_limit;
+
     std::atomic<bool> _stop{false};
     std::atomic<bool> _endpoint_up{false};
+    std::atomic<bool> _loop_running{false};
+    std::atomic<bool> _idle{false};  // the thread sleeps with nothing queued
+    rtcore::wake_word _wake{0};
+    // Endpoint hand-over to the RT thread (it alone calls register_files_update).
+    std::atomic<int> _pending_fd{-1};
+    std::atomic<std::uint32_t> _fd_req_gen{0};
+    std::atomic<std::uint32_t> _fd_done_gen{0};
+    std::atomic<int> _fd_update_rc{0};
     // Seqlock over the calibration plan (odd sequence = write in progress).
     std::atomic<std::uint32_t> _cal_seq{0};
     std::atomic<std::uint64_t> _cal_current{0};
@@ -270,6 +313,11 @@ private:
     std::atomic<std::uint64_t> _st_lead_capped{0};
     std::atomic<std::uint64_t> _st_submits{0};
     std::atomic<std::uint64_t> _st_sqpoll_wakeups{0};
+    std::atomic<std::uint64_t> _st_sqpoll_prewakes{0};
+    std::atomic<std::uint64_t> _st_send_timeouts{0};
+    std::atomic<std::uint64_t> _st_voided{0};
+    std::atomic<std::uint64_t> _st_endpoint_updates{0};
+    std::atomic<std::uint64_t> _st_early_wakes{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<bool> _st_dma{false};
