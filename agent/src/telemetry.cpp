@@ -1,13 +1,11 @@
 #include "qrt/telemetry.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <map>
 #include <string_view>
 
 #include <fmt/format.h>
+
+#include "rtcore/atomic_file.hpp"
 
 namespace qrt::telemetry {
 
@@ -296,42 +294,7 @@ rtcore::result<std::string> to_prometheus(const snapshot& s) {
 }
 
 rtcore::status write_textfile_atomically(const std::string& path, std::string_view text) {
-    const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return rtcore::error::from_errno("open " + tmp);
-    }
-    std::size_t done = 0;
-    while (done < text.size()) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            const int e = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            return rtcore::error::from_errno(e, "write " + tmp);
-        }
-        done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(fd) < 0) {
-        const int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return rtcore::error::from_errno(e, "fsync " + tmp);
-    }
-    if (::close(fd) < 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        return rtcore::error::from_errno(e, "close " + tmp);
-    }
-    if (::rename(tmp.c_str(), path.c_str()) < 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        return rtcore::error::from_errno(e, fmt::format("rename {} -> {}", tmp, path));
-    }
-    return rtcore::ok();
+    return rtcore::write_file_atomically(path, text);
 }
 
 }  // namespace qrt::telemetry

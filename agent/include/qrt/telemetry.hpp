@@ -79,7 +79,8 @@ nlohmann::json to_json(const snapshot& s);
 // name is invalid, or when one name is used with two different types.
 rtcore::result<std::string> to_prometheus(const snapshot& s);
 
-// node_exporter textfile: write <path>.tmp.<pid>, fsync, rename over path.
+// node_exporter textfile: rtcore::write_file_atomically (write
+// <path>.tmp.<pid>, fsync, rename over path, fsync the directory).
 rtcore::status write_textfile_atomically(const std::string& path, std::string_view text);
 
 }  // namespace qrt::telemetry

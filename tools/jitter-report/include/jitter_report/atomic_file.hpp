@@ -1,15 +1,13 @@
 #pragma once
-// Output files are never half-written: write <path>.tmp.<pid> in the same
-// directory, fsync, rename over path.  On any failure the temporary file is
-// removed and path is left as it was.
+// Output files are never half-written: rtcore's write_file_atomically
+// (write <path>.tmp.<pid> in the same directory, fsync, rename over path,
+// fsync the directory).  On a failure before the rename the temporary file
+// is removed and path is left as it was.
 
-#include <string>
-#include <string_view>
-
-#include "rtcore/error.hpp"
+#include "rtcore/atomic_file.hpp"
 
 namespace qrt::jitter {
 
-rtcore::status write_file_atomically(const std::string& path, std::string_view content);
+using rtcore::write_file_atomically;
 
 }  // namespace qrt::jitter
