@@ -32,6 +32,7 @@ namespace qrt {
 enum class log_level { trace, debug, info, warn, error, critical, off };
 enum class isolation_mode { automatic, cgroup2, cgroup1, fence, none };
 enum class dispatch_mode { tuned, untuned };
+enum class submit_mode { syscall, sqpoll };
 enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_aware };
 enum class calibration_change { replace, fail };
 enum class calibration_source { periodic, pushed };
@@ -51,6 +52,10 @@ struct enum_names<isolation_mode> {
 template <>
 struct enum_names<dispatch_mode> {
     static constexpr std::array<std::string_view, 2> names{"tuned", "untuned"};
+};
+template <>
+struct enum_names<submit_mode> {
+    static constexpr std::array<std::string_view, 2> names{"syscall", "sqpoll"};
 };
 template <>
 struct enum_names<placement_policy> {
@@ -145,6 +150,9 @@ struct dispatch_config {
     std::uint32_t ring_capacity = 0;
     std::uint32_t max_payload_bytes = 0;
     bool cpu_dma_latency = true;
+    submit_mode submit = submit_mode::syscall;
+    int sqpoll_cpu = -1;                 // -1: each QPU's dispatch CPU
+    std::uint32_t sqpoll_idle_ms = 0;
     bool operator==(const dispatch_config&) const = default;
 };
 

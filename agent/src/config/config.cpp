@@ -403,6 +403,28 @@ private:
                   fmt::format("dispatch.lead_min_ns = {} is greater than dispatch.lead_max_ns = {}",
                               d.lead_min_ns, d.lead_max_ns));
         }
+        {
+            // Each ring slot owns a frame buffer, mmap'ed, registered with
+            // io_uring and locked in memory at start (per QPU).
+            std::uint64_t slots = 1;
+            while (slots < d.ring_capacity) {
+                slots <<= 1;
+            }
+            const std::uint64_t slot_bytes = (std::uint64_t{96} + d.max_payload_bytes + 63) / 64 * 64;
+            const std::uint64_t pool = slots * slot_bytes;
+            constexpr std::uint64_t pool_limit = std::uint64_t{1} << 30;
+            if (pool > pool_limit) {
+                error(line("dispatch.ring_capacity", "dispatch.max_payload_bytes"), "dispatch.ring_capacity",
+                      fmt::format("dispatch.ring_capacity = {} with dispatch.max_payload_bytes = {} needs {} MiB "
+                                  "of locked frame buffers per QPU (limit {} MiB): lower one of them",
+                                  d.ring_capacity, d.max_payload_bytes, pool >> 20, pool_limit >> 20));
+            }
+        }
+        if (d.sqpoll_cpu >= 0 && _opts.online_cpus && !_opts.online_cpus->test(static_cast<unsigned>(d.sqpoll_cpu))) {
+            error(line("dispatch.sqpoll_cpu"), "dispatch.sqpoll_cpu",
+                  fmt::format("dispatch.sqpoll_cpu = {} is not an online CPU (online: {})", d.sqpoll_cpu,
+                              _opts.online_cpus->to_list()));
+        }
         const auto& t = _cfg.timeline;
         if (t.default_lease_ns > t.horizon_ns) {
             error(line("timeline.default_lease_ns", "timeline.horizon_ns"),

@@ -331,6 +331,28 @@ std::vector<config_option> build_table() {
          .meaning = "Hold /dev/cpu_dma_latency at 0 while running, keeping CPUs out of deep "
                     "idle states whose exit latency would delay a wakeup.",
          QRT_FIELD(dispatch, cpu_dma_latency)},
+        {.section = "dispatch", .key = "submit_mode", .kind = k::enumeration,
+         .default_value = std::string("syscall"), .allowed = names_of<submit_mode>(),
+         .meaning = "How a dispatch thread hands its write to the kernel at T.  \"syscall\": "
+                    "io_uring_enter from the dispatch thread (the frame leaves at once; the "
+                    "system call's cost is in the dispatch lateness).  \"sqpoll\": an io_uring "
+                    "SQPOLL kernel thread issues the write and the dispatch thread only "
+                    "publishes it (lateness of a few hundred ns), at the price of a context "
+                    "switch before the frame leaves and a CPU kept busy by the poller.  See "
+                    "bench/README.md for both measured side by side.",
+         QRT_FIELD(dispatch, submit)},
+        {.section = "dispatch", .key = "sqpoll_cpu", .kind = k::integer,
+         .default_value = std::int64_t{-1}, .min = -1, .max = 4095,
+         .meaning = "submit_mode = \"sqpoll\": the CPU of the kernel poller.  -1 puts it on each "
+                    "QPU's dispatch CPU, where it runs only while the dispatch thread sleeps "
+                    "and keeps that CPU out of idle.",
+         QRT_FIELD(dispatch, sqpoll_cpu)},
+        {.section = "dispatch", .key = "sqpoll_idle_ms", .kind = k::integer,
+         .default_value = std::int64_t{100}, .min = 1, .max = 60000,
+         .meaning = "submit_mode = \"sqpoll\": the poller busy-polls this long after its last "
+                    "write, then sleeps; the dispatch thread wakes it at T - lead, before the "
+                    "send, so a sleeping poller costs one system call ahead of T.",
+         QRT_FIELD(dispatch, sqpoll_idle_ms)},
 
         // ------------------------------------------------------------- timeline
         {.section = "timeline", .key = "policy", .kind = k::enumeration,

@@ -239,6 +239,12 @@ rtcore::status services::start_links() {
             dc.rt_priority = _cfg.dispatch.priority;
         }
         dc.hold_cpu_dma_latency = _cfg.dispatch.cpu_dma_latency;
+        dc.submit = _cfg.dispatch.submit == submit_mode::sqpoll ? dispatch::submit_mode::sqpoll
+                                                                : dispatch::submit_mode::syscall;
+        dc.sqpoll_cpu = _cfg.dispatch.sqpoll_cpu;  // -1: the dispatch CPU
+        if (_cfg.dispatch.sqpoll_idle_ms > 0) {
+            dc.sqpoll_idle_ms = _cfg.dispatch.sqpoll_idle_ms;
+        }
         if (_cfg.dispatch.ring_capacity > 0) {
             dc.slots = round_up_pow2(_cfg.dispatch.ring_capacity);
         }
@@ -308,11 +314,20 @@ rtcore::status services::start_links() {
                 _dispatch_tids.push_back(t);
             }
         }
-        const auto ts = q->link->dispatch().thread_stats();
-        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}", qc.name, lc.endpoint,
+        const auto& disp = q->link->dispatch();
+        const auto ts = disp.thread_stats();
+        std::string submit = dispatch::to_string(disp.effective_submit_mode());
+        if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
+            _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
+            submit += fmt::format(" (poller tid {})", disp.sqpoll_tid());
+        } else if (!disp.submit_fallback_reason().empty()) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
+        }
+        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}", qc.name, lc.endpoint,
                   to_string(_cfg.dispatch.mode), q->dispatch_cpu,
                   ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
-                                : std::string("not real-time"));
+                                : std::string("not real-time"),
+                  submit);
         if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
             log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned", qc.name,
                       q->link->dispatch().setup_error());
@@ -399,6 +414,16 @@ void services::start_probes() {
     for (const pid_t t : _dispatch_tids) {
         if (auto st = ps.add_tid(t); !st) {
             log::warn("probes", "add dispatch tid {}: {}", t, st.err().message);
+        }
+    }
+    if (auto* ip = ps.intrusions()) {
+        for (const pid_t t : _sqpoll_tids) {
+            if (t <= 0) {
+                continue;
+            }
+            if (auto st = ip->add_tid(t); !st) {
+                log::warn("probes", "add sqpoll tid {}: {}", t, st.err().message);
+            }
         }
     }
     _probes_status = ps.availability().to_string();

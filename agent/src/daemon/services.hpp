@@ -108,6 +108,7 @@ private:
     std::unique_ptr<timeline::ledger> _ledger;
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
     std::vector<pid_t> _dispatch_tids;
+    std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     std::int64_t _pump_horizon_ns = 0;
     std::int64_t _missed_backstop_ns = 0;
 

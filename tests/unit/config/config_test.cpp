@@ -287,6 +287,25 @@ TEST(config_errors, cross_field_checks) {
               "qrtd.toml:3: dispatch.lead_min_ns = 60000 is greater than dispatch.lead_max_ns = 50000");
     EXPECT_EQ(only_error(std::string("[dispatch]\nring_capacity = 1000\n") + one_qpu),
               "qrtd.toml:2: dispatch.ring_capacity = 1000 is not a power of two");
+    EXPECT_EQ(only_error(std::string("[dispatch]\nring_capacity = 65536\nmax_payload_bytes = 1_048_576\n") + one_qpu),
+              "qrtd.toml:3: dispatch.ring_capacity = 65536 with dispatch.max_payload_bytes = 1048576 needs 65544 "
+              "MiB of locked frame buffers per QPU (limit 1024 MiB): lower one of them");
+    qrt::config_load_options two_cpus;
+    two_cpus.online_cpus = rtcore::cpu_set{0, 1};
+    EXPECT_EQ(only_error(std::string("[dispatch]\nsubmit_mode = \"sqpoll\"\nsqpoll_cpu = 7\n") + one_qpu, two_cpus),
+              "qrtd.toml:3: dispatch.sqpoll_cpu = 7 is not an online CPU (online: 0-1)");
+}
+
+TEST(config_values, submit_mode_and_sqpoll_options) {
+    auto res = parse_config(std::string("[dispatch]\nsubmit_mode = \"sqpoll\"\nsqpoll_cpu = 1\nsqpoll_idle_ms = 20\n") +
+                            one_qpu, "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    EXPECT_EQ(res.cfg.dispatch.submit, qrt::submit_mode::sqpoll);
+    EXPECT_EQ(res.cfg.dispatch.sqpoll_cpu, 1);
+    EXPECT_EQ(res.cfg.dispatch.sqpoll_idle_ms, 20u);
+    EXPECT_EQ(qrt::default_config().dispatch.submit, qrt::submit_mode::syscall) << "syscall stays the default";
+    EXPECT_EQ(only_error(std::string("[dispatch]\nsubmit_mode = \"polled\"\n") + one_qpu),
+              "qrtd.toml:2: dispatch.submit_mode = \"polled\" is not one of syscall, sqpoll");
 }
 
 TEST(config_errors, string_syntax_checks) {
