@@ -6,27 +6,14 @@
 #include <cstdio>
 #include <limits>
 
+#include "rtcore/duration_parse.hpp"
+
 namespace qrtctl {
 
 namespace {
 
 constexpr std::int64_t ns_per_s = 1'000'000'000;
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
-
-struct unit_def {
-    std::string_view name;
-    std::int64_t ns;
-};
-constexpr std::array<unit_def, 8> units{{
-    {"ns", 1},
-    {"us", 1'000},
-    {"\xc2\xb5s", 1'000},  // µs
-    {"ms", 1'000'000},
-    {"s", ns_per_s},
-    {"m", 60 * ns_per_s},
-    {"min", 60 * ns_per_s},
-    {"h", 3600 * ns_per_s},
-}};
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -58,43 +45,22 @@ std::int64_t realtime_now_ns() noexcept {
 parsed_ns parse_duration_ns(std::string_view text) {
     constexpr std::string_view rule =
         "is not a duration (e.g. 2ms, 1.5s, 250us, 10m; units ns us ms s m h)";
-    std::size_t i = 0;
-    while (i < text.size() && is_digit(text[i])) {
-        ++i;
-    }
-    const std::string_view int_part = text.substr(0, i);
-    std::string_view frac_part;
-    if (i < text.size() && text[i] == '.') {
-        const std::size_t start = ++i;
-        while (i < text.size() && is_digit(text[i])) {
-            ++i;
-        }
-        frac_part = text.substr(start, i - start);
-        if (frac_part.empty()) {
-            return bad(text, rule);
-        }
-    }
-    if (int_part.empty()) {
+    const rtcore::duration_text parts = rtcore::split_duration(text);
+    if (parts.whole.empty() || (parts.point && parts.fraction.empty())) {
         return bad(text, rule);
     }
-    const std::string_view unit_text = text.substr(i);
-    std::int64_t scale = 0;
-    if (unit_text.empty()) {
-        if (!frac_part.empty()) {
+    std::int64_t scale = 1;
+    if (parts.unit.empty()) {
+        if (!parts.fraction.empty()) {
             return bad(text, "needs a unit when it has a fraction (e.g. 1.5ms)");
         }
-        scale = 1;
     } else {
-        for (const auto& u : units) {
-            if (u.name == unit_text) {
-                scale = u.ns;
-            }
-        }
+        scale = rtcore::duration_unit_ns(parts.unit);
         if (scale == 0) {
             return bad(text, rule);
         }
     }
-    const auto whole = to_i64(int_part);
+    const auto whole = to_i64(parts.whole);
     if (!whole || *whole > i64_max / scale) {
         return bad(text, "is too long (over 292 years)");
     }
@@ -102,7 +68,7 @@ parsed_ns parse_duration_ns(std::string_view text) {
     // The fraction, exactly: digits * scale / 10^len must be a whole ns.
     std::int64_t num = 0;
     std::int64_t den = 1;
-    for (const char c : frac_part) {
+    for (const char c : parts.fraction) {
         if (den > i64_max / 10 / scale) {
             return bad(text, "has more fraction digits than ns resolution allows");
         }

@@ -2,28 +2,16 @@
 
 #include <array>
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "rtcore/duration_parse.hpp"
+
 namespace qrt::jitter {
 
 namespace {
-
-struct unit_entry {
-    std::string_view name;
-    std::int64_t ns;
-};
-
-constexpr std::array<unit_entry, 7> units{{
-    {"ns", 1},
-    {"us", 1'000},
-    {"\xc2\xb5s", 1'000},  // µs
-    {"ms", 1'000'000},
-    {"s", 1'000'000'000},
-    {"m", 60'000'000'000},
-    {"min", 60'000'000'000},
-}};
 
 struct stat_key {
     std::string_view key;
@@ -63,56 +51,40 @@ rtcore::result<std::int64_t> parse_duration_ns(std::string_view text, bool allow
     if (t.empty()) {
         return rtcore::error::invalid("empty duration (expected a number and a unit, e.g. 10us)");
     }
-    std::size_t i = 0;
-    std::uint64_t mantissa = 0;
-    int digits = 0;
-    int decimals = 0;
-    bool dot = false;
-    for (; i < t.size(); ++i) {
-        const char c = t[i];
-        if (c >= '0' && c <= '9') {
-            if (digits >= 18) {
-                return rtcore::error::invalid(fmt::format("duration '{}': too many digits", shown));
-            }
-            mantissa = mantissa * 10 + static_cast<std::uint64_t>(c - '0');
-            ++digits;
-            if (dot) {
-                ++decimals;
-            }
-        } else if (c == '.' && !dot) {
-            dot = true;
-        } else {
-            break;
-        }
+    const rtcore::duration_text parts = rtcore::split_duration(t);
+    if (parts.digits() > 18) {
+        return rtcore::error::invalid(fmt::format("duration '{}': too many digits", shown));
     }
-    if (digits == 0) {
+    if (parts.digits() == 0) {
         return rtcore::error::invalid(
             fmt::format("duration '{}': expected a number first (e.g. 10us)", shown));
     }
-    if (dot && decimals == 0) {
+    if (parts.point && parts.fraction.empty()) {
         return rtcore::error::invalid(fmt::format("duration '{}': no digit after '.'", shown));
     }
-    const std::string_view unit = trim(t.substr(i));
+    const std::string_view unit = trim(parts.unit);
     if (unit.empty()) {
         return rtcore::error::invalid(fmt::format(
             "duration '{}': missing unit (ns, us, ms, s{})", shown, allow_minutes ? ", m" : ""));
     }
-    for (const auto& u : units) {
-        if (u.name != unit) {
-            continue;
-        }
-        if (u.ns >= 60'000'000'000 && !allow_minutes) {
-            break;
-        }
-        const long double v = static_cast<long double>(mantissa) * static_cast<long double>(u.ns) /
-                              std::pow(10.0L, static_cast<long double>(decimals));
-        if (v > 1e18L) {
-            return rtcore::error::invalid(fmt::format("duration '{}': too large", shown));
-        }
-        return static_cast<std::int64_t>(std::llround(v));
+    // Seconds at most, minutes when asked; never hours.
+    const std::int64_t unit_ns = rtcore::duration_unit_ns(unit);
+    if (unit_ns == 0 || unit_ns > (allow_minutes ? rtcore::ns_per_minute : 1'000'000'000)) {
+        return rtcore::error::invalid(fmt::format("duration '{}': unknown unit '{}' (ns, us, ms, s{})",
+                                                  shown, unit, allow_minutes ? ", m" : ""));
     }
-    return rtcore::error::invalid(fmt::format("duration '{}': unknown unit '{}' (ns, us, ms, s{})",
-                                              shown, unit, allow_minutes ? ", m" : ""));
+    std::uint64_t mantissa = 0;  // every digit, the point dropped
+    for (const std::string_view digits : {parts.whole, parts.fraction}) {
+        for (const char c : digits) {
+            mantissa = mantissa * 10 + static_cast<std::uint64_t>(c - '0');
+        }
+    }
+    const long double v = static_cast<long double>(mantissa) * static_cast<long double>(unit_ns) /
+                          std::pow(10.0L, static_cast<long double>(parts.fraction.size()));
+    if (v > 1e18L) {
+        return rtcore::error::invalid(fmt::format("duration '{}': too large", shown));
+    }
+    return static_cast<std::int64_t>(std::llround(v));
 }
 
 std::string format_ns(double ns) {
