@@ -1,19 +1,16 @@
 #include "jitter_report/agent_source.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <tuple>
+#include <variant>
 
 #include <fmt/format.h>
 
+#include "connection.hpp"
 #include "jitter_report/slo.hpp"
 
 namespace qrt::jitter {
@@ -23,28 +20,6 @@ using nlohmann::json;
 namespace {
 
 constexpr std::size_t max_reply_bytes = 64U << 20;
-
-std::int64_t monotonic_ms() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
-}
-
-class fd_guard {
-public:
-    explicit fd_guard(int fd) : _fd(fd) {}
-    fd_guard(const fd_guard&) = delete;
-    fd_guard& operator=(const fd_guard&) = delete;
-    ~fd_guard() {
-        if (_fd >= 0) {
-            ::close(_fd);
-        }
-    }
-    int get() const noexcept { return _fd; }
-
-private:
-    int _fd;
-};
 
 rtcore::error connect_error(int e, const std::string& path) {
     switch (e) {
@@ -214,104 +189,39 @@ void collect_intrusions(const json& snapshot, report& r) {
 }  // namespace
 
 rtcore::result<json> agent_call(const agent_options& opt, const std::string& method, const json& params) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (opt.socket_path.empty() || opt.socket_path.size() >= sizeof addr.sun_path) {
-        return rtcore::error::invalid(
-            fmt::format("agent: socket path '{}' is empty or longer than {} bytes", opt.socket_path,
-                        sizeof addr.sun_path - 1));
+    // libqrt-client's C++ connection (the one qrtctl uses): connect bounded
+    // by the timeout, notifications skipped, replies matched by id.
+    client::connect_options copts;
+    copts.connect_timeout = opt.timeout;
+    copts.call_timeout = opt.timeout;
+    copts.max_line_bytes = max_reply_bytes;
+    auto opened = client::connection::open(opt.socket_path, copts);
+    if (auto* e = std::get_if<client::call_error>(&opened)) {
+        if (e->reason == client::local_reason::client_error) {
+            return rtcore::error::invalid("agent: " + e->message);  // the path is unusable
+        }
+        return connect_error(e->sys_errno, opt.socket_path);
     }
-    std::memcpy(addr.sun_path, opt.socket_path.c_str(), opt.socket_path.size() + 1);
-    fd_guard fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (fd.get() < 0) {
-        return rtcore::error::from_errno(errno, "agent: socket(AF_UNIX)");
+    auto& conn = std::get<0>(opened);
+    auto reply = conn->call(method, params);
+    if (reply) {
+        return std::move(reply).result();
     }
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-        return connect_error(errno, opt.socket_path);
+    const client::call_error& e = reply.error();
+    if (!e.is_local()) {
+        return rtcore::error::invalid(fmt::format("agent: {} failed: {} ({})", method, e.message, e.reason));
     }
-    const std::string line =
-        json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}, {"params", params}}.dump() + "\n";
-    const std::int64_t deadline = monotonic_ms() + opt.timeout.count();
-    std::size_t sent = 0;
-    while (sent < line.size()) {
-        const ssize_t n = ::send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return rtcore::error::from_errno(errno, fmt::format("agent: send {} to {}", method, opt.socket_path));
-        }
-        sent += static_cast<std::size_t>(n);
+    if (e.reason == client::local_reason::timeout) {
+        return rtcore::error{ETIMEDOUT, fmt::format("agent: {} did not answer {} within {} ms "
+                                                    "(agent hung or overloaded)",
+                                                    opt.socket_path, method, opt.timeout.count())};
     }
-    std::string buf;
-    while (true) {
-        const auto nl = buf.find('\n');
-        if (nl != std::string::npos) {
-            json reply;
-            try {
-                reply = json::parse(buf.substr(0, nl));
-            } catch (const json::parse_error& e) {
-                return rtcore::error::invalid(
-                    fmt::format("agent: {} reply from {} is not JSON: {}", method, opt.socket_path, e.what()));
-            }
-            buf.erase(0, nl + 1);
-            if (!reply.is_object()) {
-                return rtcore::error::invalid(
-                    fmt::format("agent: {} reply from {} is not a JSON-RPC object", method, opt.socket_path));
-            }
-            if (reply.contains("method") && !reply.contains("id")) {
-                continue;  // a notification, not our reply
-            }
-            if (const auto e = reply.find("error"); e != reply.end()) {
-                std::string reason = "?";
-                std::string message = e->is_object() ? e->value("message", std::string("?")) : "?";
-                if (e->is_object() && e->contains("data") && (*e)["data"].is_object()) {
-                    reason = (*e)["data"].value("reason", std::string("?"));
-                }
-                return rtcore::error::invalid(
-                    fmt::format("agent: {} failed: {} ({})", method, message, reason));
-            }
-            if (!reply.contains("result")) {
-                return rtcore::error::invalid(
-                    fmt::format("agent: {} reply has neither result nor error", method));
-            }
-            return reply["result"];
-        }
-        if (buf.size() > max_reply_bytes) {
-            return rtcore::error::invalid(fmt::format("agent: {} reply over {} bytes", method, max_reply_bytes));
-        }
-        const std::int64_t left = deadline - monotonic_ms();
-        if (left <= 0) {
-            return rtcore::error{ETIMEDOUT, fmt::format("agent: {} did not answer {} within {} ms "
-                                                        "(agent hung or overloaded)",
-                                                        opt.socket_path, method, opt.timeout.count())};
-        }
-        pollfd p{fd.get(), POLLIN, 0};
-        const int pr = ::poll(&p, 1, static_cast<int>(left));
-        if (pr < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return rtcore::error::from_errno(errno, "agent: poll");
-        }
-        if (pr == 0) {
-            continue;
-        }
-        char tmp[65536];
-        const ssize_t n = ::recv(fd.get(), tmp, sizeof tmp, 0);
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN) {
-                continue;
-            }
-            return rtcore::error::from_errno(errno, fmt::format("agent: recv from {}", opt.socket_path));
-        }
-        if (n == 0) {
-            return rtcore::error{ECONNRESET, fmt::format("agent: {} closed the connection before "
-                                                         "answering {}",
-                                                         opt.socket_path, method)};
-        }
-        buf.append(tmp, static_cast<std::size_t>(n));
+    if (e.reason == client::local_reason::disconnected && e.sys_errno == ECONNRESET) {
+        return rtcore::error{ECONNRESET, fmt::format("agent: {} closed the connection before "
+                                                     "answering {}",
+                                                     opt.socket_path, method)};
     }
+    return rtcore::error{e.sys_errno, fmt::format("agent: {}: {}", method, e.message)};
 }
 
 rtcore::result<report> report_from_snapshot(const json& snapshot, const json& status,
