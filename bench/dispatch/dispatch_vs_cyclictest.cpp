@@ -3,8 +3,8 @@
 //   2. the dispatcher in tuned mode (SCHED_FIFO, pinned, sleep + spin,
 //      io_uring) sending N jobs to qpu-sim;
 //   3. the same tuned dispatcher with SQPOLL submission (a kernel poller on
-//      --sqpoll-cpu issues the write; the RT thread makes no syscall unless
-//      the poller sleeps);
+//      --sqpoll-cpu, by default the dispatch CPU itself, issues the write
+//      when the RT thread sleeps; the RT thread makes no syscall at T);
 //   4. the dispatcher in untuned mode (SCHED_OTHER, no pinning, plain sleep).
 // Prints p50/p95/p99/max/stddev of dispatch lateness (monotonic after
 // io_uring_submit returns - T) and of arrival lateness (qpu-sim's stamp - T)
@@ -57,7 +57,7 @@ struct figures {
     std::uint64_t arrival_count = 0;
     std::string submit = "syscall";           // submission mode in force
     std::string submit_fallback;              // why sqpoll was not used
-    std::uint64_t submits = 0, sqpoll_wakeups = 0, sqe_exhausted = 0;
+    std::uint64_t submits = 0, sqpoll_wakeups = 0, sqe_exhausted = 0, sqpoll_prewakes = 0, send_timeouts = 0;
     double seconds = 0;                       // wall time of the dispatch run
     double sqp_cpu_us_per_dispatch = -1;      // iou-sqp thread utime+stime / dispatches (-1: none)
     double sqp_busy_us_per_dispatch = -1;     // fdinfo SqWorkTime / dispatches (-1: not reported)
@@ -80,6 +80,8 @@ struct figures {
             j["submit"] = submit;
             j["submits"] = submits;
             j["sqpoll_wakeups"] = sqpoll_wakeups;
+            j["sqpoll_prewakes"] = sqpoll_prewakes;
+            j["send_timeouts"] = send_timeouts;
             j["spin_us_per_dispatch"] = spin_us_per_dispatch;
             j["sqp_cpu_us_per_dispatch"] = sqp_cpu_us_per_dispatch;
             j["sqp_busy_us_per_dispatch"] = sqp_busy_us_per_dispatch;
@@ -377,6 +379,8 @@ figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, i
     f.submit_fallback = fallback;
     f.submits = ts.submits;
     f.sqpoll_wakeups = ts.sqpoll_wakeups;
+    f.sqpoll_prewakes = ts.sqpoll_prewakes;
+    f.send_timeouts = ts.send_timeouts;
     f.sqe_exhausted = ts.sqe_exhausted;
     f.seconds = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::steady_clock::now() - wall0)
@@ -423,7 +427,7 @@ int main(int argc, char** argv) {
     bool sim_busy_poll = false;
     int hist_max_us = 10000;
     bool skip_cyclictest = false;
-    int sqpoll_cpu = 0;
+    int sqpoll_cpu = -1;
     CLI::App app{"dispatch-vs-cyclictest: cyclictest vs the tuned and untuned dispatcher, same CPU/priority/interval"};
     app.footer("Example:\n  build/bench/dispatch/dispatch-vs-cyclictest --cpu 1 --loops 2000 --interval-us 1000");
     app.add_option("--cpu", cpu, "CPU for cyclictest and the tuned dispatch thread");
@@ -435,7 +439,7 @@ int main(int argc, char** argv) {
     app.add_option("--sim-prio", sim_prio, "qpu-sim SCHED_FIFO priority (0: SCHED_OTHER)")->check(CLI::Range(0, 99));
     app.add_option("--hist-max-us", hist_max_us, "cyclictest -h bound");
     app.add_flag("--skip-cyclictest", skip_cyclictest, "do not run cyclictest");
-    app.add_option("--sqpoll-cpu", sqpoll_cpu, "housekeeping CPU for the SQPOLL kernel thread (-1: not pinned)");
+    app.add_option("--sqpoll-cpu", sqpoll_cpu, "CPU for the SQPOLL kernel thread (-1: the dispatch CPU, as qrtd does)");
     CLI11_PARSE(app, argc, argv);
     ::signal(SIGPIPE, SIG_IGN);
     spdlog::set_level(spdlog::level::warn);
@@ -494,12 +498,14 @@ int main(int argc, char** argv) {
     std::printf("  sqpoll / syscall arrival p50 %.3f, p99 %.3f (<= 1: sqpoll may become the default)\n",
                 rs_arrival_p50, rs_arrival_p99);
     for (const auto* f : {&tuned, &sqpoll}) {
-        std::printf("%s: submit=%s, %llu submits, %llu poller wakeups (syscalls), spin %.2f us/dispatch, "
+        std::printf("%s: submit=%s, %llu submits, %llu poller wakeups at T + %llu before T (syscalls), "
+                    "%llu send timeouts, spin %.2f us/dispatch, "
                     "iou-sqp CPU %.2f us/dispatch, process CPU %.2f us/dispatch, lead %.1f us (capped %llu), "
                     "missed %llu, failed %llu (SQ ring full %llu), %.1f s, qpu-sim out-of-window %llu%s%s\n",
                     f == &tuned ? "tuned" : "tuned-sqpoll", f->submit.c_str(),
                     static_cast<unsigned long long>(f->submits), static_cast<unsigned long long>(f->sqpoll_wakeups),
-                    f->spin_us_per_dispatch, std::max(f->sqp_cpu_us_per_dispatch, 0.0),
+                    static_cast<unsigned long long>(f->sqpoll_prewakes),
+                    static_cast<unsigned long long>(f->send_timeouts), f->spin_us_per_dispatch, std::max(f->sqp_cpu_us_per_dispatch, 0.0),
                     f->process_cpu_us_per_dispatch, f->lead_us, static_cast<unsigned long long>(f->lead_capped),
                     static_cast<unsigned long long>(f->missed), static_cast<unsigned long long>(f->failed),
                     static_cast<unsigned long long>(f->sqe_exhausted), f->seconds,

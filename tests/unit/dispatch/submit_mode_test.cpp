@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -121,9 +123,39 @@ TEST_F(submit_mode_fixture, sqpoll_sends_every_frame_in_order_without_a_syscall_
     EXPECT_EQ(st.submits, 6u);
     EXPECT_EQ(st.submit_errors, 0u);
     // The poller sleeps after 10 ms idle: the first send after the 80 ms gap
-    // has to wake it (a syscall, counted); never more than one per send.
-    EXPECT_GE(st.sqpoll_wakeups, 1u);
+    // has to wake it (a syscall, counted): at T - lead when the thread wakes
+    // (prewake), or at T if the poller had not yet run; never more than one
+    // per send at T.
+    EXPECT_GE(st.sqpoll_wakeups + st.sqpoll_prewakes, 1u);
     EXPECT_LE(st.sqpoll_wakeups, st.submits);
+}
+
+TEST_F(submit_mode_fixture, the_poller_defaults_to_the_dispatch_cpu_and_is_named) {
+    // sqpoll_cpu -1: the poller shares the dispatch CPU (it runs while the
+    // RT thread sleeps).  Its TID is known, for the intrusion probe.
+    const long ncpu = ::sysconf(_SC_NPROCESSORS_ONLN);
+    ASSERT_GT(ncpu, 0);
+    dispatcher_config c = sqpoll_config(-1);
+    c.dispatch_cpu = static_cast<int>(ncpu - 1);
+    dispatcher d(c, _clock);
+    if (d.effective_submit_mode() != submit_mode::sqpoll) {
+        GTEST_SKIP() << "SQPOLL not available here: " << d.submit_fallback_reason();
+    }
+    ASSERT_GT(d.sqpoll_tid(), 0);
+    const auto recs = send_jobs(d, 4);
+    ASSERT_EQ(recs.size(), 4u);
+    for (const auto& r : recs) {
+        EXPECT_EQ(r.status, dispatch_status::sent) << to_string(r.status) << " io " << r.io_result;
+    }
+    // Where the kernel put it (the kernel's own view, from /proc).
+    std::ifstream status("/proc/self/task/" + std::to_string(d.sqpoll_tid()) + "/status");
+    std::string line, allowed;
+    while (std::getline(status, line)) {
+        if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+            allowed = line.substr(line.find_first_not_of(" \t", 18));
+        }
+    }
+    EXPECT_EQ(allowed, std::to_string(ncpu - 1)) << "poller not on the dispatch CPU";
 }
 
 TEST_F(submit_mode_fixture, a_refused_sqpoll_setup_falls_back_to_syscall_with_a_reason) {
