@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -45,18 +46,31 @@ constexpr std::int64_t endpoint_update_guard_ns = 200'000;
 // How long set_endpoint_fd() waits for the dispatch thread to apply it.
 constexpr auto endpoint_update_wait = std::chrono::milliseconds(500);
 
-// "SqThread:\t<tid>" from /proc/self/fdinfo/<ring fd>; 0 if absent.
+// "SqThread:\t<tid>" from /proc/self/fdinfo/<ring fd>; 0 if absent.  Until
+// the poller has run, the kernel reports the creating task there: wait
+// (bounded) for the poller's own TID.
 pid_t read_sqpoll_tid(int ring_fd) {
-    std::ifstream in("/proc/self/fdinfo/" + std::to_string(ring_fd));
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("SqThread:", 0) == 0) {
-            try {
-                return static_cast<pid_t>(std::stol(line.substr(9)));
-            } catch (...) {
-                return 0;
+    const auto read_once = [ring_fd]() -> pid_t {
+        std::ifstream in("/proc/self/fdinfo/" + std::to_string(ring_fd));
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.rfind("SqThread:", 0) == 0) {
+                try {
+                    return static_cast<pid_t>(std::stol(line.substr(9)));
+                } catch (...) {
+                    return 0;
+                }
             }
         }
+        return 0;
+    };
+    const pid_t self = ::gettid();
+    for (int i = 0; i < 500; ++i) {
+        const pid_t tid = read_once();
+        if (tid > 0 && tid != self) {
+            return tid;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return 0;
 }
