@@ -7,7 +7,10 @@
 
 #include <array>
 #include <cerrno>
+#include <exception>
 #include <system_error>
+
+#include <spdlog/spdlog.h>
 
 namespace qrt {
 
@@ -154,8 +157,49 @@ void event_loop::drain_posted() {
         batch.swap(_posted);
     }
     for (auto& t : batch) {
-        t();
+        try {
+            t();
+        } catch (const std::exception& e) {
+            ++_callback_errors;
+            spdlog::error("event loop: a posted task threw: {}; continuing", e.what());
+        } catch (...) {
+            ++_callback_errors;
+            spdlog::error("event loop: a posted task threw a non-standard exception; continuing");
+        }
     }
+}
+
+void event_loop::dispatch_fd(int fd, std::uint32_t events) {
+    auto it = _fds.find(fd);
+    if (it == _fds.end()) {
+        return;  // removed by an earlier callback in this batch
+    }
+    auto keep = it->second.cb;
+    std::string what;
+    try {
+        (*keep)(events);
+        if (auto again = _fds.find(fd); again != _fds.end() && again->second.cb == keep) {
+            again->second.consecutive_throws = 0;
+        }
+        return;
+    } catch (const std::exception& e) {
+        what = e.what();
+    } catch (...) {
+        what = "a non-standard exception";
+    }
+    ++_callback_errors;
+    auto again = _fds.find(fd);
+    if (again == _fds.end() || again->second.cb != keep) {
+        spdlog::error("event loop: callback for fd {} threw: {}; continuing", fd, what);
+        return;
+    }
+    if (++again->second.consecutive_throws >= max_consecutive_throws) {
+        spdlog::error("event loop: callback for fd {} threw {} times in a row (last: {}); no longer watching fd {}",
+                      fd, again->second.consecutive_throws, what, fd);
+        remove_fd(fd);
+        return;
+    }
+    spdlog::error("event loop: callback for fd {} threw: {}; continuing", fd, what);
 }
 
 void event_loop::run_once(std::chrono::milliseconds timeout) {
@@ -171,12 +215,7 @@ void event_loop::run_once(std::chrono::milliseconds timeout) {
             drain_posted();
             continue;
         }
-        auto it = _fds.find(ev.data.fd);
-        if (it == _fds.end()) {
-            continue;  // removed by an earlier callback in this batch
-        }
-        auto keep = it->second.cb;
-        (*keep)(ev.events);
+        dispatch_fd(ev.data.fd, ev.events);
     }
 }
 

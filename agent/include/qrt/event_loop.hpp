@@ -8,6 +8,12 @@
 // Callbacks run on the loop thread.  A callback may add or remove any fd or
 // timer, including its own.  post() and stop() are the only calls that are
 // safe from other threads.
+//
+// A callback that throws does not end the loop (one bad request or endpoint
+// must not take the daemon down): the exception is logged with the fd it
+// came from and counted in callback_errors().  An fd whose callback throws
+// max_consecutive_throws times in a row is removed from the loop, so a
+// level-triggered fd cannot spin the loop on the same failure.
 
 #include <atomic>
 #include <chrono>
@@ -56,9 +62,14 @@ public:
     void stop() noexcept;  // thread-safe
     bool stopping() const noexcept { return _stop_requested.load(std::memory_order_acquire); }
 
+    static constexpr unsigned max_consecutive_throws = 100;
+    // Exceptions caught from callbacks since the loop was made.
+    std::uint64_t callback_errors() const noexcept { return _callback_errors; }
+
 private:
     struct fd_entry {
         std::shared_ptr<fd_callback> cb;
+        unsigned consecutive_throws = 0;
     };
     struct timer_entry {
         int fd;
@@ -66,6 +77,7 @@ private:
         std::shared_ptr<task> cb;
     };
     void drain_posted();
+    void dispatch_fd(int fd, std::uint32_t events);
 
     int _epfd = -1;
     int _wakefd = -1;
@@ -75,6 +87,7 @@ private:
     std::mutex _posted_mu;
     std::vector<task> _posted;
     std::atomic<bool> _stop_requested{false};
+    std::uint64_t _callback_errors = 0;
 };
 
 }  // namespace qrt

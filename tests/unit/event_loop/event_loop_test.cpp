@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <stdexcept>
 #include <thread>
 
 #include "qrt/event_loop.hpp"
@@ -61,4 +62,51 @@ TEST(event_loop, add_fd_on_a_bad_fd_names_the_call) {
     auto st = loop.add_fd(-1, EPOLLIN, [](std::uint32_t) {});
     ASSERT_FALSE(st);
     EXPECT_EQ(st.err().message, "epoll_ctl ADD fd -1: Bad file descriptor");
+}
+
+TEST(event_loop, a_throwing_callback_does_not_end_the_loop) {
+    qrt::event_loop loop;
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    int reads = 0;
+    ASSERT_TRUE(loop.add_fd(p[0], EPOLLIN, [&](std::uint32_t) {
+        char c;
+        ASSERT_EQ(::read(p[0], &c, 1), 1);
+        ++reads;
+        if (c == 'x') {
+            throw std::runtime_error("bad request");
+        }
+        loop.stop();
+    }));
+    ASSERT_TRUE(loop.add_timer(1ms, 0ms, [] { throw std::logic_error("timer bug"); }));
+    loop.post([] { throw 42; });  // not even a std::exception
+    ASSERT_EQ(::write(p[1], "x", 1), 1);
+    ASSERT_TRUE(loop.add_timer(20ms, 0ms, [&] { ASSERT_EQ(::write(p[1], "y", 1), 1); }));
+    loop.run();  // returns only through the second read's stop()
+    EXPECT_EQ(reads, 2);
+    EXPECT_EQ(loop.callback_errors(), 3u);
+    EXPECT_TRUE(loop.watching(p[0])) << "one throw does not cost the fd its watch";
+    ::close(p[0]);
+    ::close(p[1]);
+}
+
+TEST(event_loop, an_fd_whose_callback_keeps_throwing_is_dropped_not_spun_on) {
+    qrt::event_loop loop;
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    int calls = 0;
+    // Level-triggered and never read: it would fire forever.
+    ASSERT_TRUE(loop.add_fd(p[0], EPOLLIN, [&](std::uint32_t) {
+        ++calls;
+        throw std::runtime_error("cannot parse");
+    }));
+    ASSERT_EQ(::write(p[1], "x", 1), 1);
+    for (int i = 0; i < 1000 && loop.watching(p[0]); ++i) {
+        loop.run_once(100ms);
+    }
+    EXPECT_FALSE(loop.watching(p[0]));
+    EXPECT_EQ(calls, static_cast<int>(qrt::event_loop::max_consecutive_throws));
+    EXPECT_EQ(loop.callback_errors(), qrt::event_loop::max_consecutive_throws);
+    ::close(p[0]);
+    ::close(p[1]);
 }
