@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <filesystem>
 #include <ostream>
 
 #include "qrt/log.hpp"
@@ -363,6 +365,17 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
     if (!rep) {
         return fail("host", rep.err());
     }
+    // Journals of earlier boots, set aside (the reboot reset what they
+    // recorded): nothing to restore from them, but say they are there.
+    std::vector<std::string> stale;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(ctx.state_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(std::string(rtcore::restore_journal::file_name) + ".", 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, ".stale") == 0) {
+            stale.push_back(e.path().string());
+        }
+    }
+    std::sort(stale.begin(), stale.end());
     if (ctx.json) {
         json items = json::array();
         for (const auto& i : rep->items) {
@@ -374,12 +387,17 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
                     {"other_boot", rep->other_boot},
                     {"items", std::move(items)},
                     {"problems", rep->problems},
+                    {"stale_journals", stale},
                     {"lines", rep->lines}}
                    .dump(2)
             << '\n';
     } else {
         print_lines(out, rep->lines);
         print_lines(out, rep->problems);
+        for (const auto& p : stale) {
+            out << "set aside from an earlier boot (nothing to restore; remove it when no longer wanted): " << p
+                << '\n';
+        }
     }
     if (!rep->journal_found) {
         log::info("host", "nothing to restore: no journal in {}", ctx.state_dir.string());

@@ -281,6 +281,24 @@ TEST(qrtd_cli, host_restore_works_with_a_broken_config) {
     fs::remove(broken);
 }
 
+TEST(qrtd_cli, host_restore_names_journals_set_aside_from_earlier_boots) {
+    tree_copy t("vm2-v1");
+    const auto common = " -c " + demo + " --root " + t.root.string() + " --state-dir " + t.state.string();
+    {
+        std::ofstream(t.state / "host-journal.0b1c2d3e.stale") << "from an earlier boot\n";
+    }
+    const auto text = run(qrtd + " host restore" + common);
+    EXPECT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find("set aside from an earlier boot"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("host-journal.0b1c2d3e.stale"), std::string::npos) << text.out;
+    const auto js = run(qrtd + " host restore --json" + common);
+    ASSERT_EQ(js.status, 0) << js.err;
+    const auto j = nlohmann::json::parse(js.out);
+    ASSERT_EQ(j["stale_journals"].size(), 1u) << js.out;
+    EXPECT_EQ(fs::path(j["stale_journals"][0].get<std::string>()).filename(), "host-journal.0b1c2d3e.stale");
+    EXPECT_TRUE(fs::exists(t.state / "host-journal.0b1c2d3e.stale")) << "restore must not delete it";
+}
+
 TEST(qrtd_cli, host_verify_without_apply_exits_1) {
     tree_copy t("vm2-v1");
     const auto r = run(qrtd + " host verify -c " + demo + " --root " + t.root.string() + " --state-dir " +
