@@ -57,7 +57,7 @@ struct figures {
     std::uint64_t arrival_count = 0;
     std::string submit = "syscall";           // submission mode in force
     std::string submit_fallback;              // why sqpoll was not used
-    std::uint64_t submits = 0, sqpoll_wakeups = 0, sqe_exhausted = 0, sqpoll_prewakes = 0, send_timeouts = 0;
+    std::uint64_t submits = 0, sqpoll_wakeups = 0, sqe_exhausted = 0, sqpoll_prewakes = 0, send_blocked = 0;
     double seconds = 0;                       // wall time of the dispatch run
     double sqp_cpu_us_per_dispatch = -1;      // iou-sqp thread utime+stime / dispatches (-1: none)
     double sqp_busy_us_per_dispatch = -1;     // fdinfo SqWorkTime / dispatches (-1: not reported)
@@ -81,7 +81,7 @@ struct figures {
             j["submits"] = submits;
             j["sqpoll_wakeups"] = sqpoll_wakeups;
             j["sqpoll_prewakes"] = sqpoll_prewakes;
-            j["send_timeouts"] = send_timeouts;
+            j["send_blocked"] = send_blocked;
             j["spin_us_per_dispatch"] = spin_us_per_dispatch;
             j["sqp_cpu_us_per_dispatch"] = sqp_cpu_us_per_dispatch;
             j["sqp_busy_us_per_dispatch"] = sqp_busy_us_per_dispatch;
@@ -380,7 +380,7 @@ figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, i
     f.submits = ts.submits;
     f.sqpoll_wakeups = ts.sqpoll_wakeups;
     f.sqpoll_prewakes = ts.sqpoll_prewakes;
-    f.send_timeouts = ts.send_timeouts;
+    f.send_blocked = ts.send_blocked;
     f.sqe_exhausted = ts.sqe_exhausted;
     f.seconds = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::steady_clock::now() - wall0)
@@ -499,13 +499,13 @@ int main(int argc, char** argv) {
                 rs_arrival_p50, rs_arrival_p99);
     for (const auto* f : {&tuned, &sqpoll}) {
         std::printf("%s: submit=%s, %llu submits, %llu poller wakeups at T + %llu before T (syscalls), "
-                    "%llu send timeouts, spin %.2f us/dispatch, "
+                    "%llu sends refused (endpoint buffer full), spin %.2f us/dispatch, "
                     "iou-sqp CPU %.2f us/dispatch, process CPU %.2f us/dispatch, lead %.1f us (capped %llu), "
                     "missed %llu, failed %llu (SQ ring full %llu), %.1f s, qpu-sim out-of-window %llu%s%s\n",
                     f == &tuned ? "tuned" : "tuned-sqpoll", f->submit.c_str(),
                     static_cast<unsigned long long>(f->submits), static_cast<unsigned long long>(f->sqpoll_wakeups),
                     static_cast<unsigned long long>(f->sqpoll_prewakes),
-                    static_cast<unsigned long long>(f->send_timeouts), f->spin_us_per_dispatch, std::max(f->sqp_cpu_us_per_dispatch, 0.0),
+                    static_cast<unsigned long long>(f->send_blocked), f->spin_us_per_dispatch, std::max(f->sqp_cpu_us_per_dispatch, 0.0),
                     f->process_cpu_us_per_dispatch, f->lead_us, static_cast<unsigned long long>(f->lead_capped),
                     static_cast<unsigned long long>(f->missed), static_cast<unsigned long long>(f->failed),
                     static_cast<unsigned long long>(f->sqe_exhausted), f->seconds,

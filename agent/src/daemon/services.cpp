@@ -887,7 +887,7 @@ nlohmann::json services::status_json() {
                {"cpu_dma_latency_held", ts.dma_latency_held},
                {"lead_ns", tel.lead_ns},
                {"submit_mode", dispatch::to_string(q->link->dispatch().effective_submit_mode())},
-               {"send_timeouts", ts.send_timeouts},
+               {"send_blocked", ts.send_blocked},
                {"submit_errors", ts.submit_errors},
                {"calibration_id", q->calibration_id},
                {"in_flight", q->handed.size()},
@@ -967,9 +967,8 @@ telemetry::snapshot services::telemetry_snapshot() {
         s.add_gauge("qrt_dispatch_spin_seconds_per_dispatch", "CPU time spent spinning per dispatch", l,
                     tel.spin_ns_per_dispatch / 1e9);
         const auto ts = q->link->dispatch().thread_stats();
-        s.add_counter("qrt_dispatch_send_timeouts_total",
-                      "writes cancelled at T + tolerance because the endpoint did not take them", l,
-                      ts.send_timeouts);
+        s.add_counter("qrt_dispatch_send_blocked_total",
+                      "writes refused at T because the endpoint's buffer was full", l, ts.send_blocked);
         s.add_counter("qrt_dispatch_submit_errors_total", "io_uring submissions that failed on the RT thread", l,
                       ts.submit_errors);
         s.add_gauge("qrt_dispatch_endpoint_up", "1 when the QPU endpoint is connected", l,

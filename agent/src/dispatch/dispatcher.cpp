@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,8 +39,6 @@ inline void cpu_relax() noexcept {
 
 constexpr unsigned uring_entries = 64;
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
-// user_data of a write's linked timeout: the slot with the top bit set.
-constexpr std::uint64_t link_timeout_tag = std::uint64_t{1} << 63;
 // The thread applies an endpoint update only when its next send is further
 // away than lead + this (the io_uring_register call takes microseconds).
 constexpr std::int64_t endpoint_update_guard_ns = 200'000;
@@ -75,11 +74,11 @@ pid_t read_sqpoll_tid(int ring_fd) {
     return 0;
 }
 
-__kernel_timespec to_kernel_timespec(std::int64_t ns) noexcept {
-    __kernel_timespec ts{};
-    ts.tv_sec = ns / 1'000'000'000;
-    ts.tv_nsec = ns % 1'000'000'000;
-    return ts;
+// RWF_NOWAIT is honoured (and useful) for sockets and FIFOs: a full buffer
+// fails the write with -EAGAIN instead of parking it.
+bool nowait_capable(int fd) noexcept {
+    struct stat st {};
+    return fd >= 0 && ::fstat(fd, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
 }
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
@@ -138,7 +137,6 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     _pool = static_cast<std::uint8_t*>(p);
     _slots = std::make_unique<slot_state[]>(_slot_count);
     _inflight = std::make_unique<dispatch_record[]>(_slot_count);
-    _send_limit = std::make_unique<__kernel_timespec[]>(_slot_count);
     _free.reserve(_slot_count);
     for (std::size_t i = _slot_count; i-- > 0;) {
         _free.push_back(static_cast<std::uint32_t>(i));
@@ -394,6 +392,7 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
         if (auto st = update_registered_file(fd); !st) {
             return failed(st.err().code, "io_uring_register_files_update");
         }
+        _nowait_writes.store(nowait_capable(fd), std::memory_order_relaxed);
         _endpoint_up.store(true, std::memory_order_release);
         return rtcore::ok();
     }
@@ -441,6 +440,7 @@ void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head)
     const std::uint32_t want = _fd_req_gen.load(std::memory_order_acquire);
     int fds[1] = {_pending_fd.load(std::memory_order_relaxed)};
     const int rc = io_uring_register_files_update(&_uring->ring, 0, fds, 1);
+    _nowait_writes.store(rc >= 0 && nowait_capable(fds[0]), std::memory_order_relaxed);
     _fd_update_rc.store(rc < 0 ? rc : 0, std::memory_order_relaxed);
     _fd_done_gen.store(want, std::memory_order_release);
     _st_endpoint_updates.fetch_add(1, std::memory_order_relaxed);
@@ -464,7 +464,7 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.submits = _st_submits.load(std::memory_order_relaxed);
     s.sqpoll_wakeups = _st_sqpoll_wakeups.load(std::memory_order_relaxed);
     s.sqpoll_prewakes = _st_sqpoll_prewakes.load(std::memory_order_relaxed);
-    s.send_timeouts = _st_send_timeouts.load(std::memory_order_relaxed);
+    s.send_blocked = _st_send_blocked.load(std::memory_order_relaxed);
     s.voided_sqes = _st_voided.load(std::memory_order_relaxed);
     s.endpoint_updates = _st_endpoint_updates.load(std::memory_order_relaxed);
     s.early_wakes = _st_early_wakes.load(std::memory_order_relaxed);
@@ -549,14 +549,10 @@ void dispatcher::reap_completions() noexcept {
     io_uring_cqe* cqe = nullptr;
     while (io_uring_peek_cqe(&_uring->ring, &cqe) == 0 && cqe != nullptr) {
         const std::uint64_t data = io_uring_cqe_get_data64(cqe);
-        if ((data & link_timeout_tag) != 0) {
-            // The write's link timeout: -ETIME when it fired (the write
-            // then completes with -ECANCELED), -ECANCELED/-ENOENT when the
-            // write finished first.
-            if (cqe->res == -ETIME) {
-                _st_send_timeouts.fetch_add(1, std::memory_order_relaxed);
-            }
-        } else if (const auto slot = static_cast<std::uint32_t>(data); slot < _slot_count) {
+        if (cqe->res == -EAGAIN) {
+            _st_send_blocked.fetch_add(1, std::memory_order_relaxed);  // RWF_NOWAIT: buffer full at T
+        }
+        if (const auto slot = static_cast<std::uint32_t>(data); slot < _slot_count) {
             dispatch_record r = _inflight[slot];
             if (r.status == dispatch_status::sent) {
                 const std::int32_t expected = r.io_result;
@@ -716,16 +712,11 @@ void dispatcher::run_loop() noexcept {
             _jobs.pop_front();
             continue;
         }
-        // Two SQEs: the write and its link timeout.  The ring has 64 and at
-        // most two are ever unconsumed, so this cannot fail; counted if it does.
-        io_uring_sqe* sqe = io_uring_sq_space_left(ring) >= 2 ? io_uring_get_sqe(ring) : nullptr;
-        io_uring_sqe* lt = sqe != nullptr ? io_uring_get_sqe(ring) : nullptr;
-        if (sqe == nullptr || lt == nullptr) {
+        // The ring has 64 SQEs and at most one is ever unconsumed, so this
+        // cannot fail; counted if it does.
+        io_uring_sqe* sqe = io_uring_get_sqe(ring);
+        if (sqe == nullptr) {
             _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
-            if (sqe != nullptr) {
-                io_uring_prep_nop(sqe);
-                io_uring_sqe_set_data64(sqe, link_timeout_tag);  // ignored by reap
-            }
             emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
             _jobs.pop_front();
             continue;
@@ -734,13 +725,11 @@ void dispatcher::run_loop() noexcept {
         const std::int64_t sent_rt = _clock.now_realtime_ns();
         wire::patch_sent_ns(buf, sent_rt);
         io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
-        sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
+        sqe->flags |= IOSQE_FIXED_FILE;
+        if (_nowait_writes.load(std::memory_order_relaxed)) {
+            sqe->rw_flags = RWF_NOWAIT;  // a full endpoint buffer fails now, never later
+        }
         io_uring_sqe_set_data64(sqe, j->slot);
-        // Not sent by T + tolerance (endpoint buffer full): cancelled, never late.
-        __kernel_timespec* limit = &_send_limit[j->slot];
-        *limit = to_kernel_timespec(deadline + j->tolerance_ns);
-        io_uring_prep_link_timeout(lt, limit, IORING_TIMEOUT_ABS);
-        io_uring_sqe_set_data64(lt, link_timeout_tag | j->slot);
         if (sqpoll && poller_asleep()) {
             _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
         }
@@ -760,13 +749,13 @@ void dispatcher::run_loop() noexcept {
         r.wakeup_latency_ns = wakeup_latency;
         r.spin_ns = spin_ns;
         r.lead_ns = lead;
-        if (rc < 2 && !sqpoll) {
+        if (rc < 1 && !sqpoll) {
             // The enter failed (or stopped short): whatever it did not
             // consume must never go out with a later submit.
             _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
             const std::uint64_t before = _st_voided.load(std::memory_order_relaxed);
             void_unsubmitted();
-            if (_st_voided.load(std::memory_order_relaxed) - before == 2) {  // the write too
+            if (_st_voided.load(std::memory_order_relaxed) != before) {  // the write was not consumed
                 r.status = dispatch_status::send_failed;
                 r.io_result = rc < 0 ? rc : -EAGAIN;
             }

@@ -479,11 +479,10 @@ void qpu_link::on_record(const dispatch_record& r) {
     case dispatch_status::send_failed: {
         ++_counters.send_failed;
         std::string detail;
-        if (r.io_result == -ECANCELED) {
-            // The write's link timeout fired at T + tolerance: the endpoint
-            // did not take the frame (its socket buffer was full).
-            detail = "endpoint " + _addr.uri + " did not take the frame within its tolerance (T+" +
-                     std::to_string(r.lateness_ns) + " ns at submit; socket buffer full?); cancelled, not sent late";
+        if (r.io_result == -EAGAIN) {
+            // RWF_NOWAIT: the endpoint's buffer was full at T.
+            detail = "endpoint " + _addr.uri + " could not take the frame at T (its socket buffer is full: " +
+                     "the QPU side is not reading); not sent, and never sent late";
         } else if (r.io_result < 0) {
             detail = std::string("io_uring write: ") + std::strerror(-r.io_result);
         } else {
