@@ -76,6 +76,11 @@ rtcore::result<intrusion_probe> intrusion_probe::load(const intrusion_options& o
         !st) {
         return std::move(st).err();
     }
+    for (const pid_t tid : options.exempt_tids) {
+        if (auto st = detail::tid_map_update(p->skel->maps.dispatch_tids, tid, true, "intrusions"); !st) {
+            return std::move(st).err();
+        }
+    }
     if (const int err = qrt_intrusions__attach(p->skel.get()); err != 0) {
         return detail::libbpf_error("intrusions: attach " + p->flavour + " programs", err);
     }

@@ -47,8 +47,9 @@ probe_set probe_set::start(const probe_config& config, const rtcore::host_fs& fs
                       failure);
         }
         if (config.intrusions) {
-            start_one("intrusions", intrusion_options{config.isolated_cpus, config.force_raw_tp}, s._intrusions,
-                      s._intrusions_state, failure);
+            start_one("intrusions",
+                      intrusion_options{config.isolated_cpus, config.force_raw_tp, config.intrusion_exempt_tids},
+                      s._intrusions, s._intrusions_state, failure);
         }
         if (config.outliers) {
             start_one("outliers", outlier_options{config.outlier_threshold_ns, config.force_raw_tp}, s._outliers,

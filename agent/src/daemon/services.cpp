@@ -406,6 +406,12 @@ void services::start_probes() {
     qrt_bpf::probe_config pc;
     pc.isolated_cpus = _facts.isolated;
     pc.intrusions = !_facts.isolated.empty();
+    pc.intrusion_exempt_tids = _dispatch_tids;
+    for (const pid_t t : _sqpoll_tids) {
+        if (t > 0) {
+            pc.intrusion_exempt_tids.push_back(t);  // works on the dispatch CPU for the RT thread
+        }
+    }
     if (_cfg.probes.outlier_threshold_ns > 0) {
         pc.outlier_threshold_ns = static_cast<std::uint64_t>(_cfg.probes.outlier_threshold_ns);
     }
@@ -414,16 +420,6 @@ void services::start_probes() {
     for (const pid_t t : _dispatch_tids) {
         if (auto st = ps.add_tid(t); !st) {
             log::warn("probes", "add dispatch tid {}: {}", t, st.err().message);
-        }
-    }
-    if (auto* ip = ps.intrusions()) {
-        for (const pid_t t : _sqpoll_tids) {
-            if (t <= 0) {
-                continue;
-            }
-            if (auto st = ip->add_tid(t); !st) {
-                log::warn("probes", "add sqpoll tid {}: {}", t, st.err().message);
-            }
         }
     }
     _probes_status = ps.availability().to_string();

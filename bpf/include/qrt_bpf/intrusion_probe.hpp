@@ -22,6 +22,10 @@ namespace qrt_bpf {
 struct intrusion_options {
     rtcore::cpu_set isolated_cpus;  // must not be empty; CPUs < 1024
     bool force_raw_tp = false;
+    // Not intrusions (the dispatch threads, their io_uring pollers): put in
+    // the map before the programs attach, so none of their switches is
+    // counted in the window before an add_tid() could run.
+    std::vector<pid_t> exempt_tids;
 };
 
 struct intrusion_counters {

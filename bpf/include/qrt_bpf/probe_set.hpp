@@ -34,6 +34,9 @@ struct probe_config {
     std::uint64_t outlier_threshold_ns = 100'000;
     bool count_preempted = true;
     bool force_raw_tp = false;  // skip the tp_btf feature probe
+    // Tasks that are not intrusions on the isolated CPUs (dispatch threads,
+    // their SQPOLL pollers), known before the probes attach.
+    std::vector<pid_t> intrusion_exempt_tids;
 };
 
 class probe_set {

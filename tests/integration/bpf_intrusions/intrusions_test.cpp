@@ -397,3 +397,58 @@ TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
               << events.size() << " outlier events (" << *dropped << " dropped), "
               << blamed_on_foreign_task << " blamed on a foreign task\n";
 }
+
+TEST(bpf_intrusions, tasks_exempt_at_load_are_never_counted) {
+    // The daemon knows its dispatch threads (and SQPOLL pollers) before the
+    // probe attaches: passed at load, none of their switches may be counted,
+    // not even in the moment before an add_tid() could run.
+    const availability pre = preflight(rtcore::host_fs::system());
+    if (!pre.available()) {
+        GTEST_SKIP() << "probes " << pre.to_string();
+    }
+    cpu_set_t allowed;
+    if (std::thread::hardware_concurrency() < 2 || ::sched_getaffinity(0, sizeof(allowed), &allowed) != 0 ||
+        !CPU_ISSET(isolated_cpu, &allowed)) {
+        GTEST_SKIP() << "needs CPU " << isolated_cpu << " in this process's affinity";
+    }
+    std::promise<pid_t> exempt_p, foreign_p;
+    std::promise<void> go;
+    std::shared_future<void> go_f = go.get_future().share();
+    // Both alternate short spins and sleeps on CPU 1: many switches each.
+    const auto worker = [&go_f](const char* name, std::promise<pid_t>& tid) {
+        ::pthread_setname_np(::pthread_self(), name);
+        tid.set_value(this_tid());
+        go_f.wait();
+        pin_self(isolated_cpu, name);
+        for (int i = 0; i < 200; ++i) {
+            const auto until = std::chrono::steady_clock::now() + 100us;
+            while (std::chrono::steady_clock::now() < until) {
+            }
+            std::this_thread::sleep_for(500us);
+        }
+    };
+    std::thread exempt(worker, "qrt-exempt", std::ref(exempt_p));
+    std::thread foreign(worker, "qrt-foreign", std::ref(foreign_p));
+    const pid_t exempt_tid = exempt_p.get_future().get();
+    const pid_t foreign_tid = foreign_p.get_future().get();
+
+    intrusion_options io;
+    io.isolated_cpus = {isolated_cpu};
+    io.exempt_tids = {exempt_tid};
+    auto probe = intrusion_probe::load(io);
+    ASSERT_TRUE(probe) << probe.err().message;
+    go.set_value();
+    exempt.join();
+    foreign.join();
+    auto list = probe->read();
+    ASSERT_TRUE(list) << list.err().message;
+    bool foreign_seen = false;
+    for (const intrusion& i : *list) {
+        if (i.kind != intrusion_kind::task) {
+            continue;
+        }
+        EXPECT_NE(i.id, static_cast<std::uint32_t>(exempt_tid)) << "exempt task counted: " << i.source();
+        foreign_seen = foreign_seen || i.id == static_cast<std::uint32_t>(foreign_tid);
+    }
+    EXPECT_TRUE(foreign_seen) << "the control task on CPU " << isolated_cpu << " was not seen";
+}
