@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <grp.h>
 #include <sys/epoll.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -826,6 +827,9 @@ nlohmann::json services::status_json() {
     json st;
     std::vector<std::string> degraded;
     st["agent_version"] = QRT_VERSION;
+    if (utsname u{}; ::uname(&u) == 0) {
+        st["hostname"] = u.nodename;
+    }
     st["pid"] = ::getpid();
     st["uptime_s"] = static_cast<double>(_clock.now_realtime_ns() - _started_ns) / 1e9;
     st["state_dir"] = _facts.state_dir.string();

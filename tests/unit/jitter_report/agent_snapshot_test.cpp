@@ -41,6 +41,22 @@ json agent_snapshot(std::int64_t taken_ns = now_ns - 1'000'000'000) {
 
 }  // namespace
 
+TEST(agent_snapshot, the_host_line_comes_from_the_agents_status) {
+    const json status = {{"probes", "available"},
+                         {"hostname", "lab-host-7"},
+                         {"kernel", {{"release", "6.6.30-rt30"}, {"preempt_model", "PREEMPT_RT"}}}};
+    auto r = report_from_snapshot(agent_snapshot(), status, {}, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->host.hostname, "lab-host-7");
+    EXPECT_EQ(r->host.kernel, "6.6.30-rt30");
+    EXPECT_TRUE(r->host.preempt_rt);
+    auto plain = report_from_snapshot(agent_snapshot(), json{{"kernel", {{"preempt_model", "PREEMPT_DYNAMIC"}}}}, {},
+                                      now_ns);
+    ASSERT_TRUE(plain) << plain.err().message;
+    EXPECT_FALSE(plain->host.preempt_rt);
+    EXPECT_TRUE(plain->host.hostname.empty()) << "an older agent without hostname: the report says ?";
+}
+
 TEST(agent_snapshot, becomes_per_qpu_series_with_the_agents_percentiles) {
     const json snap = agent_snapshot();
     auto r = report_from_snapshot(snap, json{{"probes", "available"}}, {}, now_ns);

@@ -302,6 +302,18 @@ rtcore::result<report> report_from_snapshot(const json& snapshot, const json& st
                 break;
             }
         }
+        // The agent's host, as the agent sees it (the report may run elsewhere).
+        if (const auto h = status.find("hostname"); h != status.end() && h->is_string()) {
+            r.host.hostname = h->get<std::string>();
+        }
+        if (const auto k = status.find("kernel"); k != status.end() && k->is_object()) {
+            if (const auto rel = k->find("release"); rel != k->end() && rel->is_string()) {
+                r.host.kernel = rel->get<std::string>();
+            }
+            if (const auto pm = k->find("preempt_model"); pm != k->end() && pm->is_string()) {
+                r.host.preempt_rt = pm->get<std::string>() == "PREEMPT_RT";
+            }
+        }
     }
     if (r.probes.status.empty()) {
         r.probes.status = "unknown (agent.status did not say)";
