@@ -458,12 +458,15 @@ result<rt_thread_report> configure_current_thread(const rt_thread_config& cfg, s
     if (cfg.lock_memory) {
         sched_ops::memory_lock_count& reg = ops.memory_locks();
         std::unique_lock<std::mutex> lock(reg.mu);
+        // Whether the memory is locked already, read under the lock (a last
+        // holder may have unlocked it since prev was captured).
+        const bool was_locked = reg.holders == 0 ? ops.memory_locked() : true;
         if (const int rc = ops.lock_all_memory(); rc != 0) {
             lock.unlock();
             return fail(mlock_error(rc, ops));
         }
         if (reg.holders == 0) {
-            reg.locked_by_rt = !prev->memory_was_locked;
+            reg.locked_by_rt = !was_locked;
         }
         ++reg.holders;
         report.memory_lock_ref = true;
