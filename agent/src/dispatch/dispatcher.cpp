@@ -74,11 +74,14 @@ pid_t read_sqpoll_tid(int ring_fd) {
     return 0;
 }
 
-// RWF_NOWAIT is honoured (and useful) for sockets and FIFOs: a full buffer
-// fails the write with -EAGAIN instead of parking it.
+// RWF_NOWAIT is useful for sockets, FIFOs and character devices: a full
+// buffer fails the write with -EAGAIN instead of parking it (io-wq or poll)
+// and sending it late.  A file without FMODE_NOWAIT answers -EOPNOTSUPP
+// once; the writes after it go without the flag (reap_completions).
 bool nowait_capable(int fd) noexcept {
     struct stat st {};
-    return fd >= 0 && ::fstat(fd, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
+    return fd >= 0 && ::fstat(fd, &st) == 0 &&
+           (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
 }
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
@@ -145,9 +148,8 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     if (cfg.submit == submit_mode::sqpoll) {
         // The kernel poller thread is created here, on the housekeeping
         // thread, so it inherits SCHED_OTHER and never competes at RT
-        // priority; SQ_AFF pins it to the housekeeping CPU.
-        // sqpoll_cpu -1: the poller shares the dispatch CPU (it runs when
-        // the RT thread sleeps).
+        // priority.  SQ_AFF pins it to sqpoll_cpu, or with -1 to the
+        // dispatch CPU (it runs there while the RT thread sleeps).
         const int poller_cpu = cfg.sqpoll_cpu >= 0 ? cfg.sqpoll_cpu : cfg.dispatch_cpu;
         io_uring_params params{};
         params.flags = IORING_SETUP_SQPOLL;
@@ -340,9 +342,13 @@ void dispatcher::set_calibration(std::uint64_t current_id, std::uint64_t next_id
     _cal_seq.store(seq + 2, std::memory_order_release);
 }
 
-dispatcher::calibration_plan dispatcher::calibration() const noexcept {
+dispatcher::calibration_plan dispatcher::calibration(unsigned max_tries) const noexcept {
     calibration_plan p;
-    while (true) {
+    for (unsigned tries = 0;; ++tries) {
+        if (tries == max_tries) {
+            p.consistent = false;
+            return p;
+        }
         const std::uint32_t before = _cal_seq.load(std::memory_order_acquire);
         if ((before & 1U) != 0) {
             cpu_relax();
@@ -407,6 +413,10 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
             return set_endpoint_fd(fd);  // the thread stopped meanwhile: apply it here
         }
         if (std::chrono::steady_clock::now() > give_up) {
+            // Withdraw the request: the thread must not register this fd
+            // later, behind the caller's back.
+            _pending_fd.store(-1, std::memory_order_relaxed);
+            _fd_req_gen.fetch_add(1, std::memory_order_acq_rel);
             return failed(ETIMEDOUT, "the dispatch thread did not take the new endpoint within " +
                                          std::to_string(endpoint_update_wait.count()) + " ms");
         }
@@ -522,11 +532,14 @@ void dispatcher::thread_main() noexcept {
         setup_err = ENOMEM;
     }
     _st_setup_errno.store(setup_err, std::memory_order_relaxed);
+    const bool will_run = setup_err == 0 || !_cfg.require_rt;
+    // Running before start() returns: a set_endpoint_fd() right after it
+    // must hand the fd over, not take the ring lock itself.
+    _loop_running.store(will_run, std::memory_order_release);
     _setup_done.store(setup_err == 0 ? 1 : -setup_err, std::memory_order_release);
-    if (setup_err != 0 && _cfg.require_rt) {
+    if (!will_run) {
         return;
     }
-    _loop_running.store(true, std::memory_order_release);
     run_loop();
     _loop_running.store(false, std::memory_order_release);
 }
@@ -551,6 +564,10 @@ void dispatcher::reap_completions() noexcept {
         const std::uint64_t data = io_uring_cqe_get_data64(cqe);
         if (cqe->res == -EAGAIN) {
             _st_send_blocked.fetch_add(1, std::memory_order_relaxed);  // RWF_NOWAIT: buffer full at T
+        } else if (cqe->res == -EOPNOTSUPP && _nowait_writes.load(std::memory_order_relaxed)) {
+            // A file without FMODE_NOWAIT refuses RWF_NOWAIT: this job
+            // fails, the next writes go without it.
+            _nowait_writes.store(false, std::memory_order_relaxed);
         }
         if (const auto slot = static_cast<std::uint32_t>(data); slot < _slot_count) {
             dispatch_record r = _inflight[slot];
@@ -577,6 +594,9 @@ void dispatcher::void_unsubmitted() noexcept {
     const unsigned tail = *sq->ktail;
     for (unsigned pos = head; pos != tail; ++pos) {
         io_uring_sqe* sqe = &sq->sqes[sq->array[pos & sq->ring_mask]];
+        if (sqe->opcode == IORING_OP_NOP) {
+            continue;  // voided by an earlier failure
+        }
         const std::uint64_t data = sqe->user_data;
         io_uring_prep_nop(sqe);
         sqe->user_data = data;
@@ -593,11 +613,14 @@ void dispatcher::run_loop() noexcept {
     };
     std::uint32_t cur_slot = UINT32_MAX;
     std::int64_t first_seen = 0;
-    while (!_stop.load(std::memory_order_acquire)) {
-        _st_loops.fetch_add(1, std::memory_order_relaxed);
-        // Read before looking at any state: a change after this makes the
-        // next sleep return at once.
+    while (true) {
+        // Read before looking at any state, _stop included: a change after
+        // this makes the next sleep return at once.
         const std::uint32_t seen = _wake.load(std::memory_order_acquire);
+        if (_stop.load(std::memory_order_acquire)) {
+            break;
+        }
+        _st_loops.fetch_add(1, std::memory_order_relaxed);
         reap_completions();
         if (io_uring_sq_ready(ring) != 0) {
             // SQEs a failed submit left (voided NOPs, or, in sqpoll mode,
@@ -646,6 +669,15 @@ void dispatcher::run_loop() noexcept {
         if (now < wake) {
             const bool chunk = wake - now > _cfg.max_sleep_chunk_ns;
             const std::int64_t target = chunk ? now + _cfg.max_sleep_chunk_ns : wake;
+            if (!chunk && sqpoll && poller_asleep()) {
+                // Wake the poller before the last sleep, not at T: it runs
+                // (and clears NEED_WAKEUP) while this thread sleeps, even on
+                // the same CPU, so the send at T is a plain store to the SQ
+                // tail.  The sleep is <= max_sleep_chunk_ns, below any
+                // sensible sqpoll_idle_ms, so it is still awake at T.
+                io_uring_enter(static_cast<unsigned>(ring->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
+                _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
+            }
             const int rc = _clock.sleep_until_or_woken(target, _wake, seen);
             _st_sleeps.fetch_add(1, std::memory_order_relaxed);
             if (rc == -EAGAIN) {  // a step, an endpoint change or stop(): look again
@@ -664,13 +696,6 @@ void dispatcher::run_loop() noexcept {
             if (tuned) {
                 _lead.observe(wakeup_latency);  // O(1); the quantile is taken after the send
                 _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
-            }
-            if (sqpoll && poller_asleep()) {
-                // Wake the poller now, before T, so the send at T is a
-                // plain store to the SQ tail.
-                io_uring_enter(static_cast<unsigned>(ring->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
-                _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
-                now = _clock.now_monotonic_ns();
             }
         }
         std::int64_t spin_ns = 0;
@@ -698,9 +723,12 @@ void dispatcher::run_loop() noexcept {
         g.duration_ns = j->duration_ns;
         g.tolerance_ns = j->tolerance_ns;
         g.job_calibration_id = j->calibration_id;
-        const calibration_plan cal = calibration();
-        g.current_calibration_id = cal.current;
-        g.next_calibration_id = cal.next;
+        // Bounded: a housekeeping writer preempted inside set_calibration()
+        // must not hold the send; without a clean read the job is refused
+        // as a calibration change (it cannot be proven current).
+        const calibration_plan cal = calibration(64);
+        g.current_calibration_id = cal.consistent ? cal.current : no_window_calibration_id;
+        g.next_calibration_id = cal.consistent ? cal.next : no_window_calibration_id;
         g.calibration_switch_ns = cal.switch_mono_ns;
         g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
         dispatch_status verdict = check_before_send(g);
@@ -733,6 +761,9 @@ void dispatcher::run_loop() noexcept {
         if (sqpoll && poller_asleep()) {
             _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
         }
+        // Where this write sits in the SQ ring: after the submit, the kernel
+        // has consumed it iff its head moved past this position.
+        const unsigned write_pos = ring->sq.sqe_tail - 1;
         // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
         // syscall unless the poller sleeps.
         const int rc = io_uring_submit(ring);
@@ -749,15 +780,20 @@ void dispatcher::run_loop() noexcept {
         r.wakeup_latency_ns = wakeup_latency;
         r.spin_ns = spin_ns;
         r.lead_ns = lead;
-        if (rc < 1 && !sqpoll) {
-            // The enter failed (or stopped short): whatever it did not
-            // consume must never go out with a later submit.
+        const auto consumed = [&]() noexcept {
+            const unsigned head = io_uring_smp_load_acquire(ring->sq.khead);
+            return static_cast<int>(head - write_pos) > 0;
+        };
+        if (!sqpoll && (rc < 0 || !consumed())) {
+            // The enter failed or stopped short of this write (it may have
+            // consumed older voided NOPs first): whatever it did not consume
+            // must never go out with a later submit.
             _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
-            const std::uint64_t before = _st_voided.load(std::memory_order_relaxed);
-            void_unsubmitted();
-            if (_st_voided.load(std::memory_order_relaxed) != before) {  // the write was not consumed
+            if (!consumed()) {
+                void_unsubmitted();
                 r.status = dispatch_status::send_failed;
-                r.io_result = rc < 0 ? rc : -EAGAIN;
+                r.submit_error = rc < 0 ? rc : -EBUSY;
+                r.io_result = r.submit_error;
             }
         } else if (rc < 0) {
             // sqpoll: the SQEs are published but the poller could not be

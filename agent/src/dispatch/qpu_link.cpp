@@ -2,6 +2,8 @@
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -131,6 +133,19 @@ void qpu_link::try_connect() {
     _fd = std::move(att->fd);
     _reader.reset();
     _write_only = false;
+    // Bound what a QPU that stops reading can leave queued to two full
+    // frames: past that a frame fails at its T (RWF_NOWAIT, EAGAIN)
+    // instead of waiting in a large buffer and reaching the QPU late.  Two,
+    // so that a frame never fails half-written on a healthy connection (a
+    // QPU runs one job at a time and reads the next long before its T).
+    const int two_frames = static_cast<int>(2 * (wire::header_len + _cfg.dispatch.max_payload_bytes));
+    if (_addr.kind == endpoint_kind::tcp) {
+        // Unsent bytes only: what is in flight to a live peer is not bounded.
+        ::setsockopt(_fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &two_frames, sizeof(two_frames));
+    } else if (_addr.kind == endpoint_kind::unix_stream) {
+        // A unix stream charges queued, unread frames to the sender's buffer.
+        ::setsockopt(_fd.get(), SOL_SOCKET, SO_SNDBUF, &two_frames, sizeof(two_frames));
+    }
     if (att->in_progress) {
         _state = conn_state::connecting;
         auto st = _loop.add_fd(_fd.get(), EPOLLOUT, [this](std::uint32_t) { on_connect_writable(); });
@@ -479,10 +494,22 @@ void qpu_link::on_record(const dispatch_record& r) {
     case dispatch_status::send_failed: {
         ++_counters.send_failed;
         std::string detail;
-        if (r.io_result == -EAGAIN) {
+        // Nothing of the frame was written in these two cases: the stream
+        // is still in sync and the connection stays up.
+        bool stream_intact = false;
+        if (r.submit_error != 0) {
+            detail = std::string("io_uring_enter failed (") + std::strerror(-r.submit_error) +
+                     "): the write never reached the kernel; not sent";
+            stream_intact = true;
+        } else if (r.io_result == -EAGAIN) {
             // RWF_NOWAIT: the endpoint's buffer was full at T.
             detail = "endpoint " + _addr.uri + " could not take the frame at T (its socket buffer is full: " +
                      "the QPU side is not reading); not sent, and never sent late";
+            stream_intact = true;
+        } else if (r.io_result == -EOPNOTSUPP) {
+            detail = "endpoint " + _addr.uri + " does not take non-blocking writes (RWF_NOWAIT); not sent, the "
+                     "next frames go without it";
+            stream_intact = true;
         } else if (r.io_result < 0) {
             detail = std::string("io_uring write: ") + std::strerror(-r.io_result);
         } else {
@@ -491,7 +518,7 @@ void qpu_link::on_record(const dispatch_record& r) {
         finish(r.job_id, job_state::failed, "send_failed", detail);
         // Drop the connection only when the failed write went to the current
         // one (a write to a connection dropped since then fails with EPIPE).
-        if (_state == conn_state::up && r.deadline_ns + r.lateness_ns > _last_drop_mono_ns) {
+        if (!stream_intact && _state == conn_state::up && r.deadline_ns + r.lateness_ns > _last_drop_mono_ns) {
             drop_connection("send_failed", detail);  // the stream may be out of sync
         }
         return;

@@ -157,6 +157,9 @@ protected:
         cfg.dispatch.sqpoll_cpu = 0;  // the housekeeping CPU
         cfg.result_timeout_ns = 300 * ms;
         cfg.backoff_initial = std::chrono::milliseconds(20);
+        if (_no_stall_drop) {
+            cfg.stall_timeouts = 0;  // keep the connection however many results are missing
+        }
         qpu_link_callbacks cb;
         cb.on_dispatched = [&](std::uint64_t, std::int64_t) { ++rr.dispatched; };
         cb.on_outcome = [&](const dispatch_outcome& o) {
@@ -204,7 +207,9 @@ protected:
             EXPECT_TRUE(loop.add_timer(delay, std::chrono::nanoseconds(0),
                                        [&link, w] { link.set_calibration_id(static_cast<std::uint64_t>(w + 1)); }));
         }
-        const std::uint8_t payload[] = "OPENQASM 3; qubit[4] q; h q[0]; cx q[0], q[1];";
+        const std::string qasm = "OPENQASM 3; qubit[4] q; h q[0]; cx q[0], q[1];";
+        std::vector<std::uint8_t> payload(qasm.begin(), qasm.end());
+        payload.resize(std::max(payload.size(), _payload_bytes), ' ');
         for (const auto& j : jobs) {
             EXPECT_TRUE(link.submit(j, payload));
         }
@@ -268,6 +273,8 @@ protected:
     fs::path _dir;
     bool _tuned = false;
     submit_mode _submit = submit_mode::syscall;
+    std::size_t _payload_bytes = 0;  // 0: the short QASM string
+    bool _no_stall_drop = false;
 };
 
 // The clean 500-job run once per submission mode: syscall (io_uring_enter
@@ -349,6 +356,34 @@ TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link
     EXPECT_LE(broken, faults * 3) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.endpoint_protocol_errors, faults);
     EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+}
+
+TEST_F(dispatch_with_qpu_sim, a_qpu_that_stops_reading_fails_the_jobs_at_t_and_keeps_the_connection) {
+    // qpu-sim stops reading after 20 jobs: the socket buffer fills with
+    // 1 KiB frames, and from then on each frame is refused at its T
+    // (RWF_NOWAIT) instead of being queued and sent late.  Nothing of a
+    // refused frame was written, so the connection stays up.
+    _payload_bytes = 1024;
+    _no_stall_drop = true;
+    const run_result rr = run({"--stop-reading-after", "20"});
+    ASSERT_EQ(rr.outcomes.size(), job_count) << describe(rr);
+    std::size_t refused = 0;
+    for (const auto& [id, o] : rr.outcomes) {
+        if (o.reason == "send_failed") {
+            EXPECT_NE(o.detail.find("could not take the frame at T"), std::string::npos) << o.detail;
+            ++refused;
+        }
+    }
+    EXPECT_GT(refused, 0u) << describe(rr);
+    EXPECT_EQ(rr.thread.send_blocked, refused);
+    EXPECT_EQ(rr.telemetry.counters.reconnects, 0u) << "a full buffer must not cost the connection";
+    EXPECT_TRUE(rr.endpoint_up_at_end);
+    EXPECT_EQ(rr.sim["connections"].get<std::size_t>(), 1u) << describe(rr);
+    // The send buffer is bounded to two frames: at most those two were
+    // queued when qpu-sim stopped reading, and it flags them out of window
+    // when it reads them at exit.  Every other frame was refused at T.
+    EXPECT_LE(rr.sim["out_of_window"].get<std::uint64_t>(), 2u) << describe(rr);
+    EXPECT_LE(rr.sim["jobs"].get<std::uint64_t>(), 20u + 2u) << describe(rr);
 }
 
 TEST_F(dispatch_with_qpu_sim, the_same_run_over_loopback_tcp) {

@@ -112,6 +112,7 @@ struct dispatch_record {
     std::uint32_t slot = 0;
     dispatch_status status = dispatch_status::sent;
     std::int32_t io_result = 0;             // CQE res (bytes or -errno), sent/send_failed
+    std::int32_t submit_error = 0;          // -errno of io_uring_enter when the write never reached the kernel
     std::int64_t deadline_ns = 0;           // T, monotonic, as used
     std::int64_t lateness_ns = 0;           // monotonic after submit - T (sent), or now - T
     std::int64_t sent_ns = 0;               // realtime stamp put in the frame (0 if not sent)
@@ -219,8 +220,11 @@ public:
         std::uint64_t current = 0;
         std::uint64_t next = 0;
         std::int64_t switch_mono_ns = INT64_MAX;
+        bool consistent = true;  // false: no clean read within max_tries
     };
-    calibration_plan calibration() const noexcept;
+    // max_tries bounds the seqlock retries (the RT thread must not spin on
+    // a writer that was preempted mid-update); the default waits for it.
+    calibration_plan calibration(unsigned max_tries = ~0U) const noexcept;
     std::uint64_t calibration_id() const noexcept { return calibration().current; }
     bool endpoint_up() const noexcept { return _endpoint_up.load(std::memory_order_acquire); }
     std::int64_t lead_ns() const noexcept { return _lead_ns_pub.load(std::memory_order_relaxed); }
