@@ -5,6 +5,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <exception>
@@ -193,7 +194,12 @@ void event_loop::dispatch_fd(int fd, std::uint32_t events) {
         spdlog::error("event loop: callback for fd {} threw: {}; continuing", fd, what);
         return;
     }
-    if (++again->second.consecutive_throws >= max_consecutive_throws) {
+    // Timers are never dropped: their fd is read before the callback, so a
+    // throwing timer cannot spin the loop, and dropping one (the job pump,
+    // an endpoint poll) would silently stop the daemon's work.
+    const bool is_timer = std::any_of(_timers.begin(), _timers.end(),
+                                      [fd](const auto& t) { return t.second.fd == fd; });
+    if (!is_timer && ++again->second.consecutive_throws >= max_consecutive_throws) {
         spdlog::error("event loop: callback for fd {} threw {} times in a row (last: {}); no longer watching fd {}",
                       fd, again->second.consecutive_throws, what, fd);
         remove_fd(fd);

@@ -11,9 +11,11 @@
 //
 // A callback that throws does not end the loop (one bad request or endpoint
 // must not take the daemon down): the exception is logged with the fd it
-// came from and counted in callback_errors().  An fd whose callback throws
-// max_consecutive_throws times in a row is removed from the loop, so a
-// level-triggered fd cannot spin the loop on the same failure.
+// came from and counted in callback_errors().  An fd (not a timer) whose
+// callback throws max_consecutive_throws times in a row is removed from the
+// loop, so a level-triggered fd cannot spin the loop on the same failure.
+// A callback that threw may have left its own object half-updated: the
+// count is exported (agent.status, metrics) for that reason.
 
 #include <atomic>
 #include <chrono>

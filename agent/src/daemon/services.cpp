@@ -320,7 +320,17 @@ rtcore::status services::start_links() {
         std::string submit = dispatch::to_string(disp.effective_submit_mode());
         if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
             _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
-            submit += fmt::format(" (poller tid {})", disp.sqpoll_tid());
+            const int poller_cpu = dc.sqpoll_cpu >= 0 ? dc.sqpoll_cpu : q->dispatch_cpu;
+            submit += fmt::format(" (poller tid {}, CPU {})", disp.sqpoll_tid(), poller_cpu);
+            if (poller_cpu < 0 || !_facts.isolated.test(static_cast<unsigned>(poller_cpu))) {
+                // A SCHED_OTHER poller on a shared CPU waits for its CFS turn:
+                // arrival p95 of 1 ms and worse was measured (bench/README.md).
+                log::warn("dispatch",
+                          "{}: the SQPOLL poller runs on CPU {}, which is not isolated: other tasks there "
+                          "delay every write by up to a scheduler slice; isolate it or use submit_mode = "
+                          "\"syscall\"",
+                          qc.name, poller_cpu < 0 ? std::string("(any)") : std::to_string(poller_cpu));
+            }
         } else if (!disp.submit_fallback_reason().empty()) {
             log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
         }
@@ -865,6 +875,10 @@ nlohmann::json services::status_json() {
                     {"preempt_model", _facts.preempt_model},
                     {"warnings", warnings}};
     st["probes"] = _probes_status;
+    st["event_loop_errors"] = _loop.callback_errors();
+    if (_loop.callback_errors() != 0) {
+        degraded.push_back(fmt::format("{} event-loop callbacks threw (see the log)", _loop.callback_errors()));
+    }
 #ifdef QRT_HAVE_BPF
     if (_probes) {
         st["probes_detail"] = _probes->set.describe();
@@ -976,6 +990,8 @@ telemetry::snapshot services::telemetry_snapshot() {
         s.add_gauge("qrt_dispatch_in_flight", "jobs handed over without an outcome yet", l,
                     static_cast<double>(q->handed.size()));
     }
+    s.add_counter("qrt_event_loop_callback_errors_total", "exceptions caught from event-loop callbacks", {},
+                  _loop.callback_errors());
     if (_ledger) {
         const auto ls = _ledger->stats();
         s.add_gauge("qrt_ledger_reservations", "reservations held in the ledger", {},

@@ -110,3 +110,20 @@ TEST(event_loop, an_fd_whose_callback_keeps_throwing_is_dropped_not_spun_on) {
     ::close(p[0]);
     ::close(p[1]);
 }
+
+TEST(event_loop, a_timer_that_keeps_throwing_keeps_firing) {
+    // A timer's fd is read before its callback, so it cannot spin the loop;
+    // dropping it (the job pump, an endpoint poll) would silently stop work.
+    qrt::event_loop loop;
+    int fired = 0;
+    ASSERT_TRUE(loop.add_timer(100us, 100us, [&] {
+        ++fired;
+        throw std::runtime_error("pump bug");
+    }));
+    const unsigned enough = qrt::event_loop::max_consecutive_throws + 20;
+    for (int i = 0; i < 20000 && static_cast<unsigned>(fired) < enough; ++i) {
+        loop.run_once(10ms);
+    }
+    EXPECT_GE(static_cast<unsigned>(fired), enough);
+    EXPECT_EQ(loop.callback_errors(), static_cast<std::uint64_t>(fired));
+}
