@@ -145,7 +145,6 @@ rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
     } else {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-
         const sockaddr_in sa = tcp_sockaddr(addr);
         rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
     }
