@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <memory>
 
@@ -69,7 +70,11 @@ tl::blob decode_payload(const params_reader& p, std::size_t max_bytes) {
                                       max_bytes),
                           json{{"field", "payload"}, {"limit_bytes", max_bytes}});
     }
-    return tl::blob(raw->begin(), raw->end());
+    std::vector<std::uint8_t> bytes(raw->size());
+    if (!raw->empty()) {
+        std::memcpy(bytes.data(), raw->data(), raw->size());
+    }
+    return tl::blob(std::move(bytes));
 }
 
 json deadline_json(std::int64_t d) { return d == tl::k_no_deadline_ns ? json(nullptr) : json(d); }

@@ -192,6 +192,38 @@ TEST(ledger, a_stale_fencing_token_is_refused) {
     EXPECT_GT(b->fencing_token, a->fencing_token);
 }
 
+TEST(blob, copies_share_the_bytes_and_compare_by_content) {
+    const blob empty;
+    EXPECT_TRUE(empty.empty());
+    EXPECT_EQ(empty.size(), 0U);
+    EXPECT_EQ(empty.begin(), empty.end());
+    const blob a{1, 2, 3};
+    const blob copy = a;  // NOLINT(performance-unnecessary-copy-initialization): the point of the test
+    EXPECT_EQ(copy.data(), a.data()) << "a copy must not duplicate the bytes";
+    EXPECT_EQ(copy, a);
+    EXPECT_EQ(blob(std::vector<std::uint8_t>{1, 2, 3}), a) << "equal content, separate storage";
+    EXPECT_NE(blob({1, 2}), a);
+    const std::span<const std::uint8_t> view = a;
+    ASSERT_EQ(view.size(), 3U);
+    EXPECT_EQ(view[2], 3);
+    EXPECT_EQ(a.front(), 1);
+}
+
+TEST(ledger, due_jobs_hands_out_the_payload_without_copying_it) {
+    // The job pump asks for the due jobs every 2 ms; a 1 MiB payload must
+    // not be copied each time.
+    auto l = make_ledger();
+    auto a = l->reserve("alice", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, blob(std::vector<std::uint8_t>(1 << 20, 7)), t0_ns + s_ns));
+    const auto first = l->due_jobs("q0", w0 + 1);
+    const auto second = l->due_jobs("q0", w0 + 1);
+    ASSERT_EQ(first.size(), 1U);
+    ASSERT_EQ(second.size(), 1U);
+    EXPECT_EQ(first[0].payload.size(), std::size_t{1} << 20);
+    EXPECT_EQ(first[0].payload.data(), second[0].payload.data());
+}
+
 TEST(ledger, job_lifecycle_held_committed_dispatched_completed_with_events) {
     auto l = make_ledger();
     auto a = l->reserve("alice", req(10), "", 0, t0_ns);

@@ -5,10 +5,15 @@
 // Every time is int64 nanoseconds since the Unix epoch (UTC); every duration
 // is int64 nanoseconds.  Nothing here reads a clock: callers pass now_ns.
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -129,7 +134,43 @@ struct request {
     std::size_t max_candidates = 4;  // query only
 };
 
-using blob = std::vector<std::uint8_t>;
+// An immutable byte buffer that copies share.  A reservation is copied
+// often (the job pump looks at every due job each 2 ms, events and RPC
+// answers take copies) and its payload or result can be large; copying a
+// blob costs one reference count, never the bytes.
+class blob {
+public:
+    using value_type = std::uint8_t;
+    using const_iterator = const std::uint8_t*;
+    using iterator = const_iterator;
+    using size_type = std::size_t;
+
+    blob() = default;
+    blob(std::vector<std::uint8_t> bytes)  // NOLINT(google-explicit-constructor): a vector is a blob
+        : _bytes(bytes.empty() ? nullptr : std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes))) {}
+    blob(std::initializer_list<std::uint8_t> bytes) : blob(std::vector<std::uint8_t>(bytes)) {}
+    template <typename It>
+    blob(It first, It last) : blob(std::vector<std::uint8_t>(first, last)) {}
+
+    const std::uint8_t* data() const noexcept { return _bytes ? _bytes->data() : nullptr; }
+    std::size_t size() const noexcept { return _bytes ? _bytes->size() : 0; }
+    bool empty() const noexcept { return size() == 0; }
+    const_iterator begin() const noexcept { return data(); }
+    const_iterator end() const noexcept { return data() + size(); }
+    // The first byte; 0 for an empty blob.
+    std::uint8_t front() const noexcept {
+        const std::vector<std::uint8_t>* b = _bytes.get();
+        return b != nullptr && !b->empty() ? b->front() : std::uint8_t{0};
+    }
+    operator std::span<const std::uint8_t>() const noexcept { return {data(), size()}; }  // NOLINT
+
+    friend bool operator==(const blob& a, const blob& b) noexcept {
+        return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    }
+
+private:
+    std::shared_ptr<const std::vector<std::uint8_t>> _bytes;
+};
 
 struct reservation {
     std::uint64_t id = 0;
