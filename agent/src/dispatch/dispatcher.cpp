@@ -39,6 +39,9 @@ inline void cpu_relax() noexcept {
 
 constexpr unsigned uring_entries = 64;
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
+// The lead's window quantile is taken after a send only when the next job's
+// wake-up is at least this far away.
+constexpr std::int64_t adapt_guard_ns = 50'000;
 // The thread applies an endpoint update only when its next send is further
 // away than lead + this (the io_uring_register call takes microseconds).
 constexpr std::int64_t endpoint_update_guard_ns = 200'000;
@@ -803,8 +806,14 @@ void dispatcher::run_loop() noexcept {
         _inflight[j->slot] = r;
         _jobs.pop_front();
         reap_completions();  // inline completions (the usual case on a socket)
-        if (tuned && _lead.adapt()) {
-            _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+        // The window's quantile (a few us of nth_element) only when the next
+        // job leaves time for it, never just before a back-to-back T.
+        const queued_job* next = _jobs.peek();
+        if (tuned && (next == nullptr || _slots[next->slot].deadline_ns.load(std::memory_order_relaxed) - after >
+                                             _lead.lead_ns() + adapt_guard_ns)) {
+            if (_lead.adapt()) {
+                _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+            }
         }
     }
     // Stopping: queued jobs are cancelled; in-flight writes get a bounded

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -395,4 +396,25 @@ TEST_F(dispatcher_fixture, a_new_endpoint_is_registered_by_the_dispatch_thread_i
     ASSERT_EQ(after.size(), 1u);
     EXPECT_EQ(after[0].status, dispatch_status::endpoint_down) << to_string(after[0].status);
     EXPECT_EQ(read_frames().size(), 1u);
+}
+
+TEST_F(dispatcher_fixture, stop_wakes_a_thread_in_a_long_idle_sleep) {
+    // Idle, the thread sleeps up to idle_sleep_ns: stop() must cut that
+    // short (the wake word), not wait an hour for it.
+    dispatcher_config c = untuned();
+    c.idle_sleep_ns = 3'600'000 * ms;
+    dispatcher d(c, _clock);
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asleep
+    std::atomic<bool> stopped{false};
+    std::thread stopper([&] {
+        d.stop();
+        stopped = true;
+    });
+    for (int i = 0; i < 10'000 && !stopped.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(stopped.load()) << "stop() still waiting for the idle sleep";
+    stopper.join();  // returns within the hour in any case
+    EXPECT_FALSE(d.running());
 }
