@@ -327,12 +327,16 @@ class Client:
     def slots_query(self, duration_ns: int, qpus: Optional[List[str]] = None,
                     not_before_ns: Optional[int] = None, deadline_ns: Optional[int] = None,
                     priority: Optional[int] = None, min_fidelity: Optional[float] = None,
-                    max_candidates: Optional[int] = None) -> Dict[str, Any]:
+                    max_candidates: Optional[int] = None,
+                    gang_size: Optional[int] = None) -> Dict[str, Any]:
         """{"candidates": [...]} and, when none fits, "why_none" and
-        "next_window"."""
+        "next_window".  With gang_size k > 1 the candidates are the k
+        members of the gang slots_reserve(gang_size=k) would take now."""
         p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
         if max_candidates is not None:
             p["max_candidates"] = int(max_candidates)
+        if gang_size is not None:
+            p["gang_size"] = int(gang_size)
         return self.call("slots.query", p)
 
     def slots_reserve(self, duration_ns: int, idempotency_key: str,

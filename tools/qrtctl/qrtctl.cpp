@@ -672,11 +672,15 @@ std::vector<command> commands() {
         {"slots", "query", "candidate slots for a request (or the next window when none fits)",
          "  qrtctl slots query --duration 2ms --qpu qpu0\n"
          "  qrtctl slots query --duration 500us --not-before +1s --deadline +10s --max-candidates 8\n"
-         "  qrtctl slots query --duration 2ms --min-fidelity 0.98 --json\n",
+         "  qrtctl slots query --duration 2ms --min-fidelity 0.98 --json\n"
+         "  qrtctl slots query --duration 1ms --gang-size 2   (one start on 2 QPUs)\n",
          [](CLI::App& app, options& o, given& g) {
              request_options(app, o, g);
              g.add("--max-candidates", app.add_option("--max-candidates", o.max_candidates, "how many candidates (1..64)")
                      ->check(CLI::Range(1, 64)));
+             g.add("--gang-size", app.add_option("--gang-size", o.gang_size,
+                                                    "the gang a reserve of this size would take now (1..64)")
+                                         ->check(CLI::Range(1, 64)));
          },
          [](context& ctx) {
              int rc = exit_ok;
@@ -686,6 +690,9 @@ std::vector<command> commands() {
              }
              if (ctx.has.has("--max-candidates")) {
                  (*p)["max_candidates"] = ctx.opt.max_candidates;
+             }
+             if (ctx.has.has("--gang-size")) {
+                 (*p)["gang_size"] = ctx.opt.gang_size;
              }
              return ctx.call_and_show("slots.query", *p, [&](const json& r) {
                  const json& cands = r.value("candidates", json::array());

@@ -283,10 +283,11 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
             [b](const json& params, call_context&, std::string& out) {
                 const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
                                                  "priority", "min_fidelity", "qpus",
-                                                 "max_candidates"});
+                                                 "max_candidates", "gang_size"});
                 tl::request req = read_request(all);
                 req.max_candidates =
                     static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
+                req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
                 const auto q = take(b->ledger->query(req, b->now()));
                 nlohmann::detail::serializer<json> ser(
                     nlohmann::detail::output_adapter<char, std::string>(out), ' ',

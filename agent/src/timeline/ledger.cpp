@@ -809,18 +809,35 @@ result<query_result> ledger::query(const request& req, std::int64_t now_ns) {
         return std::move(v).err();
     }
     auto qs = resolve_qpus(req);
+    if (req.gang_size > 1 && req.gang_size > qs->size()) {
+        return make_error(reason::invalid_argument,
+                          "gang_size must be in [1, " + std::to_string(qs->size()) +
+                              "] (the QPUs requested), got " + std::to_string(req.gang_size));
+    }
     advance(now_ns);
     query_result out;
-    const std::size_t per_qpu = std::max(req.max_candidates, _policy->windows_considered());
-    out.candidates = candidates_for(req, *qs, now_ns, per_qpu);
-    if (out.candidates.size() > req.max_candidates) {
-        out.candidates.resize(req.max_candidates);
+    const std::int64_t earliest = earliest_start(req, now_ns);
+    if (req.gang_size > 1) {
+        // The gang reserve_gang would place now: one start on gang_size QPUs.
+        if (const auto slots = gang_fit(req, *qs, req.gang_size, earliest)) {
+            for (const slot& s : *slots) {
+                out.candidates.push_back(to_candidate(s, req, earliest));
+            }
+        }
+    } else {
+        const std::size_t per_qpu = std::max(req.max_candidates, _policy->windows_considered());
+        out.candidates = candidates_for(req, *qs, now_ns, per_qpu);
+        if (out.candidates.size() > req.max_candidates) {
+            out.candidates.resize(req.max_candidates);
+        }
     }
     if (out.candidates.empty()) {
         out.why_none = no_fit_error(req, *qs, now_ns).message;
+        if (req.gang_size > 1) {
+            out.why_none = "gang of " + std::to_string(req.gang_size) + ": " + out.why_none;
+        }
         // The next window long enough and good enough, ignoring occupancy
         // and the deadline.
-        const std::int64_t earliest = earliest_start(req, now_ns);
         for (const std::size_t q : *qs) {
             const auto& ws = _qpus[q].windows;
             std::size_t looked = 0;

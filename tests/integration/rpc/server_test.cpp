@@ -368,6 +368,17 @@ TEST(rpc_server, every_method_answers_an_admin) {
     ASSERT_EQ(q.at("candidates").size(), 1U);
     EXPECT_EQ(q.at("candidates")[0].at("start_ns"), start);
 
+    // A gang query: one start on both periodic QPUs, nothing reserved.
+    json gq = request_at(start, 1'000'000);
+    gq["qpus"] = {"q0", "q1"};
+    gq["gang_size"] = 2;
+    const json g = c.ok("slots.query", gq);
+    ASSERT_EQ(g.at("candidates").size(), 2U) << g.dump();
+    EXPECT_EQ(g.at("candidates")[0].at("start_ns"), g.at("candidates")[1].at("start_ns"));
+    EXPECT_NE(g.at("candidates")[0].at("qpu"), g.at("candidates")[1].at("qpu"));
+    gq["gang_size"] = 3;
+    EXPECT_EQ(reason_of(c.call("slots.query", gq)), "invalid_argument");
+
     json req = request_at(start, 1'000'000);
     req["idempotency_key"] = "k1";
     req["lease_ns"] = 30 * s_ns;

@@ -454,6 +454,40 @@ TEST(ledger, gang_reserves_one_start_on_k_qpus) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(ledger, a_gang_query_shows_what_a_gang_reserve_would_take) {
+    auto l = make_ledger();
+    request only_q0 = req(40);
+    only_q0.qpus = {"q0"};
+    ASSERT_TRUE(l->reserve("x", only_q0, "", 0, t0_ns));  // q0 busy [w0, w0+40)
+    request gang = req(20);
+    gang.gang_size = 2;
+    const auto before = snapshot(*l);
+    auto q = l->query(gang, t0_ns);
+    ASSERT_TRUE(q) << q.err().message;
+    ASSERT_EQ(q->candidates.size(), 2U);
+    EXPECT_EQ(q->candidates[0].start_ns, w0 + 40 * s_ns) << "one start, after q0 is free";
+    EXPECT_EQ(q->candidates[1].start_ns, w0 + 40 * s_ns);
+    EXPECT_NE(q->candidates[0].qpu, q->candidates[1].qpu);
+    EXPECT_EQ(snapshot(*l), before) << "a query reserves nothing";
+    // The reserve then takes exactly that.
+    auto g = l->reserve_gang("a", req(20), 2, "", 0, t0_ns);
+    ASSERT_TRUE(g);
+    EXPECT_EQ((*g)[0].start_ns, q->candidates[0].start_ns);
+    // Larger than the QPUs asked for: an error that names the bound.
+    gang.gang_size = 3;
+    auto bad = l->query(gang, t0_ns);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.err().reason, "invalid_argument");
+    EXPECT_NE(bad.err().message.find("gang_size must be in [1, 2]"), std::string::npos) << bad.err().message;
+    // No common start before the deadline: no candidate, and why.
+    gang.gang_size = 2;
+    gang.deadline_ns = w0 + 41 * s_ns;
+    auto none = l->query(gang, t0_ns);
+    ASSERT_TRUE(none);
+    EXPECT_TRUE(none->candidates.empty());
+    EXPECT_EQ(none->why_none.rfind("gang of 2: ", 0), 0U) << none->why_none;
+}
+
 TEST(ledger, gang_is_all_or_nothing) {
     auto l = make_ledger();
     request fill = req(90);

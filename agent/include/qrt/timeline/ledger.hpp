@@ -96,7 +96,9 @@ public:
     std::vector<std::string> qpu_names() const;
 
     // slots.query: the best max_candidates slots, or the next window that
-    // could hold the request when none fits.
+    // could hold the request when none fits.  With req.gang_size k > 1: the
+    // k members of the gang reserve_gang would place now (one start on k
+    // QPUs), or none.
     result<query_result> query(const request& req, std::int64_t now_ns);
 
     // slots.reserve: a held reservation with a lease and a fencing token.

@@ -132,6 +132,9 @@ struct request {
     double min_fidelity = 0.0;       // 0 = no requirement
     std::vector<std::string> qpus;   // empty = any QPU
     std::size_t max_candidates = 4;  // query only
+    // query only: > 1 asks for a gang, one start on gang_size distinct QPUs
+    // (what reserve_gang would take now); the candidates are its members.
+    std::size_t gang_size = 1;
 };
 
 // An immutable byte buffer that copies share.  A reservation is copied
