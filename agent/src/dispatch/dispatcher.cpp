@@ -39,6 +39,9 @@ inline void cpu_relax() noexcept {
 
 constexpr unsigned uring_entries = 64;
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
+// sqpoll: after a send, wait for the poller to take the write when the next
+// job's wake-up is closer than this (the thread would not sleep before it).
+constexpr std::int64_t sqpoll_yield_below_ns = 200'000;
 // The lead's window quantile is taken after a send only when the next job's
 // wake-up is at least this far away.
 constexpr std::int64_t adapt_guard_ns = 50'000;
@@ -481,6 +484,7 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.voided_sqes = _st_voided.load(std::memory_order_relaxed);
     s.endpoint_updates = _st_endpoint_updates.load(std::memory_order_relaxed);
     s.early_wakes = _st_early_wakes.load(std::memory_order_relaxed);
+    s.sqpoll_yields = _st_sqpoll_yields.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -805,6 +809,23 @@ void dispatcher::run_loop() noexcept {
         }
         _inflight[j->slot] = r;
         _jobs.pop_front();
+        if (sqpoll && rc >= 0) {
+            // The poller (on this CPU by default) only runs while this
+            // thread sleeps.  When the next job is too close for a sleep,
+            // block until the poller has taken this write (bounded), or the
+            // frame would wait for that next job's spin to end.
+            if (const queued_job* nx = _jobs.peek(); nx != nullptr) {
+                const std::int64_t gap = _slots[nx->slot].deadline_ns.load(std::memory_order_relaxed) -
+                                         _lead.lead_ns() - after;
+                if (gap < sqpoll_yield_below_ns) {
+                    __kernel_timespec ts{};
+                    ts.tv_nsec = std::clamp<std::int64_t>(gap, 10'000, sqpoll_yield_below_ns);
+                    io_uring_cqe* cqe = nullptr;
+                    io_uring_wait_cqe_timeout(ring, &cqe, &ts);  // leaves the CQE for reap
+                    _st_sqpoll_yields.fetch_add(1, std::memory_order_relaxed);
+                }
+            }
+        }
         reap_completions();  // inline completions (the usual case on a socket)
         // The window's quantile (a few us of nth_element) only when the next
         // job leaves time for it, never just before a back-to-back T.

@@ -181,3 +181,31 @@ TEST_F(submit_mode_fixture, syscall_mode_never_reports_a_fallback) {
     EXPECT_EQ(d.effective_submit_mode(), submit_mode::syscall);
     EXPECT_TRUE(d.submit_fallback_reason().empty());
 }
+
+TEST_F(submit_mode_fixture, back_to_back_jobs_wait_for_the_poller_between_them) {
+    // Two jobs 50 us apart: the thread would not sleep between them, so
+    // after the first it waits (bounded) for the poller to take the write.
+    dispatcher_config c = sqpoll_config(-1);
+    c.dispatch_cpu = 0;
+    dispatcher d(c, _clock);
+    if (d.effective_submit_mode() != submit_mode::sqpoll) {
+        GTEST_SKIP() << "SQPOLL not available here: " << d.submit_fallback_reason();
+    }
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    d.set_calibration_id(1);
+    const std::int64_t t = _clock.now_realtime_ns() + 30 * ms;
+    ASSERT_TRUE(d.submit(job_at(1, t), payload));
+    ASSERT_TRUE(d.submit(job_at(2, t + 50'000), payload));
+    ASSERT_TRUE(d.start());
+    std::vector<dispatch_record> recs;
+    for (int i = 0; i < 3000 && recs.size() < 2; ++i) {
+        d.drain_records([&](const dispatch_record& r) { recs.push_back(r); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    d.stop();
+    ASSERT_EQ(recs.size(), 2u);
+    for (const auto& r : recs) {
+        EXPECT_EQ(r.status, dispatch_status::sent) << to_string(r.status) << " io " << r.io_result;
+    }
+    EXPECT_GE(d.thread_stats().sqpoll_yields, 1u);
+}

@@ -38,10 +38,15 @@
 //   (SCHED_OTHER) whenever the RT thread sleeps, so it never competes with
 //   the RT thread and keeps that CPU out of idle.  After sqpoll_idle_ms
 //   without work it sleeps and sets IORING_SQ_NEED_WAKEUP; the RT thread
-//   then wakes it at T - lead (a syscall before T, not at T; counted in
-//   sqpoll_prewakes).  When the SQPOLL setup is refused (EPERM, EINVAL, ...)
-//   the ring falls back to `syscall` and submit_fallback_reason() says why.
-// - Writes to a socket or FIFO carry RWF_NOWAIT: one the endpoint cannot
+//   then wakes it before its last sleep ahead of T (a syscall before T,
+//   not at T; counted in sqpoll_prewakes).  When the next job is too close
+//   for the thread to sleep in between, it waits (bounded,
+//   io_uring_wait_cqe_timeout) for the poller to take the write, which
+//   otherwise could not run until that next spin ended (sqpoll_yields).
+//   When the SQPOLL setup is refused (EPERM, EINVAL, ...) the ring falls
+//   back to `syscall` and submit_fallback_reason() says why.
+// - Writes to a socket, FIFO or character device carry RWF_NOWAIT: one the
+//   endpoint cannot
 //   take at T (its buffer is full) fails at once with -EAGAIN instead of
 //   being queued by io_uring and sent whenever the buffer drains (late).
 //   (A linked IORING_OP_LINK_TIMEOUT at T + tolerance would allow the
@@ -136,6 +141,7 @@ struct dispatch_thread_stats {
     std::uint64_t voided_sqes = 0;          // SQEs a failed submit left behind, turned into NOPs
     std::uint64_t endpoint_updates = 0;     // registered-file updates applied by the thread
     std::uint64_t early_wakes = 0;          // sleeps cut short by the wake word
+    std::uint64_t sqpoll_yields = 0;        // sqpoll: waits for the poller before a back-to-back job
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
     bool mlocked = false;
     bool dma_latency_held = false;
@@ -323,6 +329,7 @@ private:
     std::atomic<std::uint64_t> _st_voided{0};
     std::atomic<std::uint64_t> _st_endpoint_updates{0};
     std::atomic<std::uint64_t> _st_early_wakes{0};
+    std::atomic<std::uint64_t> _st_sqpoll_yields{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<bool> _st_dma{false};
