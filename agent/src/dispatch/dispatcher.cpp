@@ -389,10 +389,18 @@ std::optional<std::int64_t> dispatcher::queued_deadline_ns(std::uint64_t job_id)
     return std::nullopt;
 }
 
-rtcore::status dispatcher::update_registered_file(int fd) noexcept {
+int dispatcher::register_endpoint(int fd) noexcept {
     int fds[1] = {fd};
     const int rc = io_uring_register_files_update(&_uring->ring, 0, fds, 1);
-    return rc < 0 ? rtcore::status(rtcore::error{-rc, ""}) : rtcore::ok();
+    _nowait_writes.store(rc >= 0 && nowait_capable(fd), std::memory_order_relaxed);
+    return rc < 0 ? rc : 0;
+}
+
+std::uint32_t dispatcher::request_endpoint(int fd) noexcept {
+    _pending_fd.store(fd, std::memory_order_relaxed);
+    const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
+    rtcore::wake_sleepers(_wake);
+    return gen;
 }
 
 rtcore::status dispatcher::set_endpoint_fd(int fd) {
@@ -401,18 +409,15 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
                                                   " (endpoint fd " + std::to_string(fd) + ")");
     };
     if (!_loop_running.load(std::memory_order_acquire)) {
-        if (auto st = update_registered_file(fd); !st) {
-            return failed(st.err().code, "io_uring_register_files_update");
+        if (const int rc = register_endpoint(fd); rc < 0) {
+            return failed(-rc, "io_uring_register_files_update");
         }
-        _nowait_writes.store(nowait_capable(fd), std::memory_order_relaxed);
         _endpoint_up.store(true, std::memory_order_release);
         return rtcore::ok();
     }
     // The dispatch thread applies it (see the header: no ring lock taken
     // from here while it may be about to submit).
-    _pending_fd.store(fd, std::memory_order_relaxed);
-    const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
-    rtcore::wake_sleepers(_wake);
+    const std::uint32_t gen = request_endpoint(fd);
     const auto give_up = std::chrono::steady_clock::now() + endpoint_update_wait;
     while (static_cast<std::int32_t>(_fd_done_gen.load(std::memory_order_acquire) - gen) < 0) {
         if (!_loop_running.load(std::memory_order_acquire)) {
@@ -421,8 +426,7 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
         if (std::chrono::steady_clock::now() > give_up) {
             // Withdraw the request: the thread must not register this fd
             // later, behind the caller's back.
-            _pending_fd.store(-1, std::memory_order_relaxed);
-            _fd_req_gen.fetch_add(1, std::memory_order_acq_rel);
+            request_endpoint(-1);
             return failed(ETIMEDOUT, "the dispatch thread did not take the new endpoint within " +
                                          std::to_string(endpoint_update_wait.count()) + " ms");
         }
@@ -438,12 +442,10 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
 void dispatcher::clear_endpoint() noexcept {
     _endpoint_up.store(false, std::memory_order_release);  // the guard sends nothing from now on
     if (!_loop_running.load(std::memory_order_acquire)) {
-        (void)update_registered_file(-1);
+        (void)register_endpoint(-1);
         return;
     }
-    _pending_fd.store(-1, std::memory_order_relaxed);
-    _fd_req_gen.fetch_add(1, std::memory_order_acq_rel);
-    rtcore::wake_sleepers(_wake);  // applied at once: nothing is sent while the endpoint is down
+    request_endpoint(-1);  // applied at once: nothing is sent while the endpoint is down
 }
 
 void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept {
@@ -454,10 +456,7 @@ void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head)
         }
     }
     const std::uint32_t want = _fd_req_gen.load(std::memory_order_acquire);
-    int fds[1] = {_pending_fd.load(std::memory_order_relaxed)};
-    const int rc = io_uring_register_files_update(&_uring->ring, 0, fds, 1);
-    _nowait_writes.store(rc >= 0 && nowait_capable(fds[0]), std::memory_order_relaxed);
-    _fd_update_rc.store(rc < 0 ? rc : 0, std::memory_order_relaxed);
+    _fd_update_rc.store(register_endpoint(_pending_fd.load(std::memory_order_relaxed)), std::memory_order_relaxed);
     _fd_done_gen.store(want, std::memory_order_release);
     _st_endpoint_updates.fetch_add(1, std::memory_order_relaxed);
 }

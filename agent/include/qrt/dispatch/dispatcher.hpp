@@ -266,7 +266,12 @@ private:
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
-    rtcore::status update_registered_file(int fd) noexcept;
+    // Registered file 0 := fd (-1 empties it) and the RWF_NOWAIT choice for
+    // it; 0 or -errno.  The dispatch thread's, or anyone's while it is not
+    // running.
+    int register_endpoint(int fd) noexcept;
+    // Hand fd to the running dispatch thread; returns the request's generation.
+    std::uint32_t request_endpoint(int fd) noexcept;
     void emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
               std::int64_t wakeup_latency, std::int64_t spin_ns) noexcept;
     void release_slot(std::uint32_t slot) noexcept;
