@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_thread.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/histogram.hpp"
 
@@ -56,15 +57,8 @@ struct msg {
 enum path_id : std::uint64_t { sleep_spin = 0, uring_link = 1, sleep_only = 2, path_count = 3 };
 const char* path_names[path_count] = {"sleep_spin", "uring_link", "sleep_only"};
 
-void pin(int cpu) {
-    if (cpu < 0) {
-        return;
-    }
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(static_cast<unsigned>(cpu), &s);
-    ::pthread_setaffinity_np(::pthread_self(), sizeof(s), &s);
-}
+using qrt_bench::pin;
+using qrt_bench::relax;
 
 std::int64_t thread_cpu_ns() {
     timespec ts{};
@@ -83,12 +77,6 @@ io_uring_sqe* must_get_sqe(io_uring* ring) {
         std::abort();
     }
     return sqe;
-}
-
-inline void relax() {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
 }
 
 }  // namespace

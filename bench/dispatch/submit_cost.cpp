@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_thread.hpp"
 #include "rtcore/clock.hpp"
 
 namespace {
@@ -59,15 +60,8 @@ enum variant : std::size_t {
 const std::array<const char*, variant_count> names = {"clock_pair",   "uring_nop",     "write_busy_rx",
                                                       "write_nowait", "write_link_to", "write_sleeping_rx"};
 
-void pin(int cpu) {
-    if (cpu < 0) {
-        return;
-    }
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(static_cast<unsigned>(cpu), &s);
-    ::pthread_setaffinity_np(::pthread_self(), sizeof(s), &s);
-}
+using qrt_bench::pin;
+using qrt_bench::relax;
 
 struct stats {
     double p50_us = 0, p99_us = 0, max_us = 0;
@@ -174,9 +168,7 @@ int main(int argc, char** argv) {
             // A quiet gap before each measurement (the receivers drain).
             const std::int64_t until = rtcore::monotonic_now_ns() + std::int64_t{gap_us} * 1000;
             while (rtcore::monotonic_now_ns() < until) {
-#if defined(__x86_64__)
-                __builtin_ia32_pause();
-#endif
+                relax();
             }
             io_uring_sqe* sqe = v == clock_pair ? nullptr : io_uring_get_sqe(&ring);
             if (v != clock_pair && sqe == nullptr) {
