@@ -9,13 +9,28 @@
 #include <array>
 #include <cerrno>
 #include <exception>
+#include <optional>
+#include <string>
 #include <system_error>
 
-#include <spdlog/spdlog.h>
+#include "qrt/log.hpp"
 
 namespace qrt {
 
 namespace {
+
+// Runs f; what it threw, or nullopt.
+template <typename F>
+std::optional<std::string> run_caught(F&& f) {
+    try {
+        f();
+        return std::nullopt;
+    } catch (const std::exception& e) {
+        return std::string(e.what());
+    } catch (...) {
+        return std::string("a non-standard exception");
+    }
+}
 constexpr std::uint32_t timer_tag_events = EPOLLIN;
 
 timespec to_timespec(std::chrono::nanoseconds d) {
@@ -158,14 +173,9 @@ void event_loop::drain_posted() {
         batch.swap(_posted);
     }
     for (auto& t : batch) {
-        try {
-            t();
-        } catch (const std::exception& e) {
+        if (const auto what = run_caught(t)) {
             ++_callback_errors;
-            spdlog::error("event loop: a posted task threw: {}; continuing", e.what());
-        } catch (...) {
-            ++_callback_errors;
-            spdlog::error("event loop: a posted task threw a non-standard exception; continuing");
+            log::log_rl(_throw_log, log_level::error, "event loop", "a posted task threw: {}; continuing", *what);
         }
     }
 }
@@ -176,22 +186,18 @@ void event_loop::dispatch_fd(int fd, std::uint32_t events) {
         return;  // removed by an earlier callback in this batch
     }
     auto keep = it->second.cb;
-    std::string what;
-    try {
-        (*keep)(events);
-        if (auto again = _fds.find(fd); again != _fds.end() && again->second.cb == keep) {
+    const auto what = run_caught([&] { (*keep)(events); });
+    auto again = _fds.find(fd);
+    const bool same = again != _fds.end() && again->second.cb == keep;
+    if (!what) {
+        if (same) {
             again->second.consecutive_throws = 0;
         }
         return;
-    } catch (const std::exception& e) {
-        what = e.what();
-    } catch (...) {
-        what = "a non-standard exception";
     }
     ++_callback_errors;
-    auto again = _fds.find(fd);
-    if (again == _fds.end() || again->second.cb != keep) {
-        spdlog::error("event loop: callback for fd {} threw: {}; continuing", fd, what);
+    if (!same) {
+        log::log_rl(_throw_log, log_level::error, "event loop", "callback for fd {} threw: {}; continuing", fd, *what);
         return;
     }
     // Timers are never dropped: their fd is read before the callback, so a
@@ -200,12 +206,12 @@ void event_loop::dispatch_fd(int fd, std::uint32_t events) {
     const bool is_timer = std::any_of(_timers.begin(), _timers.end(),
                                       [fd](const auto& t) { return t.second.fd == fd; });
     if (!is_timer && ++again->second.consecutive_throws >= max_consecutive_throws) {
-        spdlog::error("event loop: callback for fd {} threw {} times in a row (last: {}); no longer watching fd {}",
-                      fd, again->second.consecutive_throws, what, fd);
+        log::error("event loop", "callback for fd {} threw {} times in a row (last: {}); no longer watching fd {}", fd,
+                   again->second.consecutive_throws, *what, fd);
         remove_fd(fd);
         return;
     }
-    spdlog::error("event loop: callback for fd {} threw: {}; continuing", fd, what);
+    log::log_rl(_throw_log, log_level::error, "event loop", "callback for fd {} threw: {}; continuing", fd, *what);
 }
 
 void event_loop::run_once(std::chrono::milliseconds timeout) {

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <vector>
 
+#include "qrt/log.hpp"
 #include "rtcore/error.hpp"
 
 namespace qrt {
@@ -90,6 +91,7 @@ private:
     std::vector<task> _posted;
     std::atomic<bool> _stop_requested{false};
     std::uint64_t _callback_errors = 0;
+    log::rate_limiter _throw_log{std::chrono::seconds(1)};  // a callback throwing on every tick
 };
 
 }  // namespace qrt
