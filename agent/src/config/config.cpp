@@ -19,6 +19,7 @@
 #include <toml++/toml.h>
 
 #include "qrt/config_table.hpp"
+#include "qrt/dispatch/dispatcher.hpp"
 
 namespace qrt {
 namespace {
@@ -410,8 +411,7 @@ private:
             while (slots < d.ring_capacity) {
                 slots <<= 1;
             }
-            const std::uint64_t slot_bytes = (std::uint64_t{96} + d.max_payload_bytes + 63) / 64 * 64;
-            const std::uint64_t pool = slots * slot_bytes;
+            const std::uint64_t pool = dispatch::dispatcher::frame_pool_bytes(slots, d.max_payload_bytes);
             constexpr std::uint64_t pool_limit = std::uint64_t{1} << 30;
             if (pool > pool_limit) {
                 error(line("dispatch.ring_capacity", "dispatch.max_payload_bytes"), "dispatch.ring_capacity",

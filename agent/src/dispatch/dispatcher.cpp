@@ -91,6 +91,7 @@ bool nowait_capable(int fd) noexcept {
 }
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+static_assert(dispatcher::wire_header_bytes == wire::header_len, "frame_pool_bytes assumes the wire header size");
 
 }  // namespace
 
@@ -137,7 +138,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
                                     " exceeds the wire limit " + std::to_string(wire::max_payload));
     }
     _slot_bytes = round_up(wire::header_len + cfg.max_payload_bytes, 64);
-    _pool_bytes = round_up(_slot_bytes * _slot_count, 4096);
+    _pool_bytes = frame_pool_bytes(_slot_count, cfg.max_payload_bytes);
     void* p = ::mmap(nullptr, _pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
         throw std::system_error(errno, std::generic_category(),

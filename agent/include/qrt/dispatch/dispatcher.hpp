@@ -164,6 +164,15 @@ struct queued_job {
 
 class dispatcher {
 public:
+    // Bytes of the slot pool a dispatcher with these sizes maps, registers
+    // with io_uring and locks: slots frames of header + max_payload_bytes,
+    // each rounded up to 64, the whole to a page.  (config checks it too.)
+    static constexpr std::uint64_t frame_pool_bytes(std::uint64_t slots, std::uint64_t max_payload_bytes) noexcept {
+        const std::uint64_t slot = (wire_header_bytes + max_payload_bytes + 63) / 64 * 64;
+        return (slot * slots + 4095) / 4096 * 4096;
+    }
+    static constexpr std::uint64_t wire_header_bytes = 96;  // == wire::header_len (static_asserted)
+
     // Creates the slot pool, rings and the io_uring (with registered buffer
     // and a one-entry sparse file table).  Throws std::system_error /
     // std::invalid_argument on setup failure (setup code may throw).
