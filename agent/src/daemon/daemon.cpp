@@ -24,6 +24,7 @@
 #include "rtcore/kernel_probe.hpp"
 #include "rtcore/restore_journal.hpp"
 #include "rtcore/task_ops.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrt {
 namespace {
@@ -49,21 +50,7 @@ private:
     sigset_t _old{};
 };
 
-class unique_fd {
-public:
-    explicit unique_fd(int fd = -1) : _fd(fd) {}
-    ~unique_fd() {
-        if (_fd >= 0) {
-            ::close(_fd);
-        }
-    }
-    unique_fd(const unique_fd&) = delete;
-    unique_fd& operator=(const unique_fd&) = delete;
-    int get() const { return _fd; }
-
-private:
-    int _fd;
-};
+using rtcore::unique_fd;
 
 // The host partition this process applied, and the privileged helper that
 // restores it.

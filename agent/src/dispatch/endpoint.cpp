@@ -15,13 +15,6 @@
 
 namespace qrt::dispatch {
 
-void unique_fd::reset(int fd) noexcept {
-    if (_fd >= 0) {
-        ::close(_fd);
-    }
-    _fd = fd;
-}
-
 namespace {
 
 constexpr std::string_view unix_prefix = "unix://";

@@ -9,34 +9,12 @@
 #include <utility>
 
 #include "rtcore/error.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrt::dispatch {
 
-// RAII for one file descriptor.
-class unique_fd {
-public:
-    unique_fd() noexcept = default;
-    explicit unique_fd(int fd) noexcept : _fd(fd) {}
-    unique_fd(unique_fd&& o) noexcept : _fd(std::exchange(o._fd, -1)) {}
-    unique_fd& operator=(unique_fd&& o) noexcept {
-        if (this != &o) {
-            reset(std::exchange(o._fd, -1));
-        }
-        return *this;
-    }
-    unique_fd(const unique_fd&) = delete;
-    unique_fd& operator=(const unique_fd&) = delete;
-    ~unique_fd() { reset(); }
-
-    int get() const noexcept { return _fd; }
-    bool valid() const noexcept { return _fd >= 0; }
-    explicit operator bool() const noexcept { return valid(); }
-    int release() noexcept { return std::exchange(_fd, -1); }
-    void reset(int fd = -1) noexcept;
-
-private:
-    int _fd = -1;
-};
+// The one RAII fd type lives in rtcore.
+using rtcore::unique_fd;
 
 enum class endpoint_kind { unix_stream, tcp, file };
 
