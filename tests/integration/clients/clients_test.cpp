@@ -535,6 +535,85 @@ TEST_F(c_abi, reserve_submit_status_release_through_the_convenience_calls) {
     EXPECT_STREQ(st.state, "cancelled");
 }
 
+TEST_F(c_abi, a_gang_reserve_fills_one_record_per_qpu_with_one_start_and_one_token) {
+    qrt_error err;
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t now_ns = now.tv_sec * 1'000'000'000LL + now.tv_nsec;
+    // qpu1 is pushed: give it a window that overlaps qpu0's periodic ones.
+    const json windows{{"qpu", "qpu1"},
+                       {"windows", json::array({{{"calibration_id", 7001},
+                                                 {"valid_from_ns", now_ns},
+                                                 {"valid_until_ns", now_ns + 120'000'000'000}}})}};
+    ASSERT_EQ(qrt_call(c, "calibration.update", windows.dump().c_str(), nullptr, &err), 0)
+        << err.message;
+    qrt_slot_request req{};
+    req.duration_ns = 2'000'000;
+    req.not_before_ns = now_ns + 2'000'000'000;
+    const std::string k = key("gang");
+    qrt_reservation one[1];
+    EXPECT_EQ(qrt_slots_reserve_gang(c, &req, 2, k.c_str(), 0, one, 1, &err), -ENOSPC);
+    qrt_reservation g[2];
+    ASSERT_EQ(qrt_slots_reserve_gang(c, &req, 2, k.c_str(), 0, g, 2, &err), 2) << err.message;
+    EXPECT_EQ(g[0].start_ns, g[1].start_ns);
+    EXPECT_STRNE(g[0].qpu, g[1].qpu);
+    EXPECT_EQ(g[0].fencing_token, g[1].fencing_token);
+    EXPECT_NE(g[0].reservation_id, g[1].reservation_id);
+    EXPECT_STREQ(g[0].state, "held");
+    // The same key returns the same gang.
+    qrt_reservation again[2];
+    ASSERT_EQ(qrt_slots_reserve_gang(c, &req, 2, k.c_str(), 0, again, 2, &err), 2);
+    EXPECT_EQ(again[0].reservation_id, g[0].reservation_id);
+    // Releasing one member releases the gang.
+    ASSERT_EQ(qrt_slots_release(c, g[0].reservation_id, g[0].fencing_token, &err), 0);
+    qrt_reservation st{};
+    ASSERT_EQ(qrt_jobs_status(c, g[1].reservation_id, &st, &err), 0);
+    EXPECT_STREQ(st.state, "released");
+    // k == 1 is a plain reserve; a named QPU is refused for a gang.
+    req.qpu = "qpu0";
+    EXPECT_EQ(qrt_slots_reserve_gang(c, &req, 1, key("g1").c_str(), 0, one, 1, &err), 1)
+        << err.message;
+    EXPECT_STREQ(one[0].qpu, "qpu0");
+    EXPECT_EQ(qrt_slots_reserve_gang(c, &req, 2, key("g2").c_str(), 0, g, 2, &err), -EINVAL);
+}
+
+TEST_F(c_abi, a_job_without_a_result_is_not_ready_and_nothing_is_returned) {
+    qrt_error err;
+    qrt_slot_request req{};
+    req.duration_ns = 1'000'000;
+    req.qpu = "qpu0";
+    qrt_reservation r{};
+    ASSERT_EQ(qrt_slots_reserve(c, &req, key("res").c_str(), 0, &r, &err), 0) << err.message;
+    void* bytes = reinterpret_cast<void*>(0x1);
+    std::size_t n = 99;
+    EXPECT_EQ(qrt_jobs_result(c, r.reservation_id, &bytes, &n, nullptr, &err), -EREMOTEIO);
+    EXPECT_STREQ(err.reason, "not_ready");
+    EXPECT_EQ(bytes, nullptr);
+    EXPECT_EQ(n, 0U);
+    EXPECT_EQ(qrt_jobs_result(c, r.reservation_id, nullptr, &n, nullptr, &err), -EINVAL);
+}
+
+TEST(c_abi_json, json_get_reads_members_by_pointer_and_says_why_not) {
+    const char* doc = R"({"partition":{"isolated_cpus":"1-3"},"gang":[{"qpu":"a","id":7}],"ok":true})";
+    char buf[64];
+    EXPECT_EQ(qrt_json_get(doc, "/partition/isolated_cpus", buf, sizeof buf), 0);
+    EXPECT_STREQ(buf, "1-3");
+    EXPECT_EQ(qrt_json_get(doc, "/gang/0/id", buf, sizeof buf), 0);
+    EXPECT_STREQ(buf, "7");
+    EXPECT_EQ(qrt_json_get(doc, "/gang/0", buf, sizeof buf), 0);
+    EXPECT_STREQ(buf, R"({"id":7,"qpu":"a"})");
+    EXPECT_EQ(qrt_json_get(doc, "/ok", buf, sizeof buf), 0);
+    EXPECT_STREQ(buf, "true");
+    EXPECT_EQ(qrt_json_get(doc, "/partition/nope", buf, sizeof buf), -ENOENT);
+    EXPECT_EQ(qrt_json_get(doc, "/gang/5", buf, sizeof buf), -ENOENT);
+    char small[3];
+    EXPECT_EQ(qrt_json_get(doc, "/partition/isolated_cpus", small, sizeof small), -ENOSPC);
+    EXPECT_STREQ(small, "1-");
+    EXPECT_EQ(qrt_json_get("{not json", "/a", buf, sizeof buf), -EINVAL);
+    EXPECT_EQ(qrt_json_get(doc, "no-leading-slash", buf, sizeof buf), -EINVAL);
+    EXPECT_EQ(qrt_json_get(doc, "/gang/x", buf, sizeof buf), -ENOENT);
+}
+
 TEST_F(c_abi, events_arrive_through_next_event_in_order) {
     qrt_error err;
     ASSERT_EQ(qrt_call(c, "events.subscribe", R"({"topics":["reservation.reserved"]})", nullptr,

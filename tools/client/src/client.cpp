@@ -364,6 +364,129 @@ int qrt_jobs_cancel(qrt_client* c, uint64_t job_id, qrt_error* err) {
     });
 }
 
+int qrt_slots_reserve_gang(qrt_client* c, const qrt_slot_request* req, size_t k,
+                           const char* idempotency_key, int64_t lease_ns, qrt_reservation* out,
+                           size_t out_cap, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (req == nullptr || req->duration_ns <= 0) {
+            return invalid("qrt_slots_reserve_gang: request is NULL or duration_ns <= 0", err);
+        }
+        if (k < 1 || k > 64) {
+            return invalid("qrt_slots_reserve_gang: k must be in [1, 64]", err);
+        }
+        if (k > 1 && req->qpu != nullptr && req->qpu[0] != '\0') {
+            return invalid("qrt_slots_reserve_gang: req->qpu must be NULL for a gang (qrtd picks "
+                           "the QPUs)",
+                           err);
+        }
+        if (out == nullptr || out_cap < k) {
+            return local_fail(ENOSPC, qrt::client::local_reason::client_error,
+                              "qrt_slots_reserve_gang: out holds fewer than k reservations", err);
+        }
+        if (idempotency_key == nullptr || idempotency_key[0] == '\0') {
+            return invalid("qrt_slots_reserve_gang: idempotency_key is required", err);
+        }
+        json params = request_params(req);
+        params["idempotency_key"] = idempotency_key;
+        if (lease_ns > 0) {
+            params["lease_ns"] = lease_ns;
+        }
+        if (k > 1) {
+            params["gang_size"] = k;
+        }
+        json result;
+        if (const int rc = do_call(c, "slots.reserve", params, &result, err); rc < 0) {
+            return rc;
+        }
+        if (k == 1) {
+            const int rc = fill_reservation(result, out, err);
+            return rc < 0 ? rc : 1;
+        }
+        const auto it = result.find("gang");
+        if (it == result.end() || !it->is_array() || it->size() != k) {
+            return local_fail(EPROTO, qrt::client::local_reason::protocol_error,
+                              "slots.reserve with gang_size: the reply has no 'gang' array of k "
+                              "members",
+                              err);
+        }
+        for (std::size_t i = 0; i < k; ++i) {
+            if (const int rc = fill_reservation((*it)[i], &out[i], err); rc < 0) {
+                return rc;
+            }
+        }
+        return static_cast<int>(k);
+    });
+}
+
+int qrt_jobs_result(qrt_client* c, uint64_t job_id, void** result, size_t* result_len,
+                    qrt_reservation* out, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (result == nullptr || result_len == nullptr) {
+            return invalid("qrt_jobs_result: result and result_len are required", err);
+        }
+        *result = nullptr;
+        *result_len = 0;
+        json reply;
+        if (const int rc = do_call(c, "jobs.result", json{{"job_id", job_id}}, &reply, err);
+            rc < 0) {
+            return rc;
+        }
+        const auto text = reply.find("result");
+        if (text == reply.end() || !text->is_string()) {
+            return local_fail(EPROTO, qrt::client::local_reason::protocol_error,
+                              "jobs.result reply has no 'result' string", err);
+        }
+        auto bytes = qrt::client::base64_decode(text->get_ref<const std::string&>());
+        if (!bytes) {
+            return local_fail(EPROTO, qrt::client::local_reason::protocol_error,
+                              "jobs.result 'result' is not canonical base64", err);
+        }
+        auto* p = static_cast<char*>(std::malloc(bytes->size() + 1));
+        if (p == nullptr) {
+            return local_fail(ENOMEM, qrt::client::local_reason::client_error, "out of memory",
+                              err);
+        }
+        if (!bytes->empty()) {
+            std::memcpy(p, bytes->data(), bytes->size());
+        }
+        p[bytes->size()] = '\0';
+        *result = p;
+        *result_len = bytes->size();
+        if (out != nullptr) {
+            *out = qrt_reservation{};
+            out->reservation_id = num_or<std::uint64_t>(reply, "job_id", job_id);
+            copy_str(out->state, sizeof(out->state), reply.value("state", std::string()));
+        }
+        return 0;
+    });
+}
+
+int qrt_json_get(const char* text, const char* pointer, char* buf, size_t len) {
+    try {
+        if (text == nullptr || pointer == nullptr || buf == nullptr || len == 0) {
+            return -EINVAL;
+        }
+        buf[0] = '\0';
+        const json j = json::parse(text, nullptr, false);
+        if (j.is_discarded()) {
+            return -EINVAL;
+        }
+        json::json_pointer ptr{std::string(pointer)};
+        if (!j.contains(ptr)) {
+            return -ENOENT;
+        }
+        const json& v = j.at(ptr);
+        const std::string s =
+            v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+        copy_str(buf, len, s);
+        return s.size() < len ? 0 : -ENOSPC;
+    } catch (const json::exception&) {
+        return -EINVAL;  // a malformed pointer, or an index into a non-array
+    } catch (...) {
+        return -ENOMEM;
+    }
+}
+
 int qrt_next_event(qrt_client* c, int timeout_ms, char** event_json, qrt_error* err) {
     return guarded(err, [&]() -> int {
         if (event_json == nullptr) {

@@ -139,6 +139,34 @@ QRT_CLIENT_API int qrt_jobs_status(qrt_client *c, uint64_t job_id, qrt_reservati
                                    qrt_error *err);
 QRT_CLIENT_API int qrt_jobs_cancel(qrt_client *c, uint64_t job_id, qrt_error *err);
 
+/* A gang: k reservations with one start on k distinct QPUs, all or
+ * nothing (slots.reserve with gang_size k).  The members share one
+ * fencing token; a jobs.submit, release or cancel on any member applies
+ * to every member.  req->qpu must be NULL (qrtd picks the QPUs).  Fills
+ * out[0..k-1] in the order qrtd returned them and returns k (>= 1), or a
+ * negative errno (-ENOSPC when out_cap < k, before anything is sent).
+ * k == 1 is a plain qrt_slots_reserve.  */
+QRT_CLIENT_API int qrt_slots_reserve_gang(qrt_client *c, const qrt_slot_request *req,
+                                          size_t k, const char *idempotency_key,
+                                          int64_t lease_ns, qrt_reservation *out,
+                                          size_t out_cap, qrt_error *err);
+/* A finished job's result bytes (jobs.result, base64 decoded).  On
+ * success *result (to qrt_free; NUL-terminated for convenience, the NUL
+ * not counted) and *result_len are set and, when out is not NULL,
+ * out->state holds "completed" or "failed".  A job without a result yet
+ * is -EREMOTEIO with err->reason "not_ready".  */
+QRT_CLIENT_API int qrt_jobs_result(qrt_client *c, uint64_t job_id, void **result,
+                                   size_t *result_len, qrt_reservation *out, qrt_error *err);
+
+/* Read one member of a JSON text (a result from qrt_call, an event) by
+ * JSON pointer (RFC 6901, e.g. "/partition/isolated_cpus", "/gang/0/qpu"),
+ * so C callers need no JSON library.  A string is copied without quotes;
+ * any other value as compact JSON text.  Returns 0, -ENOENT when the
+ * pointer names nothing, -ENOSPC when buf (len bytes, NUL included) is too
+ * small (buf then holds a truncated copy), -EINVAL when json is not JSON
+ * or the pointer is malformed.  */
+QRT_CLIENT_API int qrt_json_get(const char *json, const char *pointer, char *buf, size_t len);
+
 /* Events: call qrt_call(c, "events.subscribe", ...) first.  Waits up to
  * timeout_ms (-1: forever) for the next event; returns 0 with
  * *event_json set (params of the events.event notification: seq, type,
