@@ -1,0 +1,160 @@
+/*
+ * qrt_slurm.h: the Slurm-independent half of spank_qrt.so, so it can be
+ * unit-tested without Slurm: option parsing, the reservation request
+ * derived from a job's options and its time limit, the idempotency key,
+ * the QRT_* environment, CPU lists, the per-step state file that the job
+ * epilog reads, and the messages a user sees.
+ *
+ * Conventions (as libqrt-client): int functions return 0 or a NEGATIVE
+ * errno; every message buffer is filled on failure; nothing here reads a
+ * clock (callers pass now_ns) or the environment.
+ */
+#ifndef QRT_SLURM_H
+#define QRT_SLURM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QRT_SLURM_MAX_GANG 64
+#define QRT_SLURM_MSG 1024
+
+/* Slurm's special step ids (slurm.h SLURM_BATCH_SCRIPT etc.), repeated
+ * here so this file needs no Slurm header. */
+#define QRT_SLURM_STEP_PENDING 0xfffffffdu
+#define QRT_SLURM_STEP_EXTERN 0xfffffffcu
+#define QRT_SLURM_STEP_BATCH 0xfffffffbu
+#define QRT_SLURM_STEP_INTERACTIVE 0xfffffffau
+
+/* Plugin arguments from plugstack.conf (key=value words). */
+typedef struct qrt_slurm_config {
+	char socket[256];      /* socket=PATH; default /run/qrtd/qrtd.sock */
+	char state_dir[256];   /* state_dir=PATH; default /run/qrtd-slurm */
+	char cluster[64];      /* cluster=NAME; default: $SLURM_CLUSTER_NAME */
+	int64_t setup_margin_ns; /* setup_margin=DUR; default 2 s */
+	int64_t max_lease_ns;  /* max_lease=DUR; default 1 h (qrtd's maximum) */
+	int timeout_ms;        /* timeout=DUR; default 5 s, per call */
+	int cpuset_check;      /* cpuset_check=yes|no; default yes */
+} qrt_slurm_config;
+
+/* The job's --qpu-* options, parsed.  *_set say whether the user gave
+ * them; times are kept as given (relative or absolute) until the step
+ * starts and now is known. */
+typedef struct qrt_slurm_options {
+	int64_t duration_ns; /* --qpu-duration; 0: the plugin does nothing */
+	int deadline_set;
+	int deadline_relative; /* "+DUR": from the step's start */
+	int64_t deadline_ns;
+	int not_before_set;
+	int not_before_relative;
+	int64_t not_before_ns;
+	double min_fidelity; /* 0: any */
+	int priority_set;
+	int32_t priority;
+	int count;           /* --qpu-count; 1 when not given */
+} qrt_slurm_options;
+
+/* What the plugin sends to slots.reserve. */
+typedef struct qrt_slurm_request {
+	int64_t duration_ns;
+	int64_t not_before_ns;
+	int64_t deadline_ns; /* min(user deadline, job end, now + lease) */
+	int64_t lease_ns;
+	double min_fidelity;
+	int32_t priority;
+	int count;
+	int deadline_from_job; /* the job's time limit, not the user, set it */
+} qrt_slurm_request;
+
+/* One reservation of a step (a gang has count of them, one token). */
+typedef struct qrt_slurm_member {
+	uint64_t id;
+	char qpu[64];
+} qrt_slurm_member;
+
+typedef struct qrt_slurm_held {
+	int n;
+	qrt_slurm_member member[QRT_SLURM_MAX_GANG];
+	uint64_t fencing_token;
+	int64_t start_ns;
+	int64_t end_ns;
+	int64_t lease_expires_ns;
+	char key[160];
+} qrt_slurm_held;
+
+void qrt_slurm_config_default(qrt_slurm_config *cfg);
+/* One plugstack.conf argument ("socket=/run/qrtd/qrtd.sock"). */
+int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size_t msg_len);
+
+void qrt_slurm_options_default(qrt_slurm_options *o);
+
+/* A duration: an integer with a unit, ns us ms s m h ("2ms", "1500us",
+ * "3s"); a bare integer is ns.  Strictly positive, at most a year. */
+int qrt_slurm_parse_duration(const char *text, int64_t *out_ns, char *msg, size_t msg_len);
+/* A point in time: "+DUR" (relative to the step's start) or "@SECONDS"
+ * (Unix time, decimals allowed: "@1767225600.5"). */
+int qrt_slurm_parse_time(const char *text, int *relative, int64_t *out_ns, char *msg,
+                         size_t msg_len);
+
+/* One --qpu-* option by its name without the dashes ("qpu-duration"). */
+int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, char *msg,
+                     size_t msg_len);
+
+/* The reservation request of a step that starts at now_ns, in a job that
+ * ends at job_end_ns (0: unknown or unlimited).  Fails (with why) when the
+ * job's time limit leaves no room for the slot, or the options contradict
+ * each other (not-before after the deadline). */
+int qrt_slurm_build_request(const qrt_slurm_options *o, const qrt_slurm_config *cfg,
+                            int64_t now_ns, int64_t job_end_ns, qrt_slurm_request *out,
+                            char *msg, size_t msg_len);
+
+/* The canonical text of the options (QRT_REQUEST): equal texts, equal
+ * requests.  A step whose environment carries the same QRT_REQUEST and a
+ * key of the same job uses the reservation of the step that made it. */
+int qrt_slurm_request_text(const qrt_slurm_options *o, char *buf, size_t len);
+
+/* "slurm:<cluster>:<job>.<step>"; step is a number, "batch", "extern" or
+ * "interactive".  */
+int qrt_slurm_key(const char *cluster, uint32_t job_id, uint32_t step_id, char *buf, size_t len);
+/* Whether key names a step of job_id on cluster. */
+int qrt_slurm_key_is_job(const char *key, const char *cluster, uint32_t job_id);
+
+/* QRT_RESERVATION_ID / QRT_QPUS: the members, comma-separated in order. */
+int qrt_slurm_ids_text(const qrt_slurm_held *h, char *buf, size_t len);
+int qrt_slurm_qpus_text(const qrt_slurm_held *h, char *buf, size_t len);
+
+/* CPU lists ("0-3,8,10-11") as bit sets of up to 1024 CPUs. */
+#define QRT_SLURM_CPU_WORDS 16
+typedef struct qrt_slurm_cpus {
+	uint64_t bits[QRT_SLURM_CPU_WORDS];
+} qrt_slurm_cpus;
+int qrt_slurm_cpus_parse(const char *list, qrt_slurm_cpus *out);
+/* The CPUs in both a and b, as a list ("" when none); returns their count. */
+int qrt_slurm_cpus_overlap(const qrt_slurm_cpus *a, const qrt_slurm_cpus *b, char *buf, size_t len);
+int qrt_slurm_cpus_text(const qrt_slurm_cpus *s, char *buf, size_t len);
+
+/* The state file of one step, for the job epilog: written by root in a
+ * root-owned directory, read back only from there. */
+int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len);
+int qrt_slurm_state_parse(const char *text, qrt_slurm_held *out);
+/* "<job>.<step>" (file name of a step's state) */
+int qrt_slurm_state_name(uint32_t job_id, uint32_t step_id, char *buf, size_t len);
+
+/* The message a user reads when the reservation failed: what was asked,
+ * qrtd's reason and message, and the next possible start when known
+ * (next_start_ns 0: none known). */
+void qrt_slurm_failure_message(const qrt_slurm_request *req, const char *reason,
+                               const char *detail, int64_t next_start_ns, int64_t now_ns,
+                               char *buf, size_t len);
+
+/* "2026-12-01T04:30:31.250Z" */
+void qrt_slurm_format_utc(int64_t t_ns, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QRT_SLURM_H */

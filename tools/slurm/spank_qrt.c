@@ -1,0 +1,681 @@
+/*
+ * spank_qrt.so: QPU time slots from qrtd as part of a Slurm job step.
+ *
+ * A step that carries --qpu-duration (srun, sbatch or salloc) gets a slot
+ * reserved through the node's qrtd before its first task starts, the QRT_*
+ * variables in its tasks' environment, and the slot released when the step
+ * ends by any path.  See spank_qrt(8).
+ *
+ * Who runs what (slurmstepd, remote context):
+ *
+ *   init           root   register the options, read plugstack.conf args
+ *   init_post_opt  root   decide what the step does; the job's end time
+ *                         from slurmctld (its time limit)
+ *   user_init      user   connect to qrtd AS THE JOB'S USER (seteuid'd:
+ *                         SO_PEERCRED names the user, so the reservation
+ *                         belongs to the uid whose tasks submit into it),
+ *                         read the isolated CPUs, reserve, export QRT_*
+ *   task_post_fork root   write the step's state file for the job epilog
+ *   task_init      user   in each task before exec: fail the task when the
+ *                         reservation failed or its cpuset overlaps the
+ *                         isolated CPUs, with the reason on its stderr
+ *   exit           root   release (held) or cancel (committed) the slot
+ *   job_epilog     root   (slurmd, job_script context) release whatever a
+ *                         step left behind (slurmstepd killed, qrtd down)
+ *
+ * Why failures surface in task_init and not in user_init: a non-zero
+ * user_init is ignored for srun and DRAINS THE NODE for sbatch (spank(7),
+ * "Errors"); task_init fails the step at once (exit 1) without draining,
+ * and whatever it writes to fd 2 is the job's stderr.
+ *
+ * Return values: Slurm callbacks return 0 or -1 (SLURM_ERROR); spank_*()
+ * calls return spank_err_t, ESPANK_SUCCESS (0) or a POSITIVE ESPANK_*
+ * code; libqrt-client returns 0 or a NEGATIVE errno.  Each is checked as
+ * what it is.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+#include <slurm/spank.h>
+
+#include <qrt/client.h>
+
+#include "qrt_slurm.h"
+
+SPANK_PLUGIN(qrt, 1)
+
+enum step_mode {
+	MODE_OFF,     /* no --qpu-duration, or the extern step */
+	MODE_OWN,     /* this step reserves (and releases) its slot */
+	MODE_INHERIT, /* an outer step of the job holds the slot (QRT_* inherited) */
+};
+
+/* One slurmstepd serves one step: module state is the step's state. */
+static qrt_slurm_config cfg;
+static char cfg_error[QRT_SLURM_MSG];
+/* Set by the option callbacks, which in slurmstepd run BEFORE
+ * slurm_spank_init: the defaults are static. */
+static qrt_slurm_options opts = {.count = 1};
+static char opt_error[QRT_SLURM_MSG];
+static enum step_mode mode = MODE_OFF;
+static uint32_t job_id;
+static uint32_t step_id;
+static char cluster[64];
+static char key[160];
+static char request_text[256];
+static qrt_slurm_request req;
+static qrt_slurm_held held;
+static int have_held;
+static char failure[QRT_SLURM_MSG];
+static qrt_slurm_cpus isolated;
+static int isolated_known;
+static int state_written;
+
+static int64_t realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ options */
+
+enum { OPT_DURATION, OPT_DEADLINE, OPT_MIN_FIDELITY, OPT_PRIORITY, OPT_COUNT, OPT_NOT_BEFORE };
+
+static const char *const option_names[] = {
+	[OPT_DURATION] = "qpu-duration",   [OPT_DEADLINE] = "qpu-deadline",
+	[OPT_MIN_FIDELITY] = "qpu-min-fidelity", [OPT_PRIORITY] = "qpu-priority",
+	[OPT_COUNT] = "qpu-count",         [OPT_NOT_BEFORE] = "qpu-not-before",
+};
+
+static int option_cb(int val, const char *optarg, int remote)
+{
+	char msg[QRT_SLURM_MSG / 2];
+	if (val < 0 || val > OPT_NOT_BEFORE) {
+		return -1;
+	}
+	if (qrt_slurm_option(&opts, option_names[val], optarg, msg, sizeof(msg)) < 0) {
+		if (!remote) {
+			/* srun/sbatch/salloc print this and refuse the job. */
+			slurm_error("qrt: %s", msg);
+			return -1;
+		}
+		/* Validated on the submit side already; keep it for task_init. */
+		snprintf(opt_error, sizeof(opt_error), "qrt: %s", msg);
+	}
+	return 0;
+}
+
+static struct spank_option options[] = {
+	{"qpu-duration", "DURATION",
+	 "reserve a QPU slot of DURATION (2ms, 500us, 1s) for this job step through qrtd",
+	 1, OPT_DURATION, option_cb},
+	{"qpu-deadline", "+DUR|@SECS",
+	 "the slot must end by then (+DUR from the step's start, or @UNIX_SECONDS); "
+	 "default: the job's time limit", 1, OPT_DEADLINE, option_cb},
+	{"qpu-min-fidelity", "F", "only where the predicted fidelity is at least F (0..1]", 1,
+	 OPT_MIN_FIDELITY, option_cb},
+	{"qpu-priority", "N", "priority of the reservation (higher first)", 1, OPT_PRIORITY,
+	 option_cb},
+	{"qpu-count", "K", "a gang of K QPUs with the same start (default 1)", 1, OPT_COUNT,
+	 option_cb},
+	{"qpu-not-before", "+DUR|@SECS",
+	 "the slot starts no earlier (default: the step's start plus the site's setup margin)",
+	 1, OPT_NOT_BEFORE, option_cb},
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static int get_u32(spank_t sp, spank_item_t item, uint32_t *out)
+{
+	return spank_get_item(sp, item, out) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+static void parse_args(int ac, char **av)
+{
+	qrt_slurm_config_default(&cfg);
+	cfg_error[0] = '\0';
+	for (int i = 0; i < ac; ++i) {
+		char msg[QRT_SLURM_MSG / 2];
+		if (qrt_slurm_config_arg(&cfg, av[i], msg, sizeof(msg)) < 0 && cfg_error[0] == '\0') {
+			snprintf(cfg_error, sizeof(cfg_error),
+				 "qrt: the site's spank_qrt configuration is wrong (%s); ask the "
+				 "administrators",
+				 msg);
+			slurm_error("qrt: %s", msg);
+		}
+	}
+}
+
+static void fail_with(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail_with(const char *fmt, ...)
+{
+	if (failure[0] != '\0') {
+		return; /* keep the first reason */
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(failure, sizeof(failure), fmt, ap);
+	va_end(ap);
+	slurm_info("qrt: %s: %s", key[0] != '\0' ? key : "step", failure);
+}
+
+static int set_env(spank_t sp, const char *name, const char *value)
+{
+	const spank_err_t rc = spank_setenv(sp, name, value, 1);
+	if (rc != ESPANK_SUCCESS) {
+		fail_with("qrt: cannot export %s to the tasks: %s", name, spank_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int export_held(spank_t sp)
+{
+	char ids[QRT_SLURM_MAX_GANG * 21];
+	char qpus[QRT_SLURM_MAX_GANG * 65];
+	char num[32];
+	if (qrt_slurm_ids_text(&held, ids, sizeof(ids)) < 0 ||
+	    qrt_slurm_qpus_text(&held, qpus, sizeof(qpus)) < 0) {
+		fail_with("qrt: reservation list too long to export");
+		return -1;
+	}
+	int rc = set_env(sp, "QRT_SOCKET", cfg.socket);
+	rc |= set_env(sp, "QRT_RESERVATION_ID", ids);
+	rc |= set_env(sp, "QRT_QPUS", qpus);
+	snprintf(num, sizeof(num), "%" PRId64, held.start_ns);
+	rc |= set_env(sp, "QRT_SLOT_START_NS", num);
+	snprintf(num, sizeof(num), "%" PRId64, held.end_ns);
+	rc |= set_env(sp, "QRT_SLOT_END_NS", num);
+	snprintf(num, sizeof(num), "%" PRIu64, held.fencing_token);
+	rc |= set_env(sp, "QRT_FENCING_TOKEN", num);
+	snprintf(num, sizeof(num), "%" PRId64, held.lease_expires_ns);
+	rc |= set_env(sp, "QRT_LEASE_EXPIRES_NS", num);
+	rc |= set_env(sp, "QRT_IDEMPOTENCY_KEY", key);
+	rc |= set_env(sp, "QRT_REQUEST", request_text);
+	return rc;
+}
+
+static qrt_client *connect_qrtd(qrt_error *err)
+{
+	qrt_client *c = NULL;
+	const int timeout = cfg.timeout_ms < 2000 ? cfg.timeout_ms : 2000;
+	if (qrt_connect_timeout(cfg.socket, timeout, &c, err) < 0) {
+		return NULL;
+	}
+	qrt_set_timeout(c, cfg.timeout_ms);
+	return c;
+}
+
+/* The next start qrtd could give this request, ignoring the deadline (for
+ * the message of a reservation that did not fit), or 0. */
+static int64_t next_possible_start(qrt_client *c)
+{
+	char params[512];
+	char *out = NULL;
+	char buf[32];
+	int n = snprintf(params, sizeof(params),
+			 "{\"duration_ns\":%" PRId64 ",\"not_before_ns\":%" PRId64
+			 ",\"priority\":%" PRId32 ",\"max_candidates\":1",
+			 req.duration_ns, req.not_before_ns, req.priority);
+	if (req.min_fidelity > 0) {
+		n += snprintf(params + n, sizeof(params) - (size_t)n, ",\"min_fidelity\":%.17g",
+			      req.min_fidelity);
+	}
+	if (req.count > 1) {
+		n += snprintf(params + n, sizeof(params) - (size_t)n, ",\"gang_size\":%d", req.count);
+	}
+	snprintf(params + n, sizeof(params) - (size_t)n, "}");
+	if (qrt_call(c, "slots.query", params, &out, NULL) < 0) {
+		return 0;
+	}
+	int64_t start = 0;
+	if (qrt_json_get(out, "/candidates/0/start_ns", buf, sizeof(buf)) == 0) {
+		start = strtoll(buf, NULL, 10);
+	}
+	qrt_free(out);
+	return start;
+}
+
+static void read_isolated(qrt_client *c)
+{
+	char *out = NULL;
+	char list[512];
+	qrt_error err;
+	if (qrt_call(c, "agent.status", NULL, &out, &err) < 0) {
+		slurm_info("qrt: %s: agent.status: %s (%s); no cpuset check", key, err.message,
+			   err.reason);
+		return;
+	}
+	if (qrt_json_get(out, "/partition/isolated_cpus", list, sizeof(list)) == 0 &&
+	    qrt_slurm_cpus_parse(list, &isolated) == 0) {
+		isolated_known = 1;
+	}
+	qrt_free(out);
+}
+
+static void reserve(qrt_client *c)
+{
+	qrt_slot_request r;
+	qrt_reservation got[QRT_SLURM_MAX_GANG];
+	qrt_error err;
+	memset(&r, 0, sizeof(r));
+	r.duration_ns = req.duration_ns;
+	r.not_before_ns = req.not_before_ns;
+	r.deadline_ns = req.deadline_ns;
+	r.priority = req.priority;
+	r.min_fidelity = req.min_fidelity;
+	const int n = qrt_slots_reserve_gang(c, &r, (size_t)req.count, key, req.lease_ns, got,
+					     QRT_SLURM_MAX_GANG, &err);
+	if (n < 0) {
+		char msg[QRT_SLURM_MSG];
+		const int64_t next = strcmp(err.reason, "no_fit") == 0 ||
+					     strcmp(err.reason, "deadline_passed") == 0
+				     ? next_possible_start(c)
+				     : 0;
+		qrt_slurm_failure_message(&req, err.reason, err.message, next, realtime_ns(), msg,
+					  sizeof(msg));
+		fail_with("%s", msg);
+		return;
+	}
+	memset(&held, 0, sizeof(held));
+	held.n = n;
+	for (int i = 0; i < n; ++i) {
+		held.member[i].id = got[i].reservation_id;
+		snprintf(held.member[i].qpu, sizeof(held.member[i].qpu), "%s", got[i].qpu);
+	}
+	held.fencing_token = got[0].fencing_token;
+	held.start_ns = got[0].start_ns;
+	held.end_ns = got[0].end_ns;
+	held.lease_expires_ns = got[0].lease_expires_ns;
+	snprintf(held.key, sizeof(held.key), "%s", key);
+	have_held = 1;
+	char ids[256];
+	qrt_slurm_ids_text(&held, ids, sizeof(ids));
+	slurm_info("qrt: %s: reserved %s (%d QPU%s) start_ns %" PRId64 " end_ns %" PRId64
+		   " lease until %" PRId64,
+		   key, ids, n, n == 1 ? "" : "s", held.start_ns, held.end_ns, held.lease_expires_ns);
+}
+
+/* Give a step's slot back: release a held one, cancel a committed one;
+ * one that was dispatched or has ended needs nothing.  0 when qrtd has it
+ * in a final state, -1 when qrtd could not be told (try again later). */
+static int give_back(const qrt_slurm_held *h, const char *who)
+{
+	qrt_error err;
+	qrt_client *c = connect_qrtd(&err);
+	if (c == NULL) {
+		slurm_error("qrt: %s: %s: cannot reach qrtd at %s to release %s: %s", who, h->key,
+			    cfg.socket, h->key, err.message);
+		return -1;
+	}
+	int rc = 0;
+	const uint64_t id = h->member[0].id; /* a gang acts as one */
+	if (qrt_slots_release(c, id, h->fencing_token, &err) == 0) {
+		slurm_info("qrt: %s: %s: released reservation %" PRIu64, who, h->key, id);
+	} else if (strcmp(err.reason, "illegal_transition") == 0) {
+		if (qrt_jobs_cancel(c, id, &err) == 0) {
+			slurm_info("qrt: %s: %s: cancelled committed job %" PRIu64, who, h->key, id);
+		} else if (strcmp(err.reason, "illegal_transition") != 0) {
+			slurm_error("qrt: %s: %s: jobs.cancel %" PRIu64 ": %s (%s)", who, h->key, id,
+				    err.message, err.reason);
+			rc = -1;
+		}
+	} else if (strcmp(err.reason, "not_found") != 0 && strcmp(err.reason, "lease_expired") != 0) {
+		slurm_error("qrt: %s: %s: slots.release %" PRIu64 ": %s (%s)", who, h->key, id,
+			    err.message, err.reason);
+		rc = -1;
+	}
+	qrt_close(c);
+	return rc;
+}
+
+/* The state directory: root's, and writable by nobody else, because the
+ * job epilog (root) acts on what it finds there. */
+static int state_dir_ok(void)
+{
+	struct stat st;
+	if (mkdir(cfg.state_dir, 0700) < 0 && errno != EEXIST) {
+		slurm_error("qrt: mkdir %s: %s", cfg.state_dir, strerror(errno));
+		return 0;
+	}
+	if (lstat(cfg.state_dir, &st) < 0) {
+		slurm_error("qrt: stat %s: %s", cfg.state_dir, strerror(errno));
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
+		slurm_error("qrt: %s must be a directory owned by root and writable only by root; "
+			    "not used",
+			    cfg.state_dir);
+		return 0;
+	}
+	return 1;
+}
+
+static void write_state(void)
+{
+	char name[64];
+	char path[512];
+	char tmp[520];
+	char text[QRT_SLURM_MAX_GANG * 90 + 512];
+	if (!state_dir_ok() || qrt_slurm_state_name(job_id, step_id, name, sizeof(name)) < 0 ||
+	    qrt_slurm_state_format(&held, text, sizeof(text)) < 0) {
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", cfg.state_dir, name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		slurm_error("qrt: open %s: %s", tmp, strerror(errno));
+		return;
+	}
+	const size_t len = strlen(text);
+	const ssize_t w = write(fd, text, len);
+	const int err = errno;
+	close(fd);
+	if (w != (ssize_t)len || rename(tmp, path) < 0) {
+		slurm_error("qrt: write %s: %s", path, strerror(w < 0 ? err : errno));
+		unlink(tmp);
+		return;
+	}
+	state_written = 1;
+}
+
+static void remove_state(uint32_t job, uint32_t step)
+{
+	char name[64];
+	char path[512];
+	if (qrt_slurm_state_name(job, step, name, sizeof(name)) == 0) {
+		snprintf(path, sizeof(path), "%s/%s", cfg.state_dir, name);
+		unlink(path);
+	}
+}
+
+/* The CPUs this task may ever run on: its cpuset, whatever its current
+ * affinity.  Asking for every CPU makes the kernel answer with the cpuset
+ * (sched_setaffinity intersects with it); the affinity is put back. */
+static int task_cpuset(qrt_slurm_cpus *out)
+{
+	const size_t ncpu = QRT_SLURM_CPU_WORDS * 64;
+	const size_t size = CPU_ALLOC_SIZE(ncpu);
+	cpu_set_t *orig = CPU_ALLOC(ncpu);
+	cpu_set_t *all = CPU_ALLOC(ncpu);
+	int rc = -1;
+	if (orig == NULL || all == NULL) {
+		goto out;
+	}
+	if (sched_getaffinity(0, size, orig) < 0) {
+		goto out;
+	}
+	CPU_ZERO_S(size, all);
+	for (size_t i = 0; i < ncpu; ++i) {
+		CPU_SET_S(i, size, all);
+	}
+	cpu_set_t *ceiling = orig;
+	if (sched_setaffinity(0, size, all) == 0) {
+		if (sched_getaffinity(0, size, all) == 0) {
+			ceiling = all;
+		}
+		sched_setaffinity(0, size, orig);
+	}
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < ncpu; ++i) {
+		if (CPU_ISSET_S(i, size, ceiling)) {
+			out->bits[i / 64] |= UINT64_C(1) << (i % 64);
+		}
+	}
+	rc = 0;
+out:
+	if (orig != NULL) {
+		CPU_FREE(orig);
+	}
+	if (all != NULL) {
+		CPU_FREE(all);
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); ++i) {
+		const spank_err_t rc = spank_option_register(sp, &options[i]);
+		if (rc != ESPANK_SUCCESS) {
+			slurm_error("qrt: cannot register --%s: %s", options[i].name,
+				    spank_strerror(rc));
+			return -1;
+		}
+	}
+	if (spank_remote(sp) == 1) {
+		parse_args(ac, av);
+	}
+	return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_remote(sp) != 1 || opts.duration_ns <= 0) {
+		return 0;
+	}
+	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
+		slurm_error("qrt: cannot read the job and step ids");
+		mode = MODE_OWN;
+		fail_with("qrt: the plugin could not read this step's job and step ids");
+		return 0;
+	}
+	if (step_id == QRT_SLURM_STEP_EXTERN) {
+		return 0; /* the extern step runs no user task */
+	}
+	if (cfg.cluster[0] != '\0') {
+		snprintf(cluster, sizeof(cluster), "%s", cfg.cluster);
+	} else if (spank_getenv(sp, "SLURM_CLUSTER_NAME", cluster, sizeof(cluster)) !=
+		   ESPANK_SUCCESS) {
+		snprintf(cluster, sizeof(cluster), "-");
+	}
+	qrt_slurm_key(cluster, job_id, step_id, key, sizeof(key));
+	qrt_slurm_request_text(&opts, request_text, sizeof(request_text));
+
+	/* An outer step of this job (the batch script) already holds the slot
+	 * this step asks for: its tasks use that one. */
+	char env_key[160];
+	char env_req[256];
+	if (spank_getenv(sp, "QRT_IDEMPOTENCY_KEY", env_key, sizeof(env_key)) == ESPANK_SUCCESS &&
+	    spank_getenv(sp, "QRT_REQUEST", env_req, sizeof(env_req)) == ESPANK_SUCCESS &&
+	    qrt_slurm_key_is_job(env_key, cluster, job_id) && strcmp(env_key, key) != 0 &&
+	    strcmp(env_req, request_text) == 0) {
+		mode = MODE_INHERIT;
+		slurm_info("qrt: %s: uses the slot of %s", key, env_key);
+		return 0;
+	}
+	mode = MODE_OWN;
+	if (opt_error[0] != '\0') {
+		fail_with("%s", opt_error);
+		return 0;
+	}
+	const int64_t now = realtime_ns();
+	time_t end = 0;
+	int64_t job_end_ns = 0;
+	if (slurm_get_end_time(job_id, &end) == SLURM_SUCCESS && end > 0) {
+		job_end_ns = (int64_t)end * 1000000000;
+	} else {
+		slurm_info("qrt: %s: slurm_get_end_time: %s; the lease is max_lease", key,
+			   slurm_strerror(slurm_get_errno()));
+	}
+	char msg[QRT_SLURM_MSG];
+	if (qrt_slurm_build_request(&opts, &cfg, now, job_end_ns, &req, msg, sizeof(msg)) < 0) {
+		fail_with("qrt: no QPU slot for this step: %s", msg);
+	}
+	return 0;
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (mode == MODE_OFF || cfg_error[0] != '\0' || failure[0] != '\0') {
+		return 0; /* task_init reports */
+	}
+	qrt_error err;
+	qrt_client *c = connect_qrtd(&err);
+	if (c == NULL) {
+		char host[64] = "this node";
+		gethostname(host, sizeof(host));
+		fail_with("qrt: cannot reach qrtd at %s on %s: %s (reason %s)", cfg.socket, host,
+			  err.message, err.reason);
+		return 0;
+	}
+	if (cfg.cpuset_check) {
+		read_isolated(c);
+	}
+	if (mode == MODE_OWN) {
+		reserve(c);
+		if (have_held) {
+			export_held(sp);
+		}
+	}
+	/* Close before the tasks are forked: they must not inherit it. */
+	qrt_close(c);
+	return 0;
+}
+
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	if (mode == MODE_OWN && have_held && !state_written) {
+		write_state();
+	}
+	return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (mode == MODE_OFF) {
+		return 0;
+	}
+	int local_id = 0;
+	spank_get_item(sp, S_TASK_ID, &local_id);
+	const char *why = cfg_error[0] != '\0' ? cfg_error : failure[0] != '\0' ? failure : NULL;
+	if (why != NULL) {
+		if (local_id == 0) {
+			dprintf(STDERR_FILENO, "%s\n", why);
+		}
+		return -1;
+	}
+	if (cfg.cpuset_check && isolated_known) {
+		qrt_slurm_cpus mine;
+		char both[256];
+		char all[256];
+		char iso[256];
+		if (task_cpuset(&mine) == 0 &&
+		    qrt_slurm_cpus_overlap(&mine, &isolated, both, sizeof(both)) > 0) {
+			if (local_id == 0) {
+				qrt_slurm_cpus_text(&mine, all, sizeof(all));
+				qrt_slurm_cpus_text(&isolated, iso, sizeof(iso));
+				dprintf(STDERR_FILENO,
+					"qrt: refusing this step: its cpuset (CPUs %s) overlaps CPU%s %s "
+					"that qrtd isolated for QPU dispatch on this node (isolated: "
+					"%s). Slurm must keep jobs off them: add the lines of `qrtd "
+					"host plan --slurm` to slurm.conf (CpuSpecList, "
+					"TaskPlugin=task/affinity,task/cgroup) and cgroup.conf "
+					"(ConstrainCores=yes)\n",
+					all, strchr(both, ',') || strchr(both, '-') ? "s" : "", both,
+					iso);
+			}
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_remote(sp) != 1 || mode != MODE_OWN || !have_held) {
+		return 0;
+	}
+	if (give_back(&held, "step end") == 0) {
+		remove_state(job_id, step_id);
+	}
+	return 0;
+}
+
+/* slurmd's job epilog (job_script context, root): what a step left behind
+ * when its slurmstepd died, or when qrtd could not be told at its end.
+ * Never fails: a non-zero job_epilog drains the node. */
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+	uint32_t job = 0;
+	char prefix[32];
+	parse_args(ac, av);
+	if (cfg_error[0] != '\0' || get_u32(sp, S_JOB_ID, &job) < 0) {
+		return 0;
+	}
+	snprintf(prefix, sizeof(prefix), "%" PRIu32 ".", job);
+	DIR *d = opendir(cfg.state_dir);
+	if (d == NULL) {
+		return 0; /* no step of any job left anything */
+	}
+	struct stat dst;
+	if (fstat(dirfd(d), &dst) < 0 || dst.st_uid != 0 || (dst.st_mode & 022) != 0) {
+		slurm_error("qrt: job epilog: %s is not root's alone; ignored", cfg.state_dir);
+		closedir(d);
+		return 0;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 ||
+		    strstr(e->d_name, ".tmp") != NULL) {
+			continue;
+		}
+		const int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		struct stat st;
+		char text[QRT_SLURM_MAX_GANG * 90 + 512];
+		if (fd < 0) {
+			continue;
+		}
+		ssize_t n = -1;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 &&
+		    (st.st_mode & 022) == 0) {
+			n = read(fd, text, sizeof(text) - 1);
+		}
+		close(fd);
+		qrt_slurm_held h;
+		if (n <= 0) {
+			continue;
+		}
+		text[n] = '\0';
+		if (qrt_slurm_state_parse(text, &h) < 0) {
+			slurm_error("qrt: job epilog: %s/%s does not parse; removed", cfg.state_dir,
+				    e->d_name);
+			unlinkat(dirfd(d), e->d_name, 0);
+			continue;
+		}
+		if (give_back(&h, "job epilog") == 0) {
+			unlinkat(dirfd(d), e->d_name, 0);
+		}
+	}
+	closedir(d);
+	return 0;
+}
