@@ -27,6 +27,7 @@ EXAMPLES
   qrtd config-reference > qrtd.toml       every option, commented, at its default
   qrtd host plan                          show the partition this host would get
   qrtd host apply --dry-run               list every write apply would make
+  qrtd host plan --slurm                  slurm.conf/cgroup.conf/gres.conf lines for this node
   qrtd host apply && qrtd host verify     apply the partition, then check it
   qrtd host restore                       put back every value apply changed
   qrtd run -c /usr/share/qrtd/demo.toml --state-dir /tmp/q --duration-s 5
@@ -44,6 +45,7 @@ struct globals {
     std::string topology;
     bool json = false;
     bool dry_run = false;
+    bool slurm = false;
     long duration_s = -1;
 };
 
@@ -78,6 +80,7 @@ qrt::host_context context(const globals& g, const qrt::config& cfg) {
     ctx.state_dir = cfg.agent.state_dir;
     ctx.dry_run = g.dry_run;
     ctx.json = g.json;
+    ctx.slurm = g.slurm;
     ctx.topology = g.topology;
     return ctx;
 }
@@ -155,6 +158,9 @@ int main(int argc, char** argv) {
                         "system | synthetic:<hwloc description> | xml:<path>");
     }
 
+    plan->add_flag("--slurm", g.slurm,
+                   "Print the slurm.conf, cgroup.conf, gres.conf and plugstack.conf lines that "
+                   "keep Slurm's tasks off the isolated CPUs");
     auto* check = app.add_subcommand("check-config", "Validate the configuration file");
     check->add_flag("--json", g.json, "Print errors and the effective configuration as JSON");
     auto* reference = app.add_subcommand("config-reference",

@@ -35,6 +35,8 @@ struct host_context {
     std::filesystem::path state_dir;    // restore journal directory
     bool dry_run = false;
     bool json = false;
+    // host plan: print the Slurm configuration lines (slurm_plan.hpp).
+    bool slurm = false;
     // "" picks: the running host when root is "/", else a flat topology of
     // the tree's online CPUs.  Or "system", "synthetic:<hwloc description>",
     // "xml:<path>".

@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "qrt/log.hpp"
+#include "qrt/slurm_plan.hpp"
 #include "rtcore/kernel_probe.hpp"
 #include "rtcore/task_ops.hpp"
 
@@ -279,6 +280,13 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     auto plan = plan_for(cfg, *topo);
     if (!plan) {
         return fail("plan", plan.err());
+    }
+    if (ctx.slurm) {
+        slurm_plan_options so;
+        so.node_name = short_hostname();
+        const auto sp = plan_slurm(*topo, *plan, cfg, so);
+        out << (ctx.json ? to_json(sp).dump(2) + "\n" : format_slurm_plan(sp));
+        return exit_code::ok;
     }
     const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
     if (ctx.json) {
