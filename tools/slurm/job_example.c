@@ -10,13 +10,16 @@
  *   QRT_SLOT_START_NS   when qrtd sends the payload to the QPU(s)
  *   QRT_SLOT_END_NS     when the slot ends
  *   QRT_QPUS            the QPU(s), in the order of QRT_RESERVATION_ID
+ *   QRT_SUBMIT_BY_NS    submit before this (the start less qrtd's hand-over
+ *                       lead)
  *
  * It commits the payload with jobs.submit into the reservation (one submit
  * commits every member of a gang: the same payload goes to each QPU at the
  * same start), waits for the job.finished events of every member, and
- * prints each member's result.  The payload must be in before the slot's
- * start (minus the dispatcher's lead): a late submit is refused with
- * reason lease_expired and the slot is lost (see spank_qrt(8)).
+ * prints each member's result.  The payload must be in before
+ * QRT_SUBMIT_BY_NS: after the slot's start a submit is refused (reason
+ * lease_expired), and between the two the job may end `missed` (see
+ * spank_qrt(8)).
  *
  * Usage: qrt-slurm-job-example [--payload TEXT] [--timeout-s N]
  * Exit: 0 when every member completed; otherwise the qrtctl status of the
@@ -126,6 +129,12 @@ int main(int argc, char **argv)
 	if (qrt_call(c, "events.subscribe", "{\"topics\":[\"job.finished\"]}", NULL, &err) < 0) {
 		status = fail("events.subscribe", &err);
 		goto out;
+	}
+	const char *by = getenv("QRT_SUBMIT_BY_NS");
+	if (by != NULL && realtime_ns() > strtoll(by, NULL, 10)) {
+		fprintf(stderr, "qrt-slurm-job-example: submitting after QRT_SUBMIT_BY_NS: qrtd may "
+				"have handed a later slot to its dispatcher already, and then refuses "
+				"this one as missed\n");
 	}
 	qrt_reservation job;
 	if (qrt_jobs_submit(c, ids[0], (uint64_t)token, payload, strlen(payload), &job, &err) < 0) {

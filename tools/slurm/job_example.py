@@ -10,7 +10,8 @@ It commits the payload into the reservation with jobs.submit (one submit
 commits every member of a gang), waits for each member's job.finished
 event, and prints the results, one JSON line per member.  The payload must
 be in before QRT_SLOT_START_NS (less the dispatcher's lead); a late submit
-is refused with reason lease_expired (see spank_qrt(8)).
+is refused with reason lease_expired, and after QRT_SUBMIT_BY_NS it may end
+`missed` (see spank_qrt(8)).
 
     python3 job_example.py [--payload TEXT] [--timeout-s N]
 
@@ -57,6 +58,10 @@ def main(argv):
     try:
         with qrt_client.Client(env["socket"], timeout=10) as c:
             c.subscribe(["job.finished"])  # before submitting: no event slips past
+            by = int(os.environ.get("QRT_SUBMIT_BY_NS", "0") or 0)
+            if by and time.time_ns() > by:
+                print("job_example.py: submitting after QRT_SUBMIT_BY_NS: the job may end "
+                      "missed (see spank_qrt(8))", file=sys.stderr)
             c.jobs_submit(args.payload.encode(), reservation_id=env["ids"][0],
                           fencing_token=env["token"])
             print(f"qrt-job: committed {env['ids']} for start_ns {env['start_ns']} "

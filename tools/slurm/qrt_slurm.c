@@ -62,6 +62,7 @@ void qrt_slurm_config_default(qrt_slurm_config *cfg)
 	copy(cfg->state_dir, sizeof(cfg->state_dir), "/run/qrtd-slurm");
 	cfg->setup_margin_ns = 2 * NS_PER_S;
 	cfg->max_lease_ns = 3600 * NS_PER_S;
+	cfg->submit_lead_ns = 300 * 1000000;
 	cfg->timeout_ms = 5000;
 	cfg->cpuset_check = 1;
 }
@@ -245,7 +246,7 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 	if (eq == NULL || eq == arg) {
 		return say(msg, msg_len, -EINVAL,
 			   "plugstack.conf argument '%s' is not key=value (keys: socket, state_dir, "
-			   "cluster, setup_margin, max_lease, timeout, cpuset_check)",
+			   "cluster, setup_margin, max_lease, submit_lead, timeout, cpuset_check)",
 			   arg);
 	}
 	const size_t klen = (size_t)(eq - arg);
@@ -273,7 +274,7 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		}
 		return 0;
 	}
-	if (KEY("setup_margin") || KEY("max_lease") || KEY("timeout")) {
+	if (KEY("setup_margin") || KEY("max_lease") || KEY("timeout") || KEY("submit_lead")) {
 		int64_t ns = 0;
 		if (qrt_slurm_parse_duration(v, &ns, inner, sizeof(inner)) < 0) {
 			return say(msg, msg_len, -EINVAL, "plugstack.conf %.*s: %s", (int)klen, arg,
@@ -281,6 +282,8 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		}
 		if (KEY("setup_margin")) {
 			cfg->setup_margin_ns = ns;
+		} else if (KEY("submit_lead")) {
+			cfg->submit_lead_ns = ns;
 		} else if (KEY("max_lease")) {
 			if (ns < NS_PER_S) {
 				return say(msg, msg_len, -EINVAL, "plugstack.conf max_lease='%s': at "
@@ -306,7 +309,7 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 #undef KEY
 	return say(msg, msg_len, -EINVAL,
 		   "plugstack.conf: unknown argument '%.*s' (keys: socket, state_dir, cluster, "
-		   "setup_margin, max_lease, timeout, cpuset_check)",
+		   "setup_margin, max_lease, submit_lead, timeout, cpuset_check)",
 		   (int)klen, arg);
 }
 

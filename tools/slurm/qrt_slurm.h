@@ -36,6 +36,10 @@ typedef struct qrt_slurm_config {
 	char cluster[64];      /* cluster=NAME; default: $SLURM_CLUSTER_NAME */
 	int64_t setup_margin_ns; /* setup_margin=DUR; default 2 s */
 	int64_t max_lease_ns;  /* max_lease=DUR; default 1 h (qrtd's maximum) */
+	int64_t submit_lead_ns; /* submit_lead=DUR; default 300 ms: QRT_SUBMIT_BY_NS is
+				 * the slot's start less this (qrtd hands jobs to its
+				 * dispatcher up to max(lead_max + 20 ms, 250 ms) ahead,
+				 * in start order) */
 	int timeout_ms;        /* timeout=DUR; default 5 s, per call */
 	int cpuset_check;      /* cpuset_check=yes|no; default yes */
 } qrt_slurm_config;

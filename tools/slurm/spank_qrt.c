@@ -201,6 +201,8 @@ static int export_held(spank_t sp)
 	rc |= set_env(sp, "QRT_SLOT_START_NS", num);
 	snprintf(num, sizeof(num), "%" PRId64, held.end_ns);
 	rc |= set_env(sp, "QRT_SLOT_END_NS", num);
+	snprintf(num, sizeof(num), "%" PRId64, held.start_ns - cfg.submit_lead_ns);
+	rc |= set_env(sp, "QRT_SUBMIT_BY_NS", num);
 	snprintf(num, sizeof(num), "%" PRIu64, held.fencing_token);
 	rc |= set_env(sp, "QRT_FENCING_TOKEN", num);
 	snprintf(num, sizeof(num), "%" PRId64, held.lease_expires_ns);

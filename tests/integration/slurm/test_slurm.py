@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""spank_qrt.so against a real Slurm (slurm-wlm 22.05) on loopback.
+
+One lab (slurm_lab.py: munged, qpu-sim with two QPUs, qrtd as root with its
+partition applied, slurmctld and slurmd configured from `qrtd host plan
+--slurm`) serves every case, in order.  Jobs run as user nobody.
+
+  1. sbatch and srun jobs reserve, submit their payload into the
+     reservation (C and Python job sides), qrtd dispatches it to qpu-sim in
+     the slot, the job prints the results; every slot is in the ledger
+     with the job's key, is over by the end, and concurrent jobs never
+     overlap on a QPU.
+  2. --qpu-count=2: one start on two QPUs.
+  3. scancel of a running job releases its held slot.
+  4. a reservation qrtd cannot make fails the step at once, with the reason
+     and the next possible start in the job's stderr; the task never runs.
+  5. kill -9 of the job's slurmstepd: the acknowledged reservation stays,
+     its lease ends by the job's end, and the job epilog releases it.
+  6. kill -9 of qrtd: after the restart every acknowledged reservation is
+     there, and the step's end releases it.
+  7. qrtd stopped: the health check drains the node with the reason; qrtd
+     back: the node is resumed.
+  8. a site whose slurm.conf lacks the plan's CpuSpecList: a step whose
+     cpuset reaches the isolated CPU is refused with the message.
+
+Asserts outcomes, never timings.  Skips (exit 77) with the reason when
+Slurm, munge, root or the plugin are missing.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slurm_lab  # noqa: E402
+from slurm_lab import wait_for  # noqa: E402
+
+SKIP = 77
+MS = 1_000_000
+JOB_C = os.environ.get("JOB_EXAMPLE", "")
+JOB_PY = os.path.join(os.environ.get("QRT_SLURM_TOOLS", ""), "job_example.py")
+FINAL = {"completed", "failed", "missed", "released", "cancelled", "expired", "displaced"}
+
+
+def env_of(text):
+    """QRT_* lines a job printed with `env`."""
+    return dict(m.groups() for m in re.finditer(r"^(QRT_[A-Z_]+)=(.*)$", text, re.M))
+
+
+class SlurmQrt(unittest.TestCase):
+    lab = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = slurm_lab.Lab()
+        try:
+            cls.lab.start()
+        except Exception:
+            cls.lab.stop()
+            print(cls.lab.tail("slurmd.log") + cls.lab.tail("slurmctld.log"), file=sys.stderr)
+            cls.lab.cleanup()
+            raise
+        cls.reservations = {}  # id -> job label
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.lab is not None:
+            cls.lab.stop()
+            cls.lab.cleanup()
+
+    # ---------------------------------------------------------------- helpers
+
+    def sbatch(self, script, *opts, name="job"):
+        path = os.path.join(self.lab.jobs, name + ".sh")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + script)
+        os.chmod(path, 0o755)
+        out = os.path.join(self.lab.jobs, name + ".out")
+        err = os.path.join(self.lab.jobs, name + ".err")
+        r = self.lab.run(["sbatch", "--parsable", "-t", "3", "-o", out, "-e", err, *opts, path])
+        self.assertEqual(r.returncode, 0, f"sbatch {name}: {r.stderr}")
+        return int(r.stdout.strip().split(";")[0]), out, err
+
+    def read(self, path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def status(self, rid):
+        with self.lab.client() as c:  # root: admin, sees every tenant
+            return c.jobs_status(rid)
+
+    def diag(self):
+        return self.lab.tail("slurmd.log", 40) + self.lab.tail(
+            [k for k in sorted(os.listdir(os.path.join(self.lab.dir, "log"))) if k.startswith("qrtd-")][-1], 20)
+
+    def wait_running_with_env(self, job_id, out):
+        """The QRT_* env the job printed once it runs."""
+        got = wait_for(lambda: "QRT_RESERVATION_ID=" in self.read(out) and env_of(self.read(out)),
+                       60, 0.2)
+        self.assertTrue(got, f"job {job_id} never printed its QRT_* env: {self.read(out)}"
+                             + self.diag())
+        return got
+
+    # ---------------------------------------------------------------- cases
+
+    def test_1_jobs_reserve_submit_and_read_results_without_overlap(self):
+        c_job = (f"env | grep '^QRT_'\n"
+                 f"srun {JOB_C} --payload 'bell pair' --timeout-s 60\n")
+        py_job = (f"env | grep '^QRT_'\n"
+                  f"python3 {JOB_PY} --payload 'ghz' --timeout-s 60\n")
+        jobs = []
+        # Concurrent jobs (the partition oversubscribes its one CPU).
+        for i in range(3):
+            jobs.append(("c", i, *self.sbatch(c_job, "--qpu-duration=20ms", name=f"c{i}")))
+            jobs.append(("py", i, *self.sbatch(py_job, "--qpu-duration=20ms", name=f"py{i}")))
+        srun = self.lab.run(["srun", "-t", "2", "--qpu-duration=5ms", "sh", "-c",
+                             f"env | grep '^QRT_'; {JOB_C} --payload srun-direct"], timeout=120)
+        self.assertEqual(srun.returncode, 0, srun.stdout + srun.stderr + self.diag())
+        self.assertIn("state completed", srun.stdout)
+
+        by_qpu = {}
+        for kind, i, job_id, out, err in jobs:
+            state = self.lab.wait_job_done(job_id)
+            text = self.read(out)
+            self.assertEqual(state, "COMPLETED", f"{kind}{i} job {job_id}: {text}{self.read(err)}"
+                             + self.diag())
+            env = env_of(text)
+            rid = int(env["QRT_RESERVATION_ID"])
+            self.assertEqual(env["QRT_SOCKET"], self.lab.sock)
+            self.assertEqual(env["QRT_IDEMPOTENCY_KEY"], f"slurm:{slurm_lab.CLUSTER}:{job_id}.batch")
+            if kind == "c":
+                self.assertRegex(text, rf"qrt-job: reservation {rid} qpu qpu\d state completed")
+            else:
+                res = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+                self.assertEqual([r["state"] for r in res], ["completed"], text)
+                self.assertTrue(res[0].get("result"), text)
+            st = self.status(rid)
+            # The ledger has it, under the job's key, over by now.
+            self.assertEqual(st["idempotency_key"], env["QRT_IDEMPOTENCY_KEY"])
+            self.assertEqual(st["tenant"], "nobody")
+            self.assertEqual(st["state"], "completed", st)
+            self.assertEqual(st["start_ns"], int(env["QRT_SLOT_START_NS"]))
+            by_qpu.setdefault(st["qpu"], []).append((st["start_ns"], st["end_ns"], job_id))
+        for qpu, slots in by_qpu.items():
+            slots.sort()
+            for (s0, e0, j0), (s1, e1, j1) in zip(slots, slots[1:]):
+                self.assertLessEqual(e0, s1, f"jobs {j0} and {j1} overlap on {qpu}")
+        # The step state files are gone: every step released at its end.
+        self.assertEqual(os.listdir(os.path.join(self.lab.dir, "spank-state")), [])
+
+    def test_2_a_gang_of_two_gets_one_start_on_both_qpus(self):
+        if self.lab.nqpus >= 2:
+            sock, dispatched = self.lab.sock, True
+        else:
+            # qrtd dispatches one QPU on this host (one isolated core); the
+            # gang goes to qrtd's socket side with two QPUs, undispatched.
+            sock, dispatched = self.lab.start_test_server(), False
+            now = time.time_ns()
+            with slurm_lab.qrt_client.Client(sock, timeout=10) as c:
+                c.calibration_update("qpu1", [{"calibration_id": 9001, "valid_from_ns": now,
+                                               "valid_until_ns": now + 600_000 * MS}])
+            self.lab.point_plugin_at(sock)
+        try:
+            job = (f"{JOB_C} --payload gang" if dispatched else
+                   f"python3 -c \"import os,sys; sys.path.insert(0,'{os.environ['QRT_PYTHON_DIR']}'); "
+                   "import qrt_client as q; c=q.Client(); e=os.environ; "
+                   "r=c.jobs_submit(b'gang', reservation_id=int(e['QRT_RESERVATION_ID'].split(',')[0]), "
+                   "fencing_token=int(e['QRT_FENCING_TOKEN'])); print('submitted', r['state'])\"")
+            r = self.lab.run(["srun", "-t", "2", "--qpu-duration=10ms", "--qpu-count=2", "sh",
+                              "-c", f"env | grep '^QRT_'; {job}"], timeout=120)
+        finally:
+            self.lab.point_plugin_at(self.lab.sock)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.diag())
+        env = env_of(r.stdout)
+        self.assertEqual(env["QRT_SOCKET"], sock)
+        ids = [int(x) for x in env["QRT_RESERVATION_ID"].split(",")]
+        self.assertEqual(len(ids), 2)
+        self.assertEqual(sorted(env["QRT_QPUS"].split(",")), ["qpu0", "qpu1"])
+        with slurm_lab.qrt_client.Client(sock, timeout=10) as c:
+            sts = [c.jobs_status(i) for i in ids]
+        self.assertEqual(sts[0]["start_ns"], sts[1]["start_ns"])
+        self.assertEqual(sts[0]["start_ns"], int(env["QRT_SLOT_START_NS"]))
+        self.assertNotEqual(sts[0]["qpu"], sts[1]["qpu"])
+        self.assertEqual(sts[0]["gang_id"], sts[1]["gang_id"])
+        if dispatched:
+            self.assertEqual([s["state"] for s in sts], ["completed", "completed"], sts)
+            self.assertEqual(len(re.findall(r"state completed", r.stdout)), 2, r.stdout)
+        else:
+            self.assertIn("submitted committed", r.stdout)
+            # Never dispatched: the step's end gave both slots back.
+            self.assertEqual([s["state"] for s in sts], ["cancelled", "cancelled"], sts)
+
+    def test_3_scancel_releases_the_running_jobs_slot(self):
+        job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
+                                     "--qpu-not-before=+120s", name="cancel")
+        env = self.wait_running_with_env(job_id, out)
+        rid = int(env["QRT_RESERVATION_ID"])
+        self.assertEqual(self.status(rid)["state"], "held")
+        subprocess.run(["scancel", str(job_id)], env=self.lab.env, check=True)
+        self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 30, 0.2),
+                        f"{self.status(rid)}" + self.diag())
+
+    def test_4_a_reservation_that_cannot_be_made_fails_the_step_with_the_next_start(self):
+        with self.lab.client() as c:
+            windows = c.calibration_get("qpu0")
+        now = time.time_ns()
+        w = next(w for w in windows if w["valid_from_ns"] > now + 5_000 * MS)
+        # A 100 ms slot from 50 ms before a window opens, due 50 ms after:
+        # no window holds it; without the deadline it starts when W opens.
+        nb = (w["valid_from_ns"] - 50 * MS) / 1e9
+        dl = (w["valid_from_ns"] + 50 * MS) / 1e9
+        r = self.lab.run(["srun", "-t", "2", "--qpu-duration=100ms",
+                          f"--qpu-not-before=@{nb:.3f}", f"--qpu-deadline=@{dl:.3f}",
+                          "sh", "-c", "echo TASK-RAN"], timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("TASK-RAN", r.stdout)
+        self.assertIn("qrt: no QPU slot for this step", r.stderr)
+        self.assertIn("reason no_fit", r.stderr)
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(w["valid_from_ns"] // 1_000_000_000))
+        self.assertIn(f"the next possible start is {at}", r.stderr)
+
+        # Through sbatch: the message is in the job's stderr file, the job failed.
+        job_id, out, err = self.sbatch("echo TASK-RAN\n", "--qpu-duration=5ms",
+                                       "--qpu-min-fidelity=0.9999", name="nofit")
+        self.assertEqual(self.lab.wait_job_done(job_id), "FAILED")
+        self.assertNotIn("TASK-RAN", self.read(out))
+        self.assertIn("reason no_fit", self.read(err))
+        self.assertIn("min_fidelity", self.read(err))
+
+        # A bad option is refused at submission, before any job exists.
+        bad = self.lab.run(["srun", "--qpu-duration=soon", "true"])
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--qpu-duration: 'soon' is not a duration", bad.stderr)
+
+    def test_5_kill9_of_slurmstepd_keeps_the_reservation_and_the_epilog_releases_it(self):
+        job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
+                                     "--qpu-not-before=+120s", name="stepd")
+        env = self.wait_running_with_env(job_id, out)
+        rid = int(env["QRT_RESERVATION_ID"])
+        pids = [int(p) for p in subprocess.run(
+            ["pgrep", "-f", rf"^slurmstepd: \[{job_id}\.batch\]"], capture_output=True,
+            text=True).stdout.split()]
+        self.assertEqual(len(pids), 1, "the batch step's slurmstepd")
+        os.kill(pids[0], signal.SIGKILL)
+        st = self.status(rid)
+        self.assertEqual(st["state"], "held")  # acknowledged: not lost
+        # The lease never outlives the job (3 min limit, plus the clock's
+        # second of rounding): no slot is booked forever.
+        self.assertLessEqual(st["lease_expires_ns"], time.time_ns() + 181 * 1_000_000_000)
+        state_file = os.path.join(self.lab.dir, "spank-state", f"{job_id}.batch")
+        self.assertTrue(os.path.exists(state_file))
+        subprocess.run(["scancel", str(job_id)], env=self.lab.env, check=True)
+        self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 60, 0.5),
+                        f"{self.status(rid)}" + self.diag())
+        self.assertFalse(os.path.exists(state_file))
+
+    def test_6_kill9_of_qrtd_loses_no_acknowledged_reservation(self):
+        job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
+                                     "--qpu-not-before=+120s", name="qrtd9")
+        env = self.wait_running_with_env(job_id, out)
+        rid = int(env["QRT_RESERVATION_ID"])
+        before = self.status(rid)
+        self.lab.stop_qrtd(signal.SIGKILL)
+        try:
+            self.lab.start_qrtd()
+        except Exception:
+            subprocess.run(["scancel", str(job_id)], env=self.lab.env)
+            raise
+        after = self.status(rid)
+        self.assertEqual(after["state"], "held")
+        for k in ("start_ns", "end_ns", "fencing_token", "lease_expires_ns", "idempotency_key"):
+            self.assertEqual(after[k], before[k], k)
+        subprocess.run(["scancel", str(job_id)], env=self.lab.env, check=True)
+        self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 60, 0.5),
+                        f"{self.status(rid)}" + self.diag())
+
+    def test_7_health_check_drains_without_qrtd_and_resumes_after(self):
+        self.lab.stop_qrtd()
+        drained = wait_for(lambda: (lambda s: s and "DRAIN" in s[0] and s)(self.lab.node_state()),
+                           40, 0.5)
+        self.assertTrue(drained, f"node never drained: {self.lab.node_state()}")
+        self.assertTrue(drained[1].startswith("qrtd:"), drained)
+        self.assertIn("exit 69", drained[1])  # unreachable
+        self.lab.start_qrtd()
+        resumed = wait_for(lambda: (lambda s: s and "DRAIN" not in s[0] and s)(self.lab.node_state()),
+                           40, 0.5)
+        self.assertTrue(resumed, f"node never resumed: {self.lab.node_state()}")
+
+    def test_8_a_step_whose_cpuset_reaches_the_isolated_cpu_is_refused(self):
+        with self.lab.client() as c:
+            isolated = c.status()["partition"]["isolated_cpus"]
+        self.assertTrue(isolated, "qrtd isolated no CPU")
+        # With the plan's CpuSpecList a step cannot get both CPUs...
+        ok = self.lab.run(["srun", "-t", "1", "--qpu-duration=1ms", "sh", "-c",
+                           "grep Cpus_allowed_list /proc/self/status"], timeout=60)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        # ...without it (a site that skipped the plan), a 2-CPU step can.
+        self.lab.restart_slurm(cpuspec=False)
+        try:
+            r = self.lab.run(["srun", "-t", "1", "-c", "2", "--qpu-duration=1ms", "sh", "-c",
+                              "echo TASK-RAN"], timeout=60)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("TASK-RAN", r.stdout)
+            self.assertIn("qrt: refusing this step: its cpuset", r.stderr)
+            self.assertIn(f"isolated: {isolated}", r.stderr)
+            self.assertIn("CpuSpecList", r.stderr)
+        finally:
+            self.lab.restart_slurm(cpuspec=True)
+
+
+def main():
+    why = slurm_lab.why_not_here()
+    if why:
+        print(f"SKIP: {why}")
+        return SKIP
+    prog = unittest.main(exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
