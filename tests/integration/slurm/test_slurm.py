@@ -22,6 +22,7 @@ partition applied, slurmctld and slurmd configured from `qrtd host plan
      back: the node is resumed.
   8. a site whose slurm.conf lacks the plan's CpuSpecList: a step whose
      cpuset reaches the isolated CPU is refused with the message.
+  9. --gres=qpu:N runs where the node has N QPUs, and is refused beyond.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 Slurm, munge, root or the plugin are missing.
@@ -314,6 +315,18 @@ class SlurmQrt(unittest.TestCase):
             self.assertIn("CpuSpecList", r.stderr)
         finally:
             self.lab.restart_slurm(cpuspec=True)
+
+
+    def test_9_the_qpu_gres_places_jobs_on_nodes_that_have_one(self):
+        have = self.lab.nqpus
+        ok = self.lab.run(["srun", "-t", "1", f"--gres=qpu:{have}", "sh", "-c",
+                           "echo GRES-OK"], timeout=60)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("GRES-OK", ok.stdout)
+        more = self.lab.run(["srun", "-t", "1", "--immediate=5", f"--gres=qpu:{have + 1}",
+                             "true"], timeout=60)
+        self.assertNotEqual(more.returncode, 0)
+        self.assertIn("Requested node configuration is not available", more.stderr)
 
 
 def main():
