@@ -9,8 +9,10 @@
  * Who runs what (slurmstepd, remote context):
  *
  *   init           root   register the options, read plugstack.conf args
- *   init_post_opt  root   decide what the step does; the job's end time
- *                         from slurmctld (its time limit)
+ *   init_post_opt  root   decide what the step does; from slurmctld the
+ *                         step's start (the anchor of relative times, so a
+ *                         restarted slurmstepd repeats the same request)
+ *                         and the job's end (its time limit)
  *   user_init      user   connect to qrtd AS THE JOB'S USER (seteuid'd:
  *                         SO_PEERCRED names the user, so the reservation
  *                         belongs to the uid whose tasks submit into it),
@@ -511,7 +513,23 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		fail_with("%s", opt_error);
 		return 0;
 	}
-	const int64_t now = realtime_ns();
+	/* Relative times and the setup margin count from the step's start as
+	 * slurmctld records it, not from this moment: a restarted slurmstepd
+	 * then asks for the same request under the same key, and qrtd gives
+	 * the same reservation back (a different request would be refused as
+	 * a duplicate).  Whole seconds; this moment when slurmctld has no
+	 * record. */
+	int64_t now = realtime_ns();
+	job_step_info_response_msg_t *steps = NULL;
+	if (slurm_get_job_steps(0, job_id, step_id, &steps, SHOW_ALL) == SLURM_SUCCESS &&
+	    steps != NULL && steps->job_step_count >= 1 && steps->job_steps[0].start_time > 0) {
+		now = (int64_t)steps->job_steps[0].start_time * 1000000000;
+	} else {
+		slurm_info("qrt: %s: no step start time from slurmctld; times count from now", key);
+	}
+	if (steps != NULL) {
+		slurm_free_job_step_info_response_msg(steps);
+	}
 	time_t end = 0;
 	int64_t job_end_ns = 0;
 	if (slurm_get_end_time(job_id, &end) == SLURM_SUCCESS && end > 0) {
