@@ -276,10 +276,28 @@ class Lab:
         return sock
 
     def point_plugin_at(self, sock):
-        """plugstack.conf is read at each step launch: later steps use sock."""
+        """plugstack.conf is read at each step launch: later steps use sock
+        (None: no plugin at all, as at a site without SPANK)."""
         with open(os.path.join(self.dir, "plugstack.conf"), "w") as f:
-            f.write(f"required {os.environ['SPANK_QRT']} socket={sock} "
-                    f"state_dir={self.dir}/spank-state setup_margin=3s\n")
+            if sock is not None:
+                f.write(f"required {os.environ['SPANK_QRT']} socket={sock} "
+                        f"state_dir={self.dir}/spank-state setup_margin=3s\n")
+
+    def use_prolog_scripts(self, on):
+        """Without SPANK: qrt-slurm-prolog as Prolog, TaskProlog and Epilog."""
+        wrapper = os.path.join(self.dir, "qrt-prolog.sh")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"export SLURM_CONF={self.conf} QRT_PYTHON_DIR={os.environ['QRT_PYTHON_DIR']}\n"
+                    f"exec {os.environ['QRT_SLURM_TOOLS']}/qrt-slurm-prolog --socket {self.sock} "
+                    f"--state-dir {self.dir}/prolog-state --setup-margin 3 \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        self.point_plugin_at(None if on else self.sock)
+        extra = [f"Prolog={wrapper}", f"Epilog={wrapper}", f"TaskProlog={wrapper}"] if on else []
+        self.write_slurm_conf(cpuspec=True, extra=extra)
+        self.scontrol("reconfigure")
+        self.wait_idle()
+        return wrapper
 
     def stop_qrtd(self, sig=signal.SIGTERM):
         p = self.procs.get("qrtd")
@@ -294,7 +312,7 @@ class Lab:
                              check=True, capture_output=True, text=True).stdout
         return json.loads(out)
 
-    def write_slurm_conf(self, cpuspec=True):
+    def write_slurm_conf(self, cpuspec=True, extra=()):
         plan = self.slurm_plan_lines()
         hc = os.path.join(self.dir, "healthcheck.sh")
         with open(hc, "w") as f:
@@ -317,6 +335,7 @@ class Lab:
                     # A site that forgot the plan's CpuSpecList.
                     line = " ".join(w for w in line.split() if not w.startswith("CpuSpecList="))
             lines.append(line)
+        lines += list(extra)
         with open(self.conf, "w") as f:
             f.write(SLURM_CONF.format(cluster=CLUSTER, node=self.node, dir=self.dir,
                                       plan="\n".join(lines)))

@@ -23,6 +23,8 @@ partition applied, slurmctld and slurmd configured from `qrtd host plan
   8. a site whose slurm.conf lacks the plan's CpuSpecList: a step whose
      cpuset reaches the isolated CPU is refused with the message.
   9. --gres=qpu:N runs where the node has N QPUs, and is refused beyond.
+ 10. without SPANK, qrt-slurm-prolog as Prolog/TaskProlog/Epilog gives a
+     job the same slot and QRT_* variables, idempotently, keyed by job id.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 Slurm, munge, root or the plugin are missing.
@@ -112,7 +114,7 @@ class SlurmQrt(unittest.TestCase):
 
     # ---------------------------------------------------------------- cases
 
-    def test_1_jobs_reserve_submit_and_read_results_without_overlap(self):
+    def test_01_jobs_reserve_submit_and_read_results_without_overlap(self):
         c_job = (f"env | grep '^QRT_'\n"
                  f"srun {JOB_C} --payload 'bell pair' --timeout-s 60\n")
         py_job = (f"env | grep '^QRT_'\n"
@@ -157,7 +159,7 @@ class SlurmQrt(unittest.TestCase):
         # The step state files are gone: every step released at its end.
         self.assertEqual(os.listdir(os.path.join(self.lab.dir, "spank-state")), [])
 
-    def test_2_a_gang_of_two_gets_one_start_on_both_qpus(self):
+    def test_02_a_gang_of_two_gets_one_start_on_both_qpus(self):
         if self.lab.nqpus >= 2:
             sock, dispatched = self.lab.sock, True
         else:
@@ -199,7 +201,7 @@ class SlurmQrt(unittest.TestCase):
             # Never dispatched: the step's end gave both slots back.
             self.assertEqual([s["state"] for s in sts], ["cancelled", "cancelled"], sts)
 
-    def test_3_scancel_releases_the_running_jobs_slot(self):
+    def test_03_scancel_releases_the_running_jobs_slot(self):
         job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
                                      "--qpu-not-before=+120s", name="cancel")
         env = self.wait_running_with_env(job_id, out)
@@ -209,7 +211,7 @@ class SlurmQrt(unittest.TestCase):
         self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 30, 0.2),
                         f"{self.status(rid)}" + self.diag())
 
-    def test_4_a_reservation_that_cannot_be_made_fails_the_step_with_the_next_start(self):
+    def test_04_a_reservation_that_cannot_be_made_fails_the_step_with_the_next_start(self):
         with self.lab.client() as c:
             windows = c.calibration_get("qpu0")
         now = time.time_ns()
@@ -241,7 +243,7 @@ class SlurmQrt(unittest.TestCase):
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("--qpu-duration: 'soon' is not a duration", bad.stderr)
 
-    def test_5_kill9_of_slurmstepd_keeps_the_reservation_and_the_epilog_releases_it(self):
+    def test_05_kill9_of_slurmstepd_keeps_the_reservation_and_the_epilog_releases_it(self):
         job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
                                      "--qpu-not-before=+120s", name="stepd")
         env = self.wait_running_with_env(job_id, out)
@@ -263,7 +265,7 @@ class SlurmQrt(unittest.TestCase):
                         f"{self.status(rid)}" + self.diag())
         self.assertFalse(os.path.exists(state_file))
 
-    def test_6_kill9_of_qrtd_loses_no_acknowledged_reservation(self):
+    def test_06_kill9_of_qrtd_loses_no_acknowledged_reservation(self):
         job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",
                                      "--qpu-not-before=+120s", name="qrtd9")
         env = self.wait_running_with_env(job_id, out)
@@ -283,7 +285,7 @@ class SlurmQrt(unittest.TestCase):
         self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 60, 0.5),
                         f"{self.status(rid)}" + self.diag())
 
-    def test_7_health_check_drains_without_qrtd_and_resumes_after(self):
+    def test_07_health_check_drains_without_qrtd_and_resumes_after(self):
         self.lab.stop_qrtd()
         drained = wait_for(lambda: (lambda s: s and "DRAIN" in s[0] and s)(self.lab.node_state()),
                            40, 0.5)
@@ -295,7 +297,7 @@ class SlurmQrt(unittest.TestCase):
                            40, 0.5)
         self.assertTrue(resumed, f"node never resumed: {self.lab.node_state()}")
 
-    def test_8_a_step_whose_cpuset_reaches_the_isolated_cpu_is_refused(self):
+    def test_08_a_step_whose_cpuset_reaches_the_isolated_cpu_is_refused(self):
         with self.lab.client() as c:
             isolated = c.status()["partition"]["isolated_cpus"]
         self.assertTrue(isolated, "qrtd isolated no CPU")
@@ -317,7 +319,7 @@ class SlurmQrt(unittest.TestCase):
             self.lab.restart_slurm(cpuspec=True)
 
 
-    def test_9_the_qpu_gres_places_jobs_on_nodes_that_have_one(self):
+    def test_09_the_qpu_gres_places_jobs_on_nodes_that_have_one(self):
         have = self.lab.nqpus
         ok = self.lab.run(["srun", "-t", "1", f"--gres=qpu:{have}", "sh", "-c",
                            "echo GRES-OK"], timeout=60)
@@ -327,6 +329,56 @@ class SlurmQrt(unittest.TestCase):
                              "true"], timeout=60)
         self.assertNotEqual(more.returncode, 0)
         self.assertIn("Requested node configuration is not available", more.stderr)
+
+
+    def test_10_without_spank_the_prolog_scripts_give_the_same_slot(self):
+        wrapper = self.lab.use_prolog_scripts(True)
+        state = os.path.join(self.lab.dir, "prolog-state")
+        try:
+            job_id, out, err = self.sbatch(f"env | grep '^QRT_'\n{JOB_C} --payload prolog\n",
+                                           "--comment=qpu:duration=20ms", name="prolog")
+            self.assertEqual(self.lab.wait_job_done(job_id), "COMPLETED",
+                             self.read(out) + self.read(err) + self.diag())
+            text = self.read(out)
+            env = env_of(text)
+            rid = int(env["QRT_RESERVATION_ID"])
+            self.assertEqual(env["QRT_IDEMPOTENCY_KEY"], f"slurm:{slurm_lab.CLUSTER}:{job_id}.job")
+            self.assertRegex(text, rf"qrt-job: reservation {rid} qpu qpu0 state completed")
+            st = self.status(rid)
+            self.assertEqual((st["tenant"], st["state"]), ("nobody", "completed"))
+            self.assertTrue(wait_for(lambda: not os.path.exists(f"{state}/{job_id}.job"), 30))
+
+            # A request qrtd cannot meet reaches the job as QRT_ERROR.
+            job_id, out, _ = self.sbatch("echo \"error=$QRT_ERROR\"\n",
+                                         "--comment=qpu:duration=5ms,min-fidelity=0.9999",
+                                         name="prolog-nofit")
+            self.assertEqual(self.lab.wait_job_done(job_id), "COMPLETED")
+            self.assertIn("error=qrt: no QPU slot for this job", self.read(out))
+            self.assertIn("(reason no_fit)", self.read(out))
+
+            # Idempotent, keyed by SLURM_JOB_ID: the Prolog run again for a
+            # running job gets its reservation back; scancel, and the Epilog
+            # releases it (run again, it is harmless).
+            job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n",
+                                         "--comment=qpu:duration=5ms,not-before=+60s",
+                                         name="prolog-again")
+            rid = int(self.wait_running_with_env(job_id, out)["QRT_RESERVATION_ID"])
+            env = dict(self.lab.env, SLURM_JOB_ID=str(job_id), SLURM_JOB_UID=str(slurm_lab.NOBODY),
+                       SLURM_JOB_GID=str(slurm_lab.NOGROUP), SLURM_JOB_USER="nobody",
+                       SLURM_CLUSTER_NAME=slurm_lab.CLUSTER,
+                       SLURM_JOB_COMMENT="qpu:duration=5ms,not-before=+60s")
+            subprocess.run([wrapper, "prolog"], env=env, check=True)
+            with open(f"{state}/{job_id}.job") as f:
+                rec = json.load(f)
+            self.assertEqual(rec.get("ids"), [rid], rec)
+            self.assertEqual(self.status(rid)["state"], "held")
+            subprocess.run(["scancel", str(job_id)], env=self.lab.env, check=True)
+            self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 60, 0.5),
+                            f"{self.status(rid)}" + self.diag())
+            self.assertTrue(wait_for(lambda: not os.path.exists(f"{state}/{job_id}.job"), 30))
+            subprocess.run([wrapper, "epilog"], env=env, check=True)
+        finally:
+            self.lab.use_prolog_scripts(False)
 
 
 def main():
