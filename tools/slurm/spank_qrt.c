@@ -21,7 +21,9 @@
  *   task_init      user   in each task before exec: fail the task when the
  *                         reservation failed or its cpuset overlaps the
  *                         isolated CPUs, with the reason on its stderr
- *   exit           root   release (held) or cancel (committed) the slot
+ *   task_exit      root   after the last local task: release (held) or
+ *                         cancel (committed) the slot
+ *   exit           root   the same, if task_exit could not
  *   job_epilog     root   (slurmd, job_script context) release whatever a
  *                         step left behind (slurmstepd killed, qrtd down)
  *
@@ -85,6 +87,8 @@ static char failure[QRT_SLURM_MSG];
 static qrt_slurm_cpus isolated;
 static int isolated_known;
 static int state_written;
+static int released;
+static uint32_t tasks_exited;
 
 static int64_t realtime_ns(void)
 {
@@ -628,15 +632,40 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
+static void release_once(const char *who)
+{
+	if (mode != MODE_OWN || !have_held || released) {
+		return;
+	}
+	if (give_back(&held, who) == 0) {
+		released = 1;
+		remove_state(job_id, step_id);
+	}
+}
+
+/* The last local task has exited: the step's use of the slot is over.
+ * Releasing here, not only in exit, spares the seconds slurmstepd may
+ * still spend reaping the step's other processes (scancel). */
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	uint32_t ntasks = 0;
+	if (spank_remote(sp) != 1 || get_u32(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) < 0) {
+		return 0;
+	}
+	if (++tasks_exited >= ntasks) {
+		release_once("last task exit");
+	}
+	return 0;
+}
+
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
-	if (spank_remote(sp) != 1 || mode != MODE_OWN || !have_held) {
-		return 0;
-	}
-	if (give_back(&held, "step end") == 0) {
-		remove_state(job_id, step_id);
+	if (spank_remote(sp) == 1) {
+		release_once("step end");
 	}
 	return 0;
 }
