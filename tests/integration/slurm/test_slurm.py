@@ -25,6 +25,7 @@ partition applied, slurmctld and slurmd configured from `qrtd host plan
   9. --gres=qpu:N runs where the node has N QPUs, and is refused beyond.
  10. without SPANK, qrt-slurm-prolog as Prolog/TaskProlog/Epilog gives a
      job the same slot and QRT_* variables, idempotently, keyed by job id.
+ 11. the README's example batch script (tools/slurm/job.sbatch) runs as written.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 Slurm, munge, root or the plugin are missing.
@@ -379,6 +380,18 @@ class SlurmQrt(unittest.TestCase):
             subprocess.run([wrapper, "epilog"], env=env, check=True)
         finally:
             self.lab.use_prolog_scripts(False)
+
+
+    def test_11_the_readme_example_job_runs_as_written(self):
+        script = os.path.join(os.environ["QRT_SLURM_TOOLS"], "job.sbatch")
+        r = self.lab.run(["sbatch", "--parsable", f"--export=ALL,PATH={os.path.dirname(JOB_C)}:"
+                          + os.environ.get("PATH", "/usr/bin:/bin"), script])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = int(r.stdout.strip().split(";")[0])
+        self.assertEqual(self.lab.wait_job_done(job_id), "COMPLETED")
+        text = self.read(os.path.join(self.lab.jobs, f"qpu-example-{job_id}.out"))
+        self.assertRegex(text, r"slot: qpu\d from \d+ to \d+ \(reservation \d+\)")
+        self.assertRegex(text, r"qrt-job: reservation \d+ qpu qpu\d state completed")
 
 
 def main():
