@@ -3,8 +3,11 @@
 Starts, from a fresh temporary directory and without systemd:
   munged      its own key and socket
   qpu-sim     two simulated QPU endpoints
-  qrtd        as root, a test profile with two QPUs (the partition applied:
-              one core isolated for dispatch)
+  qrtd        as root, a test profile with two QPUs where the host has three
+              cores or more, else one (each QPU needs its own isolated
+              dispatch core and one core stays housekeeping); the partition
+              applied.  The gang case then uses qrt-test-server, qrtd's
+              socket side without dispatch, with two QPUs.
   slurmctld   ClusterName=qrtlab on 127.0.0.1, ports 16817/16818
   slurmd      this host as NodeName, with the lines `qrtd host plan --slurm`
               prints (CpuSpecList, task/cgroup, gres qpu:2, the health check)

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """spank_qrt.so against a real Slurm (slurm-wlm 22.05) on loopback.
 
-One lab (slurm_lab.py: munged, qpu-sim with two QPUs, qrtd as root with its
-partition applied, slurmctld and slurmd configured from `qrtd host plan
---slurm`) serves every case, in order.  Jobs run as user nobody.
+One lab (slurm_lab.py: munged, qpu-sim, qrtd as root with its partition
+applied and one QPU per isolatable core, at most two; slurmctld and slurmd
+configured from `qrtd host plan --slurm`) serves every case, in order.  Jobs
+run as user nobody.
 
   1. sbatch and srun jobs reserve, submit their payload into the
      reservation (C and Python job sides), qrtd dispatches it to qpu-sim in
      the slot, the job prints the results; every slot is in the ledger
      with the job's key, is over by the end, and concurrent jobs never
      overlap on a QPU.
-  2. --qpu-count=2: one start on two QPUs.
+  2. --qpu-count=2: one start on two QPUs (through qrtd when it dispatches
+     two QPUs here, else through qrt-test-server, its socket side).
   3. scancel of a running job releases its held slot.
   4. a reservation qrtd cannot make fails the step at once, with the reason
      and the next possible start in the job's stderr; the task never runs.
