@@ -211,6 +211,7 @@ def main():
         return 0
     finally:
         lab.stop()
+        lab.leftover_qrt_cgroups()
         lab.cleanup()
 
 

@@ -121,6 +121,15 @@ slurm_plan plan_slurm(const rtcore::topology& topo, const rtcore::partition_plan
         p.notes.push_back("leave AllowSpecResourcesUsage at its default (no), or a job can ask "
                           "for the isolated CPUs");
     }
+    if (cfg.host.isolation == isolation_mode::automatic ||
+        cfg.host.isolation == isolation_mode::cgroup1) {
+        p.notes.push_back(
+            "where the cpuset controller is on cgroup v1, set host.isolation = \"fence\" in "
+            "qrtd.toml: with a v1 cpuset qrtd's exclusive isolated cpuset keeps slurmd from "
+            "making its own (qrtd started first), or slurmd, moved into qrt-housekeeping, "
+            "re-registers with fewer CPUs and is drained (slurmd started first); Slurm's "
+            "task/cgroup with CpuSpecList confines the jobs either way");
+    }
     p.notes.push_back("restart slurmd after changing CpuSpecList (scontrol reconfigure does "
                       "not move it); spank_qrt refuses any step whose cpuset still reaches "
                       "an isolated CPU");

@@ -104,6 +104,8 @@ watchdog = false
 [host]
 apply_on_run = true
 isolated_cpus = "auto"
+# {isolation_why}
+isolation = "{isolation}"
 [dispatch]
 # The dispatch thread stays untuned: slurmd's cpuset, made before qrtd's,
 # shares the isolated CPU's domain, and the test is about Slurm, on a shared
@@ -179,18 +181,17 @@ class Lab:
         os.mkdir(self.jobs, 0o777)
         os.chmod(self.jobs, 0o1777)
         self.cgroups_before = self._slurm_cgroups()
+        self.qrt_cgroups_before = self._qrt_cgroups()
         self.cpuspec = cpuspec
         self.nqpus = qpus_here()
 
     # ------------------------------------------------------------ start
 
     def start(self):
-        # slurmd before qrtd: on cgroup v1, slurmd creates its cpuset
-        # (slurm_<node>) as a copy of the root's CPUs, which the kernel
-        # refuses once qrtd's isolated cpuset is cpu_exclusive.  Started
-        # first, slurmd's cpuset exists and qrtd leaves it be (it says so);
-        # CpuSpecList keeps every job's cpuset off the isolated CPUs.  The
-        # node is drained by the health check until qrtd answers.
+        # slurmd before qrtd, as a node boots: the health check drains the
+        # node until qrtd answers, then resumes it.  (With a cgroup v1
+        # isolated cpuset neither order works, hence isolation = "fence"
+        # there: see write_qrtd_config.)
         self.start_munge()
         self.start_qpu_sim()
         self.write_qrtd_config()
@@ -231,9 +232,16 @@ class Lab:
             raise RuntimeError("qpu-sim did not listen: " + self.tail("qpu-sim.out"))
 
     def write_qrtd_config(self):
+        # As `qrtd host plan --slurm` advises: on a cgroup v1 cpuset host the
+        # fence, since a v1 isolated cpuset and slurmd's cpuset exclude each
+        # other; elsewhere the best mode qrtd finds.
+        v1 = os.path.exists("/sys/fs/cgroup/cpuset/cpuset.cpus")
         with open(os.path.join(self.dir, "qrtd.toml"), "w") as f:
-            f.write(QRTD_CONFIG.format(dir=self.dir, qpus="".join(
-                QPU_CONFIG.format(i=i, dir=self.dir) for i in range(self.nqpus))))
+            f.write(QRTD_CONFIG.format(
+                dir=self.dir, isolation="fence" if v1 else "auto",
+                isolation_why="cgroup v1 cpuset host: fence (see qrtd host plan --slurm)" if v1
+                else "cgroup v2: the isolated partition",
+                qpus="".join(QPU_CONFIG.format(i=i, dir=self.dir) for i in range(self.nqpus))))
 
     def start_qrtd(self):
         cfg = os.path.join(self.dir, "qrtd.toml")
@@ -452,6 +460,12 @@ class Lab:
                 continue
         return pids
 
+    @staticmethod
+    def _qrt_cgroups():
+        base = "/sys/fs/cgroup/cpuset"
+        return {os.path.join(base, e) for e in (os.listdir(base) if os.path.isdir(base) else [])
+                if e.startswith("qrt-")}
+
     def _slurm_cgroups(self):
         found = set()
         base = "/sys/fs/cgroup"
@@ -504,6 +518,23 @@ class Lab:
                         break
                     except OSError:
                         time.sleep(0.1)
+
+    def leftover_qrt_cgroups(self):
+        """qrtd's cpusets that outlived it: its restore moves back the tasks
+        it journaled, so a task forked into qrt-housekeeping after the sweep
+        (slurmd's children here) keeps the cpuset alive past the restore.
+        Removed here once empty, and returned so the caller can say so."""
+        left = sorted(self._qrt_cgroups() - self.qrt_cgroups_before)
+        for d in left:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        return left
 
     def cleanup(self):
         if os.environ.get("QRT_SLURM_KEEP"):

@@ -82,6 +82,10 @@ TEST(slurm_plan, a_socket_elsewhere_is_passed_to_the_plugin_and_no_isolation_is_
                                   "ThreadsPerCore=1 State=UNKNOWN"));
     const std::string notes = qrt::format_slurm_plan(p);
     EXPECT_NE(notes.find("isolates no CPU"), std::string::npos) << notes;
+    EXPECT_NE(notes.find("host.isolation = \"fence\""), std::string::npos) << notes;
+    cfg.host.isolation = qrt::isolation_mode::fence;
+    const auto fenced = qrt::format_slurm_plan(qrt::plan_slurm(*topo, isolating(""), cfg, {}));
+    EXPECT_EQ(fenced.find("host.isolation"), std::string::npos) << fenced;
 }
 
 }  // namespace
