@@ -9,9 +9,11 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "base64.hpp"
 #include "connection.hpp"
+#include "place_best.hpp"
 
 struct qrt_client {
     std::unique_ptr<qrt::client::connection> conn;
@@ -344,6 +346,59 @@ int qrt_jobs_submit(qrt_client* c, uint64_t reservation_id, uint64_t fencing_tok
             return rc;
         }
         return fill_reservation(result, out, err);
+    });
+}
+
+int qrt_place_best(qrt_client* const* agents, size_t n, const qrt_slot_request* req,
+                   const char* idempotency_key, int64_t lease_ns, size_t* chosen,
+                   qrt_reservation* out, int* per_agent, qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        if (agents == nullptr || n == 0 || n > qrt::client::k_max_agents) {
+            return invalid("qrt_place_best: agents is NULL or n is not 1..16", err);
+        }
+        if (req == nullptr || req->duration_ns <= 0) {
+            return invalid("qrt_place_best: request is NULL or duration_ns <= 0", err);
+        }
+        if (idempotency_key == nullptr || idempotency_key[0] == '\0') {
+            return invalid("qrt_place_best: idempotency_key is required", err);
+        }
+        std::vector<qrt::client::connection*> conns(n, nullptr);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (agents[i] == nullptr || !agents[i]->conn) {
+                return invalid("qrt_place_best: agents[" + std::to_string(i) + "] is NULL", err);
+            }
+            conns[i] = agents[i]->conn.get();
+        }
+        json params = request_params(req);
+        params["idempotency_key"] = idempotency_key;
+        if (lease_ns > 0) {
+            params["lease_ns"] = lease_ns;
+        }
+        const qrt::client::placement p = qrt::client::place_best(conns, params);
+        const call_error* first_remote = nullptr;
+        const call_error* first_local = nullptr;
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& e = p.errors[i];
+            if (per_agent != nullptr) {
+                per_agent[i] = e ? (e->is_local() ? -(e->sys_errno > 0 ? e->sys_errno : EIO)
+                                                  : -EREMOTEIO)
+                                 : 0;
+            }
+            if (e && !e->is_local() && first_remote == nullptr) {
+                first_remote = &*e;
+            }
+            if (e && e->is_local() && first_local == nullptr) {
+                first_local = &*e;
+            }
+        }
+        if (p.chosen == qrt::client::placement::none) {
+            return report(first_remote != nullptr ? *first_remote : *first_local, err);
+        }
+        if (chosen != nullptr) {
+            *chosen = p.chosen;
+        }
+        const json& r = p.reservation.contains("gang") ? p.reservation["gang"][0] : p.reservation;
+        return fill_reservation(r, out, err);
     });
 }
 

@@ -167,6 +167,29 @@ QRT_CLIENT_API int qrt_jobs_result(qrt_client *c, uint64_t job_id, void **result
  * or the pointer is malformed.  */
 QRT_CLIENT_API int qrt_json_get(const char *json, const char *pointer, char *buf, size_t len);
 
+/* Multi-agent placement (power-of-d; qrt-fleet-sim's limited-sharing
+ * structure): every agent in agents[0..n) is asked at once to hold a slot
+ * for req (slots.reserve, the same idempotency_key on each); the hold that
+ * starts first (then ends first, then comes first in agents) is kept and
+ * the others are released.  n is 1..16.
+ *
+ * On success returns 0, *chosen (if not NULL) is the winner's index and
+ * *out its reservation (commit it with qrt_jobs_submit on agents[*chosen]).
+ * per_agent (if not NULL) receives n values: 0 for an agent that held a
+ * slot (the winner, or a loser that was released), else the negative errno
+ * its reserve failed with (an agent that is down or refuses is skipped;
+ * -ESTALE: on a retry, this agent's hold for the key was already released).
+ * When no agent holds a slot, returns the error of the first agent that
+ * answered with one (e.g. -EREMOTEIO, reason "no_fit"), else the first
+ * local error (e.g. -ECONNREFUSED).  A failed release is not an error: the
+ * loser's lease runs out by itself.  Retrying with the same key is safe:
+ * each agent returns the hold it already gave that key.
+ * Added with symbol version QRT_CLIENT_1.1 (same SOVERSION).  */
+QRT_CLIENT_API int qrt_place_best(qrt_client *const *agents, size_t n,
+                                  const qrt_slot_request *req, const char *idempotency_key,
+                                  int64_t lease_ns, size_t *chosen, qrt_reservation *out,
+                                  int *per_agent, qrt_error *err);
+
 /* Events: call qrt_call(c, "events.subscribe", ...) first.  Waits up to
  * timeout_ms (-1: forever) for the next event; returns 0 with
  * *event_json set (params of the events.event notification: seq, type,
