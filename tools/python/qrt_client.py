@@ -436,6 +436,106 @@ class Client:
             yield ev
 
 
+def _slot_span(reservation: Dict[str, Any]) -> tuple:
+    """(start_ns, end_ns) of a slots.reserve result (a gang: its first member)."""
+    m = reservation["gang"][0] if "gang" in reservation else reservation
+    return (int(m["start_ns"]), int(m["end_ns"]))
+
+
+class Placement:
+    """What place_best did: chosen (index), reservation (the winner's
+    slots.reserve result), errors (per agent: None, or the QrtError its
+    reserve failed with) and release_errors (per agent)."""
+
+    def __init__(self, n: int) -> None:
+        self.chosen: Optional[int] = None
+        self.reservation: Optional[Dict[str, Any]] = None
+        self.errors: List[Optional[QrtError]] = [None] * n
+        self.release_errors: List[Optional[QrtError]] = [None] * n
+
+
+def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
+               **request: Any) -> Placement:
+    """Multi-agent placement (power-of-d, qrt-fleet-sim's limited-sharing
+    structure): ask every agent at once to hold a slot for one request under
+    one idempotency key, keep the hold that starts first (then ends first,
+    then comes first in agents), release the others.  request: the
+    keyword arguments of Client.slots_reserve (qpus, not_before_ns,
+    deadline_ns, priority, min_fidelity, lease_ns, gang_size).
+
+    Raises the first agent's RpcError (e.g. reason "no_fit"), else the first
+    ClientError, when no agent holds a slot.  A failed release is recorded
+    in release_errors, not raised: the loser's lease runs out by itself.
+    Retrying with the same key is safe: each agent returns the same hold."""
+    if not 1 <= len(agents) <= 16:
+        raise ClientError("client_error", "place_best: 1..16 agents, got %d" % len(agents))
+    if not idempotency_key:
+        raise ClientError("client_error", "place_best: idempotency_key is required")
+    lease_ns = request.pop("lease_ns", None)
+    gang_size = request.pop("gang_size", None)
+    params = Client._request(duration_ns, request.pop("qpus", None),
+                             request.pop("not_before_ns", None), request.pop("deadline_ns", None),
+                             request.pop("priority", None), request.pop("min_fidelity", None))
+    if request:
+        raise ClientError("client_error", "place_best: unknown arguments %s" % sorted(request))
+    params["idempotency_key"] = idempotency_key
+    if lease_ns is not None:
+        params["lease_ns"] = int(lease_ns)
+    if gang_size is not None:
+        params["gang_size"] = int(gang_size)
+    out = Placement(len(agents))
+    held: List[Optional[Dict[str, Any]]] = [None] * len(agents)
+    ids: List[Optional[int]] = [None] * len(agents)
+    # Every request out first, then the replies: about one round trip.
+    for i, a in enumerate(agents):
+        req_id = a._next_id
+        a._next_id += 1
+        try:
+            a._send({"jsonrpc": "2.0", "id": req_id, "method": "slots.reserve",
+                     "params": params})
+            ids[i] = req_id
+        except QrtError as e:
+            out.errors[i] = e
+    for i, a in enumerate(agents):
+        if ids[i] is None:
+            continue
+        try:
+            held[i] = a._wait(ids[i], "slots.reserve")
+            _slot_span(held[i])  # type: ignore[arg-type]
+            # A retried key returns what it got the first time, in its
+            # current state: a released or expired hold holds nothing.
+            h = held[i]
+            state = (h["gang"][0] if "gang" in h else h).get("state")  # type: ignore[index]
+            if state not in ("held", "committed", "dispatched", "completed"):
+                out.errors[i] = ClientError("not_held", "this idempotency key's "
+                                            f"reservation is {state}")
+                held[i] = None
+        except QrtError as e:
+            out.errors[i] = e
+            held[i] = None
+        except (KeyError, TypeError, ValueError, IndexError):
+            out.errors[i] = ClientError("protocol_error",
+                                        "slots.reserve reply has no start_ns/end_ns")
+            held[i] = None
+    for i, h in enumerate(held):
+        if h is not None and (out.chosen is None or
+                              _slot_span(h) < _slot_span(held[out.chosen])):  # type: ignore
+            out.chosen = i
+    if out.chosen is None:
+        remote = [e for e in out.errors if isinstance(e, RpcError)]
+        raise remote[0] if remote else next(e for e in out.errors if e is not None)
+    for i, h in enumerate(held):
+        if h is None or i == out.chosen:
+            continue
+        m = h["gang"][0] if "gang" in h else h
+        try:
+            agents[i].slots_release(m["reservation_id"], m["fencing_token"])
+        except QrtError as e:
+            out.release_errors[i] = e
+    out.reservation = held[out.chosen]
+    return out
+
+
 def _result_of(reply: Dict[str, Any], method: str) -> Any:
     if "result" in reply:
         return reply["result"]
