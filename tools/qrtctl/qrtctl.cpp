@@ -24,6 +24,7 @@
 
 #include "base64.hpp"
 #include "connection.hpp"
+#include "place_best.hpp"
 #include "qrt/rpc/errors.hpp"
 #include "render.hpp"
 #include "units.hpp"
@@ -43,7 +44,8 @@ constexpr int exit_usage = 64;
 // Every option of every subcommand (only one subcommand runs per call).
 struct options {
     // global
-    std::string socket;
+    std::string socket;                // the first --socket
+    std::vector<std::string> sockets;  // every --socket (several: multi-agent slots reserve)
     bool json = false;
     std::string timeout = "5s";
     std::string connect_timeout = "2s";
@@ -210,6 +212,73 @@ public:
     }
 
     std::int64_t timeout_ns() const noexcept { return _timeout_ns; }
+
+    // slots reserve with several --socket: hold on every agent at once, keep
+    // the earliest start, release the others (qrt::client::place_best).
+    int place_best(const json& params) {
+        qrt::client::connect_options co;
+        co.connect_timeout = std::chrono::milliseconds(_connect_timeout_ns / 1'000'000);
+        co.call_timeout = std::chrono::milliseconds(_timeout_ns / 1'000'000);
+        std::vector<std::unique_ptr<connection>> owned(opt.sockets.size());
+        std::vector<connection*> agents(opt.sockets.size(), nullptr);
+        std::vector<std::optional<call_error>> unreachable(opt.sockets.size());
+        for (std::size_t i = 0; i < opt.sockets.size(); ++i) {
+            auto r = connection::open(opt.sockets[i], co);
+            if (auto* e = std::get_if<call_error>(&r)) {
+                unreachable[i] = *e;
+                continue;
+            }
+            owned[i] = std::move(std::get<0>(r));
+            agents[i] = owned[i].get();
+        }
+        std::vector<connection*> live;
+        std::vector<std::size_t> index;
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+            if (agents[i] != nullptr) {
+                live.push_back(agents[i]);
+                index.push_back(i);
+            }
+        }
+        const qrt::client::placement p = qrt::client::place_best(live, params);
+        std::vector<std::optional<call_error>> errors = unreachable;
+        for (std::size_t k = 0; k < index.size(); ++k) {
+            errors[index[k]] = p.errors[k];
+        }
+        for (std::size_t i = 0; i < errors.size(); ++i) {
+            if (errors[i]) {
+                _err << "qrtctl: " << opt.sockets[i] << ": slots.reserve: " << errors[i]->message
+                     << " (" << errors[i]->reason << ")\n";
+            }
+        }
+        if (p.chosen == qrt::client::placement::none) {
+            const call_error* first = nullptr;
+            for (const auto& e : errors) {
+                if (e && (first == nullptr || (first->is_local() && !e->is_local()))) {
+                    first = &*e;
+                }
+            }
+            return fail("slots.reserve", *first);
+        }
+        const std::size_t winner = index[p.chosen];
+        if (opt.json) {
+            json agents_json = json::array();
+            for (std::size_t i = 0; i < errors.size(); ++i) {
+                agents_json.push_back(json{{"socket", opt.sockets[i]},
+                                           {"held", !errors[i].has_value()},
+                                           {"reason", errors[i] ? errors[i]->reason : ""}});
+            }
+            print_json(json{{"socket", opt.sockets[winner]},
+                            {"chosen", winner},
+                            {"reservation", p.reservation},
+                            {"agents", agents_json}});
+        } else {
+            _out << "socket          " << opt.sockets[winner] << " (best of "
+                 << opt.sockets.size() << ")\n";
+            show_reserved(p.reservation);
+        }
+        return exit_ok;
+    }
+    std::function<void(const json&)> show_reserved;  // the human rendering (show_reservation)
 
 private:
     void print_error_json(const call_error& e) {
@@ -713,7 +782,9 @@ std::vector<command> commands() {
         {"slots", "reserve", "hold a slot under a lease; prints the id and fencing token",
          "  qrtctl slots reserve --duration 2ms --qpu qpu0 --idempotency-key slurm-$SLURM_JOB_ID\n"
          "  qrtctl slots reserve --duration 1ms --lease 60s --deadline +5m --json\n"
-         "  qrtctl slots reserve --duration 1ms --gang-size 2   (one start on 2 QPUs)\n",
+         "  qrtctl slots reserve --duration 1ms --gang-size 2   (one start on 2 QPUs)\n"
+         "  qrtctl -s /run/qrtd/a.sock -s /run/qrtd/b.sock slots reserve --duration 1ms -k job-7\n"
+         "      (the best of several agents: held on each, earliest start kept, others released)\n",
          [](CLI::App& app, options& o, given& g) {
              request_options(app, o, g);
              g.add("--idempotency-key", app.add_option(
@@ -740,6 +811,10 @@ std::vector<command> commands() {
              }
              if (ctx.has.has("--gang-size")) {
                  (*p)["gang_size"] = ctx.opt.gang_size;
+             }
+             if (ctx.opt.sockets.size() > 1) {
+                 ctx.show_reserved = [&](const json& r) { show_reservation(ctx, r); };
+                 return ctx.place_best(*p);
              }
              return ctx.call_and_show("slots.reserve", *p,
                                       [&](const json& r) { show_reservation(ctx, r); });
@@ -1176,8 +1251,11 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
     app.footer(main_footer());
     app.require_subcommand(1);
     app.fallthrough();
-    app.add_option("--socket,-s", opt.socket, "agent socket (default $QRT_SOCKET or " +
-                                                  qrt::client::default_socket_path() + ")")
+    app.add_option("--socket,-s", opt.sockets,
+                   "agent socket (default $QRT_SOCKET or " + qrt::client::default_socket_path() +
+                       "); give it several times to `slots reserve` on the best of several agents")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->envname("QRT_SOCKET");
     app.add_flag("--json,-j", opt.json, "print replies (and errors) as one JSON line");
     app.add_option("--timeout", opt.timeout, "per-call timeout (default 5s)");
@@ -1235,7 +1313,15 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
         err << app.help();
         return exit_usage;
     }
+    opt.socket = opt.sockets.empty() ? std::string() : opt.sockets.front();
     context ctx(opt, has, out, err);
+    if (opt.sockets.size() > qrt::client::k_max_agents) {
+        return ctx.usage("--socket is given " + std::to_string(opt.sockets.size()) +
+                         " times; at most 16 agents");
+    }
+    if (opt.sockets.size() > 1 && !(chosen->group == "slots" && chosen->name == "reserve")) {
+        return ctx.usage("several --socket are only for `slots reserve` (multi-agent placement)");
+    }
     if (auto bad = ctx.prepare()) {
         return *bad;
     }
