@@ -417,18 +417,25 @@ private:
                   1099511628211ULL;
         }
         if (gossips()) {
-            // The deciding host knows what it just booked there.
+            // The deciding host knows what it just booked there (and only that).
+            std::int64_t work = 0;
+            for (const tl::reservation& m : members) {
+                work += m.duration_ns;
+            }
             gossip_entry& e = _hosts[js.at.entry].table[h];
-            e.load = static_cast<float>(load_of(h));
+            e.load += static_cast<float>(static_cast<double>(work) / horizon_ns(h));
         }
         drain(h, now);
         return true;
     }
 
+    // A host's load as it reports it: QPU time booked and not yet done over
+    // 30 min of all its QPUs.
+    double horizon_ns(std::size_t h) const noexcept {
+        return 1800.0 * 1e9 * static_cast<double>(_hosts[h].qpus.size());
+    }
     double load_of(std::size_t h) const noexcept {
-        const host_state& hs = _hosts[h];
-        const double horizon = 1800.0 * 1e9 * static_cast<double>(hs.qpus.size());
-        return static_cast<double>(hs.booked_ns) / horizon;
+        return static_cast<double>(_hosts[h].booked_ns) / horizon_ns(h);
     }
 
     void unbook(host_state& hs, std::uint64_t id) {
@@ -550,6 +557,7 @@ private:
         req.gang_size = gang_of(j);
         std::size_t best = npos;
         double best_score = 0;
+        double best_load = 0;
         std::int64_t best_start = 0;
         for (std::size_t h = 0; h < _hosts.size(); ++h) {
             if (_hosts[h].known_down || !eligible(h, j) || excluded(j, h)) {
@@ -560,12 +568,17 @@ private:
             if (!r || r->candidates.empty()) {
                 continue;
             }
+            // Earliest start; ties (idle hosts all offer "now") go to the
+            // policy's score, then to the least loaded host.
             const tl::candidate& c = r->candidates.front();
+            const double load = load_of(h);
             if (best == npos || c.start_ns < best_start ||
-                (c.start_ns == best_start && c.score < best_score)) {
+                (c.start_ns == best_start &&
+                 (c.score < best_score || (c.score == best_score && load < best_load)))) {
                 best = h;
                 best_score = c.score;
                 best_start = c.start_ns;
+                best_load = load;
             }
         }
         js.at.decide_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
