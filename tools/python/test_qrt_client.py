@@ -277,5 +277,86 @@ class ClientUnitTest(unittest.TestCase):
         self.assertEqual(rows, qrt_client.REASONS)
 
 
+
+def holder(start_ns, rid, log, refuse=None):
+    """A fake agent that answers slots.reserve with a hold at start_ns (or
+    refuses with reason `refuse`), then answers a release if one comes."""
+    def script(conn, read):
+        req = read()
+        log.append(req)
+        if refuse is not None:
+            send(conn, {"jsonrpc": "2.0", "id": req["id"],
+                        "error": {"code": -32000, "message": "nothing fits",
+                                  "data": {"reason": refuse}}})
+        else:
+            answer(conn, req, {"reservation_id": rid, "fencing_token": rid * 10,
+                               "start_ns": start_ns, "end_ns": start_ns + 1000,
+                               "state": "held", "qpu": "qpu0"})
+        rel = read()
+        if rel is not None:
+            log.append(rel)
+            answer(conn, rel, {"reservation_id": rid, "state": "released"})
+    return script
+
+
+class PlaceBest(unittest.TestCase):
+    def agents(self, specs):
+        logs = [[] for _ in specs]
+        fakes = [FakeAgent(holder(s, i + 1, logs[i], refuse=r)) for i, (s, r) in enumerate(specs)]
+        clients = [Client(f.path, timeout=5) for f in fakes]
+
+        def done():
+            for c in clients:
+                c.close()
+            for f in fakes:
+                f.close()
+        self.addCleanup(done)
+        return clients, logs
+
+    def test_the_earliest_hold_wins_and_the_others_are_released(self):
+        clients, logs = self.agents([(300, None), (100, None), (200, None)])
+        p = qrt_client.place_best(clients, 1000, "job-1", qpus=["qpu0"], lease_ns=5)
+        self.assertEqual(p.chosen, 1)
+        self.assertEqual(p.reservation["reservation_id"], 2)
+        for log in logs:
+            self.assertEqual(log[0]["method"], "slots.reserve")
+            self.assertEqual(log[0]["params"]["idempotency_key"], "job-1")
+            self.assertEqual(log[0]["params"]["lease_ns"], 5)
+        self.assertEqual(len(logs[1]), 1, "the winner must not be released")
+        for i in (0, 2):
+            self.assertEqual(logs[i][1]["method"], "slots.release")
+            self.assertEqual(logs[i][1]["params"],
+                             {"reservation_id": i + 1, "fencing_token": (i + 1) * 10})
+
+    def test_a_tie_goes_to_the_first_agent_listed(self):
+        clients, _ = self.agents([(100, None), (100, None)])
+        self.assertEqual(qrt_client.place_best(clients, 1000, "k").chosen, 0)
+
+    def test_a_refusing_agent_is_skipped(self):
+        clients, _ = self.agents([(100, "no_fit"), (200, None)])
+        p = qrt_client.place_best(clients, 1000, "k")
+        self.assertEqual(p.chosen, 1)
+        self.assertIsInstance(p.errors[0], RpcError)
+        self.assertEqual(p.errors[0].reason, "no_fit")
+
+    def test_when_every_agent_refuses_the_first_answer_is_raised(self):
+        clients, _ = self.agents([(0, "no_fit"), (0, "invalid_argument")])
+        with self.assertRaises(RpcError) as cm:
+            qrt_client.place_best(clients, 1000, "k")
+        self.assertEqual(cm.exception.reason, "no_fit")
+
+    def test_bad_arguments_are_refused_before_sending(self):
+        with self.assertRaises(ClientError):
+            qrt_client.place_best([], 1000, "k")
+        clients, logs = self.agents([(100, None)])
+        with self.assertRaises(ClientError):
+            qrt_client.place_best(clients, 1000, "")
+        with self.assertRaises(ClientError):
+            qrt_client.place_best(clients, 1000, "k", colour="blue")
+        # Now a real call, so the fake agent's script ends.
+        self.assertEqual(qrt_client.place_best(clients, 1000, "k").chosen, 0)
+        self.assertEqual(len(logs[0]), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
