@@ -57,7 +57,7 @@ struct workload_params {
     std::size_t max_gang = 2;         // k uniform in [2, max_gang]
     double burst_factor = 3.0;        // bursty: rate in the burst state / mean rate
     double burst_fraction = 0.2;      // bursty: share of time in the burst state
-    double burst_dwell_s = 300.0;     // bursty: mean burst length
+    double burst_dwell_s = 120.0;     // bursty: mean burst length
     double drift_duration_factor = 4.0;  // drift: durations at the end / at the start
     double drift_slack_factor = 0.25;    // drift: deadline slack at the end / at the start
     double drift_gang_fraction = 0.3;    // drift: gang share at the end
