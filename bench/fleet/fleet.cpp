@@ -1231,6 +1231,7 @@ fleet_metrics simulator::figures(double wall_s) {
     std::size_t admitted_deadline = 0;
     std::size_t admitted_met = 0;
     double cost = 0;
+    double offered_ns = 0;
     std::uint64_t resched = 0;
     const double shared_msgs = static_cast<double>(_messages);
     for (std::size_t j = 0; j < _jobs.size(); ++j) {
@@ -1255,6 +1256,7 @@ fleet_metrics simulator::figures(double wall_s) {
             continue;
         }
         ++m.jobs;
+        offered_ns += work;
         cost += c;
         resched += js.reschedules;
         tenant[jb.tenant].second += work;
@@ -1279,6 +1281,7 @@ fleet_metrics simulator::figures(double wall_s) {
     m.compliance_admitted = admitted_deadline > 0 ? static_cast<double>(admitted_met) /
                                                         static_cast<double>(admitted_deadline)
                                                   : 0.0;
+    m.offered = _window_ns > 0 ? offered_ns / static_cast<double>(_window_ns) : 0;
     m.utilization = _window_ns > 0 ? static_cast<double>(_busy_ns) / static_cast<double>(_window_ns) : 0;
     const double span_h = static_cast<double>(_measure_to - _measure_from) / 3.6e12;
     m.throughput_qpu_h_per_h = span_h > 0 ? static_cast<double>(_busy_ns) / 3.6e12 / span_h : 0;

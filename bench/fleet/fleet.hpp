@@ -110,6 +110,7 @@ struct fleet_metrics {
     std::string structure;
     std::string regime;
     double load = 0;
+    double offered = 0;              // realized: measured jobs' QPU time / window time
     std::size_t hosts = 0;
     std::size_t qpus = 0;
     std::uint64_t seed = 0;

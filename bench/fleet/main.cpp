@@ -176,11 +176,25 @@ int cmd_sweep(common& c, const std::vector<std::uint64_t>& seeds, const std::vec
                 continue;
             }
             const double rel = b->mean_cost > 0 ? (m.mean_cost - b->mean_cost) / b->mean_cost : 0;
-            std::printf("  %-10s load %.2f: learned %.4f, best %s %.4f (%+.1f%%)\n", m.regime.c_str(),
-                        m.load, m.mean_cost, b->structure.c_str(), b->mean_cost, 100.0 * rel);
+            // And against limited sharing, the structure with the same information.
+            const fleet_metrics* lim = nullptr;
+            for (const fleet_metrics& x : means) {
+                if (x.structure == "limited" && x.regime == m.regime && std::abs(x.load - m.load) < 1e-9) {
+                    lim = &x;
+                }
+            }
+            const double rel_lim = lim != nullptr && lim->mean_cost > 0
+                                       ? (m.mean_cost - lim->mean_cost) / lim->mean_cost
+                                       : 0;
+            std::printf("  %-10s load %.2f: learned %.4f, best %s %.4f (%+.1f%%), limited %.4f "
+                        "(%+.1f%%)\n",
+                        m.regime.c_str(), m.load, m.mean_cost, b->structure.c_str(), b->mean_cost,
+                        100.0 * rel, lim != nullptr ? lim->mean_cost : 0.0, 100.0 * rel_lim);
             verdicts.push_back({{"regime", m.regime}, {"load", m.load},
                                 {"learned_cost", m.mean_cost}, {"best_rule", b->structure},
                                 {"best_rule_cost", b->mean_cost}, {"relative", rel},
+                                {"limited_cost", lim != nullptr ? lim->mean_cost : 0.0},
+                                {"relative_to_limited", rel_lim},
                                 {"learned_miss_rate", m.miss_rate}, {"best_miss_rate", b->miss_rate}});
         }
         r.extra["learned_vs_best_rule"] = verdicts;

@@ -13,6 +13,7 @@ nlohmann::json to_json(const fleet_metrics& m) {
     return nlohmann::json{{"structure", m.structure},
                           {"regime", m.regime},
                           {"load", m.load},
+                          {"offered", m.offered},
                           {"hosts", m.hosts},
                           {"qpus", m.qpus},
                           {"seed", m.seed},
@@ -57,7 +58,7 @@ std::vector<fleet_metrics> mean_over_seeds(const std::vector<fleet_metrics>& row
             }
             a.*f = s / n;
         };
-        for (auto f : {&fleet_metrics::miss_rate, &fleet_metrics::compliance_admitted,
+        for (auto f : {&fleet_metrics::offered, &fleet_metrics::miss_rate, &fleet_metrics::compliance_admitted,
                        &fleet_metrics::utilization, &fleet_metrics::throughput_qpu_h_per_h,
                        &fleet_metrics::response_p50_s, &fleet_metrics::response_p95_s,
                        &fleet_metrics::jain, &fleet_metrics::messages_per_job,
@@ -78,14 +79,14 @@ std::vector<fleet_metrics> mean_over_seeds(const std::vector<fleet_metrics>& row
 }
 
 std::string render_table(const std::vector<fleet_metrics>& rows) {
-    std::string s = fmt::format("{:<8} {:<10} {:>5} {:>5} {:>7} {:>6} {:>6} {:>7} {:>7} {:>5} {:>7} "
-                                "{:>8} {:>7} {:>6}\n",
-                                "struct", "regime", "hosts", "load", "jobs", "miss%", "util",
+    std::string s = fmt::format("{:<8} {:<10} {:>5} {:>5} {:>5} {:>7} {:>6} {:>6} {:>7} {:>7} {:>5} "
+                                "{:>7} {:>8} {:>7} {:>6}\n",
+                                "struct", "regime", "hosts", "load", "offer", "jobs", "miss%", "util",
                                 "p50 s", "p95 s", "jain", "msg/job", "dec ns", "resch", "cost");
     for (const fleet_metrics& m : rows) {
-        s += fmt::format("{:<8} {:<10} {:>5} {:>5.2f} {:>7} {:>6.2f} {:>6.3f} {:>7.0f} {:>7.0f} "
-                         "{:>5.3f} {:>7.1f} {:>8.0f} {:>7.3f} {:>6.3f}\n",
-                         m.structure, m.regime, m.hosts, m.load, m.jobs, 100.0 * m.miss_rate,
+        s += fmt::format("{:<8} {:<10} {:>5} {:>5.2f} {:>5.2f} {:>7} {:>6.2f} {:>6.3f} {:>7.0f} "
+                         "{:>7.0f} {:>5.3f} {:>7.1f} {:>8.0f} {:>7.3f} {:>6.3f}\n",
+                         m.structure, m.regime, m.hosts, m.load, m.offered, m.jobs, 100.0 * m.miss_rate,
                          m.utilization, m.response_p50_s, m.response_p95_s, m.jain,
                          m.messages_per_job, m.decide_ns_p50, m.reschedules_per_job, m.mean_cost);
     }

@@ -3,7 +3,7 @@
 #   bench/fleet/reproduce.sh [BUILD_DIR] [OUT_DIR]
 # 1. trains the learned actor when qrt-fleet-train was built (LibTorch),
 #    else uses the committed bench/fleet/model/actor.mlp;
-# 2. sweep: 4 structures x 3 regimes x 8 loads x seeds 1,2 on 64 hosts;
+# 2. sweep: 4 structures x 3 regimes x 8 loads x seeds 1,2,3 on 64 hosts;
 # 3. scale: 8..1024 hosts at load 0.9;
 # 4. claims: backfill+gang vs fifo, admission control.
 # Writes OUT_DIR/{train.log,sweep.txt,sweep.json,*.svg,scale.txt,scale.json,
@@ -24,7 +24,7 @@ if [ -x "$train" ] && [ "${QRT_FLEET_RETRAIN:-1}" = 1 ]; then
   tail -1 "$out/train.log"
 fi
 echo "[fleet] sweep ($(( $(date +%s) - start )) s so far)"
-"$sim" sweep --seeds 1,2 --hosts 64 --hours 2 --model "$model" --out "$out" \
+"$sim" sweep --seeds 1,2,3 --hosts 64 --hours 2 --model "$model" --out "$out" \
   > "$out/sweep.txt" 2> "$out/sweep.log"
 echo "[fleet] scale ($(( $(date +%s) - start )) s so far)"
 "$sim" scale --hosts-list 8,32,128,512,1024 --load 0.9 --model "$model" --out "$out" \
