@@ -243,6 +243,15 @@ private:
                 qp.cycles.push_back(new_cycle(qp, first));
                 extend_forecast(qp);
                 push_windows(h, q, _t0);
+                // Window time of a window already open at t0 (later ones are
+                // counted when their blackout ends).
+                for (const cycle& c : qp.cycles) {
+                    if (c.start_ns + _p.blackout_s * s_ns <= _t0) {
+                        const tl::calibration_window w = window_of(qp, c);
+                        _window_ns += overlap(w.valid_from_ns, w.valid_until_ns, _measure_from,
+                                              _measure_to);
+                    }
+                }
                 // The first blackout still to end.
                 for (const cycle& c : qp.cycles) {
                     if (c.start_ns + _p.blackout_s * s_ns > _t0) {
@@ -323,7 +332,7 @@ private:
             throw std::runtime_error("update_calibration: " + r.err().message);
         }
         if (_s == structure::central) {
-            ++_messages;  // the host tells the coordinator its new windows
+            shared_message(now);  // the host tells the coordinator its new windows
         }
         drain(h, now);
     }
@@ -336,6 +345,16 @@ private:
     std::int64_t delay() const noexcept { return secs(_p.delay_ms / 1000.0); }
     std::int64_t timeout() const noexcept { return secs(_p.timeout_ms / 1000.0); }
     std::int64_t commit_lead() const noexcept { return 4 * delay() + 1'000'000; }
+
+    // A message no single job caused (gossip, calibration reports, cancels).
+    // Per job, only those sent while jobs arrive count: the run goes on
+    // after the last arrival until every job resolved, and gossip with it.
+    void shared_message(std::int64_t now) noexcept {
+        ++_messages;
+        if (now < _w.end_ns) {
+            ++_shared_in_span;
+        }
+    }
 
     std::size_t gang_of(std::size_t j) const noexcept {
         return std::max<std::size_t>(1, _w.jobs[j].req.gang_size);
@@ -1099,7 +1118,7 @@ private:
             if (r != nullptr && r->state == tl::res_state::committed &&
                 (js.host != e.a || js.final || !js.placed)) {
                 ++_ledger_ops;
-                ++_messages;
+                shared_message(e.t);
                 (void)hs.l->cancel(_w.jobs[j].tenant, id, e.t);
                 unbook(hs, id);
             }
@@ -1126,7 +1145,7 @@ private:
         if (peer == e.a) {
             peer = (peer + 1) % _hosts.size();
         }
-        ++_messages;
+        shared_message(e.t);
         if (!_hosts[peer].up || peer == e.a) {
             return;
         }
@@ -1165,6 +1184,7 @@ private:
     std::size_t _open = 0;
     std::size_t _rejected = 0;
     std::uint64_t _messages = 0;
+    std::uint64_t _shared_in_span = 0;
     std::uint64_t _ledger_ops = 0;
     std::int64_t _busy_ns = 0;
     std::int64_t _window_ns = 0;
@@ -1232,12 +1252,13 @@ fleet_metrics simulator::figures(double wall_s) {
     std::size_t admitted_met = 0;
     double cost = 0;
     double offered_ns = 0;
+    double job_msgs = 0;
     std::uint64_t resched = 0;
-    const double shared_msgs = static_cast<double>(_messages);
     for (std::size_t j = 0; j < _jobs.size(); ++j) {
         const wb::job& jb = _w.jobs[j];
         const job_state& js = _jobs[j];
         const bool measured = jb.arrival_ns >= _measure_from;
+        job_msgs += static_cast<double>(js.messages);
         const auto work = static_cast<double>(jb.req.duration_ns * static_cast<std::int64_t>(gang_of(j)));
         const bool has_deadline = jb.req.deadline_ns > 0;
         const bool met = js.completed && (!has_deadline || js.end_ns <= jb.req.deadline_ns);
@@ -1296,7 +1317,10 @@ fleet_metrics simulator::figures(double wall_s) {
     }
     m.jain = sq > 0 ? sum * sum / (static_cast<double>(tenant.size()) * sq) : 0;
     m.messages = _messages;
-    m.messages_per_job = _jobs.empty() ? 0 : shared_msgs / static_cast<double>(_jobs.size());
+    m.messages_per_job =
+        _jobs.empty() ? 0
+                      : (job_msgs + static_cast<double>(_shared_in_span)) /
+                            static_cast<double>(_jobs.size());
     m.decide_ns_p50 = quantile(_decide_ns, 0.5);
     double dsum = 0;
     for (const double d : _decide_ns) {
