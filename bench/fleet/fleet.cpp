@@ -82,7 +82,7 @@ std::uint64_t mix64(std::uint64_t x) {
 
 enum class ev_kind : unsigned char {
     arrival,      // a = job
-    step,         // a = job, c = decision generation: the next protocol step
+    step,         // a = job, b = a protocol_step, c = decision generation
     start,        // a = host, c = reservation id, b = start time check (the ns)
     finish,       // a = host, c = reservation id, b = 1 when the endpoint stalled
     calibrate,    // a = host, b = qpu: a cycle's planned blackout end
@@ -94,6 +94,13 @@ enum class ev_kind : unsigned char {
     unstall,      // a = host, b = qpu
     gossip,       // a = host
     redecide,     // a = job, c = generation: a job lost its slot
+};
+
+// Where a decision's messages are (ev_kind::step's b).
+enum protocol_step : std::size_t {
+    step_replies = 0,   // the replies reach the decider
+    step_at_hosts = 1,  // the requests reach the hosts asked
+    step_commit = 2,    // commit and releases reach the hosts
 };
 
 struct sim_event {
@@ -149,7 +156,7 @@ struct host_state {
 struct attempt {
     std::uint64_t gen = 0;
     std::size_t tries = 0;
-    std::size_t phase = 0;  // protocol step
+    bool some_down = false;  // a host asked is down: the replies wait for the timeout
     std::vector<std::size_t> asked;     // hosts asked this try
     std::vector<std::size_t> picked_random;  // 1 when chosen at random
     std::vector<std::vector<tl::reservation>> held;  // per asked host (members), empty = refused
@@ -608,7 +615,7 @@ private:
             return;
         }
         js.at.asked = {best};
-        js.at.phase = 1;
+        js.at.some_down = false;
         send(j, best, now);
     }
 
@@ -630,7 +637,7 @@ private:
             return;
         }
         js.at.asked = {h};
-        js.at.phase = 1;
+        js.at.some_down = false;
         send(j, h, now);
     }
 
@@ -641,13 +648,13 @@ private:
         _messages += 1;
         js.messages += 1;
         if (!_hosts[h].up) {
-            schedule(now + timeout(), ev_kind::step, j, 0, js.at.gen);
+            schedule(now + timeout(), ev_kind::step, j, step_replies, js.at.gen);
             js.at.held.assign(1, {});
             return;
         }
         const std::int64_t at = now + delay();
         js.at.held.assign(1, {});
-        schedule(at, ev_kind::step, j, 1, js.at.gen);
+        schedule(at, ev_kind::step, j, step_at_hosts, js.at.gen);
     }
 
     // Limited sharing (and learned): ask d hosts, 1 at random and d-1 of the
@@ -696,7 +703,6 @@ private:
             reject(j, now);
             return;
         }
-        js.at.phase = 1;
         js.at.held.assign(js.at.asked.size(), {});
         bool any_down = false;
         for (const std::size_t h : js.at.asked) {
@@ -704,8 +710,8 @@ private:
             ++js.messages;
             any_down = any_down || !_hosts[h].up;
         }
-        schedule(now + delay(), ev_kind::step, j, 1, js.at.gen);
-        js.at.phase = any_down ? 11 : 1;  // 11: wait for the timeout after the holds
+        schedule(now + delay(), ev_kind::step, j, step_at_hosts, js.at.gen);
+        js.at.some_down = any_down;
     }
 
     // The hosts asked by job j act (reserve; for central/no-comm also commit).
@@ -778,8 +784,7 @@ private:
                 js.messages += 2;
             }
         }
-        schedule(now + delay(), ev_kind::step, j, 2, js.at.gen);
-        js.at.phase = 2;
+        schedule(now + delay(), ev_kind::step, j, step_commit, js.at.gen);
     }
 
     void commit_phase(std::size_t j, std::int64_t now) {
@@ -936,19 +941,18 @@ private:
         if (e.c != js.at.gen || js.final) {
             return;
         }
-        if (e.b == 1) {
-            // the requests reach the hosts
+        switch (e.b) {
+        case step_at_hosts: {
             host_acts(e.a, e.t);
-            const std::int64_t back = js.at.phase == 11 ? e.t - delay() + timeout() : e.t + delay();
-            schedule(back, ev_kind::step, e.a, 3, js.at.gen);
-            return;
+            // Sent one delay ago: the replies arrive one delay from now, or
+            // at the timeout when a host asked is down.
+            const std::int64_t back = js.at.some_down ? e.t - delay() + timeout() : e.t + delay();
+            schedule(back, ev_kind::step, e.a, step_replies, js.at.gen);
+            break;
         }
-        if (e.b == 0 || e.b == 3) {
-            replies(e.a, e.t);
-            return;
-        }
-        if (e.b == 2) {
-            commit_phase(e.a, e.t);
+        case step_replies: replies(e.a, e.t); break;
+        case step_commit: commit_phase(e.a, e.t); break;
+        default: break;
         }
     }
 
