@@ -19,7 +19,7 @@ QRT_PACKAGES=(
 # LibTorch (libtorch-dev, 1.13 in bookworm) builds qrt-fleet-train, the
 # trainer of qrt-fleet-sim's learned placement (bench/fleet).  It is opt-in:
 # on this 2-vCPU VM it took 1 min 57 s to install, adds 104 packages and
-# 416 MB, and its headers add about 4 min of compile, for one smoke test
+# 416 MB, and its headers add 1-4 min of compile (74 s of CPU), for one smoke test
 # (fleet_train_smoke, skipped with its reason without it) and a training
 # run that is not part of CI.  QRT_WITH_TORCH=1 installs it.
 if [ "${QRT_WITH_TORCH:-0}" = 1 ]; then
