@@ -1,5 +1,7 @@
 #include "rtcore/host_fs.hpp"
 
+#include "rtcore/unique_fd.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,104 @@
 namespace rtcore {
 
 host_fs::host_fs(std::filesystem::path root, mode m) : _root(std::move(root)), _mode(m) {}
+
+namespace {
+
+// The components of a host path; an error for "." or ".." (an alias).
+result<std::vector<std::string>> split_host_path(std::string_view host_path) {
+    std::vector<std::string> parts;
+    std::size_t pos = 0;
+    while (pos < host_path.size()) {
+        const auto slash = host_path.find('/', pos);
+        const auto part = host_path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos);
+        if (part == "." || part == "..") {
+            return error::invalid(std::string(host_path) + ": \".\" and \"..\" are not allowed in a host path");
+        }
+        if (!part.empty()) {
+            parts.emplace_back(part);
+        }
+        if (slash == std::string_view::npos) {
+            break;
+        }
+        pos = slash + 1;
+    }
+    if (parts.empty()) {
+        return error::invalid("\"" + std::string(host_path) + "\" names no file");
+    }
+    return parts;
+}
+
+std::string prefix_of(const std::vector<std::string>& parts, std::size_t n) {
+    std::string out;
+    for (std::size_t i = 0; i < n; ++i) {
+        out += "/" + parts[i];
+    }
+    return out;
+}
+
+// Why component `name` (host path `at`) under dirfd could not be opened as a
+// directory: a symlink is named as such.
+error component_error(int dirfd, const std::string& name, const std::string& at, int err, std::string_view whole) {
+    struct stat st {};
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        return error{ELOOP, std::string(whole) + ": " + at + " is a symlink; refused (qrtd never writes through one)"};
+    }
+    return error::from_errno(err, "open " + std::string(whole));
+}
+
+}  // namespace
+
+result<std::pair<int, std::string>> host_fs::open_parent(std::string_view host_path) const {
+    auto parts = split_host_path(host_path);
+    if (!parts) {
+        return parts.err();
+    }
+    unique_fd cur(::open(_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!cur) {
+        const int err = errno;
+        return error::from_errno(err, "open " + _root.string());
+    }
+    for (std::size_t i = 0; i + 1 < parts->size(); ++i) {
+        unique_fd next(::openat(cur.get(), (*parts)[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!next) {
+            const int err = errno;
+            return component_error(cur.get(), (*parts)[i], prefix_of(*parts, i + 1), err, host_path);
+        }
+        cur = std::move(next);
+    }
+    return std::pair<int, std::string>(cur.release(), parts->back());
+}
+
+status host_fs::check_no_symlinks(std::string_view host_path) const {
+    auto parts = split_host_path(host_path);
+    if (!parts) {
+        return parts.err();
+    }
+    unique_fd cur(::open(_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!cur) {
+        const int err = errno;
+        return error::from_errno(err, "open " + _root.string());
+    }
+    for (std::size_t i = 0; i < parts->size(); ++i) {
+        struct stat st {};
+        if (::fstatat(cur.get(), (*parts)[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            return ok();  // missing: nothing there to follow
+        }
+        if (S_ISLNK(st.st_mode)) {
+            return error{ELOOP, std::string(host_path) + ": " + prefix_of(*parts, i + 1) +
+                                    " is a symlink; refused (qrtd never writes through one)"};
+        }
+        if (!S_ISDIR(st.st_mode) || i + 1 == parts->size()) {
+            return ok();
+        }
+        unique_fd next(::openat(cur.get(), (*parts)[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!next) {
+            return ok();
+        }
+        cur = std::move(next);
+    }
+    return ok();
+}
 
 std::filesystem::path host_fs::resolve(std::string_view host_path) const {
     std::string_view rel = host_path;
@@ -91,20 +191,28 @@ status host_fs::write(std::string_view host_path, std::string_view data) {
         _planned.push_back({std::string(host_path), std::string(data)});
         return ok();
     }
-    const auto p = resolve(host_path);
+    auto parent = open_parent(host_path);
+    if (!parent) {
+        return parent.err();
+    }
+    const unique_fd dir(parent->first);
     // O_TRUNC matters for fake trees (regular files); procfs and sysfs ignore it.
-    const int fd = ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-    if (fd < 0) {
-        return error::from_errno("open " + std::string(host_path));
+    unique_fd fd(::openat(dir.get(), parent->second.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) {
+        const int err = errno;
+        if (err == ELOOP) {
+            return error{ELOOP, "open " + std::string(host_path) + ": a symlink; refused (qrtd never writes through one)"};
+        }
+        return error::from_errno(err, "open " + std::string(host_path));
     }
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    const int e = errno;
+    const ssize_t n = ::write(fd.get(), data.data(), data.size());
     if (n < 0) {
-        ::close(fd);
-        return error::from_errno(e, "write " + std::string(host_path));
+        const int err = errno;
+        return error::from_errno(err, "write " + std::string(host_path));
     }
-    if (::close(fd) < 0) {
-        return error::from_errno("close " + std::string(host_path));
+    if (::close(fd.release()) < 0) {
+        const int err = errno;
+        return error::from_errno(err, "close " + std::string(host_path));
     }
     if (static_cast<std::size_t>(n) != data.size()) {
         return error{EIO, "write " + std::string(host_path) + ": short write"};
@@ -117,8 +225,14 @@ status host_fs::make_dir(std::string_view host_path) {
         _planned.push_back({std::string(host_path), "<mkdir>"});
         return ok();
     }
-    if (::mkdir(resolve(host_path).c_str(), 0755) < 0 && errno != EEXIST) {
-        return error::from_errno("mkdir " + std::string(host_path));
+    auto parent = open_parent(host_path);
+    if (!parent) {
+        return parent.err();
+    }
+    const unique_fd dir(parent->first);
+    if (::mkdirat(dir.get(), parent->second.c_str(), 0755) < 0 && errno != EEXIST) {
+        const int err = errno;
+        return error::from_errno(err, "mkdir " + std::string(host_path));
     }
     return ok();
 }
@@ -128,8 +242,17 @@ status host_fs::remove_dir(std::string_view host_path) {
         _planned.push_back({std::string(host_path), "<rmdir>"});
         return ok();
     }
-    if (::rmdir(resolve(host_path).c_str()) < 0 && errno != ENOENT) {
-        return error::from_errno("rmdir " + std::string(host_path));
+    auto parent = open_parent(host_path);
+    if (!parent) {
+        if (parent.err().code == ENOENT) {
+            return ok();
+        }
+        return parent.err();
+    }
+    const unique_fd dir(parent->first);
+    if (::unlinkat(dir.get(), parent->second.c_str(), AT_REMOVEDIR) < 0 && errno != ENOENT) {
+        const int err = errno;
+        return error::from_errno(err, "rmdir " + std::string(host_path));
     }
     return ok();
 }

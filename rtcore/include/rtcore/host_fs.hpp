@@ -10,11 +10,17 @@
 //                                 (used by `qrtd host plan` and --dry-run).
 // Tests can also inject a failing errno for a path, to stand for a managed IRQ
 // (EIO) or a read-only /proc (EROFS), which a fake tree cannot produce itself.
+//
+// Writes, mkdir and rmdir never follow a symlink below the root: the path is
+// walked one component at a time with O_NOFOLLOW, and a symlink anywhere in
+// it is an error (ELOOP) naming it.  The kernel files qrtd writes have none,
+// so the path a caller checked (the restore allow-list) is the file written.
 
 #include <filesystem>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rtcore/error.hpp"
@@ -48,6 +54,10 @@ public:
     // Names of the entries of a directory, sorted, without "." and "..".
     result<std::vector<std::string>> list(std::string_view host_path) const;
 
+    // ok when no component of host_path below the root is a symlink (a
+    // missing component ends the walk: nothing there to follow).
+    status check_no_symlinks(std::string_view host_path) const;
+
     // One write(2) of data, as echo does; in dry-run mode only recorded.
     status write(std::string_view host_path, std::string_view data);
     status make_dir(std::string_view host_path);
@@ -59,6 +69,10 @@ public:
     void inject_write_error(std::string host_path, int errnum);
 
 private:
+    // The directory holding host_path's last component, opened without
+    // following a symlink below the root; second: that last component.
+    result<std::pair<int, std::string>> open_parent(std::string_view host_path) const;
+
     std::filesystem::path _root;
     mode _mode;
     std::vector<planned_write> _planned;
