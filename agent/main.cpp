@@ -30,10 +30,14 @@ EXAMPLES
   qrtd host plan --slurm                  slurm.conf/cgroup.conf/gres.conf lines for this node
   qrtd host apply && qrtd host verify     apply the partition, then check it
   qrtd host restore                       put back every value apply changed
+                                          (waits for a restore helper still at work)
   qrtd run -c /usr/share/qrtd/demo.toml --state-dir /tmp/q --duration-s 5
-                                          apply, run 5 s, restore (as root)
+                                          apply, drop to agent.user, run 5 s,
+                                          restore (as root)
   qrtd host plan --root tests/data/trees/vm2-v1 --json
                                           plan against a fake /proc,/sys tree
+  qrtd host apply --root /tmp/tree --journal-dir /tmp/j --state-dir /tmp/s
+                                          apply to a copy of a fake tree
 
 See qrtd(8) and qrtd.toml(5).)";
 
@@ -41,6 +45,7 @@ struct globals {
     std::string config_path = QRT_DEFAULT_CONFIG_PATH;
     std::string root = "/";
     std::string state_dir;
+    std::string journal_dir;
     std::string log_level;
     std::string topology;
     bool json = false;
@@ -68,6 +73,9 @@ std::optional<qrt::config> load(const globals& g, bool quiet_errors = false) {
     if (!g.state_dir.empty()) {
         res.cfg.agent.state_dir = g.state_dir;
     }
+    if (!g.journal_dir.empty()) {
+        res.cfg.host.journal_dir = g.journal_dir;
+    }
     if (!g.log_level.empty()) {
         res.cfg.agent.level = *qrt::enum_from_string<qrt::log_level>(g.log_level);
     }
@@ -78,6 +86,8 @@ qrt::host_context context(const globals& g, const qrt::config& cfg) {
     qrt::host_context ctx;
     ctx.root = g.root;
     ctx.state_dir = cfg.agent.state_dir;
+    ctx.journal_dir = cfg.host.journal_dir;
+    ctx.lock_wait = std::chrono::seconds(cfg.host.lock_wait_s);
     ctx.dry_run = g.dry_run;
     ctx.json = g.json;
     ctx.slurm = g.slurm;
@@ -134,7 +144,9 @@ int main(int argc, char** argv) {
     app.add_option("--root", g.root,
                    "Root prefix for /proc, /sys and /dev (a fake tree, for tests)")
         ->capture_default_str();
-    app.add_option("--state-dir", g.state_dir, "Restore journal directory (overrides agent.state_dir)");
+    app.add_option("--state-dir", g.state_dir, "The daemon's state directory (overrides agent.state_dir)");
+    app.add_option("--journal-dir", g.journal_dir,
+                   "Root-owned restore journal directory (overrides host.journal_dir)");
     app.add_option("--log-level", g.log_level, "Overrides agent.log_level")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
 
@@ -196,6 +208,9 @@ int main(int argc, char** argv) {
         if (!g.state_dir.empty()) {
             ro.state_dir = g.state_dir;
         }
+        if (!g.journal_dir.empty()) {
+            ro.journal_dir = g.journal_dir;
+        }
         if (!g.log_level.empty()) {
             ro.level = *qrt::enum_from_string<qrt::log_level>(g.log_level);
         }
@@ -206,23 +221,26 @@ int main(int argc, char** argv) {
         qrt::daemon d(std::move(ro));
         return static_cast<int>(d.run());
     }
+    if (auto why = qrt::journal_dir_apart(g.journal_dir, g.state_dir)) {
+        std::cerr << "qrtd: --journal-dir: " << *why << '\n';
+        return static_cast<int>(qrt::exit_code::usage);
+    }
     if (restore->parsed()) {
         // restore must work with a broken or missing config: it only needs
-        // the state directory.
-        std::string state_dir = g.state_dir;
-        if (state_dir.empty()) {
-            if (auto cfg = load(g, true)) {
-                state_dir = cfg->agent.state_dir;
-            } else {
-                state_dir = QRT_DEFAULT_STATE_DIR;
-                qrt::log::warn("config", "{} does not load; restoring from the default state "
-                                         "directory {}",
-                               g.config_path, state_dir);
-            }
-        }
+        // the journal directory (and the state directory for the summary).
         qrt::host_context ctx;
         ctx.root = g.root;
-        ctx.state_dir = state_dir;
+        if (auto cfg = load(g, true)) {
+            ctx.state_dir = cfg->agent.state_dir;
+            ctx.journal_dir = cfg->host.journal_dir;
+            ctx.lock_wait = std::chrono::seconds(cfg->host.lock_wait_s);
+        } else {
+            ctx.state_dir = g.state_dir.empty() ? QRT_DEFAULT_STATE_DIR : g.state_dir;
+            ctx.journal_dir = g.journal_dir.empty() ? QRT_DEFAULT_JOURNAL_DIR : g.journal_dir;
+            ctx.lock_wait = std::chrono::seconds(qrt::default_config().host.lock_wait_s);
+            qrt::log::warn("config", "{} does not load; restoring from {} with the default settings",
+                           g.config_path, ctx.journal_dir.string());
+        }
         ctx.dry_run = g.dry_run;
         ctx.json = g.json;
         return static_cast<int>(qrt::host_restore(ctx, std::cout));

@@ -111,9 +111,8 @@ result<irq_state> read_irq(const host_fs& fs, unsigned irq) {
 std::set<unsigned> managed_in(const restore_journal& j) {
     std::set<unsigned> out;
     for (const auto& r : j.records()) {
-        unsigned n = 0;
-        if (r.kind == "managed" && !r.fields.empty() && to_unsigned(r.fields[0], n)) {
-            out.insert(n);
+        if (const auto* m = std::get_if<rec::managed>(&r)) {
+            out.insert(m->irq);
         }
     }
     return out;
@@ -135,7 +134,7 @@ result<irq_outcome> write_irq(host_fs& fs, restore_journal& journal, unsigned ir
             o.act = irq_outcome::action::managed;
             o.after = before;
             o.detail = st.err().message + " (kernel-managed IRQ; recorded, not retried)";
-            if (auto a = journal.append(journal_record{"managed", {std::to_string(irq)}}); !a) {
+            if (auto a = journal.append(rec::managed{irq}); !a) {
                 return a.err();
             }
             return o;
@@ -487,11 +486,12 @@ result<irq_report> pin_irqs(host_fs& fs, restore_journal& journal, const cpu_set
 }
 
 result<irq_report> verify_irqs(host_fs& fs, restore_journal& journal, const cpu_set& isolated,
-                               const cpu_set& housekeeping) {
+                               const cpu_set& housekeeping, bool repin_despite_irqbalance) {
     irq_report rep;
     rep.irqbalance = probe_irqbalance(fs, isolated);
-    const bool irqbalance_fights = rep.irqbalance.st == irqbalance_status::state::needs_restart ||
-                                   rep.irqbalance.st == irqbalance_status::state::not_configured;
+    const bool irqbalance_fights = !repin_despite_irqbalance &&
+                                   (rep.irqbalance.st == irqbalance_status::state::needs_restart ||
+                                    rep.irqbalance.st == irqbalance_status::state::not_configured);
     auto irqs = list_irqs(fs);
     if (!irqs) {
         return irqs.err();
@@ -500,8 +500,8 @@ result<irq_report> verify_irqs(host_fs& fs, restore_journal& journal, const cpu_
     const auto managed = managed_in(journal);
     std::set<unsigned> known;
     for (const auto& r : journal.records()) {
-        if (r.kind == "file" && !r.fields.empty()) {
-            if (auto n = irq_of_path(r.fields[0])) {
+        if (const auto* f = std::get_if<rec::file>(&r)) {
+            if (auto n = irq_of_path(f->path)) {
                 known.insert(*n);
             }
         }

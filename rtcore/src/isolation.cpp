@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <set>
 
+#include "rtcore/journal_undo.hpp"
+
 namespace rtcore {
 
 namespace {
@@ -80,7 +82,7 @@ status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         return sub.err();
     }
     if (!has_token(*sub, "cpuset")) {
-        if (auto st = journal.append(journal_record{"ctl", {subtree, "cpuset"}}); !st) {
+        if (auto st = journal.append(rec::ctl{subtree, "cpuset"}); !st) {
             return st;
         }
         if (auto st = write_checked(fs, subtree, "+cpuset", rep.lines); !st) {
@@ -88,7 +90,7 @@ status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         }
     }
     const std::string dir = join(m.v2_root, opts.cgroup_prefix + "-isolated");
-    if (auto st = journal.append(journal_record{"mkcg", {dir, m.v2_root}}); !st) {
+    if (auto st = journal.append(rec::mkcg{dir, m.v2_root}); !st) {
         return st;
     }
     if (auto st = tasks.make_cgroup(fs, dir); !st) {
@@ -169,8 +171,7 @@ status sweep_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const st
                 continue;
             }
             if (!journal.has_task(tid)) {
-                recs.push_back(journal_record{
-                    "cg", {std::to_string(tid), std::to_string(t->start_ticks), root, aff->to_list()}});
+                recs.emplace_back(rec::cg{tid, t->start_ticks, root, *aff});
             }
             todo.emplace_back(std::move(*t), *aff);
         }
@@ -236,7 +237,7 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         }
     }
 
-    if (auto st = journal.append(journal_record{"mkcg", {hk_dir, root}}); !st) {
+    if (auto st = journal.append(rec::mkcg{hk_dir, root}); !st) {
         return st;
     }
     if (auto st = tasks.make_cgroup(fs, hk_dir); !st) {
@@ -250,7 +251,7 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         return st;
     }
 
-    if (auto st = journal.append(journal_record{"mkcg", {iso_dir, root}}); !st) {
+    if (auto st = journal.append(rec::mkcg{iso_dir, root}); !st) {
         return st;
     }
     if (auto st = tasks.make_cgroup(fs, iso_dir); !st) {
@@ -326,8 +327,7 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
             to = housekeeping;
         }
         if (!journal.has_task(t.tid)) {
-            recs.push_back(journal_record{"aff", {std::to_string(t.tid), std::to_string(t.start_ticks),
-                                                  aff->to_list(), to.to_list()}});
+            recs.emplace_back(rec::aff{t.tid, t.start_ticks, *aff, to});
         }
         todo.push_back(change{t, *aff, to});
     }
@@ -377,26 +377,6 @@ status apply_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
 }
 
 }  // namespace
-
-const char* to_string(isolation_method m) {
-    switch (m) {
-        case isolation_method::none: return "none";
-        case isolation_method::cgroup_v2_partition: return "cgroup-v2-partition";
-        case isolation_method::cgroup_v1_cpuset: return "cgroup-v1-cpuset";
-        case isolation_method::affinity_fence: return "affinity-fence";
-    }
-    return "?";
-}
-
-std::optional<isolation_method> parse_isolation_method(std::string_view name) {
-    for (auto m : {isolation_method::none, isolation_method::cgroup_v2_partition, isolation_method::cgroup_v1_cpuset,
-                   isolation_method::affinity_fence}) {
-        if (name == to_string(m)) {
-            return m;
-        }
-    }
-    return std::nullopt;
-}
 
 cgroup_mounts find_cgroup_mounts(const host_fs& fs) {
     cgroup_mounts m;
@@ -507,7 +487,7 @@ result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_j
             rep.not_used.push_back(std::string(to_string(m)) + ": tried and unwound: " + reason);
             continue;
         }
-        if (auto a = journal.append(journal_record{"method", {to_string(m)}}); !a) {
+        if (auto a = journal.append(rec::method{m}); !a) {
             return a.err();
         }
         attempt.method = m;

@@ -135,6 +135,8 @@ struct host_config {
     isolation_mode isolation = isolation_mode::automatic;
     bool pin_irqs = true;
     unsigned irq_verify_interval_s = 0;   // 0: never re-verify
+    std::string journal_dir;              // root-owned: what root replays
+    unsigned lock_wait_s = 0;             // wait for the host lock
     std::string locality_device;          // PCI bus id or interface; "" none
     bool operator==(const host_config&) const = default;
 };
@@ -275,5 +277,10 @@ std::string reference_roff();
 // The configuration as JSON, one member per section, keyed like the TOML
 // (for `qrtd check-config --json`).
 nlohmann::json config_to_json(const config& cfg);
+
+// Why the journal directory may not be where it is relative to the state
+// directory (the same, or inside it: the daemon's user could rename it
+// away), or nullopt.  Lexical; also used for --journal-dir/--state-dir.
+std::optional<std::string> journal_dir_apart(const std::string& journal_dir, const std::string& state_dir);
 
 }  // namespace qrt

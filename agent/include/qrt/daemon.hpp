@@ -23,6 +23,7 @@ struct run_options {
     std::filesystem::path config_path = QRT_DEFAULT_CONFIG_PATH;
     std::filesystem::path root = "/";                      // host_fs root (--root)
     std::optional<std::filesystem::path> state_dir;        // overrides agent.state_dir
+    std::optional<std::filesystem::path> journal_dir;      // overrides host.journal_dir
     std::optional<log_level> level;                        // overrides agent.log_level
     std::string topology;                                  // see host_context::topology
     std::optional<std::chrono::seconds> duration;          // --duration-s: stop by itself

@@ -1,17 +1,28 @@
 #pragma once
 // `qrtd host plan|apply|restore|verify` and the pieces `qrtd run` shares with
 // them: reading the host's online CPUs, loading the topology, turning the
-// config into a partition plan and apply options.
+// config into a partition plan and apply options, opening the root-owned
+// journal directory with its lock, and the partition summary root leaves for
+// the unprivileged daemon.
 //
 // Commands write their result (text or JSON) to `out` and log problems; they
 // return an exit_code and never exit.  Everything reaches the host through
 // rtcore::host_fs rooted at host_context::root, so they run unchanged on fake
 // trees (--root) and, with dry_run, only list the writes they would make.
+//
+// The root boundary (qrtd(8), THE ROOT BOUNDARY): what a root helper reads or
+// replays lives in host_context::journal_dir (root:root 0700), opened and
+// checked by rtcore::journal_dir.  Root writes one file into the daemon's
+// state directory, the partition summary, and never reads it back.
 
+#include <chrono>
 #include <filesystem>
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "qrt/config.hpp"
 #include "rtcore/cpu_set.hpp"
@@ -19,6 +30,8 @@
 #include "rtcore/host_fs.hpp"
 #include "rtcore/host_partition.hpp"
 #include "rtcore/partition_plan.hpp"
+#include "rtcore/restore_journal.hpp"
+#include "rtcore/secure_dir.hpp"
 #include "rtcore/topology.hpp"
 
 namespace qrt {
@@ -32,7 +45,9 @@ enum class exit_code : int {
 
 struct host_context {
     std::filesystem::path root = "/";   // host_fs root (--root)
-    std::filesystem::path state_dir;    // restore journal directory
+    std::filesystem::path state_dir;    // the daemon's state (partition summary goes there)
+    std::filesystem::path journal_dir;  // root-owned: journal, host lock, restore report
+    std::chrono::seconds lock_wait{30}; // host.lock_wait_s
     bool dry_run = false;
     bool json = false;
     // host plan: print the Slurm configuration lines (slurm_plan.hpp).
@@ -55,24 +70,45 @@ rtcore::result<rtcore::topology> load_topology(const host_context& ctx, const rt
 rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore::topology& topo);
 rtcore::host_partition::apply_options apply_options_for(const config& cfg);
 
-// ok when state_dir is a directory; otherwise an error saying how to get one.
-rtcore::status check_state_dir(const std::filesystem::path& state_dir);
+// The journal directory for a command that changes the host: checked,
+// created when missing (create), and locked, waiting up to ctx.lock_wait
+// with progress on stderr.  holder names this process for waiters ("qrtd
+// host apply"; the pid is added).  Errors carry the fix.
+rtcore::result<rtcore::journal_dir> open_journal_dir(const host_context& ctx, const std::string& holder,
+                                                     bool create);
+// For a dry run: the directory checked but not locked, or nullopt when it
+// does not exist yet.
+rtcore::result<std::optional<rtcore::journal_dir>> open_journal_dir_read_only(const host_context& ctx);
 
-// Exclusive lock on <state_dir>/qrtd.lock, so one qrtd at a time changes
-// the host.  Released when the object dies (or the process does).
-class state_dir_lock {
-public:
-    static rtcore::result<state_dir_lock> acquire(const std::filesystem::path& state_dir);
-    state_dir_lock(state_dir_lock&& o) noexcept : _fd(o._fd) { o._fd = -1; }
-    state_dir_lock& operator=(state_dir_lock&& o) noexcept;
-    state_dir_lock(const state_dir_lock&) = delete;
-    state_dir_lock& operator=(const state_dir_lock&) = delete;
-    ~state_dir_lock();
-
-private:
-    explicit state_dir_lock(int fd) : _fd(fd) {}
-    int _fd = -1;
+// The daemon's state directory, checked (no symlink in its path), and its
+// single-instance lock (<state_dir>/qrtd.lock, never waited for).
+struct state_dir_lock {
+    rtcore::secure_dir dir;
+    rtcore::dir_lock lock;
 };
+rtcore::result<state_dir_lock> lock_state_dir(const std::filesystem::path& state_dir);
+
+// ---- what root leaves for the daemon --------------------------------------
+
+// <state_dir>/host-partition.json: written by root (0644, replaced
+// atomically, never through a symlink) after apply, removed after restore;
+// the unprivileged daemon reads it for agent.status.  Root never reads it.
+inline constexpr const char* partition_summary_name = "host-partition.json";
+nlohmann::json partition_summary(const rtcore::host_partition::apply_report& rep, const std::string& boot_id,
+                                 const std::string& applied_by);
+// Best effort: a missing state directory is a note, not an error.
+void write_partition_summary(const std::filesystem::path& state_dir, const nlohmann::json& summary);
+void remove_partition_summary(const std::filesystem::path& state_dir);
+// The summary, when there is one for this boot (boot_id matches).
+std::optional<nlohmann::json> read_partition_summary(const std::filesystem::path& state_dir,
+                                                     const std::string& boot_id);
+
+// The restore report root keeps in the journal directory (who restored
+// what, when), written after every restore that found a journal.
+void write_restore_report(const rtcore::journal_dir& dir, const std::string& who, const std::string& boot_id,
+                          const rtcore::host_partition::restore_report& rep);
+// Its first lines, for "nothing to restore: the last restore was ...".
+std::vector<std::string> last_restore_lines(const rtcore::journal_dir& dir);
 
 // The commands.  cfg is validated.  `out` gets the report (JSON with ctx.json).
 exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& out);

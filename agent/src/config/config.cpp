@@ -433,6 +433,10 @@ private:
                               t.default_lease_ns, t.horizon_ns));
         }
 
+        if (auto why = journal_dir_apart(_cfg.host.journal_dir, _cfg.agent.state_dir)) {
+            error(line("host.journal_dir", "agent.state_dir"), "host.journal_dir", *why);
+        }
+
         const auto& iso = _cfg.host.isolated_cpus;
         const unsigned iso_line = line("host.isolated_cpus");
         if (iso && _opts.online_cpus) {
@@ -581,6 +585,29 @@ std::string roff_escape(std::string_view text) {
 }
 
 }  // namespace
+
+std::optional<std::string> journal_dir_apart(const std::string& journal_dir, const std::string& state_dir) {
+    if (journal_dir.empty() || state_dir.empty()) {
+        return std::nullopt;
+    }
+    const auto norm = [](const std::string& p) {
+        std::string s = std::filesystem::path(p).lexically_normal().string();
+        while (s.size() > 1 && s.back() == '/') {
+            s.pop_back();
+        }
+        return s;
+    };
+    const std::string j = norm(journal_dir);
+    const std::string st = norm(state_dir);
+    if (j == st || (j.size() > st.size() && j.compare(0, st.size(), st) == 0 && j[st.size()] == '/')) {
+        return fmt::format("host.journal_dir = \"{}\" is {} agent.state_dir = \"{}\", which the daemon's user "
+                           "owns: it could rename the journal away and plant another for root to replay; use a "
+                           "root-owned directory of its own (default {})",
+                           journal_dir, j == st ? "the same directory as" : "inside", state_dir,
+                           QRT_DEFAULT_JOURNAL_DIR);
+    }
+    return std::nullopt;
+}
 
 std::string config_diagnostic::to_string() const {
     if (line == 0) {

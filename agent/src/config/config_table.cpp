@@ -223,9 +223,11 @@ std::vector<config_option> build_table() {
         // ---------------------------------------------------------------- agent
         {.section = "agent", .key = "state_dir", .kind = k::string,
          .default_value = std::string(QRT_DEFAULT_STATE_DIR),
-         .meaning = "Directory for the restore journal of the host partition and the durable "
-                    "reservation ledger.  It must exist and be writable; systemd creates it "
-                    "(StateDirectory=qrtd).",
+         .meaning = "The daemon's own state: the durable reservation ledger, its single-instance "
+                    "lock, and a read-only summary of the host partition that root writes for "
+                    "agent.status.  systemd creates it (StateDirectory=qrtd); `qrtd run` started as "
+                    "root creates it when missing.  Nothing in it is ever replayed by root; the "
+                    "restore journal lives in host.journal_dir.",
          .check = check_absolute_path, QRT_FIELD(agent, state_dir)},
         {.section = "agent", .key = "log_level", .kind = k::enumeration,
          .default_value = std::string("info"), .allowed = names_of<log_level>(),
@@ -270,6 +272,21 @@ std::vector<config_option> build_table() {
          .meaning = "Seconds between checks that re-pin IRQs which drifted or appeared after "
                     "start (hot-plugged devices, drivers loaded later).  0 disables them.",
          QRT_FIELD(host, irq_verify_interval_s)},
+        {.section = "host", .key = "journal_dir", .kind = k::string,
+         .default_value = std::string(QRT_DEFAULT_JOURNAL_DIR),
+         .meaning = "Root-owned directory (root:root 0700; tmpfiles.d and `qrtd host apply` create "
+                    "it) of everything the root helpers read or replay: the restore journal, "
+                    "journals of earlier boots, the host lock and the report of the last restore.  "
+                    "It must not be inside agent.state_dir, and every parent must be owned by root "
+                    "and not writable by others; a wrong owner or mode is refused.  A journal is "
+                    "at most 64 MiB with lines of at most 64 KiB.",
+         .check = check_absolute_path, QRT_FIELD(host, journal_dir)},
+        {.section = "host", .key = "lock_wait_s", .kind = k::integer,
+         .default_value = std::int64_t{30}, .min = 0, .max = 3600,
+         .meaning = "Seconds a host command, or `qrtd run` as root, waits for the host lock held by "
+                    "another qrtd (the restore helper of a daemon that was just killed, say), "
+                    "reporting progress every 2 s.  0: fail at once.",
+         QRT_FIELD(host, lock_wait_s)},
         {.section = "host", .key = "locality_device", .kind = k::string,
          .default_value = std::string(""),
          .meaning = "PCI bus id (\"0000:3b:00.0\") or network interface (\"eth1\") that the "

@@ -3,12 +3,14 @@
 #include "qrt/daemon.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -22,12 +24,18 @@
 #include "services.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/kernel_probe.hpp"
-#include "rtcore/restore_journal.hpp"
+#include "rtcore/secure_dir.hpp"
 #include "rtcore/task_ops.hpp"
 #include "rtcore/unique_fd.hpp"
 
 namespace qrt {
 namespace {
+
+using rtcore::unique_fd;
+
+// The capabilities `qrtd run` keeps: SCHED_FIFO and affinity, mlockall, and
+// the eBPF probes.
+constexpr rtcore::capability kept_caps[] = {CAP_SYS_NICE, CAP_IPC_LOCK, CAP_BPF, CAP_PERFMON};
 
 // Blocks the shutdown signals in this thread (and so in every thread created
 // later) for as long as it lives; they are read from a signalfd instead.
@@ -50,38 +58,51 @@ private:
     sigset_t _old{};
 };
 
-using rtcore::unique_fd;
+// What the restore helper needs, copied before the fork.
+struct helper_settings {
+    std::filesystem::path root;
+    std::filesystem::path state_dir;
+    rtcore::host_partition::apply_options opts;
+    unsigned verify_interval_s = 0;  // re-pin drifted IRQs this often (0: never)
+};
 
-// The host partition this process applied, and the privileged helper that
-// restores it.
+// The host partition this process owns, and the root helper that restores
+// it.
 //
-// Restoring needs more than the capabilities `qrtd run` keeps (rmdir of a
-// cgroup v1 cpuset fails without CAP_SYS_ADMIN, for one), so right after the
-// apply, while still root and single-threaded, the daemon forks a helper
-// that keeps root's capabilities and does nothing but wait on a pipe.  When
-// the pipe closes -- restore() at shutdown, an early return, or the daemon
-// dying by SIGKILL -- the helper restores from the journal and exits 0 when
-// everything was put back.  It inherits the blocked signals (a terminal's
-// Ctrl-C does not kill it before it has restored) and the state-dir lock
-// (no other qrtd changes the host until it is done).
+// Restoring needs root (rmdir of a cgroup v1 cpuset needs CAP_SYS_ADMIN, and
+// the journal directory is root's), and `qrtd run` drops its capabilities, so
+// right after the apply, while still root and single-threaded, the daemon
+// forks a helper that keeps root and does nothing but wait on a pipe: it
+// inherits the journal directory and its lock (so no other qrtd changes the
+// host until it is done, and a command that wants the lock waits for it),
+// and the daemon closes its own copies.  Every irq_verify_interval_s it
+// re-pins IRQs that drifted.  When the pipe closes -- restore() at shutdown,
+// an early return, or the daemon dying by SIGKILL -- it restores from the
+// journal, leaves a report of what it restored in the journal directory,
+// removes the partition summary, and exits 0 when everything was put back.
+// It reads nothing the daemon's user can write.  It inherits the blocked
+// signals (a terminal's Ctrl-C does not kill it before it has restored).
 class owned_partition {
 public:
-    owned_partition(std::filesystem::path root, std::filesystem::path state_dir)
-        : _root(std::move(root)), _state_dir(std::move(state_dir)) {}
     ~owned_partition() {
         if (_pid > 0) {
             (void)restore();
         }
     }
+    owned_partition() = default;
     owned_partition(const owned_partition&) = delete;
     owned_partition& operator=(const owned_partition&) = delete;
 
     // Call right after a successful apply, before dropping capabilities.
-    rtcore::status start_restorer() {
+    // dir is released here (the helper keeps it); close_in_child are fds
+    // the helper must not keep (the state directory's lock).
+    rtcore::status start_helper(rtcore::journal_dir& dir, helper_settings hs, std::vector<int> close_in_child) {
         int fds[2];
         if (::pipe2(fds, O_CLOEXEC) < 0) {
-            return rtcore::error::from_errno("pipe2");
+            const int err = errno;
+            return rtcore::error::from_errno(err, "pipe2");
         }
+        const pid_t parent = ::getpid();
         const pid_t pid = ::fork();
         if (pid < 0) {
             const int err = errno;
@@ -91,15 +112,19 @@ public:
         }
         if (pid == 0) {
             ::close(fds[1]);
-            ::_exit(restorer_main(fds[0]));
+            for (int fd : close_in_child) {
+                ::close(fd);
+            }
+            ::_exit(helper_main(fds[0], dir, hs, parent));
         }
         ::close(fds[0]);
         _pid = pid;
-        _pipe = fds[1];
+        _pipe.reset(fds[1]);
+        dir.release_lock();  // the helper holds it now
         log::debug("host", "restore helper is pid {}", pid);
         return rtcore::ok();
     }
-    bool applied() const { return _pid > 0; }
+    bool running() const { return _pid > 0; }
 
     // Tells the helper to restore and waits for it.  true when everything
     // was put back.
@@ -107,18 +132,16 @@ public:
         if (_pid <= 0) {
             return true;
         }
-        ::close(_pipe);
-        _pipe = -1;
+        _pipe.reset();
         int wstatus = 0;
         pid_t r = -1;
         do {
             r = ::waitpid(_pid, &wstatus, 0);
         } while (r < 0 && errno == EINTR);
-        const pid_t pid = _pid;
-        _pid = -1;
+        const int err = errno;
+        const pid_t pid = std::exchange(_pid, -1);
         if (r < 0) {
-            log::error("host", "waitpid {} (restore helper): {}; run `qrtd host restore`", pid,
-                       std::strerror(errno));
+            log::error("host", "waitpid {} (restore helper): {}; run `qrtd host restore`", pid, std::strerror(err));
             return false;
         }
         if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
@@ -131,24 +154,52 @@ public:
     }
 
 private:
-    // The helper: wait for EOF on the pipe, restore, exit.  Never returns to
-    // the daemon's code (the caller _exit()s with the result).
-    int restorer_main(int pipe_fd) {
+    // The helper: wait for EOF on the pipe (re-pinning drifted IRQs on the
+    // way), restore, report, exit.  Never returns to the daemon's code (the
+    // caller _exit()s with the result).
+    static int helper_main(int pipe_fd, rtcore::journal_dir& dir, const helper_settings& hs, pid_t parent) {
         ::prctl(PR_SET_NAME, "qrtd-restore", 0, 0, 0);
-        char buf[64];
+        const std::string who =
+            fmt::format("qrtd-restore (pid {}), the restore helper of qrtd run pid {}", ::getpid(), parent);
+        if (const auto* l = dir.lock()) {
+            l->set_holder(fmt::format("pid {}: {}", ::getpid(), who));
+        }
+        rtcore::host_fs fs(hs.root);
+        rtcore::real_task_ops tasks;
+        const int timeout_ms = hs.verify_interval_s > 0 ? static_cast<int>(hs.verify_interval_s) * 1000 : -1;
         for (;;) {
-            const ssize_t n = ::read(pipe_fd, buf, sizeof buf);
-            if (n == 0 || (n < 0 && errno != EINTR)) {
+            pollfd p{pipe_fd, POLLIN, 0};
+            const int n = ::poll(&p, 1, timeout_ms);
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n == 0) {
+                // The IRQ drift watch: root's, like the journal it writes.
+                static log::rate_limiter rl{std::chrono::minutes(1)};
+                auto rep = rtcore::host_partition::verify(fs, tasks, dir, hs.opts);
+                if (!rep) {
+                    log::warn_rl(rl, "irq", "verify: {}", rep.err().message);
+                } else if (!rep->clean) {
+                    for (const auto& l : rep->irqs.lines) {
+                        log::warn("irq", "verify: {}", l);
+                    }
+                }
+                continue;
+            }
+            char buf[64];
+            const ssize_t r = ::read(pipe_fd, buf, sizeof buf);
+            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
                 break;
             }
         }
-        rtcore::host_fs fs(_root);
-        rtcore::real_task_ops tasks;
-        auto rep = rtcore::host_partition::restore(fs, tasks, _state_dir);
+        rtcore::host_partition::restore_options ro;
+        ro.cgroup_prefix = hs.opts.isolation.cgroup_prefix;
+        auto rep = rtcore::host_partition::restore(fs, tasks, &dir, ro);
         if (!rep) {
             log::error("host", "restore failed: {}; run `qrtd host restore`", rep.err().message);
             return 1;
         }
+        write_restore_report(dir, who, rtcore::current_boot_id(fs), *rep);
         for (const auto& l : rep->lines) {
             log::debug("host", "{}", l);
         }
@@ -156,22 +207,17 @@ private:
             log::error("host", "{}", p);
         }
         if (!rep->complete) {
-            log::error("host", "restore incomplete ({} failed); the journal in {} is kept: run "
-                               "`qrtd host restore`",
-                       rep->count(rtcore::restore_item::outcome::failed), _state_dir.string());
+            log::error("host", "restore incomplete ({} failed); the journal in {} is kept: run `qrtd host restore`",
+                       rep->count(rtcore::restore_item::outcome::failed), dir.path().string());
             return 1;
         }
-        log::info("host", "restored: {} values put back, {} unchanged, {} gone",
-                  rep->count(rtcore::restore_item::outcome::restored),
-                  rep->count(rtcore::restore_item::outcome::unchanged),
-                  rep->count(rtcore::restore_item::outcome::gone));
+        remove_partition_summary(hs.state_dir);
+        log::info("host", "restored: {}", rep->summary());
         return 0;
     }
 
-    std::filesystem::path _root;
-    std::filesystem::path _state_dir;
     pid_t _pid = -1;
-    int _pipe = -1;
+    unique_fd _pipe;
 };
 
 const char* signal_name(std::uint32_t sig) {
@@ -198,6 +244,9 @@ void reload_config(const run_options& opts, config& current, const rtcore::host_
     config next = std::move(loaded.cfg);
     if (opts.state_dir) {
         next.agent.state_dir = opts.state_dir->string();
+    }
+    if (opts.journal_dir) {
+        next.host.journal_dir = opts.journal_dir->string();
     }
     if (opts.level) {
         next.agent.level = *opts.level;
@@ -231,6 +280,206 @@ void reload_config(const run_options& opts, config& current, const rtcore::host_
               changed == 1 ? "" : "s");
 }
 
+// ---- the start-up steps, in the order daemon::run() calls them -------------
+
+// Step 1: the config, with the command line's overrides.
+std::optional<config> load_run_config(const run_options& opts, const rtcore::host_fs& fs) {
+    auto loaded = load_config_file(opts.config_path, {read_online_cpus(fs)});
+    if (!loaded.ok()) {
+        for (const auto& e : loaded.errors) {
+            log::error("config", "{}", e.to_string());
+        }
+        return std::nullopt;
+    }
+    config cfg = std::move(loaded.cfg);
+    if (opts.state_dir) {
+        cfg.agent.state_dir = opts.state_dir->string();
+    }
+    if (opts.journal_dir) {
+        cfg.host.journal_dir = opts.journal_dir->string();
+    }
+    if (opts.level) {
+        cfg.agent.level = *opts.level;
+    }
+    if (auto why = journal_dir_apart(cfg.host.journal_dir, cfg.agent.state_dir)) {
+        log::error("config", "{}", *why);
+        return std::nullopt;
+    }
+    return cfg;
+}
+
+// Step 3a: as root, the state directory is created (mode 0750) when
+// missing.  Not root: it must exist.
+rtcore::status prepare_state_dir(const std::filesystem::path& state_dir) {
+    if (::geteuid() != 0) {
+        return rtcore::ok();
+    }
+    if (::mkdir(state_dir.c_str(), 0750) < 0 && errno != EEXIST) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "mkdir " + state_dir.string() + " (state directory)");
+    }
+    return rtcore::ok();
+}
+
+// Step 5, as root: apply the partition (or check the one a journal of this
+// boot holds against the host), and fork the root helper that restores it
+// when this process owns it.
+struct partition_step {
+    bool ok = false;
+    std::string isolation_used = "not applied";
+};
+
+partition_step take_partition(const config& cfg, const run_options& opts, rtcore::host_fs& fs,
+                              const rtcore::partition_plan& plan, host_facts& facts,
+                              owned_partition& partition, const state_dir_lock& state_lock, sd_notifier& sd) {
+    partition_step out;
+    (void)sd.status("starting: applying host partition");
+    host_context ctx;
+    ctx.root = opts.root;
+    ctx.state_dir = cfg.agent.state_dir;
+    ctx.journal_dir = cfg.host.journal_dir;
+    ctx.lock_wait = std::chrono::seconds(cfg.host.lock_wait_s);
+    auto dir = open_journal_dir(ctx, "qrtd run", true);
+    if (!dir) {
+        log::error("host", "{}", dir.err().message);
+        return out;
+    }
+    if (dir->lock() != nullptr && !dir->lock()->waited_for().empty()) {
+        for (const auto& l : last_restore_lines(*dir)) {
+            log::info("host", "last restore: {}", l);
+        }
+    }
+    rtcore::real_task_ops tasks;
+    auto aopts = apply_options_for(cfg);
+    aopts.by = rtcore::rec::applier::run;
+    auto rep = rtcore::host_partition::apply(fs, tasks, &*dir, plan.isolated, plan.housekeeping, aopts);
+    if (!rep) {
+        log::error("host", "{}", rep.err().message);
+        return out;
+    }
+    for (const auto& l : rep->lines) {
+        log::debug("host", "{}", l);
+    }
+    for (const auto& d : rep->drift) {
+        log::warn("host", "drift: {}", d);
+    }
+    const bool owns = rep->journal_by == rtcore::rec::applier::run;
+    if (owns) {
+        helper_settings hs{opts.root, cfg.agent.state_dir, aopts,
+                           cfg.host.pin_irqs ? cfg.host.irq_verify_interval_s : 0U};
+        if (auto st = partition.start_helper(*dir, hs, {state_lock.lock.fd()}); !st) {
+            // Without the helper nobody could restore after the drop: undo
+            // now, while still root, and give up.
+            log::error("host", "{}", st.err().message);
+            auto undo = rtcore::host_partition::restore(fs, tasks, &*dir, {aopts.isolation.cgroup_prefix});
+            if (!undo || !undo->complete) {
+                log::error("host", "undo incomplete; run `qrtd host restore`");
+            }
+            return out;
+        }
+    } else {
+        log::info("host", "partition applied by qrtd host apply (journal in {}); checked against the host{}; "
+                          "`qrtd host restore` undoes it, not this process",
+                  cfg.host.journal_dir, rep->drift.empty() ? ", no drift" : ", drift re-applied");
+    }
+    write_partition_summary(cfg.agent.state_dir,
+                            partition_summary(*rep, rtcore::current_boot_id(fs), rtcore::rec::to_string(rep->journal_by)));
+    log::info("irq", "{} IRQs pinned, {} already on housekeeping CPUs, {} managed by the kernel (left alone)",
+              rep->irqs.count(rtcore::irq_outcome::action::pinned) +
+                  rep->irqs.count(rtcore::irq_outcome::action::repinned),
+              rep->irqs.count(rtcore::irq_outcome::action::already_ok),
+              rep->irqs.count(rtcore::irq_outcome::action::managed));
+    for (const auto& why : rep->isolation.not_used) {
+        log::info("isolation", "not used: {}", why);
+    }
+    out.isolation_used = rtcore::to_string(rep->isolation.method);
+    facts.partition_applied = true;
+    if (rep->isolation.method == rtcore::isolation_method::cgroup_v1_cpuset) {
+        facts.isolated_cgroup = rep->isolation.isolated_cgroup;
+        facts.housekeeping_cgroup = rep->isolation.housekeeping_cgroup;
+    }
+    for (const auto a : {rtcore::irq_outcome::action::pinned, rtcore::irq_outcome::action::already_ok,
+                         rtcore::irq_outcome::action::managed, rtcore::irq_outcome::action::refused,
+                         rtcore::irq_outcome::action::gone}) {
+        facts.irq_counts[rtcore::to_string(a)] = rep->irqs.count(a);
+    }
+    for (const auto& o : rep->irqs.irqs) {
+        if (o.act == rtcore::irq_outcome::action::managed) {
+            facts.managed_irqs.push_back(fmt::format("{} ({})", o.irq, o.name));
+        }
+    }
+    facts.irqbalance = rep->irqs.irqbalance.line();
+    log::info("isolation", "{}: {} tasks moved off CPUs {}", out.isolation_used, rep->isolation.tasks_moved,
+              plan.isolated.to_list());
+    out.ok = true;
+    return out;
+}
+
+// Step 5, not root: what root's `qrtd host apply` left in the summary.
+std::string partition_from_summary(const config& cfg, const rtcore::host_fs& fs, host_facts& facts) {
+    auto sum = read_partition_summary(cfg.agent.state_dir, rtcore::current_boot_id(fs));
+    if (!sum) {
+        return "not applied";
+    }
+    facts.partition_applied = true;
+    if ((*sum)["irq_counts"].is_object()) {
+        for (const auto& [k, v] : (*sum)["irq_counts"].items()) {
+            if (v.is_number_unsigned()) {
+                facts.irq_counts[k] = v.get<std::size_t>();
+            }
+        }
+    }
+    if ((*sum)["managed_irqs"].is_array()) {
+        for (const auto& m : (*sum)["managed_irqs"]) {
+            if (m.is_string()) {
+                facts.managed_irqs.push_back(m.get<std::string>());
+            }
+        }
+    }
+    facts.irqbalance = sum->value("irqbalance", std::string());
+    const std::string iso = sum->value("isolated", std::string());
+    if (iso != facts.isolated.to_list()) {
+        log::warn("host", "the applied partition isolates CPUs {}, the config plans {}: restart the unit (or run "
+                          "`qrtd host restore` and `qrtd host apply`) to bring them together",
+                  iso, facts.isolated.to_list());
+    }
+    const std::string by = sum->value("applied_by", std::string());
+    return sum->value("isolation", std::string("unknown")) + " (applied by " +
+           (by == "run" ? "qrtd run" : "qrtd host apply") + ")";
+}
+
+// Step 7: drop every capability but CAP_SYS_NICE (SCHED_FIFO, affinity),
+// CAP_IPC_LOCK (mlockall), CAP_BPF and CAP_PERFMON (probes), BEFORE any
+// thread is created: capability sets are per thread, and a thread started
+// earlier would keep root's full set.  The bounding set goes too, and
+// no_new_privs is set.  Caps this process never had are skipped.
+bool drop_privileges(host_facts& facts) {
+    std::vector<rtcore::capability> keep;
+    for (const auto cap : kept_caps) {
+        if (rtcore::has_permitted_capability(cap)) {
+            keep.push_back(cap);
+        } else {
+            const char* why = cap == CAP_SYS_NICE || cap == CAP_IPC_LOCK
+                                  ? "dispatch threads cannot run SCHED_FIFO/mlocked (untuned)"
+                                  : "the eBPF probes will be unavailable";
+            log::warn("caps", "{} is not permitted: {}", rtcore::capability_name(cap), why);
+            facts.capability_notes.push_back(fmt::format("{} not permitted: {}", rtcore::capability_name(cap), why));
+        }
+    }
+    auto dropped = rtcore::drop_capabilities_except(keep);
+    if (!dropped) {
+        log::error("caps", "{}", dropped.err().message);
+        return false;
+    }
+    log::info("caps", "kept {}; dropped {} others{}",
+              dropped->kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(dropped->kept, ",")),
+              dropped->dropped.size(), dropped->bounding_set_dropped ? " (bounding set too)" : "");
+    for (const auto& n : dropped->notes) {
+        log::debug("caps", "{}", n);
+    }
+    return true;
+}
+
 }  // namespace
 
 daemon::daemon(run_options opts) : _opts(std::move(opts)) {}
@@ -251,37 +500,27 @@ exit_code daemon::run() {
         //    the host.  The host's online CPUs are read (read-only) so an
         //    isolated set naming unknown CPUs is a config error here.
         rtcore::host_fs fs(_opts.root);
-        auto loaded = load_config_file(_opts.config_path, {read_online_cpus(fs)});
-        if (!loaded.ok()) {
-            for (const auto& e : loaded.errors) {
-                log::error("config", "{}", e.to_string());
-            }
+        auto loaded = load_run_config(_opts, fs);
+        if (!loaded) {
             return exit_code::usage;
         }
-        config cfg = std::move(loaded.cfg);
-        if (_opts.state_dir) {
-            cfg.agent.state_dir = _opts.state_dir->string();
-        }
-        if (_opts.level) {
-            cfg.agent.level = *_opts.level;
-        }
+        config cfg = std::move(*loaded);
         log::set_level(cfg.agent.level);
         log::info("daemon", "qrtd {} starting with {} ({} QPU{})", QRT_VERSION,
                   _opts.config_path.string(), cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s");
         (void)sd.status("starting: config loaded");
 
-        // 2. Open the state directory.  It holds the restore journal, so it
-        //    must exist and be writable before anything on the host changes;
-        //    the lock keeps a second qrtd (or a `qrtd host` command) from
-        //    changing the host at the same time.
+        // 2. The daemon's state directory (ledger, summary) and its
+        //    single-instance lock: a second `qrtd run` on it stops here.
+        //    Nothing root replays lives there.
         const std::filesystem::path state_dir = cfg.agent.state_dir;
-        if (auto st = check_state_dir(state_dir); !st) {
+        if (auto st = prepare_state_dir(state_dir); !st) {
             log::error("daemon", "agent.state_dir: {}", st.err().message);
             return exit_code::failure;
         }
-        auto lock = state_dir_lock::acquire(state_dir);
-        if (!lock) {
-            log::error("daemon", "{}", lock.err().message);
+        auto state_lock = lock_state_dir(state_dir);
+        if (!state_lock) {
+            log::error("daemon", "{}", state_lock.err().message);
             return exit_code::failure;
         }
 
@@ -319,22 +558,6 @@ exit_code daemon::run() {
             log::warn(w.subsystem, "{}; fix: {}{}", w.message, w.fix,
                       w.needs_reboot ? " (needs reboot)" : "");
         }
-
-        // 4. Apply the partition, when running as root (or on a --root tree)
-        //    and host.apply_on_run says so.  Before the capability drop:
-        //    writing /proc/irq and cgroup files and moving other users' tasks
-        //    needs root.  A journal already in the state directory means
-        //    `qrtd host apply` (systemd's ExecStartPre) applied it, and
-        //    `qrtd host restore` (ExecStopPost) owns undoing it.  After our
-        //    own apply, a root helper is forked to restore at exit (see
-        //    owned_partition); if even that dies, `qrtd host restore`
-        //    recovers from the journal.
-        owned_partition partition(_opts.root, state_dir);
-        const bool privileged = ::geteuid() == 0 || !fs.is_system();
-        std::vector<std::string> journal_problems;
-        auto journal = rtcore::restore_journal::load(state_dir, &journal_problems);
-        const bool applied_before = journal && !journal->empty();
-        std::string isolation_used = "not applied";
         host_facts facts;
         facts.state_dir = state_dir;
         facts.root = _opts.root;
@@ -344,71 +567,34 @@ exit_code daemon::run() {
         facts.kernel_release = kernel.release;
         facts.preempt_model = kernel.preempt_model;
         facts.kernel_warnings = kernel.warnings;
+
+        // 4. The partition, when running as root (or on a --root tree) and
+        //    host.apply_on_run says so, before the capability drop: writing
+        //    /proc/irq and cgroup files, moving other users' tasks and the
+        //    journal directory need root.  It waits (host.lock_wait_s) for a
+        //    restore helper still at work, checks a journal of this boot
+        //    against the host instead of trusting it, and forks the root
+        //    helper that restores at exit (see owned_partition) when this
+        //    process owns the partition; one `qrtd host apply` made
+        //    (systemd's ExecStartPre) is `qrtd host restore`'s to undo.  Not
+        //    root: the summary root's apply left says what is applied.
+        owned_partition partition;
+        const bool privileged = ::geteuid() == 0 || !fs.is_system();
+        std::string isolation_used = "not applied";
         if (!cfg.host.apply_on_run) {
             log::info("host", "host.apply_on_run = false: the partition is left alone");
-        } else if (applied_before) {
-            log::info("host", "partition already applied (journal in {}); `qrtd host restore` "
-                              "undoes it, not this process",
-                      state_dir.string());
-            isolation_used = "applied by qrtd host apply";
         } else if (!privileged) {
-            log::warn("host", "not root: partition not applied; run `qrtd host apply` as root "
-                              "(under systemd, ExecStartPre=+ does)");
+            isolation_used = partition_from_summary(cfg, fs, facts);
+            if (!facts.partition_applied) {
+                log::warn("host", "not root: partition not applied; run `qrtd host apply` as root "
+                                  "(under systemd, ExecStartPre=+ does)");
+            }
         } else {
-            (void)sd.status("starting: applying host partition");
-            rtcore::real_task_ops tasks;
-            auto rep = rtcore::host_partition::apply(fs, tasks, state_dir, plan->isolated,
-                                                     plan->housekeeping, apply_options_for(cfg));
-            if (!rep) {
-                log::error("host", "{}", rep.err().message);
+            auto step = take_partition(cfg, _opts, fs, *plan, facts, partition, *state_lock, sd);
+            if (!step.ok) {
                 return exit_code::failure;
             }
-            if (auto st = partition.start_restorer(); !st) {
-                // Without the helper nobody could restore after the drop:
-                // undo now, while still root, and give up.
-                log::error("host", "{}", st.err().message);
-                rtcore::real_task_ops undo_tasks;
-                auto undo = rtcore::host_partition::restore(fs, undo_tasks, state_dir);
-                if (!undo || !undo->complete) {
-                    log::error("host", "undo incomplete; run `qrtd host restore`");
-                }
-                return exit_code::failure;
-            }
-            for (const auto& l : rep->lines) {
-                log::debug("host", "{}", l);
-            }
-            for (const auto& l : rep->irqs.lines) {
-                log::debug("irq", "{}", l);
-            }
-            log::info("irq", "{} IRQs pinned, {} already on housekeeping CPUs, {} managed by the "
-                             "kernel (left alone)",
-                      rep->irqs.count(rtcore::irq_outcome::action::pinned),
-                      rep->irqs.count(rtcore::irq_outcome::action::already_ok),
-                      rep->irqs.count(rtcore::irq_outcome::action::managed));
-            for (const auto& why : rep->isolation.not_used) {
-                log::info("isolation", "not used: {}", why);
-            }
-            isolation_used = rtcore::to_string(rep->isolation.method);
-            facts.partition_applied = true;
-            if (rep->isolation.method == rtcore::isolation_method::cgroup_v1_cpuset) {
-                facts.isolated_cgroup = rep->isolation.isolated_cgroup;
-                facts.housekeeping_cgroup = rep->isolation.housekeeping_cgroup;
-            }
-            for (const auto a : {rtcore::irq_outcome::action::pinned,
-                                 rtcore::irq_outcome::action::already_ok,
-                                 rtcore::irq_outcome::action::managed,
-                                 rtcore::irq_outcome::action::refused,
-                                 rtcore::irq_outcome::action::gone}) {
-                facts.irq_counts[rtcore::to_string(a)] = rep->irqs.count(a);
-            }
-            for (const auto& o : rep->irqs.irqs) {
-                if (o.act == rtcore::irq_outcome::action::managed) {
-                    facts.managed_irqs.push_back(fmt::format("{} ({})", o.irq, o.name));
-                }
-            }
-            facts.irqbalance = rep->irqs.irqbalance.line();
-            log::info("isolation", "{}: {} tasks moved off CPUs {}", isolation_used,
-                      rep->isolation.tasks_moved, plan->isolated.to_list());
+            isolation_used = step.isolation_used;
         }
 
         // 5. The event loop and the signals it reads.  Set up after the
@@ -417,7 +603,8 @@ exit_code daemon::run() {
         event_loop loop;
         unique_fd sigfd(::signalfd(-1, &signals.set(), SFD_NONBLOCK | SFD_CLOEXEC));
         if (sigfd.get() < 0) {
-            log::error("daemon", "signalfd: {}", std::strerror(errno));
+            const int err = errno;
+            log::error("daemon", "signalfd: {}", std::strerror(err));
             return exit_code::failure;
         }
         std::string stop_reason;
@@ -456,59 +643,11 @@ exit_code daemon::run() {
                 return exit_code::failure;
             }
         }
-        // IRQ drift watch: only when this process applied the partition.
-        // Under systemd the partition is root's (ExecStartPre) and the qrtd
-        // user may not write /proc/irq; `qrtd host verify` covers that case.
-        if (partition.applied() && cfg.host.pin_irqs && cfg.host.irq_verify_interval_s > 0) {
-            const auto every = std::chrono::seconds(cfg.host.irq_verify_interval_s);
-            auto t = loop.add_timer(every, every, [&] {
-                static log::rate_limiter rl{std::chrono::minutes(1)};
-                rtcore::real_task_ops tasks;
-                auto rep = rtcore::host_partition::verify(fs, tasks, state_dir, apply_options_for(cfg));
-                if (!rep) {
-                    log::warn_rl(rl, "irq", "verify: {}", rep.err().message);
-                } else if (!rep->clean) {
-                    for (const auto& l : rep->irqs.lines) {
-                        log::warn("irq", "verify: {}", l);
-                    }
-                }
-            });
-            if (!t) {
-                log::error("daemon", "{}", t.err().message);
-                return exit_code::failure;
-            }
-        }
 
-        // 6. Drop every capability but CAP_SYS_NICE (SCHED_FIFO, affinity),
-        //    CAP_IPC_LOCK (mlockall), CAP_BPF and CAP_PERFMON (probes).  After
-        //    the apply (which needed root) and BEFORE any thread is created:
-        //    capability sets are per thread, and a thread started earlier
-        //    would keep root's full set.  The bounding set goes too, and
-        //    no_new_privs is set.  Caps this process never had are skipped.
-        std::vector<rtcore::capability> keep;
-        for (const auto cap : {CAP_SYS_NICE, CAP_IPC_LOCK, CAP_BPF, CAP_PERFMON}) {
-            if (rtcore::has_permitted_capability(cap)) {
-                keep.push_back(cap);
-            } else {
-                const char* why = cap == CAP_SYS_NICE || cap == CAP_IPC_LOCK
-                                      ? "dispatch threads cannot run SCHED_FIFO/mlocked (untuned)"
-                                      : "the eBPF probes will be unavailable";
-                log::warn("caps", "{} is not permitted: {}", rtcore::capability_name(cap), why);
-                facts.capability_notes.push_back(
-                    fmt::format("{} not permitted: {}", rtcore::capability_name(cap), why));
-            }
-        }
-        auto dropped = rtcore::drop_capabilities_except(keep);
-        if (!dropped) {
-            log::error("caps", "{}", dropped.err().message);
+        // 6. Drop every capability but the four the daemon keeps, after
+        //    everything above that needed root and BEFORE any thread.
+        if (!drop_privileges(facts)) {
             return exit_code::failure;
-        }
-        log::info("caps", "kept {}; dropped {} others{}",
-                  dropped->kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(dropped->kept, ",")),
-                  dropped->dropped.size(),
-                  dropped->bounding_set_dropped ? " (bounding set too)" : "");
-        for (const auto& n : dropped->notes) {
-            log::debug("caps", "{}", n);
         }
 
         // 7. The services, on the housekeeping loop, in this order (see
@@ -534,7 +673,7 @@ exit_code daemon::run() {
         }
 
         // 8. READY=1 only now: systemd starts dependent units, and a socket
-        //    client may be served, once everything above is in place.
+        //     client may be served, once everything above is in place.
         const std::string status_text =
             fmt::format("running: {} QPU{}, isolated CPUs {} ({}), housekeeping CPUs {}",
                         cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s", plan->isolated.to_list(),

@@ -1,9 +1,9 @@
 #include "qrt/host_cmd.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +98,9 @@ json to_json(const rtcore::host_partition::apply_report& r) {
                 {"dry_run", r.dry_run},
                 {"journal", r.journal_path},
                 {"continued_journal", r.continued_journal},
+                {"rebuilt", r.rebuilt},
+                {"journal_by", rtcore::rec::to_string(r.journal_by)},
+                {"drift", r.drift},
                 {"irqs", to_json(r.irqs)},
                 {"isolation", to_json(r.isolation)},
                 {"planned_writes", std::move(writes)},
@@ -211,57 +214,192 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg) {
     return o;
 }
 
-rtcore::status check_state_dir(const std::filesystem::path& state_dir) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(state_dir, ec)) {
-        return rtcore::ok();
+// ---- the journal directory and the locks ----------------------------------
+
+namespace {
+
+// The fix an operator needs for a journal directory error, by its errno.
+std::string journal_dir_hint(const host_context& ctx, int code) {
+    if (code == EACCES) {
+        return "; it is root's: run this as root";
     }
-    return rtcore::error{ec ? ec.value() : ENOENT,
-                         fmt::format("state directory {}: {}; create it (installed systems: "
-                                     "tmpfiles.d/qrtd.conf and StateDirectory=qrtd do) or pass "
-                                     "--state-dir",
-                                     state_dir.string(),
-                                     ec ? ec.message() : std::string("does not exist or is not a directory"))};
+    if (code == EWOULDBLOCK) {
+        return fmt::format(" (host.lock_wait_s = {}): another qrtd is changing the host; wait for it to finish or "
+                           "stop it",
+                           ctx.lock_wait.count());
+    }
+    return "";
 }
 
-// ---- state_dir_lock -------------------------------------------------------
+std::string holder_text(const std::string& what) { return fmt::format("pid {}: {}", ::getpid(), what); }
 
-rtcore::result<state_dir_lock> state_dir_lock::acquire(const std::filesystem::path& state_dir) {
-    const std::string path = (state_dir / "qrtd.lock").string();
-    // O_RDONLY is enough for flock and works on a lock file another user
-    // (root's ExecStartPre, or the qrtd user) created.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) {
-        return rtcore::error::from_errno("open " + path);
+}  // namespace
+
+rtcore::result<rtcore::journal_dir> open_journal_dir(const host_context& ctx, const std::string& holder,
+                                                     bool create) {
+    rtcore::journal_dir::options o;
+    o.create = create;
+    o.lock = true;
+    o.wait.max = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.lock_wait);
+    o.wait.progress = [](const std::string& line) { log::info("host", "{}", line); };
+    o.holder = holder_text(holder);
+    auto d = rtcore::journal_dir::open(ctx.journal_dir, o);
+    if (!d) {
+        return rtcore::error{d.err().code, d.err().message + journal_dir_hint(ctx, d.err().code)};
     }
-    if (::flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        const int err = errno;
-        ::close(fd);
-        if (err == EWOULDBLOCK) {
-            return rtcore::error{err, "flock " + path +
-                                          ": another qrtd holds it (a running daemon, or a host "
-                                          "command in progress)"};
+    if (const auto* l = d->lock(); l != nullptr && !l->waited_for().empty()) {
+        log::info("host", "waited {:.1f} s for {} (held by {})", static_cast<double>(l->waited().count()) / 1000.0,
+                  l->path().string(), l->waited_for());
+    }
+    return d;
+}
+
+rtcore::result<std::optional<rtcore::journal_dir>> open_journal_dir_read_only(const host_context& ctx) {
+    rtcore::journal_dir::options o;
+    o.create = false;
+    o.lock = false;
+    auto d = rtcore::journal_dir::open(ctx.journal_dir, o);
+    if (!d) {
+        if (d.err().code == ENOENT) {
+            return std::optional<rtcore::journal_dir>();
         }
-        return rtcore::error::from_errno(err, "flock " + path);
+        return rtcore::error{d.err().code, d.err().message + journal_dir_hint(ctx, d.err().code)};
     }
-    return state_dir_lock(fd);
+    return std::optional<rtcore::journal_dir>(std::move(*d));
 }
 
-state_dir_lock& state_dir_lock::operator=(state_dir_lock&& o) noexcept {
-    if (this != &o) {
-        if (_fd >= 0) {
-            ::close(_fd);
+rtcore::result<state_dir_lock> lock_state_dir(const std::filesystem::path& state_dir) {
+    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
+    if (!dir) {
+        const int code = dir.err().code;
+        return rtcore::error{code, dir.err().message +
+                                       (code == ENOENT ? "; create it (installed systems: StateDirectory=qrtd; "
+                                                         "`qrtd run` as root creates it) or pass --state-dir"
+                                                       : "")};
+    }
+    // qrtd.lock may belong to root (a run by hand) or to the daemon's user:
+    // opened read-only, without following a symlink or blocking on a FIFO.
+    auto lock = rtcore::dir_lock::acquire(*dir, "qrtd.lock", {}, "");
+    if (!lock) {
+        const int code = lock.err().code;
+        return rtcore::error{code, lock.err().message + (code == EWOULDBLOCK ? ": another qrtd runs on this state "
+                                                                               "directory"
+                                                                             : "")};
+    }
+    return state_dir_lock{std::move(*dir), std::move(*lock)};
+}
+
+// ---- what root leaves for the daemon ---------------------------------------
+
+nlohmann::json partition_summary(const rtcore::host_partition::apply_report& rep, const std::string& boot_id,
+                                 const std::string& applied_by) {
+    json irq_counts = json::object();
+    for (const auto a : {rtcore::irq_outcome::action::pinned, rtcore::irq_outcome::action::already_ok,
+                         rtcore::irq_outcome::action::managed, rtcore::irq_outcome::action::refused,
+                         rtcore::irq_outcome::action::gone, rtcore::irq_outcome::action::repinned,
+                         rtcore::irq_outcome::action::new_pinned}) {
+        if (const auto n = rep.irqs.count(a); n > 0) {
+            irq_counts[rtcore::to_string(a)] = n;
         }
-        _fd = o._fd;
-        o._fd = -1;
     }
-    return *this;
+    json managed = json::array();
+    for (const auto& o : rep.irqs.irqs) {
+        if (o.act == rtcore::irq_outcome::action::managed) {
+            managed.push_back(fmt::format("{} ({})", o.irq, o.name));
+        }
+    }
+    return json{{"boot_id", boot_id},
+                {"applied_by", applied_by},
+                {"isolated", rep.isolated.to_list()},
+                {"housekeeping", rep.housekeeping.to_list()},
+                {"isolation", rtcore::to_string(rep.isolation.method)},
+                {"isolated_cgroup", rep.isolation.isolated_cgroup},
+                {"housekeeping_cgroup", rep.isolation.housekeeping_cgroup},
+                {"irq_counts", std::move(irq_counts)},
+                {"managed_irqs", std::move(managed)},
+                {"irqbalance", rep.irqs.irqbalance.line()},
+                {"drift", rep.drift}};
 }
 
-state_dir_lock::~state_dir_lock() {
-    if (_fd >= 0) {
-        ::close(_fd);
+void write_partition_summary(const std::filesystem::path& state_dir, const nlohmann::json& summary) {
+    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
+    if (!dir) {
+        log::info("host", "no partition summary for agent.status: {}", dir.err().message);
+        return;
     }
+    if (auto st = dir->replace_file(partition_summary_name, summary.dump(2) + "\n", 0644); !st) {
+        log::warn("host", "partition summary for agent.status: {}", st.err().message);
+    }
+}
+
+void remove_partition_summary(const std::filesystem::path& state_dir) {
+    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
+    if (!dir) {
+        return;
+    }
+    if (auto st = dir->remove_file(partition_summary_name); !st) {
+        log::warn("host", "{}", st.err().message);
+    }
+}
+
+std::optional<nlohmann::json> read_partition_summary(const std::filesystem::path& state_dir,
+                                                     const std::string& boot_id) {
+    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
+    if (!dir) {
+        return std::nullopt;
+    }
+    auto text = dir->read_file(partition_summary_name, 1U << 20);
+    if (!text) {
+        return std::nullopt;
+    }
+    auto j = json::parse(*text, nullptr, false);
+    if (!j.is_object() || j.value("boot_id", std::string()) != boot_id) {
+        return std::nullopt;
+    }
+    return j;
+}
+
+void write_restore_report(const rtcore::journal_dir& dir, const std::string& who, const std::string& boot_id,
+                          const rtcore::host_partition::restore_report& rep) {
+    const auto now = std::chrono::system_clock::now();
+    std::string text = fmt::format("restored by {} at {:%Y-%m-%dT%H:%M:%S}Z in boot {}\n", who,
+                                   fmt::gmtime(std::chrono::system_clock::to_time_t(now)), boot_id);
+    text += rep.summary() + "; " + (rep.complete ? "complete" : "INCOMPLETE") + "; journal " +
+            (rep.journal_removed ? "removed" : "kept") + "\n";
+    for (const auto& it : rep.items) {
+        text += it.line() + "\n";
+    }
+    for (const auto& p : rep.problems) {
+        text += "problem: " + p + "\n";
+    }
+    if (auto st = dir.write_report(text); !st) {
+        log::warn("host", "restore report: {}", st.err().message);
+    }
+}
+
+std::vector<std::string> last_restore_lines(const rtcore::journal_dir& dir) {
+    std::vector<std::string> out;
+    auto text = dir.read_report();
+    if (!text || !*text) {
+        return out;
+    }
+    std::size_t pos = 0;
+    const std::string& t = **text;
+    while (pos < t.size() && out.size() < 2) {
+        const auto nl = t.find('\n', pos);
+        std::string line = t.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+        for (auto& c : line) {
+            if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) {
+                c = '?';
+            }
+        }
+        out.push_back(std::move(line));
+        if (nl == std::string::npos) {
+            break;
+        }
+        pos = nl + 1;
+    }
+    return out;
 }
 
 // ---- the commands ---------------------------------------------------------
@@ -320,22 +458,33 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
     if (!plan) {
         return fail("plan", plan.err());
     }
-    std::optional<state_dir_lock> lock;
-    if (!ctx.dry_run) {
-        if (auto st = check_state_dir(ctx.state_dir); !st) {
-            return fail("host", st.err());
+    // The journal directory: created (root:root 0700) when missing, checked,
+    // and locked; a dry run only reads it, when it exists.
+    std::optional<rtcore::journal_dir> dir;
+    if (ctx.dry_run) {
+        auto d = open_journal_dir_read_only(ctx);
+        if (!d) {
+            return fail("host", d.err());
         }
-        auto l = state_dir_lock::acquire(ctx.state_dir);
-        if (!l) {
-            return fail("host", l.err());
+        dir = std::move(*d);
+    } else {
+        auto d = open_journal_dir(ctx, "qrtd host apply", true);
+        if (!d) {
+            return fail("host", d.err());
         }
-        lock.emplace(std::move(*l));
+        dir.emplace(std::move(*d));
     }
     rtcore::real_task_ops tasks;
-    auto rep = rtcore::host_partition::apply(fs, tasks, ctx.state_dir, plan->isolated,
-                                             plan->housekeeping, apply_options_for(cfg));
+    auto opts = apply_options_for(cfg);
+    opts.by = rtcore::rec::applier::host_apply;
+    auto rep = rtcore::host_partition::apply(fs, tasks, dir ? &*dir : nullptr, plan->isolated,
+                                             plan->housekeeping, opts);
     if (!rep) {
         return fail("host", rep.err());
+    }
+    if (!rep->dry_run) {
+        write_partition_summary(ctx.state_dir, partition_summary(*rep, rtcore::current_boot_id(fs),
+                                                                 rtcore::rec::to_string(rep->journal_by)));
     }
     if (ctx.json) {
         out << json{{"plan", to_json(*plan)}, {"apply", to_json(*rep)}}.dump(2) << '\n';
@@ -348,42 +497,95 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
             }
         }
     }
-    log::info("host", "{}applied: isolated {}, housekeeping {}, isolation {}",
-              rep->dry_run ? "(dry run) " : "", rep->isolated.to_list(),
-              rep->housekeeping.to_list(), rtcore::to_string(rep->isolation.method));
+    for (const auto& d : rep->drift) {
+        log::warn("host", "drift: {}", d);
+    }
+    log::info("host", "{}applied: isolated {}, housekeeping {}, isolation {}{}",
+              rep->dry_run ? "(dry run) " : "", rep->isolated.to_list(), rep->housekeeping.to_list(),
+              rtcore::to_string(rep->isolation.method),
+              rep->continued_journal ? (rep->drift.empty() ? " (already applied; checked against the host: no drift)"
+                                                           : " (already applied; drift re-applied)")
+                                     : "");
     return exit_code::ok;
 }
+
+namespace {
+
+// A journal of an older qrtd, in the daemon's state directory where the
+// daemon's user could write it: never replayed, only named.
+void warn_legacy_journal(const host_context& ctx) {
+    const auto legacy = ctx.state_dir / rtcore::restore_journal::file_name;
+    struct stat st {};
+    if (!ctx.state_dir.empty() && ::lstat(legacy.c_str(), &st) == 0) {
+        log::warn("host", "{} is a journal of an older qrtd, in the daemon's state directory: it is never replayed "
+                          "as root (the daemon's user could have written it).  If the host is still partitioned "
+                          "from before the upgrade, check it by hand or reboot, then remove the file",
+                  legacy.string());
+    }
+}
+
+}  // namespace
 
 exit_code host_restore(const host_context& ctx, std::ostream& out) {
     rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
                                              : rtcore::host_fs::mode::real);
-    std::optional<state_dir_lock> lock;
-    if (!ctx.dry_run) {
-        if (auto st = check_state_dir(ctx.state_dir); !st) {
-            return fail("host", st.err());
+    warn_legacy_journal(ctx);
+    // Never created here: no directory means nothing was ever applied.
+    std::optional<rtcore::journal_dir> dir;
+    {
+        auto ro = open_journal_dir_read_only(ctx);
+        if (!ro) {
+            return fail("host", ro.err());
         }
-        auto l = state_dir_lock::acquire(ctx.state_dir);
-        if (!l) {
-            return fail("host", l.err());
+        if (*ro && !ctx.dry_run) {
+            ro->reset();
+            auto d = open_journal_dir(ctx, "qrtd host restore", false);
+            if (!d) {
+                return fail("host", d.err());
+            }
+            dir.emplace(std::move(*d));
+        } else if (*ro) {
+            dir = std::move(*ro);
         }
-        lock.emplace(std::move(*l));
+    }
+    if (!dir) {
+        // Never applied here (apply creates the directory).
+        if (ctx.json) {
+            out << json{{"journal_found", false}, {"complete", true}, {"journal_removed", false},
+                        {"other_boot", false}, {"items", json::array()}, {"problems", json::array()},
+                        {"stale_journals", json::array()}, {"last_restore", json::array()},
+                        {"lines", json::array()}}
+                       .dump(2)
+                << '\n';
+        } else {
+            out << "restore: no journal directory " << ctx.journal_dir.string() << ": nothing to restore\n";
+        }
+        log::info("host", "nothing to restore: no journal directory {}", ctx.journal_dir.string());
+        return exit_code::ok;
     }
     rtcore::real_task_ops tasks;
-    auto rep = rtcore::host_partition::restore(fs, tasks, ctx.state_dir);
+    auto rep = rtcore::host_partition::restore(fs, tasks, &*dir);
     if (!rep) {
         return fail("host", rep.err());
+    }
+    const std::string boot = rtcore::current_boot_id(fs);
+    std::vector<std::string> last;
+    if (!ctx.dry_run) {
+        if (rep->journal_found) {
+            write_restore_report(*dir, fmt::format("qrtd host restore (pid {})", ::getpid()), boot, *rep);
+            if (rep->complete) {
+                remove_partition_summary(ctx.state_dir);
+            }
+        } else {
+            last = last_restore_lines(*dir);
+        }
     }
     // Journals of earlier boots, set aside (the reboot reset what they
     // recorded): nothing to restore from them, but say they are there.
     std::vector<std::string> stale;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(ctx.state_dir, ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind(std::string(rtcore::restore_journal::file_name) + ".", 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, ".stale") == 0) {
-            stale.push_back(e.path().string());
-        }
+    for (const auto& p : dir->stale_journals()) {
+        stale.push_back(p.string());
     }
-    std::sort(stale.begin(), stale.end());
     if (ctx.json) {
         json items = json::array();
         for (const auto& i : rep->items) {
@@ -396,42 +598,67 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
                     {"items", std::move(items)},
                     {"problems", rep->problems},
                     {"stale_journals", stale},
+                    {"last_restore", last},
                     {"lines", rep->lines}}
                    .dump(2)
             << '\n';
     } else {
         print_lines(out, rep->lines);
         print_lines(out, rep->problems);
+        if (!last.empty()) {
+            out << "last restore: " << last.front() << (last.size() > 1 ? ": " + last[1] : std::string()) << '\n';
+        }
         for (const auto& p : stale) {
             out << "set aside from an earlier boot (nothing to restore; remove it when no longer wanted): " << p
                 << '\n';
         }
     }
     if (!rep->journal_found) {
-        log::info("host", "nothing to restore: no journal in {}", ctx.state_dir.string());
+        log::info("host", "nothing to restore: no journal in {}{}", ctx.journal_dir.string(),
+                  last.empty() ? std::string() : "; the last restore was " + last.front().substr(9));
         return exit_code::ok;
     }
     if (!rep->complete) {
         log::error("host", "restore incomplete: {} items failed; the journal in {} is kept, run "
                            "`qrtd host restore` again after fixing the cause",
-                   rep->count(rtcore::restore_item::outcome::failed), ctx.state_dir.string());
+                   rep->count(rtcore::restore_item::outcome::failed), ctx.journal_dir.string());
         return exit_code::failure;
     }
-    log::info("host", "restored: {} values put back, {} unchanged, {} gone",
-              rep->count(rtcore::restore_item::outcome::restored),
-              rep->count(rtcore::restore_item::outcome::unchanged),
-              rep->count(rtcore::restore_item::outcome::gone));
+    log::info("host", "restored: {}", rep->summary());
     return exit_code::ok;
 }
 
 exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& out) {
     rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
                                              : rtcore::host_fs::mode::real);
-    if (auto st = check_state_dir(ctx.state_dir); !st) {
-        return fail("host", st.err());
+    std::optional<rtcore::journal_dir> dir;
+    {
+        auto ro = open_journal_dir_read_only(ctx);
+        if (!ro) {
+            return fail("host", ro.err());
+        }
+        if (*ro && !ctx.dry_run) {
+            ro->reset();
+            auto d = open_journal_dir(ctx, "qrtd host verify", false);
+            if (!d) {
+                return fail("host", d.err());
+            }
+            dir.emplace(std::move(*d));
+        } else if (*ro) {
+            dir = std::move(*ro);
+        }
+    }
+    if (!dir) {
+        if (ctx.json) {
+            out << json{{"applied", false}, {"clean", false}}.dump(2) << '\n';
+        } else {
+            out << "verify: no journal directory " << ctx.journal_dir.string() << ": the partition is not applied\n";
+        }
+        log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
+        return exit_code::failure;
     }
     rtcore::real_task_ops tasks;
-    auto rep = rtcore::host_partition::verify(fs, tasks, ctx.state_dir, apply_options_for(cfg));
+    auto rep = rtcore::host_partition::verify(fs, tasks, *dir, apply_options_for(cfg));
     if (!rep) {
         return fail("host", rep.err());
     }
@@ -450,7 +677,7 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
         print_lines(out, rep->lines);
     }
     if (!rep->applied) {
-        log::warn("host", "not applied: no journal in {}", ctx.state_dir.string());
+        log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
         return exit_code::failure;
     }
     if (!rep->clean) {

@@ -3,22 +3,33 @@
 //
 //   auto fs = rtcore::host_fs::system();
 //   rtcore::real_task_ops tasks;
-//   auto rep = rtcore::host_partition::apply(fs, tasks, "/var/lib/qrtd", {1}, {0}, {});
+//   auto dir = rtcore::journal_dir::open("/var/lib/qrtd-host", {});   // checked and locked
+//   auto rep = rtcore::host_partition::apply(fs, tasks, &*dir, {1}, {0}, {});
 //   ...
-//   auto back = rtcore::host_partition::restore(fs, tasks, "/var/lib/qrtd");
+//   auto back = rtcore::host_partition::restore(fs, tasks, &*dir);
 //
 // apply validates first and changes nothing when validation fails: the
 // isolated set must not cover every online CPU, every CPU must be online
-// (/sys/devices/system/cpu/online), the sets must not overlap, and the state
-// directory must exist and be writable.  Then, each change journaled first:
-// IRQs (and default_smp_affinity) to housekeeping, then runtime isolation.
-// If a step fails half way, what apply changed is unwound with the journal
-// and the error says what failed and what was unwound.  With a dry-run
-// host_fs, apply only lists the writes it would make.
+// (/sys/devices/system/cpu/online) and the sets must not overlap.  Then,
+// each change journaled first: IRQs (and default_smp_affinity) to
+// housekeeping, then runtime isolation.  If a step fails half way, what
+// apply changed is unwound with the journal and the error says what failed
+// and what was unwound.  With a dry-run host_fs, apply only lists the writes
+// it would make (and the journal directory may be null: none yet).
+//
+// apply never trusts a journal of this boot blindly: when one is there (an
+// earlier apply, or a crashed daemon whose restore did not finish), it is
+// checked against the host.  When the journal's partition is not the one
+// asked for, or its cgroups are missing or changed, or the earlier apply did
+// not finish, that partition is restored and the new one applied afresh.
+// Otherwise IRQs and default_smp_affinity that drifted back onto isolated
+// CPUs are re-pinned and tasks re-swept in place, journaling first.  Either
+// way the report says what was found and done (apply_report::drift).
 //
 // restore puts back everything the journal holds (newest first), byte for
 // byte, also after the applying process was killed; it is idempotent and
-// removes the journal only when everything was restored.
+// removes the journal only when everything was restored.  It writes only
+// what the restore allow-list admits (restore_allow.hpp).
 //
 // Reports are plain structs whose lines are words; the daemon renders them.
 
@@ -31,6 +42,7 @@
 #include "rtcore/host_fs.hpp"
 #include "rtcore/irq.hpp"
 #include "rtcore/isolation.hpp"
+#include "rtcore/journal_undo.hpp"
 #include "rtcore/restore_journal.hpp"
 #include "rtcore/task_ops.hpp"
 
@@ -39,6 +51,13 @@ namespace rtcore::host_partition {
 struct apply_options {
     bool pin_irqs = true;
     isolation_options isolation;  // method (best available by default), cgroup name prefix
+    // Who applies: recorded in a new journal, so a later process can tell a
+    // partition `qrtd host apply` owns from one a crashed `qrtd run` left.
+    rec::applier by = rec::applier::host_apply;
+};
+
+struct restore_options {
+    std::string cgroup_prefix = "qrt";  // the qrt cgroups the allow-list admits
 };
 
 struct apply_report {
@@ -46,7 +65,13 @@ struct apply_report {
     cpu_set housekeeping;
     bool dry_run = false;
     std::string journal_path;
-    bool continued_journal = false;  // an earlier apply was never restored; its originals are kept
+    // A journal of this boot was there and was checked against the host.
+    bool continued_journal = false;
+    // Its partition was restored and applied afresh (see drift for why).
+    bool rebuilt = false;
+    // Who started the journal in effect now.
+    rec::applier journal_by = rec::applier::host_apply;
+    std::vector<std::string> drift;  // what the check found, and what was done
     irq_report irqs;
     isolation_report isolation;
     std::vector<host_fs::planned_write> planned_writes;  // dry run only
@@ -62,6 +87,8 @@ struct restore_report {
     std::vector<std::string> problems;
     std::vector<std::string> lines;
     std::size_t count(restore_item::outcome o) const;
+    // "3 restored, 1 unchanged, 0 gone, 0 left as changed by others, 0 failed"
+    std::string summary() const;
 };
 
 struct verify_report {
@@ -76,18 +103,21 @@ struct verify_report {
 };
 
 // Every check apply makes before touching anything.  Reads only.
-status validate(const host_fs& fs, const std::filesystem::path& state_dir, const cpu_set& isolated,
-                const cpu_set& housekeeping, const apply_options& opts = {});
+status validate(const host_fs& fs, const cpu_set& isolated, const cpu_set& housekeeping,
+                const apply_options& opts = {});
 
-result<apply_report> apply(host_fs& fs, task_ops& tasks, const std::filesystem::path& state_dir,
-                           const cpu_set& isolated, const cpu_set& housekeeping, const apply_options& opts = {});
+// dir: the journal directory, checked and locked (journal_dir::open); null
+// only with a dry-run fs when there is no directory yet.
+result<apply_report> apply(host_fs& fs, task_ops& tasks, const journal_dir* dir, const cpu_set& isolated,
+                           const cpu_set& housekeeping, const apply_options& opts = {});
 
-result<restore_report> restore(host_fs& fs, task_ops& tasks, const std::filesystem::path& state_dir);
+result<restore_report> restore(host_fs& fs, task_ops& tasks, const journal_dir* dir,
+                               const restore_options& opts = {});
 
-// Reads the sets, the isolation method and the cgroup names from the journal
-// (opts only switches IRQ checks); re-pins drifted and new IRQs and sweeps
-// tasks that arrived since, journaling first.  No journal: applied = false.
-result<verify_report> verify(host_fs& fs, task_ops& tasks, const std::filesystem::path& state_dir,
-                             const apply_options& opts = {});
+// Reads the sets and the isolation method from the journal (opts switches
+// IRQ checks and names the cgroup prefix); re-pins drifted and new IRQs and
+// sweeps tasks that arrived since, journaling first.  No journal:
+// applied = false.
+result<verify_report> verify(host_fs& fs, task_ops& tasks, const journal_dir& dir, const apply_options& opts = {});
 
 }  // namespace rtcore::host_partition

@@ -90,8 +90,9 @@ result<irq_report> pin_irqs(host_fs& fs, restore_journal& journal, const cpu_set
 
 // Finds drift (an IRQ back on an isolated CPU) and IRQs that appeared since
 // apply, re-pins them (originals journaled first) unless an unconfigured
-// irqbalance is the one moving them, and reports.
+// irqbalance is the one moving them (repin_despite_irqbalance: re-pin those
+// too, as apply does), and reports.
 result<irq_report> verify_irqs(host_fs& fs, restore_journal& journal, const cpu_set& isolated,
-                               const cpu_set& housekeeping);
+                               const cpu_set& housekeeping, bool repin_despite_irqbalance = false);
 
 }  // namespace rtcore

@@ -32,14 +32,12 @@
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
+#include "rtcore/isolation_method.hpp"
 #include "rtcore/restore_journal.hpp"
 #include "rtcore/task_ops.hpp"
 
 namespace rtcore {
 
-enum class isolation_method { none, cgroup_v2_partition, cgroup_v1_cpuset, affinity_fence };
-const char* to_string(isolation_method m);
-std::optional<isolation_method> parse_isolation_method(std::string_view name);
 
 struct cgroup_mounts {
     std::string v2_root;         // "" when no cgroup2 mount

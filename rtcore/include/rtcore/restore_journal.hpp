@@ -1,28 +1,29 @@
 #pragma once
-// The restore journal: every change qrtd makes to the host is preceded by a
-// durable record of what was there before, so `restore` can put the host
-// back byte for byte, also after the applying process died by SIGKILL.
+// The restore journal file: every change qrtd makes to the host is preceded
+// by a durable record of what was there before, so `restore` can put the
+// host back byte for byte, also after the applying process died by SIGKILL.
 //
-// File: <state_dir>/host-journal, one record a line:
-//     <crc32 of the rest, 8 hex> <kind> <field> <field> ...\n
-// Fields are escaped: bytes outside '!'..'~' and the bytes '%' and '~' are
-// written %XX, and an empty field is "~".  Every append is one write(2)
-// followed by fsync(2) of the file (and of the directory when the file was
-// created), before the caller touches the host.  A torn last line (no newline
-// or a bad checksum) is what a crash mid-append leaves; it is ignored and cut
-// off before the next append.  A bad line that is not the last is corruption:
-// it is reported and makes restore incomplete.
+// Where it lives: <journal dir>/host-journal, in a directory only root
+// (the euid) may write: host.journal_dir, /var/lib/qrtd-host, root:root
+// 0700.  Never in the daemon's state directory, which user qrtd owns: what
+// a root helper replays must not be writable by the daemon's user.
+// journal_dir::open checks the path (no symlink anywhere, safe parents,
+// owner and mode: secure_dir.hpp) and takes host.lock in it, the one lock
+// that keeps one qrtd at a time changing the host.  Every function here
+// that reads or writes the journal takes a journal_dir: the proof that the
+// directory was checked (and, except for dry runs, locked).  The same
+// directory holds the journals of earlier boots (set aside) and the report
+// of the last restore (who restored what, for the next command to print).
 //
-// Kinds:
-//   journal <version> <boot_id>           first line
-//   apply <isolated> <housekeeping>       informational
-//   method <name>                         informational (isolation used)
-//   managed <irq>                         informational (kernel-managed IRQ)
-//   file <path> <original bytes>          restore: write the bytes back
-//   ctl <subtree_control path> <name>     restore: write "-name" (v2 controller we enabled)
-//   mkcg <dir> <parent>                   restore: move stragglers to parent, rmdir
-//   cg <tid> <start> <from dir> <affinity> restore: attach to from dir, set affinity
-//   aff <tid> <start> <original> <set>    restore: set original if still <set>
+// Format and record kinds: journal_record.hpp.  Every append is one write(2)
+// followed by fsync(2), before the caller touches the host.  A torn last
+// line (no newline or a bad checksum) is what a crash mid-append leaves; it
+// is ignored and cut off before the next append.  A bad line that is not the
+// last is rot: it is reported and makes restore incomplete.  A line whose
+// checksum holds but whose record does not parse, a record outside the
+// restore allow-list (restore_allow.hpp), a version-1 journal, or a journal
+// written for another host_fs root refuses the whole journal: nothing in it
+// is written back, and the error names the file and the record.
 //
 // Only the first original per path (and per thread) is kept, so re-applying
 // after a crash never records qrtd's own values as originals.
@@ -44,72 +45,103 @@
 #include <utility>
 #include <vector>
 
-#include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
-#include "rtcore/task_ops.hpp"
+#include "rtcore/journal_record.hpp"
+#include "rtcore/restore_allow.hpp"
+#include "rtcore/secure_dir.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace rtcore {
 
-struct journal_record {
-    std::string kind;
-    std::vector<std::string> fields;
+class journal_dir {
+public:
+    static constexpr const char* lock_name = "host.lock";
+    static constexpr const char* report_name = "last-restore";
+    static constexpr std::size_t report_max_bytes = 256 * 1024;
+
+    struct options {
+        bool create = true;  // make the directory (0700) when it is missing
+        bool lock = true;    // take host.lock; a dry run reads without it
+        lock_wait wait;      // how long to wait for another holder
+        std::string holder;  // written into host.lock: "pid 812: qrtd host apply"
+    };
+    static result<journal_dir> open(const std::filesystem::path& path, const options& opts);
+
+    const std::filesystem::path& path() const { return _dir.path(); }
+    const secure_dir& dir() const { return _dir; }
+    bool locked() const { return _lock.has_value(); }
+    const dir_lock* lock() const { return _lock ? &*_lock : nullptr; }
+    // Closes this process's lock fd (a forked helper keeps holding it).
+    void release_lock() { _lock.reset(); }
+
+    // The report of the last restore (root-owned, replaced atomically), for
+    // the next command to say what was restored and by whom.  Read back only
+    // to be printed.
+    status write_report(std::string_view text) const;
+    result<std::optional<std::string>> read_report() const;
+    // host-journal.<boot id>.stale files, full paths, sorted.
+    std::vector<std::filesystem::path> stale_journals() const;
+
+private:
+    explicit journal_dir(secure_dir d) : _dir(std::move(d)) {}
+    secure_dir _dir;
+    std::optional<dir_lock> _lock;
 };
 
-// One line of a restore report.
-struct restore_item {
-    enum class outcome { restored, unchanged, gone, skipped, failed };
-    outcome result = outcome::restored;
-    std::string what;    // "/proc/irq/36/smp_affinity_list", "task 812 (sshd)", ...
-    std::string detail;  // "0 -> 0-1", or the reason it could not be restored
-    std::string line() const;
-};
-
-struct restore_outcome {
-    std::vector<restore_item> items;
-    std::vector<std::string> problems;  // corrupt lines, a journal that cannot be removed
-    bool complete = true;               // every record restored (or nothing to do)
-    bool journal_removed = false;
-    bool journal_found = false;
-    bool other_boot = false;            // written before the last reboot: nothing to undo
+// A journal as read (restore, verify).
+struct loaded_journal {
+    bool found = false;
+    std::vector<journal_record> records;  // in file order, header first
+    std::vector<std::size_t> lines;       // line number of each record
+    std::vector<std::string> problems;    // rotted lines, skipped
+    bool torn_tail = false;
+    std::size_t valid_bytes = 0;
 };
 
 class restore_journal {
 public:
     static constexpr const char* file_name = "host-journal";
-    static constexpr const char* version = "1";
 
-    // Opens the journal in state_dir for appending, creating it if needed and
-    // loading what is already there.  A journal from another boot is set
-    // aside first (see above).  A missing or unwritable state_dir is an
-    // error.  fs is only read (boot_id).  In dry-run mode nothing is written
-    // to disk; records are kept in memory (an other-boot journal is ignored).
-    static result<restore_journal> open(const host_fs& fs, const std::filesystem::path& state_dir,
-                                        bool dry_run = false);
+    // Opens the journal in dir (which must be locked) for appending,
+    // creating it if needed and loading what is already there; checks as
+    // said above.  A journal of another boot is set aside first.
+    static result<restore_journal> open(const host_fs& fs, const journal_dir& dir, const restore_allow_list& allow);
+    // The same, for a dry run: nothing is written to disk; records are kept
+    // in memory.  dir may be null (no journal directory yet); a journal of
+    // another boot is ignored (and would be set aside).
+    static result<restore_journal> open_dry_run(const host_fs& fs, const journal_dir* dir,
+                                                const restore_allow_list& allow);
 
-    // Reads the journal in state_dir without opening it for writing.
-    // An absent journal gives an empty record list.
-    static result<std::vector<journal_record>> load(const std::filesystem::path& state_dir,
-                                                    std::vector<std::string>* problems = nullptr);
+    // Reads dir's journal without opening it for writing, with the same
+    // checks.  found = false when there is none.
+    static result<loaded_journal> load(const host_fs& fs, const journal_dir& dir, const restore_allow_list& allow);
 
-    restore_journal(restore_journal&& other) noexcept;
-    restore_journal& operator=(restore_journal&& other) noexcept;
+    restore_journal(restore_journal&& other) noexcept = default;
+    restore_journal& operator=(restore_journal&& other) noexcept = default;
     restore_journal(const restore_journal&) = delete;
     restore_journal& operator=(const restore_journal&) = delete;
-    ~restore_journal();
+    ~restore_journal() = default;
 
     const std::filesystem::path& path() const { return _path; }
     const std::vector<journal_record>& records() const { return _records; }
     std::size_t size() const { return _records.size(); }
     bool existed() const { return _existed; }
+    const restore_allow_list& allow() const { return _allow; }
+    // The partition this journal records (its first apply record), or null.
+    const rec::apply* partition() const;
+    // The isolation method recorded, if any.
+    std::optional<isolation_method> method() const;
     // Non-empty when open() set aside (dry run: would set aside) a journal
     // from another boot: where it went, and one line of words saying why.
     const std::filesystem::path& set_aside_path() const { return _set_aside_path; }
     const std::string& set_aside_reason() const { return _set_aside_reason; }
 
-    // Informational and structural records (durable before returning).
+    // Appends records (one write, one fsync; durable before returning).
+    // Each must pass the allow-list and fit journal_max_line_bytes, else
+    // nothing is appended.
     status append(const journal_record& rec);
-    status append(const std::vector<journal_record>& recs);  // one write, one fsync
+    status append(const std::vector<journal_record>& recs);
 
     // Saves the current bytes of each path that has no original yet (paths
     // under a directory qrtd created are skipped: rmdir undoes them).  One
@@ -118,19 +150,20 @@ public:
     status save_file(const host_fs& fs, const std::string& path) { return save_files(fs, {path}); }
     bool has_file(std::string_view path) const { return _files.count(std::string(path)) != 0; }
     bool has_task(pid_t tid) const { return _tids.count(tid) != 0; }
-    bool created(std::string_view dir) const;  // path is under a directory qrtd created
+    bool created(std::string_view dir) const;   // path is under a directory qrtd created
     bool made_dir(std::string_view dir) const;  // dir itself has a mkcg record
 
 private:
     restore_journal() = default;
-    status write_lines(const std::vector<journal_record>& recs);
     void index(const journal_record& rec);
-    void note_set_aside(const host_fs& fs, const std::string& then_boot);
+    void take(loaded_journal&& loaded);
+    void note_set_aside(const host_fs& fs, const std::filesystem::path& dir, const std::string& then_boot);
 
     std::filesystem::path _path;
-    int _fd = -1;
+    unique_fd _fd;
     bool _dry_run = false;
     bool _existed = false;
+    restore_allow_list _allow;
     std::vector<journal_record> _records;
     std::set<std::string> _files;
     std::set<pid_t> _tids;
@@ -139,27 +172,10 @@ private:
     std::string _set_aside_reason;
 };
 
+// This boot's id (/proc/sys/kernel/random/boot_id), or "unknown".
+std::string current_boot_id(const host_fs& fs);
 // The boot id a journal's records were written in, when that is known and is
-// not the current boot (/proc/sys/kernel/random/boot_id); nullopt otherwise.
+// not the current boot; nullopt otherwise.
 std::optional<std::string> journal_other_boot(const host_fs& fs, const std::vector<journal_record>& recs);
-
-// Puts back everything recorded in state_dir's journal, newest first, and
-// removes the journal when every record was restored.  Idempotent; a missing
-// journal is "nothing to restore".  A missing state_dir is an error.
-result<restore_outcome> restore_from_journal(host_fs& fs, task_ops& tasks,
-                                             const std::filesystem::path& state_dir);
-
-// Undoes records [from, end) of an open journal (newest first) without
-// removing anything from the journal: used to unwind one failed step.
-restore_outcome unwind_since(host_fs& fs, task_ops& tasks, const restore_journal& journal,
-                             std::size_t from);
-
-// Line format helpers, exposed for tests.
-std::string journal_escape(std::string_view bytes);
-result<std::string> journal_unescape(std::string_view field);
-std::uint32_t journal_crc32(std::string_view bytes);
-std::string journal_format(const journal_record& rec);
-// nullopt for a torn or corrupt line.
-std::optional<journal_record> journal_parse(std::string_view line);
 
 }  // namespace rtcore

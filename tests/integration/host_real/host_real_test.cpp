@@ -3,10 +3,11 @@
 // affinity, default_smp_affinity, the cpuset tree and every task's cpuset and
 // affinity are as before.  Also with the applying process killed by SIGKILL.
 //
-// Guarded: the state directory is fixed (so a run killed by a timeout is
+// Guarded: the journal directory is fixed (so a run killed by a timeout is
 // restored by the next run), the cgroups are named qrt-it-* (so a daemon
 // under test elsewhere is not disturbed), and restore runs in TearDown even
-// when an assertion failed.
+// when an assertion failed.  Each call opens and locks the journal
+// directory as the qrtd commands do.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "rtcore/host_partition.hpp"
@@ -26,8 +28,33 @@ using rtcore::cpu_set;
 
 namespace {
 
-const fs::path state_dir = fs::temp_directory_path() / "qrt-it-host-real-state";
+const fs::path journal_dir = fs::temp_directory_path() / "qrt-it-host-real-journal";
 constexpr const char* prefix = "qrt-it";
+
+rtcore::journal_dir locked() {
+    auto d = rtcore::journal_dir::open(journal_dir, {});
+    if (!d) {
+        ADD_FAILURE() << d.err().message;
+        throw std::runtime_error(d.err().message);
+    }
+    return std::move(*d);
+}
+
+rtcore::result<hp::apply_report> apply(rtcore::host_fs& fs, rtcore::task_ops& tasks, const cpu_set& iso,
+                                       const cpu_set& hk, const hp::apply_options& o) {
+    const auto d = locked();
+    return hp::apply(fs, tasks, &d, iso, hk, o);
+}
+
+rtcore::result<hp::restore_report> restore(rtcore::host_fs& fs, rtcore::task_ops& tasks) {
+    const auto d = locked();
+    return hp::restore(fs, tasks, &d, {prefix});
+}
+
+rtcore::result<hp::verify_report> verify(rtcore::host_fs& fs, rtcore::task_ops& tasks, const hp::apply_options& o) {
+    const auto d = locked();
+    return hp::verify(fs, tasks, d, o);
+}
 
 struct host_snapshot {
     std::map<std::string, std::string> files;  // IRQ and cpuset files, exact bytes
@@ -191,9 +218,8 @@ protected:
         }
         _isolated = cpu_set{static_cast<unsigned>(cpus->last())};
         _housekeeping = *cpus - _isolated;
-        fs::create_directories(state_dir);
         // A run killed by a timeout left its journal: put the host back first.
-        auto left = hp::restore(_fs, _tasks, state_dir);
+        auto left = restore(_fs, _tasks);
         ASSERT_TRUE(left) << left.err().message;
         if (left->journal_found) {
             std::fprintf(stderr, "host_real: restored a journal left by an earlier run (%zu items)\n",
@@ -207,7 +233,7 @@ protected:
         if (!_armed) {
             return;
         }
-        auto r = hp::restore(_fs, _tasks, state_dir);  // idempotent; a no-op after a passing test
+        auto r = restore(_fs, _tasks);  // idempotent; a no-op after a passing test
         if (!r || !r->complete) {
             ADD_FAILURE() << "TearDown restore did not complete: "
                           << (r ? (r->lines.empty() ? "" : r->lines.back()) : r.err().message);
@@ -221,7 +247,7 @@ protected:
             std::fprintf(stderr, "host_real: note (changed by someone else meanwhile): %s\n", t.c_str());
         }
         EXPECT_TRUE(diff.empty()) << diff.size() << " differences, first: " << diff.front();
-        EXPECT_FALSE(fs::exists(state_dir / "host-journal"));
+        EXPECT_FALSE(fs::exists(journal_dir / "host-journal"));
     }
 
     rtcore::host_fs _fs = rtcore::host_fs::system();
@@ -236,7 +262,7 @@ protected:
 
 TEST_F(host_real, apply_changes_irqs_and_cpusets_and_restore_puts_back_every_byte) {
     const auto before = take_snapshot(_fs, _tasks);
-    auto rep = hp::apply(_fs, _tasks, state_dir, _isolated, _housekeeping, _opts);
+    auto rep = apply(_fs, _tasks, _isolated, _housekeeping, _opts);
     ASSERT_TRUE(rep) << rep.err().message;
     for (const auto& l : rep->lines) {
         if (l.find(": pinned ") == std::string::npos) {
@@ -276,12 +302,12 @@ TEST_F(host_real, apply_changes_irqs_and_cpusets_and_restore_puts_back_every_byt
         std::fprintf(stderr, "host_real: isolation used %s\n", rtcore::to_string(rep->isolation.method));
     }
 
-    auto v = hp::verify(_fs, _tasks, state_dir);  // finds the qrt-it prefix in the journal
+    auto v = verify(_fs, _tasks, _opts);
     ASSERT_TRUE(v) << v.err().message;
     EXPECT_EQ(v->irqs.count(rtcore::irq_outcome::action::repinned), 0U);
     EXPECT_EQ(v->isolation.isolated_cgroup, rep->isolation.isolated_cgroup);
 
-    auto back = hp::restore(_fs, _tasks, state_dir);
+    auto back = restore(_fs, _tasks);
     ASSERT_TRUE(back) << back.err().message;
     for (const auto& l : back->lines) {
         if (l.find("FAILED") != std::string::npos) {
@@ -303,7 +329,7 @@ TEST_F(host_real, restore_after_the_applying_process_was_killed_puts_back_every_
         if (child == 0) {
             rtcore::host_fs fs = rtcore::host_fs::system();
             killing_task_ops tasks(kill_at);
-            auto r = hp::apply(fs, tasks, state_dir, _isolated, _housekeeping, _opts);
+            auto r = apply(fs, tasks, _isolated, _housekeeping, _opts);
             if (r) {
                 ::kill(::getpid(), SIGKILL);  // applied fully: die without restoring
             }
@@ -312,15 +338,51 @@ TEST_F(host_real, restore_after_the_applying_process_was_killed_puts_back_every_
         int wstatus = 0;
         ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
         ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << "child status " << wstatus;
-        ASSERT_TRUE(fs::exists(state_dir / "host-journal"));
+        ASSERT_TRUE(fs::exists(journal_dir / "host-journal"));
         // The host really is changed now.
         auto dflt = cpu_set::parse_mask(*_fs.read_line("/proc/irq/default_smp_affinity"));
         ASSERT_TRUE(dflt);
         EXPECT_EQ(*dflt, _housekeeping);
 
-        auto back = hp::restore(_fs, _tasks, state_dir);
+        auto back = restore(_fs, _tasks);
         ASSERT_TRUE(back) << back.err().message;
         EXPECT_TRUE(back->complete) << back->lines.back();
         expect_restored(before);
     }
+}
+
+// #10: later applies trusted a journal whose partition had drifted (a
+// restore helper that stopped half way put the IRQs back on every CPU).
+// apply now checks the journal against the host and re-pins.
+TEST_F(host_real, apply_over_a_journal_whose_irqs_drifted_back_re_pins_them) {
+    const auto before = take_snapshot(_fs, _tasks);
+    auto rep = apply(_fs, _tasks, _isolated, _housekeeping, _opts);
+    ASSERT_TRUE(rep) << rep.err().message;
+    // Every pinned IRQ and the default mask back on all CPUs, as a
+    // half-finished restore leaves them.
+    std::vector<unsigned> drifted;
+    for (const auto& o : rep->irqs.irqs) {
+        if (o.act == rtcore::irq_outcome::action::pinned &&
+            _fs.write("/proc/irq/" + std::to_string(o.irq) + "/smp_affinity_list", o.before)) {
+            drifted.push_back(o.irq);
+        }
+    }
+    ASSERT_FALSE(drifted.empty()) << "no IRQ could be moved back";
+    ASSERT_TRUE(_fs.write("/proc/irq/default_smp_affinity", rep->irqs.default_before));
+    auto again = apply(_fs, _tasks, _isolated, _housekeeping, _opts);
+    ASSERT_TRUE(again) << again.err().message;
+    EXPECT_TRUE(again->continued_journal);
+    ASSERT_FALSE(again->drift.empty()) << "apply trusted the journal and said nothing";
+    for (unsigned irq : drifted) {
+        auto now = cpu_set::parse_list(*_fs.read_line("/proc/irq/" + std::to_string(irq) + "/smp_affinity_list"));
+        ASSERT_TRUE(now);
+        EXPECT_FALSE(now->intersects(_isolated)) << "irq " << irq << " was not re-pinned";
+    }
+    auto dflt = cpu_set::parse_mask(*_fs.read_line("/proc/irq/default_smp_affinity"));
+    ASSERT_TRUE(dflt);
+    EXPECT_EQ(*dflt, _housekeeping);
+    auto back = restore(_fs, _tasks);
+    ASSERT_TRUE(back) << back.err().message;
+    EXPECT_TRUE(back->complete) << back->lines.back();
+    expect_restored(before);
 }

@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <sys/stat.h>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -111,16 +113,23 @@ private:
     fs::path _path;
 };
 
-// A writable copy of a fake tree, plus a state directory beside it.
+// A writable copy of a fake tree, plus a state directory and a journal
+// directory (created by the first apply) beside it.
 struct tree_copy {
     temp_dir dir;
     fs::path root;
     fs::path state;
+    fs::path journal;
     explicit tree_copy(const std::string& name) {
         root = dir.path() / "root";
         state = dir.path() / "state";
+        journal = dir.path() / "journal";
         fs::copy(trees + "/" + name, root, fs::copy_options::recursive);
         fs::create_directories(state);
+    }
+    // --root, --state-dir and --journal-dir for this copy.
+    std::string dirs() const {
+        return " --root " + root.string() + " --state-dir " + state.string() + " --journal-dir " + journal.string();
     }
 };
 
@@ -242,19 +251,19 @@ TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
 TEST(qrtd_cli, host_apply_dry_run_lists_writes_and_changes_nothing) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
-    const auto r = run(qrtd + " host apply --dry-run -c " + demo + " --root " + t.root.string() +
-                       " --state-dir " + t.state.string());
+    const auto r = run(qrtd + " host apply --dry-run -c " + demo + t.dirs());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("write /proc/irq/"), std::string::npos) << r.out;
     EXPECT_EQ(snapshot_tree(t.root), before);
     EXPECT_TRUE(fs::is_empty(t.state));
+    EXPECT_FALSE(fs::exists(t.journal)) << "a dry run created the journal directory";
 }
 
 TEST(qrtd_cli, host_apply_then_restore_leaves_the_tree_byte_identical) {
     for (const char* name : {"vm2-v1", "host8-v2", "host4-nocg"}) {
         tree_copy t(name);
         const auto before = snapshot_tree(t.root);
-        const auto common = " -c " + demo + " --root " + t.root.string() + " --state-dir " + t.state.string();
+        const auto common = " -c " + demo + t.dirs();
         const auto a = run(qrtd + " host apply --json" + common);
         ASSERT_EQ(a.status, 0) << name << "\n" << a.err;
         const auto j = nlohmann::json::parse(a.out);
@@ -271,11 +280,9 @@ TEST(qrtd_cli, host_apply_then_restore_leaves_the_tree_byte_identical) {
 TEST(qrtd_cli, host_restore_works_with_a_broken_config) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
-    ASSERT_EQ(run(qrtd + " host apply -c " + demo + " --root " + t.root.string() + " --state-dir " +
-                  t.state.string()).status, 0);
+    ASSERT_EQ(run(qrtd + " host apply -c " + demo + t.dirs()).status, 0);
     const auto broken = write_temp("broken.toml", "this is [not toml\n");
-    const auto r = run(qrtd + " host restore -c " + broken + " --root " + t.root.string() +
-                       " --state-dir " + t.state.string());
+    const auto r = run(qrtd + " host restore -c " + broken + t.dirs());
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(snapshot_tree(t.root), before);
     fs::remove(broken);
@@ -283,9 +290,11 @@ TEST(qrtd_cli, host_restore_works_with_a_broken_config) {
 
 TEST(qrtd_cli, host_restore_names_journals_set_aside_from_earlier_boots) {
     tree_copy t("vm2-v1");
-    const auto common = " -c " + demo + " --root " + t.root.string() + " --state-dir " + t.state.string();
+    const auto common = " -c " + demo + t.dirs();
     {
-        std::ofstream(t.state / "host-journal.0b1c2d3e.stale") << "from an earlier boot\n";
+        fs::create_directories(t.journal);
+        fs::permissions(t.journal, fs::perms::owner_all, fs::perm_options::replace);
+        std::ofstream(t.journal / "host-journal.0b1c2d3e.stale") << "from an earlier boot\n";
     }
     const auto text = run(qrtd + " host restore" + common);
     EXPECT_EQ(text.status, 0) << text.err;
@@ -296,27 +305,39 @@ TEST(qrtd_cli, host_restore_names_journals_set_aside_from_earlier_boots) {
     const auto j = nlohmann::json::parse(js.out);
     ASSERT_EQ(j["stale_journals"].size(), 1u) << js.out;
     EXPECT_EQ(fs::path(j["stale_journals"][0].get<std::string>()).filename(), "host-journal.0b1c2d3e.stale");
-    EXPECT_TRUE(fs::exists(t.state / "host-journal.0b1c2d3e.stale")) << "restore must not delete it";
+    EXPECT_TRUE(fs::exists(t.journal / "host-journal.0b1c2d3e.stale")) << "restore must not delete it";
 }
 
 TEST(qrtd_cli, host_verify_without_apply_exits_1) {
     tree_copy t("vm2-v1");
-    const auto r = run(qrtd + " host verify -c " + demo + " --root " + t.root.string() + " --state-dir " +
-                       t.state.string());
+    const auto r = run(qrtd + " host verify -c " + demo + t.dirs());
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("not applied"), std::string::npos) << r.err;
 }
 
-TEST(qrtd_cli, apply_with_a_missing_state_dir_fails_and_changes_nothing) {
+TEST(qrtd_cli, apply_with_a_journal_dir_whose_parent_is_missing_fails_and_changes_nothing) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
-    const auto r = run(qrtd + " host apply -c " + demo + " --root " + t.root.string() +
-                       " --state-dir " + (t.dir.path() / "missing").string());
+    const auto missing = (t.dir.path() / "missing" / "journal").string();
+    const auto r = run(qrtd + " host apply -c " + demo + " --root " + t.root.string() + " --state-dir " +
+                       t.state.string() + " --journal-dir " + missing);
     EXPECT_EQ(r.status, 1);
-    EXPECT_NE(r.err.find("state directory " + (t.dir.path() / "missing").string() +
-                         ": No such file or directory; create it"),
-              std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("journal directory " + missing + ": open " + (t.dir.path() / "missing").string() +
+                         ": No such file or directory"),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(snapshot_tree(t.root), before);
+}
+
+TEST(qrtd_cli, a_journal_dir_inside_the_state_dir_is_a_usage_error) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host apply -c " + demo + " --root " + t.root.string() + " --state-dir " +
+                       t.state.string() + " --journal-dir " + (t.state / "journal").string());
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("is inside agent.state_dir"), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot_tree(t.root), before);
+    EXPECT_TRUE(fs::is_empty(t.state));
 }
 
 // ---- run on a fake tree, with a fake systemd notify socket ----------------
@@ -333,7 +354,7 @@ TEST(qrtd_cli, run_on_a_fake_tree_notifies_systemd_and_restores_on_exit) {
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
 
     const auto r = run("NOTIFY_SOCKET=" + sock.string() + " " + qrtd + " run --duration-s 1 -c " + demo +
-                       " --root " + t.root.string() + " --state-dir " + t.state.string());
+                       t.dirs());
     EXPECT_EQ(r.status, 0) << r.err;
     std::vector<std::string> messages;
     char buf[1024];
@@ -396,7 +417,8 @@ TEST(qrtd_cli, run_reloads_on_sighup_pings_the_watchdog_and_restores_on_sigterm)
         const int efd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(efd, STDERR_FILENO);
         ::execl(qrtd.c_str(), "qrtd", "run", "--duration-s", "120", "-c", cfg.c_str(), "--root",
-                t.root.c_str(), "--state-dir", t.state.c_str(), static_cast<char*>(nullptr));
+                t.root.c_str(), "--state-dir", t.state.c_str(), "--journal-dir", t.journal.c_str(),
+                static_cast<char*>(nullptr));
         ::_exit(127);
     }
     // Whatever happens below, do not leave the daemon running.
@@ -443,8 +465,7 @@ TEST(qrtd_cli, run_with_a_bad_config_exits_2_and_changes_nothing) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
     const auto bad = write_temp("run-bad.toml", "[dispatch]\npriority = 0\n");
-    const auto r = run(qrtd + " run --duration-s 1 -c " + bad + " --root " + t.root.string() +
-                       " --state-dir " + t.state.string());
+    const auto r = run(qrtd + " run --duration-s 1 -c " + bad + t.dirs());
     EXPECT_EQ(r.status, 2);
     EXPECT_NE(r.err.find("config: " + bad + ":2: dispatch.priority = 0 is out of range 1..99"),
               std::string::npos) << r.err;
@@ -497,53 +518,243 @@ std::map<std::string, std::string> snapshot_host() {
     return snap;
 }
 
-class real_host : public ::testing::Test {
-protected:
-    void TearDown() override {
-        // Whatever happened, leave the host as it was.
-        if (_state && fs::exists(_state->path() / "host-journal")) {
-            (void)run(qrtd + " host restore --state-dir " + _state->str());
+// ---- the root boundary (#10), on fake trees as root -----------------------
+
+std::string crc_line(const std::string& body) {
+    // zlib's CRC-32, as the journal uses: what a forger computes.
+    std::uint32_t c = 0xFFFFFFFFU;
+    for (char ch : body) {
+        c ^= static_cast<unsigned char>(ch);
+        for (int k = 0; k < 8; ++k) {
+            c = (c & 1U) != 0 ? 0xEDB88320U ^ (c >> 1) : c >> 1;
         }
     }
-    std::optional<temp_dir> _state;
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", c ^ 0xFFFFFFFFU);
+    return std::string(buf) + " " + body + "\n";
+}
+
+std::string this_boot() {
+    std::string id = read_file("/proc/sys/kernel/random/boot_id");
+    while (!id.empty() && id.back() == '\n') {
+        id.pop_back();
+    }
+    return id;
+}
+
+class root_boundary : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (::geteuid() != 0) {
+            GTEST_SKIP() << "needs root: the boundary is between root and the daemon's user";
+        }
+        _secret = _t.dir.path() / "root-only-secret";
+        std::ofstream(_secret) << "only root may change this\n";
+        ::chmod(_secret.c_str(), 0600);
+    }
+    tree_copy _t{"vm2-v1"};
+    fs::path _secret;
 };
 
-TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte) {
-    if (::geteuid() != 0) {
-        GTEST_SKIP() << "needs root to change IRQ affinity and cpusets";
-    }
-    if (read_file("/sys/devices/system/cpu/online") == "0\n") {
-        GTEST_SKIP() << "a single CPU cannot be partitioned";
-    }
-    for (const char* d : {"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset/qrt-housekeeping",
-                          "/sys/fs/cgroup/unified/qrt-isolated", "/sys/fs/cgroup/unified/qrt-housekeeping",
-                          "/sys/fs/cgroup/qrt-isolated", "/sys/fs/cgroup/qrt-housekeeping",
-                          "/var/lib/qrtd/host-journal"}) {
-        if (fs::exists(d)) {
-            GTEST_SKIP() << d << " exists: the host is already partitioned by another qrtd; "
-                         << "comparing against that state would prove nothing";
-        }
-    }
-    _state.emplace();
-    const auto before = snapshot_host();
-    const auto r = run(qrtd + " run --duration-s 2 -c " + demo + " --state-dir " + _state->str());
+// The first case: a forged `file` record with a valid checksum in the
+// daemon's state directory.  Root never reads a journal there any more.
+TEST_F(root_boundary, a_forged_journal_in_the_state_dir_is_never_replayed) {
+    const std::string forged = crc_line("journal 1 " + this_boot()) + crc_line("apply 1 0") +
+                               crc_line("file " + _secret.string() + " owned%0a");
+    std::ofstream(_t.state / "host-journal") << forged;
+    const auto r = run(qrtd + " host restore --state-dir " + _t.state.string() + " --journal-dir " +
+                       _t.journal.string());
     EXPECT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("irq: "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("host: restored:"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("caps: kept"), std::string::npos) << r.err;
-    EXPECT_FALSE(fs::exists(_state->path() / "host-journal")) << "journal left behind";
+    EXPECT_EQ(read_file(_secret), "only root may change this\n");
+    EXPECT_NE(r.err.find((_t.state / "host-journal").string() +
+                         " is a journal of an older qrtd, in the daemon's state directory: it is never replayed"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(read_file(_t.state / "host-journal"), forged) << "left for the admin to read";
+}
+
+// Even inside root's own directory a record must pass the allow-list.
+TEST_F(root_boundary, a_forged_record_in_the_journal_dir_is_refused_naming_the_journal_and_the_path) {
+    fs::create_directories(_t.journal);
+    fs::permissions(_t.journal, fs::perms::owner_all, fs::perm_options::replace);
+    const std::string irq = "/proc/irq/default_smp_affinity";
+    std::ofstream(_t.journal / "host-journal")
+        << crc_line("journal 2 " + this_boot() + " /") + crc_line("apply 1 0 run") +
+               crc_line("file " + _secret.string() + " owned%0a");
+    ::chmod((_t.journal / "host-journal").c_str(), 0600);
+    const auto host_before = read_file(irq);
+    const auto r = run(qrtd + " host restore --state-dir " + _t.state.string() + " --journal-dir " +
+                       _t.journal.string());
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find((_t.journal / "host-journal").string() + " line 3: record `file " + _secret.string()),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("is not on the restore allow-list"), std::string::npos) << r.err;
+    EXPECT_EQ(read_file(_secret), "only root may change this\n");
+    EXPECT_EQ(read_file(irq), host_before);
+    EXPECT_TRUE(fs::exists(_t.journal / "host-journal"));
+}
+
+// The symlink cases: links planted in the state directory where
+// root used to write (the journal, the lock) and where it writes now (the
+// partition summary, replaced, never written through).
+TEST_F(root_boundary, symlinks_planted_in_the_state_dir_are_never_written_through) {
+    const fs::path t1 = _t.dir.path() / "target-journal";
+    const fs::path t2 = _t.dir.path() / "target-summary";
+    const fs::path t3 = _t.dir.path() / "target-lock";
+    for (const auto& p : {t1, t2, t3}) {
+        std::ofstream(p) << "untouched\n";
+        ::chmod(p.c_str(), 0600);
+    }
+    fs::create_symlink(t1, _t.state / "host-journal");
+    fs::create_symlink(t2, _t.state / "host-partition.json");
+    const auto before = snapshot_tree(_t.root);
+    const auto a = run(qrtd + " host apply -c " + demo + _t.dirs());
+    EXPECT_EQ(a.status, 0) << a.err;
+    EXPECT_EQ(read_file(t1), "untouched\n") << "root wrote through a symlinked journal";
+    EXPECT_EQ(read_file(t2), "untouched\n") << "root wrote through a symlinked summary";
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(_t.state / "host-partition.json")));
+    EXPECT_TRUE(fs::is_regular_file(_t.journal / "host-journal"));
+
+    fs::create_symlink(t3, _t.state / "qrtd.lock");
+    const auto r = run(qrtd + " run --duration-s 1 -c " + demo + _t.dirs());
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find((_t.state / "qrtd.lock").string() + " is a symlink; refused"), std::string::npos) << r.err;
+    EXPECT_EQ(read_file(t3), "untouched\n");
+
+    const auto back = run(qrtd + " host restore" + _t.dirs());
+    EXPECT_EQ(back.status, 0) << back.err;
+    EXPECT_EQ(snapshot_tree(_t.root), before);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(_t.state / "host-partition.json"))) << "restore removes the summary";
+}
+
+TEST_F(root_boundary, a_journal_dir_of_another_user_or_writable_by_others_is_refused_and_nothing_changes) {
+    const auto before = snapshot_tree(_t.root);
+    fs::create_directories(_t.journal);
+    ::chmod(_t.journal.c_str(), 0700);
+    ASSERT_EQ(::chown(_t.journal.c_str(), 4242, 4242), 0);
+    const auto a = run(qrtd + " host apply -c " + demo + _t.dirs());
+    EXPECT_EQ(a.status, 1);
+    EXPECT_NE(a.err.find("journal directory " + _t.journal.string() + " is owned by uid 4242 with mode 0700"),
+              std::string::npos)
+        << a.err;
+    EXPECT_NE(a.err.find("fix: chown 0:0 " + _t.journal.string()), std::string::npos) << a.err;
+    ASSERT_EQ(::chown(_t.journal.c_str(), 0, 0), 0);
+    ::chmod(_t.journal.c_str(), 0777);
+    const auto b = run(qrtd + " host apply -c " + demo + _t.dirs());
+    EXPECT_EQ(b.status, 1);
+    EXPECT_NE(b.err.find("has mode 0777"), std::string::npos) << b.err;
+    EXPECT_EQ(snapshot_tree(_t.root), before);
+    EXPECT_TRUE(fs::is_empty(_t.journal));
+}
+
+// ---- the real host (root only) --------------------------------------------
+
+void expect_same_host(const std::map<std::string, std::string>& before, const std::string& when) {
     const auto after = snapshot_host();
     for (const auto& [path, value] : before) {
         auto it = after.find(path);
         if (it == after.end()) {
-            ADD_FAILURE() << path << " is gone";
+            ADD_FAILURE() << when << ": " << path << " is gone";
         } else {
-            EXPECT_EQ(it->second, value) << path;
+            EXPECT_EQ(it->second, value) << when << ": " << path;
         }
     }
     for (const auto& [path, value] : after) {
-        EXPECT_TRUE(before.count(path)) << path << " was left behind";
+        EXPECT_TRUE(before.count(path)) << when << ": " << path << " was left behind";
     }
+}
+
+class real_host : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (::geteuid() != 0) {
+            GTEST_SKIP() << "needs root to change IRQ affinity and cpusets";
+        }
+        if (read_file("/sys/devices/system/cpu/online") == "0\n") {
+            GTEST_SKIP() << "a single CPU cannot be partitioned";
+        }
+        for (const char* d : {"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset/qrt-housekeeping",
+                              "/sys/fs/cgroup/unified/qrt-isolated", "/sys/fs/cgroup/unified/qrt-housekeeping",
+                              "/sys/fs/cgroup/qrt-isolated", "/sys/fs/cgroup/qrt-housekeeping",
+                              "/var/lib/qrtd-host/host-journal"}) {
+            if (fs::exists(d)) {
+                GTEST_SKIP() << d << " exists: the host is already partitioned by another qrtd; "
+                             << "comparing against that state would prove nothing";
+            }
+        }
+        _base.emplace();
+        // The daemon's user must reach its state and socket below here.
+        ::chmod(_base->path().c_str(), 0755);
+        _armed = true;
+    }
+    void TearDown() override {
+        // Whatever happened, leave the host as it was (waiting for a restore
+        // helper that is still at work).
+        if (_armed && fs::exists(journal() / "host-journal")) {
+            (void)run(qrtd + " host restore" + dirs());
+        }
+    }
+    fs::path state() const { return _base->path() / "state"; }
+    fs::path journal() const { return _base->path() / "journal"; }
+    fs::path socket() const { return _base->path() / "run" / "qrtd.sock"; }
+    std::string dirs() const { return " --state-dir " + state().string() + " --journal-dir " + journal().string(); }
+    // demo.toml with the socket below the test's directory.
+    std::string config() const {
+        std::string text = read_file(demo);
+        const std::string from = "socket_path = \"/run/qrtd-demo/qrtd.sock\"";
+        text.replace(text.find(from), from.size(), "socket_path = \"" + socket().string() + "\"");
+        const auto p = _base->path() / "qrtd.toml";
+        std::ofstream(p) << text;
+        return p.string();
+    }
+    std::optional<temp_dir> _base;
+    bool _armed = false;
+};
+
+TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte) {
+    const auto before = snapshot_host();
+    const auto r = run(qrtd + " run --duration-s 2 -c " + config() + dirs());
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("irq: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("host: restored:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("caps: kept"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(journal() / "host-journal")) << "journal left behind";
+    expect_same_host(before, "after the run");
+}
+
+// #10: later daemons trusted a journal whose partition had drifted (IRQs back
+// on every CPU) and said "already applied".  Now qrtd run checks it against
+// the host and re-pins, even when `qrtd host apply` owns it.
+TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
+    const auto before = snapshot_host();
+    const std::string cfg = config();
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    // Drift: every IRQ apply moved goes back to its old value.
+    std::vector<std::string> moved;
+    for (const auto& [path, value] : before) {
+        if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
+            read_file(path) != value) {
+            std::ofstream f(path);
+            f << value;
+            f.close();
+            if (read_file(path) == value) {
+                moved.push_back(path);
+            }
+        }
+    }
+    ASSERT_FALSE(moved.empty()) << "no IRQ could be moved back";
+    const auto r = run(qrtd + " run --duration-s 1 -c " + cfg + dirs());
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("host: drift: "), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("already applied (journal"), std::string::npos) << r.err;
+    for (const auto& p : moved) {
+        EXPECT_NE(read_file(p), before.at(p)) << p << " was left on the isolated CPUs";
+    }
+    const auto back = run(qrtd + " host restore" + dirs());
+    EXPECT_EQ(back.status, 0) << back.err;
+    expect_same_host(before, "after restore");
 }
 
 }  // namespace

@@ -48,15 +48,15 @@ TEST(host_partition, apply_then_restore_leaves_every_tree_byte_identical) {
         const auto before = snapshot(t.root());
         const auto tasks_before = task_states(tasks);
 
-        auto rep = hp::apply(fs, tasks, t.state(), c.isolated, c.housekeeping);
+        auto rep = apply_in(t, fs, tasks, c.isolated, c.housekeeping);
         ASSERT_TRUE(rep) << rep.err().message;
         EXPECT_EQ(rep->isolation.method, c.expect);
         EXPECT_NE(first_difference(before, snapshot(t.root())), "") << "apply changed nothing";
         EXPECT_TRUE(fs::exists(t.journal()));
         EXPECT_EQ(rep->lines.back(), std::string("partition: applied (") + rtcore::to_string(c.expect) +
-                                         "); `qrtd host restore` puts every value back");
+                                         "); restore puts every value back");
 
-        auto back = hp::restore(fs, tasks, t.state());
+        auto back = restore_in(t, fs, tasks);
         ASSERT_TRUE(back) << back.err().message;
         EXPECT_TRUE(back->complete);
         EXPECT_TRUE(back->journal_removed);
@@ -65,10 +65,10 @@ TEST(host_partition, apply_then_restore_leaves_every_tree_byte_identical) {
         EXPECT_TRUE(task_states(tasks) == tasks_before) << "a task's affinity or cpuset was not restored";
         EXPECT_FALSE(fs::exists(t.journal()));
 
-        auto again = hp::restore(fs, tasks, t.state());
+        auto again = restore_in(t, fs, tasks);
         ASSERT_TRUE(again);
         EXPECT_FALSE(again->journal_found);
-        EXPECT_EQ(again->lines.back(), "restore: no journal in " + t.state().string() + ": nothing to restore");
+        EXPECT_EQ(again->lines.back(), "restore: no journal in " + t.journal_dir().string() + ": nothing to restore");
     }
 }
 
@@ -79,11 +79,11 @@ TEST(host_partition, reapply_keeps_the_first_originals_and_restore_still_gets_ba
     add_vm2_tasks(tasks);
     const auto before = snapshot(t.root());
     const auto tasks_before = task_states(tasks);
-    ASSERT_TRUE(hp::apply(fs, tasks, t.state(), {1}, {0}));
-    auto second = hp::apply(fs, tasks, t.state(), {1}, {0});
+    ASSERT_TRUE(apply_in(t, fs, tasks, {1}, {0}));
+    auto second = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(second) << second.err().message;
     EXPECT_TRUE(second->continued_journal);
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
@@ -98,7 +98,7 @@ TEST(host_partition, a_managed_irq_is_reported_and_apply_still_succeeds) {
     fs.inject_write_error("/proc/irq/122/smp_affinity_list", EIO);
     fs.inject_write_error("/proc/irq/123/smp_affinity_list", EPERM);
     const auto before = snapshot(t.root());
-    auto rep = hp::apply(fs, tasks, t.state(), {4, 5, 6, 7}, {0, 1, 2, 3});
+    auto rep = apply_in(t, fs, tasks, {4, 5, 6, 7}, {0, 1, 2, 3});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_EQ(rep->irqs.count(rtcore::irq_outcome::action::managed), 2U);
     bool named = false;
@@ -108,7 +108,7 @@ TEST(host_partition, a_managed_irq_is_reported_and_apply_still_succeeds) {
                          0) == 0;
     }
     EXPECT_TRUE(named);
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete) << "the managed IRQ was never changed, so there is nothing to fail on";
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
@@ -124,7 +124,7 @@ TEST(host_partition, a_read_only_proc_is_a_clear_error_and_changes_nothing) {
         fs.inject_write_error(path, EROFS);
         const auto before = snapshot(t.root());
         const auto tasks_before = task_states(tasks);
-        auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+        auto rep = apply_in(t, fs, tasks, {1}, {0});
         ASSERT_FALSE(rep);
         EXPECT_EQ(rep.err().code, EROFS);
         EXPECT_NE(rep.err().message.find(std::string("apply: pinning IRQs: write ") + path +
@@ -148,10 +148,10 @@ TEST(host_partition, a_task_exiting_mid_apply_is_not_a_failure) {
             tasks.remove_task(500);  // exits between listing and its affinity change
         }
     };
-    auto rep = hp::apply(fs, tasks, t.state(), {2, 3}, {0, 1});
+    auto rep = apply_in(t, fs, tasks, {2, 3}, {0, 1});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_EQ(rep->isolation.tasks_gone, 1U);
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
@@ -166,7 +166,7 @@ TEST(host_partition, a_failure_in_isolation_unwinds_the_irqs_too) {
     const auto tasks_before = task_states(tasks);
     hp::apply_options o;
     o.isolation.force = isolation_method::cgroup_v1_cpuset;
-    auto bad = hp::apply(fs, tasks, t.state(), {2, 3}, {0, 1}, o);
+    auto bad = apply_in(t, fs, tasks, {2, 3}, {0, 1}, o);
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.err().code, ENOTSUP);
     EXPECT_EQ(bad.err().message,
@@ -186,39 +186,37 @@ TEST(host_partition, bad_inputs_are_clear_errors_that_change_nothing) {
     struct bad {
         cpu_set iso;
         cpu_set hk;
-        fs::path state;
         int code;
         std::string message;
     };
     const bad cases_[] = {
-        {{0, 1}, {}, t.state(), EINVAL,
+        {{0, 1}, {}, EINVAL,
          "apply: the isolated set 0-1 covers every online CPU (0-1); keep at least one housekeeping CPU; nothing "
          "was changed"},
-        {{1, 5}, {0}, t.state(), EINVAL,
+        {{1, 5}, {0}, EINVAL,
          "apply: isolated CPUs 5 do not exist or are offline (online CPUs: 0-1); nothing was changed"},
-        {{1}, {0, 7}, t.state(), EINVAL,
+        {{1}, {0, 7}, EINVAL,
          "apply: housekeeping CPUs 7 do not exist or are offline (online CPUs: 0-1); nothing was changed"},
-        {{1}, {}, t.state(), EINVAL,
+        {{1}, {}, EINVAL,
          "apply: the housekeeping CPU set is empty; keep at least one CPU for the system; nothing was changed"},
-        {{}, {0}, t.state(), EINVAL, "apply: the isolated CPU set is empty: nothing to isolate; nothing was changed"},
-        {{1}, {0, 1}, t.state(), EINVAL,
-         "apply: CPUs 1 are in both the isolated and the housekeeping set; nothing was changed"},
-        {{1}, {0}, t.base() / "missing", ENOENT,
-         "apply: state directory " + (t.base() / "missing").string() +
-             ": No such file or directory (create it first; qrtd keeps its restore journal there); nothing was "
-             "changed"},
+        {{}, {0}, EINVAL, "apply: the isolated CPU set is empty: nothing to isolate; nothing was changed"},
+        {{1}, {0, 1}, EINVAL, "apply: CPUs 1 are in both the isolated and the housekeeping set; nothing was changed"},
     };
     for (const auto& c : cases_) {
-        auto r = hp::apply(fs, tasks, c.state, c.iso, c.hk);
+        auto r = apply_in(t, fs, tasks, c.iso, c.hk);
         ASSERT_FALSE(r) << c.message;
         EXPECT_EQ(r.err().code, c.code);
         EXPECT_EQ(r.err().message, c.message);
     }
-    auto r = hp::restore(fs, tasks, t.base() / "missing");
+    // Without a journal directory a real apply or restore does nothing.
+    auto a = hp::apply(fs, tasks, nullptr, {1}, {0});
+    ASSERT_FALSE(a);
+    EXPECT_EQ(a.err().message, "apply: no journal directory; nothing was changed");
+    auto r = hp::restore(fs, tasks, nullptr);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.err().code, ENOENT);
+    EXPECT_EQ(r.err().code, EINVAL);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
-    EXPECT_TRUE(fs::is_empty(t.state()));
+    EXPECT_FALSE(fs::exists(t.journal()));
     EXPECT_EQ(tasks.mutations(), 0U);
 }
 
@@ -228,11 +226,11 @@ TEST(host_partition, dry_run_lists_the_writes_and_changes_nothing) {
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
     const auto before = snapshot(t.root());
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto rep = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_TRUE(rep->dry_run);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
-    EXPECT_TRUE(fs::is_empty(t.state())) << "dry run wrote a journal";
+    EXPECT_FALSE(fs::exists(t.journal())) << "dry run wrote a journal";
     EXPECT_EQ(tasks.mutations(), 0U);
     std::map<std::string, std::string> planned;
     for (const auto& w : rep->planned_writes) {
@@ -253,21 +251,26 @@ TEST(host_partition, dry_run_restore_lists_what_it_would_put_back_and_changes_no
         rtcore::host_fs fs(t.root());
         rtcore::fake_task_ops tasks;
         add_tasks(c, tasks);
-        ASSERT_TRUE(hp::apply(fs, tasks, t.state(), c.isolated, c.housekeeping));
+        ASSERT_TRUE(apply_in(t, fs, tasks, c.isolated, c.housekeeping));
         const auto applied = snapshot(t.root());
         const auto tasks_applied = task_states(tasks);
         const unsigned mutations = tasks.mutations();
         rtcore::host_fs dry(t.root(), rtcore::host_fs::mode::dry_run);
-        auto r = hp::restore(dry, tasks, t.state());
-        ASSERT_TRUE(r) << r.err().message;
-        EXPECT_FALSE(r->journal_removed);
-        EXPECT_TRUE(fs::exists(t.journal()));
-        EXPECT_EQ(first_difference(applied, snapshot(t.root())), "");
-        EXPECT_TRUE(task_states(tasks) == tasks_applied);
-        EXPECT_EQ(tasks.mutations(), mutations);
-        EXPECT_FALSE(dry.planned_writes().empty());
-        EXPECT_EQ(r->lines.back(), "restore: dry run: nothing was changed and the journal is kept");
-        ASSERT_TRUE(hp::restore(fs, tasks, t.state())->complete);
+        {
+            // A dry run reads the journal without its lock.
+            auto d = rtcore::journal_dir::open(t.journal_dir(), {.create = false, .lock = false, .wait = {}, .holder = ""});
+            ASSERT_TRUE(d) << d.err().message;
+            auto r = hp::restore(dry, tasks, &*d);
+            ASSERT_TRUE(r) << r.err().message;
+            EXPECT_FALSE(r->journal_removed);
+            EXPECT_TRUE(fs::exists(t.journal()));
+            EXPECT_EQ(first_difference(applied, snapshot(t.root())), "");
+            EXPECT_TRUE(task_states(tasks) == tasks_applied);
+            EXPECT_EQ(tasks.mutations(), mutations);
+            EXPECT_FALSE(dry.planned_writes().empty());
+            EXPECT_EQ(r->lines.back(), "restore: dry run: nothing was changed and the journal is kept");
+        }
+        ASSERT_TRUE(restore_in(t, fs, tasks)->complete);
     }
 }
 
@@ -277,11 +280,11 @@ TEST(host_partition, verify_reports_clean_then_drift_and_a_new_irq_and_repins) {
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
     const auto before = snapshot(t.root());
-    auto none = hp::verify(fs, tasks, t.state());
+    auto none = verify_in(t, fs, tasks);
     ASSERT_TRUE(none);
     EXPECT_FALSE(none->applied);
-    ASSERT_TRUE(hp::apply(fs, tasks, t.state(), {1}, {0}));
-    auto clean = hp::verify(fs, tasks, t.state());
+    ASSERT_TRUE(apply_in(t, fs, tasks, {1}, {0}));
+    auto clean = verify_in(t, fs, tasks);
     ASSERT_TRUE(clean) << clean.err().message;
     EXPECT_TRUE(clean->applied);
     EXPECT_TRUE(clean->clean) << clean->lines.front();
@@ -289,15 +292,15 @@ TEST(host_partition, verify_reports_clean_then_drift_and_a_new_irq_and_repins) {
 
     write_file(t.root() / "proc/irq/26/smp_affinity_list", "1\n");
     write_file(t.root() / "proc/irq/60/smp_affinity_list", "0-1\n");
-    auto v = hp::verify(fs, tasks, t.state());
+    auto v = verify_in(t, fs, tasks);
     ASSERT_TRUE(v) << v.err().message;
     EXPECT_FALSE(v->clean);
     EXPECT_EQ(v->irqs.count(rtcore::irq_outcome::action::repinned), 1U);
     EXPECT_EQ(v->irqs.count(rtcore::irq_outcome::action::new_pinned), 1U);
     EXPECT_EQ(read_file(t.root() / "proc/irq/60/smp_affinity_list"), "0");
-    EXPECT_TRUE(hp::verify(fs, tasks, t.state())->clean);
+    EXPECT_TRUE(verify_in(t, fs, tasks)->clean);
 
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete);
     auto after = snapshot(t.root());
@@ -319,7 +322,7 @@ TEST(host_partition, a_crash_at_any_point_of_apply_is_recovered_by_the_next_rest
             rtcore::host_fs fs(probe.root());
             rtcore::fake_task_ops tasks;
             add_tasks(c, tasks);
-            ASSERT_TRUE(hp::apply(fs, tasks, probe.state(), c.isolated, c.housekeeping));
+            ASSERT_TRUE(apply_in(probe, fs, tasks, c.isolated, c.housekeeping));
             total = tasks.mutations();
         }
         ASSERT_GT(total, 0U);
@@ -338,7 +341,7 @@ TEST(host_partition, a_crash_at_any_point_of_apply_is_recovered_by_the_next_rest
                         ::kill(::getpid(), SIGKILL);
                     }
                 };
-                (void)hp::apply(fs, tasks, t.state(), c.isolated, c.housekeeping);
+                (void)apply_in(t, fs, tasks, c.isolated, c.housekeeping);
                 ::_exit(3);  // not reached
             }
             int wstatus = 0;
@@ -349,7 +352,7 @@ TEST(host_partition, a_crash_at_any_point_of_apply_is_recovered_by_the_next_rest
             rtcore::host_fs fs(t.root());
             rtcore::fake_task_ops tasks;  // the killed process's tasks, as they were
             add_tasks(c, tasks);
-            auto back = hp::restore(fs, tasks, t.state());
+            auto back = restore_in(t, fs, tasks);
             ASSERT_TRUE(back) << back.err().message;
             EXPECT_TRUE(back->complete);
             EXPECT_TRUE(back->journal_removed);
@@ -374,7 +377,7 @@ TEST(host_partition, a_crash_then_reapply_then_restore_gets_back_to_boot_values)
                 ::kill(::getpid(), SIGKILL);
             }
         };
-        (void)hp::apply(fs, tasks, t.state(), {1}, {0});
+        (void)apply_in(t, fs, tasks, {1}, {0});
         ::_exit(3);
     }
     int wstatus = 0;
@@ -383,10 +386,10 @@ TEST(host_partition, a_crash_then_reapply_then_restore_gets_back_to_boot_values)
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
-    auto again = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto again = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(again) << again.err().message;
     EXPECT_TRUE(again->continued_journal);
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");

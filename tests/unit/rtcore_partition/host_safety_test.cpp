@@ -11,8 +11,7 @@
 
 using namespace qrt_test;
 using rtcore::isolation_method;
-using rtcore::journal_record;
-using rtcore::restore_journal;
+namespace rec = rtcore::rec;
 namespace hp = rtcore::host_partition;
 
 namespace {
@@ -23,12 +22,14 @@ const char* const old_boot = "00000000-1111-2222-3333-444444444444";
 // boot value and a cgroup created (both long gone after the reboot).
 void write_old_boot_journal(const tree_copy& t) {
     std::string text;
-    text += rtcore::journal_format(journal_record{"journal", {"1", old_boot}});
-    text += rtcore::journal_format(journal_record{"apply", {"1", "0"}});
-    text += rtcore::journal_format(journal_record{"file", {"/proc/irq/36/smp_affinity_list", "0-1\n"}});
-    text += rtcore::journal_format(
-        journal_record{"mkcg", {"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset"}});
+    text += rtcore::journal_format(rec::header{2, old_boot, t.root().string()});
+    text += rtcore::journal_format(rec::apply{{1}, {0}, rec::applier::run});
+    text += rtcore::journal_format(rec::file{"/proc/irq/36/smp_affinity_list", "0-1\n"});
+    text += rtcore::journal_format(rec::mkcg{"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset"});
+    fs::create_directories(t.journal_dir());
+    fs::permissions(t.journal_dir(), fs::perms::owner_all);
     write_file(t.journal(), text);
+    fs::permissions(t.journal(), fs::perms::owner_read | fs::perms::owner_write);
 }
 
 // Puts the tree back to its snapshot at boot (cgroups qrtd made vanish) with a new boot id.
@@ -47,7 +48,7 @@ void reboot(const tree_copy& t, const tree_snapshot& boot_tree, const std::strin
 }
 
 fs::path stale_path(const tree_copy& t) {
-    return t.state() / (std::string("host-journal.") + old_boot + ".stale");
+    return t.journal_dir() / (std::string("host-journal.") + old_boot + ".stale");
 }
 
 }  // namespace
@@ -63,7 +64,7 @@ TEST(host_safety, a_journal_from_an_earlier_boot_is_set_aside_and_this_boots_app
     const auto tasks_before = task_states(tasks);
     ASSERT_EQ(before.at("proc/irq/36/smp_affinity_list"), "0-1\n");
 
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto rep = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_FALSE(rep->continued_journal);
     EXPECT_EQ(read_file(t.root() / "proc/irq/36/smp_affinity_list"), "0");
@@ -79,12 +80,12 @@ TEST(host_safety, a_journal_from_an_earlier_boot_is_set_aside_and_this_boots_app
     }
     EXPECT_TRUE(said) << "apply does not report the set-aside journal";
     // The new journal belongs to this boot and holds this boot's originals.
-    auto recs = restore_journal::load(t.state());
+    auto recs = load_journal(t, fs);
     ASSERT_TRUE(recs);
-    ASSERT_FALSE(recs->empty());
-    EXPECT_EQ(recs->front().fields.at(1), "148e24da-ef85-4d2b-baf4-da6d1156975d");
+    ASSERT_FALSE(recs->records.empty());
+    EXPECT_EQ(std::get<rec::header>(recs->records.front()).boot_id, "148e24da-ef85-4d2b-baf4-da6d1156975d");
 
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back) << back.err().message;
     EXPECT_FALSE(back->other_boot);
     EXPECT_TRUE(back->complete);
@@ -112,7 +113,7 @@ TEST(host_safety, crash_then_reboot_then_apply_then_restore_gets_back_to_this_bo
                 ::kill(::getpid(), SIGKILL);
             }
         };
-        (void)hp::apply(fs, tasks, t.state(), {1}, {0});
+        (void)apply_in(t, fs, tasks, {1}, {0});
         ::_exit(3);
     }
     int wstatus = 0;
@@ -127,10 +128,10 @@ TEST(host_safety, crash_then_reboot_then_apply_then_restore_gets_back_to_this_bo
     add_vm2_tasks(tasks);
     // Everything but the old journal's IRQ files is as at boot: compare the whole tree.
     const auto before = snapshot(t.root());
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto rep = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_EQ(read_file(t.root() / "proc/irq/36/smp_affinity_list"), "0");
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back) << back.err().message;
     EXPECT_TRUE(back->complete);
     EXPECT_EQ(read_file(t.root() / "proc/irq/36/smp_affinity_list"), "0-1\n");
@@ -139,7 +140,7 @@ TEST(host_safety, crash_then_reboot_then_apply_then_restore_gets_back_to_this_bo
     while (!id.empty() && id.back() == '\n') {
         id.pop_back();
     }
-    EXPECT_TRUE(fs::exists(t.state() / ("host-journal." + id + ".stale")));
+    EXPECT_TRUE(fs::exists(t.journal_dir() / ("host-journal." + id + ".stale")));
 }
 
 TEST(host_safety, dry_run_over_an_earlier_boots_journal_changes_nothing_and_says_it_would_set_it_aside) {
@@ -150,7 +151,7 @@ TEST(host_safety, dry_run_over_an_earlier_boots_journal_changes_nothing_and_says
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
     const auto before = snapshot(t.root());
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto rep = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_FALSE(rep->continued_journal);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
@@ -180,7 +181,7 @@ TEST(host_safety, a_foreign_v1_cgroup_with_our_name_is_left_alone_and_apply_fall
     const auto before = snapshot(t.root());
     const auto tasks_before = task_states(tasks);
 
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0});
+    auto rep = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_EQ(rep->isolation.method, isolation_method::affinity_fence);
     const std::string why = "cgroup /sys/fs/cgroup/cpuset/qrt-isolated already exists (left by another tool or an "
@@ -199,13 +200,13 @@ TEST(host_safety, a_foreign_v1_cgroup_with_our_name_is_left_alone_and_apply_fall
         }
     }
     EXPECT_EQ(after_apply.count("sys/fs/cgroup/cpuset/qrt-housekeeping"), 0U);
-    auto recs = restore_journal::load(t.state());
+    auto recs = load_journal(t, fs);
     ASSERT_TRUE(recs);
-    for (const auto& r : *recs) {
-        EXPECT_NE(r.kind, "mkcg") << "a cgroup was recorded as created";
+    for (const auto& r : recs->records) {
+        EXPECT_FALSE(std::holds_alternative<rec::mkcg>(r)) << "a cgroup was recorded as created";
     }
 
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back) << back.err().message;
     EXPECT_TRUE(back->complete);
     EXPECT_TRUE(fs::is_directory(foreign));
@@ -223,7 +224,7 @@ TEST(host_safety, a_forced_method_over_a_foreign_cgroup_fails_cleanly_and_change
     const auto before = snapshot(t.root());
     hp::apply_options opts;
     opts.isolation.force = isolation_method::cgroup_v1_cpuset;
-    auto rep = hp::apply(fs, tasks, t.state(), {1}, {0}, opts);
+    auto rep = apply_in(t, fs, tasks, {1}, {0}, opts);
     ASSERT_FALSE(rep);
     EXPECT_NE(rep.err().message.find("cgroup /sys/fs/cgroup/cpuset/qrt-housekeeping already exists"),
               std::string::npos)
@@ -239,11 +240,11 @@ TEST(host_safety, our_own_cgroup_recorded_in_this_boots_journal_is_reused) {
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
     const auto before = snapshot(t.root());
-    ASSERT_TRUE(hp::apply(fs, tasks, t.state(), {1}, {0}));
-    auto again = hp::apply(fs, tasks, t.state(), {1}, {0});
+    ASSERT_TRUE(apply_in(t, fs, tasks, {1}, {0}));
+    auto again = apply_in(t, fs, tasks, {1}, {0});
     ASSERT_TRUE(again) << again.err().message;
     EXPECT_EQ(again->isolation.method, isolation_method::cgroup_v1_cpuset);
-    auto back = hp::restore(fs, tasks, t.state());
+    auto back = restore_in(t, fs, tasks);
     ASSERT_TRUE(back);
     EXPECT_TRUE(back->complete);
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");

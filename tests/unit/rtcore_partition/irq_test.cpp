@@ -36,7 +36,7 @@ TEST(irq, names_come_from_proc_interrupts) {
 TEST(irq, pins_every_irq_on_an_isolated_cpu_and_the_default_mask) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::pin_irqs(fs, *j, {1}, {0});
     ASSERT_TRUE(r) << r.err().message;
@@ -53,7 +53,7 @@ TEST(irq, pins_every_irq_on_an_isolated_cpu_and_the_default_mask) {
     // every original is in the journal before the writes
     std::size_t files = 0;
     for (const auto& rec : j->records()) {
-        files += rec.kind == "file" ? 1U : 0U;
+        files += std::holds_alternative<rtcore::rec::file>(rec) ? 1U : 0U;
     }
     EXPECT_EQ(files, 7U);
 }
@@ -67,7 +67,7 @@ TEST(irq, a_managed_irq_is_reported_and_never_retried) {
     const cpu_set iso{2, 3, 4, 5, 6, 7};
     const cpu_set hk{0, 1};
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
         auto r = rtcore::pin_irqs(fs, *j, iso, hk);
         ASSERT_TRUE(r) << r.err().message;
@@ -83,7 +83,7 @@ TEST(irq, a_managed_irq_is_reported_and_never_retried) {
     for (unsigned irq = 121; irq <= 123; ++irq) {
         fs.inject_write_error("/proc/irq/" + std::to_string(irq) + "/smp_affinity_list", EROFS);
     }
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto again = rtcore::pin_irqs(fs, *j, iso, hk);
     ASSERT_TRUE(again) << again.err().message;
@@ -97,7 +97,7 @@ TEST(irq, a_managed_irq_is_reported_and_never_retried) {
 TEST(irq, verify_repins_drift_and_new_irqs_journaling_new_originals_first) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     ASSERT_TRUE(rtcore::pin_irqs(fs, *j, {1}, {0}));
     auto clean = rtcore::verify_irqs(fs, *j, {1}, {0});
@@ -116,8 +116,9 @@ TEST(irq, verify_repins_drift_and_new_irqs_journaling_new_originals_first) {
     EXPECT_TRUE(j->has_file("/proc/irq/50/smp_affinity_list"));
     // The first original of irq 36 is still the boot value, not the drifted one.
     for (const auto& rec : j->records()) {
-        if (rec.kind == "file" && rec.fields[0] == "/proc/irq/50/smp_affinity_list") {
-            EXPECT_EQ(rec.fields[1], "1\n");
+        const auto* f = std::get_if<rtcore::rec::file>(&rec);
+        if (f != nullptr && f->path == "/proc/irq/50/smp_affinity_list") {
+            EXPECT_EQ(f->original, "1\n");
         }
     }
     // A vanished IRQ is reported as gone.
@@ -141,7 +142,7 @@ TEST(irqbalance, running_unconfigured_gets_exact_advice_and_is_not_fought) {
               "and run `systemctl restart irqbalance`; qrtd does not restart services, and will not fight "
               "irqbalance over IRQs it moves back");
 
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     ASSERT_TRUE(rtcore::pin_irqs(fs, *j, iso, hk));
     write_file(t.root() / "proc/irq/130/smp_affinity_list", "5\n");  // irqbalance moved it back
@@ -167,7 +168,7 @@ TEST(irqbalance, config_without_restart_and_running_with_the_ban) {
     EXPECT_EQ(s.line(), "irqbalance: running (pid 812) with banned CPUs 4-7: coordinated");
 
     // Coordinated: drift onto an isolated CPU is something else, and is re-pinned.
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     ASSERT_TRUE(rtcore::pin_irqs(fs, *j, iso, {0, 1, 2, 3}));
     write_file(t.root() / "proc/irq/130/smp_affinity_list", "5\n");
@@ -180,7 +181,7 @@ TEST(irq, a_read_only_proc_is_a_fatal_error_naming_the_path) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());
     fs.inject_write_error("/proc/irq/28/smp_affinity_list", EROFS);
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::pin_irqs(fs, *j, {1}, {0});
     ASSERT_FALSE(r);

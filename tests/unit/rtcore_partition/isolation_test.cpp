@@ -26,7 +26,7 @@ TEST(isolation, cgroup_v2_partition_when_cpuset_is_in_the_v2_hierarchy) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_plain_tasks(tasks, cpu_set::first_n(8));
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::apply_isolation(fs, tasks, *j, {4, 5, 6, 7}, {0, 1, 2, 3}, {});
     ASSERT_TRUE(r) << r.err().message;
@@ -46,7 +46,7 @@ TEST(isolation, an_invalid_v2_partition_is_unwound_and_the_next_method_used) {
     const auto before = snapshot(t.root());
     // The kernel refuses the partition (a sibling claims the CPUs).
     fs.inject_write_error("/sys/fs/cgroup/qrt-isolated/cpuset.cpus.partition", EINVAL);
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::apply_isolation(fs, tasks, *j, {4, 5, 6, 7}, {0, 1, 2, 3}, {});
     ASSERT_TRUE(r) << r.err().message;
@@ -65,7 +65,7 @@ TEST(isolation, cgroup_v1_cpuset_on_this_vm_falls_through_v2_and_moves_movable_t
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::apply_isolation(fs, tasks, *j, {1}, {0}, {});
     ASSERT_TRUE(r) << r.err().message;
@@ -93,7 +93,7 @@ TEST(isolation, affinity_fence_when_no_cpuset_exists) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_plain_tasks(tasks, cpu_set::first_n(4));
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     auto r = rtcore::apply_isolation(fs, tasks, *j, {2, 3}, {0, 1}, {});
     ASSERT_TRUE(r) << r.err().message;
@@ -112,7 +112,7 @@ TEST(isolation, a_forced_method_that_is_unavailable_is_an_error) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     rtcore::isolation_options o;
     o.force = isolation_method::cgroup_v2_partition;
@@ -129,7 +129,7 @@ TEST(isolation, verify_v1_moves_tasks_that_appeared_in_the_root) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     ASSERT_TRUE(rtcore::apply_isolation(fs, tasks, *j, {1}, {0}, {}));
     tasks.add_task(900, "late-daemon", {0, 1}, v1_root);
@@ -146,7 +146,7 @@ TEST(isolation, verify_fence_refences_a_task_that_moved_itself_back) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_plain_tasks(tasks, cpu_set::first_n(4));
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     ASSERT_TRUE(rtcore::apply_isolation(fs, tasks, *j, {2, 3}, {0, 1}, {}));
     ASSERT_TRUE(tasks.set_affinity(500, {0, 1, 2, 3}));

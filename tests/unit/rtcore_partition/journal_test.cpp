@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <cstdio>
 
 #include "rtcore/restore_journal.hpp"
 #include "tree_fixture.hpp"
@@ -8,6 +11,7 @@
 using namespace qrt_test;
 using rtcore::journal_record;
 using rtcore::restore_journal;
+namespace rec = rtcore::rec;
 using outcome = rtcore::restore_item::outcome;
 
 TEST(journal_format, escapes_every_byte_and_round_trips) {
@@ -27,28 +31,102 @@ TEST(journal_format, escapes_every_byte_and_round_trips) {
 }
 
 TEST(journal_format, a_line_parses_back_and_a_flipped_byte_is_rejected) {
-    const journal_record rec{"file", {"/proc/irq/36/smp_affinity_list", "0-1\n"}};
-    const auto line = rtcore::journal_format(rec);
+    const journal_record r = rec::file{"/proc/irq/36/smp_affinity_list", "0-1\n"};
+    const auto line = rtcore::journal_format(r);
     ASSERT_EQ(line.back(), '\n');
+    EXPECT_EQ(line.substr(9), "file /proc/irq/36/smp_affinity_list 0-1%0a\n");
     auto back = rtcore::journal_parse(std::string_view(line).substr(0, line.size() - 1));
-    ASSERT_TRUE(back);
-    EXPECT_EQ(back->kind, "file");
-    EXPECT_EQ(back->fields, rec.fields);
+    ASSERT_TRUE(back) << back.err().message;
+    EXPECT_TRUE(*back == r);
     std::string bad = line.substr(0, line.size() - 1);
     bad[bad.size() - 2] = 'X';
-    EXPECT_FALSE(rtcore::journal_parse(bad)) << "checksum did not catch a changed byte";
+    auto flipped = rtcore::journal_parse(bad);
+    ASSERT_FALSE(flipped) << "checksum did not catch a changed byte";
+    EXPECT_EQ(flipped.err().code, EBADMSG);
     EXPECT_FALSE(rtcore::journal_parse(line.substr(0, 20))) << "a torn line parsed";
 }
 
-TEST(journal, missing_state_dir_is_a_clear_error) {
+// Each kind: the typed record survives format and parse, and its text is
+// what the header comment of journal_record.hpp says.
+TEST(journal_format, every_record_kind_round_trips_with_typed_fields) {
+    const std::vector<std::pair<journal_record, std::string>> cases = {
+        {rec::header{2, "148e24da-ef85-4d2b-baf4-da6d1156975d", "/"},
+         "journal 2 148e24da-ef85-4d2b-baf4-da6d1156975d /"},
+        {rec::apply{{1}, {0}, rec::applier::run}, "apply 1 0 run"},
+        {rec::method{rtcore::isolation_method::cgroup_v1_cpuset}, "method cgroup-v1-cpuset"},
+        {rec::managed{122}, "managed 122"},
+        {rec::file{"/proc/irq/default_smp_affinity", "3\n"}, "file /proc/irq/default_smp_affinity 3%0a"},
+        {rec::ctl{"/sys/fs/cgroup/cgroup.subtree_control", "cpuset"}, "ctl /sys/fs/cgroup/cgroup.subtree_control cpuset"},
+        {rec::mkcg{"/sys/fs/cgroup/cpuset/qrt-isolated", "/sys/fs/cgroup/cpuset"},
+         "mkcg /sys/fs/cgroup/cpuset/qrt-isolated /sys/fs/cgroup/cpuset"},
+        {rec::cg{812, 4711, "/sys/fs/cgroup/cpuset", rtcore::cpu_set{0, 1}}, "cg 812 4711 /sys/fs/cgroup/cpuset 0-1"},
+        {rec::cg{813, 1, "/sys/fs/cgroup/cpuset", std::nullopt}, "cg 813 1 /sys/fs/cgroup/cpuset ~"},
+        {rec::aff{900, 77, {0, 1, 2, 3}, {0, 1}}, "aff 900 77 0-3 0-1"},
+    };
+    ASSERT_EQ(cases.size(), std::variant_size_v<journal_record> + 1) << "a record kind has no case here";
+    for (const auto& [r, text] : cases) {
+        const auto line = rtcore::journal_format(r);
+        EXPECT_EQ(line.substr(9), text + "\n");
+        auto back = rtcore::journal_parse(std::string_view(line).substr(0, line.size() - 1));
+        ASSERT_TRUE(back) << text << ": " << back.err().message;
+        EXPECT_TRUE(*back == r) << text;
+    }
+}
+
+// A line whose checksum holds but whose fields are out of form is not rot:
+// it is refused with what is wrong, never read by index.
+TEST(journal_format, checksummed_lines_with_bad_fields_are_refused_with_the_reason) {
+    auto with_crc = [](const std::string& body) {
+        char crc[9];
+        std::snprintf(crc, sizeof crc, "%08x", rtcore::journal_crc32(body));
+        return std::string(crc) + " " + body;
+    };
+    const std::pair<std::string, std::string> cases[] = {
+        {"file /proc/irq/36/smp_affinity_list", "file record: has 1 fields, expected 2"},
+        {"file relative/path 0", "file record: path \"relative/path\" is not a canonical absolute path"},
+        {"file /proc/irq/../../etc/shadow x", "file record: path \"/proc/irq/../../etc/shadow\" is not a canonical absolute path"},
+        {"file /proc//irq/1/smp_affinity x", "file record: path \"/proc//irq/1/smp_affinity\" is not a canonical absolute path"},
+        {"cg -5 1 /sys/fs/cgroup/cpuset 0", "cg record: tid \"-5\" is not a thread id"},
+        {"cg 5 x /sys/fs/cgroup/cpuset 0", "cg record: start time \"x\" is not a number of clock ticks"},
+        {"aff 5 1 0-3 3-1", "aff record: affinity set: cpu list \"3-1\": range \"3-1\" runs backwards"},
+        {"aff 5 1 0-3 ~", "aff record: affinity set is empty"},
+        {"apply 1 0 somebody", "apply record: applier \"somebody\" is not host-apply or run"},
+        {"method magic", "method record: \"magic\" is not an isolation method"},
+        {"ctl /sys/fs/cgroup/cgroup.subtree_control CPU!", "ctl record: controller \"CPU!\" is not a controller name"},
+        {"chmod /etc/shadow 777", "unknown record kind \"chmod\""},
+        {"file /proc/irq/1/smp_affinity %zz", "journal field: bad escape"},
+        {"file /proc/irq/1/smp_affinity ab%4", "journal field: truncated escape"},
+    };
+    for (const auto& [body, why] : cases) {
+        auto r = rtcore::journal_parse(with_crc(body));
+        ASSERT_FALSE(r) << body;
+        EXPECT_EQ(r.err().code, EINVAL) << body;
+        EXPECT_EQ(r.err().message, why) << body;
+    }
+}
+
+TEST(journal, a_journal_directory_whose_parent_is_missing_is_a_clear_error) {
     tree_copy t("vm2-v1");
-    rtcore::host_fs fs(t.root());
-    auto j = restore_journal::open(fs, t.base() / "no-such-dir");
-    ASSERT_FALSE(j);
-    EXPECT_EQ(j.err().code, ENOENT);
-    EXPECT_NE(j.err().message.find("no-such-dir"), std::string::npos) << j.err().message;
-    EXPECT_NE(j.err().message.find("No such file or directory"), std::string::npos) << j.err().message;
+    auto d = rtcore::journal_dir::open(t.base() / "no-such-dir" / "journal", {});
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.err().code, ENOENT);
+    EXPECT_NE(d.err().message.find("no-such-dir"), std::string::npos) << d.err().message;
+    EXPECT_NE(d.err().message.find("No such file or directory"), std::string::npos) << d.err().message;
     EXPECT_FALSE(fs::exists(t.base() / "no-such-dir"));
+}
+
+TEST(journal, the_journal_directory_is_created_private_to_its_user) {
+    tree_copy t("vm2-v1");
+    const auto old = ::umask(0);  // even with a lax umask
+    auto d = rtcore::journal_dir::open(t.journal_dir(), {});
+    ::umask(old);
+    ASSERT_TRUE(d) << d.err().message;
+    struct stat st {};
+    ASSERT_EQ(::stat(t.journal_dir().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777U, 0700U);
+    EXPECT_EQ(st.st_uid, ::geteuid());
+    ASSERT_EQ(::stat((t.journal_dir() / "host.lock").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777U, 0600U);
 }
 
 TEST(journal, keeps_only_the_first_original_of_a_path_across_reopen) {
@@ -56,21 +134,21 @@ TEST(journal, keeps_only_the_first_original_of_a_path_across_reopen) {
     rtcore::host_fs fs(t.root());
     const std::string p = "/proc/irq/36/smp_affinity_list";
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j) << j.err().message;
         ASSERT_TRUE(j->save_file(fs, p));
         ASSERT_TRUE(fs.write(p, "0"));
         ASSERT_TRUE(j->save_file(fs, p));  // must not record "0" as the original
     }
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_TRUE(j);
     EXPECT_TRUE(j->existed());
     ASSERT_TRUE(j->save_file(fs, p));
     std::size_t files = 0;
     for (const auto& r : j->records()) {
-        if (r.kind == "file") {
+        if (const auto* f = std::get_if<rec::file>(&r)) {
             ++files;
-            EXPECT_EQ(r.fields[1], "0-1\n");
+            EXPECT_EQ(f->original, "0-1\n");
         }
     }
     EXPECT_EQ(files, 1U);
@@ -82,13 +160,13 @@ TEST(journal, restore_puts_back_bytes_is_idempotent_and_removes_the_journal) {
     rtcore::fake_task_ops tasks;
     const auto before = snapshot(t.root());
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
         ASSERT_TRUE(j->save_files(fs, {"/proc/irq/36/smp_affinity_list", "/proc/irq/default_smp_affinity"}));
     }
     ASSERT_TRUE(fs.write("/proc/irq/36/smp_affinity_list", "0"));
     ASSERT_TRUE(fs.write("/proc/irq/default_smp_affinity", "00000001"));
-    auto r = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto r = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(r) << r.err().message;
     EXPECT_TRUE(r->complete);
     EXPECT_TRUE(r->journal_removed);
@@ -97,7 +175,7 @@ TEST(journal, restore_puts_back_bytes_is_idempotent_and_removes_the_journal) {
     EXPECT_EQ(r->items[0].line(), "restored /proc/irq/default_smp_affinity: 00000001 -> 3");
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
     EXPECT_FALSE(fs::exists(t.journal()));
-    auto again = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto again = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(again);
     EXPECT_FALSE(again->journal_found);
     EXPECT_TRUE(again->complete);
@@ -108,27 +186,26 @@ TEST(journal, a_torn_last_record_is_ignored_and_cut_before_the_next_append) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
         ASSERT_TRUE(j->save_file(fs, "/proc/irq/36/smp_affinity_list"));
     }
     ASSERT_TRUE(fs.write("/proc/irq/36/smp_affinity_list", "0"));
     // What SIGKILL in the middle of the next append leaves behind.
-    const auto full = rtcore::journal_format(journal_record{"file", {"/proc/irq/41/smp_affinity_list", "0-1\n"}});
+    const auto full = rtcore::journal_format(rec::file{"/proc/irq/41/smp_affinity_list", "0-1\n"});
     { std::ofstream(t.journal(), std::ios::app | std::ios::binary) << full.substr(0, full.size() / 2); }
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j) << j.err().message;
         ASSERT_TRUE(j->save_file(fs, "/proc/irq/42/smp_affinity_list"));
     }
-    std::vector<std::string> problems;
-    auto recs = restore_journal::load(t.state(), &problems);
+    auto recs = load_journal(t, fs);
     ASSERT_TRUE(recs);
-    EXPECT_TRUE(problems.empty()) << problems.front();
-    EXPECT_EQ(recs->size(), 3U);  // header, irq 36, irq 42
+    EXPECT_TRUE(recs->problems.empty()) << recs->problems.front();
+    EXPECT_EQ(recs->records.size(), 3U);  // header, irq 36, irq 42
     // And a torn tail with no reopen is tolerated by restore itself.
     { std::ofstream(t.journal(), std::ios::app | std::ios::binary) << "deadbeef file /pro"; }
-    auto r = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto r = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(r) << r.err().message;
     EXPECT_TRUE(r->complete);
     EXPECT_EQ(read_file(t.root() / "proc/irq/36/smp_affinity_list"), "0-1\n");
@@ -139,7 +216,7 @@ TEST(journal, a_corrupt_middle_record_makes_restore_incomplete_and_keeps_the_jou
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
         ASSERT_TRUE(j->save_file(fs, "/proc/irq/36/smp_affinity_list"));
         ASSERT_TRUE(j->save_file(fs, "/proc/irq/41/smp_affinity_list"));
@@ -149,15 +226,15 @@ TEST(journal, a_corrupt_middle_record_makes_restore_incomplete_and_keeps_the_jou
     ASSERT_NE(pos, std::string::npos);
     text[pos + 10] = '9';  // bit rot in a line that is not the last
     write_file(t.journal(), text);
-    auto r = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto r = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(r);
     EXPECT_FALSE(r->complete);
     EXPECT_FALSE(r->journal_removed);
     ASSERT_EQ(r->problems.size(), 1U);
-    EXPECT_EQ(r->problems[0], "journal line 2 is corrupt (bad checksum or format); it was skipped");
+    EXPECT_EQ(r->problems[0], "journal line 2 is corrupt (bad checksum); it was skipped");
     EXPECT_TRUE(fs::exists(t.journal()));
     // apply refuses to build on a corrupt journal
-    auto j = restore_journal::open(fs, t.state());
+    auto j = open_journal(t, fs);
     ASSERT_FALSE(j);
     EXPECT_NE(j.err().message.find("journal line 2 is corrupt"), std::string::npos) << j.err().message;
 }
@@ -167,13 +244,13 @@ TEST(journal, a_journal_from_an_earlier_boot_restores_nothing) {
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
         ASSERT_TRUE(j->save_file(fs, "/proc/irq/36/smp_affinity_list"));
     }
     ASSERT_TRUE(fs.write("/proc/irq/36/smp_affinity_list", "1"));  // set by the admin after reboot
     write_file(t.root() / "proc/sys/kernel/random/boot_id", "00000000-1111-2222-3333-444444444444\n");
-    auto r = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto r = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(r);
     EXPECT_TRUE(r->other_boot);
     EXPECT_TRUE(r->items.empty());
@@ -187,18 +264,17 @@ TEST(journal, task_records_skip_exited_and_reused_tids_and_respect_later_changes
     rtcore::fake_task_ops tasks;
     add_plain_tasks(tasks, {0, 1, 2, 3});
     {
-        auto j = restore_journal::open(fs, t.state());
+        auto j = open_journal(t, fs);
         ASSERT_TRUE(j);
-        auto rec = [&](pid_t tid, const char* orig, const char* set) {
-            return journal_record{"aff", {std::to_string(tid), std::to_string(tasks.tasks().at(tid).info.start_ticks),
-                                          orig, set}};
+        auto aff = [&](pid_t tid, rtcore::cpu_set orig, rtcore::cpu_set set) -> journal_record {
+            return rec::aff{tid, tasks.tasks().at(tid).info.start_ticks, orig, set};
         };
-        ASSERT_TRUE(j->append({rec(1, "0-3", "0-2"), rec(500, "0-3", "0-2"), rec(501, "3", "0")}));
+        ASSERT_TRUE(j->append({aff(1, {0, 1, 2, 3}, {0, 1, 2}), aff(500, {0, 1, 2, 3}, {0, 1, 2}), aff(501, {3}, {0})}));
     }
     ASSERT_TRUE(tasks.set_affinity(1, {0, 1, 2}));
     ASSERT_TRUE(tasks.set_affinity(500, {1}));  // changed by the task itself since
     tasks.remove_task(501);                      // exited
-    auto r = rtcore::restore_from_journal(fs, tasks, t.state());
+    auto r = restore_journal_in(t, fs, tasks);
     ASSERT_TRUE(r) << r.err().message;
     EXPECT_TRUE(r->complete);
     ASSERT_EQ(r->items.size(), 3U);

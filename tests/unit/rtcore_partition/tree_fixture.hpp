@@ -1,7 +1,9 @@
 #pragma once
 // Helpers for partition tests: a private copy of a fake tree, a state
-// directory, a recursive snapshot for byte-for-byte comparison, and the fake
-// tasks that live on each tree.
+// directory and a journal directory beside it, a recursive snapshot for
+// byte-for-byte comparison, the fake tasks that live on each tree, and the
+// host_partition calls with the tree's journal directory opened and locked
+// for the call (as a command would).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,9 +12,12 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "rtcore/host_fs.hpp"
+#include "rtcore/host_partition.hpp"
+#include "rtcore/restore_journal.hpp"
 #include "rtcore/task_ops.hpp"
 
 namespace qrt_test {
@@ -89,12 +94,58 @@ public:
     }
     fs::path root() const { return _base / "root"; }
     fs::path state() const { return _base / "state"; }
-    fs::path journal() const { return state() / "host-journal"; }
+    fs::path journal_dir() const { return _base / "journal"; }
+    fs::path journal() const { return journal_dir() / "host-journal"; }
     fs::path base() const { return _base; }
+
+    // The journal directory (created 0700 when missing), checked and locked
+    // until the returned object dies.  A failure fails the test.
+    rtcore::journal_dir jd() const {
+        auto d = rtcore::journal_dir::open(journal_dir(), {});
+        if (!d) {
+            ADD_FAILURE() << "journal_dir::open: " << d.err().message;
+            throw std::runtime_error(d.err().message);
+        }
+        return std::move(*d);
+    }
 
 private:
     fs::path _base;
 };
+
+// host_partition calls as a command makes them: the journal directory
+// opened and locked for the call only.
+inline rtcore::result<rtcore::host_partition::apply_report> apply_in(
+    const tree_copy& t, rtcore::host_fs& fs, rtcore::task_ops& tasks, const rtcore::cpu_set& isolated,
+    const rtcore::cpu_set& housekeeping, const rtcore::host_partition::apply_options& opts = {}) {
+    const auto d = t.jd();
+    return rtcore::host_partition::apply(fs, tasks, &d, isolated, housekeeping, opts);
+}
+inline rtcore::result<rtcore::host_partition::restore_report> restore_in(const tree_copy& t, rtcore::host_fs& fs,
+                                                                         rtcore::task_ops& tasks) {
+    const auto d = t.jd();
+    return rtcore::host_partition::restore(fs, tasks, &d);
+}
+inline rtcore::result<rtcore::host_partition::verify_report> verify_in(
+    const tree_copy& t, rtcore::host_fs& fs, rtcore::task_ops& tasks,
+    const rtcore::host_partition::apply_options& opts = {}) {
+    const auto d = t.jd();
+    return rtcore::host_partition::verify(fs, tasks, d, opts);
+}
+// The journal opened for appending, as apply opens it (allow-list of the tree).
+inline rtcore::result<rtcore::restore_journal> open_journal(const tree_copy& t, const rtcore::host_fs& fs) {
+    const auto d = t.jd();
+    return rtcore::restore_journal::open(fs, d, rtcore::restore_allow_list::for_host(fs));
+}
+inline rtcore::result<rtcore::loaded_journal> load_journal(const tree_copy& t, const rtcore::host_fs& fs) {
+    const auto d = t.jd();
+    return rtcore::restore_journal::load(fs, d, rtcore::restore_allow_list::for_host(fs));
+}
+inline rtcore::result<rtcore::restore_outcome> restore_journal_in(const tree_copy& t, rtcore::host_fs& fs,
+                                                                  rtcore::task_ops& tasks) {
+    const auto d = t.jd();
+    return rtcore::restore_from_journal(fs, tasks, d, rtcore::restore_allow_list::for_host(fs));
+}
 
 inline constexpr const char* v1_root = "/sys/fs/cgroup/cpuset";
 
