@@ -122,6 +122,8 @@ rtcore::result<principal> parse_principal(std::string_view text);
 
 struct agent_config {
     std::string state_dir;
+    std::string user;    // qrtd run drops to it when started as root
+    std::string group;   // "" the user's primary group
     log_level level = log_level::info;
     bool watchdog = true;
     bool operator==(const agent_config&) const = default;

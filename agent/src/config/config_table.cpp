@@ -130,6 +130,20 @@ std::optional<std::string> check_group_name(std::string_view text) {
     return std::nullopt;
 }
 
+std::optional<std::string> check_optional_group_name(std::string_view text) {
+    if (text.empty()) {
+        return std::nullopt;
+    }
+    return check_group_name(text);
+}
+
+std::optional<std::string> check_user_name(std::string_view text) {
+    if (!parse_principal(fmt::format("user:{}", text))) {
+        return std::string("is not a valid user name");
+    }
+    return std::nullopt;
+}
+
 std::optional<std::string> check_octal_mode(std::string_view text) {
     if (text.size() < 3 || text.size() > 4 ||
         !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '7'; })) {
@@ -225,10 +239,22 @@ std::vector<config_option> build_table() {
          .default_value = std::string(QRT_DEFAULT_STATE_DIR),
          .meaning = "The daemon's own state: the durable reservation ledger, its single-instance "
                     "lock, and a read-only summary of the host partition that root writes for "
-                    "agent.status.  systemd creates it (StateDirectory=qrtd); `qrtd run` started as "
-                    "root creates it when missing.  Nothing in it is ever replayed by root; the "
-                    "restore journal lives in host.journal_dir.",
+                    "agent.status.  Owned by agent.user: systemd creates it (StateDirectory=qrtd), "
+                    "and `qrtd run` started as root creates or hands it over (mode 0750).  Nothing "
+                    "in it is ever replayed by root; the restore journal lives in "
+                    "host.journal_dir.",
          .check = check_absolute_path, QRT_FIELD(agent, state_dir)},
+        {.section = "agent", .key = "user", .kind = k::string, .default_value = std::string("qrtd"),
+         .meaning = "The user `qrtd run` becomes after its root-only setup (apply the partition, "
+                    "start the root restore helper, bind the socket), keeping only CAP_SYS_NICE, "
+                    "CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON.  systemd-sysusers creates it from "
+                    "sysusers.d/qrtd.conf.  \"root\" keeps uid 0 (with a warning; the capabilities "
+                    "are dropped all the same).  Ignored when qrtd does not start as root.",
+         .check = check_user_name, QRT_FIELD(agent, user)},
+        {.section = "agent", .key = "group", .kind = k::string, .default_value = std::string("qrt"),
+         .meaning = "The group `qrtd run` becomes with agent.user (with the user's supplementary "
+                    "groups).  Empty: the user's primary group.",
+         .check = check_optional_group_name, QRT_FIELD(agent, group)},
         {.section = "agent", .key = "log_level", .kind = k::enumeration,
          .default_value = std::string("info"), .allowed = names_of<log_level>(),
          .meaning = "Least severe message that is logged.  --log-level overrides it.",

@@ -17,6 +17,8 @@
 #include <exception>
 #include <utility>
 
+#include <systemd/sd-daemon.h>
+
 #include "qrt/config_table.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
@@ -27,6 +29,7 @@
 #include "rtcore/secure_dir.hpp"
 #include "rtcore/task_ops.hpp"
 #include "rtcore/unique_fd.hpp"
+#include "rtcore/user_switch.hpp"
 
 namespace qrt {
 namespace {
@@ -58,6 +61,12 @@ private:
     sigset_t _old{};
 };
 
+// Who `qrtd run` becomes after its root-only setup.
+struct run_identity {
+    bool switch_user = false;           // started as root and agent.user is not root
+    std::optional<rtcore::user_ids> ids;
+};
+
 // What the restore helper needs, copied before the fork.
 struct helper_settings {
     std::filesystem::path root;
@@ -70,7 +79,7 @@ struct helper_settings {
 // it.
 //
 // Restoring needs root (rmdir of a cgroup v1 cpuset needs CAP_SYS_ADMIN, and
-// the journal directory is root's), and `qrtd run` drops its capabilities, so
+// the journal directory is root's), and `qrtd run` drops to agent.user, so
 // right after the apply, while still root and single-threaded, the daemon
 // forks a helper that keeps root and does nothing but wait on a pipe: it
 // inherits the journal directory and its lock (so no other qrtd changes the
@@ -81,7 +90,8 @@ struct helper_settings {
 // journal, leaves a report of what it restored in the journal directory,
 // removes the partition summary, and exits 0 when everything was put back.
 // It reads nothing the daemon's user can write.  It inherits the blocked
-// signals (a terminal's Ctrl-C does not kill it before it has restored).
+// signals (a terminal's Ctrl-C does not kill it before it has restored), and
+// a daemon running as agent.user cannot signal or trace it.
 class owned_partition {
 public:
     ~owned_partition() {
@@ -93,7 +103,7 @@ public:
     owned_partition(const owned_partition&) = delete;
     owned_partition& operator=(const owned_partition&) = delete;
 
-    // Call right after a successful apply, before dropping capabilities.
+    // Call right after a successful apply, before dropping privileges.
     // dir is released here (the helper keeps it); close_in_child are fds
     // the helper must not keep (the state directory's lock).
     rtcore::status start_helper(rtcore::journal_dir& dir, helper_settings hs, std::vector<int> close_in_child) {
@@ -308,16 +318,96 @@ std::optional<config> load_run_config(const run_options& opts, const rtcore::hos
     return cfg;
 }
 
-// Step 3a: as root, the state directory is created (mode 0750) when
-// missing.  Not root: it must exist.
-rtcore::status prepare_state_dir(const std::filesystem::path& state_dir) {
+// Step 2: who to become.  Checked before anything changes, so a missing
+// user costs nothing on the host.
+rtcore::result<run_identity> resolve_identity(const config& cfg) {
+    run_identity id;
+    if (::geteuid() != 0) {
+        return id;  // nothing to drop but capabilities
+    }
+    if (cfg.agent.user == "root") {
+        log::warn("daemon", "agent.user = \"root\": the daemon keeps uid 0 after setup (only its capabilities "
+                            "are dropped); any bug in the socket server would run as root.  Set agent.user = "
+                            "\"qrtd\" (systemd-sysusers creates it) to drop it");
+        return id;
+    }
+    auto ids = rtcore::lookup_user(cfg.agent.user, cfg.agent.group);
+    if (!ids) {
+        return rtcore::error{ids.err().code,
+                             fmt::format("agent.user = \"{}\", agent.group = \"{}\": {}.  `qrtd run` started as "
+                                         "root drops to that user after its setup; create it with "
+                                         "`systemd-sysusers /usr/lib/sysusers.d/qrtd.conf` (the package's "
+                                         "sysusers.d file), or set agent.user = \"root\" to keep root (not "
+                                         "recommended)",
+                                         cfg.agent.user, cfg.agent.group, ids.err().message)};
+    }
+    id.switch_user = true;
+    id.ids = std::move(*ids);
+    return id;
+}
+
+// Step 3a: as root, the state directory is made ready for agent.user, as
+// systemd's StateDirectory= does: created (mode 0750) when missing, or, when
+// root owns it (an earlier run by hand), handed over with the files in it.
+// Another user's directory is refused.  Not root: it must exist.
+rtcore::status prepare_state_dir(const std::filesystem::path& state_dir, const run_identity& id) {
     if (::geteuid() != 0) {
         return rtcore::ok();
     }
-    if (::mkdir(state_dir.c_str(), 0750) < 0 && errno != EEXIST) {
+    struct stat st {};
+    if (::lstat(state_dir.c_str(), &st) < 0) {
         const int err = errno;
-        return rtcore::error::from_errno(err, "mkdir " + state_dir.string() + " (state directory)");
+        if (err != ENOENT) {
+            return rtcore::error::from_errno(err, "state directory " + state_dir.string());
+        }
+        if (::mkdir(state_dir.c_str(), 0750) < 0) {
+            const int e2 = errno;
+            return rtcore::error::from_errno(e2, "mkdir " + state_dir.string() + " (state directory)");
+        }
+        if (::lstat(state_dir.c_str(), &st) < 0) {
+            const int e3 = errno;
+            return rtcore::error::from_errno(e3, "state directory " + state_dir.string());
+        }
     }
+    if (!id.switch_user) {
+        return rtcore::ok();
+    }
+    const auto& ids = *id.ids;
+    if (!S_ISDIR(st.st_mode)) {
+        return rtcore::error{ENOTDIR, "state directory " + state_dir.string() + " is not a directory (or is a symlink)"};
+    }
+    if (st.st_uid == ids.uid) {
+        return rtcore::ok();
+    }
+    if (st.st_uid != 0) {
+        return rtcore::error{EPERM, fmt::format("state directory {} belongs to {}, not {} (agent.user): chown it "
+                                                "to {}:{} or pass --state-dir",
+                                                state_dir.string(), rtcore::secure_dir::describe_owner(st.st_uid),
+                                                ids.user, ids.user, ids.group)};
+    }
+    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
+    if (!dir) {
+        return dir.err();
+    }
+    auto names = dir->list();
+    if (!names) {
+        return names.err();
+    }
+    for (const auto& n : *names) {
+        struct stat fst {};
+        if (::fstatat(dir->fd(), n.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(fst.st_mode) && fst.st_nlink == 1 &&
+            n != partition_summary_name &&
+            ::fchownat(dir->fd(), n.c_str(), ids.uid, ids.gid, AT_SYMLINK_NOFOLLOW) < 0) {
+            const int err = errno;
+            return rtcore::error::from_errno(err, "chown " + (state_dir / n).string());
+        }
+    }
+    if (::fchown(dir->fd(), ids.uid, ids.gid) < 0 || ::fchmod(dir->fd(), 0750) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "chown/chmod " + state_dir.string());
+    }
+    log::info("daemon", "state directory {} handed over to {}:{} (mode 0750)", state_dir.string(), ids.user,
+              ids.group);
     return rtcore::ok();
 }
 
@@ -330,7 +420,7 @@ struct partition_step {
 };
 
 partition_step take_partition(const config& cfg, const run_options& opts, rtcore::host_fs& fs,
-                              const rtcore::partition_plan& plan, host_facts& facts,
+                              const rtcore::partition_plan& plan, const run_identity& id, host_facts& facts,
                               owned_partition& partition, const state_dir_lock& state_lock, sd_notifier& sd) {
     partition_step out;
     (void)sd.status("starting: applying host partition");
@@ -397,6 +487,20 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
     if (rep->isolation.method == rtcore::isolation_method::cgroup_v1_cpuset) {
         facts.isolated_cgroup = rep->isolation.isolated_cgroup;
         facts.housekeeping_cgroup = rep->isolation.housekeeping_cgroup;
+        if (id.switch_user) {
+            // Delegate the two cpusets' task lists to agent.user, as systemd's
+            // Delegate= would: the dispatch threads are started from inside
+            // the isolated one.  They go away with the cgroups at restore.
+            for (const auto& cg : {facts.isolated_cgroup, facts.housekeeping_cgroup}) {
+                for (const char* f : {"tasks", "cgroup.procs"}) {
+                    const auto p = fs.resolve(cg + "/" + f);
+                    if (::lchown(p.c_str(), id.ids->uid, id.ids->gid) < 0) {
+                        const int err = errno;
+                        log::warn("isolation", "chown {} to {}: {}", p.string(), id.ids->user, std::strerror(err));
+                    }
+                }
+            }
+        }
     }
     for (const auto a : {rtcore::irq_outcome::action::pinned, rtcore::irq_outcome::action::already_ok,
                          rtcore::irq_outcome::action::managed, rtcore::irq_outcome::action::refused,
@@ -448,12 +552,41 @@ std::string partition_from_summary(const config& cfg, const rtcore::host_fs& fs,
            (by == "run" ? "qrtd run" : "qrtd host apply") + ")";
 }
 
-// Step 7: drop every capability but CAP_SYS_NICE (SCHED_FIFO, affinity),
-// CAP_IPC_LOCK (mlockall), CAP_BPF and CAP_PERFMON (probes), BEFORE any
-// thread is created: capability sets are per thread, and a thread started
-// earlier would keep root's full set.  The bounding set goes too, and
-// no_new_privs is set.  Caps this process never had are skipped.
-bool drop_privileges(host_facts& facts) {
+// Step 7: the control socket, bound while still root (chown to
+// rpc.socket_group needs CAP_CHOWN unless the process is in that group) --
+// unless systemd passes one (qrtd.socket).  Its directory, when this creates
+// it, is given to agent.user, as systemd's RuntimeDirectory= would be.
+rtcore::result<rpc::prebound_socket> bind_control_socket(const config& cfg, const run_identity& id) {
+    if (::sd_listen_fds(0) > 0) {
+        return rpc::prebound_socket{};
+    }
+    const auto so = control_socket_options(cfg);
+    if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
+        std::error_code ec;
+        const bool made = std::filesystem::create_directories(dir, ec);
+        if (ec) {
+            return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(), ec.message())};
+        }
+        if (made && id.switch_user) {
+            if (::chown(dir.c_str(), id.ids->uid, id.ids->gid) < 0 || ::chmod(dir.c_str(), 0750) < 0) {
+                const int err = errno;
+                return rtcore::error::from_errno(err, "rpc: chown/chmod " + dir.string());
+            }
+        }
+    }
+    auto bound = rpc::server::bind_socket(so);
+    if (!bound) {
+        return rtcore::error{bound.err().code, "rpc: " + bound.err().message};
+    }
+    return *bound;
+}
+
+// Step 8: drop privileges, before any thread exists (capability sets are
+// per thread).  As root with agent.user: setgroups/setgid/setuid keeping
+// exactly the kept capabilities.  Otherwise (not root, or agent.user =
+// "root"): every capability but the kept ones.  The bounding set goes too,
+// and no_new_privs is set.  Caps this process never had are skipped.
+bool drop_privileges(const run_identity& id, host_facts& facts) {
     std::vector<rtcore::capability> keep;
     for (const auto cap : kept_caps) {
         if (rtcore::has_permitted_capability(cap)) {
@@ -466,15 +599,30 @@ bool drop_privileges(host_facts& facts) {
             facts.capability_notes.push_back(fmt::format("{} not permitted: {}", rtcore::capability_name(cap), why));
         }
     }
-    auto dropped = rtcore::drop_capabilities_except(keep);
-    if (!dropped) {
-        log::error("caps", "{}", dropped.err().message);
-        return false;
+    rtcore::drop_report dropped;
+    std::string as;
+    if (id.switch_user) {
+        auto sw = rtcore::switch_user(*id.ids, keep);
+        if (!sw) {
+            log::error("caps", "{}; the daemon does not run on as root: fix the cause, or set agent.user = \"root\"",
+                       sw.err().message);
+            return false;
+        }
+        dropped = std::move(sw->caps);
+        as = "; running as " + sw->ids;
+    } else {
+        auto d = rtcore::drop_capabilities_except(keep);
+        if (!d) {
+            log::error("caps", "{}", d.err().message);
+            return false;
+        }
+        dropped = std::move(*d);
+        as = fmt::format("; running as uid {}", ::geteuid());
     }
-    log::info("caps", "kept {}; dropped {} others{}",
-              dropped->kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(dropped->kept, ",")),
-              dropped->dropped.size(), dropped->bounding_set_dropped ? " (bounding set too)" : "");
-    for (const auto& n : dropped->notes) {
+    log::info("caps", "kept {}; dropped {} others{}{}",
+              dropped.kept.empty() ? std::string("none") : fmt::format("{}", fmt::join(dropped.kept, ",")),
+              dropped.dropped.size(), dropped.bounding_set_dropped ? " (bounding set too)" : "", as);
+    for (const auto& n : dropped.notes) {
         log::debug("caps", "{}", n);
     }
     return true;
@@ -490,7 +638,7 @@ exit_code daemon::run() {
         // 0. Block SIGTERM, SIGINT and SIGHUP before anything else.  Every
         //    thread created later inherits the mask, and a SIGTERM that
         //    arrives while the partition is being applied waits in the
-        //    signalfd (step 5) instead of killing us between apply and
+        //    signalfd (step 6) instead of killing us between apply and
         //    restore.
         blocked_signals signals;
         sd_notifier sd;
@@ -510,11 +658,19 @@ exit_code daemon::run() {
                   _opts.config_path.string(), cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s");
         (void)sd.status("starting: config loaded");
 
-        // 2. The daemon's state directory (ledger, summary) and its
-        //    single-instance lock: a second `qrtd run` on it stops here.
-        //    Nothing root replays lives there.
+        // 2. Who this process becomes after its root-only setup (agent.user).
+        //    Resolved now, so a missing user fails before the host changes.
+        auto identity = resolve_identity(cfg);
+        if (!identity) {
+            log::error("daemon", "{}", identity.err().message);
+            return exit_code::failure;
+        }
+
+        // 3. The daemon's state directory (ledger, summary), ready for that
+        //    user, and its single-instance lock: a second `qrtd run` on it
+        //    stops here.  Nothing root replays lives there.
         const std::filesystem::path state_dir = cfg.agent.state_dir;
-        if (auto st = prepare_state_dir(state_dir); !st) {
+        if (auto st = prepare_state_dir(state_dir, *identity); !st) {
             log::error("daemon", "agent.state_dir: {}", st.err().message);
             return exit_code::failure;
         }
@@ -524,7 +680,7 @@ exit_code daemon::run() {
             return exit_code::failure;
         }
 
-        // 3. Topology, partition plan and kernel probe.  All read-only; the
+        // 4. Topology, partition plan and kernel probe.  All read-only; the
         //    plan names the isolated and dispatch CPUs every later step uses,
         //    and each kernel risk is logged now, so the journal of this start
         //    says why latency may be poor.
@@ -568,8 +724,8 @@ exit_code daemon::run() {
         facts.preempt_model = kernel.preempt_model;
         facts.kernel_warnings = kernel.warnings;
 
-        // 4. The partition, when running as root (or on a --root tree) and
-        //    host.apply_on_run says so, before the capability drop: writing
+        // 5. The partition, when running as root (or on a --root tree) and
+        //    host.apply_on_run says so, before the privilege drop: writing
         //    /proc/irq and cgroup files, moving other users' tasks and the
         //    journal directory need root.  It waits (host.lock_wait_s) for a
         //    restore helper still at work, checks a journal of this boot
@@ -590,14 +746,14 @@ exit_code daemon::run() {
                                   "(under systemd, ExecStartPre=+ does)");
             }
         } else {
-            auto step = take_partition(cfg, _opts, fs, *plan, facts, partition, *state_lock, sd);
+            auto step = take_partition(cfg, _opts, fs, *plan, *identity, facts, partition, *state_lock, sd);
             if (!step.ok) {
                 return exit_code::failure;
             }
             isolation_used = step.isolation_used;
         }
 
-        // 5. The event loop and the signals it reads.  Set up after the
+        // 6. The event loop and the signals it reads.  Set up after the
         //    apply, so nothing here can fail half way through a partition
         //    change; the signals have been blocked since step 0.
         event_loop loop;
@@ -644,13 +800,27 @@ exit_code daemon::run() {
             }
         }
 
-        // 6. Drop every capability but the four the daemon keeps, after
-        //    everything above that needed root and BEFORE any thread.
-        if (!drop_privileges(facts)) {
+        // 7. The control socket, bound (and chown'ed to rpc.socket_group)
+        //    while this process may still do that; clients queue until the
+        //    server starts accepting in step 9e.
+        auto listener = bind_control_socket(cfg, *identity);
+        if (!listener) {
+            log::error("daemon", "{}", listener.err().message);
             return exit_code::failure;
         }
 
-        // 7. The services, on the housekeeping loop, in this order (see
+        // 8. Drop privileges: become agent.user (when started as root) with
+        //    only CAP_SYS_NICE (SCHED_FIFO, affinity), CAP_IPC_LOCK
+        //    (mlockall), CAP_BPF and CAP_PERFMON (probes).  After everything
+        //    above that needed root, and BEFORE any thread is created.
+        if (!drop_privileges(*identity, facts)) {
+            if (listener->fd >= 0) {
+                ::close(listener->fd);
+            }
+            return exit_code::failure;
+        }
+
+        // 9. The services, on the housekeeping loop, in this order (see
         //    services::start):
         //    a. the ledger with its SQLite store in the state directory,
         //       recovering reservations before anything may be dispatched
@@ -663,16 +833,17 @@ exit_code daemon::run() {
         //       expiry and missed marking, calibration switches into each
         //       link's guard, and the realtime-step watch;
         //    d. the eBPF probes (never fatal: "probes: unavailable (...)");
-        //    e. the RPC server (sd_listen_fds or rpc.socket_path), last, so
-        //       no client is answered before the state it queries exists.
+        //    e. the RPC server on the socket of step 7 (or systemd's), last,
+        //       so no client is answered before the state it queries exists.
         facts.isolation = isolation_used;
         services svc(loop, cfg, std::move(facts));
+        svc.use_prebound_socket(*listener);
         if (auto st = svc.start(); !st) {
             log::error("daemon", "{}", st.err().message);
             return exit_code::failure;
         }
 
-        // 8. READY=1 only now: systemd starts dependent units, and a socket
+        // 10. READY=1 only now: systemd starts dependent units, and a socket
         //     client may be served, once everything above is in place.
         const std::string status_text =
             fmt::format("running: {} QPU{}, isolated CPUs {} ({}), housekeeping CPUs {}",
@@ -694,10 +865,10 @@ exit_code daemon::run() {
         }
         log::info("daemon", "{}", status_text);
 
-        // 9. The loop, until SIGTERM/SIGINT or --duration-s.
+        // 11. The loop, until SIGTERM/SIGINT or --duration-s.
         loop.run();
 
-        // 10. Shutdown: STOPPING=1 was sent when the stop was asked for.
+        // 12. Shutdown: STOPPING=1 was sent when the stop was asked for.
         //     Stop the watchdog, then have the root helper put the host back.
         sd.stop_watchdog();
         log::info("daemon", "stopping ({})", stop_reason.empty() ? "loop ended" : stop_reason);

@@ -135,6 +135,39 @@ std::vector<timeline::qpu_spec> qpu_specs_for(const config& cfg) {
 
 }  // namespace
 
+rpc::server_options control_socket_options(const config& cfg, bool warn) {
+    rpc::server_options so;
+    if (!cfg.rpc.socket_path.empty()) {
+        so.socket_path = cfg.rpc.socket_path;
+    }
+    so.socket_group = cfg.rpc.socket_group;
+    if (!so.socket_group.empty() && !group_exists(so.socket_group)) {
+        if (warn) {
+            log::warn("rpc", "rpc.socket_group '{}' does not exist on this host: the socket keeps "
+                         "the daemon's group",
+                      so.socket_group);
+        }
+        so.socket_group.clear();
+    }
+    if (cfg.rpc.socket_mode != 0) {
+        so.socket_mode = cfg.rpc.socket_mode;
+    }
+    if (cfg.rpc.max_connections > 0) {
+        so.max_connections = cfg.rpc.max_connections;
+    }
+    if (cfg.rpc.max_inflight > 0) {
+        so.max_inflight = cfg.rpc.max_inflight;
+    }
+    so.idle_timeout = cfg.rpc.idle_timeout_s > 0
+                          ? std::chrono::milliseconds(std::chrono::seconds(cfg.rpc.idle_timeout_s))
+                          : std::chrono::milliseconds(std::chrono::hours(24 * 365));
+    if (cfg.rpc.max_line_bytes > 0) {
+        so.max_line_bytes = cfg.rpc.max_line_bytes;
+    }
+    so.metrics_textfile = cfg.rpc.metrics_textfile;
+    return so;
+}
+
 // ------------------------------------------------------------------ per QPU
 
 struct services::qpu_runtime {
@@ -509,39 +542,17 @@ rtcore::status services::start_server() {
     }
     _auth = std::make_unique<rpc::authorizer>(std::move(*auth));
 
-    rpc::server_options so;
-    if (!_cfg.rpc.socket_path.empty()) {
-        so.socket_path = _cfg.rpc.socket_path;
-    }
-    so.socket_group = _cfg.rpc.socket_group;
-    if (!so.socket_group.empty() && !group_exists(so.socket_group)) {
-        log::warn("rpc", "rpc.socket_group '{}' does not exist on this host: the socket keeps "
-                         "the daemon's group",
-                  so.socket_group);
-        so.socket_group.clear();
-    }
-    if (_cfg.rpc.socket_mode != 0) {
-        so.socket_mode = _cfg.rpc.socket_mode;
-    }
-    if (_cfg.rpc.max_connections > 0) {
-        so.max_connections = _cfg.rpc.max_connections;
-    }
-    if (_cfg.rpc.max_inflight > 0) {
-        so.max_inflight = _cfg.rpc.max_inflight;
-    }
-    so.idle_timeout = _cfg.rpc.idle_timeout_s > 0 ? std::chrono::milliseconds(std::chrono::seconds(_cfg.rpc.idle_timeout_s))
-                                                  : std::chrono::milliseconds(std::chrono::hours(24 * 365));
-    if (_cfg.rpc.max_line_bytes > 0) {
-        so.max_line_bytes = _cfg.rpc.max_line_bytes;
-    }
-    so.metrics_textfile = _cfg.rpc.metrics_textfile;
-    // The socket's directory (/run/qrtd under systemd's RuntimeDirectory=;
-    // created here for `qrtd run` by hand).
-    if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
-        std::error_code ec;
-        if (std::filesystem::create_directories(dir, ec); ec) {
-            return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(),
-                                                         ec.message())};
+    rpc::server_options so = control_socket_options(_cfg, _prebound.fd < 0);
+    so.prebound = std::exchange(_prebound, rpc::prebound_socket{});
+    if (so.prebound.fd < 0) {
+        // The socket's directory (/run/qrtd under systemd's RuntimeDirectory=;
+        // created here for `qrtd run` by hand).
+        if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
+            std::error_code ec;
+            if (std::filesystem::create_directories(dir, ec); ec) {
+                return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(),
+                                                             ec.message())};
+            }
         }
     }
     _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);

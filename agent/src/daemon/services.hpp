@@ -64,12 +64,21 @@ struct host_facts {
     std::string housekeeping_cgroup;
 };
 
+// The control socket's settings from [rpc] (an unknown socket_group is
+// dropped, with a warning when warn).  `qrtd run` as root binds with them
+// before it drops to agent.user; services::start_server uses them too.
+rpc::server_options control_socket_options(const config& cfg, bool warn = true);
+
 class services {
 public:
     services(event_loop& loop, const config& cfg, host_facts facts);
     ~services();
     services(const services&) = delete;
     services& operator=(const services&) = delete;
+
+    // A listening socket bound before the privilege drop (see
+    // rpc::server_options::prebound); start_server listens on it.
+    void use_prebound_socket(rpc::prebound_socket s) { _prebound = s; }
 
     // Opens the ledger, starts the links, pump, timers, probes and the
     // server, in that order.  On error, what was started is stopped.
@@ -123,6 +132,7 @@ private:
     rpc::agent_hooks _hooks;
     std::unique_ptr<rpc::authorizer> _auth;
     std::unique_ptr<rpc::server> _server;
+    rpc::prebound_socket _prebound;
     rpc::session _internal;  // sees calibration.changed to re-read windows
     bool _internal_attached = false;
 

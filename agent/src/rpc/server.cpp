@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -82,8 +83,8 @@ void server::set_metrics_source(std::function<rtcore::result<std::string>()> src
     _metrics_source = std::move(src);
 }
 
-rtcore::result<int> server::bind_socket() {
-    const std::string& path = _opts.socket_path;
+rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) {
+    const std::string& path = opts.socket_path;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.empty() || path.size() >= sizeof addr.sun_path) {
@@ -127,7 +128,7 @@ rtcore::result<int> server::bind_socket() {
     }
     // The inode bind() creates takes the socket's mode (minus umask): set it
     // first so the path is never more open than socket_mode.
-    const auto mode = static_cast<mode_t>(_opts.socket_mode & 07777U);
+    const auto mode = static_cast<mode_t>(opts.socket_mode & 07777U);
     if (::fchmod(fd, mode) < 0) {
         const int e = errno;
         ::close(fd);
@@ -138,7 +139,7 @@ rtcore::result<int> server::bind_socket() {
         ::close(fd);
         return rtcore::error::from_errno(e, "bind " + path);
     }
-    auto fail = [&](int e, const std::string& what) -> rtcore::result<int> {
+    auto fail = [&](int e, const std::string& what) -> rtcore::result<prebound_socket> {
         ::close(fd);
         ::unlink(path.c_str());
         return rtcore::error::from_errno(e, what);
@@ -146,27 +147,28 @@ rtcore::result<int> server::bind_socket() {
     if (::chmod(path.c_str(), mode) < 0) {
         return fail(errno, fmt::format("chmod {:o} {}", mode, path));
     }
-    if (!_opts.socket_group.empty()) {
+    if (!opts.socket_group.empty()) {
         group gr{};
         group* found = nullptr;
         std::vector<char> buf(16384);
-        const int rc = ::getgrnam_r(_opts.socket_group.c_str(), &gr, buf.data(), buf.size(), &found);
+        const int rc = ::getgrnam_r(opts.socket_group.c_str(), &gr, buf.data(), buf.size(), &found);
         if (rc != 0 || found == nullptr) {
             return fail(rc != 0 ? rc : ENOENT,
-                        fmt::format("rpc: socket_group '{}' (getgrnam_r)", _opts.socket_group));
+                        fmt::format("rpc: socket_group '{}' (getgrnam_r)", opts.socket_group));
         }
         if (::chown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
-            return fail(errno, fmt::format("chown :{} {}", _opts.socket_group, path));
+            return fail(errno, fmt::format("chown :{} {}", opts.socket_group, path));
         }
     }
     if (::listen(fd, SOMAXCONN) < 0) {
         return fail(errno, "listen " + path);
     }
+    prebound_socket out;
+    out.fd = fd;
     if (::stat(path.c_str(), &st) == 0) {
-        _bound_ino = st.st_ino;
+        out.ino = st.st_ino;
     }
-    _bound_here = true;
-    return fd;
+    return out;
 }
 
 rtcore::status server::start() {
@@ -174,7 +176,12 @@ rtcore::status server::start() {
         return rtcore::error::invalid("rpc: server already started");
     }
     int fd = -1;
-    if (_opts.socket_activation) {
+    if (_opts.prebound.fd >= 0) {
+        fd = std::exchange(_opts.prebound.fd, -1);
+        _bound_here = true;
+        _bound_ino = _opts.prebound.ino;
+        _listen_source = "bind";
+    } else if (_opts.socket_activation) {
         const int n = ::sd_listen_fds(1);
         if (n < 0) {
             return rtcore::error::from_errno(-n, "sd_listen_fds");
@@ -200,11 +207,13 @@ rtcore::status server::start() {
         }
     }
     if (fd < 0) {
-        auto b = bind_socket();
+        auto b = bind_socket(_opts);
         if (!b) {
             return std::move(b).err();
         }
-        fd = *b;
+        fd = b->fd;
+        _bound_here = true;
+        _bound_ino = b->ino;
         _listen_source = "bind";
     }
     _listen_fd = fd;
@@ -259,6 +268,9 @@ void server::stop() noexcept {
     if (_spare_fd >= 0) {
         ::close(_spare_fd);
         _spare_fd = -1;
+    }
+    if (_opts.prebound.fd >= 0) {  // handed in, never started
+        ::close(std::exchange(_opts.prebound.fd, -1));
     }
     if (_bound_here) {
         struct stat st {};

@@ -11,7 +11,10 @@
      whose start passed while it was down are `missed`, never sent.
 
 Asserts behaviour, never timings.  Only the PIDs this test started are
-signalled.  host.apply_on_run = false: the host is not changed.
+signalled.  host.apply_on_run = false: the host is not changed.  As root,
+qrtd runs the deployed way: user qrtd and group qrt come from the shipped
+sysusers.d file (and go again if this test created them), qrtd run binds its
+socket as root and then runs as qrtd with four capabilities.
 
 Environment: QRTD, QPU_SIM (binaries), QRT_PYTHON_DIR, QRT_QUICKSTART_DIR.
 """
@@ -33,6 +36,7 @@ import qrt_client  # noqa: E402
 import demo_client  # noqa: E402
 
 QRTD = os.environ.get("QRTD", "")
+SYSUSERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../systemd/sysusers.d/qrtd.conf")
 QPU_SIM = os.environ.get("QPU_SIM", "")
 MS = 1_000_000
 
@@ -89,7 +93,35 @@ def wait_for(pred, timeout_s, step_s=0.05):
     return pred()
 
 
+def getent(db, name):
+    return subprocess.run(["getent", db, name], capture_output=True, text=True).returncode == 0
+
+
+def proc_status(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return line.split(":", 1)[1].split()
+    return []
+
+
 class E2E(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.created = []
+        if os.geteuid() != 0:
+            return
+        had = {("passwd", "qrtd"): getent("passwd", "qrtd"), ("group", "qrt"): getent("group", "qrt")}
+        r = subprocess.run(["systemd-sysusers", SYSUSERS], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise unittest.SkipTest("systemd-sysusers failed: " + r.stderr)
+        cls.created = [k for k, v in had.items() if not v]
+
+    @classmethod
+    def tearDownClass(cls):
+        for db, name in cls.created:
+            subprocess.run(["userdel" if db == "passwd" else "groupdel", name], capture_output=True)
+
     def setUp(self):
         if not QRTD or not QPU_SIM:
             self.skipTest("QRTD and QPU_SIM must name the binaries")
@@ -97,6 +129,8 @@ class E2E(unittest.TestCase):
         # fsync, and the test is about behaviour, not disk speed.
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = tempfile.mkdtemp(prefix="qrt-e2e-", dir=base)
+        # qrtd (the daemon's user) must reach its state and the sockets here.
+        os.chmod(self.dir, 0o755)
         self.state = os.path.join(self.dir, "state")
         os.mkdir(self.state, 0o750)
         self.sock = os.path.join(self.dir, "qrtd.sock")
@@ -135,7 +169,13 @@ class E2E(unittest.TestCase):
             args += ["--fifo", "50"]
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
-        self.assertTrue(wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock"), 10), "qpu-sim did not listen")
+        for name in ("qpu0.sock", "qpu1.sock"):
+            sock = f"{self.dir}/{name}"
+            self.assertTrue(wait_for(lambda: os.path.exists(sock), 10), "qpu-sim did not listen")
+            if os.geteuid() == 0:
+                # The control electronics' endpoint, for group qrt (the daemon).
+                shutil.chown(sock, group="qrt")
+                os.chmod(sock, 0o660)
         return p
 
     def start_qrtd(self):
@@ -153,7 +193,14 @@ class E2E(unittest.TestCase):
             except qrt_client.QrtError:
                 return False
         self.assertTrue(wait_for(up, 20), "qrtd socket did not come up: " + self.log_tail())
-        return qrt_client.Client(self.sock, timeout=30)
+        c = qrt_client.Client(self.sock, timeout=30)
+        c.status()  # served: every start-up step is done
+        if os.geteuid() == 0:
+            # Started as root, running as qrtd with four capabilities.
+            uid = subprocess.run(["id", "-u", "qrtd"], capture_output=True, text=True).stdout.strip()
+            self.assertEqual(proc_status(p.pid, "Uid"), [uid] * 4, self.log_tail())
+            self.assertEqual(proc_status(p.pid, "CapEff"), ["000000c000804000"], self.log_tail())
+        return c
 
     def log_tail(self):
         out = []

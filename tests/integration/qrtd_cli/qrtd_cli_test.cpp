@@ -133,6 +133,19 @@ struct tree_copy {
     }
 };
 
+// demo.toml with agent.user set (the runs on fake trees keep root: their
+// temporary directories are root's).
+std::string demo_text_as(const std::string& user) {
+    std::string text = read_file(demo);
+    const std::string anchor = "log_level = \"info\"";
+    text.replace(text.find(anchor), anchor.size(), anchor + "\nuser = \"" + user + "\"");
+    return text;
+}
+const std::string& demo_as_root() {
+    static const std::string path = write_temp("demo-root.toml", demo_text_as("root"));
+    return path;
+}
+
 // ---- help, version, usage -------------------------------------------------
 
 TEST(qrtd_cli, help_lists_commands_examples_and_exit_codes) {
@@ -353,7 +366,7 @@ TEST(qrtd_cli, run_on_a_fake_tree_notifies_systemd_and_restores_on_exit) {
     std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
 
-    const auto r = run("NOTIFY_SOCKET=" + sock.string() + " " + qrtd + " run --duration-s 1 -c " + demo +
+    const auto r = run("NOTIFY_SOCKET=" + sock.string() + " " + qrtd + " run --duration-s 1 -c " + demo_as_root() +
                        t.dirs());
     EXPECT_EQ(r.status, 0) << r.err;
     std::vector<std::string> messages;
@@ -398,7 +411,7 @@ TEST(qrtd_cli, run_reloads_on_sighup_pings_the_watchdog_and_restores_on_sigterm)
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
     const fs::path cfg = t.dir.path() / "qrtd.toml";
-    fs::copy_file(demo, cfg);
+    std::ofstream(cfg) << demo_text_as("root");
     const fs::path sock = t.dir.path() / "notify.sock";
     const fs::path err = t.dir.path() / "stderr.log";
     const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -617,7 +630,7 @@ TEST_F(root_boundary, symlinks_planted_in_the_state_dir_are_never_written_throug
     EXPECT_TRUE(fs::is_regular_file(_t.journal / "host-journal"));
 
     fs::create_symlink(t3, _t.state / "qrtd.lock");
-    const auto r = run(qrtd + " run --duration-s 1 -c " + demo + _t.dirs());
+    const auto r = run(qrtd + " run --duration-s 1 -c " + demo_as_root() + _t.dirs());
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find((_t.state / "qrtd.lock").string() + " is a symlink; refused"), std::string::npos) << r.err;
     EXPECT_EQ(read_file(t3), "untouched\n");
@@ -648,7 +661,152 @@ TEST_F(root_boundary, a_journal_dir_of_another_user_or_writable_by_others_is_ref
     EXPECT_TRUE(fs::is_empty(_t.journal));
 }
 
+TEST_F(root_boundary, run_as_root_for_a_missing_user_says_how_to_create_it_and_changes_nothing) {
+    const auto before = snapshot_tree(_t.root);
+    const auto cfg = write_temp("no-user.toml", demo_text_as("qrt-no-such-user"));
+    const auto r = run(qrtd + " run --duration-s 1 -c " + cfg + _t.dirs());
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("agent.user = \"qrt-no-such-user\""), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("user \"qrt-no-such-user\" does not exist"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("systemd-sysusers"), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot_tree(_t.root), before);
+    EXPECT_FALSE(fs::exists(_t.journal));
+    fs::remove(cfg);
+}
+
 // ---- the real host (root only) --------------------------------------------
+
+// The daemon's user and group as the package makes them: systemd-sysusers
+// with the shipped sysusers.d file.  What this created is removed again.
+class deployed_user {
+public:
+    deployed_user() {
+        _had_user = run("getent passwd qrtd").status == 0;
+        _had_group = run("getent group qrt").status == 0;
+        const auto r = run("systemd-sysusers " QRT_SOURCE_DIR "/systemd/sysusers.d/qrtd.conf");
+        if (r.status != 0) {
+            _why = "systemd-sysusers failed: " + r.err;
+            return;
+        }
+        auto pw = run("getent passwd qrtd");
+        auto gr = run("getent group qrt");
+        if (pw.status != 0 || gr.status != 0) {
+            _why = "systemd-sysusers did not create qrtd/qrt";
+            return;
+        }
+        _uid = static_cast<uid_t>(std::stoul(pw.out.substr(pw.out.find(':', pw.out.find(':') + 1) + 1)));
+        _gid = static_cast<gid_t>(std::stoul(gr.out.substr(gr.out.find(':', gr.out.find(':') + 1) + 1)));
+    }
+    ~deployed_user() {
+        if (!_had_user) {
+            (void)run("userdel qrtd");
+        }
+        if (!_had_group) {
+            (void)run("groupdel qrt");
+        }
+    }
+    deployed_user(const deployed_user&) = delete;
+    deployed_user& operator=(const deployed_user&) = delete;
+    const std::string& why_not() const { return _why; }
+    uid_t uid() const { return _uid; }
+    gid_t gid() const { return _gid; }
+
+private:
+    bool _had_user = false;
+    bool _had_group = false;
+    std::string _why;
+    uid_t _uid = 0;
+    gid_t _gid = 0;
+};
+
+// A process started in the background, its stderr and stdout in a log file;
+// killed and reaped by the destructor if the test did not.
+class background {
+public:
+    background(const std::vector<std::string>& argv, const fs::path& log) : _log(log) {
+        _pid = ::fork();
+        if (_pid == 0) {
+            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            ::dup2(fd, STDERR_FILENO);
+            ::dup2(fd, STDOUT_FILENO);
+            std::vector<char*> args;
+            for (const auto& a : argv) {
+                args.push_back(const_cast<char*>(a.c_str()));
+            }
+            args.push_back(nullptr);
+            ::execv(args[0], args.data());
+            ::_exit(127);
+        }
+    }
+    ~background() {
+        if (_pid > 0) {
+            ::kill(_pid, SIGKILL);
+            ::waitpid(_pid, nullptr, 0);
+        }
+    }
+    background(const background&) = delete;
+    background& operator=(const background&) = delete;
+    pid_t pid() const { return _pid; }
+    std::string log() const { return read_file(_log); }
+    // Waits (at most timeout_s) until the log holds needle or the process exits.
+    bool wait_log(const std::string& needle, int timeout_s) const {
+        for (int i = 0; i < timeout_s * 20; ++i) {
+            if (log().find(needle) != std::string::npos) {
+                return true;
+            }
+            if (::waitpid(_pid, nullptr, WNOHANG) == _pid) {
+                return false;
+            }
+            ::usleep(50000);
+        }
+        return false;
+    }
+    // Sends sig and reaps; the wait status.
+    int stop(int sig) {
+        ::kill(_pid, sig);
+        int st = 0;
+        ::waitpid(_pid, &st, 0);
+        _pid = -1;
+        return st;
+    }
+
+private:
+    pid_t _pid = -1;
+    fs::path _log;
+};
+
+// "Key:\tvalue" of /proc/<pid>/status.
+std::string status_field(pid_t pid, const std::string& key) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind(key + ":", 0) == 0) {
+            auto v = line.substr(key.size() + 1);
+            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
+                v.erase(0, 1);
+            }
+            return v;
+        }
+    }
+    return "";
+}
+
+// The children of pid named comm.
+std::vector<pid_t> children_named(pid_t pid, const std::string& comm) {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+        const auto name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) {
+            continue;
+        }
+        if (status_field(static_cast<pid_t>(std::stol(name)), "PPid") == std::to_string(pid) &&
+            status_field(static_cast<pid_t>(std::stol(name)), "Name") == comm) {
+            out.push_back(static_cast<pid_t>(std::stol(name)));
+        }
+    }
+    return out;
+}
 
 void expect_same_host(const std::map<std::string, std::string>& before, const std::string& when) {
     const auto after = snapshot_host();
@@ -699,22 +857,27 @@ protected:
     fs::path journal() const { return _base->path() / "journal"; }
     fs::path socket() const { return _base->path() / "run" / "qrtd.sock"; }
     std::string dirs() const { return " --state-dir " + state().string() + " --journal-dir " + journal().string(); }
-    // demo.toml with the socket below the test's directory.
-    std::string config() const {
-        std::string text = read_file(demo);
+    // demo.toml for agent.user, with the socket below the test's directory.
+    std::string config(const std::string& user) const {
+        std::string text = demo_text_as(user);
         const std::string from = "socket_path = \"/run/qrtd-demo/qrtd.sock\"";
         text.replace(text.find(from), from.size(), "socket_path = \"" + socket().string() + "\"");
-        const auto p = _base->path() / "qrtd.toml";
+        const auto p = _base->path() / ("qrtd-" + user + ".toml");
         std::ofstream(p) << text;
         return p.string();
     }
+    std::vector<std::string> run_argv(const std::string& cfg, int duration_s) const {
+        return {qrtd, "run", "--duration-s", std::to_string(duration_s), "-c", cfg, "--state-dir", state().string(),
+                "--journal-dir", journal().string()};
+    }
+
     std::optional<temp_dir> _base;
     bool _armed = false;
 };
 
 TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte) {
     const auto before = snapshot_host();
-    const auto r = run(qrtd + " run --duration-s 2 -c " + config() + dirs());
+    const auto r = run(qrtd + " run --duration-s 2 -c " + config("root") + dirs());
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("irq: "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("host: restored:"), std::string::npos) << r.err;
@@ -723,12 +886,106 @@ TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte)
     expect_same_host(before, "after the run");
 }
 
+// #10: "qrtd run as root fails on any host where group qrt exists" (it
+// dropped CAP_CHOWN before chowning its socket), and "run by hand, the
+// daemon keeps uid 0".  Run the deployed way: user qrtd from the shipped
+// sysusers.d file.
+TEST_F(real_host, run_as_root_binds_a_qrt_socket_then_runs_as_qrtd_with_exactly_four_capabilities) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    background d(run_argv(config("qrtd"), 60), _base->path() / "run.log");
+    ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+    // The daemon: uid and gid qrtd/qrt, exactly the four capabilities.
+    const std::string uid = std::to_string(user.uid());
+    const std::string gid = std::to_string(user.gid());
+    EXPECT_EQ(status_field(d.pid(), "Uid"), uid + "\t" + uid + "\t" + uid + "\t" + uid);
+    EXPECT_EQ(status_field(d.pid(), "Gid"), gid + "\t" + gid + "\t" + gid + "\t" + gid);
+    // CAP_IPC_LOCK 14, CAP_SYS_NICE 23, CAP_PERFMON 38, CAP_BPF 39.
+    const std::string four = "000000c000804000";
+    EXPECT_EQ(status_field(d.pid(), "CapEff"), four);
+    EXPECT_EQ(status_field(d.pid(), "CapPrm"), four);
+    EXPECT_EQ(status_field(d.pid(), "CapBnd"), four) << "bounding set not reduced";
+    EXPECT_EQ(status_field(d.pid(), "CapInh"), "0000000000000000");
+    EXPECT_EQ(status_field(d.pid(), "CapAmb"), "0000000000000000");
+    EXPECT_EQ(status_field(d.pid(), "NoNewPrivs"), "1");
+    // The socket: group qrt, mode 0660, bound and chown'ed before the drop.
+    struct stat st {};
+    ASSERT_EQ(::stat(socket().c_str(), &st), 0) << d.log();
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_gid, user.gid());
+    EXPECT_EQ(st.st_mode & 0777U, 0660U);
+    // The state directory is the daemon's; the journal directory root's.
+    ASSERT_EQ(::stat(state().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, user.uid());
+    ASSERT_EQ(::stat(journal().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0U);
+    EXPECT_EQ(st.st_mode & 0777U, 0700U);
+    // The restore helper stays root.
+    const auto helpers = children_named(d.pid(), "qrtd-restore");
+    ASSERT_EQ(helpers.size(), 1U) << d.log();
+    EXPECT_EQ(status_field(helpers[0], "Uid"), "0\t0\t0\t0");
+    const int st_exit = d.stop(SIGTERM);
+    EXPECT_TRUE(WIFEXITED(st_exit) && WEXITSTATUS(st_exit) == 0) << d.log();
+    const std::string log = d.log();
+    EXPECT_NE(log.find("caps: kept CAP_IPC_LOCK,CAP_SYS_NICE,CAP_PERFMON,CAP_BPF"), std::string::npos) << log;
+    EXPECT_NE(log.find("running as uid " + uid + " (qrtd)"), std::string::npos) << log;
+    EXPECT_NE(log.find("host: restored:"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(journal() / "host-journal"));
+    expect_same_host(before, "after SIGTERM");
+}
+
+// #10: a restart (or `qrtd host restore`) right after a kill -9 of `qrtd
+// run` collided with the restore helper; now it waits for it, and the host
+// ends byte for byte as it was, under load, every time.
+TEST_F(real_host, a_restart_racing_the_restore_helper_after_kill_9_leaves_the_host_byte_for_byte) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    const std::string cfg = config("qrtd");
+    // Load: tasks forking and exiting all the time, so cgroups have tasks
+    // coming and going while they are removed.  Bounded; killed by pid.
+    std::vector<std::unique_ptr<background>> load;
+    for (int i = 0; i < 2; ++i) {
+        load.push_back(std::make_unique<background>(
+            std::vector<std::string>{"/bin/sh", "-c",
+                                     "end=$(( $(date +%s) + 100 )); while [ $(date +%s) -lt $end ]; do "
+                                     "/bin/true; done"},
+            _base->path() / ("load-" + std::to_string(i) + ".log")));
+    }
+    for (int round = 0; round < 4; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        background d(run_argv(cfg, 60), _base->path() / ("killed-" + std::to_string(round) + ".log"));
+        ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+        const int st = d.stop(SIGKILL);
+        ASSERT_TRUE(WIFSIGNALED(st));
+        if (round % 2 == 0) {
+            // A new daemon at once: it waits for the helper, then applies.
+            const auto again = run(qrtd + " run --duration-s 1 -c " + cfg + dirs());
+            EXPECT_EQ(again.status, 0) << again.err;
+            EXPECT_NE(again.err.find("host: restored:"), std::string::npos) << again.err;
+        } else {
+            // `qrtd host restore` at once: waits, then says who restored.
+            const auto r = run(qrtd + " host restore" + dirs());
+            EXPECT_EQ(r.status, 0) << r.err;
+            EXPECT_NE((r.out + r.err).find("qrtd-restore (pid"), std::string::npos)
+                << "does not say who restored:\n" << r.out << r.err;
+        }
+        EXPECT_FALSE(fs::exists(journal() / "host-journal"));
+        expect_same_host(before, "round " + std::to_string(round));
+    }
+}
+
 // #10: later daemons trusted a journal whose partition had drifted (IRQs back
 // on every CPU) and said "already applied".  Now qrtd run checks it against
 // the host and re-pins, even when `qrtd host apply` owns it.
 TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
     const auto before = snapshot_host();
-    const std::string cfg = config();
+    const std::string cfg = config("root");
     const auto a = run(qrtd + " host apply -c " + cfg + dirs());
     ASSERT_EQ(a.status, 0) << a.err;
     // Drift: every IRQ apply moved goes back to its old value.

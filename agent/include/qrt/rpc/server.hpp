@@ -6,7 +6,9 @@
 // Listening socket: the one systemd passes (sd_listen_fds, qrtd.socket), or,
 // without socket activation, bound at socket_path: a stale socket file is
 // unlinked only when nobody answers on it, then the socket is chmod'ed to
-// socket_mode and chown'ed to socket_group.
+// socket_mode and chown'ed to socket_group.  `qrtd run` started as root binds
+// it (server::bind_socket) before it drops to agent.user -- chown to a group
+// the process is not in needs CAP_CHOWN -- and passes it in as prebound.
 //
 // Limits, per connection unless said otherwise:
 //   max_connections   server-wide; an extra connection gets one
@@ -40,6 +42,13 @@
 
 namespace qrt::rpc {
 
+// A socket bound at socket_path by server::bind_socket; the server owns it
+// once started (closes it, and unlinks the path if it is still this inode).
+struct prebound_socket {
+    int fd = -1;
+    std::uint64_t ino = 0;
+};
+
 struct server_options {
 #ifdef QRT_DEFAULT_SOCKET_PATH
     std::string socket_path = QRT_DEFAULT_SOCKET_PATH;
@@ -49,6 +58,7 @@ struct server_options {
     std::string socket_group;      // empty: keep the daemon's group
     unsigned socket_mode = 0660;
     bool socket_activation = true;  // take a systemd socket when passed one
+    prebound_socket prebound;       // fd >= 0: listen on it (bound before a privilege drop)
     std::size_t max_connections = 256;
     std::size_t max_inflight = 128;
     std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
@@ -76,6 +86,9 @@ public:
     // Obtain the listening socket and register it with the loop.  Call on
     // the loop thread (or before the loop runs).
     rtcore::status start();
+    // Binds socket_path as start() would without socket activation, chmod
+    // socket_mode, chown :socket_group.  For binding before a privilege drop.
+    static rtcore::result<prebound_socket> bind_socket(const server_options& opts);
     // Close every connection and the listening socket; unlink the socket
     // file if this server bound it.  Loop thread only.
     void stop() noexcept;
@@ -109,7 +122,6 @@ private:
     void reap();
     void sweep();
     void export_textfile();
-    rtcore::result<int> bind_socket();
 
     event_loop& _loop;
     engine& _engine;
