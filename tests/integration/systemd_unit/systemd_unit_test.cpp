@@ -6,6 +6,7 @@
 // binary) and scores their exposure.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +193,34 @@ TEST_F(installed, sysusers_creates_user_qrtd_in_group_qrt) {
 TEST_F(installed, tmpfiles_creates_the_state_dir_private_to_qrtd) {
     const std::string conf = read_file(_root / "usr/lib/tmpfiles.d/qrtd.conf");
     EXPECT_NE(conf.find("\nd /var/lib/qrtd 0750 qrtd qrt -\n"), std::string::npos) << conf;
+}
+
+// The root boundary (#10): the journal root replays lives in a directory
+// only root can read or write, made by tmpfiles.d, and the daemon's sandbox
+// does not even see it.
+TEST_F(installed, tmpfiles_creates_the_journal_dir_for_root_alone_and_the_daemon_cannot_see_it) {
+    const std::string conf = read_file(_root / "usr/lib/tmpfiles.d/qrtd.conf");
+    EXPECT_NE(conf.find("\nd /var/lib/qrtd-host 0700 root root -\n"), std::string::npos) << conf;
+    const std::string svc = read_file(unit("qrtd.service"));
+    EXPECT_NE(svc.find("\nInaccessiblePaths=-/var/lib/qrtd-host\n"), std::string::npos) << svc;
+    if (!have("systemd-tmpfiles")) {
+        GTEST_SKIP() << "systemd-tmpfiles not installed";
+    }
+    // Applied for real, into the install root.
+    if (!have("systemd-sysusers") ||
+        run("systemd-sysusers --root=" + _root.string() + " " + (_root / "usr/lib/sysusers.d/qrtd.conf").string())
+                .status != 0) {
+        GTEST_SKIP() << "systemd-sysusers cannot create the users tmpfiles.d names";
+    }
+    const auto r = run("systemd-tmpfiles --create --root=" + _root.string() + " " +
+                       (_root / "usr/lib/tmpfiles.d/qrtd.conf").string());
+    struct stat st {};
+    ASSERT_EQ(::stat((_root / "var/lib/qrtd-host").c_str(), &st), 0) << r.output;
+    EXPECT_EQ(st.st_mode & 07777U, 0700U);
+    if (::geteuid() == 0) {
+        EXPECT_EQ(st.st_uid, 0U);
+        EXPECT_EQ(st.st_gid, 0U);
+    }
 }
 
 }  // namespace
