@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Quick start command 1: the end-to-end demo, as root on Debian 12.
 #
-#   deps -> build -> `qrtd host plan` -> qpu-sim + `qrtd run` (applies the
-#   partition, restores it on exit) -> a scheduler client places and submits
+#   deps -> build -> the daemon's user from the shipped sysusers.d file ->
+#   `qrtd host plan` -> qpu-sim + `qrtd run` (applies the partition as root,
+#   binds its socket, drops to user qrtd, restores on exit through its root
+#   helper) -> a scheduler client places and submits
 #   a few hundred jobs across several short calibration windows -> lateness
 #   percentiles and outcomes (qrt-jitter-report + qpu-sim's summary) -> a
 #   check that the host was put back as it was.
@@ -10,6 +12,7 @@
 # Idempotent; every process it starts is stopped by PID on exit (trap).
 # Environment: QRT_BUILD_DIR (default ./build), QRT_DEMO_JOBS (300),
 # QRT_DEMO_SPACING_MS (20), QRT_DEMO_STATE (/var/lib/qrtd-demo),
+# QRT_DEMO_JOURNAL (/var/lib/qrtd-host, root's, as deployed),
 # QRT_DEMO_SKIP_BUILD=1 (use the binaries already built).
 set -euo pipefail
 
@@ -18,6 +21,7 @@ build=${QRT_BUILD_DIR:-$here/build}
 config=$here/config/demo.toml
 run_dir=/run/qrtd-demo
 state=${QRT_DEMO_STATE:-/var/lib/qrtd-demo}
+journal=${QRT_DEMO_JOURNAL:-/var/lib/qrtd-host}
 jobs=${QRT_DEMO_JOBS:-300}
 spacing_ms=${QRT_DEMO_SPACING_MS:-20}
 sock=$run_dir/qrtd.sock
@@ -77,15 +81,25 @@ for b in "$qrtd" "$sim" "$report"; do
   [ -x "$b" ] || { echo "[demo] missing $b after the build" >&2; exit 1; }
 done
 
-step "3/6 partition plan (changes nothing)"
+step "3/6 the daemon's user, then the partition plan (changes nothing)"
+# As the package does it: user qrtd and group qrt from the shipped
+# sysusers.d file (idempotent).  qrtd run starts as root, applies the
+# partition, binds its socket for group qrt, then runs as qrtd.
+systemd-sysusers "$here/systemd/sysusers.d/qrtd.conf"
+# ... and its directories and device access from the shipped tmpfiles.d file:
+# /var/lib/qrtd-host root:root 0700 (the journal), /dev/cpu_dma_latency for qrt.
+systemd-tmpfiles --create "$here/systemd/tmpfiles.d/qrtd.conf" || true
+info "daemon user: $(id qrtd)"
 "$qrtd" host plan -c "$config" | sed 's/^/    /'
 
-if [ -e "$state/host-journal" ]; then
-  info "a journal from an earlier interrupted demo is in $state: restoring it first"
-  "$qrtd" host restore -c "$config" --state-dir "$state" || true
+if [ -e "$journal/host-journal" ]; then
+  info "a journal from an earlier interrupted demo is in $journal: restoring it first"
+  "$qrtd" host restore -c "$config" --state-dir "$state" --journal-dir "$journal" || true
 fi
-mkdir -p "$run_dir" "$state"
-chmod 0750 "$state"
+# The runtime directory as systemd's RuntimeDirectory= makes it; the state
+# directory qrtd run creates or hands over to qrtd itself.
+install -d -o qrtd -g qrt -m 0750 "$run_dir"
+mkdir -p "$state"
 rm -f "$state"/ledger.sqlite*   # a fresh timeline for every demo run
 host_snapshot > "$work/host.before"
 
@@ -94,8 +108,10 @@ step "4/6 qpu-sim + qrtd run (applies the partition; restores it on exit)"
   --duration-s 120 > "$work/sim.out" 2>&1 &
 sim_pid=$!
 for _ in $(seq 1 100); do [ -S "$run_dir/qpu0.sock" ] && break; sleep 0.05; done
+# The simulated control electronics' socket, for group qrt (the daemon).
+chgrp qrt "$run_dir/qpu0.sock" && chmod 0660 "$run_dir/qpu0.sock"
 info "qpu-sim pid $sim_pid on unix://$run_dir/qpu0.sock"
-"$qrtd" run -c "$config" --state-dir "$state" --duration-s 90 > "$work/qrtd.log" 2>&1 &
+"$qrtd" run -c "$config" --state-dir "$state" --journal-dir "$journal" --duration-s 90 > "$work/qrtd.log" 2>&1 &
 qrtd_pid=$!
 for _ in $(seq 1 200); do
   [ -S "$sock" ] && break
@@ -104,7 +120,7 @@ for _ in $(seq 1 200); do
 done
 [ -S "$sock" ] || { echo "[demo] qrtd did not open $sock" >&2; tail -20 "$work/qrtd.log" >&2; exit 1; }
 info "qrtd pid $qrtd_pid on $sock"
-grep -E "isolation: |irq: |dispatch: qpu0: endpoint .* mode|probes: " "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
+grep -E "isolation: |irq: |caps: |dispatch: qpu0: endpoint .* mode|probes: " "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
 
 step "5/6 scheduler client: $jobs jobs, ${spacing_ms} ms apart"
 python3 "$here/tools/quickstart/demo_client.py" --socket "$sock" --jobs "$jobs" \
@@ -135,12 +151,12 @@ EOF
 
 step "6/6 host restored?"
 host_snapshot > "$work/host.after"
-if [ "$qrtd_rc" -eq 0 ] && [ ! -e "$state/host-journal" ] && diff -q "$work/host.before" "$work/host.after" >/dev/null; then
+if [ "$qrtd_rc" -eq 0 ] && [ ! -e "$journal/host-journal" ] && diff -q "$work/host.before" "$work/host.after" >/dev/null; then
   info "yes: $(wc -l < "$work/host.after") IRQ/cpuset values equal to before, no journal left"
 else
   info "NO: qrtd exit $qrtd_rc; differences:"
   diff "$work/host.before" "$work/host.after" | head -20 | sed 's/^/    /' || true
-  info "run: $qrtd host restore -c $config --state-dir $state"
+  info "run: $qrtd host restore -c $config --state-dir $state --journal-dir $journal"
   exit 1
 fi
 echo
