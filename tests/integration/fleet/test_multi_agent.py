@@ -42,6 +42,9 @@ CONFIG = """
 [agent]
 log_level = "info"
 watchdog = false
+# Three agents in private temporary directories: they keep root instead of
+# dropping to user qrtd (e2e runs the deployed way).
+user = "root"
 [host]
 apply_on_run = false
 [dispatch]

@@ -101,6 +101,9 @@ QRTD_CONFIG = """
 [agent]
 log_level = "info"
 watchdog = false
+# The lab's directories are root's: qrtd keeps root instead of dropping to
+# user qrtd (e2e runs the deployed way).
+user = "root"
 [host]
 apply_on_run = true
 isolated_cpus = "auto"
@@ -118,8 +121,8 @@ horizon_ns = 600_000_000_000
 default_lease_ns = 60_000_000_000
 [rpc]
 socket_path = "{dir}/qrtd.sock"
-# qrtd drops CAP_CHOWN before it binds: the socket stays in group root, open to
-# every local user; the roles below decide what each may do.
+# The socket in group root, open to every local user; the roles below decide
+# what each may do.
 socket_group = "root"
 socket_mode = "0666"
 [roles]
@@ -247,7 +250,8 @@ class Lab:
         cfg = os.path.join(self.dir, "qrtd.toml")
         self.qrtd_starts = getattr(self, "qrtd_starts", 0) + 1
         name = f"qrtd-{self.qrtd_starts}"
-        argv = [os.environ["QRTD"], "run", "-c", cfg, "--state-dir", os.path.join(self.dir, "state")]
+        argv = [os.environ["QRTD"], "run", "-c", cfg, "--state-dir", os.path.join(self.dir, "state"),
+                "--journal-dir", os.path.join(self.dir, "journal")]
         p = self._spawn(name, argv)
         self.procs["qrtd"] = p
         give_up = time.monotonic() + 30
