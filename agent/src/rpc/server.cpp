@@ -126,27 +126,30 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     if (fd < 0) {
         return rtcore::error::from_errno("socket AF_UNIX SOCK_STREAM");
     }
-    // The inode bind() creates takes the socket's mode (minus umask): set it
-    // first so the path is never more open than socket_mode.
+    // The inode bind() creates takes the socket's mode minus the umask: set
+    // the mode first and clear the umask for the bind, so the path is created
+    // with exactly socket_mode and is never chmod'ed by name afterwards (a
+    // name in a directory the daemon's user owns could be swapped for a
+    // symlink between bind and chmod, and root would follow it).
     const auto mode = static_cast<mode_t>(opts.socket_mode & 07777U);
     if (::fchmod(fd, mode) < 0) {
         const int e = errno;
         ::close(fd);
         return rtcore::error::from_errno(e, "fchmod socket");
     }
-    if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), addr_len) < 0) {
-        const int e = errno;
+    const mode_t old_umask = ::umask(0);
+    const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), addr_len);
+    const int bind_err = errno;
+    ::umask(old_umask);
+    if (bound < 0) {
         ::close(fd);
-        return rtcore::error::from_errno(e, "bind " + path);
+        return rtcore::error::from_errno(bind_err, "bind " + path);
     }
     auto fail = [&](int e, const std::string& what) -> rtcore::result<prebound_socket> {
         ::close(fd);
         ::unlink(path.c_str());
         return rtcore::error::from_errno(e, what);
     };
-    if (::chmod(path.c_str(), mode) < 0) {
-        return fail(errno, fmt::format("chmod {:o} {}", mode, path));
-    }
     if (!opts.socket_group.empty()) {
         group gr{};
         group* found = nullptr;
@@ -156,7 +159,8 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
             return fail(rc != 0 ? rc : ENOENT,
                         fmt::format("rpc: socket_group '{}' (getgrnam_r)", opts.socket_group));
         }
-        if (::chown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
+        // lchown: a symlink swapped in for the socket gets the group, not its target.
+        if (::lchown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
             return fail(errno, fmt::format("chown :{} {}", opts.socket_group, path));
         }
     }
