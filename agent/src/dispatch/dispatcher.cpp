@@ -147,6 +147,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     _pool = static_cast<std::uint8_t*>(p);
     _slots = std::make_unique<slot_state[]>(_slot_count);
     _inflight = std::make_unique<dispatch_record[]>(_slot_count);
+    _pending = std::make_unique<queued_job[]>(2 * _slot_count);
     _free.reserve(_slot_count);
     for (std::size_t i = _slot_count; i-- > 0;) {
         _free.push_back(static_cast<std::uint32_t>(i));
@@ -260,11 +261,6 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
                                       std::to_string(job.window_start_ns) + ", " +
                                       std::to_string(job.window_end_ns) + "]");
     }
-    if (job.scheduled_ns < _last_deadline_rt_ns && queued() != 0) {
-        return rtcore::error::invalid(who + ": scheduled_ns " + std::to_string(job.scheduled_ns) +
-                                      " is earlier than the last queued job's " +
-                                      std::to_string(_last_deadline_rt_ns) + " (submit in start order)");
-    }
     if (_free.empty()) {
         return rtcore::error{EBUSY, who + ": all " + std::to_string(_slot_count) + " dispatch slots are in use"};
     }
@@ -308,11 +304,16 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
         _free.push_back(slot);
         return rtcore::error{EBUSY, who + ": job ring full"};
     }
-    _last_deadline_rt_ns = job.scheduled_ns;
+    // Before a job already queued: the thread may be asleep until that
+    // one's wake-up, later than this one's.
+    const bool before_queued = queued() > 1 && job.scheduled_ns < _last_deadline_rt_ns;
+    if (queued() == 1 || job.scheduled_ns > _last_deadline_rt_ns) {
+        _last_deadline_rt_ns = job.scheduled_ns;  // the latest queued start
+    }
     // An idle thread looks at the ring once per idle_sleep_ns: wake it now
     // (the wake word makes this race-free against it going to sleep).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (_idle.load(std::memory_order_relaxed)) {
+    if (before_queued || _idle.load(std::memory_order_relaxed)) {
         rtcore::wake_sleepers(_wake);
     }
     return rtcore::ok();
@@ -611,6 +612,30 @@ void dispatcher::void_unsubmitted() noexcept {
     }
 }
 
+void dispatcher::pull_jobs() noexcept {
+    const std::size_t capacity = 2 * _slot_count;
+    while (const queued_job* q = _jobs.peek()) {
+        if (_pending_tail == capacity) {
+            // At most slots jobs are pending (each holds a slot), so the
+            // head has moved by at least slots: compact, rarely.
+            std::copy(&_pending[_pending_head], &_pending[_pending_tail], &_pending[0]);
+            _pending_tail -= _pending_head;
+            _pending_head = 0;
+        }
+        const std::int64_t d = _slots[q->slot].deadline_ns.load(std::memory_order_acquire);
+        // After every job with the same or an earlier deadline: equal starts
+        // keep submit order.
+        std::size_t i = _pending_tail;
+        while (i > _pending_head && _slots[_pending[i - 1].slot].deadline_ns.load(std::memory_order_relaxed) > d) {
+            _pending[i] = _pending[i - 1];
+            --i;
+        }
+        _pending[i] = *q;
+        ++_pending_tail;
+        _jobs.pop_front();
+    }
+}
+
 void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
@@ -636,7 +661,8 @@ void dispatcher::run_loop() noexcept {
                 io_uring_submit(ring);
             }
         }
-        const queued_job* j = _jobs.peek();
+        pull_jobs();
+        const queued_job* j = pending_head();
         std::int64_t now = _clock.now_monotonic_ns();
         if (_fd_req_gen.load(std::memory_order_acquire) != _fd_done_gen.load(std::memory_order_relaxed)) {
             apply_endpoint_update(now, j);
@@ -655,7 +681,7 @@ void dispatcher::run_loop() noexcept {
         const std::int64_t deadline = s.deadline_ns.load(std::memory_order_acquire);
         if (now - deadline > j->tolerance_ns) {
             emit(*j, dispatch_status::missed, deadline, now, -1, 0);
-            _jobs.pop_front();
+            pending_pop();
             continue;
         }
         if (j->slot != cur_slot) {  // first look at this job: the gap it leaves to T
@@ -744,7 +770,7 @@ void dispatcher::run_loop() noexcept {
         }
         if (verdict != dispatch_status::sent) {
             emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
-            _jobs.pop_front();
+            pending_pop();
             continue;
         }
         // The ring has 64 SQEs and at most one is ever unconsumed, so this
@@ -753,7 +779,7 @@ void dispatcher::run_loop() noexcept {
         if (sqe == nullptr) {
             _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
             emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
-            _jobs.pop_front();
+            pending_pop();
             continue;
         }
         std::uint8_t* buf = slot_buffer(j->slot);
@@ -808,13 +834,13 @@ void dispatcher::run_loop() noexcept {
             _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
         }
         _inflight[j->slot] = r;
-        _jobs.pop_front();
+        pending_pop();
         if (sqpoll && rc >= 0) {
             // The poller (on this CPU by default) only runs while this
             // thread sleeps.  When the next job is too close for a sleep,
             // block until the poller has taken this write (bounded), or the
             // frame would wait for that next job's spin to end.
-            if (const queued_job* nx = _jobs.peek(); nx != nullptr) {
+            if (const queued_job* nx = pending_head(); nx != nullptr) {
                 const std::int64_t gap = _slots[nx->slot].deadline_ns.load(std::memory_order_relaxed) -
                                          _lead.lead_ns() - after;
                 if (gap < sqpoll_yield_below_ns) {
@@ -829,7 +855,7 @@ void dispatcher::run_loop() noexcept {
         reap_completions();  // inline completions (the usual case on a socket)
         // The window's quantile (a few us of nth_element) only when the next
         // job leaves time for it, never just before a back-to-back T.
-        const queued_job* next = _jobs.peek();
+        const queued_job* next = pending_head();
         if (tuned && (next == nullptr || _slots[next->slot].deadline_ns.load(std::memory_order_relaxed) - after >
                                              _lead.lead_ns() + adapt_guard_ns)) {
             if (_lead.adapt()) {
@@ -839,11 +865,12 @@ void dispatcher::run_loop() noexcept {
     }
     // Stopping: queued jobs are cancelled; in-flight writes get a bounded
     // wait, then the ring teardown cancels them.
-    while (const queued_job* j = _jobs.peek()) {
+    pull_jobs();
+    while (const queued_job* j = pending_head()) {
         const std::int64_t now = _clock.now_monotonic_ns();
         emit(*j, dispatch_status::cancelled, _slots[j->slot].deadline_ns.load(std::memory_order_relaxed), now, -1,
              0);
-        _jobs.pop_front();
+        pending_pop();
     }
     io_uring_submit(ring);  // voided NOPs still in the SQ ring complete too
     __kernel_timespec ts{0, 200'000'000};

@@ -22,10 +22,18 @@
 // - Deadlines: each slot's monotonic deadline is one std::atomic<int64_t>;
 //   the window end and tolerance are kept relative to it, so a step
 //   re-conversion can never be seen half-done.
-// - Jobs must be submitted in non-decreasing T (one QPU runs one job at a
-//   time; due_jobs() yields them in order).  submit() refuses otherwise.
-//   Submit at least idle_sleep_ns + lead before T: an idle thread looks at
-//   the ring once per idle_sleep_ns (no syscall is needed to hand it work).
+// - Jobs may be submitted in any start order: a job placed later into a gap
+//   before one already handed over (backfill, preemption) still goes out
+//   first.  The dispatch thread moves what the job ring brings into its own
+//   pending array, kept sorted by deadline on insert (2 x slots entries,
+//   allocated in the constructor; an in-order job is appended in O(1), an
+//   earlier one shifts the later ones, at most slots; no allocation, no
+//   lock).  A realtime step moves every deadline by the
+//   same amount, so the order holds across re-conversions.  A submit that
+//   lands before a job already queued wakes the thread, which then looks at
+//   the new head instead of sleeping to the old one.  Submit at least
+//   lead + the thread's loop latency before T (daemon: dispatch.min_lead,
+//   see services.cpp).
 // - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, mlockall +
 //   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
 //   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
@@ -190,8 +198,8 @@ public:
 
     // ---- housekeeping thread only ----
     // Converts T with the current time base, encodes the JOB frame into a
-    // free slot and queues it.  Errors: payload too large, pool full, T
-    // earlier than the last queued job, window/duration inconsistent.
+    // free slot and queues it, in any start order.  Errors: payload too
+    // large, pool full, window/duration inconsistent.
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
     // Re-sample the time base (after a realtime step) and re-convert every
     // queued deadline.  Returns the number of deadlines rewritten.
@@ -284,6 +292,20 @@ private:
     void emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
               std::int64_t wakeup_latency, std::int64_t spin_ns) noexcept;
     void release_slot(std::uint32_t slot) noexcept;
+    // The dispatch thread's pending jobs: _pending[_pending_head, _pending_tail)
+    // sorted by deadline, earliest first.  A job later than all (the usual
+    // hand-over) is appended in O(1); an earlier one shifts the later ones
+    // up.  Capacity 2 x slots: the live part is compacted to the front only
+    // when the tail reaches the end, after at least `slots` pops.
+    void pull_jobs() noexcept;
+    const queued_job* pending_head() const noexcept {
+        return _pending_head == _pending_tail ? nullptr : &_pending[_pending_head];
+    }
+    void pending_pop() noexcept {
+        if (++_pending_head == _pending_tail) {
+            _pending_head = _pending_tail = 0;
+        }
+    }
     std::uint8_t* slot_buffer(std::uint32_t slot) const noexcept;
 
     dispatcher_config _cfg;
@@ -297,6 +319,9 @@ private:
     std::vector<std::uint32_t> _free;  // housekeeping only
     std::int64_t _last_deadline_rt_ns = INT64_MIN;
     rtcore::spsc_ring<queued_job> _jobs;
+    std::unique_ptr<queued_job[]> _pending;  // dispatch thread only (see pull_jobs)
+    std::size_t _pending_head = 0;
+    std::size_t _pending_tail = 0;
     rtcore::spsc_ring<dispatch_record> _records;
     std::unique_ptr<uring> _uring;
     submit_mode _submit_mode = submit_mode::syscall;
