@@ -179,6 +179,7 @@ struct services::qpu_runtime {
     std::unique_ptr<dispatch::qpu_link> link;
     // Given to the link, no outcome yet: id -> (start, calibration id) as handed.
     std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
+    bool withdrawals_pending = false;  // withdrawn since the last pump tick (report_withdrawn)
     std::vector<timeline::calibration_window> windows;  // ending after the last refresh
     std::int64_t current_until_ns = 0;  // refresh when now reaches this
     std::uint64_t calibration_id = 0;   // what the link's guard holds
@@ -712,9 +713,16 @@ void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
         for (const auto& [id, as_handed] : q.handed) {
             const auto d = due_as.find(id);
             if (d == due_as.end() || d->second != as_handed) {
-                q.link->withdraw(id);
+                q.withdrawals_pending = q.withdrawals_pending ||
+                                        q.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn;
             }
         }
+    }
+    // The stale copies come back `cancelled` now rather than at their old
+    // start, so a re-placed job is handed over again in time.
+    if (q.withdrawals_pending) {
+        q.link->report_withdrawn();
+        q.withdrawals_pending = false;
     }
     for (const auto& r : due) {
         if (q.handed.count(r.id) != 0) {
@@ -780,11 +788,15 @@ void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
     if (r == nullptr) {
         return;
     }
-    // Re-placed after the hand-over (calibration.update moved it to a new
-    // window): the guard refused the stale copy; the pump hands the job
-    // over again with its new start and calibration id.
+    // Re-placed after the hand-over (calibration.update or a preemption moved
+    // it): the guard refused, or the withdrawal dropped, the stale copy; the
+    // pump hands the job over again with its new start and calibration id.
+    // Likewise a job withdrawn and then kept (a preemption that gave its
+    // victims back, a cancel that could not be stored): not sent, still due.
+    const bool withdrawn_kept = o.reason == dispatch::to_string(dispatch::dispatch_status::cancelled);
     if (r->state == timeline::res_state::committed && o.sent_ns == 0 && as_handed &&
-        (as_handed->first != r->start_ns || as_handed->second != r->calibration_id) && !_stopped) {
+        (as_handed->first != r->start_ns || as_handed->second != r->calibration_id || withdrawn_kept) &&
+        !_stopped) {
         log::debug("dispatch", "{}: job {} re-placed after hand-over ({}): handing it over again",
                    q.name, o.job_id, o.reason);
         return;

@@ -90,6 +90,12 @@ bool nowait_capable(int fd) noexcept {
            (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
 }
 
+// slot_state::phase values.
+constexpr std::uint8_t phase_queued = 0;
+constexpr std::uint8_t phase_withdrawn = 1;
+constexpr std::uint8_t phase_sending = 2;
+constexpr std::uint8_t phase_dropped = 3;
+
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 static_assert(dispatcher::wire_header_bytes == wire::header_len, "frame_pool_bytes assumes the wire header size");
 
@@ -288,7 +294,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     s.scheduled_rt_ns = job.scheduled_ns;
     s.job_id = job.job_id;
     s.queued = true;
-    s.withdrawn.store(false, std::memory_order_relaxed);  // published by the ring push
+    s.phase.store(phase_queued, std::memory_order_relaxed);  // published by the ring push
     s.deadline_ns.store(_base.to_monotonic_ns(job.scheduled_ns), std::memory_order_release);
 
     queued_job q;
@@ -372,11 +378,28 @@ dispatcher::calibration_plan dispatcher::calibration(unsigned max_tries) const n
     }
 }
 
-bool dispatcher::withdraw(std::uint64_t job_id) noexcept {
+dispatcher::withdraw_result dispatcher::withdraw(std::uint64_t job_id) noexcept {
     for (std::size_t i = 0; i < _slot_count; ++i) {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
-            _slots[i].withdrawn.store(true, std::memory_order_release);
-            return true;
+            std::uint8_t expected = phase_queued;
+            if (_slots[i].phase.compare_exchange_strong(expected, phase_withdrawn, std::memory_order_acq_rel)) {
+                // Seen at the thread's next look (report_withdrawn() makes
+                // that now): it reports the job then, not at its T.
+                _withdrawals.fetch_add(1, std::memory_order_release);
+                return withdraw_result::withdrawn;
+            }
+            // Withdrawn or dropped before: never sent.  Sending: the frame is out.
+            return expected == phase_sending ? withdraw_result::too_late : withdraw_result::withdrawn;
+        }
+    }
+    return withdraw_result::not_queued;
+}
+
+bool dispatcher::restore(std::uint64_t job_id) noexcept {
+    for (std::size_t i = 0; i < _slot_count; ++i) {
+        if (_slots[i].queued && _slots[i].job_id == job_id) {
+            std::uint8_t expected = phase_withdrawn;
+            return _slots[i].phase.compare_exchange_strong(expected, phase_queued, std::memory_order_acq_rel);
         }
     }
     return false;
@@ -636,6 +659,24 @@ void dispatcher::pull_jobs() noexcept {
     }
 }
 
+void dispatcher::drop_withdrawn(std::int64_t now) noexcept {
+    std::size_t kept = _pending_head;
+    for (std::size_t i = _pending_head; i < _pending_tail; ++i) {
+        const queued_job j = _pending[i];
+        slot_state& s = _slots[j.slot];
+        std::uint8_t expected = phase_withdrawn;
+        if (s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
+            emit(j, dispatch_status::cancelled, s.deadline_ns.load(std::memory_order_relaxed), now, -1, 0);
+            continue;
+        }
+        _pending[kept++] = j;  // order kept
+    }
+    _pending_tail = kept;
+    if (_pending_head == _pending_tail) {
+        _pending_head = _pending_tail = 0;
+    }
+}
+
 void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
@@ -645,6 +686,7 @@ void dispatcher::run_loop() noexcept {
     };
     std::uint32_t cur_slot = UINT32_MAX;
     std::int64_t first_seen = 0;
+    std::uint32_t withdrawals_seen = 0;
     while (true) {
         // Read before looking at any state, _stop included: a change after
         // this makes the next sleep return at once.
@@ -661,9 +703,16 @@ void dispatcher::run_loop() noexcept {
                 io_uring_submit(ring);
             }
         }
+        // The count first: a job withdrawn by then was pushed before, so
+        // pull_jobs() brings it into the pending array that is scanned.
+        const std::uint32_t withdrawals = _withdrawals.load(std::memory_order_acquire);
         pull_jobs();
-        const queued_job* j = pending_head();
         std::int64_t now = _clock.now_monotonic_ns();
+        if (withdrawals != withdrawals_seen) {
+            withdrawals_seen = withdrawals;
+            drop_withdrawn(now);
+        }
+        const queued_job* j = pending_head();
         if (_fd_req_gen.load(std::memory_order_acquire) != _fd_done_gen.load(std::memory_order_relaxed)) {
             apply_endpoint_update(now, j);
         }
@@ -677,7 +726,7 @@ void dispatcher::run_loop() noexcept {
             _idle.store(false, std::memory_order_relaxed);
             continue;
         }
-        const slot_state& s = _slots[j->slot];
+        slot_state& s = _slots[j->slot];
         const std::int64_t deadline = s.deadline_ns.load(std::memory_order_acquire);
         if (now - deadline > j->tolerance_ns) {
             emit(*j, dispatch_status::missed, deadline, now, -1, 0);
@@ -765,8 +814,29 @@ void dispatcher::run_loop() noexcept {
         g.calibration_switch_ns = cal.switch_mono_ns;
         g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
         dispatch_status verdict = check_before_send(g);
-        if (verdict == dispatch_status::sent && s.withdrawn.load(std::memory_order_acquire)) {
-            verdict = dispatch_status::cancelled;  // withdrawn by the housekeeping side
+        if (verdict == dispatch_status::sent) {
+            // The send and a withdraw() race through one compare-and-swap:
+            // whichever wins decides, and the loser can tell.  (A restore()
+            // flipping withdrawn back may make the first exchange fail
+            // spuriously: bounded retries, then the job counts as withdrawn.)
+            verdict = dispatch_status::cancelled;
+            for (int tries = 0; tries < 4; ++tries) {
+                std::uint8_t expected = phase_queued;
+                if (s.phase.compare_exchange_strong(expected, phase_sending, std::memory_order_acq_rel)) {
+                    verdict = dispatch_status::sent;
+                    break;
+                }
+                if (expected == phase_withdrawn &&
+                    s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
+                    break;  // withdrawn by the housekeeping side
+                }
+                if (expected == phase_dropped) {
+                    break;
+                }
+            }
+            if (verdict != dispatch_status::sent) {
+                s.phase.store(phase_dropped, std::memory_order_release);
+            }
         }
         if (verdict != dispatch_status::sent) {
             emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);

@@ -524,7 +524,7 @@ void qpu_link::on_record(const dispatch_record& r) {
         return;
     }
     case dispatch_status::cancelled:
-        finish(r.job_id, job_state::failed, "cancelled", "dispatcher stopped before T");
+        finish(r.job_id, job_state::failed, "cancelled", "withdrawn, or the dispatcher stopped, before T; not sent");
         return;
     }
 }

@@ -3,6 +3,7 @@
 // re-conversion on a realtime step (fake clock).  No timing is asserted.
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -154,8 +155,8 @@ TEST_F(dispatcher_fixture, a_withdrawn_job_is_cancelled_and_never_sent) {
     ASSERT_TRUE(d.submit(job_at(5, t), payload));
     ASSERT_TRUE(d.submit(job_at(6, t + 20 * ms), payload));
     ASSERT_TRUE(d.start());
-    EXPECT_TRUE(d.withdraw(5)) << "job 5 is queued";
-    EXPECT_FALSE(d.withdraw(77)) << "job 77 was never submitted";
+    EXPECT_EQ(d.withdraw(5), dispatcher::withdraw_result::withdrawn) << "job 5 is queued";
+    EXPECT_EQ(d.withdraw(77), dispatcher::withdraw_result::not_queued) << "job 77 was never submitted";
     const auto recs = wait_records(d, 2);
     d.stop();
     ASSERT_EQ(recs.size(), 2u);
@@ -467,4 +468,57 @@ TEST_F(dispatcher_fixture, a_job_handed_over_before_the_one_the_thread_sleeps_to
     const auto frames = read_frames();
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0].hdr.job_id, 2u);
+}
+
+TEST_F(dispatcher_fixture, withdrawing_a_job_whose_frame_is_out_says_too_late) {
+    // The ledger must not record `cancelled` for a job the QPU got: once the
+    // frame is on the wire, withdraw() loses the race and says so.
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 20 * ms), payload));
+    ASSERT_TRUE(d.start());
+    pollfd p{_sp[1], POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 3000), 1) << "the frame never arrived";
+    // The record is not drained yet: the job still holds its slot.
+    EXPECT_EQ(d.withdraw(1), dispatcher::withdraw_result::too_late);
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    EXPECT_EQ(read_frames().size(), 1u);
+}
+
+TEST_F(dispatcher_fixture, a_restored_job_is_sent_as_if_never_withdrawn) {
+    dispatcher d(untuned(), _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 100 * ms), payload));
+    ASSERT_TRUE(d.start());
+    ASSERT_EQ(d.withdraw(1), dispatcher::withdraw_result::withdrawn);
+    EXPECT_TRUE(d.restore(1));
+    EXPECT_FALSE(d.restore(2)) << "job 2 was never submitted";
+    const auto recs = wait_records(d, 1);
+    d.stop();
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
+    ASSERT_EQ(read_frames().size(), 1u);
+}
+
+TEST_F(dispatcher_fixture, a_withdrawn_job_is_reported_at_once_not_at_its_start) {
+    // The pump hands a re-placed job over again only once the stale copy is
+    // reported: that must not wait for the stale start (20 s here).
+    dispatcher_config c = untuned();
+    c.max_sleep_chunk_ns = 60'000 * ms;
+    dispatcher d(c, _clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    ASSERT_TRUE(d.submit(job_at(1, _clock.now_realtime_ns() + 20'000 * ms), payload));
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it go to sleep
+    ASSERT_EQ(d.withdraw(1), dispatcher::withdraw_result::withdrawn);
+    d.report_withdrawn();
+    const auto recs = wait_records(d, 1);
+    ASSERT_EQ(recs.size(), 1u) << "the withdrawn job was not reported within 3 s";
+    EXPECT_EQ(recs[0].status, dispatch_status::cancelled);
+    EXPECT_EQ(recs[0].sent_ns, 0);
+    d.stop();
+    EXPECT_TRUE(read_frames().empty());
 }

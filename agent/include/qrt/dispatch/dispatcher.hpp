@@ -223,11 +223,23 @@ public:
     }
     std::size_t queued() const noexcept { return _slot_count - _free.size(); }
     // Withdraw a queued job (cancelled, displaced or moved in the ledger after
-    // it was handed over): the dispatch thread checks the flag just before
-    // sending and reports the job `cancelled` instead.  Returns false when
-    // the job is not queued here.  A job already past that check is sent;
-    // its record says so, and that record is the truth.
-    bool withdraw(std::uint64_t job_id) noexcept;
+    // it was handed over).  A compare-and-swap against the dispatch thread's
+    // own just before it sends: either the withdrawal wins (the job is never
+    // sent; its record says `cancelled`) or the send does (withdrawn() says
+    // too_late, the frame is out or going out, and its record is the truth:
+    // the caller must not record the job as cancelled or displaced).
+    enum class withdraw_result : std::uint8_t { withdrawn, too_late, not_queued };
+    withdraw_result withdraw(std::uint64_t job_id) noexcept;
+    // Undo a withdraw() whose change was abandoned (a preemption that could
+    // not take every victim): true when the job is queued to be sent again,
+    // false when the dispatch thread already dropped it (its record says
+    // `cancelled`, sent_ns 0).
+    bool restore(std::uint64_t job_id) noexcept;
+    // Wake the dispatch thread so it reports the jobs withdrawn so far as
+    // `cancelled` now (otherwise at its next look, within
+    // max_sleep_chunk_ns).  Call it once the withdrawals are final: a job
+    // reported cannot be restored.
+    void report_withdrawn() noexcept { rtcore::wake_sleepers(_wake); }
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
@@ -270,7 +282,10 @@ private:
     using queued_job = detail::queued_job;
     struct alignas(64) slot_state {
         std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
-        std::atomic<bool> withdrawn{false};        // set by withdraw(); read before sending
+        // slot_phase: queued -> withdrawn (withdraw) or -> sending (the
+        // dispatch thread, just before the write); withdrawn -> queued
+        // (restore) or -> dropped (the dispatch thread: reported cancelled).
+        std::atomic<std::uint8_t> phase{0};
         std::int64_t scheduled_rt_ns = 0;          // housekeeping only
         std::uint64_t job_id = 0;                  // housekeeping only
         bool queued = false;                       // housekeeping only
@@ -306,6 +321,9 @@ private:
             _pending_head = _pending_tail = 0;
         }
     }
+    // Report every withdrawn pending job `cancelled` now, not at its T, so
+    // the housekeeping side learns at once that it was never sent.
+    void drop_withdrawn(std::int64_t now) noexcept;
     std::uint8_t* slot_buffer(std::uint32_t slot) const noexcept;
 
     dispatcher_config _cfg;
@@ -322,6 +340,7 @@ private:
     std::unique_ptr<queued_job[]> _pending;  // dispatch thread only (see pull_jobs)
     std::size_t _pending_head = 0;
     std::size_t _pending_tail = 0;
+    std::atomic<std::uint32_t> _withdrawals{0};  // bumped by each successful withdraw()
     rtcore::spsc_ring<dispatch_record> _records;
     std::unique_ptr<uring> _uring;
     submit_mode _submit_mode = submit_mode::syscall;

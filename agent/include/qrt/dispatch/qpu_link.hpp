@@ -77,8 +77,10 @@ public:
     void set_calibration(std::uint64_t current_id, std::uint64_t next_id, std::int64_t switch_rt_ns) noexcept {
         _dispatcher.set_calibration(current_id, next_id, switch_rt_ns);
     }
-    // See dispatcher::withdraw: best effort until the dispatch thread's check.
-    bool withdraw(std::uint64_t job_id) noexcept { return _dispatcher.withdraw(job_id); }
+    // See dispatcher::withdraw and restore: a compare-and-swap with the send.
+    dispatcher::withdraw_result withdraw(std::uint64_t job_id) noexcept { return _dispatcher.withdraw(job_id); }
+    bool restore(std::uint64_t job_id) noexcept { return _dispatcher.restore(job_id); }
+    void report_withdrawn() noexcept { _dispatcher.report_withdrawn(); }
     std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
 
     bool endpoint_up() const noexcept { return _state == conn_state::up; }
