@@ -151,6 +151,7 @@ struct dispatch_config {
     double lead_quantile = 0;
     std::int64_t lead_margin_ns = 0;
     std::int64_t miss_tolerance_ns = 0;
+    std::int64_t handover_margin_ns = 0;  // part of the minimum lead (services.cpp, handover_timing)
     std::uint32_t ring_capacity = 0;
     std::uint32_t max_payload_bytes = 0;
     bool cpu_dma_latency = true;

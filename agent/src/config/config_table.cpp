@@ -359,6 +359,15 @@ std::vector<config_option> build_table() {
                     "it is marked missed, with the reason.  A [[qpu]] may override it with "
                     "job_tolerance_ns.",
          QRT_FIELD(dispatch, miss_tolerance_ns)},
+        {.section = "dispatch", .key = "handover_margin_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{10 * ms}, .min = 0, .max = 10 * sec,
+         .meaning = "Allowance for the housekeeping side between acknowledging a job and handing "
+                    "it to its dispatch thread (the ledger's fsync, a burst of requests).  The "
+                    "minimum lead is the job pump's period (2 ms) + lead_max_ns + this: no start "
+                    "earlier than now + minimum lead is offered by slots.query or accepted by "
+                    "slots.reserve and jobs.submit, so every acknowledged job can be dispatched.  "
+                    "agent.status and qpus.list state it as min_lead_ns.",
+         QRT_FIELD(dispatch, handover_margin_ns)},
         {.section = "dispatch", .key = "ring_capacity", .kind = k::integer,
          .default_value = std::int64_t{1024}, .min = 2, .max = 65536,
          .meaning = "Job descriptors in each lock-free ring between the housekeeping thread "

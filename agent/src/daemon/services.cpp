@@ -97,6 +97,7 @@ std::string comm_of(pid_t tid) {
 
 timeline::ledger_options ledger_options_for(const config& cfg) {
     timeline::ledger_options lo;
+    lo.min_lead_ns = handover_timing_for(cfg).min_lead_ns;
     lo.policy = std::string(to_string(cfg.timeline.policy));
     lo.calibration_change = cfg.timeline.on_calibration_change == calibration_change::fail
                                 ? timeline::on_calibration_change::fail
@@ -134,6 +135,20 @@ std::vector<timeline::qpu_spec> qpu_specs_for(const config& cfg) {
 
 
 }  // namespace
+
+handover_timing handover_timing_for(const config& cfg) {
+    handover_timing h;
+    h.pump_period_ns = 2 * k_ms;
+    const dispatch::lead_config defaults{};
+    const std::int64_t lead_min = cfg.dispatch.lead_min_ns > 0 ? cfg.dispatch.lead_min_ns : defaults.min_ns;
+    h.lead_max_ns = std::max(cfg.dispatch.lead_max_ns > 0 ? cfg.dispatch.lead_max_ns : defaults.max_ns, lead_min);
+    h.margin_ns = cfg.dispatch.handover_margin_ns;
+    h.min_lead_ns = h.pump_period_ns + h.lead_max_ns + h.margin_ns;
+    // Hand jobs over well before their lead starts: a housekeeping stall
+    // shorter than the horizon delays no dispatch already handed over.
+    h.horizon_ns = std::max<std::int64_t>(h.min_lead_ns + 20 * k_ms, 250 * k_ms);
+    return h;
+}
 
 rpc::server_options control_socket_options(const config& cfg, bool warn) {
     rpc::server_options so;
@@ -201,7 +216,7 @@ struct services::probes_state {
 };
 
 services::services(event_loop& loop, const config& cfg, host_facts facts)
-    : _loop(loop), _cfg(cfg), _facts(std::move(facts)) {}
+    : _loop(loop), _cfg(cfg), _facts(std::move(facts)), _handover(handover_timing_for(cfg)) {}
 
 services::~services() { stop(); }
 
@@ -250,7 +265,6 @@ rtcore::status services::open_ledger() {
 }
 
 rtcore::status services::start_links() {
-    std::int64_t lead_max = 0;
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
         auto q = std::make_unique<qpu_runtime>();
@@ -289,9 +303,7 @@ rtcore::status services::start_links() {
         if (_cfg.dispatch.lead_min_ns > 0) {
             dc.lead.min_ns = _cfg.dispatch.lead_min_ns;
         }
-        if (_cfg.dispatch.lead_max_ns > 0) {
-            dc.lead.max_ns = std::max(_cfg.dispatch.lead_max_ns, dc.lead.min_ns);
-        }
+        dc.lead.max_ns = _handover.lead_max_ns;
         if (_cfg.dispatch.lead_margin_ns > 0) {
             dc.lead.margin_ns = _cfg.dispatch.lead_margin_ns;
         }
@@ -299,7 +311,6 @@ rtcore::status services::start_links() {
             dc.lead.quantile = _cfg.dispatch.lead_quantile;
         }
         dc.lead.initial_ns = std::clamp(dc.lead.initial_ns, dc.lead.min_ns, dc.lead.max_ns);
-        lead_max = std::max(lead_max, dc.lead.max_ns);
 
         qpu_runtime* qp = q.get();
         dispatch::qpu_link_callbacks cb;
@@ -379,17 +390,14 @@ rtcore::status services::start_links() {
         }
         _qpus.push_back(std::move(q));
     }
-    // Hand jobs over well before their lead starts (horizon > lead_max):
-    // a housekeeping stall shorter than the horizon (an fsync of the
-    // ledger, a burst of requests) then delays no dispatch.
-    _pump_horizon_ns = std::max<std::int64_t>(lead_max + 20 * k_ms, 250 * k_ms);
     return rtcore::ok();
 }
 
 rtcore::status services::start_timers() {
-    // The job pump: every 2 ms, due jobs within the horizon go to their link.
-    auto pump_timer = _loop.add_timer(std::chrono::milliseconds(2), std::chrono::milliseconds(2),
-                                      [this] { pump(); });
+    // The job pump: every pump period, due jobs within the horizon go to
+    // their link (handover_timing).
+    const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
+    auto pump_timer = _loop.add_timer(pump_period, pump_period, [this] { pump(); });
     if (!pump_timer) {
         return std::move(pump_timer).err();
     }
@@ -494,7 +502,8 @@ rtcore::status services::start_server() {
                 return json{{"endpoint", q->endpoint},
                             {"endpoint_up", q->link->endpoint_up()},
                             {"dispatch_cpu", q->dispatch_cpu},
-                            {"calibration_id", q->calibration_id}};
+                            {"calibration_id", q->calibration_id},
+                            {"min_lead_ns", _handover.min_lead_ns}};
             }
         }
         return json::object();
@@ -700,7 +709,7 @@ void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
     if (q.calibration_dirty || now_ns >= q.current_until_ns) {
         refresh_calibration(q, now_ns);
     }
-    const auto due = _ledger->due_jobs(q.name, now_ns + _pump_horizon_ns);
+    const auto due = _ledger->due_jobs(q.name, now_ns + _handover.horizon_ns);
     // A handed-over job that is no longer due as handed (cancelled, displaced
     // by preemption, or moved by a calibration change) is withdrawn from the
     // dispatcher, so its old slot is never sent.  A moved job comes back
@@ -923,6 +932,7 @@ nlohmann::json services::status_json() {
                {"mlocked", ts.mlocked},
                {"cpu_dma_latency_held", ts.dma_latency_held},
                {"lead_ns", tel.lead_ns},
+               {"min_lead_ns", _handover.min_lead_ns},
                {"submit_mode", dispatch::to_string(q->link->dispatch().effective_submit_mode())},
                {"send_blocked", ts.send_blocked},
                {"submit_errors", ts.submit_errors},
@@ -943,6 +953,11 @@ nlohmann::json services::status_json() {
         qpus.push_back(std::move(j));
     }
     st["qpus"] = qpus;
+    st["dispatch"] = {{"min_lead_ns", _handover.min_lead_ns},
+                      {"pump_period_ns", _handover.pump_period_ns},
+                      {"handover_horizon_ns", _handover.horizon_ns},
+                      {"lead_max_ns", _handover.lead_max_ns},
+                      {"handover_margin_ns", _handover.margin_ns}};
     const auto ls = _ledger->stats();
     st["ledger"] = {{"reservations", ls.reservations},
                     {"active", ls.active},

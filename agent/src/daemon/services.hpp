@@ -64,6 +64,27 @@ struct host_facts {
     std::string housekeeping_cgroup;
 };
 
+// The hand-over contract between the ledger and the dispatch threads, in one
+// place.  The job pump runs every pump_period_ns and hands each committed job
+// to its dispatch thread once its start is within horizon_ns; the dispatch
+// thread (which takes jobs in any start order) wakes lead_max_ns at most
+// before T.  A job is dispatchable when the pump's next tick, after any
+// housekeeping stall up to handover_margin_ns (the ledger's fsync before the
+// acknowledgement, a burst of requests), still comes before T - lead_max:
+//
+//   min_lead_ns = pump_period_ns + lead_max_ns + handover_margin_ns
+//
+// The ledger never offers or accepts a start earlier than now + min_lead_ns
+// (ledger_options::min_lead_ns); agent.status and qpus.list state it.
+struct handover_timing {
+    std::int64_t pump_period_ns = 0;
+    std::int64_t horizon_ns = 0;       // > min_lead_ns: jobs are handed over well before T
+    std::int64_t lead_max_ns = 0;      // the dispatch threads' largest spin lead
+    std::int64_t margin_ns = 0;        // dispatch.handover_margin_ns
+    std::int64_t min_lead_ns = 0;
+};
+handover_timing handover_timing_for(const config& cfg);
+
 // The control socket's settings from [rpc] (an unknown socket_group is
 // dropped, with a warning when warn).  `qrtd run` as root binds with them
 // before it drops to agent.user; services::start_server uses them too.
@@ -118,7 +139,7 @@ private:
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
     std::vector<pid_t> _dispatch_tids;
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
-    std::int64_t _pump_horizon_ns = 0;
+    handover_timing _handover;
     std::int64_t _missed_backstop_ns = 0;
 
     std::optional<rtcore::realtime_step_watch> _step_watch;

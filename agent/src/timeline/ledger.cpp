@@ -521,7 +521,9 @@ result<std::vector<std::size_t>> ledger::resolve_qpus(const request& req) const 
 }
 
 std::int64_t ledger::earliest_start(const request& req, std::int64_t now_ns) const {
-    return std::max(now_ns, req.not_before_ns);
+    // Never a start the dispatcher cannot meet: an acknowledged job must be
+    // dispatchable (options().min_lead_ns).
+    return std::max(now_ns + _opts.min_lead_ns, req.not_before_ns);
 }
 
 std::int64_t ledger::deadline_of(const request& req) const {
@@ -792,7 +794,8 @@ error ledger::no_fit_error(const request& req, const std::vector<std::size_t>& q
         names += (names.empty() ? "" : ",") + _qpus[q].spec.name;
     }
     std::string msg = "no slot of duration_ns " + n2s(req.duration_ns) + " on qpus [" + names +
-                      "] from " + n2s(earliest_start(req, now_ns));
+                      "] from " + n2s(earliest_start(req, now_ns)) +
+                      (_opts.min_lead_ns > 0 ? " (now + min_lead_ns " + n2s(_opts.min_lead_ns) + " at the earliest)" : "");
     if (req.deadline_ns > 0) {
         msg += " to deadline_ns " + n2s(req.deadline_ns);
     }
@@ -1172,7 +1175,7 @@ std::size_t ledger::replace_or_displace(std::vector<std::uint64_t> ids, bool try
             qs.push_back(_qpu_index.at(_res.at(m).qpu));
         }
         std::optional<std::vector<slot>> slots;
-        const std::int64_t earliest = std::max(now_ns + 1, r.not_before_ns);
+        const std::int64_t earliest = std::max(now_ns + std::max<std::int64_t>(_opts.min_lead_ns, 1), r.not_before_ns);
         if (try_replace && movable) {
             if (group.size() == 1) {
                 if (auto s = earliest_fit(qs.front(), earliest, req, _policy->backfill())) {

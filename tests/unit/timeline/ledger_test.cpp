@@ -581,5 +581,43 @@ TEST(ledger, forget_terminal_drops_old_records_only) {
     EXPECT_INVARIANTS(*l);
 }
 
+std::unique_ptr<ledger> make_ledger_with_min_lead(std::int64_t min_lead_ns, std::int64_t now_ns) {
+    ledger_options o;
+    o.horizon_ns = 20 * period_ns;
+    o.min_lead_ns = min_lead_ns;
+    auto l = ledger::open({periodic_qpu("q0")}, o, "", now_ns);
+    EXPECT_TRUE(l.has_value());
+    return l ? std::move(*l) : nullptr;
+}
+
+TEST(ledger, no_start_earlier_than_now_plus_min_lead_is_offered_or_accepted) {
+    // The dispatcher needs min_lead to take a job: a start the ledger
+    // acknowledges sooner than that would be missed.
+    const std::int64_t now = w0 + 1 * s_ns;
+    const std::int64_t lead = 5 * s_ns;
+    auto l = make_ledger_with_min_lead(lead, now);
+    auto q = l->query(req(1), now);
+    ASSERT_TRUE(q) << q.err().message;
+    ASSERT_FALSE(q->candidates.empty());
+    for (const auto& c : q->candidates) {
+        EXPECT_GE(c.start_ns, now + lead) << "slots.query offered a start inside the minimum lead";
+    }
+    auto held = l->reserve("t", req(1), "", 0, now);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(held->start_ns, now + lead);
+    auto job = l->submit("t", req(1, now + 1 * s_ns), "", {1}, now);  // not_before inside the lead
+    ASSERT_TRUE(job);
+    EXPECT_GE(job->start_ns, now + lead);
+    auto later = l->submit("t", req(1, now + 60 * s_ns), "", {1}, now);  // beyond it: as asked
+    ASSERT_TRUE(later);
+    EXPECT_EQ(later->start_ns, now + 60 * s_ns);
+    // Only a start inside the lead would meet this deadline: refused, saying why.
+    auto tight = l->submit("t", req(1, 0, now + 3 * s_ns), "", {1}, now);
+    ASSERT_FALSE(tight);
+    EXPECT_EQ(tight.err().reason, "no_fit");
+    EXPECT_NE(tight.err().message.find("min_lead_ns"), std::string::npos) << tight.err().message;
+    EXPECT_INVARIANTS(*l);
+}
+
 }  // namespace
 }  // namespace qrt::timeline

@@ -68,6 +68,11 @@ struct ledger_options {
     std::int64_t horizon_ns = 7LL * 24 * 3'600'000'000'000;  // periodic windows ahead of now
     std::size_t max_gang_search_steps = 100'000;
     int store_busy_timeout_ms = 2000;  // wait for a locked database before failing
+    // Least time between now and any start the ledger offers or accepts
+    // (slots.query, slots.reserve, jobs.submit, re-placement): the time the
+    // daemon needs to hand a job to its dispatch thread (services.cpp,
+    // handover_timing).  Placement is at max(now + min_lead_ns, not_before).
+    std::int64_t min_lead_ns = 0;
 };
 
 struct ledger_stats {
@@ -156,6 +161,7 @@ public:
     result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);
 
     std::vector<event> drain_events();
+
 
     // Admin / tests.
     const reservation* find(std::uint64_t id) const;
