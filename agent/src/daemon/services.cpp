@@ -512,6 +512,12 @@ rtcore::status services::start_server() {
         to.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
     }
     rpc::register_timeline_methods(*_engine, *_ledger, to);
+    // Drained after every handled line, after the ledger's events: hand what
+    // the line committed to the dispatch threads now (handover_timing).
+    _engine->add_event_source([this] {
+        hand_over_now();
+        return std::vector<rpc::event>{};
+    });
 
     // An internal subscriber: a calibration change re-reads the windows
     // the links' guards follow.
@@ -625,7 +631,12 @@ void services::stop() noexcept {
 // -------------------------------------------------------------- the pump
 
 void services::pump() noexcept {
+    if (_pumping) {
+        return;  // publish_ledger_events() below drains the sources, hand_over_now() among them
+    }
+    _pumping = true;
     try {
+        _pumped_generation = _ledger->generation();
         const std::int64_t now = _clock.now_realtime_ns();
         for (auto& q : _qpus) {
             pump_qpu(*q, now);
@@ -634,6 +645,13 @@ void services::pump() noexcept {
     } catch (const std::exception& e) {
         static log::rate_limiter rl{std::chrono::seconds(10)};
         log::warn_rl(rl, "dispatch", "job pump: {}", e.what());
+    }
+    _pumping = false;
+}
+
+void services::hand_over_now() noexcept {
+    if (_ledger && _ledger->generation() != _pumped_generation) {
+        pump();
     }
 }
 

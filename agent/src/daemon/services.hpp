@@ -68,9 +68,12 @@ struct host_facts {
 // place.  The job pump runs every pump_period_ns and hands each committed job
 // to its dispatch thread once its start is within horizon_ns; the dispatch
 // thread (which takes jobs in any start order) wakes lead_max_ns at most
-// before T.  A job is dispatchable when the pump's next tick, after any
+// before T.  A job is handed over right after the request line that
+// committed it (hand_over_now), or else at the pump's next tick (a job
+// re-placed by a calibration update, or handed over again after a
+// withdrawal).  It is dispatchable when that hand-over, after any
 // housekeeping stall up to handover_margin_ns (the ledger's fsync before the
-// acknowledgement, a burst of requests), still comes before T - lead_max:
+// acknowledgement, a busy event loop), still comes before T - lead_max:
 //
 //   min_lead_ns = pump_period_ns + lead_max_ns + handover_margin_ns
 //
@@ -120,6 +123,10 @@ private:
     rtcore::status start_server();
 
     void pump() noexcept;
+    // The pump, right after a request line that changed the ledger: a job is
+    // handed over as soon as it is acknowledged, so a burst of requests (each
+    // one commit) delays no hand-over past the next line.
+    void hand_over_now() noexcept;
     void pump_qpu(qpu_runtime& q, std::int64_t now_ns);
     void refresh_calibration(qpu_runtime& q, std::int64_t now_ns);
     const timeline::calibration_window* window_of(qpu_runtime& q, std::int64_t start_ns,
@@ -140,6 +147,8 @@ private:
     std::vector<pid_t> _dispatch_tids;
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     handover_timing _handover;
+    bool _pumping = false;                 // pump() is running (no re-entry through the event sources)
+    std::uint64_t _pumped_generation = 0;  // ledger generation the last pump saw
     std::int64_t _missed_backstop_ns = 0;
 
     std::optional<rtcore::realtime_step_watch> _step_watch;

@@ -1686,6 +1686,9 @@ ledger_stats ledger::stats() const {
 // ------------------------------------------------------------ durability
 
 status ledger::persist() {
+    if (!_dirty.empty() || !_dirty_windows.empty()) {
+        ++_generation;
+    }
     if (!_store || (_dirty.empty() && _dirty_windows.empty())) {
         // In memory, or nothing changed (an idle housekeeping tick): no
         // transaction, no fsync.

@@ -161,6 +161,9 @@ public:
     result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);
 
     std::vector<event> drain_events();
+    // Bumped by every operation that changed a reservation or a window (a
+    // cheap "anything new to hand over?" for the daemon).
+    std::uint64_t generation() const noexcept { return _generation; }
 
 
     // Admin / tests.
@@ -246,6 +249,7 @@ private:
     std::uint64_t _next_token = 1;
     std::uint64_t _next_gang = 1;
     std::size_t _preemptions = 0;
+    std::uint64_t _generation = 0;
 
     std::vector<std::uint64_t> _dirty;
     std::vector<std::string> _dirty_windows;
