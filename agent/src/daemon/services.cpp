@@ -256,6 +256,29 @@ rtcore::status services::open_ledger() {
         return rtcore::error::invalid(fmt::format("ledger: open {}: {}", path, tl_error(l.err())));
     }
     _ledger = std::move(*l);
+    // Cancel and preemption change a handed-over job only when its
+    // withdrawal from the dispatch thread wins the race with the send.
+    timeline::ledger::dispatch_gate gate;
+    gate.take = [this](std::uint64_t id) {
+        for (auto& q : _qpus) {
+            if (q->handed.count(id) != 0) {
+                const auto w = q->link->withdraw(id);
+                q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
+                return w != dispatch::dispatcher::withdraw_result::too_late;
+            }
+        }
+        return true;  // not handed over: nothing to race
+    };
+    gate.give_back = [this](std::uint64_t id) {
+        for (auto& q : _qpus) {
+            if (q->handed.count(id) != 0 && !q->link->restore(id)) {
+                // Already dropped by the dispatch thread: its `cancelled`
+                // record comes back and the pump hands the job over again.
+                log::debug("dispatch", "{}: job {} could not be restored after a withdrawal", q->name, id);
+            }
+        }
+    };
+    _ledger->set_dispatch_gate(std::move(gate));
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.
     const auto st = _ledger->stats();

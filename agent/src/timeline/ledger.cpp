@@ -727,14 +727,16 @@ std::optional<std::vector<ledger::slot>> ledger::gang_fit(const request& req,
 
 std::optional<ledger::preempt_plan> ledger::preemption_fit(const request& req,
                                                            const std::vector<std::size_t>& qs,
-                                                           std::int64_t now_ns) const {
+                                                           std::int64_t now_ns,
+                                                           const std::set<std::uint64_t>& pinned) const {
     const std::int64_t earliest = earliest_start(req, now_ns);
     const std::int64_t deadline = deadline_of(req);
     const std::int64_t d = req.duration_ns;
     std::optional<preempt_plan> best;
     auto eligible = [&](const reservation& r) {
         return (r.state == res_state::held || r.state == res_state::committed) &&
-               r.start_ns > now_ns && r.priority < req.priority && r.gang_id == 0;
+               r.start_ns > now_ns && r.priority < req.priority && r.gang_id == 0 &&
+               pinned.count(r.id) == 0;
     };
     for (const std::size_t q : qs) {
         const qpu_state& st = _qpus[q];
@@ -785,6 +787,28 @@ std::optional<ledger::preempt_plan> ledger::preemption_fit(const request& req,
         }
     }
     return best;
+}
+
+std::optional<std::uint64_t> ledger::take_all(const std::vector<std::uint64_t>& ids) {
+    if (!_gate.take) {
+        return std::nullopt;
+    }
+    std::vector<std::uint64_t> taken;
+    for (const std::uint64_t id : ids) {
+        if (_res.at(id).state != res_state::committed) {
+            continue;  // held: never handed over
+        }
+        if (!_gate.take(id)) {
+            for (const std::uint64_t t : taken) {
+                if (_gate.give_back) {
+                    _gate.give_back(t);
+                }
+            }
+            return id;
+        }
+        taken.push_back(id);
+    }
+    return std::nullopt;
 }
 
 error ledger::no_fit_error(const request& req, const std::vector<std::size_t>& qs,
@@ -991,9 +1015,21 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
         const std::size_t q = _qpu_index.at(c.qpu);
         chosen = slot{q, c.start_ns, *window_at(q, c.start_ns)};
     } else if (_policy->preempts()) {
-        if (auto plan = preemption_fit(req, *qs, now_ns)) {
+        // A committed victim the dispatcher already sends is pinned: the
+        // QPU runs it, so it cannot be displaced; plan again without it.
+        std::set<std::uint64_t> pinned;
+        for (std::size_t attempt = 0; attempt < 16; ++attempt) {
+            auto plan = preemption_fit(req, *qs, now_ns, pinned);
+            if (!plan) {
+                break;
+            }
+            if (const auto refused = take_all(plan->victims)) {
+                pinned.insert(*refused);
+                continue;
+            }
             chosen = plan->s;
             victims = std::move(plan->victims);
+            break;
         }
     }
     if (!chosen) {
@@ -1342,6 +1378,11 @@ result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
                               "cancel of gang reservation " + u2s(id) + ": member " + u2s(m) +
                                   " is already " + std::string(to_string(mr.state)));
         }
+    }
+    if (const auto refused = take_all(members(r))) {
+        return make_error(reason::illegal_transition,
+                          "cancel of job " + u2s(id) + ": job " + u2s(*refused) +
+                              " is already being sent to the QPU; its outcome will follow the send");
     }
     for (const std::uint64_t m : members(r)) {
         set_state(_res.at(m), res_state::cancelled, "cancelled by tenant", now_ns,

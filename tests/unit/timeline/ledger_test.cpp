@@ -619,5 +619,30 @@ TEST(ledger, no_start_earlier_than_now_plus_min_lead_is_offered_or_accepted) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(ledger, cancel_of_a_job_whose_frame_is_going_out_is_refused_and_changes_nothing) {
+    auto l = make_ledger();
+    auto a = l->submit("t", req(1), "", {1}, t0_ns);
+    auto b = l->submit("t", req(1), "", {1}, t0_ns);
+    ASSERT_TRUE(a && b);
+    std::vector<std::uint64_t> asked;
+    ledger::dispatch_gate gate;
+    gate.take = [&](std::uint64_t id) {
+        asked.push_back(id);
+        return id != a->id;  // a's frame is on the wire; b is withdrawn in time
+    };
+    l->set_dispatch_gate(gate);
+    auto ca = l->cancel("t", a->id, t0_ns);
+    ASSERT_FALSE(ca);
+    EXPECT_EQ(ca.err().reason, "illegal_transition");
+    EXPECT_NE(ca.err().message.find("already being sent"), std::string::npos) << ca.err().message;
+    EXPECT_EQ(l->status("t", a->id)->state, res_state::committed) << "the send decides its outcome";
+    ASSERT_TRUE(l->mark_dispatched(a->id, w0));
+    auto cb = l->cancel("t", b->id, t0_ns);
+    ASSERT_TRUE(cb) << cb.err().message;
+    EXPECT_EQ(cb->state, res_state::cancelled);
+    EXPECT_EQ(asked, (std::vector<std::uint64_t>{a->id, b->id}));
+    EXPECT_INVARIANTS(*l);
+}
+
 }  // namespace
 }  // namespace qrt::timeline

@@ -176,5 +176,47 @@ TEST(policy, fidelity_aware_prefers_the_next_fresh_window_over_a_stale_tail) {
     EXPECT_EQ(e->reserve("a", req(10, w0 + 60 * s_ns), "", 0, t0_ns)->start_ns, w0 + 80 * s_ns);
 }
 
+TEST(policy, priority_preempt_never_displaces_a_job_whose_frame_is_going_out) {
+    // The dispatcher already sends A: the QPU runs it, so it must not be
+    // recorded displaced.  The preempting job takes B's place instead.
+    auto l = make_ledger("priority-preempt");
+    auto a = l->submit("low", on_q0(45, 0, 0, 1), "", {1}, t0_ns);
+    auto b = l->submit("low", on_q0(45, 0, 0, 1), "", {1}, t0_ns);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(b->start_ns, w0 + 45 * s_ns);
+    ledger::dispatch_gate gate;
+    gate.take = [&](std::uint64_t id) { return id != a->id; };
+    l->set_dispatch_gate(gate);
+    auto high = l->submit("high", on_q0(30, 0, w0 + 90 * s_ns, 5), "", {1}, t0_ns);
+    ASSERT_TRUE(high) << high.err().message;
+    EXPECT_EQ(high->start_ns, w0 + 45 * s_ns);
+    const auto ka = l->status("low", a->id);
+    EXPECT_EQ(ka->state, res_state::committed);
+    EXPECT_EQ(ka->start_ns, w0);
+    EXPECT_NE(l->status("low", b->id)->start_ns, w0 + 45 * s_ns) << "B was moved";
+    EXPECT_INVARIANTS(*l);
+}
+
+TEST(policy, priority_preempt_gives_back_the_victims_it_took_when_another_is_going_out) {
+    // The preempting job needs both A and B; B's frame is going out.  A was
+    // already withdrawn: it must be given back, and nothing changes.
+    auto l = make_ledger("priority-preempt");
+    auto a = l->submit("low", on_q0(45, 0, 0, 1), "", {1}, t0_ns);
+    auto b = l->submit("low", on_q0(45, 0, 0, 1), "", {1}, t0_ns);
+    ASSERT_TRUE(a && b);
+    const auto before = snapshot(*l);
+    std::vector<std::uint64_t> given_back;
+    ledger::dispatch_gate gate;
+    gate.take = [&](std::uint64_t id) { return id != b->id; };
+    gate.give_back = [&](std::uint64_t id) { given_back.push_back(id); };
+    l->set_dispatch_gate(gate);
+    auto high = l->submit("high", on_q0(60, 0, w0 + 90 * s_ns, 5), "", {1}, t0_ns);
+    ASSERT_FALSE(high);
+    EXPECT_EQ(high.err().reason, "no_fit");
+    EXPECT_EQ(given_back, (std::vector<std::uint64_t>{a->id}));
+    EXPECT_EQ(snapshot(*l), before);
+    EXPECT_INVARIANTS(*l);
+}
+
 }  // namespace
 }  // namespace qrt::timeline

@@ -165,6 +165,18 @@ public:
     // cheap "anything new to hand over?" for the daemon).
     std::uint64_t generation() const noexcept { return _generation; }
 
+    // The dispatcher's say in changing a committed job it may hold (cancel,
+    // or displacement by a preempting request).  take(id) withdraws the job
+    // from the dispatcher (a compare-and-swap with its send) and returns
+    // false when the frame is already out or going out: the job is then not
+    // changed, and what happened on the wire decides its outcome
+    // (mark_dispatched, complete, fail).  give_back(id) undoes a take whose
+    // change was abandoned.  Unset: every committed job may be changed.
+    struct dispatch_gate {
+        std::function<bool(std::uint64_t id)> take;
+        std::function<void(std::uint64_t id)> give_back;
+    };
+    void set_dispatch_gate(dispatch_gate g) { _gate = std::move(g); }
 
     // Admin / tests.
     const reservation* find(std::uint64_t id) const;
@@ -199,7 +211,11 @@ private:
                                               std::int64_t from_ns) const;
     std::optional<preempt_plan> preemption_fit(const request& req,
                                                const std::vector<std::size_t>& qs,
-                                               std::int64_t now_ns) const;
+                                               std::int64_t now_ns,
+                                               const std::set<std::uint64_t>& pinned) const;
+    // take() every id through the gate, all or nothing: on a refusal the ones
+    // taken are given back and the refused id is returned.
+    std::optional<std::uint64_t> take_all(const std::vector<std::uint64_t>& ids);
     std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
     result<reservation*> owned(std::string_view tenant, std::uint64_t id);
@@ -251,6 +267,7 @@ private:
     std::size_t _preemptions = 0;
     std::uint64_t _generation = 0;
 
+    dispatch_gate _gate;
     std::vector<std::uint64_t> _dirty;
     std::vector<std::string> _dirty_windows;
     std::vector<event> _pending_events;
