@@ -40,6 +40,11 @@ constexpr std::int64_t spacing_ns = 2 * ms;
 constexpr std::int64_t window_ns = 100 * ms;
 constexpr std::int64_t blackout_ns = 10 * ms;
 constexpr std::int64_t duration_ns = 200'000;
+// A shared, unisolated test host can wake even a SCHED_FIFO thread a few ms
+// late: the tolerance allows it, and jobs keep more than it plus their
+// duration from the window's ends, so a tolerated late send still fits.
+constexpr std::int64_t tolerance_ns = 10 * ms;
+constexpr std::int64_t edge_margin_ns = 15 * ms;
 
 // qpu-sim as a child process, stopped (SIGTERM) and reaped by the destructor.
 class sim_process {
@@ -51,6 +56,12 @@ public:
         _endpoint = tcp_port != 0 ? "tcp://127.0.0.1:" + std::to_string(tcp_port) : "unix://" + _sock;
         std::vector<std::string> args = {QPU_SIM_PATH, "--listen", _endpoint, "--summary-file", _summary,
                                          "--json", "--duration-s", "60"};
+        if (::geteuid() == 0) {
+            // The QPU side answers promptly on a loaded host (as the control
+            // electronics would): a starved simulator fills the socket and
+            // stamps arrivals late, which is not what this test is about.
+            args.insert(args.end(), {"--fifo", "50"});
+        }
         args.insert(args.end(), extra.begin(), extra.end());
         _pid = ::fork();
         if (_pid == 0) {
@@ -124,6 +135,7 @@ struct run_result {
     bool endpoint_up_at_end = false;
     submit_mode submit_in_force = submit_mode::syscall;
     std::string submit_fallback;
+    std::string setup_error;  // why the dispatch thread is not real-time (empty: it is)
     dispatch_thread_stats thread;
 };
 
@@ -183,7 +195,7 @@ protected:
             const std::int64_t w = (t - base) / window_ns;
             const std::int64_t w_start = base + w * window_ns;
             const std::int64_t w_end = w_start + window_ns - blackout_ns;
-            if (t < w_start + 5 * ms || t + duration_ns + 5 * ms > w_end) {
+            if (t < w_start + edge_margin_ns || t + duration_ns + edge_margin_ns > w_end) {
                 t += spacing_ns;
                 continue;
             }
@@ -194,7 +206,7 @@ protected:
             j.window_end_ns = w_end;
             j.duration_ns = duration_ns;
             j.calibration_id = static_cast<std::uint64_t>(w + 1);
-            j.tolerance_ns = 1 * ms;
+            j.tolerance_ns = tolerance_ns;
             j.shots = 100;
             jobs.push_back(j);
             t += spacing_ns;
@@ -221,6 +233,7 @@ protected:
         rr.submit_in_force = link.dispatch().effective_submit_mode();
         rr.submit_fallback = link.dispatch().submit_fallback_reason();
         rr.thread = link.dispatch().thread_stats();
+        rr.setup_error = link.dispatch().setup_error();
         rr.pending_left = link.pending();
         rr.endpoint_up_at_end = link.endpoint_up();
         link.stop();
@@ -283,9 +296,17 @@ class dispatch_submit_modes : public dispatch_with_qpu_sim, public ::testing::Wi
 
 }  // namespace
 
-TEST_P(dispatch_submit_modes, five_hundred_jobs_all_end_terminal_and_none_arrives_out_of_window) {
+TEST_P(dispatch_submit_modes, five_hundred_jobs_all_complete_and_none_arrives_out_of_window) {
+    // The tuned path or nothing: an untuned thread on a shared host may miss
+    // a 1 ms tolerance, and a pass that allows misses proves nothing.
+    if (!_tuned) {
+        GTEST_SKIP() << "tuned dispatch (SCHED_FIFO, mlock) needs root; not run untuned in its place";
+    }
     _submit = GetParam();
     const run_result rr = run({});
+    if (!rr.thread.rt_applied) {
+        GTEST_SKIP() << "the dispatch thread could not go real-time here: " << rr.setup_error;
+    }
     if (_submit == submit_mode::sqpoll && rr.submit_in_force != submit_mode::sqpoll) {
         GTEST_SKIP() << "SQPOLL not available here: " << rr.submit_fallback;
     }
@@ -296,10 +317,11 @@ TEST_P(dispatch_submit_modes, five_hundred_jobs_all_end_terminal_and_none_arrive
     }
     expect_terminal_and_clean(rr, {});
     const auto by = reasons(rr);
-    // Without faults every job that was not missed completes with its result.
-    EXPECT_EQ(by.count("ok") ? by.at("ok") : 0u, job_count - (by.count("missed") ? by.at("missed") : 0u))
-        << describe(rr);
-    EXPECT_EQ(rr.telemetry.counters.completed + rr.telemetry.counters.missed, job_count);
+    // Without faults, on time and tuned: every job completes with its result.
+    EXPECT_EQ(by.count("ok") ? by.at("ok") : 0u, job_count) << describe(rr);
+    EXPECT_EQ(rr.telemetry.counters.completed, job_count) << describe(rr);
+    EXPECT_EQ(rr.telemetry.counters.missed, 0u) << describe(rr);
+    EXPECT_EQ(rr.sim["jobs"].get<std::uint64_t>(), job_count) << describe(rr);
     EXPECT_EQ(rr.telemetry.dispatch_lateness.count, rr.dispatched);
     EXPECT_EQ(rr.telemetry.arrival_lateness.count, rr.telemetry.counters.completed);
     EXPECT_TRUE(rr.endpoint_up_at_end);

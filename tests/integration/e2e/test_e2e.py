@@ -39,6 +39,9 @@ QRTD = os.environ.get("QRTD", "")
 SYSUSERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../systemd/sysusers.d/qrtd.conf")
 QPU_SIM = os.environ.get("QPU_SIM", "")
 MS = 1_000_000
+# Jobs keep this far from their window's ends: more than miss_tolerance_ns,
+# so a late (but tolerated) send still ends inside the window.
+MARGIN = 25 * MS
 
 CONFIG = """
 [agent]
@@ -49,7 +52,9 @@ apply_on_run = false
 [dispatch]
 mode = "{mode}"
 submit_mode = "{submit}"
-miss_tolerance_ns = 1_000_000
+# A shared, unisolated test host can wake even a SCHED_FIFO thread a few ms
+# late; jobs are planned with more margin than this to their window's ends.
+miss_tolerance_ns = 20_000_000
 [timeline]
 policy = "edf-backfill"
 horizon_ns = 600_000_000_000
@@ -216,6 +221,23 @@ class E2E(unittest.TestCase):
         with open(self.summary) as f:
             return json.load(f)
 
+    def require_tuned(self, c):
+        """These runs assert that every job completes: that holds for the
+        tuned dispatch thread (SCHED_FIFO) only.  Skip, saying why, rather
+        than run untuned and excuse misses."""
+        q = c.status()["qpus"][0]
+        if q["mode"] != "tuned" or not q["realtime"]:
+            self.skipTest(f"dispatch is not tuned here (mode {q['mode']}, realtime {q['realtime']}; "
+                          "tuned needs root): every job completing is only promised tuned")
+
+    def outcomes(self, st):
+        """Terminal states with their reasons, counted, and the log tail."""
+        n = {}
+        for s in st.values():
+            key = f"{s['state']}: {s.get('reason', '')[:70]}" if isinstance(s, dict) else repr(s)
+            n[key] = n.get(key, 0) + 1
+        return f"{n}\n{self.log_tail()}"
+
     def endpoint_up(self, c):
         st = c.status()
         return all(q.get("endpoint_up") for q in st["qpus"])
@@ -224,12 +246,13 @@ class E2E(unittest.TestCase):
 
     def test_500_jobs_then_kill9_and_restart(self):
         c = self.start_qrtd()
+        self.require_tuned(c)
         self.assertTrue(wait_for(lambda: self.endpoint_up(c), 10), "endpoint never up")
 
         # 1. 500 jobs, 8 ms apart, across several 900 ms windows.
         windows = c.calibration_get("qpu0")
         first = time.time_ns() + 4000 * MS
-        starts = demo_client.plan_starts(windows, 500, first, 8 * MS, 200_000, 2 * MS)
+        starts = demo_client.plan_starts(windows, 500, first, 8 * MS, 200_000, MARGIN)
         self.assertEqual(len(starts), 500)
         ids_of_window = {w["calibration_id"] for w in windows for t in starts
                          if w["valid_from_ns"] <= t < w["valid_until_ns"]}
@@ -255,7 +278,8 @@ class E2E(unittest.TestCase):
                 self.assertTrue(s["has_result"])
             if s["state"] == "missed":
                 self.assertEqual(s["sent_ns"], 0, f"missed job {j} was sent")
-        self.assertGreater(states.get("completed", 0), 0, f"no job completed: {states}")
+        # On an idle host, tuned: every acknowledged job completes.
+        self.assertEqual(states, {"completed": 500}, self.outcomes(st))
         # A result is readable.
         done = next(j for j, s in st.items() if s["state"] == "completed")
         res = c.jobs_result(done)
@@ -285,7 +309,11 @@ class E2E(unittest.TestCase):
         self.assertIn('qrt_dispatch_lateness_seconds_bucket{', text)
         # agent.status: QPUs, health, probes (disabled here).
         status = c.status()
-        self.assertIn(status["health"]["status"], ("ok", "degraded"))
+        # The one known degradation of this setup: host.apply_on_run = false
+        # leaves no isolated CPU.  Anything else is a fault.
+        expected = [] if status["partition"]["isolated_cpus"] else [
+            "no isolated CPU: dispatch shares CPUs with housekeeping"]
+        self.assertEqual(status["health"], {"status": "degraded" if expected else "ok", "reasons": expected})
         self.assertTrue(status["probes"].startswith("unavailable ("), status["probes"])
         self.assertEqual([q["name"] for q in status["qpus"]], ["qpu0"])
 
@@ -339,6 +367,7 @@ class E2E(unittest.TestCase):
         (new calibration id), including jobs already handed to the
         dispatcher: they complete, none fails on the calibration guard."""
         c = self.start_qrtd()
+        self.require_tuned(c)
         self.assertTrue(wait_for(lambda: self.endpoint_up(c), 10), "endpoint never up")
         q = next(q for q in c.status()["qpus"] if q["name"] == "qpu1")
         # SQPOLL may be refused by a kernel or seccomp policy: then qrtd says
@@ -351,7 +380,7 @@ class E2E(unittest.TestCase):
         c.calibration_update("qpu1", [w1])
         windows = c.calibration_get("qpu1")
         self.assertEqual([w["calibration_id"] for w in windows], [101])
-        starts = demo_client.plan_starts(windows, 60, now + 1500 * MS, 20 * MS, 200_000, 2 * MS)
+        starts = demo_client.plan_starts(windows, 60, now + 1500 * MS, 20 * MS, 200_000, MARGIN)
         acked, errors = demo_client.submit_jobs(c, "qpu1", starts, 200_000, "pushed")
         self.assertEqual(errors, [])
         self.assertTrue(all(r["calibration_id"] == 101 for r in acked))
@@ -374,7 +403,7 @@ class E2E(unittest.TestCase):
             else:
                 self.assertTrue(s["reason"], s)
                 self.assertNotIn("calibration_changed", s["reason"], s)
-        self.assertGreater(states.get("completed", 0), len(ids) // 2, states)
+        self.assertEqual(states, {"completed": len(ids)}, self.outcomes(st))
         c.close()
         self.qrtd.send_signal(signal.SIGTERM)
         self.assertEqual(self.qrtd.wait(20), 0, self.log_tail())
@@ -395,4 +424,6 @@ class E2E(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    prog = unittest.main(verbosity=2, exit=False)
+    # ctest shows a skip as skipped (SKIP_RETURN_CODE 77), never as a pass.
+    sys.exit(1 if not prog.result.wasSuccessful() else 77 if prog.result.skipped else 0)

@@ -62,6 +62,35 @@ protected:
 
     static bool have_cpu1() { return ::sysconf(_SC_NPROCESSORS_ONLN) >= 2; }
 
+    // What the probes need (DESIGN.md, "eBPF probes"): a build with BPF,
+    // kernel BTF, and CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).  With all of
+    // them the report must say "available"; without, "unavailable (why)".
+    static std::string probes_missing() {
+#ifndef QRT_HAVE_BPF
+        return "built without BPF";
+#else
+        if (!fs::exists("/sys/kernel/btf/vmlinux")) {
+            return "no /sys/kernel/btf/vmlinux";
+        }
+        std::ifstream in("/proc/self/status");
+        std::string line;
+        std::uint64_t eff = 0;
+        while (std::getline(in, line)) {
+            if (line.rfind("CapEff:", 0) == 0) {
+                eff = std::stoull(line.substr(7), nullptr, 16);
+            }
+        }
+        const auto has = [eff](int cap) { return (eff >> cap & 1U) != 0; };
+        constexpr int cap_sys_admin = 21;
+        constexpr int cap_perfmon = 38;
+        constexpr int cap_bpf = 39;
+        if (!has(cap_sys_admin) && !(has(cap_bpf) && has(cap_perfmon))) {
+            return "neither CAP_BPF + CAP_PERFMON nor CAP_SYS_ADMIN";
+        }
+        return "";
+#endif
+    }
+
     fs::path dir;
     static inline int counter = 0;
 };
@@ -92,7 +121,15 @@ TEST_F(jitter_report, standalone_two_seconds_on_cpu1_gives_the_documented_json) 
         EXPECT_NE(j.at("notes").dump().find("measured under SCHED_OTHER"), std::string::npos);
     }
     const std::string probes = j.at("probes").at("status");
-    EXPECT_TRUE(probes.rfind("available", 0) == 0 || probes.rfind("unavailable (", 0) == 0) << probes;
+    const std::string missing = probes_missing();
+    if (missing.empty()) {
+        EXPECT_EQ(probes.rfind("available (", 0), 0u) << "BTF and the capabilities are here: " << probes;
+        EXPECT_TRUE(j.at("probes").at("available").get<bool>());
+    } else {
+        EXPECT_EQ(probes.rfind("unavailable (", 0), 0u) << missing << ", yet: " << probes;
+        EXPECT_GT(probes.size(), std::string("unavailable ()").size()) << "no reason given";
+        EXPECT_FALSE(j.at("probes").at("available").get<bool>());
+    }
 
     const auto& s = j.at("series").at(0);
     EXPECT_EQ(s.at("name"), "cpu1");
