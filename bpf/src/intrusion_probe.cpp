@@ -56,21 +56,23 @@ rtcore::result<intrusion_probe> intrusion_probe::load(const intrusion_options& o
     }
     detail::install_libbpf_logger();
     auto p = std::make_unique<impl>();
-    p->skel.reset(qrt_intrusions__open());
-    if (!p->skel) {
-        return detail::libbpf_error("intrusions: qrt_intrusions__open", -errno);
+    auto loaded = detail::load_with_fallback(
+        "intrusions", options.force_raw_tp,
+        [&]() -> rtcore::result<bpf_object*> {
+            p->skel.reset(qrt_intrusions__open());
+            if (!p->skel) {
+                return detail::libbpf_error("intrusions: qrt_intrusions__open", -errno);
+            }
+            for (unsigned cpu : options.isolated_cpus.cpus()) {
+                p->skel->rodata->isolated_mask[cpu / 64] |= 1ULL << (cpu % 64);
+            }
+            return p->skel->obj;
+        },
+        [&] { return qrt_intrusions__load(p->skel.get()); });
+    if (!loaded) {
+        return std::move(loaded).err();
     }
-    for (unsigned cpu : options.isolated_cpus.cpus()) {
-        p->skel->rodata->isolated_mask[cpu / 64] |= 1ULL << (cpu % 64);
-    }
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
-    if (!flavour) {
-        return std::move(flavour).err();
-    }
-    p->flavour = *flavour;
-    if (const int err = qrt_intrusions__load(p->skel.get()); err != 0) {
-        return detail::libbpf_error("intrusions: load " + p->flavour + " programs", err);
-    }
+    p->flavour = loaded->flavour;
     if (auto st = detail::check_value_size(p->skel->maps.intrusions, sizeof(qrt_intrusion_value),
                                            "intrusions: map intrusions");
         !st) {

@@ -72,19 +72,21 @@ int on_event(void* ctx, void* data, std::size_t size) noexcept {
 rtcore::result<outlier_probe> outlier_probe::load(const outlier_options& options) {
     detail::install_libbpf_logger();
     auto p = std::make_unique<impl>();
-    p->skel.reset(qrt_outliers__open());
-    if (!p->skel) {
-        return detail::libbpf_error("outliers: qrt_outliers__open", -errno);
+    auto loaded = detail::load_with_fallback(
+        "outliers", options.force_raw_tp,
+        [&]() -> rtcore::result<bpf_object*> {
+            p->skel.reset(qrt_outliers__open());
+            if (!p->skel) {
+                return detail::libbpf_error("outliers: qrt_outliers__open", -errno);
+            }
+            p->skel->rodata->threshold_ns = options.threshold_ns;
+            return p->skel->obj;
+        },
+        [&] { return qrt_outliers__load(p->skel.get()); });
+    if (!loaded) {
+        return std::move(loaded).err();
     }
-    p->skel->rodata->threshold_ns = options.threshold_ns;
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
-    if (!flavour) {
-        return std::move(flavour).err();
-    }
-    p->flavour = *flavour;
-    if (const int err = qrt_outliers__load(p->skel.get()); err != 0) {
-        return detail::libbpf_error("outliers: load " + p->flavour + " programs", err);
-    }
+    p->flavour = loaded->flavour;
     if (const int err = qrt_outliers__attach(p->skel.get()); err != 0) {
         return detail::libbpf_error("outliers: attach " + p->flavour + " programs", err);
     }

@@ -47,19 +47,21 @@ const std::string& wakeup_probe::flavour() const { return _impl->flavour; }
 rtcore::result<wakeup_probe> wakeup_probe::load(const wakeup_options& options) {
     detail::install_libbpf_logger();
     auto p = std::make_unique<impl>();
-    p->skel.reset(qrt_wakeup__open());
-    if (!p->skel) {
-        return detail::libbpf_error("wakeup: qrt_wakeup__open", -errno);
+    auto loaded = detail::load_with_fallback(
+        "wakeup", options.force_raw_tp,
+        [&]() -> rtcore::result<bpf_object*> {
+            p->skel.reset(qrt_wakeup__open());
+            if (!p->skel) {
+                return detail::libbpf_error("wakeup: qrt_wakeup__open", -errno);
+            }
+            p->skel->rodata->count_preempted = options.count_preempted;
+            return p->skel->obj;
+        },
+        [&] { return qrt_wakeup__load(p->skel.get()); });
+    if (!loaded) {
+        return std::move(loaded).err();
     }
-    p->skel->rodata->count_preempted = options.count_preempted;
-    auto flavour = detail::select_flavour(p->skel->obj, "sched_switch", options.force_raw_tp);
-    if (!flavour) {
-        return std::move(flavour).err();
-    }
-    p->flavour = *flavour;
-    if (const int err = qrt_wakeup__load(p->skel.get()); err != 0) {
-        return detail::libbpf_error("wakeup: load " + p->flavour + " programs", err);
-    }
+    p->flavour = loaded->flavour;
     if (auto st = detail::check_value_size(p->skel->maps.wakeup_hist, sizeof(qrt_wakeup_hist),
                                            "wakeup: map wakeup_hist");
         !st) {

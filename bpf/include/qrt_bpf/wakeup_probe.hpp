@@ -23,7 +23,8 @@ struct wakeup_options {
     // Count a preemption that leaves a dispatch thread runnable as a new
     // wait, as runqlat does.
     bool count_preempted = true;
-    // Use the raw_tp programs even where tp_btf works (tests, old kernels).
+    // Use the raw_tp programs even where tp_btf works (probes.flavour =
+    // "raw_tp", tests).
     bool force_raw_tp = false;
 };
 
@@ -42,7 +43,8 @@ public:
     // One histogram per possible CPU (index = CPU the thread was switched
     // in on), for per-CPU reports.
     rtcore::result<std::vector<wakeup_histogram>> read_per_cpu() const;
-    // "tp_btf" or "raw_tp": which program flavour the feature probe chose.
+    // What loaded: "tp_btf", "raw_tp", or "tp_btf, raw_tp for sched_switch"
+    // when the kernel rejected some tp_btf programs (each then runs as raw_tp).
     const std::string& flavour() const;
 
     struct impl;
