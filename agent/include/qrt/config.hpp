@@ -36,6 +36,7 @@ enum class submit_mode { syscall, sqpoll };
 enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_aware };
 enum class calibration_change { replace, fail };
 enum class calibration_source { periodic, pushed };
+enum class probe_flavour { automatic, raw_tp };
 
 template <typename E>
 struct enum_names;
@@ -69,6 +70,10 @@ struct enum_names<calibration_change> {
 template <>
 struct enum_names<calibration_source> {
     static constexpr std::array<std::string_view, 2> names{"periodic", "pushed"};
+};
+template <>
+struct enum_names<probe_flavour> {
+    static constexpr std::array<std::string_view, 2> names{"auto", "raw_tp"};
 };
 
 template <typename E>
@@ -192,6 +197,7 @@ struct roles_config {
 struct probes_config {
     bool enabled = true;
     std::int64_t outlier_threshold_ns = 0;
+    probe_flavour flavour = probe_flavour::automatic;
     bool operator==(const probes_config&) const = default;
 };
 

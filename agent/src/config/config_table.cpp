@@ -500,6 +500,14 @@ std::vector<config_option> build_table() {
          .meaning = "Wakeup latencies and intrusions longer than this are reported one by "
                     "one, with their cause.",
          QRT_FIELD(probes, outlier_threshold_ns)},
+        {.section = "probes", .key = "flavour", .kind = k::enumeration,
+         .default_value = std::string("auto"), .allowed = names_of<probe_flavour>(),
+         .meaning = "Which BPF programs attach to the tracepoints.  \"auto\": each handler is "
+                    "loaded as tp_btf (BTF-typed, cheaper), and one the kernel's verifier "
+                    "rejects (Debian 12's 6.1 kernels reject some) falls back to raw_tp alone; "
+                    "the log names what loaded and quotes the verifier's reason.  \"raw_tp\": "
+                    "raw_tp programs only.",
+         QRT_FIELD(probes, flavour)},
 
         // ---------------------------------------------------------------- [[qpu]]
         {.section = "qpu", .key = "name", .kind = k::string, .default_value = std::string("qpu0"),

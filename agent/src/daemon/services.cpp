@@ -488,6 +488,7 @@ void services::start_probes() {
             pc.intrusion_exempt_tids.push_back(t);  // works on the dispatch CPU for the RT thread
         }
     }
+    pc.force_raw_tp = _cfg.probes.flavour == probe_flavour::raw_tp;
     if (_cfg.probes.outlier_threshold_ns > 0) {
         pc.outlier_threshold_ns = static_cast<std::uint64_t>(_cfg.probes.outlier_threshold_ns);
     }

@@ -170,7 +170,13 @@ struct load_threads {
 
 }  // namespace
 
-TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
+// Both flavours: what each kernel loads (tp_btf here, per program), and
+// raw_tp alone (probes.flavour = "raw_tp"; what Debian 12's 6.1 kernels
+// fall back to), which reads task fields with bpf_probe_read_kernel.
+class bpf_intrusions_flavour : public ::testing::TestWithParam<bool> {};
+
+TEST_P(bpf_intrusions_flavour, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
+    const bool force_raw_tp = GetParam();
     const availability pre = preflight(rtcore::host_fs::system());
     if (!pre.available()) {
         GTEST_SKIP() << "probes " << pre.to_string();
@@ -201,8 +207,13 @@ TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
     probe_config cfg;
     cfg.isolated_cpus = {isolated_cpu};
     cfg.outlier_threshold_ns = 1;  // every dispatch wakeup is reported
+    cfg.force_raw_tp = force_raw_tp;
     probe_set probes = probe_set::start(cfg);
     ASSERT_TRUE(probes.availability().available()) << probes.describe();
+    if (force_raw_tp) {
+        EXPECT_EQ(probes.describe(),
+                  "wakeup: available (raw_tp); intrusions: available (raw_tp); outliers: available (raw_tp)");
+    }
 
     // The dispatch thread registers itself, then waits for the go.
     std::promise<pid_t> dispatch_tid_p;
@@ -397,6 +408,11 @@ TEST(bpf_intrusions, load_on_an_isolated_cpu_is_attributed_to_its_sources) {
               << events.size() << " outlier events (" << *dropped << " dropped), "
               << blamed_on_foreign_task << " blamed on a foreign task\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(flavours, bpf_intrusions_flavour, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                             return i.param ? std::string("raw_tp") : std::string("auto");
+                         });
 
 TEST(bpf_intrusions, tasks_exempt_at_load_are_never_counted) {
     // The daemon knows its dispatch threads (and SQPOLL pollers) before the

@@ -308,6 +308,15 @@ TEST(config_values, submit_mode_and_sqpoll_options) {
               "qrtd.toml:2: dispatch.submit_mode = \"polled\" is not one of syscall, sqpoll");
 }
 
+TEST(config_values, probes_flavour_forces_raw_tp_or_lets_the_loader_choose) {
+    EXPECT_EQ(qrt::default_config().probes.flavour, qrt::probe_flavour::automatic);
+    auto res = parse_config(std::string("[probes]\nflavour = \"raw_tp\"\n") + one_qpu, "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    EXPECT_EQ(res.cfg.probes.flavour, qrt::probe_flavour::raw_tp);
+    EXPECT_EQ(only_error(std::string("[probes]\nflavour = \"tp_btf\"\n") + one_qpu),
+              "qrtd.toml:2: probes.flavour = \"tp_btf\" is not one of auto, raw_tp");
+}
+
 TEST(config_errors, string_syntax_checks) {
     EXPECT_EQ(only_error(std::string("[rpc]\nsocket_mode = \"4755\"\n") + one_qpu),
               "qrtd.toml:2: rpc.socket_mode = \"4755\" must not set setuid, setgid or sticky bits "
