@@ -14,6 +14,9 @@ QRT_PACKAGES=(
   # Slurm integration (tools/slurm, tests/integration/slurm): spank.h to
   # build spank_qrt.so, and the daemons the test runs on loopback.
   libslurm-dev slurmctld slurmd slurm-client munge
+  # Packaging (tools/package/build-deb.sh, ctest package_deb): build-time
+  # only, never a dependency of the packages themselves.
+  debhelper lintian
 )
 
 # LibTorch (libtorch-dev, 1.13 in bookworm) builds qrt-fleet-train, the
