@@ -83,6 +83,7 @@ REASONS = [
     ("conflict", -32017, 11),
     ("not_ready", -32018, 17),
     ("store_error", -32019, 14),
+    ("quota_exceeded", -32020, 19),
 ]
 LOCAL_REASONS = [
     ("degraded", 18),

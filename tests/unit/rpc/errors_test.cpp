@@ -25,7 +25,7 @@ TEST(rpc_errors, the_ledger_reasons_and_the_issue_reasons_are_listed) {
     for (const char* r : {"no_fit", "lease_expired", "not_owner", "calibration_changed",
                           "unknown_qpu", "invalid_argument", "permission_denied", "overloaded",
                           "not_found", "illegal_transition", "bad_fencing_token", "unavailable",
-                          "duplicate", "not_ready", "store_error"}) {
+                          "duplicate", "not_ready", "store_error", "quota_exceeded"}) {
         const auto* e = find_reason(r);
         ASSERT_NE(e, nullptr) << r;
         EXPECT_GE(e->code, code_app_first) << r;
