@@ -123,6 +123,16 @@ struct principal {
 };
 rtcore::result<principal> parse_principal(std::string_view text);
 
+// A per-tenant priority ceiling: "PRINCIPAL=N", e.g. "user:alice=50" or
+// "group:physics=10" (N a signed 32-bit integer).
+struct priority_ceiling {
+    principal who;
+    std::int32_t max_priority = 0;
+    std::string text;      // as written
+    bool operator==(const priority_ceiling&) const = default;
+};
+rtcore::result<priority_ceiling> parse_priority_ceiling(std::string_view text);
+
 // ---- the configuration ----------------------------------------------------
 
 struct agent_config {
@@ -171,6 +181,7 @@ struct timeline_config {
     calibration_change on_calibration_change = calibration_change::replace;
     std::int64_t default_lease_ns = 0;
     std::int64_t horizon_ns = 0;
+    std::int64_t retention_ns = 0;       // terminal reservations and results are kept this long
     bool operator==(const timeline_config&) const = default;
 };
 
@@ -192,6 +203,20 @@ struct roles_config {
     std::vector<principal> calibration;
     std::vector<principal> admin;
     bool operator==(const roles_config&) const = default;
+};
+
+// What one tenant may do (issue #14 section 2).  Admins are exempt from the
+// quotas and the request rate; their priority has its own ceiling.
+struct tenants_config {
+    std::int32_t scheduler_max_priority = 0;
+    std::int32_t admin_max_priority = 0;
+    std::vector<priority_ceiling> priority_ceilings;   // override the role's ceiling
+    std::uint32_t max_reservations = 0;     // held + committed + dispatched, per tenant
+    std::int64_t max_booked_ns = 0;         // their summed durations, per tenant
+    std::int64_t max_payload_bytes = 0;     // payloads of those jobs, per tenant
+    std::uint32_t max_requests_per_s = 0;   // 0: unlimited
+    std::uint32_t request_burst = 0;
+    bool operator==(const tenants_config&) const = default;
 };
 
 struct probes_config {
@@ -226,6 +251,7 @@ struct config {
     timeline_config timeline;
     rpc_config rpc;
     roles_config roles;
+    tenants_config tenants;
     probes_config probes;
     std::vector<qpu_config> qpus;
     bool operator==(const config&) const = default;

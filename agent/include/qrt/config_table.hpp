@@ -67,7 +67,8 @@ struct config_option {
 // Every option, in reference order (sections in section_order(), keys in
 // the order the reference lists them).
 const std::vector<config_option>& config_table();
-// "agent", "host", "dispatch", "timeline", "rpc", "roles", "probes", "qpu".
+// "agent", "host", "dispatch", "timeline", "rpc", "roles", "tenants", "probes",
+// "qpu".
 const std::vector<std::string_view>& section_order();
 // One sentence or two about a section, for the reference and the man page.
 std::string_view section_meaning(std::string_view section);

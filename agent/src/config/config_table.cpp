@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <type_traits>
 
 namespace qrt {
@@ -38,6 +39,11 @@ void assign(T& dst, const option_value& v) {
         for (const auto& s : std::get<std::vector<std::string>>(v)) {
             dst.push_back(*parse_principal(s));
         }
+    } else if constexpr (std::is_same_v<T, std::vector<priority_ceiling>>) {
+        dst.clear();
+        for (const auto& s : std::get<std::vector<std::string>>(v)) {
+            dst.push_back(*parse_priority_ceiling(s));
+        }
     } else if constexpr (std::is_same_v<T, endpoint>) {
         dst = *parse_endpoint(std::get<std::string>(v));
     } else {
@@ -63,6 +69,12 @@ option_value extract(const T& src) {
         std::vector<std::string> out;
         for (const auto& p : src) {
             out.push_back(p.text);
+        }
+        return out;
+    } else if constexpr (std::is_same_v<T, std::vector<priority_ceiling>>) {
+        std::vector<std::string> out;
+        for (const auto& c : src) {
+            out.push_back(c.text);
         }
         return out;
     } else if constexpr (std::is_same_v<T, endpoint>) {
@@ -158,6 +170,13 @@ std::optional<std::string> check_octal_mode(std::string_view text) {
 std::optional<std::string> check_principal(std::string_view text) {
     if (!parse_principal(text)) {
         return std::string("is not user:NAME, group:NAME, uid:N or gid:N");
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> check_priority_ceiling(std::string_view text) {
+    if (auto c = parse_priority_ceiling(text); !c) {
+        return c.err().message;
     }
     return std::nullopt;
 }
@@ -429,6 +448,14 @@ std::vector<config_option> build_table() {
          .default_value = std::int64_t{24 * hour}, .min = 1 * sec, .max = 30 * 24 * hour,
          .meaning = "How far ahead of now reservations may be placed.",
          QRT_FIELD(timeline, horizon_ns)},
+        {.section = "timeline", .key = "retention_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{1 * hour}, .min = 1 * sec, .max = 30 * 24 * hour,
+         .meaning = "How long a finished reservation or job (completed, failed, missed, "
+                    "cancelled, released, expired, displaced) is kept after its slot ended, "
+                    "with its result and its idempotency key, in memory and in the ledger "
+                    "database; jobs.status and jobs.result answer not_found after that.  Checked "
+                    "every minute.  With tenants.max_reservations this bounds the ledger.",
+         QRT_FIELD(timeline, retention_ns)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,
@@ -488,6 +515,56 @@ std::vector<config_option> build_table() {
          .default_value = strings{"uid:0"},
          .meaning = "Peers allowed everything.",
          .check = check_principal, QRT_FIELD(roles, admin)},
+
+        // -------------------------------------------------------------- tenants
+        {.section = "tenants", .key = "scheduler_max_priority", .kind = k::integer,
+         .default_value = std::int64_t{0}, .min = INT32_MIN, .max = INT32_MAX,
+         .meaning = "Highest request priority a scheduler may ask for; a request above it is "
+                    "refused with quota_exceeded (quota \"priority\").  Under priority-preempt "
+                    "only a higher priority displaces, so the default 0 lets no tenant displace "
+                    "another unless granted more by tenants.priority_ceilings.",
+         QRT_FIELD(tenants, scheduler_max_priority)},
+        {.section = "tenants", .key = "admin_max_priority", .kind = k::integer,
+         .default_value = std::int64_t{INT32_MAX}, .min = INT32_MIN, .max = INT32_MAX,
+         .meaning = "Highest request priority an admin may ask for.",
+         QRT_FIELD(tenants, admin_max_priority)},
+        {.section = "tenants", .key = "priority_ceilings", .kind = k::string_list,
+         .default_value = strings{},
+         .meaning = "Per-tenant priority ceilings, \"PRINCIPAL=N\" (\"user:alice=50\", "
+                    "\"group:physics=10\", \"uid:1001=-5\").  When entries match the peer, "
+                    "the highest of them is its ceiling instead of its role's.",
+         .check = check_priority_ceiling, QRT_FIELD(tenants, priority_ceilings)},
+        {.section = "tenants", .key = "max_reservations", .kind = k::integer,
+         .default_value = std::int64_t{1000}, .min = 1, .max = 1'000'000,
+         .meaning = "Reservations one tenant may hold at once (held, committed or dispatched, "
+                    "gang members counted one by one); one more is refused with "
+                    "quota_exceeded (quota \"reservations\").  Admins are exempt.",
+         QRT_FIELD(tenants, max_reservations)},
+        {.section = "tenants", .key = "max_booked_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{1 * hour}, .min = 1 * ms, .max = 30 * 24 * hour,
+         .meaning = "QPU time one tenant may have booked ahead at once (the durations of its "
+                    "held, committed and dispatched reservations, within timeline.horizon_ns); "
+                    "more is refused with quota_exceeded (quota \"booked_time\").  Admins are "
+                    "exempt.",
+         QRT_FIELD(tenants, max_booked_ns)},
+        {.section = "tenants", .key = "max_payload_bytes", .kind = k::integer,
+         .default_value = std::int64_t{64} * 1024 * 1024, .min = 1024,
+         .max = std::int64_t{64} * 1024 * 1024 * 1024,
+         .meaning = "Payload bytes one tenant's committed and dispatched jobs may hold at once "
+                    "(each payload is also limited by dispatch.max_payload_bytes); more is "
+                    "refused with quota_exceeded (quota \"payload_bytes\").  Admins are exempt.",
+         QRT_FIELD(tenants, max_payload_bytes)},
+        {.section = "tenants", .key = "max_requests_per_s", .kind = k::integer,
+         .default_value = std::int64_t{2000}, .min = 0, .max = 1'000'000,
+         .meaning = "Requests per second one tenant may send over all its connections "
+                    "(a token bucket of tenants.request_burst); a request beyond it is "
+                    "refused with quota_exceeded (quota \"requests\") without being run.  "
+                    "Admins are exempt.  0: unlimited.",
+         QRT_FIELD(tenants, max_requests_per_s)},
+        {.section = "tenants", .key = "request_burst", .kind = k::integer,
+         .default_value = std::int64_t{4000}, .min = 1, .max = 1'000'000,
+         .meaning = "Requests a tenant may send at once after being idle (the bucket size).",
+         QRT_FIELD(tenants, request_burst)},
 
         // --------------------------------------------------------------- probes
         {.section = "probes", .key = "enabled", .kind = k::boolean, .default_value = true,
@@ -694,7 +771,7 @@ const std::vector<config_option>& config_table() {
 
 const std::vector<std::string_view>& section_order() {
     static const std::vector<std::string_view> order{
-        "agent", "host", "dispatch", "timeline", "rpc", "roles", "probes", "qpu"};
+        "agent", "host", "dispatch", "timeline", "rpc", "roles", "tenants", "probes", "qpu"};
     return order;
 }
 
@@ -717,6 +794,10 @@ std::string_view section_meaning(std::string_view section) {
     }
     if (section == "roles") {
         return "Who may do what over the socket.";
+    }
+    if (section == "tenants") {
+        return "What one tenant (a peer's user name, or uid:N) may do, so that tenants cannot "
+               "hurt each other: priority ceilings and quotas.";
     }
     if (section == "probes") {
         return "eBPF self-measurement.";

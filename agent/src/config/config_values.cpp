@@ -146,3 +146,30 @@ rtcore::result<principal> parse_principal(std::string_view text) {
 }
 
 }  // namespace qrt
+
+namespace qrt {
+
+rtcore::result<priority_ceiling> parse_priority_ceiling(std::string_view text) {
+    const auto eq = text.rfind('=');
+    if (eq == std::string_view::npos) {
+        return rtcore::error::invalid("must be PRINCIPAL=N, e.g. \"user:alice=50\"");
+    }
+    auto who = parse_principal(text.substr(0, eq));
+    if (!who) {
+        return rtcore::error::invalid(who.err().message);
+    }
+    const std::string_view num = text.substr(eq + 1);
+    std::int32_t n = 0;
+    const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), n);
+    if (num.empty() || ec != std::errc{} || ptr != num.data() + num.size()) {
+        return rtcore::error::invalid("\"" + std::string(num) +
+                                      "\" is not a priority (a decimal 32-bit integer)");
+    }
+    priority_ceiling c;
+    c.who = std::move(*who);
+    c.max_priority = n;
+    c.text = std::string(text);
+    return c;
+}
+
+}  // namespace qrt

@@ -445,9 +445,10 @@ rtcore::status services::start_timers() {
     }
     _timers.push_back(*hk);
 
-    // Forget terminal reservations after an hour (memory and store).
+    // Forget terminal reservations (with their results and idempotency
+    // keys) timeline.retention_ns after their slot ended, memory and store.
     auto forget = _loop.add_timer(std::chrono::minutes(1), std::chrono::minutes(1), [this] {
-        const std::int64_t before = _clock.now_realtime_ns() - 3'600'000 * k_ms;
+        const std::int64_t before = _clock.now_realtime_ns() - _cfg.timeline.retention_ns;
         if (auto n = _ledger->forget_terminal(before); !n) {
             log::warn("timeline", "forget_terminal: {}", tl_error(n.err()));
         }

@@ -369,3 +369,22 @@ TEST(config_values, principals) {
 }
 
 }  // namespace
+
+TEST(config_tenants, priority_ceilings_parse_and_a_bad_entry_names_what_is_wrong) {
+    const std::string qpu = "[[qpu]]\nname = \"q0\"\nendpoint = \"unix:///run/q0.sock\"\n";
+    auto res = parse_config("[tenants]\npriority_ceilings = [\"user:alice=50\", \"gid:7=-3\"]\n"
+                            "max_reservations = 5\n" + qpu,
+                            "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    ASSERT_EQ(res.cfg.tenants.priority_ceilings.size(), 2u);
+    EXPECT_EQ(res.cfg.tenants.priority_ceilings[0].who.name, "alice");
+    EXPECT_EQ(res.cfg.tenants.priority_ceilings[0].max_priority, 50);
+    EXPECT_EQ(res.cfg.tenants.priority_ceilings[1].max_priority, -3);
+    EXPECT_EQ(res.cfg.tenants.max_reservations, 5u);
+    EXPECT_EQ(res.cfg.tenants.scheduler_max_priority, 0);
+    const std::string err = only_error("[tenants]\npriority_ceilings = [\"user:alice\"]\n" + qpu);
+    EXPECT_NE(err.find("tenants.priority_ceilings"), std::string::npos) << err;
+    EXPECT_NE(err.find("PRINCIPAL=N"), std::string::npos) << err;
+    const std::string big = only_error("[tenants]\npriority_ceilings = [\"uid:5=99999999999\"]\n" + qpu);
+    EXPECT_NE(big.find("is not a priority"), std::string::npos) << big;
+}
