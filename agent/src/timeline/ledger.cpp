@@ -184,6 +184,7 @@ status ledger::reload() {
     }
     _res.clear();
     _idem.clear();
+    _usage.clear();
     _gangs.clear();
     _leases.clear();
     _dirty.clear();
@@ -244,6 +245,9 @@ status ledger::reload() {
         }
         if (r.gang_id != 0) {
             _gangs[r.gang_id].push_back(r.id);
+        }
+        if (is_active(r.state)) {
+            account(r, +1);
         }
         const std::uint64_t id = r.id;
         _res.emplace(id, std::move(r));
@@ -464,6 +468,7 @@ void ledger::set_state(reservation& r, res_state to, std::string_view why, std::
     }
     if (is_active(from) && !is_active(to)) {
         vacate(q, r);
+        account(r, -1);
     } else if (from == res_state::committed) {
         if (const auto p = _qpus[q].pending.find(r.start_ns);
             p != _qpus[q].pending.end() && p->second == r.id) {
@@ -492,8 +497,41 @@ reservation& ledger::insert_new(reservation r) {
     const std::uint64_t id = r.id;
     auto [it, inserted] = _res.emplace(id, std::move(r));
     (void)inserted;
+    if (is_active(it->second.state)) {
+        account(it->second, +1);
+    }
     touch(id);
     return it->second;
+}
+
+void ledger::account(const reservation& r, int sign) {
+    if (sign > 0) {
+        tenant_usage& u = _usage[r.tenant];
+        u.reservations += 1;
+        u.booked_ns += r.duration_ns;
+        u.payload_bytes += r.payload.size();
+        return;
+    }
+    const auto it = _usage.find(r.tenant);
+    if (it == _usage.end()) {
+        return;
+    }
+    tenant_usage& u = it->second;
+    u.reservations -= std::min<std::size_t>(u.reservations, 1);
+    u.booked_ns -= std::min(u.booked_ns, r.duration_ns);
+    u.payload_bytes -= std::min<std::uint64_t>(u.payload_bytes, r.payload.size());
+    if (u.reservations == 0) {
+        _usage.erase(it);  // bounded by the tenants holding something
+    }
+}
+
+tenant_usage ledger::usage_of(std::string_view tenant) const {
+    const auto it = _usage.find(std::string(tenant));
+    return it == _usage.end() ? tenant_usage{} : it->second;
+}
+
+bool ledger::has_idempotency_key(std::string_view tenant, std::string_view key) const {
+    return !key.empty() && _idem.count(idem_key(tenant, key)) != 0;
 }
 
 // ---------------------------------------------------------------- search
@@ -1349,7 +1387,9 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
     const auto group = members(r);
     for (const std::uint64_t m : group) {
         reservation& mr = _res.at(m);
+        account(mr, -1);
         mr.payload = payload;
+        account(mr, +1);
         set_state(mr, res_state::committed, "", now_ns, event_type::committed);
     }
     if (auto s = persist(); !s) {
@@ -1884,6 +1924,22 @@ std::vector<std::string> ledger::check_invariants() const {
     for (const auto& [key, id] : _idem) {
         if (_res.count(id) == 0) {
             fail("idempotency key maps to missing reservation " + u2s(id));
+        }
+    }
+    {
+        std::unordered_map<std::string, tenant_usage> usage;
+        for (const auto& [id, r] : _res) {
+            if (is_active(r.state)) {
+                tenant_usage& u = usage[r.tenant];
+                u.reservations += 1;
+                u.booked_ns += r.duration_ns;
+                u.payload_bytes += r.payload.size();
+            }
+        }
+        if (usage != _usage) {
+            fail("per-tenant usage (" + u2s(_usage.size()) +
+                 " tenants) differs from the live reservations (" + u2s(usage.size()) +
+                 " tenants)");
         }
     }
     for (const auto& [expiry, id] : _leases) {

@@ -83,6 +83,16 @@ struct ledger_stats {
     std::size_t gaps = 0;
 };
 
+// What one tenant holds now: its live (held, committed, dispatched)
+// reservations, their summed durations and their payload bytes.  Kept up to
+// date on every state change, so a quota check costs one hash lookup.
+struct tenant_usage {
+    std::size_t reservations = 0;
+    std::int64_t booked_ns = 0;
+    std::uint64_t payload_bytes = 0;
+    bool operator==(const tenant_usage&) const = default;
+};
+
 class ledger {
 public:
     // store_path empty = in memory (tests, benches).  On open with a store,
@@ -178,6 +188,12 @@ public:
     };
     void set_dispatch_gate(dispatch_gate g) { _gate = std::move(g); }
 
+    // Quotas: what a tenant holds now (zeros for an unknown tenant), and
+    // whether a reserve/submit with this key would return an existing
+    // reservation (or fail as a duplicate) rather than place a new one.
+    tenant_usage usage_of(std::string_view tenant) const;
+    bool has_idempotency_key(std::string_view tenant, std::string_view key) const;
+
     // Admin / tests.
     const reservation* find(std::uint64_t id) const;
     ledger_stats stats() const;
@@ -246,6 +262,8 @@ private:
                                     std::string_view why, std::int64_t now_ns,
                                     std::size_t* replaced);
     void touch(std::uint64_t id) { _dirty.push_back(id); }
+    // The usage a live reservation adds to its tenant (sign +1 or -1).
+    void account(const reservation& r, int sign);
 
     // durability: every public mutating operation ends with persist().
     timeline::status persist();
@@ -259,6 +277,7 @@ private:
 
     std::unordered_map<std::uint64_t, reservation> _res;
     std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id
+    std::unordered_map<std::string, tenant_usage> _usage;  // tenants holding live reservations
     std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> _gangs;
     std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
     std::uint64_t _next_id = 1;
