@@ -1,6 +1,12 @@
 #include "qrt/timeline/store.hpp"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <array>
 
@@ -95,9 +101,54 @@ result<sqlite_stmt> store::prepare(std::string_view sql) {
     return sqlite_stmt(s);
 }
 
+namespace {
+
+// The ledger holds every tenant's payloads and results, so the database and
+// its -wal and -shm files are readable by the daemon's user only.  SQLite
+// creates -wal and -shm with the database file's mode, so creating that one
+// 0600 first covers new files; an older store (0644) is tightened in place.
+status owner_only(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        const int err = errno;
+        return make_error(reason::store_error,
+                          "open " + path + ": " + std::strerror(err));
+    }
+    struct stat st {};
+    const bool loose = ::fstat(fd, &st) == 0 && (st.st_mode & 077) != 0;
+    const int rc = loose ? ::fchmod(fd, 0600) : 0;
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) {
+        return make_error(reason::store_error,
+                          "fchmod 0600 " + path + ": " + std::strerror(err));
+    }
+    for (const char* suffix : {"-wal", "-shm"}) {
+        const std::string side = path + suffix;
+        const int sfd = ::open(side.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (sfd < 0) {
+            continue;  // not there yet: SQLite creates it 0600
+        }
+        struct stat sst {};
+        if (::fstat(sfd, &sst) == 0 && (sst.st_mode & 077) != 0 && ::fchmod(sfd, 0600) != 0) {
+            const int serr = errno;
+            ::close(sfd);
+            return make_error(reason::store_error,
+                              "fchmod 0600 " + side + ": " + std::strerror(serr));
+        }
+        ::close(sfd);
+    }
+    return {};
+}
+
+}  // namespace
+
 result<std::unique_ptr<store>> store::open(const std::string& path, int busy_timeout_ms) {
     std::unique_ptr<store> st(new store());
     st->_path = path;
+    if (auto s = owner_only(path); !s) {
+        return std::move(s).err();
+    }
     sqlite3* db = nullptr;
     const int rc = sqlite3_open_v2(path.c_str(), &db,
                                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |

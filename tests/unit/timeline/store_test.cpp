@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,6 +186,36 @@ TEST_F(store_test, a_reservation_on_a_qpu_no_longer_configured_is_refused_on_ope
     auto l = ledger::open({periodic_qpu("q0")}, o, _db, t0_ns);
     ASSERT_FALSE(l);
     EXPECT_EQ(l.err().reason, "unknown_qpu");
+}
+
+// The ledger holds every tenant's payloads: no other local user may read the
+// database or its WAL, whether the store is new or was created 0644 by an
+// older qrtd (issue #14: another tenant read a victim's payload from it).
+TEST_F(store_test, the_database_and_its_wal_are_readable_by_their_owner_only) {
+    const auto mode_of = [](const std::string& p) {
+        struct stat st {};
+        return ::stat(p.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+    };
+    const mode_t old_umask = ::umask(022);
+    {
+        auto l = open_at(t0_ns);
+        ASSERT_TRUE(l->reserve("alice", req(10), "k", 0, t0_ns));
+        EXPECT_EQ(mode_of(_db), 0600);
+        EXPECT_EQ(mode_of(_db + "-wal"), 0600);
+        EXPECT_EQ(mode_of(_db + "-shm"), 0600);
+    }
+    for (const char* f : {"", "-wal", "-shm"}) {
+        if (mode_of(_db + f) >= 0) {
+            ASSERT_EQ(::chmod((_db + f).c_str(), 0644), 0);
+        }
+    }
+    {
+        auto l = open_at(t0_ns);
+        ASSERT_TRUE(l->reserve("alice", req(10), "k2", 0, t0_ns));
+        EXPECT_EQ(mode_of(_db), 0600);
+        EXPECT_EQ(mode_of(_db + "-wal"), 0600);
+    }
+    ::umask(old_umask);
 }
 
 // A child reserves in a loop and reports each id on a pipe only after
