@@ -536,6 +536,28 @@ rtcore::status services::start_server() {
     if (_cfg.dispatch.max_payload_bytes > 0) {
         to.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
     }
+    // [tenants]: priority ceilings and quotas, checked by the methods; the
+    // request rate, checked before any handler runs.
+    rpc::tenant_policy tp;
+    tp.scheduler_max_priority = _cfg.tenants.scheduler_max_priority;
+    tp.admin_max_priority = _cfg.tenants.admin_max_priority;
+    for (const auto& c : _cfg.tenants.priority_ceilings) {
+        tp.priority_ceilings.emplace_back(c.who.text, c.max_priority);
+    }
+    tp.max_reservations = _cfg.tenants.max_reservations;
+    tp.max_booked_ns = _cfg.tenants.max_booked_ns;
+    tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
+    tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
+    tp.request_burst = _cfg.tenants.request_burst;
+    auto limits = rpc::tenant_limits::compile(tp);
+    if (!limits) {
+        return rtcore::error{limits.err().code, limits.err().message};
+    }
+    auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
+    to.limits = shared_limits;
+    _engine->set_admission([shared_limits, this](const rpc::method_info&, rpc::session& s) {
+        shared_limits->admit(s, _clock.now_monotonic_ns());
+    });
     rpc::register_timeline_methods(*_engine, *_ledger, to);
     // Drained after every handled line, after the ledger's events: hand what
     // the line committed to the dispatch threads now (handover_timing).

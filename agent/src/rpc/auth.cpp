@@ -201,6 +201,35 @@ rtcore::result<peer_identity> peer_identity_of(int fd) {
     return id;
 }
 
+rtcore::result<principal> resolve_principal(std::string_view text) {
+    auto p = principal::parse(text);
+    if (!p) {
+        return std::move(p).err();
+    }
+    if (p->what == principal::kind::group) {
+        auto g = gid_of_group(p->name);
+        if (!g) {
+            return rtcore::error::invalid(
+                fmt::format("group '{}' does not exist (getgrnam_r)", p->name));
+        }
+        p->id = *g;
+    }
+    return p;
+}
+
+bool principal_matches(const principal& who, const peer_identity& peer) noexcept {
+    switch (who.what) {
+        case principal::kind::user:
+            return !peer.user_name.empty() && peer.user_name == who.name;
+        case principal::kind::uid:
+            return peer.uid == who.id;
+        case principal::kind::group:
+        case principal::kind::gid:
+            return peer.in_group(who.id);
+    }
+    return false;
+}
+
 rtcore::result<authorizer> authorizer::compile(const role_map& map) {
     authorizer a;
     const std::pair<role, const std::vector<std::string>*> lists[] = {
@@ -211,18 +240,10 @@ rtcore::result<authorizer> authorizer::compile(const role_map& map) {
     };
     for (const auto& [r, list] : lists) {
         for (const auto& text : *list) {
-            auto p = principal::parse(text);
+            auto p = resolve_principal(text);
             if (!p) {
                 return rtcore::error::invalid(
                     fmt::format("roles.{}: {}", role_name(r), p.err().message));
-            }
-            if (p->what == principal::kind::group) {
-                auto g = gid_of_group(p->name);
-                if (!g) {
-                    return rtcore::error::invalid(fmt::format(
-                        "roles.{}: group '{}' does not exist (getgrnam_r)", role_name(r), p->name));
-                }
-                p->id = *g;
             }
             a._grants.push_back(grant{std::move(*p), r});
         }
@@ -233,20 +254,7 @@ rtcore::result<authorizer> authorizer::compile(const role_map& map) {
 role_set authorizer::roles_of(const peer_identity& peer) const {
     role_set out;
     for (const auto& g : _grants) {
-        bool match = false;
-        switch (g.who.what) {
-            case principal::kind::user:
-                match = !peer.user_name.empty() && peer.user_name == g.who.name;
-                break;
-            case principal::kind::uid:
-                match = peer.uid == g.who.id;
-                break;
-            case principal::kind::group:
-            case principal::kind::gid:
-                match = peer.in_group(g.who.id);
-                break;
-        }
-        if (match) {
+        if (principal_matches(g.who, peer)) {
             out = out.with(g.what);
         }
     }

@@ -304,6 +304,9 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
     call_context ctx{s};
     const std::size_t mark = out.size();
     try {
+        if (_admit) {
+            _admit(*m, s);
+        }
         if (const raw_handler* raw = _registry.raw_of(*m); raw != nullptr) {
             if (is_notification) {
                 // The call still happens (for its checks and effects); its
@@ -329,6 +332,12 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
     } catch (const rpc_failure& f) {
         out.resize(mark);
         count_error(f.reason());
+        if (f.reason() == "quota_exceeded") {
+            const auto q = f.details().find("quota");
+            if (q != f.details().end() && q->is_string()) {
+                ++_quota_refusals[q->get<std::string>()];
+            }
+        }
         if (is_notification) {
             return false;
         }
@@ -396,6 +405,11 @@ telemetry::snapshot engine::stats() const {
     for (const auto& [reason, n] : _errors_by_reason) {
         snap.add_counter("qrt_rpc_errors_total", "JSON-RPC error replies, by data.reason",
                          {{"reason", reason}}, n);
+    }
+    for (const auto& [quota, n] : _quota_refusals) {
+        snap.add_counter("qrt_rpc_quota_exceeded_total",
+                         "requests refused by a per-tenant quota or ceiling ([tenants]), by quota",
+                         {{"quota", quota}}, n);
     }
     snap.add_counter("qrt_rpc_lines_total", "request lines handled (a batch is one line)", {},
                      _lines);

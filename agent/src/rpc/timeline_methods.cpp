@@ -114,6 +114,21 @@ struct binding {
 
     std::int64_t now() const { return opts.now_ns ? opts.now_ns() : realtime_ns(); }
 
+    void check_priority(const call_context& ctx, const tl::request& req) const {
+        if (opts.limits) {
+            opts.limits->check_priority(ctx.caller, req.priority);
+        }
+    }
+    // A new booking of `count` reservations (0: a payload for a held one).
+    void check_booking(const call_context& ctx, std::string_view key, std::size_t count,
+                       std::int64_t duration_ns, std::uint64_t payload_bytes) const {
+        if (!opts.limits || ledger->has_idempotency_key(ctx.caller.tenant, key)) {
+            return;
+        }
+        opts.limits->check_booking(ctx.caller, ledger->usage_of(ctx.caller.tenant), count,
+                                   duration_ns, payload_bytes);
+    }
+
     // The tenant to act as: the caller's, or for an admin the owner's.
     std::string tenant_for(const call_context& ctx, std::uint64_t id) const {
         if (ctx.caller.roles.holds(role::admin)) {
@@ -280,11 +295,12 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
     // "next_window":window_json()+qpu, "why_none"} serialised to.
     reg.add({"slots.query", role::reader,
              "candidate slots for a request, or the next window when none fits", {}},
-            [b](const json& params, call_context&, std::string& out) {
+            [b](const json& params, call_context& ctx, std::string& out) {
                 const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
                                                  "priority", "min_fidelity", "qpus",
                                                  "max_candidates", "gang_size"});
                 tl::request req = read_request(all);
+                b->check_priority(ctx, req);
                 req.max_candidates =
                     static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
                 req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
@@ -352,6 +368,8 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
                  }
                  const std::int64_t lease = p.opt_i64("lease_ns", 0, i64_max / 4).value_or(0);
                  const auto gang = p.opt_i64("gang_size", 1, 64).value_or(1);
+                 b->check_priority(ctx, req);
+                 b->check_booking(ctx, key, static_cast<std::size_t>(gang), req.duration_ns, 0);
                  if (gang > 1) {
                      auto rs = take(b->ledger->reserve_gang(ctx.caller.tenant, req,
                                                             static_cast<std::size_t>(gang), key,
@@ -408,6 +426,7 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
                      const auto token =
                          static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
                      tl::blob payload = decode_payload(p, b->opts.max_payload_bytes);
+                     b->check_booking(ctx, {}, 0, 0, payload.size());
                      return to_json(take(b->ledger->commit(b->tenant_for(ctx, id), id, token,
                                                            std::move(payload), b->now())));
                  }
@@ -421,6 +440,8 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
                      throw invalid_params("idempotency_key", "idempotency_key must not be empty");
                  }
                  tl::blob payload = decode_payload(p, b->opts.max_payload_bytes);
+                 b->check_priority(ctx, req);
+                 b->check_booking(ctx, key, 1, req.duration_ns, payload.size());
                  return to_json(take(
                      b->ledger->submit(ctx.caller.tenant, req, key, std::move(payload), b->now())));
              }});

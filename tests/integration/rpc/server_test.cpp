@@ -196,6 +196,9 @@ struct harness_options {
     rpc::server_options server;
     bool with_store = true;
     std::filesystem::path dir;  // reuse (and keep) this state directory
+    // [tenants] limits; the request-rate bucket runs on a clock frozen at
+    // 0 (no refill), so what it refuses does not depend on timing.
+    std::optional<rpc::tenant_policy> tenants;
 };
 
 // Ledger + engine + server + loop thread.
@@ -243,6 +246,16 @@ public:
         rpc::timeline_options to;
         to.now_ns = [this] { return now(); };
         to.max_payload_bytes = 4096;
+        if (o.tenants) {
+            auto t = rpc::tenant_limits::compile(*o.tenants);
+            if (!t) {
+                throw std::runtime_error(t.err().message);
+            }
+            auto limits = std::make_shared<rpc::tenant_limits>(std::move(*t));
+            to.limits = limits;
+            eng->set_admission(
+                [limits](const rpc::method_info&, rpc::session& s) { limits->admit(s, 0); });
+        }
         rpc::register_timeline_methods(*eng, *ledger, to);
         srv->set_metrics_source([this] { return rpc::metrics_text(*eng, hooks); });
         auto st = srv->start();
@@ -1067,4 +1080,179 @@ TEST(rpc_server, a_client_that_never_reads_is_paused_then_cut_off_without_unboun
     }
     EXPECT_GE(slow_closed, 1U);
     EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
+}
+
+// ------------------------------------------------------------------ tenants
+
+namespace {
+
+constexpr uid_t other_uid = 65534;
+
+// Run f with a client connected as other_uid (raw syscalls change only the
+// calling thread's credentials; SO_PEERCRED records the connecting
+// thread's).  Returns "" or why it could not connect.
+std::string as_other_tenant(const harness& h, const std::function<void(client&)>& f) {
+    std::string why;
+    std::thread other([&] {
+        const gid_t g = other_uid;
+        if (::syscall(SYS_setgroups, 1, &g) != 0 || ::syscall(SYS_setresgid, g, g, g) != 0 ||
+            ::syscall(SYS_setresuid, other_uid, other_uid, other_uid) != 0) {
+            why = "setresuid failed";
+            return;
+        }
+        client c(h.socket_path);
+        if (!c.connected()) {
+            why = fmt::format("connect: {}", std::strerror(c.connect_errno()));
+            return;
+        }
+        f(c);
+    });
+    other.join();
+    return why;
+}
+
+harness_options two_schedulers(const rpc::tenant_policy& policy) {
+    harness_options o;
+    o.roles.scheduler = {me(), fmt::format("uid:{}", other_uid)};
+    o.server.socket_mode = 0666;
+    o.tenants = policy;
+    return o;
+}
+
+std::string quota_of(const json& reply) {
+    if (reason_of(reply) != "quota_exceeded") {
+        return "not refused by a quota: " + reply.dump();
+    }
+    return reply.at("error").at("data").at("quota").get<std::string>();
+}
+
+}  // namespace
+
+TEST(rpc_tenants, a_priority_above_the_ceiling_is_refused_and_a_granted_tenant_may_use_its_own) {
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "needs root to connect as a second uid";
+    }
+    rpc::tenant_policy p;
+    p.scheduler_max_priority = 0;
+    p.priority_ceilings = {{fmt::format("uid:{}", other_uid), 5}};
+    harness h(two_schedulers(p));
+    ::chmod(h.dir.c_str(), 0755);
+    client c(h.socket_path);
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "a";
+    req["priority"] = 1;
+    const json refused = c.call("slots.reserve", req);
+    EXPECT_EQ(quota_of(refused), "priority");
+    EXPECT_NE(refused.at("error").at("message").get<std::string>().find("ceiling 0"),
+              std::string::npos)
+        << refused.dump();
+    EXPECT_EQ(quota_of(c.call("slots.query", {{"duration_ns", 1'000'000}, {"priority", 1}})),
+              "priority");
+    req["priority"] = 0;
+    c.ok("slots.reserve", req);
+
+    std::vector<std::string> seen;
+    const std::string why = as_other_tenant(h, [&](client& o) {
+        json r = request_at(h.window_start(30 * s_ns) + 5'000'000, 1'000'000);
+        r["idempotency_key"] = "b";
+        r["priority"] = 5;
+        seen.push_back(o.call("slots.reserve", r).contains("result") ? "ok" : "refused");
+        r["idempotency_key"] = "c";
+        r["priority"] = 6;
+        seen.push_back(quota_of(o.call("slots.reserve", r)));
+    });
+    ASSERT_EQ(why, "");
+    EXPECT_EQ(seen, (std::vector<std::string>{"ok", "priority"}));
+}
+
+TEST(rpc_tenants, each_quota_holds_for_its_tenant_and_leaves_the_other_unaffected) {
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "needs root to connect as a second uid";
+    }
+    rpc::tenant_policy p;
+    p.max_reservations = 2;
+    p.max_booked_ns = 3'000'000;
+    p.max_payload_bytes = 10;
+    p.max_requests_per_s = 1;
+    p.request_burst = 1000;
+    harness h(two_schedulers(p));
+    ::chmod(h.dir.c_str(), 0755);
+    client c(h.socket_path);
+    const std::int64_t t0 = h.window_start(30 * s_ns);
+    const auto reserve = [&](client& cl, std::int64_t at, std::int64_t dur, const std::string& key) {
+        json r = request_at(at, dur);
+        r["idempotency_key"] = key;
+        return cl.call("slots.reserve", r);
+    };
+
+    // Booked time: 2 ms + 2 ms > 3 ms.
+    const json a = reserve(c, t0, 2'000'000, "a");
+    ASSERT_TRUE(a.contains("result")) << a.dump();
+    EXPECT_EQ(quota_of(reserve(c, t0 + 10'000'000, 2'000'000, "b")), "booked_time");
+    // Reservations: a second one fits, a third does not; a retry of an
+    // acknowledged one is not a new booking.
+    const json b = reserve(c, t0 + 10'000'000, 1'000'000, "b2");
+    ASSERT_TRUE(b.contains("result")) << b.dump();
+    EXPECT_EQ(quota_of(reserve(c, t0 + 20'000'000, 1, "c")), "reservations");
+    EXPECT_EQ(reserve(c, t0, 2'000'000, "a").at("result").at("reservation_id"),
+              a.at("result").at("reservation_id"));
+    // Payload bytes: 8 fit, 8 more do not.
+    const auto id_a = a.at("result").at("reservation_id");
+    const auto id_b = b.at("result").at("reservation_id");
+    c.ok("jobs.submit", {{"reservation_id", id_a},
+                         {"fencing_token", a.at("result").at("fencing_token")},
+                         {"payload", rpc::base64_encode("12345678")}});
+    EXPECT_EQ(quota_of(c.call("jobs.submit",
+                              {{"reservation_id", id_b},
+                               {"fencing_token", b.at("result").at("fencing_token")},
+                               {"payload", rpc::base64_encode("12345678")}})),
+              "payload_bytes");
+
+    // The other tenant books, submits and is served as if alone.
+    std::vector<std::string> seen;
+    const std::string why = as_other_tenant(h, [&](client& o) {
+        const json r = reserve(o, t0 + 30'000'000, 2'000'000, "a");
+        seen.push_back(r.contains("result") ? "reserved" : r.dump());
+        if (r.contains("result")) {
+            const json s = o.call("jobs.submit",
+                                  {{"reservation_id", r.at("result").at("reservation_id")},
+                                   {"fencing_token", r.at("result").at("fencing_token")},
+                                   {"payload", rpc::base64_encode("12345678")}});
+            seen.push_back(s.contains("result") ? "submitted" : s.dump());
+        }
+    });
+    ASSERT_EQ(why, "");
+    EXPECT_EQ(seen, (std::vector<std::string>{"reserved", "submitted"}));
+
+    // Releasing gives the quota back.
+    c.ok("slots.release", {{"reservation_id", id_b}, {"fencing_token", b.at("result").at("fencing_token")}});
+    EXPECT_TRUE(reserve(c, t0 + 40'000'000, 1'000'000, "d").contains("result"));
+
+    // Requests: the bucket (1000, no refill on the frozen clock) runs dry;
+    // the other tenant's bucket is its own.
+    std::string last;
+    for (int i = 0; i < 1100 && last.empty(); ++i) {
+        const json r = c.call("agent.hello");
+        if (r.contains("error")) {
+            last = quota_of(r);
+        }
+    }
+    EXPECT_EQ(last, "requests");
+    std::string other_hello;
+    ASSERT_EQ(as_other_tenant(h, [&](client& o) {
+                  other_hello = o.call("qpus.list").contains("result") ? "served" : "refused";
+              }),
+              "");
+    EXPECT_EQ(other_hello, "served");
+
+    // Every refusal is counted by quota.
+    const std::string metrics =
+        h.on_loop([&] { return rpc::metrics_text(*h.eng, h.hooks).value(); });
+    for (const char* q : {"booked_time", "reservations", "payload_bytes", "requests", "priority"}) {
+        const bool want = std::string(q) != "priority";
+        EXPECT_EQ(metrics.find(fmt::format("qrt_rpc_quota_exceeded_total{{quota=\"{}\"}}", q)) !=
+                      std::string::npos,
+                  want)
+            << q;
+    }
 }

@@ -79,6 +79,10 @@ struct principal {
     std::string to_string() const;
 };
 
+// principal::parse, with a group name resolved to its gid (getgrnam_r);
+// fails naming the group when it does not exist.
+rtcore::result<principal> resolve_principal(std::string_view text);
+
 // The daemon's translation of [roles] in qrtd.toml.
 struct role_map {
     std::vector<std::string> reader;
@@ -103,6 +107,9 @@ struct peer_identity {
 
 // SO_PEERCRED + SO_PEERGROUPS (or getgrouplist) + getpwuid_r.
 rtcore::result<peer_identity> peer_identity_of(int fd);
+
+// Does a (resolved) principal name this peer?
+bool principal_matches(const principal& who, const peer_identity& peer) noexcept;
 
 // A role_map with its group names resolved to gids.
 class authorizer {

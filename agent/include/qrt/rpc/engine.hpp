@@ -136,6 +136,12 @@ public:
     void add_event_source(std::function<std::vector<event>()> drain);
     void drain_event_sources();
 
+    // Called for every request after its role check, before its handler;
+    // throwing rpc_failure refuses the request with that error (the tenant
+    // request rate).  Unset: everything is admitted.
+    using admission = std::function<void(const method_info& m, session& s)>;
+    void set_admission(admission a) { _admit = std::move(a); }
+
     // Request counters and the handling-time histogram.
     telemetry::snapshot stats() const;
     std::uint64_t denied_total() const noexcept { return _denied_total; }
@@ -161,6 +167,9 @@ private:
 
     std::map<std::string, std::uint64_t, std::less<>> _requests_by_method;
     std::map<std::string, std::uint64_t, std::less<>> _errors_by_reason;
+    // quota_exceeded refusals by data.quota (a fixed set of names).
+    std::map<std::string, std::uint64_t, std::less<>> _quota_refusals;
+    admission _admit;
     std::uint64_t _lines = 0;
     std::uint64_t _notifications_sent = 0;
     std::uint64_t _denied_total = 0;

@@ -21,15 +21,20 @@
 // request fields: duration_ns (required), not_before_ns?, deadline_ns?,
 // priority?, min_fidelity?, qpus? ([names]).  payload: standard base64.
 // A scheduler acts on its own tenant's reservations; an admin on anyone's.
+// With opts.limits, a priority above the caller's ceiling (query, reserve,
+// submit) and a reserve or submit past the tenant's quotas are refused with
+// quota_exceeded; a retry with a known idempotency key is not a new booking.
 // Job ids and reservation ids are the same number.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "qrt/event_loop.hpp"
 #include "qrt/rpc/engine.hpp"
+#include "qrt/rpc/tenant_limits.hpp"
 #include "qrt/timeline/ledger.hpp"
 
 namespace qrt::rpc {
@@ -40,6 +45,8 @@ struct timeline_options {
     std::function<std::int64_t()> now_ns;
     // Extra per-QPU details for qpus.list (endpoint, dispatch CPU...).
     std::function<json(std::string_view qpu)> qpu_details;
+    // Priority ceilings and per-tenant quotas ([tenants]); null: none.
+    std::shared_ptr<const tenant_limits> limits;
 };
 
 // Registers the methods above and an event source draining the ledger.

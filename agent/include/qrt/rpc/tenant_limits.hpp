@@ -1,0 +1,89 @@
+#pragma once
+// What one tenant may do on the socket, so that tenants cannot hurt each
+// other (qrtd.toml [tenants]; issue #14 section 2):
+//
+//   priority ceiling   per role (scheduler, admin) or per principal; a
+//                      request above it is refused
+//   reservations       live (held, committed, dispatched) reservations
+//   booked time        their summed durations
+//   payload bytes      their payloads
+//   requests per s     a token bucket per tenant, over all its connections
+//
+// Every refusal is an rpc_failure with the stable reason quota_exceeded and
+// data {"quota": <name>, "limit": N, "used": N}; the engine counts them by
+// quota (qrt_rpc_quota_exceeded_total).  Admins are exempt from the quotas
+// and the request rate, not from their priority ceiling.
+//
+// Single-threaded (the event loop).  The bucket table holds one entry per
+// tenant seen recently: buckets that have refilled are dropped once more than
+// max_tracked_tenants are held, so it stays bounded.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "qrt/rpc/auth.hpp"
+#include "qrt/rpc/engine.hpp"
+#include "qrt/timeline/ledger.hpp"
+
+namespace qrt::rpc {
+
+// The quota names data.quota takes.
+inline constexpr std::string_view quota_priority = "priority";
+inline constexpr std::string_view quota_reservations = "reservations";
+inline constexpr std::string_view quota_booked_time = "booked_time";
+inline constexpr std::string_view quota_payload_bytes = "payload_bytes";
+inline constexpr std::string_view quota_requests = "requests";
+
+struct tenant_policy {
+    std::int32_t scheduler_max_priority = 0;
+    std::int32_t admin_max_priority = INT32_MAX;
+    // "PRINCIPAL=N" as in tenants.priority_ceilings, already split.
+    std::vector<std::pair<std::string, std::int32_t>> priority_ceilings;
+    std::size_t max_reservations = 1000;
+    std::int64_t max_booked_ns = 3'600'000'000'000;
+    std::uint64_t max_payload_bytes = 64ULL << 20;
+    std::uint32_t max_requests_per_s = 0;  // 0: unlimited
+    std::uint32_t request_burst = 1;
+};
+
+class tenant_limits {
+public:
+    static constexpr std::size_t max_tracked_tenants = 1024;
+
+    // Fails naming the entry when a principal does not parse or its group
+    // does not exist.
+    static rtcore::result<tenant_limits> compile(const tenant_policy& policy);
+
+    const tenant_policy& policy() const noexcept { return _policy; }
+
+    // The highest priority this caller may ask for.
+    std::int32_t priority_ceiling(const session& s) const;
+    // Throws quota_exceeded when priority is above the caller's ceiling.
+    void check_priority(const session& s, std::int32_t priority) const;
+    // Throws quota_exceeded when `count` more reservations of duration_ns
+    // each, carrying payload_bytes each, would take the caller's tenant
+    // past a quota.  Admins pass.
+    void check_booking(const session& s, const timeline::tenant_usage& used, std::size_t count,
+                       std::int64_t duration_ns, std::uint64_t payload_bytes) const;
+    // Takes one token from the caller's tenant bucket or throws
+    // quota_exceeded.  now_ns: a monotonic clock.  Admins pass.
+    void admit(const session& s, std::int64_t now_ns);
+
+    std::size_t tracked_tenants() const noexcept { return _buckets.size(); }
+
+private:
+    struct bucket {
+        double tokens = 0;
+        std::int64_t refilled_ns = 0;
+    };
+    void prune(std::int64_t now_ns);
+
+    tenant_policy _policy;
+    std::vector<std::pair<principal, std::int32_t>> _ceilings;
+    std::unordered_map<std::string, bucket> _buckets;
+};
+
+}  // namespace qrt::rpc
