@@ -149,7 +149,30 @@ std::optional<gid_t> gid_of_group(const std::string& name) {
 
 }  // namespace
 
-rtcore::result<peer_identity> peer_identity_of(int fd) {
+nss_cache::nss_cache(options o, lookup user_name)
+    : _opts(o), _lookup(user_name ? std::move(user_name) : lookup(user_name_of)) {
+    _opts.capacity = std::max<std::size_t>(1, _opts.capacity);
+}
+
+std::optional<std::string> nss_cache::user_name(uid_t uid, std::int64_t now_ns) {
+    if (const auto it = _entries.find(uid);
+        it != _entries.end() && now_ns - it->second.looked_up_ns < _opts.ttl_ns &&
+        now_ns >= it->second.looked_up_ns) {
+        return it->second.name;
+    }
+    ++_lookups;
+    entry e{_lookup(uid), now_ns};
+    if (_entries.size() >= _opts.capacity && _entries.count(uid) == 0) {
+        const auto oldest = std::min_element(_entries.begin(), _entries.end(), [](const auto& a, const auto& b) {
+            return a.second.looked_up_ns < b.second.looked_up_ns;
+        });
+        _entries.erase(oldest);
+    }
+    _entries[uid] = e;
+    return e.name;
+}
+
+rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::int64_t now_ns) {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
@@ -159,7 +182,7 @@ rtcore::result<peer_identity> peer_identity_of(int fd) {
     id.uid = cred.uid;
     id.gid = cred.gid;
     id.pid = cred.pid;
-    if (auto name = user_name_of(cred.uid)) {
+    if (auto name = names != nullptr ? names->user_name(cred.uid, now_ns) : user_name_of(cred.uid)) {
         id.user_name = std::move(*name);
     }
 #ifdef SO_PEERGROUPS

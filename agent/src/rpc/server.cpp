@@ -331,7 +331,7 @@ void server::accept_one(int fd) {
         ::close(fd);
         return;
     }
-    auto peer = peer_identity_of(fd);
+    auto peer = peer_identity_of(fd, &_names, now_ns());
     if (!peer) {
         ++_peercred_failures;
         spdlog::warn("rpc: closing a connection: {}", peer.err().message);

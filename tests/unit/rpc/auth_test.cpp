@@ -124,3 +124,30 @@ TEST(rpc_auth, peer_identity_of_a_socketpair_is_this_process) {
     ASSERT_FALSE(bad);
     EXPECT_NE(bad.err().message.find("SO_PEERCRED"), std::string::npos);
 }
+
+TEST(rpc_auth, the_accept_path_asks_nss_once_per_uid_and_ttl_and_holds_a_bounded_table) {
+    std::vector<uid_t> asked;
+    nss_cache::options o;
+    o.capacity = 8;
+    o.ttl_ns = 1'000;
+    nss_cache names(o, [&](uid_t uid) -> std::optional<std::string> {
+        asked.push_back(uid);
+        if (uid == 4242) {
+            return std::nullopt;  // no passwd entry
+        }
+        return "user" + std::to_string(uid);
+    });
+    for (int i = 0; i < 100; ++i) {
+        EXPECT_EQ(names.user_name(1000, 10), "user1000");
+        EXPECT_EQ(names.user_name(4242, 10), std::nullopt);
+    }
+    EXPECT_EQ(asked, (std::vector<uid_t>{1000, 4242}));
+    // After the ttl the name is looked up again (a renamed user is seen).
+    EXPECT_EQ(names.user_name(1000, 10 + 1'000), "user1000");
+    EXPECT_EQ(asked.size(), 3u);
+    // Many uids: never more than capacity entries.
+    for (uid_t u = 2000; u < 2100; ++u) {
+        names.user_name(u, 2'000);
+        ASSERT_LE(names.size(), 8u);
+    }
+}

@@ -21,7 +21,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,8 +107,44 @@ struct peer_identity {
     bool in_group(gid_t g) const;
 };
 
-// SO_PEERCRED + SO_PEERGROUPS (or getgrouplist) + getpwuid_r.
-rtcore::result<peer_identity> peer_identity_of(int fd);
+// uid -> user name, remembered so that the accept path does not ask NSS
+// (getpwuid_r: files, but also LDAP or sssd, which may block) for every
+// connection.  A uid is looked up at most once per ttl, its absence (no
+// passwd entry) included; at most `capacity` uids are held, the oldest
+// lookup dropped first.  The first connection of a uid still waits for its
+// lookup.  Single-threaded (the event loop).
+struct nss_cache_options {
+    std::size_t capacity = 256;
+    std::int64_t ttl_ns = 60'000'000'000;  // 60 s
+};
+
+class nss_cache {
+public:
+    using options = nss_cache_options;
+    using lookup = std::function<std::optional<std::string>(uid_t)>;
+
+    // lookup empty: getpwuid_r.
+    explicit nss_cache(options o = options(), lookup user_name = {});
+
+    std::optional<std::string> user_name(uid_t uid, std::int64_t now_ns);
+    std::size_t size() const noexcept { return _entries.size(); }
+    std::uint64_t lookups() const noexcept { return _lookups; }
+
+private:
+    struct entry {
+        std::optional<std::string> name;
+        std::int64_t looked_up_ns = 0;
+    };
+    options _opts;
+    lookup _lookup;
+    std::unordered_map<uid_t, entry> _entries;
+    std::uint64_t _lookups = 0;
+};
+
+// SO_PEERCRED + SO_PEERGROUPS (or getgrouplist) + getpwuid_r (through
+// `names` when given, at now_ns).
+rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names = nullptr,
+                                               std::int64_t now_ns = 0);
 
 // Does a (resolved) principal name this peer?
 bool principal_matches(const principal& who, const peer_identity& peer) noexcept;

@@ -127,6 +127,7 @@ private:
     engine& _engine;
     const authorizer& _auth;
     server_options _opts;
+    nss_cache _names;  // uid -> user name for the accept path
 
     int _listen_fd = -1;
     int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
