@@ -98,4 +98,37 @@ intrusion decode_intrusion(const qrt_intrusion_key& key, const qrt_intrusion_val
 }
 
 }  // namespace detail
+std::vector<intrusion_series> aggregate_for_metrics(std::vector<intrusion> list,
+                                                    std::size_t max_per_cpu) {
+    sort_by_total(list);
+    std::map<std::tuple<unsigned, intrusion_kind, std::string>, intrusion_series> rows;
+    std::map<unsigned, std::size_t> per_cpu;
+    for (const intrusion& i : list) {
+        auto key = std::tuple(i.cpu, i.kind,
+                              i.kind == intrusion_kind::task ? "task " + i.name : i.source());
+        if (rows.count(key) == 0 && per_cpu[i.cpu] >= max_per_cpu) {
+            std::get<2>(key) = "other";
+        }
+        auto [it, fresh] = rows.try_emplace(key);
+        if (fresh) {
+            ++per_cpu[i.cpu];
+            it->second.cpu = i.cpu;
+            it->second.kind = i.kind;
+            it->second.source = std::get<2>(key);
+        }
+        it->second.count += i.count;
+        it->second.total_ns += i.total_ns;
+        it->second.max_ns = std::max(it->second.max_ns, i.max_ns);
+    }
+    std::vector<intrusion_series> out;
+    out.reserve(rows.size());
+    for (auto& [key, row] : rows) {
+        out.push_back(std::move(row));
+    }
+    std::sort(out.begin(), out.end(), [](const intrusion_series& a, const intrusion_series& b) {
+        return std::tuple(b.total_ns, a.cpu, a.source) < std::tuple(a.total_ns, b.cpu, b.source);
+    });
+    return out;
+}
+
 }  // namespace qrt_bpf

@@ -1121,17 +1121,19 @@ telemetry::snapshot services::telemetry_snapshot() {
         }
         if (auto* in = _probes->set.intrusions()) {
             if (auto list = in->read()) {
-                for (const auto& i : *list) {
-                    telemetry::labels l{{"cpu", std::to_string(i.cpu)},
-                                        {"kind", std::string(qrt_bpf::to_string(i.kind))},
-                                        {"source", i.source()}};
+                // Label cardinality stays bounded (issue #14 §3): tasks by
+                // command name, at most 32 sources per CPU, the rest "other".
+                for (const auto& a : qrt_bpf::aggregate_for_metrics(std::move(*list), 32)) {
+                    telemetry::labels l{{"cpu", std::to_string(a.cpu)},
+                                        {"kind", std::string(qrt_bpf::to_string(a.kind))},
+                                        {"source", a.source}};
                     s.add_counter("qrt_probe_intrusions_total", "eBPF: intrusions on isolated CPUs", l,
-                                  i.count);
+                                  a.count);
                     s.add_gauge("qrt_probe_intrusion_seconds_total",
                                 "eBPF: time taken by intrusions on isolated CPUs", l,
-                                static_cast<double>(i.total_ns) / 1e9);
+                                static_cast<double>(a.total_ns) / 1e9);
                     s.add_gauge("qrt_probe_intrusion_max_seconds", "eBPF: longest intrusion", l,
-                                static_cast<double>(i.max_ns) / 1e9);
+                                static_cast<double>(a.max_ns) / 1e9);
                 }
             }
         }

@@ -43,4 +43,20 @@ void sort_by_total(std::vector<intrusion>& list);
 // Per-source totals merged over CPUs (cpu of the result: the first seen).
 std::vector<intrusion> merge_cpus(const std::vector<intrusion>& list);
 
+// The series a metric exporter shows, with bounded label cardinality: a task
+// is keyed by its command name, not its TID (so every new thread does not add
+// a series forever), and per CPU only the max_per_cpu largest sources keep
+// their own row; the rest add up in one row whose label() is "other".
+// Sums count and total_ns, keeps the largest max_ns; largest total first.
+struct intrusion_series {
+    unsigned cpu = 0;
+    intrusion_kind kind = intrusion_kind::task;
+    std::string source;  // "task kworker/1:7", "irq 36 (eth0)", "other"
+    std::uint64_t count = 0;
+    std::uint64_t total_ns = 0;
+    std::uint64_t max_ns = 0;
+};
+std::vector<intrusion_series> aggregate_for_metrics(std::vector<intrusion> list,
+                                                    std::size_t max_per_cpu);
+
 }  // namespace qrt_bpf

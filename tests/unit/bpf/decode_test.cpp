@@ -123,3 +123,53 @@ TEST(outlier_decode, an_event_with_nothing_in_the_window_says_so) {
     EXPECT_FALSE(o.main_cause().has_value());
     EXPECT_NE(o.summary().find("nothing recorded ran in the window"), std::string::npos);
 }
+
+// Every new thread used to add a metric series (source "task kworker/1:7/10836")
+// forever: tasks are keyed by command name, and per CPU the series are capped.
+TEST(intrusion_report, metric_series_drop_the_tid_and_are_capped_per_cpu_with_the_rest_as_other) {
+    std::vector<intrusion> list;
+    for (std::uint32_t tid = 100; tid < 1100; ++tid) {
+        intrusion i;
+        i.kind = intrusion_kind::task;
+        i.cpu = 3;
+        i.id = tid;
+        i.name = tid < 600 ? "kworker/3:1" : "thread-" + std::to_string(tid);
+        i.count = 1;
+        i.total_ns = 10;
+        i.max_ns = tid;
+        list.push_back(i);
+    }
+    intrusion irq;
+    irq.kind = intrusion_kind::hardirq;
+    irq.cpu = 3;
+    irq.id = 36;
+    irq.name = "eth0";
+    irq.count = 2;
+    irq.total_ns = 1'000'000;
+    irq.max_ns = 600'000;
+    list.push_back(irq);
+
+    const auto rows = aggregate_for_metrics(list, 4);
+    ASSERT_LE(rows.size(), 4u + 2u) << "4 own series, plus one 'other' per kind at most";
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows.front().source, "irq 36 (eth0)");
+    std::uint64_t count = 0;
+    std::uint64_t total = 0;
+    bool kworker = false;
+    bool other = false;
+    for (const auto& r : rows) {
+        EXPECT_EQ(r.source.find("/1"), std::string::npos) << "a TID in " << r.source;
+        count += r.count;
+        total += r.total_ns;
+        if (r.source == "task kworker/3:1") {
+            kworker = true;
+            EXPECT_EQ(r.count, 500u);
+            EXPECT_EQ(r.max_ns, 599u);
+        }
+        other = other || r.source == "other";
+    }
+    EXPECT_TRUE(kworker);
+    EXPECT_TRUE(other);
+    EXPECT_EQ(count, 1000u + 2u) << "nothing is lost by aggregating";
+    EXPECT_EQ(total, 1000u * 10u + 1'000'000u);
+}
