@@ -452,6 +452,9 @@ rtcore::status services::start_timers() {
         if (auto n = _ledger->forget_terminal(before); !n) {
             log::warn("timeline", "forget_terminal: {}", tl_error(n.err()));
         }
+        if (auto c = _ledger->checkpoint(); !c) {
+            log::warn("timeline", "checkpoint: {}", tl_error(c.err()));
+        }
     });
     if (!forget) {
         return std::move(forget).err();

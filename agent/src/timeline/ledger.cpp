@@ -1746,6 +1746,10 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
     return ids.size();
 }
 
+status ledger::checkpoint() {
+    return _store ? _store->checkpoint() : timeline::status{};
+}
+
 std::vector<event> ledger::drain_events() {
     std::vector<event> out;
     out.swap(_events);

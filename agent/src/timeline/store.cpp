@@ -162,7 +162,8 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
     }
     sqlite3_busy_timeout(db, busy_timeout_ms);
     for (const std::string_view pragma :
-         {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
+         {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON",
+          "PRAGMA wal_autocheckpoint=1000", "PRAGMA journal_size_limit=4194304"}) {
         if (auto s = st->exec(pragma); !s) {
             return std::move(s).err();
         }
@@ -202,6 +203,18 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
 }
 
 store::~store() = default;
+
+status store::checkpoint() {
+    static_assert(k_wal_size_limit_bytes == 4194304, "the PRAGMA in open() says the same");
+    int wal_frames = 0;
+    int checkpointed = 0;
+    const int rc = sqlite3_wal_checkpoint_v2(_db.get(), nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                             &wal_frames, &checkpointed);
+    if (rc != SQLITE_OK) {
+        return sql_error("wal_checkpoint(TRUNCATE)");
+    }
+    return {};
+}
 
 status store::migrate() {
     if (auto s = exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)"); !s) {

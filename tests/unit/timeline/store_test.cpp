@@ -218,6 +218,32 @@ TEST_F(store_test, the_database_and_its_wal_are_readable_by_their_owner_only) {
     ::umask(old_umask);
 }
 
+// The WAL does not grow with the number of writes: SQLite checkpoints it
+// every 1000 pages and keeps it at most the size limit, and checkpoint()
+// (every minute in the daemon) truncates it to nothing.
+TEST_F(store_test, the_wal_stays_bounded_under_many_writes_and_a_checkpoint_truncates_it) {
+    const auto size_of = [](const std::string& p) {
+        std::error_code ec;
+        const auto n = fs::file_size(p, ec);
+        return ec ? std::uintmax_t{0} : n;
+    };
+    auto l = open_at(t0_ns);
+    std::uintmax_t largest = 0;
+    for (int i = 0; i < 1500; ++i) {
+        auto r = l->reserve("alice", req(10), "k" + std::to_string(i), 0, t0_ns);
+        ASSERT_TRUE(r) << i << ": " << r.err().message;
+        ASSERT_TRUE(l->release("alice", r->id, r->fencing_token, t0_ns)) << i;
+        largest = std::max(largest, size_of(_db + "-wal"));
+    }
+    EXPECT_LE(largest, 2U * static_cast<std::uintmax_t>(store::k_wal_size_limit_bytes));
+    ASSERT_TRUE(l->checkpoint());
+    EXPECT_EQ(size_of(_db + "-wal"), 0U);
+    // Nothing acknowledged is lost by the checkpoint.
+    l.reset();
+    auto again = open_at(t0_ns);
+    EXPECT_EQ(again->stats().reservations, 1500U);
+}
+
 // A child reserves in a loop and reports each id on a pipe only after
 // reserve() returned (= acknowledged).  SIGKILL at a random point; the
 // reopened store must hold every acknowledged reservation and nothing else,

@@ -201,6 +201,8 @@ public:
     std::vector<std::string> check_invariants() const;
     // Drop terminal reservations that ended before before_ns (memory and store).
     result<std::size_t> forget_terminal(std::int64_t before_ns);
+    // Truncate the store's WAL (no-op without a store).
+    timeline::status checkpoint();
 
 private:
     struct qpu_state;

@@ -87,6 +87,12 @@ public:
     status erase(std::uint64_t id);
     status put_counters(std::uint64_t next_id, std::uint64_t next_token, std::uint64_t next_gang);
     status replace_windows(const std::string& qpu, const std::vector<calibration_window>& windows);
+    // Copy the WAL into the database and truncate it to zero bytes (the
+    // daemon calls this every minute, after forgetting old records).
+    // Between calls SQLite checkpoints every 1000 pages and keeps the WAL
+    // file at most k_wal_size_limit_bytes after each checkpoint.
+    static constexpr std::int64_t k_wal_size_limit_bytes = 4 * 1024 * 1024;
+    status checkpoint();
 
 private:
     store() = default;
