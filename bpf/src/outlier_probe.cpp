@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "decode.hpp"
@@ -56,11 +57,10 @@ namespace {
 // unwind through C, so allocation failures are only flagged.
 int on_event(void* ctx, void* data, std::size_t size) noexcept {
     auto* p = static_cast<outlier_probe::impl*>(ctx);
-    if (size < sizeof(qrt_outlier_event)) {
-        return 0;
-    }
     try {
-        p->pending.push_back(detail::decode_outlier(*static_cast<const qrt_outlier_event*>(data)));
+        if (auto o = detail::decode_outlier_record(data, size)) {
+            p->pending.push_back(std::move(*o));
+        }
     } catch (...) {
         p->decode_failed = true;
     }

@@ -78,5 +78,14 @@ outlier decode_outlier(const qrt_outlier_event& ev) {
     return o;
 }
 
+std::optional<outlier> decode_outlier_record(const void* data, std::size_t size) {
+    if (data == nullptr || size < sizeof(qrt_outlier_event)) {
+        return std::nullopt;
+    }
+    qrt_outlier_event ev;
+    std::memcpy(&ev, data, sizeof(ev));
+    return decode_outlier(ev);
+}
+
 }  // namespace detail
 }  // namespace qrt_bpf

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "decode.hpp"
 #include "qrt_bpf/intrusion.hpp"
@@ -172,4 +173,26 @@ TEST(intrusion_report, metric_series_drop_the_tid_and_are_capped_per_cpu_with_th
     EXPECT_TRUE(other);
     EXPECT_EQ(count, 1000u + 2u) << "nothing is lost by aggregating";
     EXPECT_EQ(total, 1000u * 10u + 1'000'000u);
+}
+
+// The ring buffer callback's decoder: a short record (an older or broken BPF
+// side) is dropped without reading past it; a full one decodes wherever it
+// sits in memory; a longer one (a newer BPF side) decodes its known prefix.
+TEST(outlier_decode, ring_records_are_size_checked_and_alignment_free) {
+    qrt_outlier_event ev{};
+    ev.wakeup_ns = 1000;
+    ev.switch_ns = 2000;
+    ev.tid = 9;
+    ev.records[0] = make_record(QRT_OUTLIER_TASK, 555, "hog", 900, 1100);
+    std::vector<unsigned char> buf(sizeof(ev) + 64 + 1, 0xAB);
+    std::memcpy(buf.data() + 1, &ev, sizeof(ev));  // deliberately misaligned
+    EXPECT_FALSE(detail::decode_outlier_record(buf.data() + 1, sizeof(ev) - 1).has_value());
+    EXPECT_FALSE(detail::decode_outlier_record(nullptr, sizeof(ev)).has_value());
+    for (const std::size_t size : {sizeof(ev), sizeof(ev) + 64}) {
+        const auto o = detail::decode_outlier_record(buf.data() + 1, size);
+        ASSERT_TRUE(o.has_value()) << size;
+        EXPECT_EQ(o->tid, 9U);
+        ASSERT_EQ(o->causes.size(), 1U);
+        EXPECT_EQ(o->causes[0].overlap_ns, 1000U);
+    }
 }
