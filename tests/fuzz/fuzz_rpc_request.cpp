@@ -31,6 +31,7 @@ namespace tl = qrt::timeline;
 constexpr std::int64_t s_ns = 1'000'000'000;
 // A fixed clock: every run is deterministic.
 constexpr std::int64_t base_now_ns = 1'800'000'000LL * s_ns;
+constexpr std::int64_t horizon_ns = 24 * 3600 * s_ns;
 
 [[noreturn]] void fail(const char* what, std::string_view detail) {
     std::fprintf(stderr, "fuzz_rpc_request: %s: %.*s\n", what, static_cast<int>(detail.size()),
@@ -55,6 +56,11 @@ void check_reply_line(std::string_view text) {
             const auto& e = r.at("error");
             if (!e.at("code").is_number_integer() || !e.at("data").at("reason").is_string()) {
                 fail("an error without code or data.reason", text);
+            }
+            // A handler that threw something other than an rpc_failure: bad
+            // input must get an error naming the problem, not this.
+            if (e.at("data").at("reason") == "internal_error") {
+                fail("an internal error", text);
             }
         }
     };
@@ -88,6 +94,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     qpus.push_back(tl::qpu_spec{"qp", tl::pushed_calibration{}});
     tl::ledger_options lo;
     lo.policy = (data[0] & 0x10U) != 0 ? "priority-preempt" : "edf-backfill";
+    // A day ahead, not the default week: 24 periodic windows to generate per
+    // input instead of 168.  Windows and gaps are the same code either way,
+    // and requests beyond the horizon still meet "no window".
+    lo.horizon_ns = horizon_ns;
     auto opened = tl::ledger::open(std::move(qpus), lo, "", base_now_ns);
     if (!opened) {
         fail("ledger::open", opened.err().message);
@@ -95,7 +105,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::unique_ptr<tl::ledger> ledger = std::move(*opened);
 
     rpc::engine_limits lim;
-    lim.max_line_bytes = 16 * 1024;  // small, so the fuzzer reaches the limit
+    // Small, so the fuzzer reaches the limit with short inputs (-max_len
+    // 16384): every byte of an input costs time in every execution.
+    lim.max_line_bytes = 4096;
     lim.max_batch = 32;
     lim.max_depth = 32;
     rpc::engine eng(lim);
@@ -160,9 +172,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         framer.compact();
     }
-    // Housekeeping as the daemon runs it, far in the future: leases expire,
-    // jobs are missed, events flow.
-    rpc::ledger_housekeeping(eng, *ledger, base_now_ns + 30 * 24 * 3600 * s_ns);
+    // Housekeeping as the daemon runs it, past the horizon and the longest
+    // lease: every lease expires, every undispatched job is missed, events
+    // flow.  (Thirty days on took most of an execution generating windows.)
+    rpc::ledger_housekeeping(eng, *ledger, base_now_ns + horizon_ns + 2 * lo.max_lease_ns);
     const auto broken = ledger->check_invariants();
     if (!broken.empty()) {
         fail("ledger invariant", broken.front());
