@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Quick start command 2: install dependencies, build, run the whole test suite,
-# then short libFuzzer smoke runs of the socket's request path and of the
-# restore journal parser (root reads it).
-#   QRT_BUILD_DIR   build directory (default ./build)
-#   QRT_TEST_JOBS   ctest parallelism (default 2)
-#   QRT_SKIP_FUZZ=1 skip the fuzz smoke run (it needs clang)
+# then short libFuzzer smoke runs of every fuzz target (the socket's request
+# path, the restore journal parser root reads, the calibration update path,
+# the config loader, the QPU wire codec, the eBPF record decoders), then the
+# threaded parts under TSan and a unit subset under ASan+UBSan
+# (tools/quickstart/sanitizers.sh says which and why).
+#   QRT_BUILD_DIR         build directory (default ./build)
+#   QRT_TEST_JOBS         ctest parallelism (default 2)
+#   QRT_SKIP_FUZZ=1       skip the fuzz smoke runs (they need clang)
+#   QRT_SKIP_SANITIZERS=1 skip the sanitizer stage
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${QRT_BUILD_DIR:-$here/build}
@@ -18,17 +22,22 @@ echo "[test] running ctest in $build ($(( $(date +%s) - start )) s so far)"
 if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
   if command -v clang++ >/dev/null 2>&1; then
     fuzz=${QRT_FUZZ_BUILD_DIR:-$here/build-fuzz}
-    echo "[fuzz] building fuzz_rpc_request and fuzz_journal with clang in $fuzz"
+    targets=(fuzz_rpc_request fuzz_journal fuzz_calibration fuzz_config fuzz_wire fuzz_bpf_decode)
+    echo "[fuzz] building ${targets[*]} with clang in $fuzz"
     if [ ! -f "$fuzz/CMakeCache.txt" ]; then
       cmake -S "$here" -B "$fuzz" -G Ninja -DCMAKE_BUILD_TYPE=Release \
             -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DQRT_BUILD_FUZZ=ON -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null
     fi
-    cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target fuzz_rpc_request fuzz_journal
+    cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target "${targets[@]}"
     echo "[fuzz] smoke runs: 5000 executions each from the seed corpora"
     (cd "$fuzz" && ctest --output-on-failure -R '^fuzz_' --timeout 600)
   else
     echo "[fuzz] skipped: clang++ is not installed"
   fi
+fi
+if [ "${QRT_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "[sanitizers] TSan and ASan+UBSan builds of the chosen tests ($(( $(date +%s) - start )) s so far)"
+  "$here/tools/quickstart/sanitizers.sh"
 fi
 echo "[test] done in $(( $(date +%s) - start )) s"
