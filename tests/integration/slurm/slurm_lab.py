@@ -60,6 +60,17 @@ def why_not_here():
         return "spank_qrt.so was not built (libslurm-dev missing at configure time)"
     if os.cpu_count() < 2:
         return "needs 2 CPUs (one isolated for dispatch, one for Slurm's tasks)"
+    # Jobs run as user nobody and load spank_qrt.so, the clients and the
+    # examples from the build tree: a checkout under a 0700 directory (such
+    # as one made by mktemp -d) is out of nobody's reach.
+    for var in ("SPANK_QRT", "QRTCTL"):
+        path = os.environ[var]
+        r = subprocess.run(["runuser", "-u", "nobody", "--", "test", "-r", path],
+                           capture_output=True)
+        if r.returncode != 0:
+            return (f"user nobody, who runs the jobs, cannot read {path}: a parent directory "
+                    "of the build tree is not searchable by others (chmod o+x it, or build "
+                    "elsewhere)")
     return None
 
 
