@@ -202,6 +202,7 @@ struct services::qpu_runtime {
     std::optional<event_loop::timer_id> switch_timer;
     std::string endpoint_state = "connecting";
     std::uint64_t completed = 0;
+    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
     std::uint64_t failed = 0;
     std::uint64_t missed = 0;
 };
@@ -922,6 +923,12 @@ void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
                 ++_ledger_errors;
                 log::warn("timeline", "{}: complete {}: {}", q.name, o.job_id, tl_error(c.err()));
             }
+        } else if (o.state == dispatch::job_state::sent) {
+            ++q.sent;
+            if (auto s = _ledger->mark_sent(o.job_id, o.detail, now); !s) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: mark_sent {}: {}", q.name, o.job_id, tl_error(s.err()));
+            }
         } else {
             ++q.failed;
             if (auto f = _ledger->fail(o.job_id, why, now); !f) {
@@ -1033,6 +1040,7 @@ nlohmann::json services::status_json() {
                {"calibration_id", q->calibration_id},
                {"in_flight", q->handed.size()},
                {"completed", q->completed},
+               {"sent", q->sent},
                {"failed", q->failed},
                {"missed", q->missed}};
         if (!q->link->endpoint_up()) {
@@ -1094,6 +1102,7 @@ telemetry::snapshot services::telemetry_snapshot() {
             {"missed", c.missed},
             {"failed", c.failed},
             {"completed", c.completed},
+            {"sent", c.sent},
             {"out_of_window", c.out_of_window},
             {"calibration_changed", c.calibration_changed},
             {"endpoint_down", c.endpoint_down},

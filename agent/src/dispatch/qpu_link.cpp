@@ -201,7 +201,7 @@ void qpu_link::send_hello() {
         }
         _state = conn_state::up;
         _backoff = _cfg.backoff_initial;
-        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only, no results)", _cfg.dispatch.qpu_index,
+        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only: no results, its jobs end `sent`)", _cfg.dispatch.qpu_index,
                      _addr.uri);
         if (_cb.on_endpoint_state) {
             _cb.on_endpoint_state(true, "write_only");
@@ -457,8 +457,10 @@ void qpu_link::on_record(const dispatch_record& r) {
             _cb.on_dispatched(p.job.job_id, r.sent_ns);
         }
         if (_write_only) {
-            ++_counters.completed;
-            finish(r.job_id, job_state::completed, "ok", "sent to a write-only endpoint (no result)");
+            // Nobody can say that it ran: `sent`, never `completed`.
+            ++_counters.sent;
+            finish(r.job_id, job_state::sent, "sent",
+                   "written on time to " + _addr.uri + ", a write-only endpoint: no result comes back");
             return;
         }
         if (p.early_answer) {
