@@ -1,5 +1,6 @@
 #include "qrt/dispatch/dispatcher.hpp"
 
+#include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <signal.h>
@@ -80,13 +81,16 @@ pid_t read_sqpoll_tid(int ring_fd) {
     return 0;
 }
 
-// RWF_NOWAIT is useful for sockets, FIFOs and character devices: a full
-// buffer fails the write with -EAGAIN instead of parking it (io-wq or poll)
-// and sending it late.  A file without FMODE_NOWAIT answers -EOPNOTSUPP
-// once; the writes after it go without the flag (reap_completions).
+// RWF_NOWAIT is useful for sockets and character devices: a full buffer
+// fails the write with -EAGAIN instead of parking it (io-wq or poll) and
+// sending it late.  A file without FMODE_NOWAIT answers -EOPNOTSUPP once;
+// the writes after it go without the flag (reap_completions).  An fd opened
+// O_NONBLOCK (qpu_link's FIFOs: a pipe refuses RWF_NOWAIT from io_uring)
+// already fails a full write with -EAGAIN, and needs no flag.
 bool nowait_capable(int fd) noexcept {
     struct stat st {};
-    return fd >= 0 && ::fstat(fd, &st) == 0 &&
+    const int fl = fd >= 0 ? ::fcntl(fd, F_GETFL) : -1;
+    return fl >= 0 && (fl & O_NONBLOCK) == 0 && ::fstat(fd, &st) == 0 &&
            (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
 }
 
