@@ -99,6 +99,12 @@ qrt::exit_code check_config(const globals& g) {
     rtcore::host_fs fs(g.root, rtcore::host_fs::mode::dry_run);
     const auto online = qrt::read_online_cpus(fs);
     auto res = qrt::load_config_file(g.config_path, {online});
+    // The file parsed: check what it names on this host (file:// endpoints).
+    qrt::host_config_check host;
+    if (res.ok()) {
+        host = qrt::check_config_on_host(res.cfg, g.config_path, g.root);
+        res.errors.insert(res.errors.end(), host.errors.begin(), host.errors.end());
+    }
     if (g.json) {
         nlohmann::json errors = nlohmann::json::array();
         for (const auto& e : res.errors) {
@@ -112,12 +118,16 @@ qrt::exit_code check_config(const globals& g) {
         nlohmann::json out{{"file", g.config_path},
                            {"ok", res.ok()},
                            {"online_cpus", online ? nlohmann::json(online->to_list()) : nlohmann::json(nullptr)},
-                           {"errors", std::move(errors)}};
+                           {"errors", std::move(errors)},
+                           {"warnings", host.warnings}};
         if (res.ok()) {
             out["config"] = qrt::config_to_json(res.cfg);
         }
         std::cout << out.dump(2) << '\n';
         return res.ok() ? qrt::exit_code::ok : qrt::exit_code::usage;
+    }
+    for (const auto& w : host.warnings) {
+        std::cerr << g.config_path << ": warning: " << w << '\n';
     }
     if (!res.ok()) {
         return print_config_errors(res);

@@ -84,6 +84,7 @@ REASONS = [
     ("not_ready", -32018, 17),
     ("store_error", -32019, 14),
     ("quota_exceeded", -32020, 19),
+    ("sent", -32021, 20),
 ]
 LOCAL_REASONS = [
     ("degraded", 18),
@@ -507,7 +508,7 @@ def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
             # current state: a released or expired hold holds nothing.
             h = held[i]
             state = (h["gang"][0] if "gang" in h else h).get("state")  # type: ignore[index]
-            if state not in ("held", "committed", "dispatched", "completed"):
+            if state not in ("held", "committed", "dispatched", "completed", "sent"):
                 out.errors[i] = ClientError("not_held", "this idempotency key's "
                                             f"reservation is {state}")
                 held[i] = None

@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qrt_client  # noqa: E402
 
-TERMINAL = {"completed", "failed", "missed", "cancelled", "expired",
+TERMINAL = {"completed", "sent", "failed", "missed", "cancelled", "expired",
             "released", "displaced"}
 
 

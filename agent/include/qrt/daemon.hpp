@@ -13,11 +13,26 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qrt/config.hpp"
 #include "qrt/host_cmd.hpp"
 
 namespace qrt {
+
+// What `qrtd check-config` checks on this host beyond the file itself: each
+// file:// endpoint must be a character device or a FIFO.  One of another
+// type (a regular file, a directory, a socket) is an error naming the QPU,
+// the path, its type and what is accepted; a missing one only a warning (a
+// device may appear later, and the file may be checked on another host;
+// `qrtd run` keeps retrying it with the same message).  Paths are looked up
+// under root (--root).
+struct host_config_check {
+    std::vector<config_diagnostic> errors;
+    std::vector<std::string> warnings;
+};
+host_config_check check_config_on_host(const config& cfg, const std::string& file,
+                                       const std::filesystem::path& root);
 
 struct run_options {
     std::filesystem::path config_path = QRT_DEFAULT_CONFIG_PATH;

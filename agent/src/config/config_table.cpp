@@ -594,7 +594,9 @@ std::vector<config_option> build_table() {
         {.section = "qpu", .key = "endpoint", .kind = k::string,
          .default_value = std::string("unix:///run/qrtd/qpu0.sock"), .required = true,
          .meaning = "Where jobs are sent: \"unix:///path\", \"tcp://127.0.0.1:port\" (an "
-                    "address literal; [::1] for IPv6) or \"file:///dev/...\".  Required.",
+                    "address literal; [::1] for IPv6) or \"file:///dev/...\" (a character device, "
+                    "or a FIFO, which is write-only: its jobs end sent; qrtd check-config refuses "
+                    "any other file type).  Required.",
          .check = check_endpoint, QRT_QPU_FIELD(target)},
         {.section = "qpu", .key = "dispatch_cpu", .kind = k::integer,
          .default_value = std::int64_t{-1}, .min = -1, .max = 4095,

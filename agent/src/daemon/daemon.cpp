@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "qrt/config_table.hpp"
+#include "qrt/dispatch/endpoint.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
 #include "qrt/sd_notify.hpp"
@@ -884,6 +885,34 @@ exit_code daemon::run() {
         log::error("daemon", "{}", e.what());
         return exit_code::failure;
     }
+}
+
+host_config_check check_config_on_host(const config& cfg, const std::string& file,
+                                       const std::filesystem::path& root) {
+    host_config_check out;
+    for (std::size_t i = 0; i < cfg.qpus.size(); ++i) {
+        const auto& q = cfg.qpus[i];
+        if (q.target.type != endpoint::kind::device_file) {
+            continue;
+        }
+        const std::filesystem::path on_host =
+            root == "/" ? std::filesystem::path(q.target.path) : root / std::filesystem::path(q.target.path).relative_path();
+        auto t = dispatch::check_file_endpoint(q.target.uri, on_host.string());
+        if (t) {
+            continue;
+        }
+        const std::string msg = "qpu " + q.name + ": " + t.err().message;
+        if (t.err().code == ENOENT) {
+            out.warnings.push_back(msg);
+            continue;
+        }
+        config_diagnostic d;
+        d.file = file;
+        d.option = "qpu[" + std::to_string(i) + "].endpoint";
+        d.message = msg;
+        out.errors.push_back(std::move(d));
+    }
+    return out;
 }
 
 }  // namespace qrt

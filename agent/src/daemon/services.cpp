@@ -202,6 +202,7 @@ struct services::qpu_runtime {
     std::optional<event_loop::timer_id> switch_timer;
     std::string endpoint_state = "connecting";
     std::uint64_t completed = 0;
+    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
     std::uint64_t failed = 0;
     std::uint64_t missed = 0;
 };
@@ -226,20 +227,36 @@ rtcore::status services::start() {
     if (auto st = open_ledger(); !st) {
         return st;
     }
-    // b. One link (endpoint + dispatch thread) per QPU.
+    // b. The realtime-step watch, armed before anything samples the time
+    //    base: each dispatcher converts realtime starts with the offset it
+    //    samples in its constructor (step c), so a step between that sample
+    //    and an arming done later would go unseen and every deadline would
+    //    be off by the step (issue #14: a +2 s step at boot missed all
+    //    jobs).  Armed first, any step after this point makes the watch's
+    //    fd readable, and the loop re-converts every queued deadline as
+    //    soon as it runs.  (The dispatch threads also check the offset
+    //    themselves before each send, see dispatcher.hpp.)  The unit is
+    //    ordered After=time-sync.target without pulling it in, so a host
+    //    that waits for its first synchronisation starts qrtd after the
+    //    boot step and one that does not starts at once; see qrtd(8),
+    //    CLOCK STEPS.
+    if (auto st = start_step_watch(); !st) {
+        stop();
+        return st;
+    }
+    // c. One link (endpoint + dispatch thread) per QPU.
     if (auto st = start_links(); !st) {
         stop();
         return st;
     }
-    // c. The job pump, lease/missed housekeeping, calibration switches and
-    //    the realtime-step watch.
+    // d. The job pump, lease/missed housekeeping and calibration switches.
     if (auto st = start_timers(); !st) {
         stop();
         return st;
     }
-    // d. The eBPF probes: never fatal.
+    // e. The eBPF probes: never fatal.
     start_probes();
-    // e. The control socket, last: no client is answered before the state
+    // f. The control socket, last: no client is answered before the state
     //    it queries exists.
     if (auto st = start_server(); !st) {
         stop();
@@ -285,6 +302,16 @@ rtcore::status services::open_ledger() {
     log::info("timeline", "ledger {}: {} reservations ({} active), policy {}", path,
               st.reservations, st.active, _ledger->policy().name());
     return rtcore::ok();
+}
+
+rtcore::status services::start_step_watch() {
+    // Realtime-clock steps re-convert every queued deadline (see start()).
+    auto watch = rtcore::realtime_step_watch::open(_clock);
+    if (!watch) {
+        return rtcore::error{watch.err().code, "clock: realtime_step_watch: " + watch.err().message};
+    }
+    _step_watch.emplace(std::move(*watch));
+    return _loop.add_fd(_step_watch->fd(), EPOLLIN, [this](std::uint32_t) { on_realtime_step(); });
 }
 
 rtcore::status services::start_links() {
@@ -461,16 +488,6 @@ rtcore::status services::start_timers() {
     }
     _timers.push_back(*forget);
 
-    // Realtime-clock steps re-convert every queued deadline.
-    auto watch = rtcore::realtime_step_watch::open(_clock);
-    if (!watch) {
-        return rtcore::error{watch.err().code, "realtime_step_watch: " + watch.err().message};
-    }
-    _step_watch.emplace(std::move(*watch));
-    if (auto st = _loop.add_fd(_step_watch->fd(), EPOLLIN, [this](std::uint32_t) { on_realtime_step(); });
-        !st) {
-        return st;
-    }
     for (auto& q : _qpus) {
         refresh_calibration(*q, _clock.now_realtime_ns());
     }
@@ -789,6 +806,16 @@ void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
         }
         for (const auto& [id, as_handed] : q.handed) {
             const auto d = due_as.find(id);
+            if (d == due_as.end()) {
+                // Beyond the horizon but unchanged: a backward realtime step
+                // moved now back.  The dispatcher re-converts its deadline;
+                // withdrawing it would only hand it over again later.
+                const timeline::reservation* r = _ledger->find(id);
+                if (r != nullptr && r->state == timeline::res_state::committed &&
+                    std::make_pair(r->start_ns, r->calibration_id) == as_handed) {
+                    continue;
+                }
+            }
             if (d == due_as.end() || d->second != as_handed) {
                 q.withdrawals_pending = q.withdrawals_pending ||
                                         q.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn;
@@ -895,6 +922,12 @@ void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
             if (auto c = _ledger->complete(o.job_id, o.result, now); !c) {
                 ++_ledger_errors;
                 log::warn("timeline", "{}: complete {}: {}", q.name, o.job_id, tl_error(c.err()));
+            }
+        } else if (o.state == dispatch::job_state::sent) {
+            ++q.sent;
+            if (auto s = _ledger->mark_sent(o.job_id, o.detail, now); !s) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: mark_sent {}: {}", q.name, o.job_id, tl_error(s.err()));
             }
         } else {
             ++q.failed;
@@ -1007,6 +1040,7 @@ nlohmann::json services::status_json() {
                {"calibration_id", q->calibration_id},
                {"in_flight", q->handed.size()},
                {"completed", q->completed},
+               {"sent", q->sent},
                {"failed", q->failed},
                {"missed", q->missed}};
         if (!q->link->endpoint_up()) {
@@ -1068,6 +1102,7 @@ telemetry::snapshot services::telemetry_snapshot() {
             {"missed", c.missed},
             {"failed", c.failed},
             {"completed", c.completed},
+            {"sent", c.sent},
             {"out_of_window", c.out_of_window},
             {"calibration_changed", c.calibration_changed},
             {"endpoint_down", c.endpoint_down},

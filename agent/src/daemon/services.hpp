@@ -104,8 +104,8 @@ public:
     // rpc::server_options::prebound); start_server listens on it.
     void use_prebound_socket(rpc::prebound_socket s) { _prebound = s; }
 
-    // Opens the ledger, starts the links, pump, timers, probes and the
-    // server, in that order.  On error, what was started is stopped.
+    // Opens the ledger, arms the realtime-step watch, starts the links,
+    // pump, timers, probes and the server, in that order.  On error, what was started is stopped.
     rtcore::status start();
     // Server, probes, timers, links (unfinished jobs get outcomes), ledger.
     void stop() noexcept;
@@ -117,6 +117,7 @@ private:
     struct qpu_runtime;
 
     rtcore::status open_ledger();
+    rtcore::status start_step_watch();
     rtcore::status start_links();
     rtcore::status start_timers();
     void start_probes();

@@ -1,5 +1,6 @@
 #include "qrt/dispatch/dispatcher.hpp"
 
+#include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <signal.h>
@@ -80,13 +81,16 @@ pid_t read_sqpoll_tid(int ring_fd) {
     return 0;
 }
 
-// RWF_NOWAIT is useful for sockets, FIFOs and character devices: a full
-// buffer fails the write with -EAGAIN instead of parking it (io-wq or poll)
-// and sending it late.  A file without FMODE_NOWAIT answers -EOPNOTSUPP
-// once; the writes after it go without the flag (reap_completions).
+// RWF_NOWAIT is useful for sockets and character devices: a full buffer
+// fails the write with -EAGAIN instead of parking it (io-wq or poll) and
+// sending it late.  A file without FMODE_NOWAIT answers -EOPNOTSUPP once;
+// the writes after it go without the flag (reap_completions).  An fd opened
+// O_NONBLOCK (qpu_link's FIFOs: a pipe refuses RWF_NOWAIT from io_uring)
+// already fails a full write with -EAGAIN, and needs no flag.
 bool nowait_capable(int fd) noexcept {
     struct stat st {};
-    return fd >= 0 && ::fstat(fd, &st) == 0 &&
+    const int fl = fd >= 0 ? ::fcntl(fd, F_GETFL) : -1;
+    return fl >= 0 && (fl & O_NONBLOCK) == 0 && ::fstat(fd, &st) == 0 &&
            (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
 }
 
@@ -302,6 +306,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     q.frame_len = static_cast<std::uint32_t>(wire::header_len + payload.size());
     q.job_id = job.job_id;
     q.calibration_id = job.calibration_id;
+    q.scheduled_rt_ns = job.scheduled_ns;
     q.tolerance_ns = job.tolerance_ns;
     q.window_end_rel_ns = job.window_end_ns - job.scheduled_ns;
     q.duration_ns = job.duration_ns;
@@ -509,6 +514,7 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.endpoint_updates = _st_endpoint_updates.load(std::memory_order_relaxed);
     s.early_wakes = _st_early_wakes.load(std::memory_order_relaxed);
     s.sqpoll_yields = _st_sqpoll_yields.load(std::memory_order_relaxed);
+    s.steps_followed = _st_steps_followed.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -637,6 +643,8 @@ void dispatcher::void_unsubmitted() noexcept {
 
 void dispatcher::pull_jobs() noexcept {
     const std::size_t capacity = 2 * _slot_count;
+    std::optional<std::int64_t> offset;  // sampled once, for the first job the ring brings
+    bool sampled = false;
     while (const queued_job* q = _jobs.peek()) {
         if (_pending_tail == capacity) {
             // At most slots jobs are pending (each holds a slot), so the
@@ -645,7 +653,21 @@ void dispatcher::pull_jobs() noexcept {
             _pending_tail -= _pending_head;
             _pending_head = 0;
         }
-        const std::int64_t d = _slots[q->slot].deadline_ns.load(std::memory_order_acquire);
+        std::int64_t d = _slots[q->slot].deadline_ns.load(std::memory_order_acquire);
+        // Converted with a time base older than a step (the housekeeping
+        // side has not re-sampled yet): convert it with the clocks as they
+        // are, so it is sorted where it belongs.
+        if (!sampled) {
+            offset = sample_offset();
+            sampled = true;
+        }
+        if (offset) {
+            const std::int64_t now_conv = q->scheduled_rt_ns - *offset;
+            if (d - now_conv > _cfg.step_follow_ns || now_conv - d > _cfg.step_follow_ns) {
+                d = now_conv;
+                _slots[q->slot].deadline_ns.store(d, std::memory_order_release);
+            }
+        }
         // After every job with the same or an earlier deadline: equal starts
         // keep submit order.
         std::size_t i = _pending_tail;
@@ -657,6 +679,55 @@ void dispatcher::pull_jobs() noexcept {
         ++_pending_tail;
         _jobs.pop_front();
     }
+}
+
+std::optional<std::int64_t> dispatcher::sample_offset() const noexcept {
+    // One monotonic/realtime/monotonic bracket (vDSO reads); one preempted
+    // between its reads is not trusted (the caller looks again later).
+    constexpr std::int64_t max_bracket_ns = 50'000;
+    const std::int64_t m1 = _clock.now_monotonic_ns();
+    const std::int64_t r = _clock.now_realtime_ns();
+    const std::int64_t m2 = _clock.now_monotonic_ns();
+    if (m2 - m1 < 0 || m2 - m1 > max_bracket_ns) {
+        return std::nullopt;
+    }
+    return r - (m1 + (m2 - m1) / 2);
+}
+
+bool dispatcher::follow_realtime_step(const queued_job& j, std::int64_t deadline) noexcept {
+    const std::optional<std::int64_t> offset = sample_offset();
+    if (!offset) {
+        return false;
+    }
+    const std::int64_t converted = j.scheduled_rt_ns - deadline;  // the offset j's deadline was made with
+    if (*offset - converted <= _cfg.step_follow_ns && converted - *offset <= _cfg.step_follow_ns) {
+        return false;
+    }
+    // A step nobody has re-converted for yet.  Every pending job is
+    // converted again with the clocks as they are (one atomic store each;
+    // the housekeeping side's re-conversion, when it comes, writes the same
+    // deadlines within its sampling error), then the pending array is
+    // sorted again: jobs converted with different stale bases may have been
+    // out of order.  Insertion sort in place: nearly sorted, no allocation.
+    for (std::size_t i = _pending_head; i < _pending_tail; ++i) {
+        const queued_job& p = _pending[i];
+        _slots[p.slot].deadline_ns.store(p.scheduled_rt_ns - *offset, std::memory_order_release);
+    }
+    const auto deadline_of = [this](const queued_job& q) noexcept {
+        return _slots[q.slot].deadline_ns.load(std::memory_order_relaxed);
+    };
+    for (std::size_t i = _pending_head + 1; i < _pending_tail; ++i) {
+        const queued_job q = _pending[i];
+        const std::int64_t d = deadline_of(q);
+        std::size_t k = i;
+        while (k > _pending_head && deadline_of(_pending[k - 1]) > d) {
+            _pending[k] = _pending[k - 1];
+            --k;
+        }
+        _pending[k] = q;
+    }
+    _st_steps_followed.fetch_add(1, std::memory_order_relaxed);
+    return true;
 }
 
 void dispatcher::drop_withdrawn(std::int64_t now) noexcept {
@@ -728,6 +799,11 @@ void dispatcher::run_loop() noexcept {
         }
         slot_state& s = _slots[j->slot];
         const std::int64_t deadline = s.deadline_ns.load(std::memory_order_acquire);
+        // Before the missed check: a time base older than a step makes a
+        // job look missed (or not) by the size of the step.
+        if (follow_realtime_step(*j, deadline)) {
+            continue;
+        }
         if (now - deadline > j->tolerance_ns) {
             emit(*j, dispatch_status::missed, deadline, now, -1, 0);
             pending_pop();
@@ -773,6 +849,9 @@ void dispatcher::run_loop() noexcept {
             if (s.deadline_ns.load(std::memory_order_acquire) != deadline) {
                 _st_reloads.fetch_add(1, std::memory_order_relaxed);
                 continue;  // re-converted while asleep (realtime step)
+            }
+            if (follow_realtime_step(*j, deadline)) {
+                continue;  // stepped while asleep, and nobody re-converted it yet
             }
             wakeup_latency = now - target;
             if (tuned) {

@@ -44,7 +44,61 @@ sockaddr_in tcp_sockaddr(const endpoint_address& addr) {
     return sa;
 }
 
+// What st_mode is, in words, for the refusal.
+const char* file_kind_name(mode_t mode) noexcept {
+    if (S_ISREG(mode)) {
+        return "a regular file";
+    }
+    if (S_ISDIR(mode)) {
+        return "a directory";
+    }
+    if (S_ISSOCK(mode)) {
+        return "a socket";
+    }
+    if (S_ISBLK(mode)) {
+        return "a block device";
+    }
+    if (S_ISLNK(mode)) {
+        return "a symbolic link";
+    }
+    return "of an unknown file type";
+}
+
+constexpr const char* file_accepts = "a file:// endpoint must be a character device (the QPU's driver) or a FIFO";
+
+rtcore::result<file_endpoint_type> file_type_of(const std::string& uri, const std::string& path, mode_t mode) {
+    if (S_ISCHR(mode)) {
+        return file_endpoint_type::char_device;
+    }
+    if (S_ISFIFO(mode)) {
+        return file_endpoint_type::fifo;
+    }
+    std::string msg = "endpoint " + uri + ": " + path + " is " + file_kind_name(mode) + "; " + file_accepts;
+    if (S_ISSOCK(mode)) {
+        msg += " (for a socket write unix://" + path + ")";
+    } else if (S_ISREG(mode)) {
+        msg += " (a frame written to a file reaches no QPU)";
+    }
+    return rtcore::error{EINVAL, msg};
+}
+
 }  // namespace
+
+const char* to_string(file_endpoint_type t) noexcept {
+    return t == file_endpoint_type::fifo ? "FIFO" : "character device";
+}
+
+rtcore::result<file_endpoint_type> check_file_endpoint(const std::string& uri, const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        if (err == ENOENT) {
+            return rtcore::error{ENOENT, "endpoint " + uri + ": " + path + " does not exist; " + file_accepts};
+        }
+        return rtcore::error::from_errno(err, "endpoint " + uri + ": stat " + path);
+    }
+    return file_type_of(uri, path, st.st_mode);
+}
 
 rtcore::result<endpoint_address> parse_endpoint(std::string_view uri) {
     endpoint_address a;
@@ -115,11 +169,26 @@ rtcore::status set_nonblocking(int fd, bool on) {
 rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
     connect_attempt out;
     if (addr.kind == endpoint_kind::file) {
+        // Refused before open: a regular file or a directory is never opened
+        // for writing.  A FIFO opened O_RDWR does not wait for its reader.
+        if (auto t = check_file_endpoint(addr.uri, addr.path); !t) {
+            return t.err();
+        }
         const int fd = ::open(addr.path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
         if (fd < 0) {
-            return rtcore::error::from_errno("open " + addr.path);
+            return rtcore::error::from_errno("endpoint " + addr.uri + ": open " + addr.path);
         }
         out.fd.reset(fd);
+        // What was opened, not what stat saw (the path may have changed).
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) {
+            return rtcore::error::from_errno("endpoint " + addr.uri + ": fstat " + addr.path);
+        }
+        auto t = file_type_of(addr.uri, addr.path, st.st_mode);
+        if (!t) {
+            return t.err();
+        }
+        out.file_type = *t;
         return out;
     }
     const int domain = addr.kind == endpoint_kind::unix_stream ? AF_UNIX : AF_INET;

@@ -20,6 +20,7 @@ const char* to_string(job_state s) noexcept {
     case job_state::completed: return "completed";
     case job_state::failed: return "failed";
     case job_state::missed: return "missed";
+    case job_state::sent: return "sent";
     }
     return "unknown";
 }

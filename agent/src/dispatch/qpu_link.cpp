@@ -132,7 +132,9 @@ void qpu_link::try_connect() {
     }
     _fd = std::move(att->fd);
     _reader.reset();
-    _write_only = false;
+    // A FIFO only carries frames to the QPU side: no HELLO, no results (and
+    // reading it back would return our own frames).
+    _write_only = _addr.kind == endpoint_kind::file && att->file_type == file_endpoint_type::fifo;
     // Bound what a QPU that stops reading can leave queued to two full
     // frames: past that a frame fails at its T (RWF_NOWAIT, EAGAIN)
     // instead of waiting in a large buffer and reaching the QPU late.  Two,
@@ -180,19 +182,29 @@ void qpu_link::send_hello() {
             drop_connection("endpoint_down", st.err().message);
             return;
         }
-    }
-    auto st = _loop.add_fd(fd, EPOLLIN | EPOLLRDHUP, [this](std::uint32_t ev) { on_readable(ev); });
-    if (!st) {
-        if (_addr.kind == endpoint_kind::file && st.err().code == EPERM) {
-            // A regular file (or /dev/null): not pollable, write-only; no
-            // HELLO and no results.
-            _write_only = true;
-        } else {
+    } else if (_write_only) {
+        // A FIFO: io_uring refuses RWF_NOWAIT on a pipe, so the fd itself is
+        // O_NONBLOCK; a write the reader's side cannot take at T fails with
+        // -EAGAIN then (send_failed), never goes out late.
+        if (auto st = set_nonblocking(fd, true); !st) {
             drop_connection("endpoint_down", st.err().message);
             return;
         }
-    } else {
-        _fd_watched = true;
+    }
+    if (!_write_only) {  // a FIFO has nothing to watch
+        auto st = _loop.add_fd(fd, EPOLLIN | EPOLLRDHUP, [this](std::uint32_t ev) { on_readable(ev); });
+        if (!st) {
+            if (_addr.kind == endpoint_kind::file && st.err().code == EPERM) {
+                // A character device that cannot be polled (like /dev/null):
+                // write-only; no HELLO and no results.
+                _write_only = true;
+            } else {
+                drop_connection("endpoint_down", st.err().message);
+                return;
+            }
+        } else {
+            _fd_watched = true;
+        }
     }
     if (_write_only) {
         if (auto up = _dispatcher.set_endpoint_fd(fd); !up) {
@@ -201,7 +213,7 @@ void qpu_link::send_hello() {
         }
         _state = conn_state::up;
         _backoff = _cfg.backoff_initial;
-        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only, no results)", _cfg.dispatch.qpu_index,
+        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only: no results, its jobs end `sent`)", _cfg.dispatch.qpu_index,
                      _addr.uri);
         if (_cb.on_endpoint_state) {
             _cb.on_endpoint_state(true, "write_only");
@@ -457,8 +469,10 @@ void qpu_link::on_record(const dispatch_record& r) {
             _cb.on_dispatched(p.job.job_id, r.sent_ns);
         }
         if (_write_only) {
-            ++_counters.completed;
-            finish(r.job_id, job_state::completed, "ok", "sent to a write-only endpoint (no result)");
+            // Nobody can say that it ran: `sent`, never `completed`.
+            ++_counters.sent;
+            finish(r.job_id, job_state::sent, "sent",
+                   "written on time to " + _addr.uri + ", a write-only endpoint: no result comes back");
             return;
         }
         if (p.early_answer) {

@@ -184,7 +184,7 @@ std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
             r.type = "job.dispatched";
             r.tenant = e.tenant;
         } else if (e.type == tl::event_type::completed || e.type == tl::event_type::failed ||
-                   e.type == tl::event_type::missed) {
+                   e.type == tl::event_type::missed || e.type == tl::event_type::sent) {
             r.type = "job.finished";
             r.tenant = e.tenant;
         } else {

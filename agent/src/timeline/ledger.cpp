@@ -1707,6 +1707,11 @@ result<reservation> ledger::fail(std::uint64_t id, std::string_view why, std::in
                                event_type::failed, {});
 }
 
+result<reservation> ledger::mark_sent(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
+    return dispatch_transition(id, "mark_sent", res_state::dispatched, res_state::sent, why, now_ns,
+                               event_type::sent, {});
+}
+
 result<reservation> ledger::miss(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
     return dispatch_transition(id, "miss", res_state::committed, res_state::missed, why, now_ns,
                                event_type::missed, {});

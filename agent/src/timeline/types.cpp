@@ -5,9 +5,10 @@
 namespace qrt::timeline {
 
 namespace {
-constexpr std::array<std::string_view, 10> k_state_names = {
+constexpr std::array<std::string_view, 11> k_state_names = {
     "held", "committed", "dispatched", "completed", "failed",
     "expired", "released", "cancelled", "missed", "displaced",
+    "sent",
 };
 }  // namespace
 
@@ -40,7 +41,7 @@ bool transition_allowed(res_state from, res_state to) noexcept {
         return to == st::dispatched || to == st::cancelled || to == st::missed ||
                to == st::displaced;
     case st::dispatched:
-        return to == st::completed || to == st::failed;
+        return to == st::completed || to == st::failed || to == st::sent;
     default:
         return false;  // terminal states never change
     }

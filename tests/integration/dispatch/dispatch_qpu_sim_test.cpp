@@ -416,17 +416,20 @@ TEST_F(dispatch_with_qpu_sim, the_same_run_over_loopback_tcp) {
     EXPECT_EQ(rr.telemetry.counters.completed + rr.telemetry.counters.missed, job_count) << describe(rr);
 }
 
-// file:// to a regular file: not pollable, so the link is write-only; every
-// frame lands in the file in order and jobs complete on the write.
-TEST(dispatch_file_endpoint, jobs_are_written_in_order_to_a_write_only_file) {
-    char tmpl[] = "/tmp/qrt-dispatch-file-XXXXXX";
-    const int fd = ::mkstemp(tmpl);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
+// file:// to a FIFO: the reader is the QPU side and nothing comes back, so
+// the link is write-only.  Every frame reaches the reader in order, and each
+// job ends `sent`, never `completed`: nobody knows that it ran (issue #14 §4).
+TEST(dispatch_file_endpoint, a_fifo_endpoints_jobs_end_sent_not_completed_and_its_reader_gets_every_frame) {
+    char dir_tmpl[] = "/tmp/qrt-dispatch-fifo-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_tmpl), nullptr);
+    const std::string fifo = std::string(dir_tmpl) + "/qpu0";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
     qrt::event_loop loop;
     rtcore::real_clock clock;
     qpu_link_config cfg;
-    cfg.endpoint = std::string("file://") + tmpl;
+    cfg.endpoint = "file://" + fifo;
     cfg.dispatch.mode = dispatch_mode::untuned;
     cfg.dispatch.slots = 8;
     cfg.dispatch.max_payload_bytes = 64;
@@ -451,18 +454,53 @@ TEST(dispatch_file_endpoint, jobs_are_written_in_order_to_a_write_only_file) {
     for (int i = 0; i < 400 && outs.size() < 3; ++i) {
         loop.run_once(std::chrono::milliseconds(5));
     }
+    const auto tel = link.telemetry();
     link.stop();
     ASSERT_EQ(outs.size(), 3u);
-    std::ifstream in(tmpl, std::ios::binary);
-    std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::uint8_t> bytes(4096);
+    const ssize_t n = ::read(reader, bytes.data(), bytes.size());
+    ASSERT_GT(n, 0) << "nothing reached the FIFO's reader";
+    bytes.resize(static_cast<std::size_t>(n));
     qrt::wire::frame_reader r;
     r.feed(bytes);
     for (std::uint64_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(outs[i].state, job_state::completed) << outs[i].reason << ": " << outs[i].detail;
+        EXPECT_EQ(outs[i].state, job_state::sent) << to_string(outs[i].state) << " " << outs[i].reason << ": "
+                                                  << outs[i].detail;
+        EXPECT_EQ(outs[i].reason, "sent");
+        EXPECT_NE(outs[i].sent_ns, 0);
         auto f = r.next();
         ASSERT_TRUE(f.has_value()) << "frame " << i << ": " << qrt::wire::to_string(r.error());
+        EXPECT_EQ(f->hdr.type, static_cast<std::uint8_t>(qrt::wire::frame_type::job)) << "no HELLO on a FIFO";
         EXPECT_EQ(f->hdr.job_id, 100 + i);
         EXPECT_EQ(f->payload_text(), "job" + std::to_string(i));
     }
+    EXPECT_EQ(tel.counters.sent, 3u);
+    EXPECT_EQ(tel.counters.completed, 0u);
+    ::close(reader);
+    std::filesystem::remove_all(dir_tmpl);
+}
+
+// A regular file is no QPU: the link refuses it at connect, naming the path,
+// its type and what a file:// endpoint must be, and writes nothing into it.
+TEST(dispatch_file_endpoint, a_regular_file_endpoint_is_refused_naming_path_type_and_what_is_accepted) {
+    char tmpl[] = "/tmp/qrt-dispatch-file-XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    qrt::event_loop loop;
+    rtcore::real_clock clock;
+    qpu_link_config cfg;
+    cfg.endpoint = std::string("file://") + tmpl;
+    cfg.dispatch.mode = dispatch_mode::untuned;
+    cfg.dispatch.slots = 8;
+    cfg.dispatch.max_payload_bytes = 64;
+    qpu_link link(loop, clock, cfg, {});
+    ASSERT_TRUE(link.start());
+    EXPECT_FALSE(link.endpoint_up());
+    const std::string& e = link.last_endpoint_error();
+    EXPECT_NE(e.find(std::string(tmpl) + " is a regular file"), std::string::npos) << e;
+    EXPECT_NE(e.find("must be a character device (the QPU's driver) or a FIFO"), std::string::npos) << e;
+    link.stop();
+    EXPECT_EQ(fs::file_size(tmpl), 0u) << "frames were written into the regular file";
     ::unlink(tmpl);
 }

@@ -204,6 +204,42 @@ TEST(qrtd_cli, check_config_rejects_a_bad_file_with_exit_2_and_every_message) {
     fs::remove(f);
 }
 
+TEST(qrtd_cli, check_config_refuses_a_file_endpoint_that_is_a_regular_file_naming_path_and_type) {
+    // file:// must name a character device or a FIFO (under /dev: /dev/shm
+    // is the place a test may create both).  A regular file is an error
+    // (exit 2); a FIFO passes; a missing path is only a warning (a device
+    // may appear later), exit 0.
+    const std::string base = "/dev/shm/qrt-cli-endpoint-" + std::to_string(::getpid());
+    const std::string regular = base + ".bin";
+    const std::string fifo = base + ".fifo";
+    { std::ofstream(regular) << ""; }
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const auto with_endpoint = [](const std::string& name, const std::string& path) {
+        return write_temp(name, "[[qpu]]\nname = \"q\"\nendpoint = \"file://" + path + "\"\n");
+    };
+    const auto f_reg = with_endpoint("ep-regular.toml", regular);
+    const auto bad = run(qrtd + " check-config -c " + f_reg);
+    EXPECT_EQ(bad.status, 2) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find("qpu q: endpoint file://" + regular + ": " + regular +
+                           " is a regular file; a file:// endpoint must be a character device (the QPU's "
+                           "driver) or a FIFO"),
+              std::string::npos)
+        << bad.err;
+    const auto f_fifo = with_endpoint("ep-fifo.toml", fifo);
+    const auto good = run(qrtd + " check-config -c " + f_fifo);
+    EXPECT_EQ(good.status, 0) << good.err;
+    const auto f_missing = with_endpoint("ep-missing.toml", base + ".missing");
+    const auto missing = run(qrtd + " check-config -c " + f_missing);
+    EXPECT_EQ(missing.status, 0) << missing.err;
+    EXPECT_NE(missing.err.find("warning: qpu q: endpoint file://" + base + ".missing: " + base +
+                               ".missing does not exist"),
+              std::string::npos)
+        << missing.err;
+    for (const auto& f : {f_reg, f_fifo, f_missing, regular, fifo}) {
+        fs::remove(f);
+    }
+}
+
 TEST(qrtd_cli, check_config_json_gives_errors_with_lines_or_the_effective_config) {
     const auto f = write_temp("bad.json.toml", "[agent]\nlog_level = \"loud\"\n");
     const auto bad = run(qrtd + " check-config --json -c " + f);

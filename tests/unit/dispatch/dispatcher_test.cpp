@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -87,6 +88,26 @@ protected:
 };
 
 const std::uint8_t payload[] = {'h', 'e', 'l', 'l', 'o'};
+
+// The host's clocks, except that CLOCK_REALTIME can be stepped in this
+// process only (stepping the real clock would disturb the whole machine).
+// Sleeps are the real ones, so the dispatch thread runs as in the daemon.
+class stepping_clock final : public rtcore::clock_source {
+public:
+    std::int64_t now_monotonic_ns() const noexcept override { return _real.now_monotonic_ns(); }
+    std::int64_t now_realtime_ns() const noexcept override {
+        return _real.now_realtime_ns() + _offset.load(std::memory_order_acquire);
+    }
+    int sleep_until_monotonic_ns(std::int64_t t_ns) noexcept override { return _real.sleep_until_monotonic_ns(t_ns); }
+    int sleep_until_or_woken(std::int64_t t_ns, const rtcore::wake_word& word, std::uint32_t seen) noexcept override {
+        return _real.sleep_until_or_woken(t_ns, word, seen);
+    }
+    void step_realtime(std::int64_t delta_ns) noexcept { _offset.fetch_add(delta_ns, std::memory_order_acq_rel); }
+
+private:
+    rtcore::real_clock _real;
+    std::atomic<std::int64_t> _offset{0};
+};
 
 }  // namespace
 
@@ -356,25 +377,155 @@ TEST_F(dispatcher_fixture, a_realtime_step_during_the_last_sleep_moves_the_send_
     // One long sleep (no chunking) towards T = now + 20 s; a step then makes
     // T 100 ms away.  The sleep must be cut short: the job goes out long
     // before the old wake-up time (the wait below gives up after 3 s).
+    stepping_clock clock;
     dispatcher_config c = untuned();
     c.max_sleep_chunk_ns = 3'600'000 * ms;
-    dispatcher d(c, _clock);
+    dispatcher d(c, clock);
     ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
-    const std::int64_t t_rt = _clock.now_realtime_ns() + 20'000 * ms;
+    const std::int64_t t_rt = clock.now_realtime_ns() + 20'000 * ms;
     dispatch_job j = job_at(1, t_rt);
     j.window_start_ns = t_rt - 60'000 * ms;
     ASSERT_TRUE(d.submit(j, payload));
     ASSERT_TRUE(d.start());
     std::this_thread::sleep_for(std::chrono::milliseconds(30));  // asleep towards T
-    // The realtime clock "jumped forward" by 19.9 s: realtime - monotonic grew.
-    const rtcore::time_base stepped(d.base().offset_ns() + 19'900 * ms);
-    EXPECT_EQ(d.on_realtime_step(stepped), 1u);
+    // The realtime clock jumps forward by 19.9 s; the step watch reports it.
+    clock.step_realtime(19'900 * ms);
+    EXPECT_EQ(d.on_realtime_step(rtcore::time_base::sample(clock)), 1u);
     const auto recs = wait_records(d, 1);
     d.stop();
     ASSERT_EQ(recs.size(), 1u) << "still asleep towards the old deadline";
     EXPECT_EQ(recs[0].status, dispatch_status::sent) << to_string(recs[0].status);
     EXPECT_GE(d.thread_stats().early_wakes, 1u);
     EXPECT_EQ(read_frames().size(), 1u);
+}
+
+// ---- realtime steps nobody has reported yet (issue #14 §4) ----
+//
+// The step watch runs on the housekeeping loop; until it has re-converted
+// (the loop is busy, or the step came before the watch was armed), the
+// dispatch thread holds deadlines made with the old offset.  It must check
+// the offset itself: a job is never sent before its realtime start (a
+// backward step) and never later than its tolerance (a forward one).
+
+namespace {
+constexpr std::int64_t step_tolerance_ns = 50 * ms;
+
+dispatch_job job_with_tolerance(std::uint64_t id, std::int64_t t_rt) {
+    dispatch_job j;
+    j.job_id = id;
+    j.scheduled_ns = t_rt;
+    j.window_start_ns = t_rt - 5'000 * ms;
+    j.window_end_ns = t_rt + 5'000 * ms;
+    j.duration_ns = 100'000;
+    j.calibration_id = 1;
+    j.tolerance_ns = step_tolerance_ns;
+    j.shots = 10;
+    return j;
+}
+
+// Each of n jobs was sent, not before its realtime start (1 ms of sampling
+// slack) and not later than its tolerance, by the realtime clock it was
+// scheduled on.
+void expect_sent_on_time(const std::vector<dispatch_record>& recs, const std::vector<dispatch_job>& jobs) {
+    ASSERT_EQ(recs.size(), jobs.size());
+    for (const auto& r : recs) {
+        const auto j = std::find_if(jobs.begin(), jobs.end(), [&](const dispatch_job& x) { return x.job_id == r.job_id; });
+        ASSERT_NE(j, jobs.end());
+        EXPECT_EQ(r.status, dispatch_status::sent) << "job " << r.job_id << ": " << to_string(r.status);
+        EXPECT_GE(r.sent_ns, j->scheduled_ns - ms)
+            << "job " << r.job_id << " sent " << (j->scheduled_ns - r.sent_ns) / ms << " ms before its start";
+        EXPECT_LE(r.sent_ns, j->scheduled_ns + step_tolerance_ns)
+            << "job " << r.job_id << " sent " << (r.sent_ns - j->scheduled_ns) / ms << " ms after its start";
+    }
+}
+}  // namespace
+
+TEST_F(dispatcher_fixture, a_backward_step_of_100_ms_with_jobs_handed_over_sends_them_at_their_start_not_early) {
+    stepping_clock clock;
+    dispatcher d(untuned(), clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    std::vector<dispatch_job> jobs;
+    const std::int64_t t0 = clock.now_realtime_ns() + 120 * ms;
+    for (std::uint64_t i = 0; i < 6; ++i) {
+        jobs.push_back(job_with_tolerance(i + 1, t0 + static_cast<std::int64_t>(i) * 10 * ms));
+        ASSERT_TRUE(d.submit(jobs.back(), payload));
+    }
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // handed over, asleep towards the first
+    clock.step_realtime(-100 * ms);  // not reported: the watch has not run yet
+    const auto recs = wait_records(d, jobs.size());
+    d.stop();
+    expect_sent_on_time(recs, jobs);
+    EXPECT_GE(d.thread_stats().steps_followed, 1u);
+    EXPECT_EQ(read_frames().size(), jobs.size());
+}
+
+TEST_F(dispatcher_fixture, a_forward_step_of_200_ms_with_jobs_handed_over_sends_them_at_their_start_not_late) {
+    stepping_clock clock;
+    dispatcher d(untuned(), clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    std::vector<dispatch_job> jobs;
+    const std::int64_t t0 = clock.now_realtime_ns() + 400 * ms;
+    for (std::uint64_t i = 0; i < 6; ++i) {
+        jobs.push_back(job_with_tolerance(i + 1, t0 + static_cast<std::int64_t>(i) * 10 * ms));
+        ASSERT_TRUE(d.submit(jobs.back(), payload));
+    }
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    clock.step_realtime(+200 * ms);  // T is now 200 ms nearer; nobody says so
+    const auto recs = wait_records(d, jobs.size());
+    d.stop();
+    expect_sent_on_time(recs, jobs);
+    EXPECT_GE(d.thread_stats().steps_followed, 1u);
+}
+
+TEST_F(dispatcher_fixture, a_2_s_step_after_the_time_base_was_sampled_is_followed_before_the_first_send) {
+    // Start-up: the dispatcher samples its time base, then the clock steps by
+    // +2 s before any watch could report it; jobs are converted with the old
+    // base.  They must still go out at their realtime start.
+    stepping_clock clock;
+    dispatcher d(untuned(), clock);
+    clock.step_realtime(2'000 * ms);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    std::vector<dispatch_job> jobs;
+    const std::int64_t t0 = clock.now_realtime_ns() + 150 * ms;
+    for (std::uint64_t i = 0; i < 6; ++i) {
+        jobs.push_back(job_with_tolerance(i + 1, t0 + static_cast<std::int64_t>(i) * 10 * ms));
+        ASSERT_TRUE(d.submit(jobs.back(), payload));
+    }
+    ASSERT_TRUE(d.start());
+    const auto recs = wait_records(d, jobs.size());
+    d.stop();
+    expect_sent_on_time(recs, jobs);
+}
+
+TEST_F(dispatcher_fixture, a_job_handed_over_after_an_unreported_step_keeps_the_start_order) {
+    // The thread has followed a -100 ms step itself; a job submitted next
+    // with the stale base (housekeeping has not re-sampled) between two
+    // pending ones is converted like them and goes out between them.
+    stepping_clock clock;
+    dispatcher d(untuned(), clock);
+    ASSERT_TRUE(d.set_endpoint_fd(_sp[0]));
+    const std::int64_t t0 = clock.now_realtime_ns() + 150 * ms;
+    std::vector<dispatch_job> jobs{job_with_tolerance(1, t0), job_with_tolerance(3, t0 + 40 * ms)};
+    ASSERT_TRUE(d.submit(jobs[0], payload));
+    ASSERT_TRUE(d.submit(jobs[1], payload));
+    ASSERT_TRUE(d.start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    clock.step_realtime(-100 * ms);
+    for (int i = 0; i < 3000 && d.thread_stats().steps_followed == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GE(d.thread_stats().steps_followed, 1u) << "the thread never looked at the clock";
+    jobs.push_back(job_with_tolerance(2, t0 + 20 * ms));
+    ASSERT_TRUE(d.submit(jobs.back(), payload));
+    const auto recs = wait_records(d, jobs.size());
+    d.stop();
+    expect_sent_on_time(recs, jobs);
+    ASSERT_EQ(recs.size(), 3u);
+    EXPECT_EQ(recs[0].job_id, 1u);
+    EXPECT_EQ(recs[1].job_id, 2u);
+    EXPECT_EQ(recs[2].job_id, 3u);
 }
 
 TEST_F(dispatcher_fixture, a_new_endpoint_is_registered_by_the_dispatch_thread_itself) {

@@ -278,6 +278,38 @@ TEST(ledger, dispatched_job_can_fail_with_a_reason) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(ledger, a_job_sent_to_a_write_only_endpoint_ends_sent_with_no_result_never_completed) {
+    auto l = make_ledger();
+    auto a = l->submit("alice", req(10), "", {1}, t0_ns);
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(l->mark_dispatched(a->id, w0));
+    auto s = l->mark_sent(a->id, "written on time to file:///dev/shm/q, a write-only endpoint", w0 + s_ns);
+    ASSERT_TRUE(s) << s.err().message;
+    EXPECT_EQ(s->state, res_state::sent);
+    EXPECT_TRUE(is_terminal(res_state::sent));
+    EXPECT_EQ(to_string(res_state::sent), "sent");
+    auto res = l->job_result_of("alice", a->id);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->state, res_state::sent);
+    EXPECT_TRUE(res->result.empty());
+    EXPECT_NE(res->reason.find("write-only"), std::string::npos);
+    EXPECT_EQ(l->complete(a->id, {42}, w0 + 2 * s_ns).err().reason, "illegal_transition");
+    EXPECT_EQ(l->mark_sent(a->id, "", w0).err().reason, "illegal_transition") << "terminal";
+    auto c = l->submit("alice", req(10, t0_ns + 2 * period_ns), "", {1}, t0_ns);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(l->mark_sent(c->id, "", w0).err().reason, "illegal_transition") << "only a dispatched job is sent";
+    std::vector<std::string> types;
+    for (const event& e : l->drain_events()) {
+        if (e.reservation_id == a->id) {
+            types.push_back(e.type);
+        }
+    }
+    ASSERT_GE(types.size(), 2u);
+    EXPECT_EQ(types[types.size() - 2], "dispatched");
+    EXPECT_EQ(types.back(), "sent");
+    EXPECT_INVARIANTS(*l);
+}
+
 TEST(ledger, transition_table_allows_exactly_the_documented_edges) {
     using st = res_state;
     const std::vector<std::pair<st, st>> legal = {
@@ -286,9 +318,10 @@ TEST(ledger, transition_table_allows_exactly_the_documented_edges) {
         {st::committed, st::dispatched}, {st::committed, st::cancelled},
         {st::committed, st::missed},     {st::committed, st::displaced},
         {st::dispatched, st::completed}, {st::dispatched, st::failed},
+        {st::dispatched, st::sent},
     };
-    for (int f = 0; f <= static_cast<int>(st::displaced); ++f) {
-        for (int t = 0; t <= static_cast<int>(st::displaced); ++t) {
+    for (int f = 0; f <= static_cast<int>(st::sent); ++f) {
+        for (int t = 0; t <= static_cast<int>(st::sent); ++t) {
             const auto from = static_cast<st>(f);
             const auto to = static_cast<st>(t);
             const bool want =

@@ -60,7 +60,7 @@ placement place_best(const std::vector<connection*>& agents, const json& reserve
         // in its current state: a hold released (the loser of that try) or
         // expired holds nothing.
         const std::string state = first_member(r.result()).value("state", std::string());
-        if (state != "held" && state != "committed" && state != "dispatched" &&
+        if (state != "held" && state != "committed" && state != "dispatched" && state != "sent" &&
             state != "completed") {
             out.errors[i] = call_error{0, ESTALE, std::string(not_held),
                                        "this idempotency key's reservation is " + state, nullptr};

@@ -34,6 +34,20 @@
 //   the new head instead of sleeping to the old one.  Submit at least
 //   lead + the thread's loop latency before T (daemon: dispatch.min_lead,
 //   see services.cpp).
+// - Realtime steps (both directions) are followed twice: the housekeeping
+//   side re-converts every queued deadline when its step watch fires
+//   (on_realtime_step, which wakes the thread), and the dispatch thread
+//   itself checks the clock's offset against its head job's conversion
+//   each time it looks at that job and again when it wakes before T (one
+//   monotonic/realtime/monotonic bracket, no syscall beyond the vDSO
+//   reads), and a job the ring brings when it pulls it.  When they differ
+//   by more than step_follow_ns it re-converts every pending deadline from
+//   the jobs' realtime starts itself and sorts them again.  So a
+//   step the housekeeping side has not seen yet (its loop is busy, or the
+//   step landed before its watch was armed) neither sends a job early (a
+//   backward step) nor late (a forward step: the thread notices at its
+//   next wake, at most max_sleep_chunk_ns later, or is woken by the watch).
+//   A step inside the last spin (at most the lead) is left to the watch.
 // - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, mlockall +
 //   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
 //   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
@@ -117,6 +131,11 @@ struct dispatcher_config {
     submit_mode submit = submit_mode::syscall;    // how the RT thread hands the SQE to the kernel
     int sqpoll_cpu = -1;                // sqpoll: the poller's CPU (-1 = dispatch_cpu; unpinned if that is -1 too)
     std::uint32_t sqpoll_idle_ms = 50;  // sqpoll: poller sleeps after this long without work
+    // The dispatch thread re-converts its pending deadlines itself when the
+    // realtime clock's offset moved by more than this since they were
+    // converted.  Only a step moves it (adjtime slews both clocks alike);
+    // above the sampling error of one bracket of reads (<= 25 us).
+    std::int64_t step_follow_ns = 200'000;
 };
 
 // One record per submitted job, back from the dispatch thread.
@@ -150,6 +169,7 @@ struct dispatch_thread_stats {
     std::uint64_t endpoint_updates = 0;     // registered-file updates applied by the thread
     std::uint64_t early_wakes = 0;          // sleeps cut short by the wake word
     std::uint64_t sqpoll_yields = 0;        // sqpoll: waits for the poller before a back-to-back job
+    std::uint64_t steps_followed = 0;       // realtime steps the thread found and re-converted itself
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
     bool mlocked = false;
     bool dma_latency_held = false;
@@ -164,6 +184,7 @@ struct queued_job {
     std::uint32_t frame_len = 0;
     std::uint64_t job_id = 0;
     std::uint64_t calibration_id = 0;
+    std::int64_t scheduled_rt_ns = 0;    // T, realtime: what a step re-conversion starts from
     std::int64_t tolerance_ns = 0;
     std::int64_t window_end_rel_ns = 0;  // window_end - scheduled
     std::int64_t duration_ns = 0;
@@ -324,6 +345,13 @@ private:
     // Report every withdrawn pending job `cancelled` now, not at its T, so
     // the housekeeping side learns at once that it was never sent.
     void drop_withdrawn(std::int64_t now) noexcept;
+    // The dispatch thread's own step check (see the header comment): true
+    // when the clock's offset no longer matches j's conversion and every
+    // pending deadline was re-converted (the caller looks again).
+    bool follow_realtime_step(const queued_job& j, std::int64_t deadline) noexcept;
+    // realtime - monotonic now, or nullopt when the bracket of reads was
+    // too wide to trust (preempted between them).
+    std::optional<std::int64_t> sample_offset() const noexcept;
     std::uint8_t* slot_buffer(std::uint32_t slot) const noexcept;
 
     dispatcher_config _cfg;
@@ -388,6 +416,7 @@ private:
     std::atomic<std::uint64_t> _st_endpoint_updates{0};
     std::atomic<std::uint64_t> _st_early_wakes{0};
     std::atomic<std::uint64_t> _st_sqpoll_yields{0};
+    std::atomic<std::uint64_t> _st_steps_followed{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<bool> _st_dma{false};

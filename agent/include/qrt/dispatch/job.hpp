@@ -43,6 +43,7 @@ enum class job_state : std::uint8_t {
     completed,  // RESULT received
     failed,     // see reason
     missed,     // never sent: start passed by more than tolerance
+    sent,       // written on time to a write-only endpoint: no result can come back
 };
 const char* to_string(job_state s) noexcept;
 

@@ -25,6 +25,7 @@ struct dispatch_counters {
     std::uint64_t endpoint_disconnects = 0;
     std::uint64_t endpoint_protocol_errors = 0;
     std::uint64_t completed = 0;            // RESULT attached
+    std::uint64_t sent = 0;                 // written to a write-only endpoint (no result can come)
     std::uint64_t qpu_out_of_window = 0;    // RESULT/ERROR flagged out-of-window by the QPU
     std::uint64_t stray_frames = 0;         // RESULT/ERROR for no pending job (e.g. after a timeout)
     std::uint64_t reconnects = 0;

@@ -41,7 +41,7 @@ struct reason_entry {
 };
 
 // clang-format off
-inline constexpr std::array<reason_entry, 29> reason_table{{
+inline constexpr std::array<reason_entry, 30> reason_table{{
     // standard errors
     {"parse_error",          code_parse_error,      2, "the line is not valid JSON (or not valid UTF-8)"},
     {"invalid_request",      code_invalid_request,  2, "not a valid JSON-RPC 2.0 request object"},
@@ -73,6 +73,9 @@ inline constexpr std::array<reason_entry, 29> reason_table{{
     {"not_ready",            -32018, 17, "the job has no result yet"},
     {"store_error",          -32019, 14, "the durable store failed; nothing was changed"},
     {"quota_exceeded",       -32020, 19, "a per-tenant quota or ceiling of [tenants] was reached (data.quota names it)"},
+    // A job's end state, like missed: it went out on time to a write-only
+    // endpoint, which gives no result back (no error is raised with it).
+    {"sent",                 -32021, 20, "the job was written on time to a write-only endpoint; no result comes back"},
 }};
 // clang-format on
 

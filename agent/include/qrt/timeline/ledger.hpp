@@ -8,7 +8,9 @@
 // Reservation states:
 //
 //   held --commit--> committed --mark_dispatched--> dispatched --> completed
-//     |                 |                                   \---> failed
+//     |                 |                                   +---> failed
+//     |                 |                                   \---> sent (write-only
+//     |                 |                                          endpoint: no result)
 //     |                 +--cancel--> cancelled
 //     |                 +--mark_missed--> missed   (start passed undispatched)
 //     |                 +--> displaced  (preemption / calibration change, no
@@ -166,6 +168,9 @@ public:
     result<reservation> mark_dispatched(std::uint64_t id, std::int64_t sent_ns);
     result<reservation> complete(std::uint64_t id, blob result_blob, std::int64_t now_ns);
     result<reservation> fail(std::uint64_t id, std::string_view why, std::int64_t now_ns);
+    // dispatched -> sent: the frame went to a write-only endpoint, which
+    // gives no result back; why says where it went.
+    result<reservation> mark_sent(std::uint64_t id, std::string_view why, std::int64_t now_ns);
     // A committed job the dispatcher never sent (start passed, calibration
     // guard, endpoint down, refused): committed -> missed with that reason.
     result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);

@@ -114,6 +114,9 @@ enum class res_state : std::uint8_t {
     cancelled,
     missed,
     displaced,
+    // Written to a write-only endpoint (a file:// FIFO or a device that gives
+    // nothing back): it left on time, but nobody can say that it ran.
+    sent,
 };
 
 std::string_view to_string(res_state s) noexcept;
@@ -254,6 +257,7 @@ inline constexpr std::string_view replaced = "replaced";    // moved to a new sl
 inline constexpr std::string_view displaced = "displaced";  // could not be re-placed
 inline constexpr std::string_view dispatched = "dispatched";
 inline constexpr std::string_view completed = "completed";
+inline constexpr std::string_view sent = "sent";  // written to a write-only endpoint, no result
 inline constexpr std::string_view failed = "failed";
 inline constexpr std::string_view calibration = "calibration";  // windows changed
 }  // namespace event_type
