@@ -31,8 +31,8 @@ json agent_snapshot(std::int64_t taken_ns = now_ns - 1'000'000'000) {
     s.add_histogram("qrt_probe_wakeup_latency_seconds", "wakeup", {{"cpu", "1"}}, lateness(2'000, 700));
     s.add_counter("qrt_probe_intrusions_total", "n",
                   {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 17);
-    s.add_gauge("qrt_probe_intrusion_seconds_total", "t",
-                {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0025);
+    s.add_real_counter("qrt_probe_intrusion_seconds_total", "t",
+                       {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0025);
     s.add_gauge("qrt_probe_intrusion_max_seconds", "m",
                 {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0004);
     s.add_counter("qrt_probe_intrusions_total", "n", {{"cpu", "3"}, {"kind", "task"}, {"source", "task a/1"}}, 3);
