@@ -135,6 +135,11 @@ private:
     void on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o);
     void publish_ledger_events();
     void on_realtime_step();
+    // Probe 3's ring buffer is readable: log, keep, count and publish.
+    void drain_outliers() noexcept;
+    // Every recent-window slice (10 s): checkpoint the histograms, prune
+    // exited threads from the intrusion map.
+    void telemetry_tick() noexcept;
 
     event_loop& _loop;
     const config& _cfg;
@@ -156,6 +161,7 @@ private:
 
     struct probes_state;
     std::unique_ptr<probes_state> _probes;
+    std::unique_ptr<telemetry::recent_windows> _recent;
     std::string _probes_status = "unavailable (not started)";
 
     std::unique_ptr<rpc::engine> _engine;
