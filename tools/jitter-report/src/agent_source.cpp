@@ -90,6 +90,27 @@ T number_or(const json& m, const char* key, T fallback) {
     return it->get<T>();
 }
 
+// "1m" -> 60, "1h" -> 3600, "30s" -> 30, "1d" -> 86400; an unknown form
+// sorts last.
+double window_length_s(const std::string& w) {
+    std::size_t i = 0;
+    double n = 0.0;
+    while (i < w.size() && w[i] >= '0' && w[i] <= '9') {
+        n = n * 10.0 + (w[i] - '0');
+        ++i;
+    }
+    if (i == 0 || i + 1 != w.size()) {
+        return 1e300;
+    }
+    switch (w[i]) {
+        case 's': return n;
+        case 'm': return n * 60.0;
+        case 'h': return n * 3600.0;
+        case 'd': return n * 86400.0;
+        default: return 1e300;
+    }
+}
+
 rtcore::result<series> series_of(const json& h, const metric_entry& e) {
     series s;
     s.metric = e.metric;
@@ -152,8 +173,11 @@ rtcore::result<series> series_of(const json& h, const metric_entry& e) {
             rs.p999_ns = number_or<std::int64_t>(w, "p999_ns", 0);
             s.recent.push_back(std::move(ws));
         }
-        std::stable_sort(s.recent.begin(), s.recent.end(),
-                         [](const window_stats& a, const window_stats& b) { return a.span_ns < b.span_ns; });
+        // By the window's length ("1m" before "1h"), not by span_ns: a young
+        // agent's windows all span its uptime.
+        std::stable_sort(s.recent.begin(), s.recent.end(), [](const window_stats& a, const window_stats& b) {
+            return window_length_s(a.window) < window_length_s(b.window);
+        });
     }
     return s;
 }
