@@ -405,6 +405,7 @@ rtcore::status services::start_links() {
         for (const pid_t t : own_tids()) {
             if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
                 _dispatch_tids.push_back(t);
+                _qpu_of_tid[t] = qc.name;
             }
         }
         const auto& disp = q->link->dispatch();
@@ -1018,14 +1019,9 @@ void services::drain_outliers() noexcept {
         const std::int64_t rt = _clock.now_realtime_ns();
         const std::int64_t mono = _clock.now_monotonic_ns();
         for (const auto& o : *list) {
-            // The QPU whose dispatch CPU it is.
-            std::string qpu;
-            for (const auto& q : _qpus) {
-                if (q->dispatch_cpu >= 0 && static_cast<unsigned>(q->dispatch_cpu) == o.cpu) {
-                    qpu = q->name;
-                    break;
-                }
-            }
+            // The QPU whose dispatch thread it is.
+            const auto it = _qpu_of_tid.find(static_cast<pid_t>(o.tid));
+            const std::string qpu = it == _qpu_of_tid.end() ? std::string() : it->second;
             auto data = _probes->outliers->add(o, qpu, rt, mono);
             if (data && _engine) {
                 _engine->publish(rpc::event{"outlier", "", std::move(*data)});

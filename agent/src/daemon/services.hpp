@@ -150,6 +150,7 @@ private:
     std::unique_ptr<timeline::ledger> _ledger;
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
     std::vector<pid_t> _dispatch_tids;
+    std::map<pid_t, std::string> _qpu_of_tid;  // dispatch TID -> QPU name (outlier events)
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     handover_timing _handover;
     bool _pumping = false;                 // pump() is running (no re-entry through the event sources)
