@@ -10,7 +10,12 @@
 namespace qrt::telemetry {
 
 void snapshot::add_counter(std::string name, std::string help, labels l, std::uint64_t v) {
-    counters.push_back(counter{std::move(name), std::move(help), std::move(l), v});
+    counters.push_back(counter{std::move(name), std::move(help), std::move(l), v, false, 0.0});
+}
+
+void snapshot::add_real_counter(std::string name, std::string help, labels l, double v) {
+    counter c{std::move(name), std::move(help), std::move(l), 0, true, v};
+    counters.push_back(std::move(c));
 }
 
 void snapshot::add_gauge(std::string name, std::string help, labels l, double v) {
@@ -20,7 +25,7 @@ void snapshot::add_gauge(std::string name, std::string help, labels l, double v)
 void snapshot::add_histogram(std::string name, std::string help, labels l,
                              const rtcore::histogram& h) {
     histograms.push_back(histogram{std::move(name), std::move(help), std::move(l),
-                                   std::make_shared<const rtcore::histogram>(h)});
+                                   std::make_shared<const rtcore::histogram>(h), {}});
 }
 
 void snapshot::merge(snapshot other) {
@@ -182,7 +187,7 @@ nlohmann::json to_json(const snapshot& s) {
     auto& counters = out["counters"] = nlohmann::json::array();
     for (const auto& c : s.counters) {
         counters.push_back({{"name", c.name}, {"help", c.help}, {"labels", labels_json(c.label_set)},
-                            {"value", c.value}});
+                            {"value", c.is_real ? nlohmann::json(c.real_value) : nlohmann::json(c.value)}});
     }
     auto& gauges = out["gauges"] = nlohmann::json::array();
     for (const auto& g : s.gauges) {
@@ -203,6 +208,16 @@ nlohmann::json to_json(const snapshot& s) {
                 prev = c;
             }
         }
+        nlohmann::json recent = nlohmann::json::object();
+        for (const auto& v : h.recent) {
+            static const rtcore::histogram empty_view;
+            const rtcore::histogram& vh = v.ns ? *v.ns : empty_view;
+            const auto vs = vh.summary();
+            recent[v.window] = {{"span_ns", v.span_ns},     {"count", vs.count},   {"min_ns", vs.min_ns},
+                                {"max_ns", vs.max_ns},       {"mean_ns", vs.mean_ns}, {"stddev_ns", vs.stddev_ns},
+                                {"p50_ns", vs.p50_ns},       {"p95_ns", vs.p95_ns}, {"p99_ns", vs.p99_ns},
+                                {"p999_ns", vs.p999_ns}};
+        }
         hists.push_back({{"name", h.name},
                          {"help", h.help},
                          {"labels", labels_json(h.label_set)},
@@ -216,7 +231,8 @@ nlohmann::json to_json(const snapshot& s) {
                          {"p99_ns", sum.p99_ns},
                          {"p999_ns", sum.p999_ns},
                          {"negative_count", hh.negative_count()},
-                         {"buckets", std::move(buckets)}});
+                         {"buckets", std::move(buckets)},
+                         {"recent", std::move(recent)}});
     }
     return out;
 }
@@ -247,7 +263,9 @@ rtcore::result<std::string> to_prometheus(const snapshot& s) {
         if (auto st = check_labels(c.name, c.label_set); !st) {
             return std::move(st).err();
         }
-        (*f)->body += fmt::format("{}{} {}\n", c.name, label_text(c.label_set), c.value);
+        (*f)->body += c.is_real ? fmt::format("{}{} {}\n", c.name, label_text(c.label_set),
+                                              format_double(c.real_value))
+                                : fmt::format("{}{} {}\n", c.name, label_text(c.label_set), c.value);
     }
     for (const auto& g : s.gauges) {
         auto f = fam(g.name, "gauge", g.help);
@@ -280,6 +298,46 @@ rtcore::result<std::string> to_prometheus(const snapshot& s) {
         const double sum_s = hh.mean() * static_cast<double>(hh.count()) / 1e9;
         body += fmt::format("{}_sum{} {}\n", h.name, label_text(h.label_set), format_double(sum_s));
         body += fmt::format("{}_count{} {}\n", h.name, label_text(h.label_set), hh.count());
+    }
+    // Recent windows as gauges (a Prometheus histogram is cumulative by
+    // definition): <name>_recent_seconds{...,window,stat} and
+    // <name>_recent_samples{...,window}.
+    for (const auto& h : s.histograms) {
+        if (h.recent.empty()) {
+            continue;
+        }
+        const std::string rname = recent_metric_name(h.name);
+        const std::string cname = recent_samples_metric_name(h.name);
+        auto fr = fam(rname, "gauge", "recent windows of " + h.name + " (stat by window)");
+        if (!fr) {
+            return std::move(fr).err();
+        }
+        std::string& rbody = (*fr)->body;
+        for (const auto& v : h.recent) {
+            static const rtcore::histogram empty_view;
+            const rtcore::histogram& vh = v.ns ? *v.ns : empty_view;
+            const auto vs = vh.summary();
+            const std::pair<const char*, double> stats[] = {
+                {"p50", static_cast<double>(vs.p50_ns)},   {"p95", static_cast<double>(vs.p95_ns)},
+                {"p99", static_cast<double>(vs.p99_ns)},   {"p999", static_cast<double>(vs.p999_ns)},
+                {"max", static_cast<double>(vs.max_ns)},   {"mean", vs.mean_ns},
+            };
+            for (const auto& [stat, ns] : stats) {
+                auto l = h.label_set;
+                l.emplace_back("window", v.window);
+                l.emplace_back("stat", stat);
+                rbody += fmt::format("{}{} {}\n", rname, label_text(l), format_double(ns / 1e9));
+            }
+        }
+        auto fc = fam(cname, "gauge", "samples in the recent windows of " + h.name);
+        if (!fc) {
+            return std::move(fc).err();
+        }
+        for (const auto& v : h.recent) {
+            auto l = h.label_set;
+            l.emplace_back("window", v.window);
+            (*fc)->body += fmt::format("{}{} {}\n", cname, label_text(l), v.ns ? v.ns->count() : 0);
+        }
     }
     std::string out;
     for (const auto& name : order) {

@@ -2,8 +2,14 @@
 // partition means a new load.
 #include "qrt_bpf/intrusion_probe.hpp"
 
+#include <time.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <cstddef>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "decode.hpp"
@@ -24,6 +30,7 @@ static_assert(offsetof(qrt_intrusion_key, name) == 16);
 static_assert(sizeof(qrt_intrusion_value) == 4 * sizeof(__u64));
 static_assert(sizeof(qrt_intrusion_stats) == 2 * sizeof(__u64));
 static_assert(QRT_INTRUSION_MAX_CPUS <= rtcore::cpu_set::max_cpus);
+static_assert(intrusion_probe::max_keys == QRT_INTRUSION_MAX_KEYS);
 
 struct intrusion_probe::impl {
 #if QRT_BPF_HAVE_PROBES
@@ -33,7 +40,41 @@ struct intrusion_probe::impl {
     std::unique_ptr<qrt_intrusions, skel_deleter> skel;
 #endif
     std::string flavour;
+    // Totals of exited threads, by (cpu, command): prune_exited_tasks().
+    std::map<std::tuple<unsigned, std::string>, intrusion> exited;
 };
+
+#if QRT_BPF_HAVE_PROBES
+namespace {
+
+std::uint64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// True when /proc/<tid>/comm exists and names `comm`.
+bool task_alive(const rtcore::host_fs& fs, std::uint32_t tid, const std::string& comm) {
+    auto text = fs.read("/proc/" + std::to_string(tid) + "/comm");
+    if (!text) {
+        return false;
+    }
+    std::string s = *text;
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) {
+        s.pop_back();
+    }
+    return s == comm;
+}
+
+void add_into(intrusion& into, const intrusion& from) {
+    into.count += from.count;
+    into.total_ns += from.total_ns;
+    into.max_ns = std::max(into.max_ns, from.max_ns);
+    into.last_ns = std::max(into.last_ns, from.last_ns);
+}
+
+}  // namespace
+#endif
 
 intrusion_probe::intrusion_probe(std::unique_ptr<impl> p) : _impl(std::move(p)) {}
 intrusion_probe::intrusion_probe(intrusion_probe&&) noexcept = default;
@@ -98,6 +139,69 @@ rtcore::status intrusion_probe::remove_tid(pid_t tid) {
 }
 
 rtcore::result<std::vector<intrusion>> intrusion_probe::read() const {
+    auto out = read_map();
+    if (!out) {
+        return out;
+    }
+    for (const auto& [key, row] : _impl->exited) {
+        out->push_back(row);
+    }
+    sort_by_total(*out);
+    return out;
+}
+
+rtcore::result<intrusion_prune_result> intrusion_probe::prune_exited_tasks(const rtcore::host_fs& fs,
+                                                                          std::uint64_t min_idle_ns) {
+    bpf_map* map = _impl->skel->maps.intrusions;
+    auto list = read_map();
+    if (!list) {
+        return std::move(list).err();
+    }
+    const std::uint64_t now_ns = monotonic_ns();
+    intrusion_prune_result r;
+    r.live_keys = list->size();
+    for (const intrusion& i : *list) {
+        if (i.kind != intrusion_kind::task || i.id == 0 || now_ns - std::min(now_ns, i.last_ns) < min_idle_ns ||
+            task_alive(fs, i.id, i.name)) {
+            continue;
+        }
+        qrt_intrusion_key key{};
+        key.kind = static_cast<__u32>(i.kind);
+        key.cpu = i.cpu;
+        key.id = i.id;
+        std::memcpy(key.name, i.name.data(), std::min(i.name.size(), sizeof(key.name)));
+        // Read again right before the delete: what the map holds is what moves.
+        qrt_intrusion_value value{};
+        if (bpf_map__lookup_elem(map, &key, sizeof(key), &value, sizeof(value), 0) != 0) {
+            continue;
+        }
+        if (const int err = bpf_map__delete_elem(map, &key, sizeof(key), 0); err != 0 && err != -ENOENT) {
+            return detail::libbpf_error("intrusions: delete exited tid " + std::to_string(i.id) +
+                                            " from map intrusions",
+                                        err);
+        }
+        intrusion row = detail::decode_intrusion(key, value);
+        row.id = 0;
+        auto k = std::make_tuple(row.cpu, row.name);
+        auto it = _impl->exited.find(k);
+        if (it == _impl->exited.end() && _impl->exited.size() >= max_exited_rows) {
+            row.name = "(other)";
+            k = std::make_tuple(row.cpu, row.name);
+            it = _impl->exited.find(k);
+        }
+        if (it == _impl->exited.end()) {
+            _impl->exited.emplace(k, row);
+        } else {
+            add_into(it->second, row);
+        }
+        ++r.pruned;
+        --r.live_keys;
+    }
+    r.exited_rows = _impl->exited.size();
+    return r;
+}
+
+rtcore::result<std::vector<intrusion>> intrusion_probe::read_map() const {
     bpf_map* map = _impl->skel->maps.intrusions;
     std::vector<intrusion> out;
     qrt_intrusion_key key{};
@@ -157,6 +261,13 @@ rtcore::result<intrusion_probe> intrusion_probe::load(const intrusion_options&) 
 rtcore::status intrusion_probe::add_tid(pid_t) { return rtcore::error{ENOTSUP, built_without_reason()}; }
 rtcore::status intrusion_probe::remove_tid(pid_t) { return rtcore::error{ENOTSUP, built_without_reason()}; }
 rtcore::result<std::vector<intrusion>> intrusion_probe::read() const {
+    return rtcore::error{ENOTSUP, built_without_reason()};
+}
+rtcore::result<std::vector<intrusion>> intrusion_probe::read_map() const {
+    return rtcore::error{ENOTSUP, built_without_reason()};
+}
+rtcore::result<intrusion_prune_result> intrusion_probe::prune_exited_tasks(const rtcore::host_fs&,
+                                                                          std::uint64_t) {
     return rtcore::error{ENOTSUP, built_without_reason()};
 }
 rtcore::result<intrusion_counters> intrusion_probe::counters() const {

@@ -47,6 +47,11 @@ std::string describe_source(intrusion_kind kind, std::uint32_t id, std::string_v
     case intrusion_kind::softirq:
         return "softirq " + std::string(softirq_name(id));
     case intrusion_kind::task:
+        // id 0 (never a foreign task: the idle task is not counted): the
+        // threads of this command that exited and were pruned.
+        if (id == 0) {
+            return "task " + std::string(name) + " (exited)";
+        }
         return "task " + std::string(name) + "/" + std::to_string(id);
     case intrusion_kind::local_timer:
         return "irq LOC (local timer)";

@@ -17,6 +17,11 @@ QRT_PACKAGES=(
   # Packaging (tools/package/build-deb.sh, ctest package_deb): build-time
   # only, never a dependency of the packages themselves.
   debhelper lintian
+  # promtool (ctest telemetry.promtool_check_metrics lints the daemon's real
+  # metrics).  Debian 12 ships it only in prometheus (96 MB installed, no
+  # smaller package has it); it is installed below with services held back,
+  # so the Prometheus server it brings is never started here.
+  prometheus
 )
 
 # LibTorch (libtorch-dev, 1.13 in bookworm) builds qrt-fleet-train, the
@@ -48,5 +53,25 @@ fi
 echo "[deps] installing ${#missing[@]} packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+rest=()
+want_prometheus=0
+for p in "${missing[@]}"; do
+  if [ "$p" = prometheus ]; then want_prometheus=1; else rest+=("$p"); fi
+done
+if [ ${#rest[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${rest[@]}"
+fi
+if [ "$want_prometheus" = 1 ]; then
+  # Only promtool is wanted: a policy-rc.d that refuses every start keeps
+  # the package's server from starting (an existing policy is left as is).
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  apt-get install -y -qq --no-install-recommends prometheus || status=$?
+  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  [ "${status:-0}" = 0 ] || exit "$status"
+fi
 echo "[deps] done"

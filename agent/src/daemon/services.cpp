@@ -25,6 +25,7 @@
 #include "rtcore/task_ops.hpp"
 
 #ifdef QRT_HAVE_BPF
+#include "outlier_feed.hpp"
 #include "qrt_bpf/histogram_convert.hpp"
 #include "qrt_bpf/intrusion.hpp"
 #include "qrt_bpf/probe_set.hpp"
@@ -213,8 +214,31 @@ struct services::probes_state {
 #ifdef QRT_HAVE_BPF
     explicit probes_state(qrt_bpf::probe_set p) : set(std::move(p)) {}
     qrt_bpf::probe_set set;
+    std::optional<outlier_feed> outliers;  // when probe 3 loaded
+    int outlier_fd = -1;                    // its ring buffer's epoll fd, in the loop
+    std::uint64_t intrusion_keys_pruned = 0;
+    std::size_t intrusion_map_keys = 0;
+    std::size_t intrusion_exited_rows = 0;
 #endif
 };
+
+namespace {
+
+telemetry::labels qpu_labels(const std::string& name, int dispatch_cpu) {
+    telemetry::labels l{{"qpu", name}};
+    if (dispatch_cpu >= 0) {
+        l.emplace_back("cpu", std::to_string(dispatch_cpu));
+    }
+    return l;
+}
+
+json summary_json(const rtcore::histogram& h) {
+    const auto s = h.summary();
+    return {{"count", s.count},   {"p50_ns", s.p50_ns},   {"p99_ns", s.p99_ns},
+            {"p999_ns", s.p999_ns}, {"max_ns", s.max_ns}, {"stddev_ns", s.stddev_ns}};
+}
+
+}  // namespace
 
 services::services(event_loop& loop, const config& cfg, host_facts facts)
     : _loop(loop), _cfg(cfg), _facts(std::move(facts)), _handover(handover_timing_for(cfg)) {}
@@ -408,6 +432,7 @@ rtcore::status services::start_links() {
         for (const pid_t t : own_tids()) {
             if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
                 _dispatch_tids.push_back(t);
+                _qpu_of_tid[t] = qc.name;
             }
         }
         const auto& disp = q->link->dispatch();
@@ -488,6 +513,16 @@ rtcore::status services::start_timers() {
     }
     _timers.push_back(*forget);
 
+    // Recent windows of the histograms and the intrusion map's pruning, on
+    // one housekeeping timer (telemetry::recent_windows, qrtd.toml(5) LIMITS).
+    _recent = std::make_unique<telemetry::recent_windows>();
+    const std::chrono::nanoseconds tick(_recent->tick_ns());
+    auto tel = _loop.add_timer(tick, tick, [this] { telemetry_tick(); });
+    if (!tel) {
+        return std::move(tel).err();
+    }
+    _timers.push_back(*tel);
+
     for (auto& q : _qpus) {
         refresh_calibration(*q, _clock.now_realtime_ns());
     }
@@ -520,6 +555,17 @@ void services::start_probes() {
             log::warn("probes", "add dispatch tid {}: {}", t, st.err().message);
         }
     }
+    if (auto* op = ps.outliers()) {
+        outlier_feed_options fo;
+        fo.threshold_ns = pc.outlier_threshold_ns;
+        _probes->outliers.emplace(fo);
+        if (auto st = _loop.add_fd(op->epoll_fd(), EPOLLIN, [this](std::uint32_t) { drain_outliers(); }); !st) {
+            log::warn("probes", "outliers: watch the ring buffer: {}: outliers are not reported",
+                      st.err().message);
+        } else {
+            _probes->outlier_fd = op->epoll_fd();
+        }
+    }
     _probes_status = ps.availability().to_string();
     if (ps.availability().available()) {
         log::info("probes", "available: {} (dispatch tids {})", ps.describe(),
@@ -538,6 +584,22 @@ rtcore::status services::start_server() {
         _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256});
     _hooks.status = [this] { return status_json(); };
     _hooks.telemetry = [this] { return telemetry_snapshot(); };
+    _hooks.annotate = [this](telemetry::snapshot& s) {
+        if (_recent) {
+            _recent->annotate(s, _clock.now_monotonic_ns());
+        }
+    };
+#ifdef QRT_HAVE_BPF
+    if (_probes && _probes->outliers) {
+        _hooks.outliers = [this](std::size_t limit) {
+            std::uint64_t dropped = 0;
+            if (auto* op = _probes->set.outliers()) {
+                dropped = op->dropped().value_or(0);
+            }
+            return _probes->outliers->to_json(limit, dropped);
+        };
+    }
+#endif
     rpc::register_agent_methods(*_engine, _hooks);
     rpc::timeline_options to;
     to.now_ns = [this] { return _clock.now_realtime_ns(); };
@@ -651,6 +713,8 @@ rtcore::status services::start_server() {
     log::info("rpc", "listening on {} ({})", so.socket_path, _server->listen_source());
     // Recovery's changes (missed, expired) reach subscribers from now on.
     publish_ledger_events();
+    // The first checkpoint of the recent windows: they count from here.
+    telemetry_tick();
     return rtcore::ok();
 }
 
@@ -664,6 +728,12 @@ void services::stop() noexcept {
         if (_server) {
             _server->stop();
         }
+#ifdef QRT_HAVE_BPF
+        if (_probes && _probes->outlier_fd >= 0) {
+            _loop.remove_fd(_probes->outlier_fd);
+            _probes->outlier_fd = -1;
+        }
+#endif
         _probes.reset();
         for (const auto id : _timers) {
             _loop.cancel_timer(id);
@@ -964,6 +1034,64 @@ void services::on_realtime_step() {
     log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
 }
 
+// ------------------------------------------------- probes on housekeeping
+
+void services::drain_outliers() noexcept {
+#ifdef QRT_HAVE_BPF
+    try {
+        auto* op = _probes ? _probes->set.outliers() : nullptr;
+        if (op == nullptr || !_probes->outliers) {
+            return;
+        }
+        auto list = op->poll(0);
+        if (!list) {
+            static log::rate_limiter rl{std::chrono::seconds(30)};
+            log::warn_rl(rl, "probes", "{}", list.err().message);
+            return;
+        }
+        const std::int64_t rt = _clock.now_realtime_ns();
+        const std::int64_t mono = _clock.now_monotonic_ns();
+        for (const auto& o : *list) {
+            // The QPU whose dispatch thread it is.
+            const auto it = _qpu_of_tid.find(static_cast<pid_t>(o.tid));
+            const std::string qpu = it == _qpu_of_tid.end() ? std::string() : it->second;
+            auto data = _probes->outliers->add(o, qpu, rt, mono);
+            if (data && _engine) {
+                _engine->publish(rpc::event{"outlier", "", std::move(*data)});
+            }
+        }
+    } catch (const std::exception& e) {
+        static log::rate_limiter rl{std::chrono::seconds(30)};
+        log::warn_rl(rl, "probes", "outliers: {}", e.what());
+    }
+#endif
+}
+
+void services::telemetry_tick() noexcept {
+    try {
+#ifdef QRT_HAVE_BPF
+        if (_probes) {
+            if (auto* in = _probes->set.intrusions()) {
+                if (auto r = in->prune_exited_tasks()) {
+                    _probes->intrusion_keys_pruned += r->pruned;
+                    _probes->intrusion_map_keys = r->live_keys;
+                    _probes->intrusion_exited_rows = r->exited_rows;
+                } else {
+                    static log::rate_limiter rl{std::chrono::seconds(60)};
+                    log::warn_rl(rl, "probes", "{}", r.err().message);
+                }
+            }
+        }
+#endif
+        if (_recent && _engine) {
+            _recent->observe(rpc::full_snapshot(*_engine, _hooks), _clock.now_monotonic_ns());
+        }
+    } catch (const std::exception& e) {
+        static log::rate_limiter rl{std::chrono::seconds(60)};
+        log::warn_rl(rl, "telemetry", "recent windows: {}", e.what());
+    }
+}
+
 // ------------------------------------------------------ status, telemetry
 
 nlohmann::json services::status_json() {
@@ -1015,6 +1143,20 @@ nlohmann::json services::status_json() {
 #ifdef QRT_HAVE_BPF
     if (_probes) {
         st["probes_detail"] = _probes->set.describe();
+        if (_probes->outliers) {
+            const auto& f = *_probes->outliers;
+            json last = f.recent_json(1);
+            st["outliers"] = {{"threshold_ns", f.options().threshold_ns},
+                              {"total", f.total()},
+                              {"kept", f.kept()},
+                              {"last", last.empty() ? json(nullptr) : last.front()}};
+        }
+        if (_probes->set.intrusions()) {
+            st["intrusion_map"] = {{"keys", _probes->intrusion_map_keys},
+                                   {"max_keys", qrt_bpf::intrusion_probe::max_keys},
+                                   {"exited_threads_pruned", _probes->intrusion_keys_pruned},
+                                   {"exited_rows", _probes->intrusion_exited_rows}};
+        }
     }
 #endif
     st["capabilities"] = _facts.capability_notes;
@@ -1043,6 +1185,21 @@ nlohmann::json services::status_json() {
                {"sent", q->sent},
                {"failed", q->failed},
                {"missed", q->missed}};
+        {
+            // Dispatch lateness, lifetime next to the recent windows.
+            telemetry::snapshot one;
+            one.add_histogram("qrt_dispatch_lateness_seconds", "", qpu_labels(q->name, q->dispatch_cpu),
+                              q->link->histograms().dispatch_lateness);
+            if (_recent) {
+                _recent->annotate(one, _clock.now_monotonic_ns());
+            }
+            json lat{{"lifetime", summary_json(*one.histograms.front().ns)}};
+            for (const auto& v : one.histograms.front().recent) {
+                lat[v.window] = summary_json(*v.ns);
+                lat[v.window]["span_ns"] = v.span_ns;
+            }
+            j["dispatch_lateness"] = std::move(lat);
+        }
         if (!q->link->endpoint_up()) {
             j["endpoint_error"] = q->link->last_endpoint_error();
             degraded.push_back(fmt::format("qpu {}: endpoint {} is {}", q->name, q->endpoint,
@@ -1085,10 +1242,7 @@ telemetry::snapshot services::telemetry_snapshot() {
     for (const auto& q : _qpus) {
         const auto tel = q->link->telemetry();
         const auto& h = q->link->histograms();
-        telemetry::labels l{{"qpu", q->name}};
-        if (q->dispatch_cpu >= 0) {
-            l.emplace_back("cpu", std::to_string(q->dispatch_cpu));
-        }
+        const telemetry::labels l = qpu_labels(q->name, q->dispatch_cpu);
         s.add_histogram("qrt_dispatch_lateness_seconds",
                         "send time minus the job's start T (CLOCK_MONOTONIC)", l, h.dispatch_lateness);
         s.add_histogram("qrt_dispatch_arrival_lateness_seconds",
@@ -1167,13 +1321,25 @@ telemetry::snapshot services::telemetry_snapshot() {
                                         {"source", a.source}};
                     s.add_counter("qrt_probe_intrusions_total", "eBPF: intrusions on isolated CPUs", l,
                                   a.count);
-                    s.add_gauge("qrt_probe_intrusion_seconds_total",
-                                "eBPF: time taken by intrusions on isolated CPUs", l,
-                                static_cast<double>(a.total_ns) / 1e9);
+                    s.add_real_counter("qrt_probe_intrusion_seconds_total",
+                                       "eBPF: time taken by intrusions on isolated CPUs", l,
+                                       static_cast<double>(a.total_ns) / 1e9);
                     s.add_gauge("qrt_probe_intrusion_max_seconds", "eBPF: longest intrusion", l,
                                 static_cast<double>(a.max_ns) / 1e9);
                 }
             }
+            s.add_gauge("qrt_probe_intrusion_map_keys", "eBPF: keys in the intrusion map (at the last prune)", {},
+                        static_cast<double>(_probes->intrusion_map_keys));
+            s.add_counter("qrt_probe_intrusion_exited_pruned_total",
+                          "eBPF: intrusion-map keys of exited threads pruned (their totals are kept)", {},
+                          _probes->intrusion_keys_pruned);
+        }
+        if (_probes->outliers) {
+            std::uint64_t dropped = 0;
+            if (auto* op = _probes->set.outliers()) {
+                dropped = op->dropped().value_or(0);
+            }
+            _probes->outliers->add_metrics(s, dropped);
         }
     }
 #endif

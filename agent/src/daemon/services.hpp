@@ -136,6 +136,11 @@ private:
     void on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o);
     void publish_ledger_events();
     void on_realtime_step();
+    // Probe 3's ring buffer is readable: log, keep, count and publish.
+    void drain_outliers() noexcept;
+    // Every recent-window slice (10 s): checkpoint the histograms, prune
+    // exited threads from the intrusion map.
+    void telemetry_tick() noexcept;
 
     event_loop& _loop;
     const config& _cfg;
@@ -146,6 +151,7 @@ private:
     std::unique_ptr<timeline::ledger> _ledger;
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
     std::vector<pid_t> _dispatch_tids;
+    std::map<pid_t, std::string> _qpu_of_tid;  // dispatch TID -> QPU name (outlier events)
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     handover_timing _handover;
     bool _pumping = false;                 // pump() is running (no re-entry through the event sources)
@@ -157,6 +163,7 @@ private:
 
     struct probes_state;
     std::unique_ptr<probes_state> _probes;
+    std::unique_ptr<telemetry::recent_windows> _recent;
     std::string _probes_status = "unavailable (not started)";
 
     std::unique_ptr<rpc::engine> _engine;

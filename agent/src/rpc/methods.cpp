@@ -15,7 +15,7 @@ const std::vector<std::string_view>& event_types() {
         "reservation.reserved",  "reservation.committed", "reservation.released",
         "reservation.cancelled", "reservation.expired",   "reservation.replaced",
         "reservation.displaced", "calibration.changed",   "job.dispatched",
-        "job.finished",
+        "job.finished",          "outlier",
     };
     return types;
 }
@@ -27,6 +27,9 @@ telemetry::snapshot full_snapshot(const engine& e, const agent_hooks& hooks) {
     }
     if (hooks.telemetry) {
         s.merge(hooks.telemetry());
+    }
+    if (hooks.annotate) {
+        hooks.annotate(s);
     }
     return s;
 }
@@ -148,6 +151,19 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
                          }
                          return json{{"content_type", "text/plain; version=0.0.4; charset=utf-8"},
                                      {"text", std::move(*text)}};
+                     }});
+
+    e.methods().add({"telemetry.outliers", role::reader,
+                     "the last dispatch wakeups over the outlier threshold, with their causes",
+                     [h](const json& params, call_context&) {
+                         params_reader p(params, {"limit"});
+                         const auto limit = p.opt_i64("limit", 1, 10'000).value_or(64);
+                         if (!h->outliers) {
+                             throw rpc_failure("unavailable",
+                                               "telemetry.outliers: the outlier probe is not loaded "
+                                               "(see agent.status probes)");
+                         }
+                         return h->outliers(static_cast<std::size_t>(limit));
                      }});
 
     e.methods().add({"events.subscribe", role::reader,

@@ -16,6 +16,7 @@
 #include "qrt_bpf/intrusion.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
+#include "rtcore/host_fs.hpp"
 
 namespace qrt_bpf {
 
@@ -36,6 +37,13 @@ struct intrusion_counters {
     std::uint64_t recursion_misses = 0;
 };
 
+// What one prune_exited_tasks() did.
+struct intrusion_prune_result {
+    std::size_t pruned = 0;      // task keys of exited threads removed from the BPF map
+    std::size_t live_keys = 0;   // keys left in the BPF map (<= QRT_INTRUSION_MAX_KEYS)
+    std::size_t exited_rows = 0;  // per-(cpu, command) totals kept for exited threads
+};
+
 class intrusion_probe {
 public:
     static rtcore::result<intrusion_probe> load(const intrusion_options& options);
@@ -47,7 +55,28 @@ public:
     rtcore::status add_tid(pid_t tid);
     rtcore::status remove_tid(pid_t tid);
     // Every (cpu, source) seen so far, sorted by total time, largest first.
+    // Threads that exited and were pruned appear as one row per (cpu,
+    // command) with id 0 ("task kworker/1:7 (exited)"), so every total stays
+    // monotonic across a prune.
     rtcore::result<std::vector<intrusion>> read() const;
+
+    // The BPF map holds one key per (cpu, TID) of a foreign task, so every
+    // new thread takes a key until the map is full (QRT_INTRUSION_MAX_KEYS,
+    // 8192; then new sources are dropped and counted in map_full).  This
+    // removes the keys of threads that have exited: no /proc/<tid>/comm
+    // under fs, or one naming another command (the TID was reused), and no
+    // update for min_idle_ns (so the last segment of a thread that is just
+    // exiting is not lost).  Their totals move to the exited-thread rows,
+    // which are capped at max_exited_rows; beyond it a (cpu, command) is
+    // added to the row of command "(other)" of its CPU.
+    // The daemon calls it from housekeeping every 10 s.
+    static constexpr std::size_t max_exited_rows = 1024;
+    static constexpr std::size_t max_keys = 8192;  // QRT_INTRUSION_MAX_KEYS
+    rtcore::result<intrusion_prune_result> prune_exited_tasks(
+        const rtcore::host_fs& fs = rtcore::host_fs::system(),
+        std::uint64_t min_idle_ns = 1'000'000'000);
+    // Keys in the BPF map now (tests; bounded by QRT_INTRUSION_MAX_KEYS).
+    rtcore::result<std::vector<intrusion>> read_map() const;
     rtcore::result<intrusion_counters> counters() const;
     const std::string& flavour() const;
 

@@ -477,3 +477,113 @@ TEST(bpf_intrusions, tasks_exempt_at_load_are_never_counted) {
     }
     EXPECT_TRUE(foreign_seen) << "the control task on CPU " << isolated_cpu << " was not seen";
 }
+
+TEST(bpf_intrusions, threads_that_exit_leave_the_map_and_their_totals_stay) {
+    // Every foreign thread on an isolated CPU takes one key (cpu, TID) in the
+    // BPF map; without pruning a busy host fills the 8,192 keys in days and
+    // new sources are dropped.  Threads that ran on CPU 1 and exited must
+    // leave the map at the next prune, a thread still alive must stay, and
+    // the counts of the exited ones must survive in their command's row.
+    const availability pre = preflight(rtcore::host_fs::system());
+    if (!pre.available()) {
+        GTEST_SKIP() << "probes " << pre.to_string();
+    }
+    cpu_set_t allowed;
+    if (std::thread::hardware_concurrency() < 2 || ::sched_getaffinity(0, sizeof(allowed), &allowed) != 0 ||
+        !CPU_ISSET(isolated_cpu, &allowed)) {
+        GTEST_SKIP() << "needs CPU " << isolated_cpu << " in this process's affinity";
+    }
+    intrusion_options io;
+    io.isolated_cpus = {isolated_cpu};
+    auto probe = intrusion_probe::load(io);
+    ASSERT_TRUE(probe) << probe.err().message;
+
+    // One thread that stays alive (sleeps on CPU 1 between short spins).
+    std::atomic<bool> stop{false};
+    std::promise<pid_t> keeper_p;
+    std::thread keeper([&] {
+        pin_self(isolated_cpu, "qrt-keeper");
+        keeper_p.set_value(this_tid());
+        while (!stop.load()) {
+            const auto until = std::chrono::steady_clock::now() + 200us;
+            while (std::chrono::steady_clock::now() < until) {
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+    });
+    const pid_t keeper_tid = keeper_p.get_future().get();
+
+    // 40 short-lived threads that each spin on CPU 1 and exit.
+    constexpr int ended = 40;
+    std::set<std::uint32_t> ended_tids;
+    for (int n = 0; n < ended; ++n) {
+        std::promise<pid_t> tid_p;
+        std::thread t([&tid_p] {
+            pin_self(isolated_cpu, "qrt-shortlived");
+            tid_p.set_value(this_tid());
+            for (int i = 0; i < 5; ++i) {
+                const auto until = std::chrono::steady_clock::now() + 300us;
+                while (std::chrono::steady_clock::now() < until) {
+                }
+                std::this_thread::sleep_for(200us);
+            }
+        });
+        ended_tids.insert(static_cast<std::uint32_t>(tid_p.get_future().get()));
+        t.join();
+    }
+    std::this_thread::sleep_for(50ms);  // the keeper runs a few more times
+
+    const auto count_rows = [&](const std::vector<intrusion>& list) {
+        std::size_t in_map = 0;
+        std::uint64_t runs = 0;
+        for (const intrusion& i : list) {
+            if (i.kind == intrusion_kind::task && i.name == "qrt-shortlived") {
+                in_map += ended_tids.count(i.id);
+                runs += i.count;
+            }
+        }
+        return std::make_pair(in_map, runs);
+    };
+    auto before = probe->read_map();
+    ASSERT_TRUE(before) << before.err().message;
+    const auto [keys_before, runs_before] = count_rows(*before);
+    ASSERT_GE(keys_before, static_cast<std::size_t>(ended / 2))
+        << "most short-lived threads should have been seen on CPU " << isolated_cpu;
+    ASSERT_GE(runs_before, keys_before);
+
+    auto pruned = probe->prune_exited_tasks(rtcore::host_fs::system(), 0);
+    ASSERT_TRUE(pruned) << pruned.err().message;
+    EXPECT_GE(pruned->pruned, keys_before);
+
+    auto after = probe->read_map();
+    ASSERT_TRUE(after) << after.err().message;
+    EXPECT_EQ(count_rows(*after).first, 0u) << "the map still holds keys of exited threads";
+    bool keeper_kept = false;
+    for (const intrusion& i : *after) {
+        keeper_kept = keeper_kept || (i.kind == intrusion_kind::task && i.id == static_cast<std::uint32_t>(keeper_tid));
+    }
+    EXPECT_TRUE(keeper_kept) << "the live thread's key was pruned";
+    EXPECT_EQ(after->size(), pruned->live_keys);
+
+    // read() still has their runs, in one row per (cpu, command).
+    auto all = probe->read();
+    ASSERT_TRUE(all) << all.err().message;
+    std::uint64_t exited_runs = 0;
+    std::size_t exited_rows = 0;
+    for (const intrusion& i : *all) {
+        if (i.kind == intrusion_kind::task && i.name == "qrt-shortlived") {
+            EXPECT_EQ(i.id, 0u);
+            EXPECT_EQ(i.source(), "task qrt-shortlived (exited)");
+            exited_runs += i.count;
+            ++exited_rows;
+        }
+    }
+    EXPECT_EQ(exited_rows, 1u);
+    EXPECT_GE(exited_runs, runs_before);
+
+    // A second prune finds nothing more of them; the keeper stays.
+    auto again = probe->prune_exited_tasks(rtcore::host_fs::system(), 0);
+    ASSERT_TRUE(again) << again.err().message;
+    stop = true;
+    keeper.join();
+}

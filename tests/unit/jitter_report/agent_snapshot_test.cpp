@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "jitter_report/agent_source.hpp"
+#include "jitter_report/render.hpp"
 #include "qrt/telemetry.hpp"
 
 using namespace qrt::jitter;
@@ -31,8 +32,8 @@ json agent_snapshot(std::int64_t taken_ns = now_ns - 1'000'000'000) {
     s.add_histogram("qrt_probe_wakeup_latency_seconds", "wakeup", {{"cpu", "1"}}, lateness(2'000, 700));
     s.add_counter("qrt_probe_intrusions_total", "n",
                   {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 17);
-    s.add_gauge("qrt_probe_intrusion_seconds_total", "t",
-                {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0025);
+    s.add_real_counter("qrt_probe_intrusion_seconds_total", "t",
+                       {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0025);
     s.add_gauge("qrt_probe_intrusion_max_seconds", "m",
                 {{"cpu", "1"}, {"kind", "hardirq"}, {"source", "irq 24 (virtio0-input.0)"}}, 0.0004);
     s.add_counter("qrt_probe_intrusions_total", "n", {{"cpu", "3"}, {"kind", "task"}, {"source", "task a/1"}}, 3);
@@ -133,4 +134,56 @@ TEST(agent_snapshot, without_dispatch_histograms_says_so) {
     ASSERT_FALSE(r->notes.empty());
     EXPECT_NE(r->notes[0].find("no dispatch or wakeup histograms"), std::string::npos);
     EXPECT_NE(r->probes.status.find("unknown"), std::string::npos);
+}
+
+TEST(agent_snapshot, recent_windows_and_outliers_reach_every_rendering) {
+    // The agent's own renderer with its recent windows, as telemetry.snapshot sends it.
+    qrt::telemetry::snapshot s;
+    s.taken_ns = now_ns - 1'000'000'000;
+    s.add_histogram("qrt_dispatch_lateness_seconds", "dispatch lateness", {{"qpu", "q0"}, {"cpu", "1"}},
+                    lateness(3'000, 1000));
+    qrt::telemetry::recent_windows rw;
+    rw.observe(s, 0);
+    rw.annotate(s, 30'000'000'000);  // 30 s later, nothing new: empty windows of 30 s
+    auto r = report_from_snapshot(qrt::telemetry::to_json(s), json{{"probes", "available"}}, {}, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    ASSERT_EQ(r->series_list.size(), 1U);
+    const auto& q0 = r->series_list[0];
+    ASSERT_EQ(q0.recent.size(), 2U);
+    EXPECT_EQ(q0.recent[0].window, "1m") << "shortest first";
+    EXPECT_EQ(q0.recent[0].span_ns, 30'000'000'000);
+    EXPECT_EQ(q0.recent[0].stats.count, 0U);
+    EXPECT_EQ(q0.stats.count, 1000U) << "lifetime keeps every sample";
+
+    // telemetry.outliers, as the daemon's outlier feed answers it.
+    const json outliers = {
+        {"total", 5000},
+        {"threshold_ns", 50'000},
+        {"outliers",
+         json::array({{{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 80'000}, {"at_ns", now_ns - 2'000'000'000},
+                       {"cause", {{"kind", "task"}, {"source", "task stress-ng/9"}}},
+                       {"summary", "tid 77 (qrt-dispatch) on cpu 1: 80.0 us after wakeup"}},
+                      {{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 900'000}, {"at_ns", now_ns - 3'000'000'000},
+                       {"cause", nullptr}, {"summary", "s"}}})}};
+    add_agent_outliers(outliers, *r);
+    ASSERT_EQ(r->outliers.size(), 2U);
+    EXPECT_EQ(r->outliers[0].latency_ns, 900'000U) << "largest latency first";
+    EXPECT_EQ(r->outliers[0].main_cause, "");
+    EXPECT_EQ(r->outliers[1].main_cause, "task stress-ng/9");
+    EXPECT_EQ(r->outliers[1].qpu, "q0");
+
+    const std::string text = render_text(*r);
+    EXPECT_NE(text.find("    last 1m"), std::string::npos) << text;
+    EXPECT_NE(text.find("    last 1h"), std::string::npos) << text;
+    EXPECT_NE(text.find("q0 cpu1 tid 77 80.0us at "), std::string::npos) << text;
+    EXPECT_NE(text.find("mostly task stress-ng/9"), std::string::npos) << text;
+    EXPECT_NE(text.find("outliers: 5000 over 50.0us since the agent started"), std::string::npos) << text;
+    const json j = to_json(*r);
+    EXPECT_EQ(j["series"][0]["recent"][0]["window"], "1m");
+    EXPECT_EQ(j["outliers"][1]["qpu"], "q0");
+    auto back = report_from_json(j);
+    ASSERT_TRUE(back) << back.err().message;
+    ASSERT_EQ(back->series_list[0].recent.size(), 2U);
+    EXPECT_EQ(back->series_list[0].recent[1].window, "1h");
+    EXPECT_NE(render_svg(*r).find("last 1m: p99"), std::string::npos);
 }

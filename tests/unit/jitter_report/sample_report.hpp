@@ -50,7 +50,7 @@ inline qrt::jitter::report sample_report() {
     r.intrusions.push_back({1, "local_timer", "irq LOC (local timer)", 2637, 24'000'000, 25'200});
     r.intrusions.push_back({3, "task", "task kworker/3:1-events_power_efficient/123456", 9, 800, 200});
     r.outliers.push_back({1, 4242, 2'370'000, "task cc1plus/30541 2.37ms",
-                          "tid 4242 (qrt-jitter) on cpu 1: 2370 us after wakeup"});
+                          "tid 4242 (qrt-jitter) on cpu 1: 2370 us after wakeup", 0, ""});
     r.notes.push_back(
         "hypervisor steal was 3.2 % during the run: the latencies include time the hypervisor "
         "took the vCPUs away, and this note is long enough to need wrapping twice over at least");

@@ -170,3 +170,158 @@ TEST(telemetry, textfile_is_replaced_atomically) {
     EXPECT_NE(bad.err().message.find("no/such/dir"), std::string::npos);
     std::filesystem::remove_all(dir);
 }
+
+TEST(telemetry, a_total_of_seconds_is_a_counter_and_every_total_is_a_counter) {
+    // promtool check metrics flagged qrt_probe_intrusion_seconds_total as a
+    // gauge with a _total suffix: a real-valued total is a counter.
+    snapshot s;
+    s.add_real_counter("qrt_probe_intrusion_seconds_total", "t", {{"cpu", "1"}}, 0.0025);
+    s.add_counter("qrt_probe_intrusions_total", "n", {{"cpu", "1"}}, 3);
+    s.add_gauge("qrt_probe_intrusion_max_seconds", "m", {{"cpu", "1"}}, 0.0004);
+    auto text = to_prometheus(s);
+    ASSERT_TRUE(text) << text.err().message;
+    EXPECT_NE(text->find("# TYPE qrt_probe_intrusion_seconds_total counter\n"
+                         "qrt_probe_intrusion_seconds_total{cpu=\"1\"} 0.0025\n"),
+              std::string::npos)
+        << *text;
+    std::string family;
+    for (const auto& l : lines_of(*text)) {
+        if (l.rfind("# TYPE ", 0) != 0) {
+            continue;
+        }
+        const auto name = l.substr(7, l.find(' ', 7) - 7);
+        const auto type = l.substr(l.rfind(' ') + 1);
+        EXPECT_EQ(name.ends_with("_total"), type == "counter") << l;
+    }
+    const auto j = to_json(s);
+    EXPECT_DOUBLE_EQ(j["counters"][0]["value"].get<double>(), 0.0025);
+    EXPECT_EQ(j["counters"][1]["value"].get<std::uint64_t>(), 3u);
+}
+
+namespace {
+
+constexpr std::int64_t sec = 1'000'000'000;
+
+snapshot one_histogram(const rtcore::histogram& h) {
+    snapshot s;
+    s.add_histogram("qrt_dispatch_lateness_seconds", "lateness", {{"qpu", "q0"}}, h);
+    return s;
+}
+
+const window_view* view_of(const snapshot& s, const std::string& window) {
+    for (const auto& v : s.histograms.front().recent) {
+        if (v.window == window) {
+            return &v;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+TEST(telemetry, recent_windows_forget_old_samples_on_a_fake_clock_while_lifetime_keeps_them) {
+    recent_windows rw;  // 1m (10 s slices), 1h (10 min slices)
+    ASSERT_EQ(rw.tick_ns(), 10 * sec);
+    rtcore::histogram lifetime;
+    std::int64_t now = 1'000 * sec;  // a fake CLOCK_MONOTONIC
+    rw.observe(one_histogram(lifetime), now);
+    // 100 slow samples (5 ms) in the first 10 s.
+    for (int i = 0; i < 100; ++i) {
+        lifetime.record(5'000'000);
+    }
+    now += rw.tick_ns();
+    rw.observe(one_histogram(lifetime), now);
+    {
+        auto s = one_histogram(lifetime);
+        rw.annotate(s, now);
+        ASSERT_NE(view_of(s, "1m"), nullptr);
+        EXPECT_EQ(view_of(s, "1m")->ns->count(), 100u);
+        EXPECT_EQ(view_of(s, "1m")->span_ns, 10 * sec) << "the agent ran 10 s: the window says so";
+        EXPECT_EQ(view_of(s, "1h")->ns->count(), 100u);
+    }
+    // Then two minutes of fast samples (10 us), 10 per tick.
+    for (int t = 0; t < 12; ++t) {
+        for (int i = 0; i < 10; ++i) {
+            lifetime.record(10'000);
+        }
+        now += rw.tick_ns();
+        rw.observe(one_histogram(lifetime), now);
+    }
+    auto s = one_histogram(lifetime);
+    rw.annotate(s, now);
+    const auto* minute = view_of(s, "1m");
+    const auto* hour = view_of(s, "1h");
+    ASSERT_NE(minute, nullptr);
+    ASSERT_NE(hour, nullptr);
+    // Lifetime keeps everything; the last minute forgot the slow start
+    // (exactly 60 s of ticks: 6 x 10 samples), the last hour did not.
+    EXPECT_EQ(s.histograms.front().ns->count(), 220u);
+    EXPECT_EQ(s.histograms.front().ns->max(), 5'000'000);
+    EXPECT_EQ(minute->span_ns, 60 * sec);
+    EXPECT_EQ(minute->ns->count(), 60u);
+    EXPECT_LT(minute->ns->max(), 11'000) << "the 5 ms samples are older than a minute";
+    EXPECT_NEAR(static_cast<double>(minute->ns->quantile(0.99)), 10'000.0, 10'000.0 / 128);
+    EXPECT_EQ(hour->ns->count(), 220u);
+    EXPECT_GT(hour->ns->max(), 4'900'000);
+
+    // Rendered: JSON next to the lifetime figures, Prometheus as gauges.
+    const auto j = to_json(s);
+    const auto& h = j["histograms"][0];
+    EXPECT_EQ(h["count"], 220);
+    EXPECT_EQ(h["recent"]["1m"]["count"], 60);
+    EXPECT_EQ(h["recent"]["1m"]["span_ns"], 60 * sec);
+    EXPECT_EQ(h["recent"]["1h"]["count"], 220);
+    auto text = to_prometheus(s);
+    ASSERT_TRUE(text) << text.err().message;
+    EXPECT_NE(text->find("# TYPE qrt_dispatch_lateness_recent_seconds gauge\n"), std::string::npos) << *text;
+    EXPECT_NE(text->find("qrt_dispatch_lateness_recent_samples{qpu=\"q0\",window=\"1m\"} 60\n"),
+              std::string::npos)
+        << *text;
+    EXPECT_NE(text->find("qrt_dispatch_lateness_recent_seconds{qpu=\"q0\",window=\"1h\",stat=\"max\"} 0.005"),
+              std::string::npos)
+        << *text;
+
+    // An hour and a half later with nothing new, both windows are empty and
+    // lifetime is unchanged.
+    for (int t = 0; t < 9 * 60; ++t) {  // 90 min of 10 s ticks
+        now += rw.tick_ns();
+        rw.observe(one_histogram(lifetime), now);
+    }
+    auto later = one_histogram(lifetime);
+    rw.annotate(later, now);
+    EXPECT_EQ(view_of(later, "1m")->ns->count(), 0u);
+    EXPECT_EQ(view_of(later, "1h")->ns->count(), 0u);
+    EXPECT_EQ(later.histograms.front().ns->count(), 220u);
+}
+
+TEST(telemetry, recent_windows_are_bounded_and_restart_after_a_reset) {
+    recent_windows rw(recent_windows::default_specs(), 4);
+    std::int64_t now = 0;
+    snapshot many;
+    rtcore::histogram h;
+    h.record(1'000);
+    for (int i = 0; i < 10; ++i) {
+        many.add_histogram("qrt_x_seconds", "x", {{"n", std::to_string(i)}}, h);
+    }
+    rw.observe(many, now);
+    EXPECT_EQ(rw.series(), 4u) << "at most max_series series are followed";
+    // A series not seen for an hour is dropped.
+    now += 3'601 * sec;
+    rw.observe(snapshot{}, now);
+    EXPECT_EQ(rw.series(), 0u);
+
+    // A lifetime histogram that went back (the link restarted) restarts its
+    // windows instead of reporting nonsense.
+    rtcore::histogram big;
+    for (int i = 0; i < 50; ++i) {
+        big.record(2'000);
+    }
+    rw.observe(one_histogram(big), now);
+    now += 10 * sec;
+    rtcore::histogram fresh;
+    fresh.record(3'000);
+    rw.observe(one_histogram(fresh), now);
+    auto s = one_histogram(fresh);
+    rw.annotate(s, now);
+    EXPECT_EQ(view_of(s, "1m")->ns->count(), 1u);
+}

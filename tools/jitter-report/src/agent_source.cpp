@@ -90,6 +90,27 @@ T number_or(const json& m, const char* key, T fallback) {
     return it->get<T>();
 }
 
+// "1m" -> 60, "1h" -> 3600, "30s" -> 30, "1d" -> 86400; an unknown form
+// sorts last.
+double window_length_s(const std::string& w) {
+    std::size_t i = 0;
+    double n = 0.0;
+    while (i < w.size() && w[i] >= '0' && w[i] <= '9') {
+        n = n * 10.0 + (w[i] - '0');
+        ++i;
+    }
+    if (i == 0 || i + 1 != w.size()) {
+        return 1e300;
+    }
+    switch (w[i]) {
+        case 's': return n;
+        case 'm': return n * 60.0;
+        case 'h': return n * 3600.0;
+        case 'd': return n * 86400.0;
+        default: return 1e300;
+    }
+}
+
 rtcore::result<series> series_of(const json& h, const metric_entry& e) {
     series s;
     s.metric = e.metric;
@@ -131,6 +152,33 @@ rtcore::result<series> series_of(const json& h, const metric_entry& e) {
         }
     }
     s.bins = bins_from_cumulative(cumulative, st.count, st.max_ns);
+    // The agent's recent windows ({"1m": {...}, "1h": {...}}), shortest first.
+    if (const auto rec = h.find("recent"); rec != h.end() && rec->is_object()) {
+        for (const auto& [window, w] : rec->items()) {
+            if (!w.is_object()) {
+                continue;
+            }
+            window_stats ws;
+            ws.window = window;
+            ws.span_ns = number_or<std::int64_t>(w, "span_ns", 0);
+            auto& rs = ws.stats;
+            rs.count = number_or<std::uint64_t>(w, "count", 0);
+            rs.min_ns = number_or<std::int64_t>(w, "min_ns", 0);
+            rs.max_ns = number_or<std::int64_t>(w, "max_ns", 0);
+            rs.mean_ns = number_or<double>(w, "mean_ns", 0.0);
+            rs.stddev_ns = number_or<double>(w, "stddev_ns", 0.0);
+            rs.p50_ns = number_or<std::int64_t>(w, "p50_ns", 0);
+            rs.p95_ns = number_or<std::int64_t>(w, "p95_ns", 0);
+            rs.p99_ns = number_or<std::int64_t>(w, "p99_ns", 0);
+            rs.p999_ns = number_or<std::int64_t>(w, "p999_ns", 0);
+            s.recent.push_back(std::move(ws));
+        }
+        // By the window's length ("1m" before "1h"), not by span_ns: a young
+        // agent's windows all span its uptime.
+        std::stable_sort(s.recent.begin(), s.recent.end(), [](const window_stats& a, const window_stats& b) {
+            return window_length_s(a.window) < window_length_s(b.window);
+        });
+    }
     return s;
 }
 
@@ -187,6 +235,45 @@ void collect_intrusions(const json& snapshot, report& r) {
 }
 
 }  // namespace
+
+void add_agent_outliers(const json& outliers, report& r) {
+    if (!outliers.is_object()) {
+        return;
+    }
+    const auto list = outliers.find("outliers");
+    if (list == outliers.end() || !list->is_array()) {
+        return;
+    }
+    for (const auto& o : *list) {
+        if (!o.is_object()) {
+            continue;
+        }
+        outlier_row row;
+        row.cpu = number_or<unsigned>(o, "cpu", 0);
+        row.tid = number_or<std::uint32_t>(o, "tid", 0);
+        row.latency_ns = number_or<std::uint64_t>(o, "latency_ns", 0);
+        row.at_ns = number_or<std::int64_t>(o, "at_ns", 0);
+        if (const auto q = o.find("qpu"); q != o.end() && q->is_string()) {
+            row.qpu = q->get<std::string>();
+        }
+        if (const auto c = o.find("cause"); c != o.end() && c->is_object()) {
+            if (const auto src = c->find("source"); src != c->end() && src->is_string()) {
+                row.main_cause = src->get<std::string>();
+            }
+        }
+        if (const auto sm = o.find("summary"); sm != o.end() && sm->is_string()) {
+            row.summary = sm->get<std::string>();
+        }
+        r.outliers.push_back(std::move(row));
+    }
+    std::stable_sort(r.outliers.begin(), r.outliers.end(),
+                     [](const outlier_row& a, const outlier_row& b) { return a.latency_ns > b.latency_ns; });
+    const auto total = number_or<std::uint64_t>(outliers, "total", 0);
+    const auto threshold = number_or<std::uint64_t>(outliers, "threshold_ns", 0);
+    r.notes.push_back(fmt::format("outliers: {} over {} since the agent started; the last {} are shown "
+                                  "by latency",
+                                  total, format_ns(static_cast<double>(threshold)), list->size()));
+}
 
 rtcore::result<json> agent_call(const agent_options& opt, const std::string& method, const json& params) {
     // libqrt-client's C++ connection (the one qrtctl uses): connect bounded
@@ -339,6 +426,17 @@ rtcore::result<report> read_agent(const agent_options& opt) {
     auto r = report_from_snapshot(*snap, status, opt, now_ns);
     if (r && !status_note.empty()) {
         r->notes.push_back(status_note);
+    }
+    if (r) {
+        // The recent outliers (probe 3), when the agent has them.
+        if (auto o = agent_call(opt, "telemetry.outliers", json{{"limit", 64}})) {
+            add_agent_outliers(*o, *r);
+            if (!opt.cpus.empty()) {
+                std::erase_if(r->outliers, [&](const outlier_row& x) { return !opt.cpus.test(x.cpu); });
+            }
+        } else {
+            r->notes.push_back("outliers: " + o.err().message);
+        }
     }
     return r;
 }

@@ -8,6 +8,25 @@ using nlohmann::json;
 
 namespace {
 
+json recent_json(const series& s) {
+    json out = json::array();
+    for (const auto& w : s.recent) {
+        const auto& st = w.stats;
+        out.push_back({{"window", w.window},
+                       {"span_ns", w.span_ns},
+                       {"count", st.count},
+                       {"min_ns", st.min_ns},
+                       {"max_ns", st.max_ns},
+                       {"mean_ns", st.mean_ns},
+                       {"stddev_ns", st.stddev_ns},
+                       {"p50_ns", st.p50_ns},
+                       {"p95_ns", st.p95_ns},
+                       {"p99_ns", st.p99_ns},
+                       {"p999_ns", st.p999_ns}});
+    }
+    return out;
+}
+
 json stats_json(const series& s) {
     const auto& st = s.stats;
     json bins = json::array();
@@ -29,7 +48,8 @@ json stats_json(const series& s) {
             {"p99_ns", st.p99_ns},
             {"p999_ns", st.p999_ns},
             {"negative_count", st.negative_count},
-            {"bins", std::move(bins)}};
+            {"bins", std::move(bins)},
+            {"recent", recent_json(s)}};
 }
 
 // Typed field access that fails naming the JSON path.
@@ -155,6 +175,25 @@ rtcore::result<series> series_from_json(const json& j, const std::string& path) 
         QRT_TRY(c, br.u64("count"));
         s.bins.push_back({le, c});
     }
+    // Optional (added without a schema bump): the agent's recent windows.
+    if (const auto rec = j.find("recent"); rec != j.end() && rec->is_array()) {
+        std::size_t k = 0;
+        for (const auto& w : *rec) {
+            reader wr(w, fmt::format("{}.recent[{}]", path, k++));
+            QRT_TRY(window, wr.str("window"));
+            QRT_TRY(span, wr.i64("span_ns"));
+            QRT_TRY(wcount, wr.u64("count"));
+            QRT_TRY(wmin, wr.i64("min_ns"));
+            QRT_TRY(wmax, wr.i64("max_ns"));
+            QRT_TRY(wmean, wr.num("mean_ns"));
+            QRT_TRY(wsd, wr.num("stddev_ns"));
+            QRT_TRY(w50, wr.i64("p50_ns"));
+            QRT_TRY(w95, wr.i64("p95_ns"));
+            QRT_TRY(w99, wr.i64("p99_ns"));
+            QRT_TRY(w999, wr.i64("p999_ns"));
+            s.recent.push_back({window, span, {wcount, wmin, wmax, wmean, wsd, w50, w95, w99, w999, 0}});
+        }
+    }
     return s;
 }
 
@@ -200,11 +239,18 @@ json to_json(const report& r) {
     out["intrusions"] = std::move(intr);
     json outl = json::array();
     for (const auto& o : r.outliers) {
-        outl.push_back({{"cpu", o.cpu},
-                        {"tid", o.tid},
-                        {"latency_ns", o.latency_ns},
-                        {"main_cause", o.main_cause},
-                        {"summary", o.summary}});
+        json one{{"cpu", o.cpu},
+                 {"tid", o.tid},
+                 {"latency_ns", o.latency_ns},
+                 {"main_cause", o.main_cause},
+                 {"summary", o.summary}};
+        if (o.at_ns > 0) {
+            one["at_ns"] = o.at_ns;
+        }
+        if (!o.qpu.empty()) {
+            one["qpu"] = o.qpu;
+        }
+        outl.push_back(std::move(one));
     }
     out["outliers"] = std::move(outl);
     out["notes"] = r.notes;

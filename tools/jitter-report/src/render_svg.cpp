@@ -58,6 +58,17 @@ void panel(std::string& out, const series& s, int top) {
                                format_ns(static_cast<double>(st.p99_ns)),
                                format_ns(static_cast<double>(st.p999_ns)),
                                format_ns(static_cast<double>(st.max_ns)), st.count)));
+    // The agent's recent windows, under the title.
+    std::string recent;
+    for (const auto& w : s.recent) {
+        recent += fmt::format("{}last {}: p99 {} max {} (n={})", recent.empty() ? "" : "; ", w.window,
+                              format_ns(static_cast<double>(w.stats.p99_ns)),
+                              format_ns(static_cast<double>(w.stats.max_ns)), w.stats.count);
+    }
+    if (!recent.empty()) {
+        out += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", x0, top + 34,
+                           xml_escape(recent));
+    }
     // Axes.
     out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", x0, y0,
                        x0 + plot_w, y0);

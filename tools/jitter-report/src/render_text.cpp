@@ -144,6 +144,21 @@ void stats_tables(std::string& out, const report& r) {
                                  st.negative_count),
                      4);
             }
+            // The agent's recent windows, under the lifetime row.
+            for (const auto& w : s.recent) {
+                const auto& ws = w.stats;
+                const std::string label = "  last " + w.window;
+                if (ws.count == 0) {
+                    out += fmt::format("  {:<12}{:>9}  (no samples)\n", fit(label, 12), 0);
+                    continue;
+                }
+                out += fmt::format("  {:<12}{:>9}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}\n", fit(label, 12), ws.count,
+                                   format_ns(static_cast<double>(ws.p50_ns)),
+                                   format_ns(static_cast<double>(ws.p95_ns)),
+                                   format_ns(static_cast<double>(ws.p99_ns)),
+                                   format_ns(static_cast<double>(ws.p999_ns)),
+                                   format_ns(static_cast<double>(ws.max_ns)), format_ns(ws.stddev_ns));
+            }
         }
     }
 }
@@ -226,8 +241,14 @@ void outliers(std::string& out, const report& r, const text_options& opt) {
         if (n++ >= opt.top_outliers) {
             break;
         }
+        std::string when;
+        if (o.at_ns > 0) {
+            const std::string t = utc_time(o.at_ns);  // "YYYY-MM-DD HH:MM:SS UTC"
+            when = " at " + t.substr(11, 8);
+        }
         wrap(out,
-             fmt::format("  cpu{} tid {} {}: ", o.cpu, o.tid, format_ns(static_cast<double>(o.latency_ns))),
+             fmt::format("  {}cpu{} tid {} {}{}: ", o.qpu.empty() ? "" : o.qpu + " ", o.cpu, o.tid,
+                         format_ns(static_cast<double>(o.latency_ns)), when),
              o.main_cause.empty() ? "no other activity seen on the CPU" : "mostly " + o.main_cause, 6);
     }
 }

@@ -8,6 +8,8 @@
 //                                   IRQs, kernel, probes, QPUs, health)
 //   telemetry.snapshot  reader      histograms/counters/gauges as JSON
 //   metrics             reader      the same snapshot, Prometheus text
+//   telemetry.outliers  reader      the last outliers of probe 3 with their
+//                                   causes; params {limit?}
 //   events.subscribe    reader      start pushing events.event notifications
 //                                   on this connection; params {topics?}
 //   events.unsubscribe  reader      stop them
@@ -15,6 +17,7 @@
 // The hooks are read at call time, so the daemon may install them after
 // registering; the hooks object must outlive the engine.
 
+#include <cstddef>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -32,6 +35,12 @@ struct agent_hooks {
     std::function<telemetry::snapshot()> telemetry;
     // Transport metrics (server::stats).
     std::function<telemetry::snapshot()> transport;
+    // Adds the recent windows to every histogram of the full snapshot
+    // (telemetry::recent_windows::annotate); unset: lifetime only.
+    std::function<void(telemetry::snapshot&)> annotate;
+    // telemetry.outliers body for at most `limit` outliers; unset: the
+    // method fails with `unavailable` (no outlier probe).
+    std::function<json(std::size_t limit)> outliers;
 };
 
 // The event types events.subscribe accepts in `topics`.

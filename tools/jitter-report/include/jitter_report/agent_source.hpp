@@ -12,6 +12,9 @@
 //   counters or gauges
 //               qrt_probe_intrusion_seconds_total{cpu,kind,source}
 //               qrt_probe_intrusion_max_seconds{cpu,kind,source}
+//   histograms' "recent": {"1m": {...}, "1h": {...}} (the recent windows)
+//   telemetry.outliers  the last outliers with their causes (optional:
+//               its absence is a note)
 //   agent.status "probes": "available ..." | "unavailable (<reason>)"
 
 #include <chrono>
@@ -44,6 +47,10 @@ rtcore::result<nlohmann::json> agent_call(const agent_options& opt, const std::s
 rtcore::result<report> report_from_snapshot(const nlohmann::json& snapshot,
                                             const nlohmann::json& status,
                                             const agent_options& opt, std::int64_t now_ns);
+
+// telemetry.outliers ({total, threshold_ns, outliers: [...]}) into
+// r.outliers (largest latency first) and a note.
+void add_agent_outliers(const nlohmann::json& outliers, report& r);
 
 rtcore::result<report> read_agent(const agent_options& opt);
 

@@ -39,6 +39,14 @@ struct latency_stats {
     std::uint64_t negative_count = 0;  // samples measured early, recorded as 0
 };
 
+// The same distribution over a recent window only (agent mode: the agent's
+// "1m" and "1h" next to its lifetime figures).
+struct window_stats {
+    std::string window;        // "1m", "1h"
+    std::int64_t span_ns = 0;  // what the window covers (shorter while the agent is young)
+    latency_stats stats;       // min/max: to the bucket
+};
+
 // One latency distribution of one QPU or CPU.
 struct series {
     std::string scope;   // "qpu", "cpu" or "host"
@@ -48,6 +56,7 @@ struct series {
     bool primary = false;  // the series --slo is checked against
     latency_stats stats;
     std::vector<bin> bins;  // non-cumulative, increasing le_ns, empty bins omitted
+    std::vector<window_stats> recent;  // shortest first; empty: lifetime only
 };
 
 // "timer lateness", "dispatch lateness", "wakeup latency (eBPF)", ... and
@@ -69,6 +78,8 @@ struct outlier_row {
     std::uint64_t latency_ns = 0;
     std::string main_cause;  // "" when the probe saw nothing on the CPU
     std::string summary;
+    std::int64_t at_ns = 0;  // agent mode: CLOCK_REALTIME of the switch; 0 unknown
+    std::string qpu;         // agent mode: the QPU of the dispatch CPU, "" unknown
 };
 
 struct run_info {
