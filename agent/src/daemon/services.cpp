@@ -179,6 +179,9 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
     if (cfg.rpc.max_line_bytes > 0) {
         so.max_line_bytes = cfg.rpc.max_line_bytes;
     }
+    if (cfg.rpc.nss_timeout_ms > 0) {
+        so.nss_timeout = std::chrono::milliseconds(cfg.rpc.nss_timeout_ms);
+    }
     so.metrics_textfile = cfg.rpc.metrics_textfile;
     return so;
 }

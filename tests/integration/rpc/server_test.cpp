@@ -940,6 +940,98 @@ TEST(rpc_server, a_half_line_that_stalls_is_closed_by_the_idle_timeout) {
     EXPECT_EQ(subscriber.ok("agent.hello").at("api_version"), 1);
 }
 
+namespace {
+
+// An NSS behind the seam that answers at once for its first `fast` calls,
+// then sleeps `sleep` before every answer (LDAP or sssd that hangs).  Shared
+// by value: the resolver thread may outlive the test's frame.
+struct slow_nss {
+    std::atomic<int> calls{0};
+    int fast = 1;
+    std::chrono::milliseconds sleep{2000};
+};
+
+rpc::nss_lookup lookup_through(const std::shared_ptr<slow_nss>& nss) {
+    return [nss](const rpc::nss_query&) {
+        if (++nss->calls > nss->fast) {
+            std::this_thread::sleep_for(nss->sleep);
+        }
+        rpc::nss_answer a;
+        a.user_name = "tester";
+        return a;
+    };
+}
+
+bool readable_within(int fd, int timeout_ms) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) > 0;
+}
+
+}  // namespace
+
+TEST(rpc_server, a_slow_nss_lookup_delays_only_the_connection_that_waits_for_it) {
+    auto nss = std::make_shared<slow_nss>();
+    harness_options o = admin_options();
+    o.server.nss_lookup_fn = lookup_through(nss);
+    o.server.nss_cache_opts.ttl_ns = 100'000'000;  // 100 ms: the next connection asks again
+    o.server.nss_timeout = 20s;
+    harness h(o);
+    client victim(h.socket_path);
+    EXPECT_EQ(victim.ok("agent.hello").at("peer").at("tenant"), "tester");  // the fast lookup
+    std::this_thread::sleep_for(150ms);
+
+    client waiter(h.socket_path);  // its lookup sleeps 2 s
+    ASSERT_TRUE(waiter.connected());
+    ASSERT_TRUE(waiter.send_raw(R"({"jsonrpc":"2.0","method":"agent.hello","id":1})" "\n"));
+    const auto t0 = std::chrono::steady_clock::now();
+    // Meanwhile the other connection is served as if nothing waited.
+    std::chrono::nanoseconds worst{0};
+    for (int i = 0; i < 20; ++i) {
+        const auto a = std::chrono::steady_clock::now();
+        victim.ok("slots.query", {{"duration_ns", 1'000'000}, {"qpus", {"q0"}}});
+        worst = std::max(worst, std::chrono::steady_clock::now() - a);
+    }
+    const auto served_by = std::chrono::steady_clock::now() - t0;
+    // A loop blocked in NSS would hold one of these for the whole 2 s.
+    EXPECT_LT(worst, 1000ms) << "a slots.query waited behind the other connection's NSS lookup";
+    if (served_by < 1500ms) {
+        EXPECT_FALSE(readable_within(waiter.fd(), 0))
+            << "the waiting connection was answered before its identity was known";
+    }
+    // Its request, sent while it waited, is answered once the name is known,
+    // under that name.
+    const auto r = waiter.read_json();
+    ASSERT_TRUE(r.has_value()) << "no reply after the lookup";
+    EXPECT_EQ(r->at("id"), 1);
+    EXPECT_EQ(r->at("result").at("peer").at("tenant"), "tester");
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 1500ms);
+    EXPECT_EQ(nss->calls.load(), 2);
+}
+
+TEST(rpc_server, a_connection_whose_nss_lookup_times_out_gets_unavailable_and_is_closed) {
+    auto nss = std::make_shared<slow_nss>();
+    nss->fast = 0;
+    nss->sleep = 1500ms;
+    harness_options o = admin_options();
+    o.server.nss_lookup_fn = lookup_through(nss);
+    o.server.nss_timeout = 200ms;
+    harness h(o);
+    client c(h.socket_path);
+    ASSERT_TRUE(c.send_raw(R"({"jsonrpc":"2.0","method":"agent.hello","id":1})" "\n"));
+    const auto r = c.read_json();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(reason_of(*r), "unavailable") << r->dump();
+    EXPECT_EQ(r->at("error").at("data").at("cause"), "nss_timeout");
+    EXPECT_EQ(r->at("error").at("data").at("uid"), ::getuid());
+    EXPECT_NE(r->at("error").at("message").get<std::string>().find("rpc.nss_timeout_ms"),
+              std::string::npos);
+    EXPECT_FALSE(c.read_line().has_value());
+    const std::string metrics =
+        h.on_loop([&] { return rpc::metrics_text(*h.eng, h.hooks).value(); });
+    EXPECT_NE(metrics.find("qrt_rpc_connections_closed_total{cause=\"nss_timeout\"} 1"),
+              std::string::npos);
+}
+
 TEST(rpc_server, a_thousand_connections_at_once_hit_the_cap_and_the_server_keeps_serving) {
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
@@ -1256,3 +1348,4 @@ TEST(rpc_tenants, each_quota_holds_for_its_tenant_and_leaves_the_other_unaffecte
             << q;
     }
 }
+
