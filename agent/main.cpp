@@ -29,6 +29,8 @@ EXAMPLES
   qrtd host apply --dry-run               list every write apply would make
   qrtd host plan --slurm                  slurm.conf/cgroup.conf/gres.conf lines for this node
   qrtd host apply && qrtd host verify     apply the partition, then check it
+  qrtd host verify --repin                re-pin drifted and new IRQs; 0 when fixed
+                                          (what qrtd-repin.timer runs every 30 s)
   qrtd host restore                       put back every value apply changed
                                           (waits for a restore helper still at work)
   qrtd run -c /usr/share/qrtd/demo.toml --state-dir /tmp/q --duration-s 5
@@ -51,6 +53,7 @@ struct globals {
     bool json = false;
     bool dry_run = false;
     bool slurm = false;
+    bool repin = false;
     long duration_s = -1;
 };
 
@@ -91,6 +94,7 @@ qrt::host_context context(const globals& g, const qrt::config& cfg) {
     ctx.dry_run = g.dry_run;
     ctx.json = g.json;
     ctx.slurm = g.slurm;
+    ctx.repin = g.repin;
     ctx.topology = g.topology;
     return ctx;
 }
@@ -180,6 +184,9 @@ int main(int argc, char** argv) {
                         "system | synthetic:<hwloc description> | xml:<path>");
     }
 
+    verify->add_flag("--repin", g.repin,
+                     "For a timer or root helper (qrtd-repin.service): re-pin, then exit 0 when "
+                     "the host is as applied again or nothing is applied, 1 only for drift left");
     plan->add_flag("--slurm", g.slurm,
                    "Print the slurm.conf, cgroup.conf, gres.conf and plugstack.conf lines that "
                    "keep Slurm's tasks off the isolated CPUs");

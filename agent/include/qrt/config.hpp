@@ -192,6 +192,7 @@ struct rpc_config {
     unsigned max_connections = 0;
     unsigned max_inflight = 0;
     unsigned idle_timeout_s = 0;   // 0: never
+    unsigned nss_timeout_ms = 0;   // how long a connection waits for NSS
     std::uint32_t max_line_bytes = 0;
     std::string metrics_textfile;  // "" off
     bool operator==(const rpc_config&) const = default;

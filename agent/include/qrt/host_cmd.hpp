@@ -52,6 +52,9 @@ struct host_context {
     bool json = false;
     // host plan: print the Slurm configuration lines (slurm_plan.hpp).
     bool slurm = false;
+    // host verify --repin (qrtd-repin.service): drift that was put back is
+    // success, and so is no partition applied; only drift left fails.
+    bool repin = false;
     // "" picks: the running host when root is "/", else a flat topology of
     // the tree's online CPUs.  Or "system", "synthetic:<hwloc description>",
     // "xml:<path>".

@@ -485,6 +485,14 @@ std::vector<config_option> build_table() {
          .meaning = "Seconds a connection may stay silent, without subscriptions, before it "
                     "is closed.  0 disables the timeout.",
          QRT_FIELD(rpc, idle_timeout_s)},
+        {.section = "rpc", .key = "nss_timeout_ms", .kind = k::integer,
+         .default_value = std::int64_t{2000}, .min = 10, .max = 60000,
+         .meaning = "How long a new connection waits for its user name (NSS: getpwuid_r, "
+                    "asked by one resolver thread off the event loop, at most 64 uids queued, "
+                    "answers cached 60 s for 256 uids).  It is not read meanwhile; other "
+                    "connections are served.  Past this it gets one error with reason "
+                    "unavailable (data.cause nss_timeout) and is closed.",
+         QRT_FIELD(rpc, nss_timeout_ms)},
         {.section = "rpc", .key = "max_line_bytes", .kind = k::integer,
          .default_value = std::int64_t{1048576}, .min = 1024, .max = 16 * 1024 * 1024,
          .meaning = "Longest request line; a longer one is answered with -32600 and the "

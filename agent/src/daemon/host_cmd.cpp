@@ -654,6 +654,10 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
         } else {
             out << "verify: no journal directory " << ctx.journal_dir.string() << ": the partition is not applied\n";
         }
+        if (ctx.repin) {
+            log::info("host", "not applied: no journal in {}; nothing to re-pin", ctx.journal_dir.string());
+            return exit_code::ok;
+        }
         log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
         return exit_code::failure;
     }
@@ -677,8 +681,35 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
         print_lines(out, rep->lines);
     }
     if (!rep->applied) {
+        if (ctx.repin) {
+            log::info("host", "not applied: no journal in {}; nothing to re-pin", ctx.journal_dir.string());
+            return exit_code::ok;
+        }
         log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
         return exit_code::failure;
+    }
+    if (ctx.repin && !ctx.dry_run) {
+        // What a re-pin cannot fix: irqbalance moving IRQs back, a lost
+        // cpuset partition (drift without a task moved).
+        using a = rtcore::irq_outcome::action;
+        const std::size_t fixed = rep->irqs.count(a::repinned) + rep->irqs.count(a::new_pinned);
+        const std::size_t left = rep->irqs.count(a::left_to_irqbalance);
+        const bool isolation_left = rep->isolation.drift && rep->isolation.tasks_moved == 0;
+        for (const auto& o : rep->irqs.irqs) {
+            if (o.act == a::repinned || o.act == a::new_pinned) {
+                log::warn("irq", "re-pinned: {}", o.line());
+            }
+        }
+        if (left > 0 || isolation_left) {
+            log::error("host", "drift left after the re-pin: {} IRQs left to irqbalance{}; see `qrtd host verify`",
+                       left, isolation_left ? ", the isolation itself drifted (restore, then apply)" : "");
+            return exit_code::failure;
+        }
+        if (fixed > 0 || rep->isolation.tasks_moved > 0) {
+            log::info("host", "re-pinned {} IRQs and moved {} tasks back; the host is as applied", fixed,
+                      rep->isolation.tasks_moved);
+        }
+        return exit_code::ok;
     }
     if (!rep->clean) {
         log::warn("host", "drift found{}", ctx.dry_run ? " (dry run: nothing re-pinned)" : " and fixed");

@@ -2,6 +2,8 @@
 
 #include "services.hpp"
 
+#include "rtcore/memory_lock.hpp"
+
 #include <dirent.h>
 #include <grp.h>
 #include <sys/epoll.h>
@@ -179,6 +181,9 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
                           : std::chrono::milliseconds(std::chrono::hours(24 * 365));
     if (cfg.rpc.max_line_bytes > 0) {
         so.max_line_bytes = cfg.rpc.max_line_bytes;
+    }
+    if (cfg.rpc.nss_timeout_ms > 0) {
+        so.nss_timeout = std::chrono::milliseconds(cfg.rpc.nss_timeout_ms);
     }
     so.metrics_textfile = cfg.rpc.metrics_textfile;
     return so;
@@ -1173,6 +1178,7 @@ nlohmann::json services::status_json() {
                {"mode", tel.tuned ? "tuned" : "untuned"},
                {"realtime", ts.rt_applied},
                {"mlocked", ts.mlocked},
+               {"locked_bytes", ts.locked_bytes},
                {"cpu_dma_latency_held", ts.dma_latency_held},
                {"lead_ns", tel.lead_ns},
                {"min_lead_ns", _handover.min_lead_ns},
@@ -1212,6 +1218,15 @@ nlohmann::json services::status_json() {
         qpus.push_back(std::move(j));
     }
     st["qpus"] = qpus;
+    {
+        // Locked memory: only the dispatch path is locked (not every
+        // client's buffers), so VmLck stays flat under client load.
+        const auto m = rtcore::read_process_locked_memory();
+        st["memory"] = {{"locked", "dispatch path"},
+                        {"vm_lck_bytes", m.vm_lck_bytes},
+                        {"vm_pin_bytes", m.vm_pin_bytes},
+                        {"dispatch_locked_bytes", rtcore::locked_bytes()}};
+    }
     st["dispatch"] = {{"min_lead_ns", _handover.min_lead_ns},
                       {"pump_period_ns", _handover.pump_period_ns},
                       {"handover_horizon_ns", _handover.horizon_ns},
@@ -1287,6 +1302,21 @@ telemetry::snapshot services::telemetry_snapshot() {
     }
     s.add_counter("qrt_event_loop_callback_errors_total", "exceptions caught from event-loop callbacks", {},
                   _loop.callback_errors());
+    {
+        const auto m = rtcore::read_process_locked_memory();
+        if (m.vm_lck_bytes >= 0) {
+            s.add_gauge("qrt_process_locked_bytes",
+                        "VmLck: memory locked by the process (the dispatch path only)", {},
+                        static_cast<double>(m.vm_lck_bytes));
+        }
+        if (m.vm_pin_bytes >= 0) {
+            s.add_gauge("qrt_process_pinned_bytes",
+                        "VmPin: memory the kernel pins (io_uring registered buffers)", {},
+                        static_cast<double>(m.vm_pin_bytes));
+        }
+        s.add_gauge("qrt_dispatch_locked_bytes", "memory the dispatch threads locked, shared pages once",
+                    {}, static_cast<double>(rtcore::locked_bytes()));
+    }
     if (_ledger) {
         const auto ls = _ledger->stats();
         s.add_gauge("qrt_ledger_reservations", "reservations held in the ledger", {},

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -24,6 +25,7 @@
 #include "qrt/dispatch/wire_codec.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
 #include "rtcore/host_fs.hpp"
+#include "rtcore/memory_lock.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt::dispatch {
@@ -517,6 +519,7 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.steps_followed = _st_steps_followed.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
+    s.locked_bytes = _st_locked_bytes.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
     s.setup_errno = _st_setup_errno.load(std::memory_order_relaxed);
     return s;
@@ -543,12 +546,20 @@ void dispatcher::thread_main() noexcept {
             rc.policy = rtcore::sched_policy::fifo;
             rc.priority = _cfg.rt_priority;
             rc.timer_slack_ns = 1;
-            rc.lock_memory = true;
+            // Not mlockall(MCL_FUTURE): that would lock every client
+            // connection's buffers too.  The dispatch path is locked region
+            // by region below (lock_dispatch_path).
+            rc.lock_memory = false;
             auto entered = rtcore::scoped_rt_thread::enter(rc);
             if (entered) {
                 rt.emplace(std::move(*entered));
                 _st_rt.store(true, std::memory_order_relaxed);
-                _st_mlocked.store(true, std::memory_order_relaxed);
+                if (auto st = lock_dispatch_path(rc.prefault_stack_bytes); st) {
+                    _st_mlocked.store(true, std::memory_order_relaxed);
+                } else {
+                    setup_err = st.err().code != 0 ? st.err().code : EPERM;
+                    _setup_error = st.err().message;
+                }
             } else {
                 setup_err = entered.err().code != 0 ? entered.err().code : EPERM;
                 _setup_error = entered.err().message;
@@ -579,6 +590,63 @@ void dispatcher::thread_main() noexcept {
     }
     run_loop();
     _loop_running.store(false, std::memory_order_release);
+    _locked.clear();  // munlock what no other dispatcher holds
+    _st_locked_bytes.store(0, std::memory_order_relaxed);
+}
+
+rtcore::status dispatcher::lock_dispatch_path(std::size_t stack_bytes) {
+    // What the RT thread touches from here on, and nothing else: its stack
+    // (and TLS), the code and static data it runs, this object (atomics,
+    // the lead window, the wake word), its arrays, both rings' storage, the
+    // frame pool and the io_uring rings.  Taken on this thread, after it
+    // turned real-time; released when it ends.
+    std::vector<rtcore::locked_region> held;
+    std::size_t bytes = 0;
+    const auto lock = [&](const void* p, std::size_t n, const char* what) -> rtcore::status {
+        auto r = rtcore::lock_region(p, n, what);
+        if (!r) {
+            return std::move(r).err();
+        }
+        bytes += r->bytes();
+        held.push_back(std::move(*r));
+        return rtcore::ok();
+    };
+    auto stack = rtcore::lock_current_stack(stack_bytes);
+    if (!stack) {
+        return std::move(stack).err();
+    }
+    bytes += stack->bytes();
+    held.push_back(std::move(*stack));
+    auto code = rtcore::lock_mapped_code();
+    if (!code) {
+        return std::move(code).err();
+    }
+    for (auto& r : *code) {
+        bytes += r.bytes();
+        held.push_back(std::move(r));
+    }
+    const io_uring& ring = _uring->ring;
+    for (const auto& [p, n, what] : std::initializer_list<std::tuple<const void*, std::size_t, const char*>>{
+             {this, sizeof *this, "dispatcher"},
+             {&_clock, sizeof _clock, "clock"},
+             {_uring.get(), sizeof *_uring, "io_uring state"},
+             {_pool, _pool_bytes, "frame pool"},
+             {_slots.get(), _slot_count * sizeof(slot_state), "slots"},
+             {_inflight.get(), _slot_count * sizeof(dispatch_record), "in-flight records"},
+             {_pending.get(), 2 * _slot_count * sizeof(queued_job), "pending jobs"},
+             {_jobs.storage(), _jobs.storage_bytes(), "job ring"},
+             {_records.storage(), _records.storage_bytes(), "record ring"},
+             {ring.sq.ring_ptr, ring.sq.ring_sz, "io_uring SQ ring"},
+             {ring.cq.ring_ptr, ring.cq.ring_sz, "io_uring CQ ring"},
+             {ring.sq.sqes, ring.sq.ring_entries * sizeof(io_uring_sqe), "io_uring SQEs"},
+         }) {
+        if (auto st = lock(p, n, what); !st) {
+            return st;
+        }
+    }
+    _locked = std::move(held);
+    _st_locked_bytes.store(bytes, std::memory_order_relaxed);
+    return rtcore::ok();
 }
 
 void dispatcher::emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,

@@ -5,8 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <charconv>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -154,25 +160,83 @@ nss_cache::nss_cache(options o, lookup user_name)
     _opts.capacity = std::max<std::size_t>(1, _opts.capacity);
 }
 
-std::optional<std::string> nss_cache::user_name(uid_t uid, std::int64_t now_ns) {
-    if (const auto it = _entries.find(uid);
-        it != _entries.end() && now_ns - it->second.looked_up_ns < _opts.ttl_ns &&
-        now_ns >= it->second.looked_up_ns) {
-        return it->second.name;
+const nss_answer* nss_cache::find(uid_t uid, std::int64_t now_ns, bool want_groups) const {
+    const auto it = _entries.find(uid);
+    if (it == _entries.end() || now_ns - it->second.looked_up_ns >= _opts.ttl_ns ||
+        now_ns < it->second.looked_up_ns) {
+        return nullptr;
     }
-    ++_lookups;
-    entry e{_lookup(uid), now_ns};
+    // A name without groups does not answer a query that needs them (a
+    // user with no passwd entry has no groups to look up either).
+    if (want_groups && it->second.answer.user_name && !it->second.answer.groups) {
+        return nullptr;
+    }
+    return &it->second.answer;
+}
+
+void nss_cache::store(uid_t uid, const nss_answer& a, std::int64_t now_ns) {
     if (_entries.size() >= _opts.capacity && _entries.count(uid) == 0) {
-        const auto oldest = std::min_element(_entries.begin(), _entries.end(), [](const auto& a, const auto& b) {
-            return a.second.looked_up_ns < b.second.looked_up_ns;
+        const auto oldest = std::min_element(_entries.begin(), _entries.end(), [](const auto& x, const auto& y) {
+            return x.second.looked_up_ns < y.second.looked_up_ns;
         });
         _entries.erase(oldest);
     }
-    _entries[uid] = e;
-    return e.name;
+    _entries[uid] = entry{a, now_ns};
 }
 
-rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::int64_t now_ns) {
+std::optional<std::string> nss_cache::user_name(uid_t uid, std::int64_t now_ns) {
+    if (const nss_answer* a = find(uid, now_ns, false)) {
+        return a->user_name;
+    }
+    ++_lookups;
+    nss_answer a;
+    a.user_name = _lookup(uid);
+    store(uid, a, now_ns);
+    return a.user_name;
+}
+
+namespace {
+
+std::optional<std::vector<gid_t>> group_list_of(const std::string& user, gid_t gid) {
+    int ngroups = 64;
+    std::vector<gid_t> groups(static_cast<std::size_t>(ngroups));
+    for (int attempt = 0; attempt < 4; ++attempt) {
+        int n = ngroups;
+        if (::getgrouplist(user.c_str(), gid, groups.data(), &n) >= 0) {
+            groups.resize(static_cast<std::size_t>(n));
+            return groups;
+        }
+        ngroups = n > ngroups ? n : ngroups * 2;
+        groups.resize(static_cast<std::size_t>(ngroups));
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+nss_answer nss_lookup_system(const nss_query& q) {
+    nss_answer a;
+    a.user_name = user_name_of(q.uid);
+    if (q.want_groups && a.user_name) {
+        a.groups = group_list_of(*a.user_name, q.gid);
+    }
+    return a;
+}
+
+void apply_nss_answer(peer_identity& id, const nss_answer& a) {
+    if (a.user_name) {
+        id.user_name = *a.user_name;
+    }
+    if (id.groups_source.empty() && a.groups) {
+        id.groups = *a.groups;
+        id.groups_source = "getgrouplist";
+    }
+    if (std::find(id.groups.begin(), id.groups.end(), id.gid) == id.groups.end()) {
+        id.groups.push_back(id.gid);
+    }
+}
+
+rtcore::result<peer_identity> peer_credentials_of(int fd) {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
@@ -182,9 +246,6 @@ rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::in
     id.uid = cred.uid;
     id.gid = cred.gid;
     id.pid = cred.pid;
-    if (auto name = names != nullptr ? names->user_name(cred.uid, now_ns) : user_name_of(cred.uid)) {
-        id.user_name = std::move(*name);
-    }
 #ifdef SO_PEERGROUPS
     {
         std::vector<gid_t> groups(64);
@@ -203,25 +264,126 @@ rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::in
         }
     }
 #endif
-    if (id.groups_source.empty() && !id.user_name.empty()) {
-        int ngroups = 64;
-        std::vector<gid_t> groups(static_cast<std::size_t>(ngroups));
-        for (int attempt = 0; attempt < 4; ++attempt) {
-            int n = ngroups;
-            if (::getgrouplist(id.user_name.c_str(), cred.gid, groups.data(), &n) >= 0) {
-                groups.resize(static_cast<std::size_t>(n));
-                id.groups = std::move(groups);
-                id.groups_source = "getgrouplist";
-                break;
-            }
-            ngroups = n > ngroups ? n : ngroups * 2;
-            groups.resize(static_cast<std::size_t>(ngroups));
-        }
-    }
     if (std::find(id.groups.begin(), id.groups.end(), id.gid) == id.groups.end()) {
         id.groups.push_back(id.gid);
     }
     return id;
+}
+
+rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::int64_t now_ns) {
+    auto id = peer_credentials_of(fd);
+    if (!id) {
+        return id;
+    }
+    nss_answer a;
+    a.user_name = names != nullptr ? names->user_name(id->uid, now_ns) : user_name_of(id->uid);
+    if (id->groups_source.empty() && a.user_name) {
+        a.groups = group_list_of(*a.user_name, id->gid);
+    }
+    apply_nss_answer(*id, a);
+    return id;
+}
+
+// ------------------------------------------------------------ nss_resolver
+
+struct nss_resolver::shared {
+    options opts;
+    nss_lookup lookup;
+    answer_fn on_answer;
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::deque<nss_query> queue;
+    std::optional<uid_t> busy;  // the uid being looked up now
+    bool stop = false;
+    bool exited = false;
+    std::condition_variable exited_cv;
+    std::uint64_t lookups = 0;
+};
+
+nss_resolver::nss_resolver(options o, nss_lookup lookup, answer_fn on_answer)
+    : _s(std::make_shared<shared>()) {
+    _s->opts = o;
+    _s->opts.queue_capacity = std::max<std::size_t>(1, o.queue_capacity);
+    _s->lookup = lookup ? std::move(lookup) : nss_lookup(nss_lookup_system);
+    _s->on_answer = std::move(on_answer);
+    // The thread owns a reference to the state: if destruction gives up on
+    // a lookup stuck in NSS, the thread still has everything it touches.
+    std::thread([s = _s] {
+        ::pthread_setname_np(::pthread_self(), "qrtd-nss");
+        std::unique_lock<std::mutex> lock(s->mu);
+        while (true) {
+            s->cv.wait(lock, [&] { return s->stop || !s->queue.empty(); });
+            if (s->stop) {
+                break;
+            }
+            const nss_query q = s->queue.front();
+            s->queue.pop_front();
+            s->busy = q.uid;
+            ++s->lookups;
+            lock.unlock();
+            nss_answer a;
+            try {
+                a = s->lookup(q);
+            } catch (...) {
+                // A lookup that throws answers "no entry": the peer is
+                // served by uid and gid alone, never left waiting.
+                a = nss_answer{};
+            }
+            lock.lock();
+            s->busy.reset();
+            if (s->stop) {
+                break;
+            }
+            // Under the lock: after the destructor has set stop, no answer
+            // is delivered to an owner that has gone.
+            s->on_answer(q, std::move(a));
+        }
+        s->exited = true;
+        s->exited_cv.notify_all();
+    }).detach();
+}
+
+nss_resolver::~nss_resolver() {
+    std::unique_lock<std::mutex> lock(_s->mu);
+    _s->stop = true;
+    _s->queue.clear();
+    _s->cv.notify_all();
+    // A lookup stuck in NSS is not waited for past stop_wait; the thread
+    // then exits when (if) it returns, touching only the shared state.
+    _s->exited_cv.wait_for(lock, _s->opts.stop_wait, [&] { return _s->exited; });
+}
+
+nss_resolver::submitted nss_resolver::submit(const nss_query& q) {
+    const std::lock_guard<std::mutex> lock(_s->mu);
+    if (_s->busy == q.uid) {
+        // The lookup under way may lack the groups this query needs: queue
+        // it again only then.
+        if (!q.want_groups) {
+            return submitted::joined;
+        }
+    }
+    for (auto& w : _s->queue) {
+        if (w.uid == q.uid) {
+            w.want_groups = w.want_groups || q.want_groups;
+            return submitted::joined;
+        }
+    }
+    if (_s->queue.size() >= _s->opts.queue_capacity) {
+        return submitted::full;
+    }
+    _s->queue.push_back(q);
+    _s->cv.notify_one();
+    return submitted::queued;
+}
+
+std::size_t nss_resolver::pending() const {
+    const std::lock_guard<std::mutex> lock(_s->mu);
+    return _s->queue.size() + (_s->busy ? 1U : 0U);
+}
+
+std::uint64_t nss_resolver::lookups() const {
+    const std::lock_guard<std::mutex> lock(_s->mu);
+    return _s->lookups;
 }
 
 rtcore::result<principal> resolve_principal(std::string_view text) {

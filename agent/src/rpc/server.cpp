@@ -49,7 +49,8 @@ void send_nowait(int fd, std::string_view text) noexcept {
 }  // namespace
 
 struct server::connection {
-    enum class state : std::uint8_t { open, closing, dead };
+    // resolving: waiting for NSS (not read, no session attached yet).
+    enum class state : std::uint8_t { resolving, open, closing, dead };
 
     std::uint64_t id = 0;
     int fd = -1;
@@ -68,6 +69,7 @@ struct server::connection {
     bool peer_eof = false;
     bool shut_wr = false;
     std::uint32_t interest = 0;
+    event_loop::timer_id nss_timer = 0;  // while resolving
 
     explicit connection(std::size_t max_line_bytes) : in(max_line_bytes) {}
     std::size_t out_pending() const noexcept { return out.size() - out_off; }
@@ -75,7 +77,7 @@ struct server::connection {
 };
 
 server::server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts)
-    : _loop(loop), _engine(eng), _auth(auth), _opts(std::move(opts)) {}
+    : _loop(loop), _engine(eng), _auth(auth), _opts(std::move(opts)), _names(_opts.nss_cache_opts) {}
 
 server::~server() { stop(); }
 
@@ -222,6 +224,18 @@ rtcore::status server::start() {
     }
     _listen_fd = fd;
     _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    nss_resolver::options ro;
+    ro.queue_capacity = _opts.nss_queue;
+    _resolver = std::make_unique<nss_resolver>(
+        ro, _opts.nss_lookup_fn,
+        [this, alive = std::weak_ptr<bool>(_alive)](const nss_query& q, nss_answer a) {
+            // Resolver thread: hand the answer to the loop.
+            _loop.post([this, alive, q, a = std::move(a)] {
+                if (alive.lock()) {
+                    on_nss_answer(q, a);
+                }
+            });
+        });
     if (auto st = _loop.add_fd(_listen_fd, EPOLLIN, [this](std::uint32_t) { on_accept(); }); !st) {
         return st;
     }
@@ -247,6 +261,7 @@ rtcore::status server::start() {
 }
 
 void server::stop() noexcept {
+    _resolver.reset();  // no answer is posted from here on
     for (auto& [id, c] : _conns) {
         if (c->st != connection::state::dead) {
             kill(*c, "server stopping");
@@ -331,7 +346,8 @@ void server::accept_one(int fd) {
         ::close(fd);
         return;
     }
-    auto peer = peer_identity_of(fd, &_names, now_ns());
+    // The kernel's word only (SO_PEERCRED, SO_PEERGROUPS): never blocks.
+    auto peer = peer_credentials_of(fd);
     if (!peer) {
         ++_peercred_failures;
         spdlog::warn("rpc: closing a connection: {}", peer.err().message);
@@ -344,10 +360,96 @@ void server::accept_one(int fd) {
     c->last_rx_ns = now_ns();
     c->sess.id = c->id;
     c->sess.peer = std::move(*peer);
-    c->sess.roles = _auth.roles_of(c->sess.peer);
-    c->sess.tenant = c->sess.peer.tenant();
+    c->st = connection::state::resolving;
     const std::uint64_t id = c->id;
-    c->sess.push = [this, id](std::string_view line) {
+    // Registered with no interest while resolving: epoll still reports a
+    // hang-up, nothing is read.
+    c->interest = 0;
+    if (auto st = _loop.add_fd(fd, 0, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
+        spdlog::warn("rpc: {}", st.err().message);
+        ::close(fd);
+        return;
+    }
+    ++_accepted;
+    connection& conn = *c;
+    _conns.emplace(id, std::move(c));
+    const nss_query q{conn.sess.peer.uid, conn.sess.peer.gid, conn.sess.peer.groups_source.empty()};
+    if (const nss_answer* a = _names.find(q.uid, now_ns(), q.want_groups)) {
+        apply_nss_answer(conn.sess.peer, *a);
+        finish_identity(conn);
+        return;
+    }
+    if (_resolver->submit(q) == nss_resolver::submitted::full) {
+        ++_closed_nss_queue_full;
+        send_nowait(fd, engine::overloaded_reply(fmt::format(
+                            "rpc: {} user lookups (NSS) are already waiting; try again later",
+                            _opts.nss_queue)));
+        kill(conn, "nss queue full");
+        return;
+    }
+    ++_nss_waits;
+    auto t = _loop.add_timer(_opts.nss_timeout, std::chrono::nanoseconds(0),
+                             [this, id] { nss_timed_out(id); });
+    if (!t) {
+        spdlog::warn("rpc: {}", t.err().message);
+        kill(conn, "timer for the NSS wait");
+        return;
+    }
+    conn.nss_timer = *t;
+}
+
+void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
+    _names.store(q.uid, a, now_ns());
+    for (auto& [id, cp] : _conns) {
+        connection& c = *cp;
+        if (c.st != connection::state::resolving || c.sess.peer.uid != q.uid) {
+            continue;
+        }
+        if (c.sess.peer.groups_source.empty() && !q.want_groups && a.user_name) {
+            // This answer lacks the groups this connection needs: ask again.
+            if (_resolver->submit(nss_query{c.sess.peer.uid, c.sess.peer.gid, true}) ==
+                nss_resolver::submitted::full) {
+                ++_closed_nss_queue_full;
+                send_nowait(c.fd, engine::overloaded_reply("rpc: too many user lookups (NSS) waiting"));
+                kill(c, "nss queue full");
+            }
+            continue;
+        }
+        apply_nss_answer(c.sess.peer, a);
+        finish_identity(c);
+    }
+}
+
+void server::nss_timed_out(std::uint64_t id) {
+    auto it = _conns.find(id);
+    if (it == _conns.end() || it->second->st != connection::state::resolving) {
+        return;
+    }
+    connection& c = *it->second;
+    c.nss_timer = 0;  // a one-shot timer that has fired
+    ++_closed_nss_timeout;
+    spdlog::warn("rpc: closing a connection of uid {} pid {}: NSS (getpwuid_r) gave no answer within {} ms",
+                 c.sess.peer.uid, c.sess.peer.pid, _opts.nss_timeout.count());
+    const rpc_failure f("unavailable",
+                        fmt::format("rpc: the user lookup for uid {} (NSS: getpwuid_r) gave no answer "
+                                    "within {} ms (rpc.nss_timeout_ms); try again later",
+                                    c.sess.peer.uid, _opts.nss_timeout.count()),
+                        json{{"cause", "nss_timeout"},
+                             {"uid", c.sess.peer.uid},
+                             {"timeout_ms", _opts.nss_timeout.count()}});
+    send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+    kill(c, "nss timeout");
+}
+
+void server::finish_identity(connection& c) {
+    if (c.nss_timer != 0) {
+        _loop.cancel_timer(std::exchange(c.nss_timer, 0));
+    }
+    c.st = connection::state::open;
+    c.sess.roles = _auth.roles_of(c.sess.peer);
+    c.sess.tenant = c.sess.peer.tenant();
+    const std::uint64_t id = c.id;
+    c.sess.push = [this, id](std::string_view line) {
         auto it = _conns.find(id);
         if (it == _conns.end() || it->second->st == connection::state::dead) {
             return;
@@ -357,16 +459,10 @@ void server::accept_one(int fd) {
         flush(conn);
         update_interest(conn);
     };
-    c->interest = EPOLLIN;
-    if (auto st = _loop.add_fd(fd, EPOLLIN, [this, id](std::uint32_t ev) { on_event(id, ev); });
-        !st) {
-        spdlog::warn("rpc: {}", st.err().message);
-        ::close(fd);
-        return;
-    }
-    ++_accepted;
-    _engine.attach(c->sess);
-    _conns.emplace(id, std::move(c));
+    _engine.attach(c.sess);
+    // The requests the peer sent while it waited are in the socket: reading
+    // starts now (level-triggered, so epoll reports them at once).
+    update_interest(c);
 }
 
 bool server::may_read(const connection& c) const {
@@ -382,6 +478,12 @@ void server::on_event(std::uint64_t id, std::uint32_t events) {
     connection& c = *it->second;
     if ((events & EPOLLERR) != 0) {
         kill(c, "socket error");
+        return;
+    }
+    if (c.st == connection::state::resolving) {
+        if ((events & EPOLLHUP) != 0) {
+            kill(c, "peer hung up while its identity was resolved");
+        }
         return;
     }
     if ((events & EPOLLOUT) != 0) {
@@ -608,6 +710,9 @@ void server::kill(connection& c, const char* why) {
     }
     spdlog::debug("rpc: closing connection {} (uid {}): {}", c.id, c.sess.peer.uid, why);
     c.st = connection::state::dead;
+    if (c.nss_timer != 0) {
+        _loop.cancel_timer(std::exchange(c.nss_timer, 0));
+    }
     _loop.remove_fd(c.fd);
     ::close(c.fd);
     c.fd = -1;
@@ -715,6 +820,14 @@ telemetry::snapshot server::stats() const {
                   {{"cause", "slow_reader"}}, _closed_slow_reader);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
                   {{"cause", "peercred"}}, _peercred_failures);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "nss_timeout"}}, _closed_nss_timeout);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "nss_queue_full"}}, _closed_nss_queue_full);
+    s.add_counter("qrt_rpc_nss_waits_total",
+                  "connections that waited for a user lookup (NSS) off the event loop", {}, _nss_waits);
+    s.add_gauge("qrt_rpc_nss_pending", "user lookups (NSS) queued or under way", {},
+                static_cast<double>(_resolver ? _resolver->pending() : 0U));
     s.add_counter("qrt_rpc_received_bytes_total", "bytes read from clients", {}, _bytes_in);
     s.add_counter("qrt_rpc_sent_bytes_total", "bytes written to clients", {}, _bytes_out);
     s.add_counter("qrt_rpc_backpressure_pauses_total",

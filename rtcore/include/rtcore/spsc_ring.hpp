@@ -55,6 +55,9 @@ public:
     ~spsc_ring() = default;
 
     std::size_t capacity() const noexcept { return _mask + 1; }
+    // The slot storage (capacity() items), for locking it in memory.
+    const void* storage() const noexcept { return _slots.get(); }
+    std::size_t storage_bytes() const noexcept { return capacity() * sizeof(T); }
 
     // Producer: copy item in; false (and nothing changed) when the ring is full.
     bool try_push(const T& item) noexcept {

@@ -53,6 +53,7 @@ has() {  # has PACKAGE PATH
 # ---- contents
 for f in /usr/sbin/qrtd /usr/bin/qrtctl /usr/bin/qrt-jitter-report /usr/bin/qpu-sim \
          /etc/qrtd/qrtd.toml /lib/systemd/system/qrtd.service /lib/systemd/system/qrtd.socket \
+         /lib/systemd/system/qrtd-repin.service /lib/systemd/system/qrtd-repin.timer \
          /usr/lib/sysusers.d/qrtd.conf /usr/lib/tmpfiles.d/qrtd.conf \
          /usr/share/man/man8/qrtd.8.gz /usr/share/man/man5/qrtd.toml.5.gz \
          /usr/share/man/man1/qrtctl.1.gz /usr/share/man/man1/qrt-jitter-report.1.gz \
@@ -117,6 +118,7 @@ else
 fi
 check "removal stops the service (prerm)" grep -qE '"\$1" = remove.*' "$tmp/ctl/prerm"
 check "prerm stops qrtd.socket and qrtd.service" grep -q 'deb-systemd-invoke stop qrtd.socket qrtd.service' "$tmp/ctl/prerm"
+check "prerm stops the drift watch first" grep -q 'deb-systemd-invoke stop qrtd-repin.timer qrtd-repin.service' "$tmp/ctl/prerm"
 check "purge forgets the units (postrm deb-systemd-helper purge)" grep -q 'deb-systemd-helper purge.*qrtd' "$tmp/ctl/postrm"
 
 # ---- unpacked into a scratch root

@@ -364,6 +364,47 @@ TEST(qrtd_cli, host_verify_without_apply_exits_1) {
     EXPECT_NE(r.err.find("not applied"), std::string::npos) << r.err;
 }
 
+// #14 section 4: the drift watch under systemd is qrtd-repin.service, one
+// `qrtd host verify --repin` per timer tick.  A known IRQ that drifted back
+// onto the isolated CPU and an IRQ that appeared after apply are both
+// pinned by one run, which exits 0 (the host is as applied again); the new
+// IRQ's original value is journaled first, so restore puts the whole tree
+// back byte for byte, the new IRQ included.
+TEST(qrtd_cli, one_repin_run_pins_a_drifted_and_a_new_irq_and_restore_stays_byte_exact) {
+    tree_copy t("vm2-v1");
+    const auto common = " -c " + demo + t.dirs();
+    const auto nothing = run(qrtd + " host verify --repin" + common);
+    EXPECT_EQ(nothing.status, 0) << "no partition applied is not a failure for the timer\n" << nothing.err;
+    EXPECT_NE(nothing.err.find("nothing to re-pin"), std::string::npos) << nothing.err;
+
+    const auto original = snapshot_tree(t.root);
+    ASSERT_EQ(run(qrtd + " host apply" + common).status, 0);
+    const fs::path irq24 = t.root / "proc/irq/24/smp_affinity_list";
+    ASSERT_EQ(read_file(irq24), "0") << "apply did not move IRQ 24 off CPU 1";
+    std::ofstream(irq24) << "0-1\n";  // drift: back onto the isolated CPU 1
+    fs::copy(trees + "/vm2-v1/proc/irq/24", t.root / "proc/irq/77", fs::copy_options::recursive);
+    auto expected = original;  // what restore must give back: the new IRQ as it appeared
+    for (const auto& [rel, bytes] : snapshot_tree(t.root)) {
+        if (rel.rfind("proc/irq/77", 0) == 0) {
+            expected[rel] = bytes;
+        }
+    }
+
+    const auto r = run(qrtd + " host verify --repin" + common);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.err.find("irq: re-pinned: "), std::string::npos) << r.err;
+    EXPECT_EQ(read_file(irq24), "0");
+    EXPECT_EQ(read_file(t.root / "proc/irq/77/smp_affinity_list"), "0");
+    // The next tick finds nothing to do, and plain verify agrees.
+    const auto again = run(qrtd + " host verify --repin" + common);
+    EXPECT_EQ(again.status, 0) << again.err;
+    EXPECT_EQ(again.err.find("re-pinned"), std::string::npos) << again.err;
+    EXPECT_EQ(run(qrtd + " host verify" + common).status, 0);
+
+    ASSERT_EQ(run(qrtd + " host restore" + common).status, 0);
+    EXPECT_EQ(snapshot_tree(t.root), expected);
+}
+
 TEST(qrtd_cli, apply_with_a_journal_dir_whose_parent_is_missing_fails_and_changes_nothing) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
@@ -1045,6 +1086,45 @@ TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_a
     for (const auto& p : moved) {
         EXPECT_NE(read_file(p), before.at(p)) << p << " was left on the isolated CPUs";
     }
+    const auto back = run(qrtd + " host restore" + dirs());
+    EXPECT_EQ(back.status, 0) << back.err;
+    expect_same_host(before, "after restore");
+}
+
+// #14 section 4: under systemd the IRQ drift watch is qrtd-repin.service
+// (`qrtd host verify --repin` as root, every 30 s).  An IRQ whose affinity
+// is written back onto the isolated CPU after apply is re-pinned by one run,
+// which exits 0 and logs it; restore still puts every value back byte for
+// byte.  Run under `flock /tmp/qrt-host.lock` on a shared machine.
+TEST_F(real_host, one_run_of_the_repin_helper_re_pins_a_drifted_irq_and_restore_is_byte_exact) {
+    const auto before = snapshot_host();
+    const std::string cfg = config("root");
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    std::vector<std::string> moved;
+    for (const auto& [path, value] : before) {
+        if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
+            read_file(path) != value) {
+            std::ofstream f(path);
+            f << value;
+            f.close();
+            if (read_file(path) == value) {
+                moved.push_back(path);
+            }
+        }
+    }
+    if (moved.empty()) {
+        (void)run(qrtd + " host restore" + dirs());
+        GTEST_SKIP() << "no IRQ whose affinity can be written back onto the isolated CPU here";
+    }
+    const auto r = run(qrtd + " host verify --repin -c " + cfg + dirs());
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.err.find("irq: re-pinned: "), std::string::npos) << r.err;
+    for (const auto& p : moved) {
+        EXPECT_NE(read_file(p), before.at(p)) << p << " was left on the isolated CPU";
+    }
+    const auto again = run(qrtd + " host verify -c " + cfg + dirs());
+    EXPECT_EQ(again.status, 0) << "drift left after one re-pin run:\n" << again.out << again.err;
     const auto back = run(qrtd + " host restore" + dirs());
     EXPECT_EQ(back.status, 0) << back.err;
     expect_same_host(before, "after restore");

@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 
+
 namespace {
 
 struct run_result {
@@ -103,7 +104,8 @@ protected:
 
 TEST_F(installed, puts_every_file_where_debian_expects_it) {
     for (const char* p : {"usr/sbin/qrtd", "usr/lib/systemd/system/qrtd.service",
-                          "usr/lib/systemd/system/qrtd.socket", "usr/lib/sysusers.d/qrtd.conf",
+                          "usr/lib/systemd/system/qrtd.socket", "usr/lib/systemd/system/qrtd-repin.service",
+                          "usr/lib/systemd/system/qrtd-repin.timer", "usr/lib/sysusers.d/qrtd.conf",
                           "usr/lib/tmpfiles.d/qrtd.conf", "etc/qrtd/qrtd.toml",
                           "usr/share/qrtd/demo.toml", "usr/share/qrtd/profiles/low-latency.toml",
                           "usr/share/qrtd/profiles/two-qpus.toml", "usr/share/man/man8/qrtd.8",
@@ -221,6 +223,52 @@ TEST_F(installed, tmpfiles_creates_the_journal_dir_for_root_alone_and_the_daemon
         EXPECT_EQ(st.st_uid, 0U);
         EXPECT_EQ(st.st_gid, 0U);
     }
+}
+
+// #14 section 4: the IRQ drift watch under systemd.  The timer runs
+// `qrtd host verify --repin` as root while qrtd.service runs; the oneshot
+// reads nothing user qrtd can write and cannot even see the daemon's
+// directories.
+TEST_F(installed, repin_timer_and_service_run_the_installed_verify_as_root_beside_qrtd_service) {
+    const std::string svc = read_file(unit("qrtd-repin.service"));
+    EXPECT_NE(svc.find("\nExecStart=/usr/sbin/qrtd host verify --repin\n"), std::string::npos) << svc;
+    EXPECT_NE(svc.find("\nType=oneshot\n"), std::string::npos);
+    EXPECT_EQ(svc.find("\nUser="), std::string::npos) << "the re-pin needs root";
+    EXPECT_NE(svc.find("\nInaccessiblePaths=-/var/lib/qrtd -/run/qrtd\n"), std::string::npos)
+        << "the root helper must not see the daemon's directories";
+    EXPECT_NE(svc.find("\nCapabilityBoundingSet=CAP_SYS_NICE\n"), std::string::npos);
+    EXPECT_EQ(svc.find("[Install]"), std::string::npos) << "started by the timer only";
+    EXPECT_EQ(svc.find("@QRT_"), std::string::npos) << "an unsubstituted @QRT_...@ is left";
+    const std::string timer = read_file(unit("qrtd-repin.timer"));
+    EXPECT_NE(timer.find("\nPartOf=qrtd.service\n"), std::string::npos) << timer;
+    EXPECT_NE(timer.find("\nWantedBy=qrtd.service\n"), std::string::npos) << timer;
+    EXPECT_NE(timer.find("\nOnUnitActiveSec=30s\n"), std::string::npos) << timer;
+    if (!have("systemd-analyze")) {
+        GTEST_SKIP() << "systemd-analyze not installed";
+    }
+    const auto r = run("systemd-analyze verify --man=no --root=" + _root.string() + " " +
+                       unit("qrtd-repin.timer").string() + " " + unit("qrtd-repin.service").string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output, "") << "systemd-analyze verify warned";
+}
+
+// A root oneshot that writes /proc/irq and the cgroup v1 tasks files cannot
+// take ProtectKernelTunables=, ProtectControlGroups= or PrivateUsers=, nor
+// drop root; everything else is shut (one capability, no network, no
+// devices, a system call filter), and it is held to the daemon's bar.
+TEST_F(installed, repin_service_security_exposure_is_at_most_2_0) {
+    if (!have("systemd-analyze")) {
+        GTEST_SKIP() << "systemd-analyze not installed";
+    }
+    const auto r = run("systemd-analyze security --offline=true --root=" + _root.string() + " " +
+                       unit("qrtd-repin.service").string());
+    std::smatch m;
+    const std::regex overall(R"(Overall exposure level for qrtd-repin\.service: ([0-9]+\.[0-9]+))");
+    ASSERT_TRUE(std::regex_search(r.output, m, overall)) << r.output;
+    const double score = std::stod(m[1].str());
+    RecordProperty("exposure", m[1].str());
+    std::printf("systemd-analyze security: qrtd-repin.service exposure %.1f\n", score);
+    EXPECT_LE(score, 2.0) << r.output;
 }
 
 }  // namespace

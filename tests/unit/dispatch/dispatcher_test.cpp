@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -17,6 +20,8 @@
 #include "qrt/dispatch/step_follower.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
+#include "rtcore/capabilities.hpp"
+#include "rtcore/memory_lock.hpp"
 
 using namespace qrt::dispatch;
 namespace wire = qrt::wire;
@@ -672,4 +677,48 @@ TEST_F(dispatcher_fixture, a_withdrawn_job_is_reported_at_once_not_at_its_start)
     EXPECT_EQ(recs[0].sent_ns, 0);
     d.stop();
     EXPECT_TRUE(read_frames().empty());
+}
+
+// Issue #14 section 3: a tuned dispatch thread locks its dispatch path (the
+// frame pool, rings, its stack and code) and nothing the process allocates
+// later: 64 MiB of "client buffers" written after it started stay unlocked.
+// Under mlockall(MCL_CURRENT | MCL_FUTURE) VmLck grew by all 64 MiB.
+TEST_F(dispatcher_fixture, a_tuned_thread_locks_its_dispatch_path_and_not_what_is_allocated_later) {
+    if (!rtcore::has_capability(CAP_SYS_NICE) || !rtcore::has_capability(CAP_IPC_LOCK)) {
+        GTEST_SKIP() << "needs CAP_SYS_NICE and CAP_IPC_LOCK (root) for a tuned dispatch thread";
+    }
+    const auto before = rtcore::read_process_locked_memory();
+    ASSERT_GE(before.vm_lck_bytes, 0) << "no VmLck line in /proc/self/status";
+    dispatcher_config c = untuned();
+    c.mode = dispatch_mode::tuned;
+    c.dispatch_cpu = -1;
+    c.hold_cpu_dma_latency = false;
+    c.slots = 64;
+    c.max_payload_bytes = 16 * 1024;
+    dispatcher d(c, _clock);
+    ASSERT_TRUE(d.start());
+    const auto ts = d.thread_stats();
+    ASSERT_TRUE(ts.rt_applied) << d.setup_error();
+    ASSERT_TRUE(ts.mlocked) << d.setup_error();
+    const auto pool = dispatcher::frame_pool_bytes(c.slots, c.max_payload_bytes);
+    EXPECT_GE(ts.locked_bytes, pool);
+    const auto locked = rtcore::read_process_locked_memory();
+    EXPECT_GE(locked.vm_lck_bytes - before.vm_lck_bytes, static_cast<std::int64_t>(pool));
+
+    std::vector<std::unique_ptr<char[]>> buffers;
+    for (int i = 0; i < 64; ++i) {
+        buffers.push_back(std::make_unique<char[]>(1 << 20));
+        std::memset(buffers.back().get(), i + 1, 1 << 20);
+    }
+    const auto loaded = rtcore::read_process_locked_memory();
+    std::printf("VmLck before %lld kB, dispatcher started %lld kB, after 64 MiB allocated %lld kB "
+                "(dispatch path %llu kB)\n",
+                static_cast<long long>(before.vm_lck_bytes / 1024), static_cast<long long>(locked.vm_lck_bytes / 1024),
+                static_cast<long long>(loaded.vm_lck_bytes / 1024),
+                static_cast<unsigned long long>(ts.locked_bytes / 1024));
+    EXPECT_LT(loaded.vm_lck_bytes - locked.vm_lck_bytes, 4 << 20)
+        << "memory allocated after the dispatcher started was locked too (mlockall MCL_FUTURE?)";
+    d.stop();
+    // Its regions are given back when the thread ends.
+    EXPECT_LE(rtcore::read_process_locked_memory().vm_lck_bytes, before.vm_lck_bytes);
 }

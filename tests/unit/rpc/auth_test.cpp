@@ -5,6 +5,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
 #include "qrt/rpc/auth.hpp"
 
 using namespace qrt::rpc;
@@ -150,4 +158,96 @@ TEST(rpc_auth, the_accept_path_asks_nss_once_per_uid_and_ttl_and_holds_a_bounded
         names.user_name(u, 2'000);
         ASSERT_LE(names.size(), 8u);
     }
+}
+
+TEST(rpc_auth, the_resolver_asks_once_per_waiting_uid_and_refuses_past_its_queue) {
+    // The lookup waits on a gate the test opens, like an NSS that hangs.
+    struct state {
+        std::promise<void> gate;
+        std::shared_future<void> open = gate.get_future().share();
+        std::mutex mu;
+        std::vector<uid_t> asked;
+        std::vector<std::pair<uid_t, std::string>> answered;
+    };
+    auto s = std::make_shared<state>();
+    nss_resolver::options o;
+    o.queue_capacity = 2;
+    nss_resolver r(
+        o,
+        [s](const nss_query& q) {
+            s->open.wait();
+            const std::lock_guard<std::mutex> l(s->mu);
+            s->asked.push_back(q.uid);
+            nss_answer a;
+            a.user_name = "user" + std::to_string(q.uid);
+            return a;
+        },
+        [s](const nss_query& q, nss_answer a) {
+            const std::lock_guard<std::mutex> l(s->mu);
+            s->answered.emplace_back(q.uid, a.user_name.value_or("-"));
+        });
+    EXPECT_EQ(r.submit({1, 1, false}), nss_resolver::submitted::queued);
+    for (int i = 0; i < 2000 && r.lookups() == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(r.lookups(), 1u) << "the resolver thread never took the first query";
+    // uid 1 is being looked up: a second connection of it joins.
+    EXPECT_EQ(r.submit({1, 1, false}), nss_resolver::submitted::joined);
+    EXPECT_EQ(r.submit({2, 2, false}), nss_resolver::submitted::queued);
+    EXPECT_EQ(r.submit({2, 2, false}), nss_resolver::submitted::joined);
+    EXPECT_EQ(r.submit({3, 3, false}), nss_resolver::submitted::queued);
+    // Two uids wait behind the stuck lookup: the queue is full.
+    EXPECT_EQ(r.submit({4, 4, false}), nss_resolver::submitted::full);
+    EXPECT_EQ(r.pending(), 3u);
+    s->gate.set_value();
+    for (int i = 0; i < 2000; ++i) {
+        {
+            const std::lock_guard<std::mutex> l(s->mu);
+            if (s->answered.size() == 3) {
+                break;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const std::lock_guard<std::mutex> l(s->mu);
+    EXPECT_EQ(s->asked, (std::vector<uid_t>{1, 2, 3}));
+    EXPECT_EQ(s->answered, (std::vector<std::pair<uid_t, std::string>>{{1, "user1"}, {2, "user2"}, {3, "user3"}}));
+}
+
+TEST(rpc_auth, a_resolver_stuck_in_nss_does_not_hold_up_its_destruction) {
+    auto release = std::make_shared<std::promise<void>>();
+    auto open = release->get_future().share();
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+        nss_resolver::options o;
+        o.stop_wait = std::chrono::milliseconds(50);
+        nss_resolver r(o, [open](const nss_query&) {
+            open.wait();
+            return nss_answer{};
+        }, [](const nss_query&, nss_answer) {});
+        r.submit({7, 7, false});
+        for (int i = 0; i < 2000 && r.lookups() == 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    // Destruction gave up on the stuck lookup after stop_wait, not never.
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    release->set_value();  // the left thread finishes on its own state
+}
+
+TEST(rpc_auth, the_kernel_credentials_need_no_nss_and_an_answer_completes_them) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    auto id = peer_credentials_of(sv[0]);
+    ::close(sv[0]);
+    ::close(sv[1]);
+    ASSERT_TRUE(id) << id.err().message;
+    EXPECT_EQ(id->uid, ::getuid());
+    EXPECT_TRUE(id->user_name.empty());
+    EXPECT_EQ(id->tenant(), "uid:" + std::to_string(::getuid()));
+    nss_answer a;
+    a.user_name = "alice";
+    apply_nss_answer(*id, a);
+    EXPECT_EQ(id->tenant(), "alice");
+    EXPECT_TRUE(id->in_group(::getgid()));
 }

@@ -48,8 +48,11 @@
 //   backward step) nor late (a forward step: the thread notices at its
 //   next wake, at most max_sleep_chunk_ns later, or is woken by the watch).
 //   A step inside the last spin (at most the lead) is left to the watch.
-// - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, mlockall +
-//   prefault, timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
+// - Tuned mode (the default): SCHED_FIFO on dispatch_cpu, the dispatch
+//   path mlocked and prefaulted (its stack, code, this object, the rings,
+//   the frame pool and the io_uring: rtcore/memory_lock.hpp; not
+//   mlockall(MCL_FUTURE), which would lock every client's buffers too),
+//   timer slack 1 ns, /dev/cpu_dma_latency held at 0, sleep to
 //   T - lead then spin.  Untuned mode (comparison only): SCHED_OTHER, no
 //   pinning, default timer slack, plain sleep to T, no spin.
 // - Submission (submit_mode): `syscall` (the default) publishes the SQE and
@@ -103,6 +106,7 @@
 #include "qrt/dispatch/lead_controller.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/error.hpp"
+#include "rtcore/memory_lock.hpp"
 #include "rtcore/spsc_ring.hpp"
 
 namespace qrt::dispatch {
@@ -171,7 +175,8 @@ struct dispatch_thread_stats {
     std::uint64_t sqpoll_yields = 0;        // sqpoll: waits for the poller before a back-to-back job
     std::uint64_t steps_followed = 0;       // realtime steps the thread found and re-converted itself
     bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
-    bool mlocked = false;
+    bool mlocked = false;                   // the dispatch path is locked in memory
+    std::uint64_t locked_bytes = 0;         // bytes this thread locked (shared pages counted once each)
     bool dma_latency_held = false;
     int setup_errno = 0;                    // first failed tuning step's errno (0 = none)
 };
@@ -314,6 +319,8 @@ private:
     struct uring;  // liburing state (pimpl keeps liburing.h out of this header)
 
     void thread_main() noexcept;
+    // Dispatch thread, setup: lock what the loop touches (memory_lock.hpp).
+    rtcore::status lock_dispatch_path(std::size_t stack_bytes);
     void apply_tuning() noexcept;
     void run_loop() noexcept;
     void reap_completions() noexcept;
@@ -419,6 +426,8 @@ private:
     std::atomic<std::uint64_t> _st_steps_followed{0};
     std::atomic<bool> _st_rt{false};
     std::atomic<bool> _st_mlocked{false};
+    std::atomic<std::uint64_t> _st_locked_bytes{0};
+    std::vector<rtcore::locked_region> _locked;  // dispatch thread, setup and exit only
     std::atomic<bool> _st_dma{false};
     std::atomic<int> _st_setup_errno{0};
 

@@ -20,8 +20,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <string>
@@ -107,15 +109,27 @@ struct peer_identity {
     bool in_group(gid_t g) const;
 };
 
-// uid -> user name, remembered so that the accept path does not ask NSS
+// uid -> what NSS said (user name, and the groups when the kernel could not
+// give them), remembered so that the accept path does not ask NSS
 // (getpwuid_r: files, but also LDAP or sssd, which may block) for every
 // connection.  A uid is looked up at most once per ttl, its absence (no
 // passwd entry) included; at most `capacity` uids are held, the oldest
-// lookup dropped first.  The first connection of a uid still waits for its
-// lookup.  Single-threaded (the event loop).
+// lookup dropped first.  Single-threaded (the event loop): the server fills
+// it from its nss_resolver (find/store); user_name() looks up in place.
 struct nss_cache_options {
     std::size_t capacity = 256;
     std::int64_t ttl_ns = 60'000'000'000;  // 60 s
+};
+
+// What NSS is asked about a connecting uid, and what it answers.
+struct nss_query {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    bool want_groups = false;  // the kernel gave no SO_PEERGROUPS
+};
+struct nss_answer {
+    std::optional<std::string> user_name;      // nullopt: no passwd entry
+    std::optional<std::vector<gid_t>> groups;  // getgrouplist, when asked and found
 };
 
 class nss_cache {
@@ -126,13 +140,17 @@ public:
     // lookup empty: getpwuid_r.
     explicit nss_cache(options o = options(), lookup user_name = {});
 
+    // Looks up in place (blocking) when the uid is not fresh in the table.
     std::optional<std::string> user_name(uid_t uid, std::int64_t now_ns);
+    // The fresh answer for uid (with groups, when want_groups), or nullptr.
+    const nss_answer* find(uid_t uid, std::int64_t now_ns, bool want_groups) const;
+    void store(uid_t uid, const nss_answer& a, std::int64_t now_ns);
     std::size_t size() const noexcept { return _entries.size(); }
     std::uint64_t lookups() const noexcept { return _lookups; }
 
 private:
     struct entry {
-        std::optional<std::string> name;
+        nss_answer answer;
         std::int64_t looked_up_ns = 0;
     };
     options _opts;
@@ -142,9 +160,55 @@ private:
 };
 
 // SO_PEERCRED + SO_PEERGROUPS (or getgrouplist) + getpwuid_r (through
-// `names` when given, at now_ns).
+// `names` when given, at now_ns).  Blocks on NSS: the event loop uses
+// peer_credentials_of() and an nss_resolver instead.
 rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names = nullptr,
                                                std::int64_t now_ns = 0);
+
+// What the kernel alone says about a peer (SO_PEERCRED, SO_PEERGROUPS): never
+// asks NSS, never blocks.  user_name is empty; groups_source is empty when
+// the kernel could not give the groups (then they must come from
+// getgrouplist on the user's name).
+rtcore::result<peer_identity> peer_credentials_of(int fd);
+
+using nss_lookup = std::function<nss_answer(const nss_query&)>;
+// The real lookup: getpwuid_r, then getgrouplist when asked.  May block for
+// as long as NSS (LDAP, sssd) takes.
+nss_answer nss_lookup_system(const nss_query& q);
+
+// Completes a kernel identity with what NSS answered.
+void apply_nss_answer(peer_identity& id, const nss_answer& a);
+
+// Asks NSS off the event loop: one thread, a bounded queue of uids.  The
+// event loop submits a query and gets the answer through `on_answer`, called
+// on the resolver thread (the server posts it back to the loop).  A query
+// for a uid already queued or being looked up is folded into it.  When
+// `queue_capacity` uids wait, submit() refuses.  Destruction does not wait
+// for a lookup stuck in NSS longer than `stop_wait`: the thread is then left
+// to finish (or die with the process) on state it shares with nobody else.
+class nss_resolver {
+public:
+    struct options {
+        std::size_t queue_capacity = 64;
+        std::chrono::milliseconds stop_wait{1000};
+    };
+    using answer_fn = std::function<void(const nss_query&, nss_answer)>;
+
+    // lookup empty: nss_lookup_system.
+    nss_resolver(options o, nss_lookup lookup, answer_fn on_answer);
+    ~nss_resolver();
+    nss_resolver(const nss_resolver&) = delete;
+    nss_resolver& operator=(const nss_resolver&) = delete;
+
+    enum class submitted : std::uint8_t { queued, joined, full };
+    submitted submit(const nss_query& q);
+    std::size_t pending() const;
+    std::uint64_t lookups() const;
+
+private:
+    struct shared;
+    std::shared_ptr<shared> _s;
+};
 
 // Does a (resolved) principal name this peer?
 bool principal_matches(const principal& who, const peer_identity& peer) noexcept;

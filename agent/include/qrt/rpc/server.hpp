@@ -24,6 +24,20 @@
 //                     grow the daemon's memory without bound
 //   idle_timeout      no bytes received for this long: closed (a subscriber
 //                     with no partial line pending is exempt)
+//   nss_timeout       how long a new connection may wait for NSS (below)
+//
+// Identity off the loop: the kernel gives uid, gid and (SO_PEERGROUPS) the
+// groups at once; the user name (getpwuid_r, and getgrouplist on kernels
+// without SO_PEERGROUPS) comes from NSS, which may be LDAP or sssd and block
+// for seconds.  A uid fresh in the cache (nss_cache: 256 uids, 60 s) is
+// served at once.  Otherwise the connection waits -- it is not read, its
+// requests stay in the socket, every other connection is served -- while
+// one resolver thread asks NSS (nss_resolver: one queue of at most
+// nss_queue uids; connections of a uid already asked wait for the same
+// answer).  When no answer came within nss_timeout the connection gets one
+// `unavailable` error line (data.cause "nss_timeout", data.uid) and is
+// closed: a tenant is never served under another name than its own; the
+// client may retry.  A full queue gets `overloaded` the same way.
 // Replies go out in request order (handlers are synchronous: the ledger
 // commits to SQLite before it returns, so a reply always follows its effect).
 
@@ -62,6 +76,12 @@ struct server_options {
     std::size_t max_connections = 256;
     std::size_t max_inflight = 128;
     std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
+    std::chrono::milliseconds nss_timeout{2000};
+    std::size_t nss_queue = 64;
+    // The NSS lookup the resolver thread makes (empty: getpwuid_r and
+    // getgrouplist).  A seam for tests (a slow NSS).
+    nss_lookup nss_lookup_fn;
+    nss_cache_options nss_cache_opts;
     std::size_t max_line_bytes = 1U << 20;
     std::size_t max_batch = 256;
     std::size_t max_depth = 64;
@@ -110,6 +130,9 @@ private:
     struct connection;
     void on_accept();
     void accept_one(int fd);
+    void on_nss_answer(const nss_query& q, const nss_answer& a);
+    void finish_identity(connection& c);
+    void nss_timed_out(std::uint64_t id);
     void on_event(std::uint64_t id, std::uint32_t events);
     void read_some(connection& c);
     void process_input(connection& c);
@@ -127,7 +150,8 @@ private:
     engine& _engine;
     const authorizer& _auth;
     server_options _opts;
-    nss_cache _names;  // uid -> user name for the accept path
+    nss_cache _names;  // uid -> user name (and groups) for the accept path
+    std::unique_ptr<nss_resolver> _resolver;  // made by start()
 
     int _listen_fd = -1;
     int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
@@ -150,6 +174,9 @@ private:
     std::uint64_t _closed_idle = 0;
     std::uint64_t _closed_slow_reader = 0;
     std::uint64_t _peercred_failures = 0;
+    std::uint64_t _nss_waits = 0;
+    std::uint64_t _closed_nss_timeout = 0;
+    std::uint64_t _closed_nss_queue_full = 0;
     std::uint64_t _bytes_in = 0;
     std::uint64_t _bytes_out = 0;
     std::uint64_t _backpressure_pauses = 0;
