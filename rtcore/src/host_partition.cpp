@@ -153,6 +153,20 @@ status reconcile_in_place(host_fs& fs, task_ops& tasks, restore_journal& journal
         rep.drift.push_back(std::to_string(rep.isolation.tasks_moved) + " tasks had reached CPUs " +
                             isolated.to_list() + ": moved off them again");
     }
+    auto knobs = apply_knobs(fs, tasks, journal, isolated, housekeeping, opts.knobs, knob_pass::verify);
+    if (!knobs) {
+        return knobs.err();
+    }
+    rep.knobs = std::move(*knobs);
+    for (const auto& k : rep.knobs.knobs) {
+        if (k.act == knob_outcome::action::reset || (k.act == knob_outcome::action::set)) {
+            rep.drift.push_back("knob " + k.name + " read " + k.before + ": set to " + k.after + " again");
+        }
+    }
+    if (rep.knobs.kthreads.moved > 0) {
+        rep.drift.push_back(std::to_string(rep.knobs.kthreads.moved) + " kernel threads had reached CPUs " +
+                            isolated.to_list() + ": moved off them again");
+    }
     return ok();
 }
 
@@ -258,6 +272,7 @@ result<apply_report> apply(host_fs& fs, task_ops& tasks, const journal_dir* dir,
             }
             rep.lines.insert(rep.lines.end(), rep.irqs.lines.begin(), rep.irqs.lines.end());
             rep.lines.insert(rep.lines.end(), rep.isolation.lines.begin(), rep.isolation.lines.end());
+            rep.lines.insert(rep.lines.end(), rep.knobs.lines.begin(), rep.knobs.lines.end());
             for (const auto& d : rep.drift) {
                 rep.lines.push_back("partition: drift: " + d);
             }
@@ -336,6 +351,14 @@ result<apply_report> apply(host_fs& fs, task_ops& tasks, const journal_dir* dir,
     }
     rep.isolation = std::move(*iso);
     rep.lines.insert(rep.lines.end(), rep.isolation.lines.begin(), rep.isolation.lines.end());
+
+    auto knobs = apply_knobs(fs, tasks, *journal, isolated, housekeeping, opts.knobs, knob_pass::apply);
+    if (!knobs) {
+        const std::string how = unwind(fs, tasks, dir, journal, mark, allow);
+        return error{knobs.err().code, "apply: " + knobs.err().message + "; " + how};
+    }
+    rep.knobs = std::move(*knobs);
+    rep.lines.insert(rep.lines.end(), rep.knobs.lines.begin(), rep.knobs.lines.end());
     if (rep.dry_run) {
         rep.planned_writes = fs.planned_writes();
         for (const auto& w : rep.planned_writes) {
@@ -432,13 +455,19 @@ result<verify_report> verify(host_fs& fs, task_ops& tasks, const journal_dir& di
         return error{iso.err().code, "verify: " + iso.err().message};
     }
     rep.isolation = std::move(*iso);
+    auto knobs = apply_knobs(fs, tasks, *journal, rep.isolated, rep.housekeeping, opts.knobs, knob_pass::verify);
+    if (!knobs) {
+        return error{knobs.err().code, "verify: " + knobs.err().message};
+    }
+    rep.knobs = std::move(*knobs);
     using a = irq_outcome::action;
     const bool irq_drift = rep.irqs.count(a::repinned) + rep.irqs.count(a::new_pinned) +
                                rep.irqs.count(a::left_to_irqbalance) >
                            0;
-    rep.clean = !irq_drift && !rep.isolation.drift;
+    rep.clean = !irq_drift && !rep.isolation.drift && !rep.knobs.drift;
     rep.lines.insert(rep.lines.end(), rep.irqs.lines.begin(), rep.irqs.lines.end());
     rep.lines.insert(rep.lines.end(), rep.isolation.lines.begin(), rep.isolation.lines.end());
+    rep.lines.insert(rep.lines.end(), rep.knobs.lines.begin(), rep.knobs.lines.end());
     rep.lines.push_back(std::string("verify: ") + (rep.clean ? "clean" : "drift found (see above)") +
                         "; isolation " + to_string(rep.method) + ", CPUs " + rep.isolated.to_list());
     return rep;

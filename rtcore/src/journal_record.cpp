@@ -306,6 +306,40 @@ result<rec::aff> decode(std::in_place_type_t<rec::aff>, const fields& f) {
     return rec::aff{*tid, *start, *orig, *set};
 }
 
+fields encode(const rec::knob& r) { return {r.path, r.original, r.set}; }
+result<rec::knob> decode(std::in_place_type_t<rec::knob>, const fields& f) {
+    constexpr auto k = rec::knob::kind;
+    if (auto st = want(k, f, 3); !st) {
+        return st.err();
+    }
+    auto p = path_field(k, "path", f[0]);
+    if (!p) {
+        return p.err();
+    }
+    // What qrtd writes is one short value: a number or a CPU mask or list.
+    if (f[2].empty() || f[2].size() > 1024 || f[2].find_first_of(" \t\n") != std::string::npos) {
+        return bad(k, "value set " + shown(f[2]) + " is not a knob value");
+    }
+    return rec::knob{*p, f[1], f[2]};
+}
+
+fields encode(const rec::nomove& r) { return {std::to_string(r.tid), std::to_string(r.start)}; }
+result<rec::nomove> decode(std::in_place_type_t<rec::nomove>, const fields& f) {
+    constexpr auto k = rec::nomove::kind;
+    if (auto st = want(k, f, 2); !st) {
+        return st.err();
+    }
+    auto tid = tid_field(k, f[0]);
+    if (!tid) {
+        return tid.err();
+    }
+    auto start = ticks_field(k, f[1]);
+    if (!start) {
+        return start.err();
+    }
+    return rec::nomove{*tid, *start};
+}
+
 // ------------------------------------------------------------ dispatch
 
 // Decodes fields as the kind named, trying each alternative of the variant.
@@ -520,7 +554,7 @@ journal_text journal_parse_text(std::string_view text) {
 std::string describe(const journal_record& r) {
     std::string out(kind_of(r));
     const fields f = std::visit([](const auto& x) { return encode(x); }, r);
-    const bool is_file = std::holds_alternative<rec::file>(r);
+    const bool is_file = std::holds_alternative<rec::file>(r) || std::holds_alternative<rec::knob>(r);
     for (std::size_t i = 0; i < f.size(); ++i) {
         if (is_file && i == 1) {
             out += " (" + std::to_string(f[i].size()) + " bytes)";

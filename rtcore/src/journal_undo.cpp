@@ -2,6 +2,8 @@
 
 #include "rtcore/journal_undo.hpp"
 
+#include "rtcore/host_knobs.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +74,41 @@ std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec
 std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::apply& /*r*/) { return {}; }
 std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::method& /*r*/) { return {}; }
 std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::managed& /*r*/) { return {}; }
+std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::nomove& /*r*/) { return {}; }
+
+// A runtime knob: the original bytes go back when the file still reads what
+// qrtd set; a value someone else set since is left (and said).
+std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::knob& r) {
+    restore_item it{outcome::restored, r.path, ""};
+    const auto info = knob_at(r.path);
+    const knob_form form = info ? info->form : knob_form::integer;
+    auto cur = fs.read(r.path);
+    if (!cur) {
+        it.result = cur.err().code == ENOENT ? outcome::gone : outcome::failed;
+        it.detail = cur.err().code == ENOENT ? "no longer exists; nothing to restore" : cur.err().message;
+        return it;
+    }
+    if (*cur == r.original) {
+        it.result = outcome::unchanged;
+        it.detail = "already " + show(r.original);
+        return it;
+    }
+    if (!same_knob_value(form, *cur, r.set)) {
+        it.result = same_knob_value(form, *cur, r.original) ? outcome::unchanged : outcome::skipped;
+        it.detail = it.result == outcome::unchanged
+                        ? "already " + show(r.original)
+                        : "changed by someone else since (now " + show(*cur) + ", qrtd had set " + show(r.set) +
+                              "); left as is";
+        return it;
+    }
+    if (auto st = fs.write(r.path, r.original); !st) {
+        it.result = outcome::failed;
+        it.detail = st.err().message;
+        return it;
+    }
+    it.detail = show(*cur) + " -> " + show(r.original);
+    return it;
+}
 
 std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::file& r) {
     restore_item it{outcome::restored, r.path, ""};
@@ -278,6 +315,9 @@ std::vector<std::string_view> paths_of(const journal_record& r) {
     }
     if (const auto* g = std::get_if<rec::cg>(&r)) {
         return {g->from};
+    }
+    if (const auto* k = std::get_if<rec::knob>(&r)) {
+        return {k->path};
     }
     return {};
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "rtcore/host_knobs.hpp"
 #include "rtcore/isolation.hpp"
 
 namespace rtcore {
@@ -117,6 +118,9 @@ std::string restore_allow_list::summary() const {
             s += ", " + std::string(w);
         }
     }
+    if (runtime_knobs) {
+        s += ", and for knob records the runtime knobs of host_knobs.hpp";
+    }
     return s;
 }
 
@@ -133,6 +137,14 @@ status allowed(const restore_allow_list& /*a*/, const rec::apply& /*r*/) { retur
 status allowed(const restore_allow_list& /*a*/, const rec::method& /*r*/) { return ok(); }
 status allowed(const restore_allow_list& /*a*/, const rec::managed& /*r*/) { return ok(); }
 status allowed(const restore_allow_list& /*a*/, const rec::aff& /*r*/) { return ok(); }
+status allowed(const restore_allow_list& /*a*/, const rec::nomove& /*r*/) { return ok(); }
+
+status allowed(const restore_allow_list& a, const rec::knob& r) {
+    if (!a.runtime_knobs || !knob_at(r.path)) {
+        return not_listed(a, "knob", r.path);
+    }
+    return ok();
+}
 
 status allowed(const restore_allow_list& a, const rec::file& r) {
     if (!a.allows_file(r.path)) {

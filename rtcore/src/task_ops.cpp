@@ -14,7 +14,8 @@ namespace rtcore {
 
 namespace {
 
-constexpr std::uint64_t pf_kthread = 0x00200000;  // include/linux/sched.h
+constexpr std::uint64_t pf_kthread = 0x00200000;         // include/linux/sched.h
+constexpr std::uint64_t pf_no_setaffinity = 0x04000000;  // include/linux/sched.h
 
 template <typename T>
 bool parse_number(std::string_view s, T& out) {
@@ -95,6 +96,7 @@ result<task_info> parse_proc_stat(std::string_view line) {
         return error::invalid("/proc/" + std::to_string(t.tid) + "/stat: too few or bad fields");
     }
     t.kernel_thread = (flags & pf_kthread) != 0;
+    t.per_cpu = (flags & pf_no_setaffinity) != 0;
     t.tgid = t.tid;
     return t;
 }
@@ -244,6 +246,7 @@ void fake_task_ops::add_task(pid_t tid, std::string comm, cpu_set affinity, std:
     t.info.start_ticks = 1000 + static_cast<std::uint64_t>(tid);
     t.info.comm = std::move(comm);
     t.info.kernel_thread = kernel_thread;
+    t.info.per_cpu = pinned_kthread;
     t.affinity = affinity;
     t.cgroup = std::move(cgroup);
     t.pinned_kthread = pinned_kthread;

@@ -7,7 +7,8 @@
 //     that parses to an equal record (the one parser reads what the one
 //     formatter writes), and is described on one printable line;
 //   - the restore allow-list decides every record without crashing, and
-//     admits no file outside /proc/irq and the qrt cgroups.
+//     admits no file outside /proc/irq, the qrt cgroups and the workqueue
+//     masks, and no knob outside /proc/sys and /sys.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +53,14 @@ void check_paths(const rtcore::journal_record& r) {
                 if (!rtcore::canonical_path(x.dir) || !rtcore::canonical_path(x.parent)) {
                     fail("accepted a non-canonical cgroup", x.dir);
                 }
+            } else if constexpr (std::is_same_v<T, rtcore::rec::knob>) {
+                if (!rtcore::canonical_path(x.path) || x.set.empty()) {
+                    fail("accepted a bad knob record", x.path);
+                }
+            } else if constexpr (std::is_same_v<T, rtcore::rec::nomove>) {
+                if (x.tid <= 0) {
+                    fail("accepted a bad nomove record", "");
+                }
             } else if constexpr (std::is_same_v<T, rtcore::rec::cg>) {
                 if (!rtcore::canonical_path(x.from) || x.tid <= 0) {
                     fail("accepted a bad cg record", x.from);
@@ -62,6 +71,13 @@ void check_paths(const rtcore::journal_record& r) {
 }
 
 void check_allowed_file(const rtcore::journal_record& r) {
+    if (const auto* k = std::get_if<rtcore::rec::knob>(&r); k != nullptr && allow().check(r)) {
+        const std::string_view p = k->path;
+        if (p.substr(0, 10) != "/proc/sys/" && p.substr(0, 5) != "/sys/") {
+            fail("the allow-list admitted the knob", p);
+        }
+        return;
+    }
     const auto* f = std::get_if<rtcore::rec::file>(&r);
     if (f == nullptr || !allow().check(r)) {
         return;

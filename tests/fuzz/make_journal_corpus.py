@@ -88,6 +88,28 @@ seeds = {
     + line("aff", "1", "18446744073709551616", "0", "0")
     + line("managed", "4294967296")
     + line("aff", "1", "1", "0-4096", "0"),
+    # The runtime knobs (host_knobs.hpp): every knob path, per-CPU kthreads
+    # recorded as not movable, and a forged knob outside the allow-list.
+    "knobs": header()
+    + line("apply", "1", "0", "host-apply")
+    + line("method", "cgroup-v1-cpuset")
+    + line("knob", "/sys/devices/virtual/workqueue/cpumask", "3\n", "00000001")
+    + line("knob", "/sys/devices/virtual/workqueue/writeback/cpumask", "3\n", "00000001")
+    + line("knob", "/proc/sys/vm/stat_interval", "1\n", "10")
+    + line("knob", "/proc/sys/kernel/timer_migration", "1\n", "0")
+    + line("knob", "/proc/sys/kernel/watchdog_cpumask", "0-1\n", "0")
+    + line("knob", "/proc/sys/kernel/sched_rt_runtime_us", "950000\n", "-1")
+    + line("knob", "/sys/devices/system/machinecheck/machinecheck0/ignore_ce", "0\n", "1")
+    + line("knob", "/sys/kernel/debug/sched/fair_server/cpu1/runtime", "50000000\n", "0")
+    + line("nomove", "19", "1019")
+    + line("nomove", "20", "1020")
+    + line("aff", "2", "1002", "0-1", "0"),
+    "knob-forged": header() + line("knob", "/proc/sys/kernel/core_pattern", "core\n", "|/tmp/x")
+    + line("knob", "/sys/devices/virtual/workqueue/../../../etc/cpumask", "3\n", "1")
+    + line("knob", "/proc/sys/vm/stat_interval", "1\n", "1 0")
+    + line("knob", "/proc/sys/vm/stat_interval", "1\n")
+    + line("nomove", "0", "1")
+    + line("nomove", "19", "-1"),
     "no-newline": header().rstrip("\n"),
     "empty": "",
 }

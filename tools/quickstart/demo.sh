@@ -13,12 +13,15 @@
 # Environment: QRT_BUILD_DIR (default ./build), QRT_DEMO_JOBS (300),
 # QRT_DEMO_SPACING_MS (20), QRT_DEMO_STATE (/var/lib/qrtd-demo),
 # QRT_DEMO_JOURNAL (/var/lib/qrtd-host, root's, as deployed),
-# QRT_DEMO_SKIP_BUILD=1 (use the binaries already built).
+# QRT_DEMO_SKIP_BUILD=1 (use the binaries already built), QRT_DEMO_CONFIG
+# (another config than config/demo.toml, e.g. one with host.runtime_knobs = []
+# to measure without the runtime knobs), QRT_DEMO_REPORT_JSON (a file that
+# keeps the jitter report as JSON: every intrusion source, not only the top).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${QRT_BUILD_DIR:-$here/build}
-config=$here/config/demo.toml
+config=${QRT_DEMO_CONFIG:-$here/config/demo.toml}
 run_dir=/run/qrtd-demo
 state=${QRT_DEMO_STATE:-/var/lib/qrtd-demo}
 journal=${QRT_DEMO_JOURNAL:-/var/lib/qrtd-host}
@@ -62,6 +65,12 @@ host_snapshot() {
       [ -r "$f" ] && printf '%s %s\n' "$f" "$(cat "$f" 2>/dev/null || echo '?')"
     done
     ls -d /sys/fs/cgroup/cpuset/qrt-* /sys/fs/cgroup/unified/qrt-* /sys/fs/cgroup/qrt-* 2>/dev/null || true
+    # The runtime knobs (host.runtime_knobs).
+    for f in /sys/devices/virtual/workqueue/cpumask /sys/devices/virtual/workqueue/*/cpumask \
+             /proc/sys/vm/stat_interval /proc/sys/kernel/timer_migration /proc/sys/kernel/watchdog_cpumask \
+             /proc/sys/kernel/sched_rt_runtime_us; do
+      [ -r "$f" ] && printf '%s %s\n' "$f" "$(cat "$f" 2>/dev/null || echo '?')"
+    done
   } | sort
 }
 
@@ -120,7 +129,7 @@ for _ in $(seq 1 200); do
 done
 [ -S "$sock" ] || { echo "[demo] qrtd did not open $sock" >&2; tail -20 "$work/qrtd.log" >&2; exit 1; }
 info "qrtd pid $qrtd_pid on $sock"
-grep -E "isolation: |irq: |caps: |dispatch: qpu0: endpoint .* mode|probes: " "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
+grep -E "isolation: |irq: |knob: |caps: |dispatch: qpu0: endpoint .* mode|probes: " "$work/qrtd.log" | sed 's/^[^ ]* /    /' || true
 
 step "5/6 scheduler client: $jobs jobs, ${spacing_ms} ms apart"
 python3 "$here/tools/quickstart/demo_client.py" --socket "$sock" --jobs "$jobs" \
@@ -128,6 +137,9 @@ python3 "$here/tools/quickstart/demo_client.py" --socket "$sock" --jobs "$jobs" 
 
 step "    lateness report (qrt-jitter-report against the agent)"
 "$report" --socket "$sock" --no-histogram | sed 's/^/    /' || true
+if [ -n "${QRT_DEMO_REPORT_JSON:-}" ]; then
+  "$report" --socket "$sock" --json > "$QRT_DEMO_REPORT_JSON" || true
+fi
 
 # Stop qrtd (it restores the host), then qpu-sim (it prints its summary).
 kill -TERM "$qrtd_pid"
@@ -152,7 +164,7 @@ EOF
 step "6/6 host restored?"
 host_snapshot > "$work/host.after"
 if [ "$qrtd_rc" -eq 0 ] && [ ! -e "$journal/host-journal" ] && diff -q "$work/host.before" "$work/host.after" >/dev/null; then
-  info "yes: $(wc -l < "$work/host.after") IRQ/cpuset values equal to before, no journal left"
+  info "yes: $(wc -l < "$work/host.after") IRQ/cpuset/knob values equal to before, no journal left"
 else
   info "NO: qrtd exit $qrtd_rc; differences:"
   diff "$work/host.before" "$work/host.after" | head -20 | sed 's/^/    /' || true

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "rtcore/host_knobs.hpp"
+
 namespace qrt {
 namespace {
 
@@ -34,6 +36,8 @@ void assign(T& dst, const option_value& v) {
         } else {
             dst = *rtcore::cpu_set::parse_list(text);
         }
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        dst = std::get<std::vector<std::string>>(v);
     } else if constexpr (std::is_same_v<T, std::vector<principal>>) {
         dst.clear();
         for (const auto& s : std::get<std::vector<std::string>>(v)) {
@@ -65,6 +69,8 @@ option_value extract(const T& src) {
         return src;
     } else if constexpr (std::is_same_v<T, std::optional<rtcore::cpu_set>>) {
         return src ? src->to_list() : std::string("auto");
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        return src;
     } else if constexpr (std::is_same_v<T, std::vector<principal>>) {
         std::vector<std::string> out;
         for (const auto& p : src) {
@@ -220,6 +226,18 @@ std::optional<std::string> check_device_name(std::string_view text) {
     return std::nullopt;
 }
 
+std::optional<std::string> check_runtime_knob(std::string_view text) {
+    rtcore::knob_options o;
+    if (rtcore::enable_knob(o, text)) {
+        return std::nullopt;
+    }
+    std::string names;
+    for (auto n : rtcore::knob_names) {
+        names += (names.empty() ? "" : ", ") + std::string(n);
+    }
+    return "must be one of " + names;
+}
+
 std::optional<std::string> check_qpu_name(std::string_view text) {
     const bool ok = !text.empty() && text.size() <= 32 &&
                     std::all_of(text.begin(), text.end(), [](char c) {
@@ -338,6 +356,32 @@ std::vector<config_option> build_table() {
                     "QPU control electronics hang off; isolated cores near it are preferred.  "
                     "Empty: no preference.",
          .check = check_device_name, QRT_FIELD(host, locality_device)},
+        {.section = "host", .key = "runtime_knobs", .kind = k::string_list,
+         .default_value = strings{"workqueues", "kthreads", "vm_stat_interval", "timer_migration",
+                                  "watchdog_cpumask"},
+         .meaning = "Runtime knobs of tuned's cpu-partitioning profile that apply sets for the isolated "
+                    "CPUs after isolation, journals first and restore puts back byte for byte; `host "
+                    "plan` lists each with its before and after value, `host verify` sets a drifted one "
+                    "again.  \"workqueues\": /sys/devices/virtual/workqueue/cpumask and every "
+                    "workqueue's own cpumask (writeback too) to the housekeeping CPUs, so unbound "
+                    "kworkers leave the isolated ones.  \"kthreads\": movable kernel threads get the "
+                    "housekeeping CPUs; per-CPU ones are recorded, never retried.  \"vm_stat_interval\": "
+                    "vm.stat_interval = 10 (the per-CPU vmstat work wakes each CPU every 10 s, not every "
+                    "second).  \"timer_migration\": kernel.timer_migration = 0 (idle CPUs no longer send "
+                    "their timers to a busy isolated CPU).  \"watchdog_cpumask\": "
+                    "kernel.watchdog_cpumask = the housekeeping CPUs (the lockup watchdog's timer, work "
+                    "and NMI leave the isolated CPUs; tuned's nmi_watchdog = 0 would stop it on every "
+                    "CPU).  \"mce_ignore_ce\" (not by default): machinecheck*/ignore_ce = 1 stops the "
+                    "5-minute corrected-error poll timer but also corrected-error reporting.  A knob the "
+                    "kernel lacks is reported absent and skipped; one it refuses is reported and left.",
+         .check = check_runtime_knob, QRT_FIELD(host, runtime_knobs)},
+        {.section = "host", .key = "disable_rt_throttling", .kind = k::boolean, .default_value = false,
+         .meaning = "Also set kernel.sched_rt_runtime_us = -1 and, where the kernel has a fair server "
+                    "(/sys/kernel/debug/sched/fair_server), its runtime on the isolated CPUs to 0, "
+                    "journaled and restored like the runtime knobs.  Off: both are only reported.  A "
+                    "SCHED_FIFO thread that never sleeps can then starve the per-CPU kernel work of "
+                    "its CPU.",
+         QRT_FIELD(host, disable_rt_throttling)},
 
         // ------------------------------------------------------------- dispatch
         {.section = "dispatch", .key = "mode", .kind = k::enumeration,

@@ -194,6 +194,16 @@ private:
                     for (const auto& l : rep->irqs.lines) {
                         log::warn("irq", "verify: {}", l);
                     }
+                    for (const auto& k : rep->knobs.knobs) {
+                        if (k.act == rtcore::knob_outcome::action::reset ||
+                            k.act == rtcore::knob_outcome::action::set) {
+                            log::warn("knob", "verify: {}", k.line().substr(6));
+                        }
+                    }
+                    if (rep->knobs.kthreads.moved > 0) {
+                        log::warn("knob", "verify: {} kernel threads had reached the isolated CPUs: moved off",
+                                  rep->knobs.kthreads.moved);
+                    }
                 }
                 continue;
             }

@@ -88,6 +88,32 @@ json to_json(const rtcore::isolation_report& r) {
                 {"lines", r.lines}};
 }
 
+json to_json(const rtcore::knob_report& r) {
+    json knobs = json::array();
+    for (const auto& k : r.knobs) {
+        knobs.push_back({{"name", k.name},
+                         {"path", k.path},
+                         {"action", rtcore::to_string(k.act)},
+                         {"before", k.before},
+                         {"after", k.after},
+                         {"detail", k.detail},
+                         {"why", k.why}});
+    }
+    json kthreads = nullptr;
+    if (r.enabled_kthreads) {
+        const auto& t = r.kthreads;
+        kthreads = json{{"moved", t.moved},
+                        {"not_movable", t.not_movable},
+                        {"gone", t.gone},
+                        {"failed", t.failed},
+                        {"moved_names", t.moved_names},
+                        {"not_movable_names", t.not_movable_names},
+                        {"failure", t.failure}};
+    }
+    return json{{"knobs", std::move(knobs)}, {"kthreads", std::move(kthreads)}, {"off", r.off},
+                {"drift", r.drift}, {"lines", r.lines}};
+}
+
 json to_json(const rtcore::host_partition::apply_report& r) {
     json writes = json::array();
     for (const auto& w : r.planned_writes) {
@@ -103,6 +129,7 @@ json to_json(const rtcore::host_partition::apply_report& r) {
                 {"drift", r.drift},
                 {"irqs", to_json(r.irqs)},
                 {"isolation", to_json(r.isolation)},
+                {"knobs", to_json(r.knobs)},
                 {"planned_writes", std::move(writes)},
                 {"lines", r.lines}};
 }
@@ -210,6 +237,10 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg) {
         case isolation_mode::cgroup1: o.isolation.force = rtcore::isolation_method::cgroup_v1_cpuset; break;
         case isolation_mode::fence: o.isolation.force = rtcore::isolation_method::affinity_fence; break;
         case isolation_mode::none: o.isolation.force = rtcore::isolation_method::none; break;
+    }
+    o.knobs = rtcore::knob_options{false, false, false, false, false, false, cfg.host.disable_rt_throttling};
+    for (const auto& name : cfg.host.runtime_knobs) {
+        (void)rtcore::enable_knob(o.knobs, name);  // the option table checked the names
     }
     return o;
 }
@@ -427,10 +458,28 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
         return exit_code::ok;
     }
     const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
+    // The runtime knobs, before -> after, as apply would set them (read only:
+    // the fs is a dry run and the journal lives in memory).
+    json knobs_json = nullptr;
+    std::vector<std::string> knob_lines;
+    {
+        rtcore::real_task_ops tasks;
+        auto journal = rtcore::restore_journal::open_dry_run(fs, nullptr, rtcore::restore_allow_list::for_host(fs));
+        auto knobs = journal ? rtcore::apply_knobs(fs, tasks, *journal, plan->isolated, plan->housekeeping,
+                                                   apply_options_for(cfg).knobs)
+                             : rtcore::result<rtcore::knob_report>(journal.err());
+        if (knobs) {
+            knobs_json = to_json(*knobs);
+            knob_lines = knobs->lines;
+        } else {
+            knob_lines.push_back("knob: cannot list the runtime knobs: " + knobs.err().message);
+        }
+    }
     if (ctx.json) {
         out << json{{"topology", topo->source()},
                     {"plan", to_json(*plan)},
-                    {"kernel", to_json(kernel)}}
+                    {"kernel", to_json(kernel)},
+                    {"knobs", std::move(knobs_json)}}
                    .dump(2)
             << '\n';
     } else {
@@ -439,6 +488,10 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
             << rtcore::format_plan(*plan) << '\n';
         const std::string report = rtcore::format_kernel_report(kernel);
         out << report << (report.empty() || report.back() == '\n' ? "" : "\n");
+        out << "runtime knobs (host.runtime_knobs; before -> after as apply sets them):\n";
+        for (const auto& l : knob_lines) {
+            out << "  " << l << '\n';
+        }
     }
     return exit_code::ok;
 }
@@ -499,6 +552,11 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
     }
     for (const auto& d : rep->drift) {
         log::warn("host", "drift: {}", d);
+    }
+    for (const auto& k : rep->knobs.knobs) {
+        if (k.act == rtcore::knob_outcome::action::failed) {
+            log::warn("knob", "{}", k.line().substr(6));
+        }
     }
     log::info("host", "{}applied: isolated {}, housekeeping {}, isolation {}{}",
               rep->dry_run ? "(dry run) " : "", rep->isolated.to_list(), rep->housekeeping.to_list(),
@@ -674,6 +732,7 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
                     {"method", rtcore::to_string(rep->method)},
                     {"irqs", to_json(rep->irqs)},
                     {"isolation", to_json(rep->isolation)},
+                    {"knobs", to_json(rep->knobs)},
                     {"lines", rep->lines}}
                    .dump(2)
             << '\n';

@@ -12,7 +12,8 @@
 // isolated set must not cover every online CPU, every CPU must be online
 // (/sys/devices/system/cpu/online) and the sets must not overlap.  Then,
 // each change journaled first: IRQs (and default_smp_affinity) to
-// housekeeping, then runtime isolation.  If a step fails half way, what
+// housekeeping, then runtime isolation, then the runtime knobs of tuned's
+// cpu-partitioning profile (host_knobs.hpp).  If a step fails half way, what
 // apply changed is unwound with the journal and the error says what failed
 // and what was unwound.  With a dry-run host_fs, apply only lists the writes
 // it would make (and the journal directory may be null: none yet).
@@ -40,6 +41,7 @@
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
+#include "rtcore/host_knobs.hpp"
 #include "rtcore/irq.hpp"
 #include "rtcore/isolation.hpp"
 #include "rtcore/journal_undo.hpp"
@@ -51,6 +53,7 @@ namespace rtcore::host_partition {
 struct apply_options {
     bool pin_irqs = true;
     isolation_options isolation;  // method (best available by default), cgroup name prefix
+    knob_options knobs;           // the runtime knobs, applied after isolation (host_knobs.hpp)
     // Who applies: recorded in a new journal, so a later process can tell a
     // partition `qrtd host apply` owns from one a crashed `qrtd run` left.
     rec::applier by = rec::applier::host_apply;
@@ -74,6 +77,7 @@ struct apply_report {
     std::vector<std::string> drift;  // what the check found, and what was done
     irq_report irqs;
     isolation_report isolation;
+    knob_report knobs;
     std::vector<host_fs::planned_write> planned_writes;  // dry run only
     std::vector<std::string> lines;                      // every action, in order
 };
@@ -99,6 +103,7 @@ struct verify_report {
     isolation_method method = isolation_method::none;
     irq_report irqs;
     isolation_report isolation;
+    knob_report knobs;
     std::vector<std::string> lines;
 };
 

@@ -21,6 +21,11 @@
 //   mkcg <dir> <parent>                     restore: move stragglers, rmdir
 //   cg <tid> <start> <from dir> <affinity>  restore: attach to from, set affinity
 //   aff <tid> <start> <original> <set>      restore: set original if still set
+//   knob <path> <original> <set>            a runtime knob (host_knobs.hpp):
+//                                           restore writes original back if
+//                                           the file still reads set
+//   nomove <tid> <start>                    a kernel thread whose affinity the
+//                                           kernel fixes (per-CPU): never retried
 //
 // Everything is parsed into the structs below here and nowhere else: tids
 // are pid_t, CPU sets rtcore::cpu_set, paths canonical absolute paths.
@@ -108,10 +113,24 @@ struct aff {
     bool operator==(const aff&) const = default;
 };
 
+struct knob {
+    static constexpr std::string_view kind = "knob";
+    std::string path;      // one of the knob paths (host_knobs.hpp)
+    std::string original;  // the bytes read before the first change
+    std::string set;       // what qrtd wrote; restore leaves a file that changed since
+    bool operator==(const knob&) const = default;
+};
+struct nomove {
+    static constexpr std::string_view kind = "nomove";
+    pid_t tid = 0;
+    std::uint64_t start = 0;
+    bool operator==(const nomove&) const = default;
+};
+
 }  // namespace rec
 
 using journal_record = std::variant<rec::header, rec::apply, rec::method, rec::managed, rec::file, rec::ctl,
-                                    rec::mkcg, rec::cg, rec::aff>;
+                                    rec::mkcg, rec::cg, rec::aff, rec::knob, rec::nomove>;
 
 inline constexpr unsigned journal_version = 2;
 // A longer line is never written (append refuses it) and never parsed.

@@ -14,7 +14,12 @@
 //   - the workqueue cpumasks, when workqueue_cpumasks is set (the hook for
 //     the knobs qrtd will manage; the journal holds their canonical paths:
 //     /sys/bus/workqueue/devices/writeback is a symlink to
-//     /sys/devices/virtual/workqueue/writeback).
+//     /sys/devices/virtual/workqueue/writeback);
+//   - knob records (runtime_knobs): only the knob paths of host_knobs.hpp
+//     (knob_at): the workqueue cpumasks, vm.stat_interval,
+//     kernel.timer_migration, kernel.watchdog_cpumask,
+//     kernel.sched_rt_runtime_us, machinecheck<n>/ignore_ce and
+//     /sys/kernel/debug/sched/fair_server/cpu<n>/runtime.
 // Paths are compared as written, and the parser only accepts canonical
 // ones (no "..", no "//"); host_fs refuses a symlink anywhere under its
 // root when it writes, so the path checked is the file written.
@@ -41,6 +46,7 @@ struct restore_allow_list {
     std::vector<std::string> cgroup_roots;  // mount points: the v2 root, the v1 cpuset root
     std::string cgroup_prefix = "qrt";
     bool workqueue_cpumasks = false;
+    bool runtime_knobs = true;  // knob records (host_knobs.hpp)
 
     // The cgroup roots of the host (or tree) fs describes.
     static restore_allow_list for_host(const host_fs& fs, std::string cgroup_prefix = "qrt");

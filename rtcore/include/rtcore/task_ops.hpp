@@ -35,6 +35,9 @@ struct task_info {
     std::uint64_t start_ticks = 0;
     std::string comm;
     bool kernel_thread = false;
+    // PF_NO_SETAFFINITY: the kernel fixes its affinity (per-CPU kthreads,
+    // kworkers); sched_setaffinity would fail with EINVAL.
+    bool per_cpu = false;
 };
 
 class task_ops {
@@ -87,6 +90,9 @@ public:
     void add_task(pid_t tid, std::string comm, cpu_set affinity, std::string cgroup,
                   bool kernel_thread = false, bool pinned_kthread = false);
     void remove_task(pid_t tid) { _tasks.erase(tid); }
+    // A pinned kthread whose stat flags do not say so (the kernel still
+    // refuses its affinity change with EINVAL).
+    void clear_per_cpu_flag(pid_t tid) { _tasks.at(tid).info.per_cpu = false; }
     const std::map<pid_t, fake_task>& tasks() const { return _tasks; }
 
     // Called before every mutating call with its running count (from 1);

@@ -1,7 +1,9 @@
 // The partition on the real host: apply isolated={last CPU}, check that
 // /proc/irq and the cpuset really changed, restore, and check that every IRQ
-// affinity, default_smp_affinity, the cpuset tree and every task's cpuset and
-// affinity are as before.  Also with the applying process killed by SIGKILL.
+// affinity, default_smp_affinity, the cpuset tree, the runtime knobs (the
+// workqueue cpumasks, vm.stat_interval, timer_migration, watchdog_cpumask)
+// and every task's cpuset and affinity are as before.  Also with the
+// applying process killed by SIGKILL.
 //
 // Guarded: the journal directory is fixed (so a run killed by a timeout is
 // restored by the next run), the cgroups are named qrt-it-* (so a daemon
@@ -19,6 +21,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "rtcore/host_partition.hpp"
 
@@ -67,6 +70,22 @@ struct host_snapshot {
     std::map<pid_t, task> tasks;
 };
 
+// The runtime knob files of this kernel (host_knobs.hpp), exact bytes.
+std::vector<std::string> knob_files(const rtcore::host_fs& fs) {
+    std::vector<std::string> out = {"/sys/devices/virtual/workqueue/cpumask", "/proc/sys/vm/stat_interval",
+                                    "/proc/sys/kernel/timer_migration", "/proc/sys/kernel/watchdog_cpumask",
+                                    "/proc/sys/kernel/sched_rt_runtime_us"};
+    if (auto ents = fs.list("/sys/devices/virtual/workqueue")) {
+        for (const auto& e : *ents) {
+            const auto p = "/sys/devices/virtual/workqueue/" + e + "/cpumask";
+            if (fs.exists(p)) {
+                out.push_back(p);
+            }
+        }
+    }
+    return out;
+}
+
 // Files whose content is the kernel's live state, not configuration.
 bool volatile_cgroup_file(const std::string& name) {
     return name == "tasks" || name == "cgroup.procs" || name == "cpuset.memory_pressure";
@@ -84,6 +103,11 @@ host_snapshot take_snapshot(rtcore::host_fs& fs, rtcore::task_ops& tasks) {
     }
     if (auto v = fs.read("/proc/irq/default_smp_affinity")) {
         s.files["/proc/irq/default_smp_affinity"] = *v;
+    }
+    for (const auto& p : knob_files(fs)) {
+        if (auto v = fs.read(p)) {
+            s.files[p] = *v;
+        }
     }
     const auto mounts = rtcore::find_cgroup_mounts(fs);
     if (!mounts.v1_cpuset_root.empty()) {
@@ -384,5 +408,59 @@ TEST_F(host_real, apply_over_a_journal_whose_irqs_drifted_back_re_pins_them) {
     auto back = restore(_fs, _tasks);
     ASSERT_TRUE(back) << back.err().message;
     EXPECT_TRUE(back->complete) << back->lines.back();
+    expect_restored(before);
+}
+
+// #11 §2: unbound kworkers ran on the isolated CPU because nothing set the
+// workqueue cpumask.  apply sets it (and the writeback workqueue's) to the
+// housekeeping CPUs; restore puts back the exact bytes.
+TEST_F(host_real, apply_sets_the_workqueue_cpumasks_to_housekeeping_and_restore_puts_back_the_exact_bytes) {
+    const std::string global = "/sys/devices/virtual/workqueue/cpumask";
+    const std::string writeback = "/sys/devices/virtual/workqueue/writeback/cpumask";
+    if (!_fs.exists(global)) {
+        GTEST_SKIP() << global << " does not exist: this kernel has no workqueue cpumask (before 4.2)";
+    }
+    const auto before = take_snapshot(_fs, _tasks);
+    auto rep = apply(_fs, _tasks, _isolated, _housekeeping, _opts);
+    ASSERT_TRUE(rep) << rep.err().message;
+    for (const auto& l : rep->knobs.lines) {
+        std::fprintf(stderr, "  %s\n", l.c_str());
+    }
+    for (const auto& p : {global, writeback}) {
+        if (!_fs.exists(p)) {
+            continue;
+        }
+        auto now = _fs.read_line(p);
+        ASSERT_TRUE(now) << now.err().message;
+        auto mask = cpu_set::parse_mask(*now);
+        ASSERT_TRUE(mask) << p << " reads " << *now;
+        EXPECT_EQ(*mask, _housekeeping) << p << " reads " << *now;
+    }
+    EXPECT_EQ(*_fs.read_line("/proc/sys/vm/stat_interval"), "10");
+    EXPECT_EQ(*_fs.read_line("/proc/sys/kernel/timer_migration"), "0");
+    EXPECT_EQ(*_fs.read_line("/proc/sys/kernel/watchdog_cpumask"), _housekeeping.to_list());
+    EXPECT_EQ(rep->knobs.count(rtcore::knob_outcome::action::failed), 0U);
+    // Kernel threads that may move are off the isolated CPU.
+    EXPECT_EQ(rep->knobs.kthreads.failed, 0U) << rep->knobs.kthreads.failure;
+    if (auto all = _tasks.list_tasks(_fs)) {
+        for (const auto& t : *all) {
+            auto aff = _tasks.affinity(t.tid);
+            if (t.kernel_thread && !t.per_cpu && aff) {
+                EXPECT_FALSE(aff->intersects(_isolated)) << t.comm << " (" << t.tid << ") " << aff->to_list();
+            }
+        }
+    }
+    auto v = verify(_fs, _tasks, _opts);
+    ASSERT_TRUE(v) << v.err().message;
+    EXPECT_FALSE(v->knobs.drift);
+
+    auto back = restore(_fs, _tasks);
+    ASSERT_TRUE(back) << back.err().message;
+    EXPECT_TRUE(back->complete) << back->lines.back();
+    for (const auto& p : knob_files(_fs)) {
+        auto now = _fs.read(p);
+        ASSERT_TRUE(now);
+        EXPECT_EQ(*now, before.files.at(p)) << p;
+    }
     expect_restored(before);
 }

@@ -287,6 +287,40 @@ TEST(qrtd_cli, host_plan_on_a_fake_tree_prints_json_and_changes_nothing) {
     EXPECT_EQ(snapshot_tree(t.root), before);
 }
 
+// #11 §2: every runtime knob with its value before and after, text and JSON.
+TEST(qrtd_cli, host_plan_lists_each_runtime_knob_with_its_before_and_after_value) {
+    tree_copy t("vm2-v1");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    std::map<std::string, nlohmann::json> by_path;
+    for (const auto& k : j["knobs"]["knobs"]) {
+        by_path[k["path"].get<std::string>()] = k;
+    }
+    const std::pair<const char*, std::pair<const char*, const char*>> want[] = {
+        {"/sys/devices/virtual/workqueue/cpumask", {"3", "00000001"}},
+        {"/sys/devices/virtual/workqueue/writeback/cpumask", {"3", "00000001"}},
+        {"/proc/sys/vm/stat_interval", {"1", "10"}},
+        {"/proc/sys/kernel/timer_migration", {"1", "0"}},
+        {"/proc/sys/kernel/watchdog_cpumask", {"0-1", "0"}},
+        {"/proc/sys/kernel/sched_rt_runtime_us", {"950000", "950000"}},
+    };
+    for (const auto& [path, values] : want) {
+        ASSERT_EQ(by_path.count(path), 1U) << path << "\n" << r.out;
+        EXPECT_EQ(by_path[path]["before"], values.first) << path;
+        EXPECT_EQ(by_path[path]["after"], values.second) << path;
+    }
+    EXPECT_EQ(by_path["/proc/sys/kernel/sched_rt_runtime_us"]["action"], "reported");
+    const auto text = run(qrtd + " host plan -c " + demo + " --root " + t.root.string());
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find("runtime knobs (host.runtime_knobs; before -> after as apply sets them):\n"
+                            "  knob: workqueue cpumask: 3 -> 00000001 (/sys/devices/virtual/workqueue/cpumask)"),
+              std::string::npos)
+        << text.out;
+    EXPECT_EQ(snapshot_tree(t.root), before) << "plan changed the tree";
+}
+
 TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
     tree_copy t("host8-v2");
     const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string() +
@@ -577,6 +611,20 @@ std::map<std::string, std::string> snapshot_host() {
         }
     }
     snap["/proc/irq/default_smp_affinity"] = read_file("/proc/irq/default_smp_affinity");
+    // The runtime knobs (host.runtime_knobs), exact bytes.
+    for (const char* f : {"/sys/devices/virtual/workqueue/cpumask", "/proc/sys/vm/stat_interval",
+                          "/proc/sys/kernel/timer_migration", "/proc/sys/kernel/watchdog_cpumask",
+                          "/proc/sys/kernel/sched_rt_runtime_us"}) {
+        if (fs::exists(f)) {
+            snap[f] = read_file(f);
+        }
+    }
+    for (const auto& e : fs::directory_iterator("/sys/devices/virtual/workqueue", ec)) {
+        const auto f = e.path() / "cpumask";
+        if (e.is_directory(ec) && fs::exists(f)) {
+            snap[f.string()] = read_file(f);
+        }
+    }
     // The v1 cpuset and the cgroup2 mount points, from /proc/mounts.
     std::vector<std::string> roots;
     std::istringstream mounts(read_file("/proc/mounts"));

@@ -188,6 +188,17 @@ TEST(config_errors, enum_values_list_the_allowed_ones) {
               "priority-preempt, fidelity-aware");
 }
 
+TEST(config_errors, a_runtime_knob_that_does_not_exist_names_the_ones_that_do) {
+    const std::string text = std::string("[host]\nruntime_knobs = [\"workqueues\", \"nohz_full\"]\n") + one_qpu;
+    const std::string e = only_error(text);
+    EXPECT_NE(e.find("qrtd.toml:2: host.runtime_knobs"), std::string::npos) << e;
+    EXPECT_NE(e.find("nohz_full"), std::string::npos) << e;
+    EXPECT_NE(e.find("must be one of workqueues, kthreads, vm_stat_interval, timer_migration, watchdog_cpumask, "
+                     "mce_ignore_ce"),
+              std::string::npos)
+        << e;
+}
+
 TEST(config_errors, unknown_keys_and_sections_are_errors_with_suggestions) {
     EXPECT_EQ(only_error(std::string("[dispatch]\npriorty = 3\n") + one_qpu),
               "qrtd.toml:2: unknown option dispatch.priorty (did you mean dispatch.priority?)");

@@ -62,8 +62,12 @@ TEST(journal_format, every_record_kind_round_trips_with_typed_fields) {
         {rec::cg{812, 4711, "/sys/fs/cgroup/cpuset", rtcore::cpu_set{0, 1}}, "cg 812 4711 /sys/fs/cgroup/cpuset 0-1"},
         {rec::cg{813, 1, "/sys/fs/cgroup/cpuset", std::nullopt}, "cg 813 1 /sys/fs/cgroup/cpuset ~"},
         {rec::aff{900, 77, {0, 1, 2, 3}, {0, 1}}, "aff 900 77 0-3 0-1"},
+        {rec::knob{"/sys/devices/virtual/workqueue/cpumask", "3\n", "00000001"},
+         "knob /sys/devices/virtual/workqueue/cpumask 3%0a 00000001"},
+        {rec::knob{"/proc/sys/vm/stat_interval", "", "10"}, "knob /proc/sys/vm/stat_interval ~ 10"},
+        {rec::nomove{19, 1019}, "nomove 19 1019"},
     };
-    ASSERT_EQ(cases.size(), std::variant_size_v<journal_record> + 1) << "a record kind has no case here";
+    ASSERT_EQ(cases.size(), std::variant_size_v<journal_record> + 2) << "a record kind has no case here";
     for (const auto& [r, text] : cases) {
         const auto line = rtcore::journal_format(r);
         EXPECT_EQ(line.substr(9), text + "\n");
