@@ -109,6 +109,9 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
     if (cfg.timeline.horizon_ns > 0) {
         lo.horizon_ns = cfg.timeline.horizon_ns;
     }
+    if (cfg.timeline.max_windows > 0) {
+        lo.max_windows = cfg.timeline.max_windows;
+    }
     return lo;
 }
 
