@@ -1941,9 +1941,10 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
         prune_windows(q, before_ns, before_ns);
     }
     // A burst of records that has been forgotten leaves its hash buckets
-    // behind: give them back once the tables are mostly empty.
+    // behind: give them back once the tables are under a quarter full (the
+    // tables double as they grow, so this never rehashes back and forth).
     const auto shrink = [](auto& table) {
-        if (table.bucket_count() > 1024 && table.size() < table.bucket_count() / 8) {
+        if (table.bucket_count() > 1024 && table.size() < table.bucket_count() / 4) {
             table.rehash(0);
         }
     };
