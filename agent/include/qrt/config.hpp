@@ -186,6 +186,7 @@ struct timeline_config {
     std::int64_t default_lease_ns = 0;
     std::int64_t horizon_ns = 0;
     std::int64_t retention_ns = 0;       // terminal reservations and results are kept this long
+    std::uint32_t max_windows = 0;       // calibration windows per QPU ahead of now (2x in all)
     bool operator==(const timeline_config&) const = default;
 };
 

@@ -498,8 +498,20 @@ std::vector<config_option> build_table() {
                     "cancelled, released, expired, displaced) is kept after its slot ended, "
                     "with its result and its idempotency key, in memory and in the ledger "
                     "database; jobs.status and jobs.result answer not_found after that.  Checked "
-                    "every minute.  With tenants.max_reservations this bounds the ledger.",
+                    "every minute.  With tenants.max_reservations this bounds the ledger.  "
+                    "Calibration windows that ended this long ago go too, unless a live "
+                    "reservation still sits in one.",
          QRT_FIELD(timeline, retention_ns)},
+        {.section = "timeline", .key = "max_windows", .kind = k::integer,
+         .default_value = std::int64_t{100'000}, .min = 16, .max = 10'000'000,
+         .meaning = "Calibration windows one QPU holds ahead of now, in memory and in the "
+                    "ledger database.  A periodic source generates no further ahead, so jobs "
+                    "can be placed up to min(horizon_ns, max_windows x period_ns) ahead; a "
+                    "calibration.update with more windows ending after now is refused.  With "
+                    "the windows that ended, a QPU holds at most 2 x max_windows: past that "
+                    "the oldest ended windows go first (a window holding a live reservation "
+                    "is kept).",
+         QRT_FIELD(timeline, max_windows)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,

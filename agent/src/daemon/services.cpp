@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <grp.h>
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -111,6 +112,9 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
     }
     if (cfg.timeline.horizon_ns > 0) {
         lo.horizon_ns = cfg.timeline.horizon_ns;
+    }
+    if (cfg.timeline.max_windows > 0) {
+        lo.max_windows = cfg.timeline.max_windows;
     }
     return lo;
 }
@@ -506,11 +510,18 @@ rtcore::status services::start_timers() {
     // keys) timeline.retention_ns after their slot ended, memory and store.
     auto forget = _loop.add_timer(std::chrono::minutes(1), std::chrono::minutes(1), [this] {
         const std::int64_t before = _clock.now_realtime_ns() - _cfg.timeline.retention_ns;
+        const auto before_stats = _ledger->stats();
         if (auto n = _ledger->forget_terminal(before); !n) {
             log::warn("timeline", "forget_terminal: {}", tl_error(n.err()));
         }
         if (auto c = _ledger->checkpoint(); !c) {
             log::warn("timeline", "checkpoint: {}", tl_error(c.err()));
+        }
+        // glibc keeps freed memory in its arenas; after a burst of records
+        // was forgotten, hand the free pages back so RSS follows the ledger.
+        const auto after_stats = _ledger->stats();
+        if (after_stats.reservations + after_stats.windows < before_stats.reservations + before_stats.windows) {
+            ::malloc_trim(0);
         }
     });
     if (!forget) {
@@ -798,7 +809,11 @@ void services::hand_over_now() noexcept {
 }
 
 void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
-    auto ws = _ledger->calibration(q.name, now_ns);
+    // Only the windows the pump can hand jobs into (those starting before
+    // the hand-over horizon, and the next one): this runs at every window
+    // end, so with a 1 ms period, copying every window up to
+    // timeline.horizon_ns here was the daemon's CPU.
+    auto ws = _ledger->calibration(q.name, now_ns, now_ns + _handover.horizon_ns);
     if (!ws) {
         log::warn("calibration", "{}: {}", q.name, tl_error(ws.err()));
         return;

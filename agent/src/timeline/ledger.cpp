@@ -32,6 +32,12 @@ std::int64_t floor_div(std::int64_t a, std::int64_t b) {
     return q;
 }
 
+// a + b, held at INT64_MAX (b >= 0).
+std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max()
+                                                            : a + b;
+}
+
 std::string fmt_double(double v) {
     std::ostringstream os;
     os << v;
@@ -47,6 +53,11 @@ struct ledger::qpu_state {
     std::int64_t next_cycle = 0;  // periodic: first cycle not generated yet
     std::int64_t first_cycle = 0;  // periodic: first cycle generated
     std::map<std::int64_t, calibration_window> windows;  // by valid_from
+    // Pushed: calibration_id -> valid_from of its window, and the lengths of
+    // all windows (validate()'s longest window), kept by add_window and
+    // drop_window so no lookup walks the window history.
+    std::unordered_map<std::uint64_t, std::int64_t> window_ids;
+    std::multiset<std::int64_t> window_lengths;
     gap_index gaps;
     std::map<std::int64_t, std::uint64_t> busy;     // active reservations by start
     std::map<std::int64_t, std::uint64_t> pending;  // committed jobs by start
@@ -128,6 +139,10 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
         return make_error(reason::invalid_argument,
                           "horizon_ns must be > 0, got " + n2s(opts.horizon_ns));
     }
+    if (opts.max_windows == 0 || opts.max_windows > std::numeric_limits<std::size_t>::max() / 2) {
+        return make_error(reason::invalid_argument,
+                          "max_windows must be > 0, got " + std::to_string(opts.max_windows));
+    }
     auto policy = make_policy(opts.policy);
     if (!policy) {
         return std::move(policy).err();
@@ -199,12 +214,14 @@ status ledger::reload() {
         qs.gaps.clear();
         if (!qs.periodic) {
             qs.windows.clear();
+            qs.window_ids.clear();
+            qs.window_lengths.clear();
         }
     }
     for (const auto& [name, w] : loaded->windows) {
         const auto it = _qpu_index.find(name);
         if (it != _qpu_index.end() && !_qpus[it->second].periodic) {
-            _qpus[it->second].windows.emplace(w.valid_from_ns, w);
+            add_window(it->second, w, false);
         }
     }
     for (reservation& r : loaded->reservations) {
@@ -272,11 +289,8 @@ std::vector<std::string> ledger::qpu_names() const {
 
 // --------------------------------------------------------------- windows
 
-void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns) {
+void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns, std::int64_t now_ns) {
     const periodic_calibration& p = qs.per;
-    if (qs.windows.empty()) {
-        qs.first_cycle = qs.next_cycle;
-    }
     for (;;) {
         const std::int64_t cycle_start = p.phase_ns + qs.next_cycle * p.period_ns;
         if (cycle_start >= until_ns) {
@@ -288,10 +302,26 @@ void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns) {
         w.valid_until_ns = cycle_start + p.period_ns;
         w.f0 = p.f0;
         w.tau_ns = p.tau_ns;
+        auto it = qs.busy.lower_bound(w.valid_from_ns);
+        if (w.valid_until_ns <= now_ns && (it == qs.busy.end() || it->first >= w.valid_until_ns)) {
+            // A cycle already over that holds no live reservation (one loaded
+            // from the store may): never generated.  Skip to the next cycle
+            // that holds one, or the one holding now, so a restart after a
+            // long stop costs nothing per cycle missed.
+            std::int64_t next = floor_div(now_ns - p.phase_ns, p.period_ns);
+            if (it != qs.busy.end()) {
+                next = std::min(next, floor_div(it->first - p.phase_ns, p.period_ns));
+            }
+            qs.next_cycle = std::max(qs.next_cycle + 1, next);
+            continue;
+        }
+        ++_window_visits;
+        if (qs.windows.empty()) {
+            qs.first_cycle = qs.next_cycle;
+        }
         if (qs.windows.emplace(w.valid_from_ns, w).second) {
             // A new window may already hold reservations loaded from the store.
             std::int64_t free_from = w.valid_from_ns;
-            auto it = qs.busy.lower_bound(w.valid_from_ns);
             for (; it != qs.busy.end() && it->first < w.valid_until_ns; ++it) {
                 const reservation& r = _res.at(it->second);
                 if (r.start_ns > free_from) {
@@ -308,13 +338,26 @@ void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns) {
 }
 
 void ledger::advance(std::int64_t now_ns) {
-    for (qpu_state& qs : _qpus) {
+    for (std::size_t q = 0; q < _qpus.size(); ++q) {
+        qpu_state& qs = _qpus[q];
         if (qs.periodic) {
-            const std::int64_t until =
-                now_ns > std::numeric_limits<std::int64_t>::max() - _opts.horizon_ns
-                    ? std::numeric_limits<std::int64_t>::max()
-                    : now_ns + _opts.horizon_ns;
-            extend_periodic(qs, until);
+            // Windows up to the horizon, but at most max_windows cycles from
+            // the one holding now: a short period must not mean millions of
+            // windows (and gaps) ahead.
+            const periodic_calibration& p = qs.per;
+            const std::int64_t c_now = floor_div(now_ns - p.phase_ns, p.period_ns);
+            const auto max_cycles = static_cast<std::int64_t>(
+                std::min<std::size_t>(_opts.max_windows, static_cast<std::size_t>(
+                                                             std::numeric_limits<std::int64_t>::max())));
+            const std::int64_t reach = max_cycles > std::numeric_limits<std::int64_t>::max() / p.period_ns
+                                           ? std::numeric_limits<std::int64_t>::max()
+                                           : max_cycles * p.period_ns;
+            const std::int64_t until = std::min(sat_add(now_ns, _opts.horizon_ns),
+                                                sat_add(p.phase_ns + c_now * p.period_ns, reach));
+            extend_periodic(qs, until, now_ns);
+            if (qs.windows.size() > 2 * _opts.max_windows) {
+                prune_windows(q, std::numeric_limits<std::int64_t>::min(), now_ns);
+            }
         }
         // Free time in the past can never be used again.
         if (now_ns <= qs.pruned_before_ns) {
@@ -325,6 +368,77 @@ void ledger::advance(std::int64_t now_ns) {
         }
         qs.pruned_before_ns = std::max(qs.pruned_before_ns, now_ns);
     }
+}
+
+void ledger::add_window(std::size_t q, const calibration_window& w, bool durable) {
+    qpu_state& qs = _qpus[q];
+    ++_window_visits;
+    qs.windows.emplace(w.valid_from_ns, w);
+    if (!qs.periodic) {
+        qs.window_ids[w.calibration_id] = w.valid_from_ns;
+        qs.window_lengths.insert(w.length_ns());
+        if (durable) {
+            _dirty_windows.push_back({q, w.calibration_id, w});
+        }
+    }
+}
+
+std::map<std::int64_t, calibration_window>::iterator ledger::drop_window(
+    std::size_t q, std::map<std::int64_t, calibration_window>::iterator it) {
+    qpu_state& qs = _qpus[q];
+    ++_window_visits;
+    if (!qs.periodic) {
+        const calibration_window& w = it->second;
+        if (const auto i = qs.window_ids.find(w.calibration_id);
+            i != qs.window_ids.end() && i->second == it->first) {
+            qs.window_ids.erase(i);
+        }
+        if (const auto l = qs.window_lengths.find(w.length_ns()); l != qs.window_lengths.end()) {
+            qs.window_lengths.erase(l);
+        }
+        _dirty_windows.push_back({q, w.calibration_id, std::nullopt});
+    }
+    return qs.windows.erase(it);
+}
+
+bool ledger::holds_live(std::size_t q, const calibration_window& w) const {
+    const qpu_state& qs = _qpus[q];
+    const auto b = qs.busy.lower_bound(w.valid_from_ns);
+    return b != qs.busy.end() && b->first < w.valid_until_ns;
+}
+
+std::size_t ledger::prune_windows(std::size_t q, std::int64_t before_ns, std::int64_t now_ns) {
+    qpu_state& qs = _qpus[q];
+    std::size_t dropped = 0;
+    // Windows are disjoint and ordered, so those that ended come first: walk
+    // from the oldest and stop at the first one the rules keep.  Windows
+    // kept for a live reservation are stepped over (at most one per live
+    // reservation).
+    auto it = qs.windows.begin();
+    while (it != qs.windows.end()) {
+        const calibration_window& w = it->second;
+        const bool old = w.valid_until_ns < before_ns;
+        const bool over = qs.windows.size() > 2 * _opts.max_windows && w.valid_until_ns <= now_ns;
+        if (!old && !over) {
+            break;
+        }
+        ++_window_visits;
+        if (holds_live(q, w)) {
+            ++it;
+            continue;
+        }
+        for (auto g = qs.gaps.first_fit(w.valid_from_ns, 1); g && g->start_ns < w.valid_until_ns;
+             g = qs.gaps.first_fit(w.valid_from_ns, 1)) {
+            qs.gaps.erase(g->start_ns);
+        }
+        it = drop_window(q, it);
+        ++dropped;
+    }
+    if (qs.periodic && !qs.windows.empty()) {
+        qs.first_cycle = std::max(
+            qs.first_cycle, static_cast<std::int64_t>(qs.windows.begin()->second.calibration_id) - 1);
+    }
+    return dropped;
 }
 
 std::optional<calibration_window> ledger::window_at(std::size_t q, std::int64_t t_ns) const {
@@ -359,7 +473,22 @@ std::optional<calibration_window> ledger::window_at(std::size_t q, std::int64_t 
 void ledger::rebuild_gaps(std::size_t q) {
     qpu_state& qs = _qpus[q];
     qs.gaps.clear();
-    for (const auto& [from, w] : qs.windows) {
+    // Free time before the pruning point is never used again (advance), so
+    // the rebuild starts at the first window ending after it: its cost
+    // follows the windows ahead, not the history held.
+    const std::int64_t from_ns = qs.pruned_before_ns;
+    auto wit = qs.windows.upper_bound(from_ns);
+    if (wit != qs.windows.begin() && std::prev(wit)->second.valid_until_ns > from_ns) {
+        --wit;
+    }
+    const auto add = [&](std::int64_t s, std::int64_t e) {
+        if (e > from_ns) {
+            qs.gaps.insert({s, e});
+        }
+    };
+    for (; wit != qs.windows.end(); ++wit) {
+        ++_window_visits;
+        const calibration_window& w = wit->second;
         std::int64_t free_from = w.valid_from_ns;
         auto it = qs.busy.lower_bound(w.valid_from_ns);
         if (it != qs.busy.begin()) {
@@ -369,12 +498,12 @@ void ledger::rebuild_gaps(std::size_t q) {
         for (; it != qs.busy.end() && it->first < w.valid_until_ns; ++it) {
             const reservation& r = _res.at(it->second);
             if (r.start_ns > free_from) {
-                qs.gaps.insert({free_from, r.start_ns});
+                add(free_from, r.start_ns);
             }
             free_from = std::max(free_from, r.end_ns());
         }
         if (free_from < w.valid_until_ns) {
-            qs.gaps.insert({free_from, w.valid_until_ns});
+            add(free_from, w.valid_until_ns);
         }
     }
 }
@@ -423,6 +552,7 @@ void ledger::vacate(std::size_t q, const reservation& r) {
         --wit;
     }
     for (; wit != qs.windows.end() && wit->second.valid_from_ns < r.end_ns(); ++wit) {
+        ++_window_visits;
         const calibration_window& w = wit->second;
         std::int64_t s = std::max(r.start_ns, w.valid_from_ns);
         std::int64_t e = std::min(r.end_ns(), w.valid_until_ns);
@@ -616,11 +746,9 @@ status ledger::validate(const request& req, std::int64_t now_ns) const {
         if (st.periodic) {
             longest = std::max(longest, st.per.period_ns - st.per.blackout_ns);
             any_windows = true;
-        } else {
-            for (const auto& [from, w] : st.windows) {
-                longest = std::max(longest, w.length_ns());
-                any_windows = true;
-            }
+        } else if (!st.window_lengths.empty()) {
+            longest = std::max(longest, *st.window_lengths.rbegin());
+            any_windows = true;
         }
     }
     if (any_windows && req.duration_ns > longest) {
@@ -785,6 +913,7 @@ std::optional<ledger::preempt_plan> ledger::preemption_fit(const request& req,
         bool done = false;
         for (; !done && wit != st.windows.end() && wit->second.valid_from_ns <= deadline - d;
              ++wit) {
+            ++_window_visits;
             const calibration_window& w = wit->second;
             if (best && w.valid_from_ns >= best->s.start_ns) {
                 break;
@@ -908,6 +1037,7 @@ result<query_result> ledger::query(const request& req, std::int64_t now_ns) {
             std::size_t looked = 0;
             for (auto it = ws.lower_bound(earliest); it != ws.end() && looked < 10'000;
                  ++it, ++looked) {
+                ++_window_visits;
                 const calibration_window& w = it->second;
                 if (w.length_ns() >= req.duration_ns && w.f0 + k_fidelity_slack >= req.min_fidelity) {
                     if (!out.next || w.valid_from_ns < out.next->window.valid_from_ns) {
@@ -1437,7 +1567,8 @@ result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
 // ----------------------------------------------------------- calibration
 
 result<std::vector<calibration_window>> ledger::calibration(std::string_view qpu,
-                                                            std::int64_t now_ns) {
+                                                            std::int64_t now_ns,
+                                                            std::int64_t until_ns) {
     const auto it = _qpu_index.find(std::string(qpu));
     if (it == _qpu_index.end()) {
         return make_error(reason::unknown_qpu,
@@ -1445,9 +1576,18 @@ result<std::vector<calibration_window>> ledger::calibration(std::string_view qpu
     }
     advance(now_ns);
     std::vector<calibration_window> out;
-    for (const auto& [from, w] : _qpus[it->second].windows) {
-        if (w.valid_until_ns > now_ns) {
-            out.push_back(w);
+    const auto& ws = _qpus[it->second].windows;
+    // Windows are disjoint and ordered: only the last one starting at or
+    // before now can still be open; every later one ends after now.
+    auto w = ws.upper_bound(now_ns);
+    if (w != ws.begin() && std::prev(w)->second.valid_until_ns > now_ns) {
+        --w;
+    }
+    for (; w != ws.end(); ++w) {
+        ++_window_visits;
+        out.push_back(w->second);
+        if (w->second.valid_from_ns >= until_ns) {
+            break;
         }
     }
     return out;
@@ -1513,29 +1653,77 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
                                   n2s(a.valid_until_ns) + ")");
         }
     }
-    // New window set: history that ended and does not collide, plus the update.
-    std::map<std::int64_t, calibration_window> next;
+    // The update's windows that end after now replace every window ending
+    // after now; those that ended already are history it cannot change.
+    std::vector<const calibration_window*> fresh;
     for (const std::size_t i : order) {
         if (windows[i].valid_until_ns > now_ns) {
-            next.emplace(windows[i].valid_from_ns, windows[i]);
+            fresh.push_back(&windows[i]);
         }
     }
-    for (const auto& [from, w] : qs.windows) {
-        if (w.valid_until_ns > now_ns) {
-            continue;
+    if (fresh.size() > _opts.max_windows) {
+        return make_error(reason::invalid_argument,
+                          "windows: " + std::to_string(fresh.size()) +
+                              " windows end after now, more than the " +
+                              std::to_string(_opts.max_windows) +
+                              " a QPU holds ahead (timeline.max_windows)");
+    }
+    std::unordered_map<std::uint64_t, const calibration_window*> fresh_by_id;
+    for (const calibration_window* f : fresh) {
+        fresh_by_id.emplace(f->calibration_id, f);
+    }
+    // The windows the update takes out (keys of qs.windows): every one
+    // ending after now, and history that overlaps a fresh window or carries
+    // an id of the update.  Found by lookups, so the cost follows the update
+    // and the windows ahead, never the history held.
+    const auto first_ending_after = [&qs](std::int64_t t) {
+        auto it = qs.windows.upper_bound(t);
+        if (it != qs.windows.begin() && std::prev(it)->second.valid_until_ns > t) {
+            --it;
         }
-        auto after = next.lower_bound(w.valid_from_ns);
-        const bool hits_next = after != next.end() && after->second.valid_from_ns < w.valid_until_ns;
-        const bool hits_prev = after != next.begin() &&
-                               std::prev(after)->second.valid_until_ns > w.valid_from_ns;
-        if (!hits_next && !hits_prev && ids.count(w.calibration_id) == 0) {
-            next.emplace(from, w);
+        return it;
+    };
+    std::vector<std::int64_t> drop;
+    for (auto it = first_ending_after(now_ns); it != qs.windows.end(); ++it) {
+        ++_window_visits;
+        drop.push_back(it->first);
+    }
+    for (const calibration_window* f : fresh) {
+        if (f->valid_from_ns >= now_ns) {
+            break;  // sorted: no later one reaches back into history
+        }
+        for (auto it = first_ending_after(f->valid_from_ns);
+             it != qs.windows.end() && it->second.valid_from_ns < f->valid_until_ns &&
+             it->second.valid_until_ns <= now_ns;
+             ++it) {
+            ++_window_visits;
+            drop.push_back(it->first);
         }
     }
-    std::map<std::uint64_t, const calibration_window*> by_id;
-    for (const auto& [from, w] : next) {
-        by_id.emplace(w.calibration_id, &w);
+    for (const std::uint64_t id : ids) {
+        if (const auto k = qs.window_ids.find(id); k != qs.window_ids.end()) {
+            ++_window_visits;
+            if (qs.windows.at(k->second).valid_until_ns <= now_ns) {
+                drop.push_back(k->second);
+            }
+        }
     }
+    std::sort(drop.begin(), drop.end());
+    drop.erase(std::unique(drop.begin(), drop.end()), drop.end());
+    // The window a calibration_id names once the update is applied.
+    const auto window_after = [&](std::uint64_t id) -> const calibration_window* {
+        if (const auto f = fresh_by_id.find(id); f != fresh_by_id.end()) {
+            return f->second;
+        }
+        if (ids.count(id) != 0) {
+            return nullptr;  // named by the update, which says it ended
+        }
+        const auto k = qs.window_ids.find(id);
+        if (k == qs.window_ids.end() || std::binary_search(drop.begin(), drop.end(), k->second)) {
+            return nullptr;
+        }
+        return &qs.windows.at(k->second);
+    };
     // Reservations whose window changed: gone, moved off them, or no longer
     // predicted good enough at their start.
     std::vector<std::uint64_t> affected;
@@ -1545,12 +1733,11 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
         if (r.state == res_state::dispatched) {
             continue;
         }
-        const auto w = by_id.find(r.calibration_id);
-        const bool ok = w != by_id.end() && w->second->valid_from_ns <= r.start_ns &&
-                        r.end_ns() <= w->second->valid_until_ns &&
+        const calibration_window* w = window_after(r.calibration_id);
+        const bool ok = w != nullptr && w->valid_from_ns <= r.start_ns &&
+                        r.end_ns() <= w->valid_until_ns &&
                         (r.min_fidelity <= 0.0 ||
-                         w->second->predicted_fidelity(r.start_ns) + k_fidelity_slack >=
-                             r.min_fidelity);
+                         w->predicted_fidelity(r.start_ns) + k_fidelity_slack >= r.min_fidelity);
         if (!ok) {
             const std::vector<std::uint64_t> group =
                 gang_movable(r) ? members(r) : std::vector<std::uint64_t>{r.id};
@@ -1566,7 +1753,15 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
         const reservation& r = _res.at(id);
         vacate(_qpu_index.at(r.qpu), r);
     }
-    qs.windows = std::move(next);
+    for (const std::int64_t key : drop) {
+        drop_window(q, qs.windows.find(key));
+    }
+    for (const calibration_window* f : fresh) {
+        add_window(q, *f, true);
+    }
+    if (qs.windows.size() > 2 * _opts.max_windows) {
+        prune_windows(q, std::numeric_limits<std::int64_t>::min(), now_ns);
+    }
     rebuild_gaps(q);
     for (const std::uint64_t id : affected) {
         const reservation& r = _res.at(id);
@@ -1597,7 +1792,7 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
                 " reservations re-placed, " + std::to_string(rep.displaced) + " displaced";
     ev.time_ns = now_ns;
     _pending_events.push_back(std::move(ev));
-    _dirty_windows.push_back(std::string(qpu));
+    ++_generation;  // the windows changed, even when no row did
     advance(now_ns);
     if (auto s = persist(); !s) {
         return std::move(s).err();
@@ -1745,6 +1940,21 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
         _res.erase(id);
         touch(id);
     }
+    // Calibration windows follow the same rule, unless a live reservation
+    // still sits in one.
+    for (std::size_t q = 0; q < _qpus.size(); ++q) {
+        prune_windows(q, before_ns, before_ns);
+    }
+    // A burst of records that has been forgotten leaves its hash buckets
+    // behind: give them back once the tables are under a quarter full (the
+    // tables double as they grow, so this never rehashes back and forth).
+    const auto shrink = [](auto& table) {
+        if (table.bucket_count() > 1024 && table.size() < table.bucket_count() / 4) {
+            table.rehash(0);
+        }
+    };
+    shrink(_res);
+    shrink(_idem);
     if (auto s = persist(); !s) {
         return std::move(s).err();
     }
@@ -1770,6 +1980,9 @@ ledger_stats ledger::stats() const {
         s.windows += qs.windows.size();
         s.gaps += qs.gaps.size();
     }
+    s.reservation_buckets = _res.bucket_count();
+    s.window_visits = _window_visits;
+    s.store_rows_written = _store_rows;
     return s;
 }
 
@@ -1808,21 +2021,20 @@ status ledger::persist() {
         if (!s) {
             return fail_with(std::move(s).err());
         }
+        ++_store_rows;
     }
     if (auto s = _store->put_counters(_next_id, _next_token, _next_gang); !s) {
         return fail_with(std::move(s).err());
     }
-    std::sort(_dirty_windows.begin(), _dirty_windows.end());
-    _dirty_windows.erase(std::unique(_dirty_windows.begin(), _dirty_windows.end()),
-                         _dirty_windows.end());
-    for (const std::string& name : _dirty_windows) {
-        std::vector<calibration_window> ws;
-        for (const auto& [from, w] : _qpus[_qpu_index.at(name)].windows) {
-            ws.push_back(w);
-        }
-        if (auto s = _store->replace_windows(name, ws); !s) {
+    // In the order they happened: a window dropped and one with its id
+    // added by the same update end as the added one.
+    for (const window_change& c : _dirty_windows) {
+        const std::string& name = _qpus[c.q].spec.name;
+        auto s = c.put ? _store->put_window(name, *c.put) : _store->erase_window(name, c.calibration_id);
+        if (!s) {
             return fail_with(std::move(s).err());
         }
+        ++_store_rows;
     }
     if (auto s = _store->commit(); !s) {
         return fail_with(std::move(s).err());
@@ -1984,12 +2196,31 @@ std::vector<std::string> ledger::check_invariants() const {
             }
         }
         std::int64_t wprev = std::numeric_limits<std::int64_t>::min();
+        std::multiset<std::int64_t> lengths;
         for (const auto& [from, w] : qs.windows) {
             if (w.valid_from_ns >= w.valid_until_ns || w.valid_from_ns < wprev ||
                 from != w.valid_from_ns) {
                 fail("windows of " + name + " overlap or run backwards at " + u2s(w.calibration_id));
             }
             wprev = w.valid_until_ns;
+            if (!qs.periodic) {
+                lengths.insert(w.length_ns());
+                const auto k = qs.window_ids.find(w.calibration_id);
+                if (k == qs.window_ids.end() || k->second != from) {
+                    fail("window id index of " + name + " misses calibration_id " +
+                         u2s(w.calibration_id));
+                }
+            }
+        }
+        if (!qs.periodic && (qs.window_ids.size() != qs.windows.size() || lengths != qs.window_lengths)) {
+            fail("window indexes of " + name + " hold " + u2s(qs.window_ids.size()) + " ids and " +
+                 u2s(qs.window_lengths.size()) + " lengths for " + u2s(qs.windows.size()) +
+                 " windows");
+        }
+        // The bound: 2 * max_windows, plus the windows kept for a live reservation.
+        if (qs.windows.size() > 2 * _opts.max_windows + qs.busy.size()) {
+            fail(name + " holds " + u2s(qs.windows.size()) + " windows, more than 2 x max_windows (" +
+                 u2s(_opts.max_windows) + ") and one per live reservation");
         }
         // Gaps must equal windows minus busy intervals (from the pruning point).
         std::vector<gap_index::gap> want;

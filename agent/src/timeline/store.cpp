@@ -163,7 +163,10 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
     sqlite3_busy_timeout(db, busy_timeout_ms);
     for (const std::string_view pragma :
          {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON",
-          "PRAGMA wal_autocheckpoint=1000", "PRAGMA journal_size_limit=4194304"}) {
+          "PRAGMA wal_autocheckpoint=1000", "PRAGMA journal_size_limit=4194304",
+          // The page cache, stated rather than left to the build's default:
+          // at most 2 MiB of database pages stay in memory.
+          "PRAGMA cache_size=-2048"}) {
         if (auto s = st->exec(pragma); !s) {
             return std::move(s).err();
         }
@@ -175,7 +178,7 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
         sqlite_stmt* stmt;
         std::string_view sql;
     };
-    const std::array<named, 8> stmts = {{
+    const std::array<named, 10> stmts = {{
         {&st->_put,
          "INSERT OR REPLACE INTO reservations(id, tenant, qpu, start_ns, duration_ns,"
          " not_before_ns, deadline_ns, priority, min_fidelity, calibration_id,"
@@ -188,6 +191,10 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
         {&st->_put_window,
          "INSERT INTO windows(qpu, calibration_id, valid_from_ns, valid_until_ns, f0, tau_ns)"
          " VALUES(?,?,?,?,?,?)"},
+        {&st->_upsert_window,
+         "INSERT OR REPLACE INTO windows(qpu, calibration_id, valid_from_ns, valid_until_ns,"
+         " f0, tau_ns) VALUES(?,?,?,?,?,?)"},
+        {&st->_erase_window, "DELETE FROM windows WHERE qpu = ? AND calibration_id = ?"},
         {&st->_begin, "BEGIN IMMEDIATE"},
         {&st->_commit, "COMMIT"},
         {&st->_rollback, "ROLLBACK"},
@@ -425,6 +432,30 @@ status store::replace_windows(const std::string& qpu,
         if (sqlite3_step(u.s) != SQLITE_DONE) {
             return sql_error("insert window " + std::to_string(w.calibration_id) + " of " + qpu);
         }
+    }
+    return {};
+}
+
+status store::put_window(const std::string& qpu, const calibration_window& w) {
+    stmt_use u(_upsert_window);
+    u.bind(1, std::string_view(qpu));
+    u.bind_u(2, w.calibration_id);
+    u.bind(3, w.valid_from_ns);
+    u.bind(4, w.valid_until_ns);
+    u.bind(5, w.f0);
+    u.bind(6, w.tau_ns);
+    if (sqlite3_step(u.s) != SQLITE_DONE) {
+        return sql_error("insert window " + std::to_string(w.calibration_id) + " of " + qpu);
+    }
+    return {};
+}
+
+status store::erase_window(const std::string& qpu, std::uint64_t calibration_id) {
+    stmt_use u(_erase_window);
+    u.bind(1, std::string_view(qpu));
+    u.bind_u(2, calibration_id);
+    if (sqlite3_step(u.s) != SQLITE_DONE) {
+        return sql_error("delete window " + std::to_string(calibration_id) + " of " + qpu);
     }
     return {};
 }

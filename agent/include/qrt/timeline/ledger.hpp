@@ -45,9 +45,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -75,6 +77,14 @@ struct ledger_options {
     // daemon needs to hand a job to its dispatch thread (services.cpp,
     // handover_timing).  Placement is at max(now + min_lead_ns, not_before).
     std::int64_t min_lead_ns = 0;
+    // Calibration windows one QPU holds, in memory and in the store: at most
+    // max_windows that end after now (a periodic source generates no further
+    // ahead, so its reach is min(horizon_ns, max_windows * period_ns); a
+    // pushed update with more is refused), and at most 2 * max_windows in
+    // all: past that the oldest ended windows are dropped.  Windows that
+    // ended before forget_terminal's cutoff go too.  A window that still
+    // holds a live (held, committed, dispatched) reservation is kept.
+    std::size_t max_windows = 100'000;
 };
 
 struct ledger_stats {
@@ -83,6 +93,13 @@ struct ledger_stats {
     std::size_t preemptions = 0;   // reservations displaced or moved by preemption
     std::size_t windows = 0;
     std::size_t gaps = 0;
+    std::size_t reservation_buckets = 0;  // hash buckets behind the records
+    // Work counters since open, for tests and benches that check a cost
+    // does not grow with history (counts, not timings): calibration windows
+    // the ledger read or wrote (placement search, gap rebuilds, updates,
+    // pruning), and rows it wrote to or deleted from the store.
+    std::uint64_t window_visits = 0;
+    std::uint64_t store_rows_written = 0;
 };
 
 // What one tenant holds now: its live (held, committed, dispatched)
@@ -148,9 +165,13 @@ public:
     // jobs.result: completed or failed jobs only (not_ready before).
     result<job_result> job_result_of(std::string_view tenant, std::uint64_t id) const;
 
-    // calibration.get: windows ending after now_ns, in order.
-    result<std::vector<calibration_window>> calibration(std::string_view qpu,
-                                                        std::int64_t now_ns);
+    // calibration.get: windows ending after now_ns, in order.  With until_ns:
+    // only those starting before until_ns, and the first one starting at or
+    // after it (what a caller looking ahead to until_ns needs, at a cost
+    // that does not depend on how far ahead windows reach).
+    result<std::vector<calibration_window>> calibration(
+        std::string_view qpu, std::int64_t now_ns,
+        std::int64_t until_ns = std::numeric_limits<std::int64_t>::max());
     // calibration.update on a pushed QPU: the windows replace every window
     // ending after now_ns.  Reservations whose window changed are re-placed
     // or displaced (options().calibration_change).
@@ -204,7 +225,9 @@ public:
     ledger_stats stats() const;
     // Every invariant, checked from scratch; empty when all hold.
     std::vector<std::string> check_invariants() const;
-    // Drop terminal reservations that ended before before_ns (memory and store).
+    // Drop terminal reservations that ended before before_ns, and the
+    // calibration windows that ended before before_ns and hold no live
+    // reservation (memory and store).  Returns the reservations dropped.
     result<std::size_t> forget_terminal(std::int64_t before_ns);
     // Truncate the store's WAL (no-op without a store).
     timeline::status checkpoint();
@@ -250,7 +273,16 @@ private:
 
     // mutation helpers (never fail)
     void advance(std::int64_t now_ns);
-    void extend_periodic(qpu_state& qs, std::int64_t until_ns);
+    void extend_periodic(qpu_state& qs, std::int64_t until_ns, std::int64_t now_ns);
+    // Every change of a QPU's window set goes through these two, which keep
+    // the id and length indexes and the store's dirty list.
+    void add_window(std::size_t q, const calibration_window& w, bool durable);
+    std::map<std::int64_t, calibration_window>::iterator drop_window(
+        std::size_t q, std::map<std::int64_t, calibration_window>::iterator it);
+    // Drop windows that ended before before_ns, and (over 2 * max_windows)
+    // the oldest ended by now_ns; never one holding a live reservation.
+    std::size_t prune_windows(std::size_t q, std::int64_t before_ns, std::int64_t now_ns);
+    bool holds_live(std::size_t q, const calibration_window& w) const;
     void occupy(std::size_t q, const reservation& r);
     void vacate(std::size_t q, const reservation& r);
     void rebuild_gaps(std::size_t q);
@@ -295,7 +327,15 @@ private:
 
     dispatch_gate _gate;
     std::vector<std::uint64_t> _dirty;
-    std::vector<std::string> _dirty_windows;
+    // Window rows to write, in order: a put (window set) or a delete.
+    struct window_change {
+        std::size_t q = 0;
+        std::uint64_t calibration_id = 0;
+        std::optional<calibration_window> put;
+    };
+    std::vector<window_change> _dirty_windows;
+    mutable std::uint64_t _window_visits = 0;
+    std::uint64_t _store_rows = 0;
     std::vector<event> _pending_events;
     std::vector<event> _events;
 };

@@ -87,6 +87,11 @@ public:
     status erase(std::uint64_t id);
     status put_counters(std::uint64_t next_id, std::uint64_t next_token, std::uint64_t next_gang);
     status replace_windows(const std::string& qpu, const std::vector<calibration_window>& windows);
+    // One window row, by (qpu, calibration_id): the ledger writes only the
+    // windows an operation changed, so a write costs the same however much
+    // history the table holds.
+    status put_window(const std::string& qpu, const calibration_window& w);
+    status erase_window(const std::string& qpu, std::uint64_t calibration_id);
     // Copy the WAL into the database and truncate it to zero bytes (the
     // daemon calls this every minute, after forgetting old records).
     // Between calls SQLite checkpoints every 1000 pages and keeps the WAL
@@ -109,6 +114,8 @@ private:
     sqlite_stmt _put_meta;
     sqlite_stmt _del_windows;
     sqlite_stmt _put_window;
+    sqlite_stmt _upsert_window;
+    sqlite_stmt _erase_window;
     sqlite_stmt _begin;
     sqlite_stmt _commit;
     sqlite_stmt _rollback;
