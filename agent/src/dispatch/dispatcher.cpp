@@ -544,7 +544,14 @@ void dispatcher::thread_main() noexcept {
             rc.priority = _cfg.rt_priority;
             rc.timer_slack_ns = 1;
             rc.lock_memory = true;
-            auto entered = rtcore::scoped_rt_thread::enter(rc);
+            auto entered = [&]() -> rtcore::result<rtcore::scoped_rt_thread> {
+                if (_cfg.before_rt_setup) {
+                    if (auto joined = _cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
+                        return std::move(joined).err();
+                    }
+                }
+                return rtcore::scoped_rt_thread::enter(rc);
+            }();
             if (entered) {
                 rt.emplace(std::move(*entered));
                 _st_rt.store(true, std::memory_order_relaxed);
