@@ -287,6 +287,23 @@ TEST(qrtd_cli, host_plan_on_a_fake_tree_prints_json_and_changes_nothing) {
     EXPECT_EQ(snapshot_tree(t.root), before);
 }
 
+// #11 §1: on a cgroup v2 host the plan says the partition is out of the
+// dispatch threads' reach, why, and what apply uses instead.
+TEST(qrtd_cli, host_plan_on_a_v2_tree_says_the_fence_is_used_and_why_not_the_partition) {
+    tree_copy t("host8-v2");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host plan -c " + demo + " --root " + t.root.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (const char* s :
+         {"isolation: not used: cgroup-v2-partition: the dispatch threads could not run in it: a partition takes its "
+          "CPUs from every other cgroup",
+          "isolation: apply will use affinity-fence",
+          "isolation: dispatch threads: each pins itself to its CPU with sched_setaffinity"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+    EXPECT_EQ(snapshot_tree(t.root), before);
+}
+
 TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
     tree_copy t("host8-v2");
     const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string() +
