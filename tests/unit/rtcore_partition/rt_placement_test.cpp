@@ -257,3 +257,47 @@ TEST(rt_placement, delegation_is_nothing_for_the_fence_and_a_dry_run_only_says_i
     EXPECT_EQ(out, (std::vector<std::string>{
                        "isolation: would hand /sys/fs/cgroup/cpuset/qrt-isolated/tasks to qrtd (uid 998, gid 997)"}));
 }
+
+// The writes apply makes, in order (dry run), with the dispatch threads to
+// place: on v2 not one cgroup file (no partition, no subtree_control); on v1
+// the two cpusets, then the root's load balancing off.
+TEST(rt_placement, the_cgroup_writes_in_order_on_v1_and_none_on_v2) {
+    auto cgroup_writes = [](const std::vector<rtcore::host_fs::planned_write>& w) {
+        std::vector<std::string> out;
+        for (const auto& x : w) {
+            if (x.path.rfind("/sys/fs/cgroup", 0) == 0) {
+                out.push_back(x.path + " = " + x.data);
+            }
+        }
+        return out;
+    };
+    tree_copy v2("host8-v2");
+    as_systemd_service(v2);
+    rtcore::host_fs fs2(v2.root(), rtcore::host_fs::mode::dry_run);
+    rtcore::fake_task_ops t2;
+    add_plain_tasks(t2, cpu_set::first_n(8));
+    auto r2 = rtcore::host_partition::apply(fs2, t2, nullptr, {4, 5, 6, 7}, {0, 1, 2, 3}, rt_opts(fs2));
+    ASSERT_TRUE(r2) << r2.err().message;
+    EXPECT_EQ(r2->isolation.method, isolation_method::affinity_fence);
+    EXPECT_EQ(cgroup_writes(r2->planned_writes), std::vector<std::string>{});
+
+    tree_copy v1("vm2-v1");
+    rtcore::host_fs fs1(v1.root(), rtcore::host_fs::mode::dry_run);
+    rtcore::fake_task_ops t1;
+    add_vm2_tasks(t1);
+    rtcore::host_partition::apply_options o;
+    o.isolation.rt_threads = true;
+    auto r1 = rtcore::host_partition::apply(fs1, t1, nullptr, {1}, {0}, o);
+    ASSERT_TRUE(r1) << r1.err().message;
+    const auto w = cgroup_writes(r1->planned_writes);
+    const std::string hk = "/sys/fs/cgroup/cpuset/qrt-housekeeping/";
+    const std::string iso = "/sys/fs/cgroup/cpuset/qrt-isolated/";
+    ASSERT_GE(w.size(), 9U);
+    EXPECT_EQ(std::vector<std::string>(w.begin(), w.begin() + 8),
+              (std::vector<std::string>{"/sys/fs/cgroup/cpuset/qrt-housekeeping = <mkdir>", hk + "cpuset.cpus = 0",
+                                        hk + "cpuset.mems = 0", "/sys/fs/cgroup/cpuset/qrt-isolated = <mkdir>",
+                                        iso + "cpuset.cpus = 1", iso + "cpuset.mems = 0",
+                                        iso + "cpuset.cpu_exclusive = 1", iso + "cpuset.sched_load_balance = 0"}));
+    EXPECT_EQ(w[8], hk + "tasks = 1") << "then the sweep moves every movable task to housekeeping";
+    EXPECT_EQ(w.back(), "/sys/fs/cgroup/cpuset/cpuset.sched_load_balance = 0");
+}
