@@ -566,7 +566,11 @@ void dispatcher::thread_main() noexcept {
                 if (h) {
                     dma = std::move(*h);
                     _st_dma.store(dma.active(), std::memory_order_relaxed);
-                } else if (setup_err == 0) {
+                } else if (setup_err == 0 && !_cfg.require_rt) {
+                    // Reported (thread_stats, setup_error) but never fatal:
+                    // require_rt is about SCHED_FIFO on the CPU, and a
+                    // missing cpu_dma_latency hold only lets C-states deepen
+                    // (agent.status shows cpu_dma_latency_held = false).
                     setup_err = h.err().code != 0 ? h.err().code : EPERM;
                     _setup_error = h.err().message;
                 }
