@@ -20,6 +20,8 @@ constexpr const char* footer = R"(EXIT STATUS
   0  success (verify: nothing drifted)
   1  runtime failure: the host refused a change, restore incomplete, drift found
   2  usage or configuration error; nothing was changed
+  3  run: dispatch.require_rt refused to run degraded (a dispatch thread cannot
+     be SCHED_FIFO on its isolated CPU; the log names the cause and the remedy)
 
 EXAMPLES
   qrtd check-config                       validate /etc/qrtd/qrtd.toml

@@ -1,5 +1,7 @@
 #include "rtcore/isolation.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <set>
 
@@ -376,6 +378,60 @@ status apply_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
     return ok();
 }
 
+
+// Why the v2 partition is out of reach of the caller's real-time threads
+// (see DESIGN in isolation.hpp), or "" when no such threads are to be placed.
+std::string v2_unreachable(const host_fs& fs, const cgroup_mounts& m, const isolation_options& opts) {
+    if (!opts.rt_threads) {
+        return "";
+    }
+    const std::string where = opts.rt_cgroup.empty() ? std::string("its cgroup") : "cgroup " + opts.rt_cgroup;
+    std::string why = "the dispatch threads could not run in it: a partition takes its CPUs from every other "
+                      "cgroup, a thread may join only a cgroup of its own process's threaded subtree (" +
+                      where +
+                      "), and a partition's parent must be a partition root owning its CPUs exclusively, so "
+                      "every ancestor would take the housekeeping CPUs from the rest of the system";
+    const std::string own = opts.rt_cgroup.empty() ? std::string() : join(join(m.v2_root, opts.rt_cgroup), "cpuset.cpus.exclusive");
+    if (!own.empty() && opts.rt_cgroup != "/" && fs.exists(own)) {
+        why += " (this kernel has remote partitions, cpuset.cpus.exclusive, but qrtd does not build them yet)";
+    } else {
+        why += " (remote partitions, cpuset.cpus.exclusive, need Linux 6.7)";
+    }
+    return why;
+}
+
+// Why method m cannot be used here, or "" when it can.  journal null: a
+// cgroup of ours that exists counts as another tool's.
+std::string why_unavailable(const host_fs& fs, const restore_journal* journal, const cgroup_mounts& mounts,
+                            isolation_method m, const isolation_options& opts) {
+    auto foreign = [&](const std::string& dir) -> std::string {
+        if (journal != nullptr) {
+            return foreign_cgroup(fs, *journal, dir);
+        }
+        return fs.exists(dir) ? "cgroup " + dir + " already exists (another qrtd applied a partition, or an earlier "
+                                              "run was not restored; `qrtd host restore`)"
+                              : "";
+    };
+    std::string why_not;
+    if (m == isolation_method::cgroup_v2_partition) {
+        why_not = v2_unavailable(fs, mounts);
+        if (why_not.empty() && !opts.force) {
+            why_not = v2_unreachable(fs, mounts, opts);
+        }
+        if (why_not.empty()) {
+            why_not = foreign(join(mounts.v2_root, opts.cgroup_prefix + "-isolated"));
+        }
+    } else if (m == isolation_method::cgroup_v1_cpuset) {
+        why_not = v1_unavailable(fs, mounts);
+        for (const char* suffix : {"-housekeeping", "-isolated"}) {
+            if (why_not.empty()) {
+                why_not = foreign(join(mounts.v1_cpuset_root, opts.cgroup_prefix + suffix));
+            }
+        }
+    }
+    return why_not;
+}
+
 }  // namespace
 
 cgroup_mounts find_cgroup_mounts(const host_fs& fs) {
@@ -442,20 +498,7 @@ result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_j
         if (opts.force && *opts.force != m) {
             continue;
         }
-        std::string why_not;
-        if (m == isolation_method::cgroup_v2_partition) {
-            why_not = v2_unavailable(fs, mounts);
-            if (why_not.empty()) {
-                why_not = foreign_cgroup(fs, journal, join(mounts.v2_root, opts.cgroup_prefix + "-isolated"));
-            }
-        } else if (m == isolation_method::cgroup_v1_cpuset) {
-            why_not = v1_unavailable(fs, mounts);
-            for (const char* suffix : {"-housekeeping", "-isolated"}) {
-                if (why_not.empty()) {
-                    why_not = foreign_cgroup(fs, journal, join(mounts.v1_cpuset_root, opts.cgroup_prefix + suffix));
-                }
-            }
-        }
+        const std::string why_not = why_unavailable(fs, &journal, mounts, m, opts);
         if (!why_not.empty()) {
             if (opts.force) {
                 return error{ENOTSUP, std::string("isolation ") + to_string(m) + " was asked for but " + why_not};
@@ -498,6 +541,9 @@ result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_j
         }
         lines.insert(lines.end(), attempt.lines.begin(), attempt.lines.end());
         lines.push_back(std::string("isolation: using ") + to_string(m) + " for CPUs " + isolated.to_list());
+        if (opts.rt_threads) {
+            lines.push_back("isolation: " + rt_reach_for(fs, m, opts).how);
+        }
         attempt.lines = std::move(lines);
         return attempt;
     }
@@ -558,6 +604,111 @@ result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_
     }
     rep.lines.push_back("isolation: none in use");
     return rep;
+}
+
+
+isolation_report preview_isolation(const host_fs& fs, const restore_journal* journal, const isolation_options& opts) {
+    isolation_report rep;
+    const auto mounts = find_cgroup_mounts(fs);
+    if (opts.force && *opts.force == isolation_method::none) {
+        rep.lines.push_back("isolation: none (disabled by configuration)");
+        return rep;
+    }
+    for (auto m : {isolation_method::cgroup_v2_partition, isolation_method::cgroup_v1_cpuset,
+                   isolation_method::affinity_fence}) {
+        if (opts.force && *opts.force != m) {
+            continue;
+        }
+        const std::string why_not = why_unavailable(fs, journal, mounts, m, opts);
+        if (!why_not.empty()) {
+            rep.not_used.push_back(std::string(to_string(m)) + ": " + why_not);
+            rep.lines.push_back("isolation: not used: " + rep.not_used.back());
+            if (opts.force) {
+                rep.lines.push_back(std::string("isolation: ") + to_string(m) + " was asked for (host.isolation) " +
+                                    "but cannot be used: apply will fail");
+                return rep;
+            }
+            continue;
+        }
+        rep.method = m;
+        rep.lines.push_back(std::string("isolation: apply will use ") + to_string(m) +
+                            " (unless the kernel refuses a write; then the next method, and apply says why)");
+        if (opts.rt_threads) {
+            rep.lines.push_back("isolation: " + rt_reach_for(fs, m, opts).how);
+        }
+        return rep;
+    }
+    return rep;
+}
+
+rt_reach rt_reach_for(const host_fs& fs, isolation_method m, const isolation_options& opts) {
+    rt_reach r;
+    const auto mounts = find_cgroup_mounts(fs);
+    switch (m) {
+        case isolation_method::cgroup_v1_cpuset:
+            r.reachable = true;
+            r.tasks_file = join(join(mounts.v1_cpuset_root, opts.cgroup_prefix + "-isolated"), "tasks");
+            r.how = "dispatch threads: each writes its TID into " + r.tasks_file +
+                    " (handed to the daemon's user by the root helper), then pins itself to its CPU";
+            break;
+        case isolation_method::affinity_fence:
+            r.reachable = true;
+            r.how = "dispatch threads: each pins itself to its CPU with sched_setaffinity (the fence leaves the "
+                    "isolated CPUs in every cpuset and moves every movable task off them)";
+            break;
+        case isolation_method::cgroup_v2_partition: {
+            std::string why = v2_unreachable(fs, mounts, [&] {
+                isolation_options o = opts;
+                o.rt_threads = true;
+                return o;
+            }());
+            r.how = "dispatch threads: cannot reach the isolated CPUs: " + why +
+                    "; use host.isolation = \"auto\" (the fence) or \"fence\"";
+            break;
+        }
+        case isolation_method::none:
+            r.how = "dispatch threads: no CPU is isolated (host.isolation = \"none\"); they pin themselves to CPUs "
+                    "every other task shares";
+            break;
+    }
+    return r;
+}
+
+std::string v2_cgroup_of(std::string_view text) {
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const auto nl = text.find('\n', pos);
+        const auto line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+        if (line.substr(0, 3) == "0::") {
+            return std::string(line.substr(3));
+        }
+        if (nl == std::string_view::npos) {
+            break;
+        }
+        pos = nl + 1;
+    }
+    return "";
+}
+
+status delegate_rt_cgroup(host_fs& fs, const isolation_report& rep, uid_t uid, gid_t gid, const std::string& user,
+                          std::vector<std::string>& lines) {
+    if (rep.method != isolation_method::cgroup_v1_cpuset || rep.isolated_cgroup.empty()) {
+        return ok();
+    }
+    const std::string file = join(rep.isolated_cgroup, "tasks");
+    const std::string who = user + " (uid " + std::to_string(uid) + ", gid " + std::to_string(gid) + ")";
+    if (fs.dry_run()) {
+        lines.push_back("isolation: would hand " + file + " to " + who);
+        return ok();
+    }
+    const auto p = fs.resolve(file);
+    if (::lchown(p.c_str(), uid, gid) < 0) {
+        const int err = errno;
+        return error::from_errno(err, "isolation: lchown " + file + " to " + who);
+    }
+    lines.push_back("isolation: handed " + file + " to " + who +
+                    ": its dispatch threads join the isolated cpuset themselves");
+    return ok();
 }
 
 }  // namespace rtcore

@@ -37,6 +37,7 @@ enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_awa
 enum class calibration_change { replace, fail };
 enum class calibration_source { periodic, pushed };
 enum class probe_flavour { automatic, raw_tp };
+enum class require_rt_mode { automatic, always, never };
 
 template <typename E>
 struct enum_names;
@@ -74,6 +75,10 @@ struct enum_names<calibration_source> {
 template <>
 struct enum_names<probe_flavour> {
     static constexpr std::array<std::string_view, 2> names{"auto", "raw_tp"};
+};
+template <>
+struct enum_names<require_rt_mode> {
+    static constexpr std::array<std::string_view, 3> names{"auto", "always", "never"};
 };
 
 template <typename E>
@@ -177,6 +182,7 @@ struct dispatch_config {
     submit_mode submit = submit_mode::syscall;
     int sqpoll_cpu = -1;                 // -1: each QPU's dispatch CPU
     std::uint32_t sqpoll_idle_ms = 0;
+    require_rt_mode require_rt = require_rt_mode::automatic;  // auto: always when systemd started us
     bool operator==(const dispatch_config&) const = default;
 };
 

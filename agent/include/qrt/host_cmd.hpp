@@ -41,6 +41,7 @@ enum class exit_code : int {
     ok = 0,        // done; for verify: nothing drifted
     failure = 1,   // a runtime failure (the host refused a change, restore incomplete, drift)
     usage = 2,     // bad command line or configuration; nothing was changed
+    not_realtime = 3,  // run: dispatch.require_rt and a dispatch thread cannot be SCHED_FIFO on its isolated CPU
 };
 
 struct host_context {
@@ -71,7 +72,22 @@ rtcore::result<rtcore::topology> load_topology(const host_context& ctx, const rt
 
 // The plan the config asks for on this topology.
 rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore::topology& topo);
-rtcore::host_partition::apply_options apply_options_for(const config& cfg);
+// fs given: the caller's own v2 cgroup (/proc/self/cgroup under fs) is
+// named as the place the dispatch threads start from (isolation_options::
+// rt_cgroup); they are to be placed when dispatch.mode = "tuned" and there
+// is a [[qpu]].
+rtcore::host_partition::apply_options apply_options_for(const config& cfg, const rtcore::host_fs* fs = nullptr);
+
+// dispatch.require_rt decided: "auto" is "always" when systemd started this
+// process as a service ($INVOCATION_ID set).  why: the sentence for the log.
+bool require_rt_for(const config& cfg, std::string* why = nullptr);
+
+// cgroup v1: hands the isolated cpuset's tasks file to agent.user (when it
+// is not root and exists), so its dispatch threads can join it; a line per
+// action goes to lines.  Never fatal: without it the daemon's
+// dispatch.require_rt names the cause.
+void delegate_to_agent_user(const config& cfg, rtcore::host_fs& fs, const rtcore::isolation_report& rep,
+                            std::vector<std::string>& lines);
 
 // The journal directory for a command that changes the host: checked,
 // created when missing (create), and locked, waiting up to ctx.lock_wait

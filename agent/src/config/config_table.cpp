@@ -468,6 +468,16 @@ std::vector<config_option> build_table() {
                     "write, then sleeps; the dispatch thread wakes it at T - lead, before the "
                     "send, so a sleeping poller costs one system call ahead of T.",
          QRT_FIELD(dispatch, sqpoll_idle_ms)},
+        {.section = "dispatch", .key = "require_rt", .kind = k::enumeration,
+         .default_value = std::string("auto"), .allowed = names_of<require_rt_mode>(),
+         .meaning = "\"always\": refuse to start (exit status 3) when a dispatch thread cannot run "
+                    "SCHED_FIFO on its isolated CPU (the CPU is not isolated, the thread cannot join "
+                    "the isolated cpuset or pin itself there, or sched_setattr/mlockall is refused); "
+                    "the error names the call, the CPU, the thread's cgroup and the remedy.  "
+                    "\"never\": run degraded (SCHED_OTHER, reported in agent.status).  \"auto\": "
+                    "\"always\" when systemd started qrtd as a service ($INVOCATION_ID is set), "
+                    "else \"never\".  Only with mode = \"tuned\".",
+         QRT_FIELD(dispatch, require_rt)},
 
         // ------------------------------------------------------------- timeline
         {.section = "timeline", .key = "policy", .kind = k::enumeration,

@@ -422,6 +422,21 @@ rtcore::status prepare_state_dir(const std::filesystem::path& state_dir, const r
     return rtcore::ok();
 }
 
+// How the dispatch threads reach their isolated CPUs under the method in
+// use (rtcore::rt_reach_for; the DESIGN comment in rtcore/isolation.hpp),
+// for services, agent.status and the log.
+void place_dispatch_threads(const rtcore::host_fs& fs, rtcore::isolation_method method,
+                            const rtcore::isolation_options& iso, host_facts& facts) {
+    const auto reach = rtcore::rt_reach_for(fs, method, iso);
+    facts.rt_reachable = reach.reachable;
+    facts.rt_tasks_file = reach.tasks_file;
+    facts.rt_reach = reach.how;
+    if (method == rtcore::isolation_method::cgroup_v1_cpuset && !reach.tasks_file.empty()) {
+        facts.isolated_cgroup = reach.tasks_file.substr(0, reach.tasks_file.rfind('/'));
+    }
+    log::info("isolation", "{} ({})", reach.how, rtcore::to_string(method));
+}
+
 // Step 5, as root: apply the partition (or check the one a journal of this
 // boot holds against the host), and fork the root helper that restores it
 // when this process owns it.
@@ -451,7 +466,7 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
         }
     }
     rtcore::real_task_ops tasks;
-    auto aopts = apply_options_for(cfg);
+    auto aopts = apply_options_for(cfg, &fs);
     aopts.by = rtcore::rec::applier::run;
     auto rep = rtcore::host_partition::apply(fs, tasks, &*dir, plan.isolated, plan.housekeeping, aopts);
     if (!rep) {
@@ -495,22 +510,17 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
     }
     out.isolation_used = rtcore::to_string(rep->isolation.method);
     facts.partition_applied = true;
-    if (rep->isolation.method == rtcore::isolation_method::cgroup_v1_cpuset) {
-        facts.isolated_cgroup = rep->isolation.isolated_cgroup;
-        facts.housekeeping_cgroup = rep->isolation.housekeeping_cgroup;
-        if (id.switch_user) {
-            // Delegate the two cpusets' task lists to agent.user, as systemd's
-            // Delegate= would: the dispatch threads are started from inside
-            // the isolated one.  They go away with the cgroups at restore.
-            for (const auto& cg : {facts.isolated_cgroup, facts.housekeeping_cgroup}) {
-                for (const char* f : {"tasks", "cgroup.procs"}) {
-                    const auto p = fs.resolve(cg + "/" + f);
-                    if (::lchown(p.c_str(), id.ids->uid, id.ids->gid) < 0) {
-                        const int err = errno;
-                        log::warn("isolation", "chown {} to {}: {}", p.string(), id.ids->user, std::strerror(err));
-                    }
-                }
-            }
+    place_dispatch_threads(fs, rep->isolation.method, aopts.isolation, facts);
+    facts.isolation_not_used = rep->isolation.not_used;
+    if (id.switch_user) {
+        // Delegate the isolated cpuset's tasks file (only that) to
+        // agent.user, as `qrtd host apply` does for the unit: the dispatch
+        // threads join it themselves after the drop.  It goes away with the
+        // cgroup at restore.
+        std::vector<std::string> lines;
+        delegate_to_agent_user(cfg, fs, rep->isolation, lines);
+        for (const auto& l : lines) {
+            log::info("isolation", "{}", l.substr(l.find(": ") + 2));
         }
     }
     for (const auto a : {rtcore::irq_outcome::action::pinned, rtcore::irq_outcome::action::already_ok,
@@ -552,6 +562,16 @@ std::string partition_from_summary(const config& cfg, const rtcore::host_fs& fs,
         }
     }
     facts.irqbalance = sum->value("irqbalance", std::string());
+    if ((*sum)["isolation_not_used"].is_array()) {
+        for (const auto& n : (*sum)["isolation_not_used"]) {
+            if (n.is_string()) {
+                facts.isolation_not_used.push_back(n.get<std::string>());
+            }
+        }
+    }
+    const auto method = rtcore::parse_isolation_method(sum->value("isolation", std::string()));
+    place_dispatch_threads(fs, method.value_or(rtcore::isolation_method::none),
+                           apply_options_for(cfg, &fs).isolation, facts);
     const std::string iso = sum->value("isolated", std::string());
     if (iso != facts.isolated.to_list()) {
         log::warn("host", "the applied partition isolates CPUs {}, the config plans {}: restart the unit (or run "
@@ -734,6 +754,13 @@ exit_code daemon::run() {
         facts.kernel_release = kernel.release;
         facts.preempt_model = kernel.preempt_model;
         facts.kernel_warnings = kernel.warnings;
+        facts.require_rt = cfg.dispatch.mode == dispatch_mode::tuned && require_rt_for(cfg, &facts.require_rt_why);
+        if (cfg.dispatch.mode == dispatch_mode::tuned) {
+            log::info("dispatch", "{}: {}", facts.require_rt_why,
+                      facts.require_rt ? "a dispatch thread that cannot be SCHED_FIFO on its isolated CPU stops "
+                                         "the start (exit status 3)"
+                                       : "a dispatch thread that cannot be real-time runs degraded");
+        }
 
         // 5. The partition, when running as root (or on a --root tree) and
         //    host.apply_on_run says so, before the privilege drop: writing
@@ -851,6 +878,13 @@ exit_code daemon::run() {
         svc.use_prebound_socket(*listener);
         if (auto st = svc.start(); !st) {
             log::error("daemon", "{}", st.err().message);
+            if (svc.refused_not_realtime()) {
+                log::error("daemon", "refusing to run degraded (exit status {}); the partition is restored",
+                           static_cast<int>(exit_code::not_realtime));
+                svc.stop();
+                (void)partition.restore();
+                return exit_code::not_realtime;
+            }
             return exit_code::failure;
         }
 

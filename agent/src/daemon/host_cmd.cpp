@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <ostream>
 
@@ -15,6 +16,7 @@
 #include "qrt/slurm_plan.hpp"
 #include "rtcore/kernel_probe.hpp"
 #include "rtcore/task_ops.hpp"
+#include "rtcore/user_switch.hpp"
 
 namespace qrt {
 namespace {
@@ -228,9 +230,15 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
     return rtcore::plan_partition(topo, req);
 }
 
-rtcore::host_partition::apply_options apply_options_for(const config& cfg) {
+rtcore::host_partition::apply_options apply_options_for(const config& cfg, const rtcore::host_fs* fs) {
     rtcore::host_partition::apply_options o;
     o.pin_irqs = cfg.host.pin_irqs;
+    o.isolation.rt_threads = cfg.dispatch.mode == dispatch_mode::tuned && !cfg.qpus.empty();
+    if (fs != nullptr) {
+        if (auto text = fs->read("/proc/self/cgroup")) {
+            o.isolation.rt_cgroup = rtcore::v2_cgroup_of(*text);
+        }
+    }
     switch (cfg.host.isolation) {
         case isolation_mode::automatic: o.isolation.force.reset(); break;
         case isolation_mode::cgroup2: o.isolation.force = rtcore::isolation_method::cgroup_v2_partition; break;
@@ -243,6 +251,43 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg) {
         (void)rtcore::enable_knob(o.knobs, name);  // the option table checked the names
     }
     return o;
+}
+
+bool require_rt_for(const config& cfg, std::string* why) {
+    const auto set = [&](bool v, std::string text) {
+        if (why != nullptr) {
+            *why = std::move(text);
+        }
+        return v;
+    };
+    switch (cfg.dispatch.require_rt) {
+        case require_rt_mode::always: return set(true, "dispatch.require_rt = \"always\"");
+        case require_rt_mode::never: return set(false, "dispatch.require_rt = \"never\"");
+        case require_rt_mode::automatic: break;
+    }
+    const char* inv = std::getenv("INVOCATION_ID");
+    if (inv != nullptr && *inv != '\0') {
+        return set(true, "dispatch.require_rt = \"auto\": started by systemd (INVOCATION_ID is set)");
+    }
+    return set(false, "dispatch.require_rt = \"auto\": not started by systemd");
+}
+
+void delegate_to_agent_user(const config& cfg, rtcore::host_fs& fs, const rtcore::isolation_report& rep,
+                            std::vector<std::string>& lines) {
+    if (rep.method != rtcore::isolation_method::cgroup_v1_cpuset || cfg.agent.user == "root") {
+        return;
+    }
+    auto ids = rtcore::lookup_user(cfg.agent.user, cfg.agent.group);
+    if (!ids) {
+        lines.push_back(fmt::format("isolation: warning: agent.user = \"{}\": {}; {}/tasks stays root's, so the "
+                                    "dispatch threads of a daemon running as that user cannot join the isolated "
+                                    "cpuset",
+                                    cfg.agent.user, ids.err().message, rep.isolated_cgroup));
+        return;
+    }
+    if (auto st = rtcore::delegate_rt_cgroup(fs, rep, ids->uid, ids->gid, ids->user, lines); !st) {
+        lines.push_back("isolation: warning: " + st.err().message);
+    }
 }
 
 // ---- the journal directory and the locks ----------------------------------
@@ -344,6 +389,7 @@ nlohmann::json partition_summary(const rtcore::host_partition::apply_report& rep
                 {"isolated", rep.isolated.to_list()},
                 {"housekeeping", rep.housekeeping.to_list()},
                 {"isolation", rtcore::to_string(rep.isolation.method)},
+                {"isolation_not_used", rep.isolation.not_used},
                 {"isolated_cgroup", rep.isolation.isolated_cgroup},
                 {"housekeeping_cgroup", rep.isolation.housekeeping_cgroup},
                 {"irq_counts", std::move(irq_counts)},
@@ -475,11 +521,16 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
             knob_lines.push_back("knob: cannot list the runtime knobs: " + knobs.err().message);
         }
     }
+    // Which isolation method apply would use, and how the dispatch threads
+    // would reach their CPUs (read-only).
+    const auto iso = rtcore::preview_isolation(fs, nullptr, apply_options_for(cfg, &fs).isolation);
     if (ctx.json) {
         out << json{{"topology", topo->source()},
                     {"plan", to_json(*plan)},
                     {"kernel", to_json(kernel)},
-                    {"knobs", std::move(knobs_json)}}
+                    {"knobs", std::move(knobs_json)},
+                    {"isolation",
+                     {{"method", rtcore::to_string(iso.method)}, {"not_used", iso.not_used}, {"lines", iso.lines}}}}
                    .dump(2)
             << '\n';
     } else {
@@ -492,6 +543,7 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
         for (const auto& l : knob_lines) {
             out << "  " << l << '\n';
         }
+        print_lines(out, iso.lines);
     }
     return exit_code::ok;
 }
@@ -528,13 +580,16 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
         dir.emplace(std::move(*d));
     }
     rtcore::real_task_ops tasks;
-    auto opts = apply_options_for(cfg);
+    auto opts = apply_options_for(cfg, &fs);
     opts.by = rtcore::rec::applier::host_apply;
     auto rep = rtcore::host_partition::apply(fs, tasks, dir ? &*dir : nullptr, plan->isolated,
                                              plan->housekeeping, opts);
     if (!rep) {
         return fail("host", rep.err());
     }
+    // The unit's ExecStartPre=+: the daemon (agent.user) starts next and
+    // its dispatch threads join the isolated cpuset themselves (v1).
+    delegate_to_agent_user(cfg, fs, rep->isolation, rep->lines);
     if (!rep->dry_run) {
         write_partition_summary(ctx.state_dir, partition_summary(*rep, rtcore::current_boot_id(fs),
                                                                  rtcore::rec::to_string(rep->journal_by)));

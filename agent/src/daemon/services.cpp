@@ -347,6 +347,50 @@ rtcore::status services::start_step_watch() {
     return _loop.add_fd(_step_watch->fd(), EPOLLIN, [this](std::uint32_t) { on_realtime_step(); });
 }
 
+// Why a dispatch thread on cpu cannot be real-time on an isolated CPU,
+// known before it starts, or "".
+std::string services::not_realtime_before_start(int cpu) const {
+    if (cpu < 0) {
+        return "the QPU has no dispatch CPU (set qpu.dispatch_cpu or host.isolated_cpus); or set "
+               "dispatch.require_rt = \"never\"";
+    }
+    if (!_facts.isolated.test(static_cast<unsigned>(cpu))) {
+        return fmt::format("dispatch CPU {} is not isolated (isolated CPUs: {}): set qpu.dispatch_cpu to one of "
+                           "them, or host.isolated_cpus to include it; or set dispatch.require_rt = \"never\"",
+                           cpu, _facts.isolated.empty() ? std::string("none") : _facts.isolated.to_list());
+    }
+    if (!_facts.partition_applied) {
+        return fmt::format("CPU {} is planned as isolated but no partition is applied: run `qrtd host apply` as "
+                           "root (the unit's ExecStartPre=+ does), or start `qrtd run` as root; or set "
+                           "dispatch.require_rt = \"never\"",
+                           cpu);
+    }
+    if (!_facts.rt_reachable) {
+        return fmt::format("CPU {} cannot be reached: {}", cpu, _facts.rt_reach);
+    }
+    return "";
+}
+
+// Where the dispatch threads are placed, and the thread's cgroup, for errors.
+std::string services::placement_text() const {
+    rtcore::host_fs fs(_facts.root);
+    std::string cg = "unknown";
+    if (auto text = fs.read("/proc/self/cgroup")) {
+        cg.clear();
+        std::string_view rest = *text;
+        while (!rest.empty()) {
+            const auto nl = rest.find('\n');
+            const auto line = rest.substr(0, nl);
+            if (line.find("cpuset") != std::string_view::npos || line.substr(0, 3) == "0::") {
+                cg += (cg.empty() ? "" : ", ") + std::string(line);
+            }
+            rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+        }
+    }
+    return fmt::format("the daemon's cgroup is {}; isolation {}; {}", cg.empty() ? "unknown" : cg,
+                       _facts.isolation, _facts.rt_reach.empty() ? "no partition applied" : _facts.rt_reach);
+}
+
 rtcore::status services::start_links() {
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
@@ -395,6 +439,33 @@ rtcore::status services::start_links() {
         }
         dc.lead.initial_ns = std::clamp(dc.lead.initial_ns, dc.lead.min_ns, dc.lead.max_ns);
 
+        if (dc.mode == dispatch::dispatch_mode::tuned) {
+            dc.require_rt = _facts.require_rt;
+            if (_facts.require_rt) {
+                if (auto why = not_realtime_before_start(q->dispatch_cpu); !why.empty()) {
+                    _refused_not_realtime = true;
+                    return rtcore::error{EPERM, fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): {}", qc.name,
+                                                            _facts.require_rt_why, why)};
+                }
+            }
+            if (!_facts.rt_tasks_file.empty() && q->dispatch_cpu >= 0) {
+                // cgroup v1: the thread joins the isolated cpuset itself (the
+                // kernel sets its allowed CPUs to the cpuset's), then pins.
+                const std::string tasks_file = _facts.rt_tasks_file;
+                const std::filesystem::path root = _facts.root;
+                dc.before_rt_setup = [tasks_file, root](pid_t tid) -> rtcore::status {
+                    rtcore::host_fs fs(root);
+                    if (auto st = fs.write(tasks_file, std::to_string(tid)); !st) {
+                        return rtcore::error{st.err().code,
+                                             st.err().message + " (joining the isolated cpuset; `qrtd host apply` "
+                                                                "hands that file to agent.user, and the unit makes it "
+                                                                "writable with ReadWritePaths=)"};
+                    }
+                    return rtcore::ok();
+                };
+            }
+        }
+
         qpu_runtime* qp = q.get();
         dispatch::qpu_link_callbacks cb;
         cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
@@ -415,27 +486,16 @@ rtcore::status services::start_links() {
         // The dispatch thread's TID (for the probes): the task that appears
         // while start() runs, io_uring workers (iou-*) aside.
         const auto before = own_tids();
-        // With cgroup v1 cpusets, this thread's cpuset holds only the
-        // housekeeping CPUs: the dispatch thread could not pin itself to an
-        // isolated one.  Start it from inside the isolated cpuset (a new
-        // thread inherits its creator's), then come back.
-        const bool hop = q->dispatch_cpu >= 0 && dc.mode == dispatch::dispatch_mode::tuned &&
-                         !_facts.isolated_cgroup.empty() && !_facts.housekeeping_cgroup.empty();
-        rtcore::host_fs fs(_facts.root);
-        rtcore::real_task_ops tasks;
-        if (hop) {
-            if (auto st = tasks.attach(fs, _facts.isolated_cgroup, ::gettid()); !st) {
-                log::warn("dispatch", "{}: join {}: {}", qc.name, _facts.isolated_cgroup, st.err().message);
-            }
-        }
         auto started = q->link->start();
-        if (hop) {
-            if (auto st = tasks.attach(fs, _facts.housekeeping_cgroup, ::gettid()); !st) {
-                log::error("dispatch", "{}: back to {}: {}", qc.name, _facts.housekeeping_cgroup,
-                           st.err().message);
-            }
-        }
         if (!started) {
+            if (dc.mode == dispatch::dispatch_mode::tuned && dc.require_rt) {
+                _refused_not_realtime = true;
+                return rtcore::error{started.err().code,
+                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
+                                                 "cannot run SCHED_FIFO on isolated CPU {}: {}; {}", qc.name,
+                                                 _facts.require_rt_why, q->dispatch_cpu,
+                                                 q->link->dispatch().setup_error(), placement_text())};
+            }
             return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
         }
         for (const pid_t t : own_tids()) {
@@ -469,8 +529,12 @@ rtcore::status services::start_links() {
                                 : std::string("not real-time"),
                   submit);
         if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
-            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned", qc.name,
-                      q->link->dispatch().setup_error());
+            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned ({}; dispatch.require_rt = "
+                                  "\"always\" refuses to start instead)",
+                      qc.name, q->link->dispatch().setup_error(), placement_text());
+        } else if (dc.mode == dispatch::dispatch_mode::tuned) {
+            log::info("dispatch", "{}: dispatch thread tid {} is SCHED_FIFO on CPU {} ({})", qc.name,
+                      _dispatch_tids.empty() ? 0 : _dispatch_tids.back(), q->dispatch_cpu, _facts.rt_reach);
         }
         _qpus.push_back(std::move(q));
     }
@@ -1133,6 +1197,10 @@ nlohmann::json services::status_json() {
     }
     st["partition"] = {{"applied", _facts.partition_applied},
                        {"isolation", _facts.isolation},
+                       {"isolation_not_used", _facts.isolation_not_used},
+                       {"dispatch_placement", _facts.rt_reach},
+                       {"require_rt", _facts.require_rt},
+                       {"require_rt_why", _facts.require_rt_why},
                        {"isolated_cpus", _facts.isolated.to_list()},
                        {"housekeeping_cpus", _facts.housekeeping.to_list()},
                        {"dispatch_cpus", dcpus}};

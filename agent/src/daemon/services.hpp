@@ -56,12 +56,20 @@ struct host_facts {
     std::string preempt_model;
     std::vector<rtcore::warning> kernel_warnings;
     std::vector<std::string> capability_notes;  // e.g. CAP_BPF not permitted
-    // cgroup v1 cpusets of the partition (host paths; empty: not v1): the
-    // dispatch threads are started from inside the isolated one so they may
-    // pin themselves to an isolated CPU, then the loop thread goes back.
+    // How the dispatch threads reach their isolated CPUs (rtcore::rt_reach,
+    // see the DESIGN comment in rtcore/isolation.hpp): cgroup v1, each one
+    // writes its TID into rt_tasks_file (host path) before pinning itself;
+    // otherwise it pins itself.  rt_reach is the sentence agent.status and
+    // the log show; isolation_not_used the methods not used, with why.
     std::filesystem::path root = "/";
     std::string isolated_cgroup;
-    std::string housekeeping_cgroup;
+    std::string rt_tasks_file;
+    bool rt_reachable = false;
+    std::string rt_reach;
+    std::vector<std::string> isolation_not_used;
+    // dispatch.require_rt resolved ("auto" decided at startup), and why.
+    bool require_rt = false;
+    std::string require_rt_why;
 };
 
 // The hand-over contract between the ledger and the dispatch threads, in one
@@ -107,6 +115,9 @@ public:
     // Opens the ledger, arms the realtime-step watch, starts the links,
     // pump, timers, probes and the server, in that order.  On error, what was started is stopped.
     rtcore::status start();
+    // start() failed because dispatch.require_rt refused to run degraded
+    // (the daemon exits with exit_code::not_realtime).
+    bool refused_not_realtime() const { return _refused_not_realtime; }
     // Server, probes, timers, links (unfinished jobs get outcomes), ledger.
     void stop() noexcept;
 
@@ -121,6 +132,8 @@ private:
     rtcore::status start_links();
     rtcore::status start_timers();
     void start_probes();
+    std::string not_realtime_before_start(int cpu) const;
+    std::string placement_text() const;
     rtcore::status start_server();
 
     void pump() noexcept;
@@ -179,6 +192,7 @@ private:
     std::uint64_t _missed_before_handover = 0;
     std::uint64_t _ledger_errors = 0;
     bool _stopped = false;
+    bool _refused_not_realtime = false;
 };
 
 }  // namespace qrt

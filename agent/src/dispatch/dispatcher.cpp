@@ -550,7 +550,14 @@ void dispatcher::thread_main() noexcept {
             // connection's buffers too.  The dispatch path is locked region
             // by region below (lock_dispatch_path).
             rc.lock_memory = false;
-            auto entered = rtcore::scoped_rt_thread::enter(rc);
+            auto entered = [&]() -> rtcore::result<rtcore::scoped_rt_thread> {
+                if (_cfg.before_rt_setup) {
+                    if (auto joined = _cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
+                        return std::move(joined).err();
+                    }
+                }
+                return rtcore::scoped_rt_thread::enter(rc);
+            }();
             if (entered) {
                 rt.emplace(std::move(*entered));
                 _st_rt.store(true, std::memory_order_relaxed);
@@ -570,7 +577,11 @@ void dispatcher::thread_main() noexcept {
                 if (h) {
                     dma = std::move(*h);
                     _st_dma.store(dma.active(), std::memory_order_relaxed);
-                } else if (setup_err == 0) {
+                } else if (setup_err == 0 && !_cfg.require_rt) {
+                    // Reported (thread_stats, setup_error) but never fatal:
+                    // require_rt is about SCHED_FIFO on the CPU, and a
+                    // missing cpu_dma_latency hold only lets C-states deepen
+                    // (agent.status shows cpu_dma_latency_held = false).
                     setup_err = h.err().code != 0 ? h.err().code : EPERM;
                     _setup_error = h.err().message;
                 }

@@ -321,6 +321,23 @@ TEST(qrtd_cli, host_plan_lists_each_runtime_knob_with_its_before_and_after_value
     EXPECT_EQ(snapshot_tree(t.root), before) << "plan changed the tree";
 }
 
+// #11 §1: on a cgroup v2 host the plan says the partition is out of the
+// dispatch threads' reach, why, and what apply uses instead.
+TEST(qrtd_cli, host_plan_on_a_v2_tree_says_the_fence_is_used_and_why_not_the_partition) {
+    tree_copy t("host8-v2");
+    const auto before = snapshot_tree(t.root);
+    const auto r = run(qrtd + " host plan -c " + demo + " --root " + t.root.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (const char* s :
+         {"isolation: not used: cgroup-v2-partition: the dispatch threads could not run in it: a partition takes its "
+          "CPUs from every other cgroup",
+          "isolation: apply will use affinity-fence",
+          "isolation: dispatch threads: each pins itself to its CPU with sched_setaffinity"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+    EXPECT_EQ(snapshot_tree(t.root), before);
+}
+
 TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
     tree_copy t("host8-v2");
     const auto r = run(qrtd + " host plan --json -c " + demo + " --root " + t.root.string() +
@@ -1179,3 +1196,239 @@ TEST_F(real_host, one_run_of_the_repin_helper_re_pins_a_drifted_irq_and_restore_
 }
 
 }  // namespace
+
+// ---- #11 §1: the dispatch thread on its isolated CPU, for real (cgroup v1) ----
+
+namespace {
+
+// Fields of /proc/<pid>/task/<tid>/stat after the comm: field N is [N - 3].
+std::vector<std::string> thread_stat(pid_t pid, pid_t tid) {
+    const std::string s = read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+    std::vector<std::string> f;
+    const auto close = s.rfind(')');
+    if (close == std::string::npos) {
+        return f;
+    }
+    std::istringstream in(s.substr(close + 1));
+    std::string w;
+    while (in >> w) {
+        f.push_back(w);
+    }
+    return f;
+}
+
+std::string thread_status_field(pid_t pid, pid_t tid, const std::string& key) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind(key + ":", 0) == 0) {
+            auto v = line.substr(key.size() + 1);
+            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
+                v.erase(0, 1);
+            }
+            return v;
+        }
+    }
+    return "";
+}
+
+// The cpuset line of /proc/<pid>/task/<tid>/cgroup ("3:cpuset:/qrt-isolated").
+std::string thread_cpuset(pid_t pid, pid_t tid) {
+    std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/cgroup"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.find(":cpuset:") != std::string::npos) {
+            return line.substr(line.find(":cpuset:") + 8);
+        }
+    }
+    return "";
+}
+
+// "dispatch thread tid N is SCHED_FIFO on CPU C" from the daemon's log.
+std::pair<pid_t, int> dispatch_thread_of(const std::string& log) {
+    const std::string key = "dispatch thread tid ";
+    const auto p = log.find(key);
+    if (p == std::string::npos) {
+        return {0, -1};
+    }
+    const pid_t tid = static_cast<pid_t>(std::stol(log.substr(p + key.size())));
+    const auto c = log.find("SCHED_FIFO on CPU ", p);
+    return {tid, c == std::string::npos ? -1 : std::stoi(log.substr(c + 18))};
+}
+
+// What the user of the deployed unit relies on: the dispatch thread runs
+// SCHED_FIFO 80 on its isolated CPU, allowed there only, inside the isolated
+// cpuset, while the daemon's other threads stay on housekeeping.
+void expect_dispatch_thread_on_isolated_cpu(pid_t pid, const std::string& log) {
+    const auto [tid, cpu] = dispatch_thread_of(log);
+    ASSERT_GT(tid, 0) << "no \"dispatch thread tid\" line:\n" << log;
+    ASSERT_GE(cpu, 0) << log;
+    const auto st = thread_stat(pid, tid);
+    ASSERT_GE(st.size(), 39U) << "no /proc stat for tid " << tid;
+    EXPECT_EQ(st[38], "1") << "policy (field 41) is not SCHED_FIFO";
+    EXPECT_EQ(st[37], "80") << "rt_priority (field 40)";
+    EXPECT_EQ(st[36], std::to_string(cpu)) << "last CPU (field 39)";
+    EXPECT_EQ(thread_status_field(pid, tid, "Cpus_allowed_list"), std::to_string(cpu));
+    EXPECT_EQ(thread_cpuset(pid, tid), "/qrt-isolated");
+    EXPECT_EQ(thread_cpuset(pid, pid), "/qrt-housekeeping") << "the main thread must stay on housekeeping";
+    EXPECT_EQ(thread_status_field(pid, pid, "Cpus_allowed_list").find(std::to_string(cpu)), std::string::npos)
+        << "the main thread may run on the isolated CPU";
+}
+
+}  // namespace
+
+class dispatch_placement : public real_host {
+protected:
+    void SetUp() override {
+        real_host::SetUp();
+        if (IsSkipped()) {
+            return;
+        }
+        if (!fs::exists("/sys/fs/cgroup/cpuset/cpuset.cpus")) {
+            GTEST_SKIP() << "no cgroup v1 cpuset at /sys/fs/cgroup/cpuset (cgroup v2 is tested on the vmhost guest)";
+        }
+    }
+    // config(user) with lines added to [dispatch].
+    std::string config_with(const std::string& user, const std::string& dispatch_lines) const {
+        std::string text = read_file(config(user));
+        const std::string anchor = "mode = \"tuned\"";
+        text.replace(text.find(anchor), anchor.size(), anchor + "\n" + dispatch_lines);
+        const auto p = _base->path() / ("qrtd-" + user + "-dispatch.toml");
+        std::ofstream(p) << text;
+        return p.string();
+    }
+    // The state and socket directories for a daemon started as user qrtd.
+    void hand_dirs_to(const deployed_user& u) const {
+        fs::create_directories(state());
+        fs::create_directories(socket().parent_path());
+        ASSERT_EQ(::chown(state().c_str(), u.uid(), u.gid()), 0);
+        ASSERT_EQ(::chown(socket().parent_path().c_str(), u.uid(), u.gid()), 0);
+    }
+    // `qrtd run` as user qrtd, as the unit starts it (User=, Group=,
+    // AmbientCapabilities=, CapabilityBoundingSet=, INVOCATION_ID), with the
+    // given capabilities and prefix commands (prlimit).
+    std::vector<std::string> as_unit(const std::string& cfg, const std::string& caps,
+                                     const std::vector<std::string>& prefix = {}) const {
+        std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=qrtd", "--regid=qrt", "--init-groups",
+                                      "--inh-caps=" + caps, "--ambient-caps=" + caps,
+                                      "--bounding-set=-all," + caps, "--"};
+        argv.insert(argv.end(), prefix.begin(), prefix.end());
+        argv.insert(argv.end(), {"/usr/bin/env", "INVOCATION_ID=qrt-test"});
+        for (const auto& a : run_argv(cfg, 60)) {
+            argv.push_back(a);
+        }
+        return argv;
+    }
+};
+
+TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_its_isolated_cpu_in_the_isolated_cpuset) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    // cpu_dma_latency = false: /dev/cpu_dma_latency is root's here (the
+    // package's tmpfiles.d gives group qrt access).
+    const auto cfg = config_with("qrtd", "require_rt = \"always\"\ncpu_dma_latency = false");
+    background d(run_argv(cfg, 60), _base->path() / "run.log");
+    ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+    const std::string log = d.log();
+    expect_dispatch_thread_on_isolated_cpu(d.pid(), log);
+    EXPECT_NE(log.find("isolation: handed /sys/fs/cgroup/cpuset/qrt-isolated/tasks to qrtd (uid " +
+                       std::to_string(user.uid())),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("dispatch threads: each writes its TID into /sys/fs/cgroup/cpuset/qrt-isolated/tasks"),
+              std::string::npos)
+        << log;
+    struct stat st {};
+    ASSERT_EQ(::stat("/sys/fs/cgroup/cpuset/qrt-isolated/tasks", &st), 0);
+    EXPECT_EQ(st.st_uid, user.uid());
+    ASSERT_EQ(::stat("/sys/fs/cgroup/cpuset/qrt-isolated/cpuset.cpus", &st), 0);
+    EXPECT_EQ(st.st_uid, 0U) << "only the tasks file is handed over";
+    const int rc = d.stop(SIGTERM);
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+    expect_same_host(before, "after SIGTERM");
+}
+
+TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the_isolated_cpu) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    hand_dirs_to(user);
+    // dispatch.require_rt stays "auto": INVOCATION_ID makes it "always".
+    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    EXPECT_NE(a.out.find("isolation: handed /sys/fs/cgroup/cpuset/qrt-isolated/tasks to qrtd"), std::string::npos)
+        << a.out;
+    {
+        background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "unit.log");
+        ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+        const std::string log = d.log();
+        EXPECT_NE(log.find("dispatch.require_rt = \"auto\": started by systemd (INVOCATION_ID is set)"),
+                  std::string::npos)
+            << log;
+        EXPECT_EQ(status_field(d.pid(), "CapEff"), "000000c000804000");
+        expect_dispatch_thread_on_isolated_cpu(d.pid(), log);
+        const int rc = d.stop(SIGTERM);
+        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+    }
+    const auto r = run(qrtd + " host restore" + dirs());
+    EXPECT_EQ(r.status, 0) << r.err;
+    expect_same_host(before, "after host restore");
+}
+
+TEST_F(dispatch_placement, require_rt_refuses_with_exit_3_when_no_partition_makes_the_cpu_isolated) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    hand_dirs_to(user);
+    const auto cfg = config_with("qrtd", "require_rt = \"always\"\ncpu_dma_latency = false");
+    background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "refused.log");
+    const int rc = d.stop(0);  // waits for it to exit by itself
+    const std::string log = d.log();
+    ASSERT_TRUE(WIFEXITED(rc)) << log;
+    EXPECT_EQ(WEXITSTATUS(rc), 3) << log;
+    EXPECT_NE(log.find("dispatch: qpu qpu0: dispatch.require_rt (dispatch.require_rt = \"always\"): CPU 1 is planned "
+                       "as isolated but no partition is applied: run `qrtd host apply` as root"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("refusing to run degraded (exit status 3)"), std::string::npos) << log;
+    EXPECT_EQ(log.find("daemon: running"), std::string::npos) << log;
+    expect_same_host(before, "after the refusal");
+}
+
+TEST_F(dispatch_placement, require_rt_refuses_naming_sched_setattr_when_rtprio_is_0_without_cap_sys_nice) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    hand_dirs_to(user);
+    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    {
+        background d(as_unit(cfg, "+ipc_lock", {"/usr/bin/prlimit", "--rtprio=0:0"}), _base->path() / "rtprio.log");
+        const int rc = d.stop(0);
+        const std::string log = d.log();
+        ASSERT_TRUE(WIFEXITED(rc)) << log;
+        EXPECT_EQ(WEXITSTATUS(rc), 3) << log;
+        for (const char* s : {"dispatch.require_rt (dispatch.require_rt = \"auto\": started by systemd",
+                              "the dispatch thread cannot run SCHED_FIFO on isolated CPU 1: sched_setattr(tid ",
+                              "SCHED_FIFO, priority 80, SCHED_FLAG_RESET_ON_FORK): Operation not permitted: needs "
+                              "CAP_SYS_NICE (missing) or RLIMIT_RTPRIO >= 80 (now 0; LimitRTPRIO= in the unit)",
+                              "the daemon's cgroup is ", ":cpuset:/qrt-housekeeping",
+                              "refusing to run degraded (exit status 3)"}) {
+            EXPECT_NE(log.find(s), std::string::npos) << s << "\n" << log;
+        }
+    }
+    const auto r = run(qrtd + " host restore" + dirs());
+    EXPECT_EQ(r.status, 0) << r.err;
+    expect_same_host(before, "after host restore");
+}

@@ -93,6 +93,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -125,6 +126,12 @@ struct dispatcher_config {
     int rt_priority = 80;               // tuned: SCHED_FIFO priority
     bool hold_cpu_dma_latency = true;   // tuned: write 0 to /dev/cpu_dma_latency while running
     bool require_rt = false;            // tuned: fail start() if SCHED_FIFO/mlock cannot be had
+    // tuned: run on the dispatch thread, with its TID, before the real-time
+    // setup (setup code: may allocate).  The daemon joins the isolated
+    // cpuset here (cgroup v1: the thread writes its TID into the cpuset's
+    // tasks file), so it may then pin itself to its isolated CPU.  An error
+    // is the thread's setup error.
+    std::function<rtcore::status(pid_t tid)> before_rt_setup;
     std::size_t slots = 256;            // in-flight jobs (power of two)
     std::size_t max_payload_bytes = 64 * 1024;
     std::uint8_t frame_flags = 0;       // qrt_wire_flag bits set on every JOB frame
