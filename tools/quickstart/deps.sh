@@ -17,6 +17,9 @@ QRT_PACKAGES=(
   # Packaging (tools/package/build-deb.sh, ctest package_deb): build-time
   # only, never a dependency of the packages themselves.
   debhelper lintian
+  # The emulated Debian 12 lab host (tests/integration/vmhost, ctest
+  # vmhost_debian12): debootstrap builds its image, qemu boots it (TCG).
+  debootstrap qemu-system-x86
 )
 
 # LibTorch (libtorch-dev, 1.13 in bookworm) builds qrt-fleet-train, the
