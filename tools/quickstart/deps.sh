@@ -17,6 +17,9 @@ QRT_PACKAGES=(
   # Packaging (tools/package/build-deb.sh, ctest package_deb): build-time
   # only, never a dependency of the packages themselves.
   debhelper lintian
+  # The emulated Debian 12 lab host (tests/integration/vmhost, ctest
+  # vmhost_debian12): debootstrap builds its image, qemu boots it (TCG).
+  debootstrap qemu-system-x86
   # promtool (ctest telemetry.promtool_check_metrics lints the daemon's real
   # metrics).  Debian 12 ships it only in prometheus (96 MB installed, no
   # smaller package has it); it is installed below with services held back,

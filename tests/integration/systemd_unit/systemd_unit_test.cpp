@@ -197,6 +197,14 @@ TEST_F(installed, tmpfiles_creates_the_state_dir_private_to_qrtd) {
     EXPECT_NE(conf.find("\nd /var/lib/qrtd 0750 qrtd qrt -\n"), std::string::npos) << conf;
 }
 
+// qrtd.socket would create /run/qrtd root:root 0750, which no member of qrt
+// can traverse: socket activation by a client in group qrt then fails with
+// EACCES until the service has run once (seen on the vmhost test).
+TEST_F(installed, tmpfiles_makes_the_socket_dir_reachable_by_group_qrt_from_boot_on) {
+    const std::string conf = read_file(_root / "usr/lib/tmpfiles.d/qrtd.conf");
+    EXPECT_NE(conf.find("\nd /run/qrtd 0750 qrtd qrt -\n"), std::string::npos) << conf;
+}
+
 // The root boundary (#10): the journal root replays lives in a directory
 // only root can read or write, made by tmpfiles.d, and the daemon's sandbox
 // does not even see it.
