@@ -46,11 +46,25 @@ struct {
 	__type(value, struct cpu_state);
 } cpu_states SEC(".maps");
 
+_Static_assert((QRT_INTRUSION_MASK_WORDS & (QRT_INTRUSION_MASK_WORDS - 1)) == 0,
+	       "the word index is masked, so the mask has a power-of-two length");
+
 static __always_inline bool cpu_is_isolated(__u32 cpu)
 {
+	__u64 word, bit;
+
 	if (cpu >= QRT_INTRUSION_MAX_CPUS)
 		return false;
-	return (isolated_mask[cpu / 64] >> (cpu % 64)) & 1;
+	/* The 6.1 verifier does not carry the bound just checked over to the
+	 * copy clang indexes with (a 32-bit move gets no register id there:
+	 * "R1 max value is outside of the allowed memory range"), and clang
+	 * drops a mask it can prove redundant.  So the word index is masked
+	 * after a barrier, in the register the access uses. */
+	word = cpu / 64;
+	bit = cpu % 64;
+	barrier_var(word);
+	word &= QRT_INTRUSION_MASK_WORDS - 1;
+	return (isolated_mask[word] >> bit) & 1;
 }
 
 static __always_inline struct cpu_state *this_cpu_state(void)

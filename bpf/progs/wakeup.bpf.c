@@ -46,8 +46,8 @@ static __always_inline int on_switch(struct task_struct *prev, struct task_struc
 	__u32 prev_tid = BPF_CORE_READ(prev, pid);
 	__u32 next_tid = BPF_CORE_READ(next, pid);
 	struct qrt_wakeup_hist *hist;
-	__u64 *start_ns, delta_ns, now_ns;
-	__u32 zero = 0, idx;
+	__u64 *start_ns, delta_ns, now_ns, idx;
+	__u32 zero = 0;
 
 	now_ns = bpf_ktime_get_ns();
 	if (count_preempted && prev_state == QRT_TASK_RUNNING &&
@@ -67,9 +67,14 @@ static __always_inline int on_switch(struct task_struct *prev, struct task_struc
 	hist = bpf_map_lookup_elem(&wakeup_hist, &zero);
 	if (!hist)
 		return 0;
+	/* A 64-bit index clamped in the register that indexes: with a __u32,
+	 * clang tested one zero-extended copy and indexed with another, whose
+	 * bound the 6.1 verifier does not know ("R0 unbounded memory access"). */
 	idx = qrt_wakeup_bucket(delta_ns);
+	barrier_var(idx);
 	if (idx >= QRT_WAKEUP_BUCKETS)
 		idx = QRT_WAKEUP_BUCKETS - 1;
+	barrier_var(idx);
 	/* Per-CPU value and preemption disabled in the tracepoint: plain
 	 * increments are race free. */
 	hist->bucket_count[idx]++;
