@@ -6,9 +6,14 @@ build=${QRT_BUILD_DIR:-$here/build}
 jobs=${QRT_JOBS:-$(nproc)}
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+# ccache (from deps.sh) makes a rebuild in a fresh clone mostly cache hits.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   echo "[build] configuring $build"
-  cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=${QRT_BUILD_TYPE:-Release} \
+  cmake -S "$here" -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=${QRT_BUILD_TYPE:-Release} \
         -DQRT_WERROR=${QRT_WERROR:-ON} ${QRT_CMAKE_ARGS:-}
 fi
 echo "[build] building with $jobs jobs"

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 QRT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   clang llvm libbpf-dev bpftool
   liburing-dev libhwloc-dev hwloc libcap-dev libsystemd-dev
   libspdlog-dev libfmt-dev libtomlplusplus-dev

@@ -43,7 +43,11 @@ stage() {
   local t0
   t0=$(date +%s)
   if [ ! -f "$dir/CMakeCache.txt" ]; then
-    cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    local launcher=()
+    if command -v ccache >/dev/null 2>&1; then
+      launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    fi
+    cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" \
           -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
           -D"$option"=ON -DQRT_WERROR="${QRT_WERROR:-ON}" \
           -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null

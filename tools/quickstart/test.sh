@@ -26,7 +26,11 @@ if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
     targets=(fuzz_rpc_request fuzz_journal fuzz_calibration fuzz_config fuzz_wire fuzz_bpf_decode)
     echo "[fuzz] building ${targets[*]} with clang in $fuzz"
     if [ ! -f "$fuzz/CMakeCache.txt" ]; then
-      cmake -S "$here" -B "$fuzz" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      launcher=()
+      if command -v ccache >/dev/null 2>&1; then
+        launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+      fi
+      cmake -S "$here" -B "$fuzz" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
             -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DQRT_BUILD_FUZZ=ON -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null
     fi
