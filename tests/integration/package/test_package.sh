@@ -110,7 +110,8 @@ postinst 0 0.0.9 || fail "postinst configure 0.0.9 (upgrade) runs"
 check "an upgrade keeps a unit the admin enabled" grep -qx "deb-systemd-helper enable qrtd.service" "$tmp/calls"
 # With systemd running (not the case on this host), an upgrade restarts only
 # what runs: try-restart, never start; nothing else starts a unit.
-check "an upgrade try-restarts only a running service" grep -q "deb-systemd-invoke try-restart 'qrtd.service'" "$tmp/ctl/postinst"
+check "an upgrade try-restarts only a running service" grep -qE "deb-systemd-invoke try-restart .*'qrtd.service'" "$tmp/ctl/postinst"
+check "the drift watch is handled with the service (Also=)" grep -qE "deb-systemd-invoke try-restart .*'qrtd-repin.timer'" "$tmp/ctl/postinst"
 if grep -nE 'deb-systemd-invoke +(\$_dh_action|start|restart)|systemctl +(enable|start|restart)' "$tmp/ctl/postinst"; then
   fail "postinst has no start or restart"
 else
