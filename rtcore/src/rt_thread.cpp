@@ -430,15 +430,22 @@ result<rt_thread_report> configure_current_thread(const rt_thread_config& cfg, s
 
     if (cfg.cpu >= 0) {
         const auto cpu = static_cast<unsigned>(cfg.cpu);
-        if (!prev->affinity.test(cpu)) {
-            return fail(error{EINVAL, "pthread_setaffinity_np(CPU " + std::to_string(cfg.cpu) + "): CPU " +
-                                          std::to_string(cfg.cpu) + " is not in this thread's allowed set " +
-                                          prev->affinity.to_list() + " (offline, or outside the cpuset)"});
-        }
+        // No check against the thread's current affinity: a thread may pin
+        // itself to any online CPU of its cpuset, whatever mask it inherited
+        // (under the affinity fence every process inherits the housekeeping
+        // CPUs from its fenced parent).  The kernel's EINVAL says the CPU is
+        // offline or outside the cpuset.
         cpu_set one;
         one.set(cpu);
         if (const int rc = ops.set_affinity(one); rc != 0) {
-            return fail(error::from_errno(-rc, "pthread_setaffinity_np(CPU " + std::to_string(cfg.cpu) + ")"));
+            const int err = -rc;
+            if (err == EINVAL) {
+                return fail(error{EINVAL, "pthread_setaffinity_np(CPU " + std::to_string(cfg.cpu) +
+                                              "): Invalid argument: CPU " + std::to_string(cfg.cpu) +
+                                              " is offline or outside this thread's cpuset (its affinity was " +
+                                              prev->affinity.to_list() + ")"});
+            }
+            return fail(error::from_errno(err, "pthread_setaffinity_np(CPU " + std::to_string(cfg.cpu) + ")"));
         }
         report.affinity_set = true;
         report.steps.push_back("affinity: CPU " + std::to_string(cfg.cpu) + " (was " + prev->affinity.to_list() +

@@ -208,15 +208,28 @@ TEST(rt_thread, enomem_from_mlockall_names_rlimit_memlock) {
               "RLIMIT_MEMLOCK (8388608 bytes) allows; grant CAP_IPC_LOCK or set LimitMEMLOCK=infinity");
 }
 
-TEST(rt_thread, a_cpu_outside_the_allowed_set_is_refused_before_any_change) {
+TEST(rt_thread, a_thread_pins_itself_to_a_cpu_outside_the_affinity_it_inherited) {
+    // Under the affinity fence every process inherits the housekeeping CPUs;
+    // the kernel still lets a thread pin itself to any CPU of its cpuset.
     fake_sched_ops ops;
     ops.affinity = rtcore::cpu_set{0, 1};
     auto r = rtcore::configure_current_thread(dispatch_config(), ops);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(ops.affinity, rtcore::cpu_set{3});
+    EXPECT_EQ(ops.calls.front(), "set_affinity 3");
+}
+
+TEST(rt_thread, a_cpu_the_kernel_refuses_is_named_offline_or_outside_the_cpuset_and_nothing_stays_changed) {
+    fake_sched_ops ops;
+    ops.affinity = rtcore::cpu_set{0, 1};
+    ops.fail["set_affinity"] = EINVAL;
+    auto r = rtcore::configure_current_thread(dispatch_config(), ops);
     ASSERT_FALSE(r);
     EXPECT_EQ(r.err().message,
-              "pthread_setaffinity_np(CPU 3): CPU 3 is not in this thread's allowed set 0-1 "
-              "(offline, or outside the cpuset)");
-    EXPECT_TRUE(ops.calls.empty());
+              "pthread_setaffinity_np(CPU 3): Invalid argument: CPU 3 is offline or outside this thread's cpuset "
+              "(its affinity was 0-1)");
+    EXPECT_EQ(ops.calls, (std::vector<std::string>{"set_affinity 3"}));
+    EXPECT_EQ(ops.affinity, (rtcore::cpu_set{0, 1}));
 }
 
 TEST(rt_thread, a_stack_prefault_larger_than_the_stack_fails_cleanly) {
