@@ -1381,6 +1381,47 @@ TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the
     expect_same_host(before, "after host restore");
 }
 
+// What a cgroup v2 host running RT threads gets (a 6.1 partition cannot hold
+// a service's thread, rtcore/isolation.hpp): the affinity fence.  Forced here
+// on v1, the deployed way: host apply as root, then qrtd run as user qrtd.
+TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_isolated_cpu_alone) {
+    deployed_user user;
+    if (!user.why_not().empty()) {
+        GTEST_SKIP() << user.why_not();
+    }
+    const auto before = snapshot_host();
+    hand_dirs_to(user);
+    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
+    {
+        std::string text = read_file(cfg);
+        const std::string from = "isolation = \"auto\"";
+        ASSERT_NE(text.find(from), std::string::npos);
+        text.replace(text.find(from), from.size(), "isolation = \"fence\"");
+        std::ofstream(cfg) << text;
+    }
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err << a.out;
+    {
+        background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "fence.log");
+        ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+        const std::string log = d.log();
+        const auto [tid, cpu] = dispatch_thread_of(log);
+        ASSERT_GT(tid, 0) << "no \"dispatch thread tid\" line:\n" << log;
+        const auto st = thread_stat(d.pid(), tid);
+        ASSERT_GE(st.size(), 39U) << "no /proc stat for tid " << tid;
+        EXPECT_EQ(st[38], "1") << "policy (field 41) is not SCHED_FIFO\n" << log;
+        EXPECT_EQ(thread_status_field(d.pid(), tid, "Cpus_allowed_list"), std::to_string(cpu)) << log;
+        EXPECT_EQ(thread_status_field(d.pid(), d.pid(), "Cpus_allowed_list").find(std::to_string(cpu)),
+                  std::string::npos)
+            << "the main thread may run on the isolated CPU";
+        const int rc = d.stop(SIGTERM);
+        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+    }
+    const auto r = run(qrtd + " host restore" + dirs());
+    EXPECT_EQ(r.status, 0) << r.err << r.out;
+    expect_same_host(before, "after host restore");
+}
+
 TEST_F(dispatch_placement, require_rt_refuses_with_exit_3_when_no_partition_makes_the_cpu_isolated) {
     deployed_user user;
     if (!user.why_not().empty()) {

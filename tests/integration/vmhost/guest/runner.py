@@ -77,9 +77,21 @@ def case(name, fn):
     except Skip as e:
         report("SKIP", name, str(e))
     except Fail as e:
-        report("FAIL", name, str(e))
+        report("FAIL", name, f"{e}{unit_tail()}")
     except Exception as e:  # a bug in the check itself is a failure too
-        report("FAIL", name, f"{type(e).__name__}: {e} ({traceback.format_exc(limit=3)})")
+        report("FAIL", name, f"{type(e).__name__}: {e} ({traceback.format_exc(limit=3)}){unit_tail()}")
+
+
+def unit_tail():
+    """When qrtd.service is not running, what its journal last said, so a
+    failure on the console names its cause without the evidence archive."""
+    try:
+        if show("qrtd.service", "ActiveState")["ActiveState"] == "active":
+            return ""
+        _, out = sh(["journalctl", "--no-pager", "-o", "cat", "-b", "-n", "8", "-u", "qrtd.service"], timeout=30)
+        return " | qrtd.service journal: " + " / ".join(l.strip() for l in out.strip().splitlines()[-8:])
+    except Exception as e:  # never hide the failure itself
+        return f" | (no journal: {e})"
 
 
 def require(cond, msg):
