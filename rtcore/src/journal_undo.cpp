@@ -292,6 +292,19 @@ std::optional<restore_item> undo(host_fs& fs, task_ops& tasks, const rec::aff& r
         return it;
     }
     if (auto st = tasks.set_affinity(r.tid, r.original); !st) {
+        // A kernel thread the kernel has bound since apply moved it (seen on
+        // Debian's 6.1: the writeback workqueue's rescuer once its
+        // workqueue's cpumask changed) refuses with EINVAL.  Its affinity is
+        // the kernel's now, and follows the workqueue cpumask restored from
+        // its own record: left, and said so, not a failed restore.
+        if (st.err().code == EINVAL) {
+            if (auto now = tasks.task(fs, r.tid); now && now->kernel_thread && now->per_cpu) {
+                it.result = outcome::skipped;
+                it.detail = "the kernel has bound this kernel thread since (PF_NO_SETAFFINITY, now " +
+                            cur->to_list() + "); its affinity is the kernel's; left as is";
+                return it;
+            }
+        }
         it.result = st.err().code == ESRCH ? outcome::gone : outcome::failed;
         it.detail = st.err().message;
         return it;

@@ -93,6 +93,12 @@ public:
     // A pinned kthread whose stat flags do not say so (the kernel still
     // refuses its affinity change with EINVAL).
     void clear_per_cpu_flag(pid_t tid) { _tasks.at(tid).info.per_cpu = false; }
+    // The kernel binds a kernel thread after the fact (PF_NO_SETAFFINITY set
+    // later, as for a workqueue rescuer once its cpumask changed).
+    void bind_kthread(pid_t tid) {
+        _tasks.at(tid).pinned_kthread = true;
+        _tasks.at(tid).info.per_cpu = true;
+    }
     const std::map<pid_t, fake_task>& tasks() const { return _tasks; }
 
     // Called before every mutating call with its running count (from 1);

@@ -383,6 +383,45 @@ TEST(host_knobs, per_cpu_kernel_threads_are_recorded_once_and_never_retried) {
     EXPECT_EQ(tasks.tasks().at(45).affinity, cpu_set::first_n(8));
 }
 
+// Seen on Debian's 6.1 guest: the writeback workqueue's rescuer, moved by
+// apply, is bound by the kernel once the workqueue cpumask changes, and then
+// refuses sched_setaffinity with EINVAL.  Restore leaves it, says why, and
+// is still complete: its affinity follows the workqueue mask restored too.
+TEST(host_knobs, a_kernel_thread_the_kernel_bound_since_apply_is_left_and_restore_is_complete) {
+    tree_copy t("host8-v2");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(8));
+    tasks.add_task(32, "writeback", cpu_set::first_n(8), "", true);
+    auto rep = apply_in(t, fs, tasks, {4, 5, 6, 7}, {0, 1, 2, 3});
+    ASSERT_TRUE(rep) << rep.err().message;
+    ASSERT_EQ(tasks.tasks().at(32).affinity, (cpu_set{0, 1, 2, 3}));
+    tasks.bind_kthread(32);
+    auto back = restore_in(t, fs, tasks);
+    ASSERT_TRUE(back) << back.err().message;
+    EXPECT_TRUE(back->complete) << all_lines(back->lines);
+    bool said = false;
+    for (const auto& l : back->lines) {
+        said = said || (l.find("task 32 (writeback)") != std::string::npos &&
+                        l.find("the kernel has bound this kernel thread since (PF_NO_SETAFFINITY, now 0-3)") !=
+                            std::string::npos);
+    }
+    EXPECT_TRUE(said) << all_lines(back->lines);
+
+    // Without the flag, the same EINVAL is a failed restore, journal kept.
+    tree_copy t2("host8-v2");
+    rtcore::host_fs fs2(t2.root());
+    rtcore::fake_task_ops tasks2;
+    add_plain_tasks(tasks2, cpu_set::first_n(8));
+    tasks2.add_task(32, "writeback", cpu_set::first_n(8), "", true);
+    ASSERT_TRUE(apply_in(t2, fs2, tasks2, {4, 5, 6, 7}, {0, 1, 2, 3}));
+    tasks2.bind_kthread(32);
+    tasks2.clear_per_cpu_flag(32);
+    auto back2 = restore_in(t2, fs2, tasks2);
+    ASSERT_TRUE(back2);
+    EXPECT_FALSE(back2->complete) << all_lines(back2->lines);
+}
+
 TEST(host_knobs, knobs_switched_off_are_left_alone_and_said_to_be) {
     tree_copy t("vm2-v1");
     rtcore::host_fs fs(t.root());

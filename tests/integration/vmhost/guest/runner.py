@@ -360,7 +360,8 @@ def c_dispatch_fifo_isolated():
     desc = "; ".join(f"tid {t} {c} policy {p} prio {r} cpus {a} cg {g}" for t, c, p, r, a, g in ths)
     ctx = (f"partition {json.dumps(part)}; qpus realtime {[q.get('realtime') for q in qpus]}, "
            f"mode {[q.get('mode') for q in qpus]}; health {json.dumps(st.get('health'))}; threads: {desc}")
-    require(iso == [1], f"isolated CPUs {iso}, the test config isolates CPU 1; {ctx}")
+    require(cpu_list(",".join(map(str, iso)) if isinstance(iso, list) else iso) == ["1"],
+            f"isolated CPUs {iso}, the test config isolates CPU 1; {ctx}")
     # On 6.1 a cgroup v2 partition cannot hold a thread of a service (its
     # parent must be a partition root owning its CPUs, all the way up, and a
     # thread moves only inside its own process's threaded subtree), so qrtd
