@@ -850,6 +850,12 @@ public:
     deployed_user(const deployed_user&) = delete;
     deployed_user& operator=(const deployed_user&) = delete;
     const std::string& why_not() const { return _why; }
+    // Why user qrtd cannot execute binary (a build tree under a 0700
+    // directory, as a fresh clone in a mktemp -d is), or "" when it can.
+    std::string cannot_run(const std::string& binary) const {
+        const auto r = run("setpriv --reuid=qrtd --regid=qrt --init-groups test -x " + binary);
+        return r.status == 0 ? "" : "user qrtd cannot execute " + binary + " (a parent directory is not searchable by it)";
+    }
     uid_t uid() const { return _uid; }
     gid_t gid() const { return _gid; }
 
@@ -1326,6 +1332,9 @@ TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_it
     if (!user.why_not().empty()) {
         GTEST_SKIP() << user.why_not();
     }
+    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
+        GTEST_SKIP() << why;
+    }
     const auto before = snapshot_host();
     // cpu_dma_latency = false: /dev/cpu_dma_latency is root's here (the
     // package's tmpfiles.d gives group qrt access).
@@ -1355,6 +1364,9 @@ TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the
     deployed_user user;
     if (!user.why_not().empty()) {
         GTEST_SKIP() << user.why_not();
+    }
+    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
+        GTEST_SKIP() << why;
     }
     const auto before = snapshot_host();
     hand_dirs_to(user);
@@ -1388,6 +1400,9 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
     deployed_user user;
     if (!user.why_not().empty()) {
         GTEST_SKIP() << user.why_not();
+    }
+    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
+        GTEST_SKIP() << why;
     }
     const auto before = snapshot_host();
     hand_dirs_to(user);
@@ -1427,6 +1442,9 @@ TEST_F(dispatch_placement, require_rt_refuses_with_exit_3_when_no_partition_make
     if (!user.why_not().empty()) {
         GTEST_SKIP() << user.why_not();
     }
+    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
+        GTEST_SKIP() << why;
+    }
     const auto before = snapshot_host();
     hand_dirs_to(user);
     const auto cfg = config_with("qrtd", "require_rt = \"always\"\ncpu_dma_latency = false");
@@ -1448,6 +1466,9 @@ TEST_F(dispatch_placement, require_rt_refuses_naming_sched_setattr_when_rtprio_i
     deployed_user user;
     if (!user.why_not().empty()) {
         GTEST_SKIP() << user.why_not();
+    }
+    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
+        GTEST_SKIP() << why;
     }
     const auto before = snapshot_host();
     hand_dirs_to(user);
