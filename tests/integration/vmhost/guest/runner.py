@@ -539,6 +539,38 @@ def c_kill9():
             f"after {secs:.0f} s re-applied the partition")
 
 
+def c_repin_under_systemd():
+    """The drift watch of the deployed mode: qrtd-repin.timer (enabled with
+    the service through Also=) runs `qrtd host verify --repin` as root; an
+    IRQ moved back onto the isolated CPU is pinned off it again, and the
+    stop case after this one still finds every original value."""
+    running_pid()
+    sh(["systemctl", "enable", "--now", "qrtd-repin.timer"], check=True, timeout=120)
+    t = show("qrtd-repin.timer", "ActiveState", "UnitFileState")
+    require(t["ActiveState"] == "active", f"qrtd-repin.timer: {t}")
+    irq = None
+    for path in sorted(glob.glob("/proc/irq/*/smp_affinity_list"), key=lambda p: int(p.split("/")[3])):
+        if read(path, "").strip() == "0":
+            try:
+                with open(path, "w") as f:
+                    f.write("0-1\n")
+            except OSError:
+                continue  # managed or per-CPU: the kernel refuses it
+            if read(path, "").strip() == "0-1":
+                irq = path
+                break
+    require(irq, "no IRQ pinned to housekeeping CPU 0 could be moved back onto CPU 1")
+    since = time.time()
+    rc, out = sh(["systemctl", "start", "qrtd-repin.service"], timeout=180)
+    now = read(irq, "").strip()
+    jl = journal(since - 1, "qrtd-repin.service")
+    require(rc == 0, f"systemctl start qrtd-repin.service: exit {rc}: {out.strip()[-300:]} | {jl[-600:]}")
+    require(now == "0", f"{irq} is {now!r} after one run of qrtd-repin.service, not 0: {jl[-600:]}")
+    s = show("qrtd-repin.service", "User", "Result")
+    return (f"{irq}: 0 -> 0-1 by hand, back to 0 after one run of qrtd-repin.service (as root, "
+            f"result {s['Result']}); timer {t['UnitFileState']}, {t['ActiveState']}")
+
+
 def c_stop_restores():
     sh(["systemctl", "stop", "qrtd.service"], check=True, timeout=300)
     s = show("qrtd.service", "ActiveState", "Result")
@@ -625,6 +657,7 @@ def main():
                      ("systemctl_reload", c_reload),
                      ("watchdog_restarts_hung_daemon", c_watchdog),
                      ("kill9_restart_and_execstoppost_restore", c_kill9),
+                     ("repin_timer_re_pins_a_drifted_irq", c_repin_under_systemd),
                      ("stop_restores_host_byte_for_byte", c_stop_restores),
                      ("systemd_analyze_security", c_security)):
         case(name, fn)
