@@ -34,6 +34,21 @@ void sleep_ms(int n) {
     }
 }
 
+// Sleeps 1 ms at a time until the probe has measured at least `want`
+// wake-ups, at most `bound` sleeps; returns the last reading.  A 1 ms sleep
+// is not always a measured wake-up: when its timer fires before the thread
+// has left the CPU (a busy CPU, a SCHED_IDLE neighbour), the kernel wakes a
+// task that never switched out, and no switch-in follows to measure.
+template <typename Probe>
+auto sleep_until_measured(Probe& probe, std::uint64_t want, int bound) {
+    auto h = probe.read();
+    for (int i = 0; i < bound && h && h->count < want; ++i) {
+        sleep_ms(1);
+        h = probe.read();
+    }
+    return h;
+}
+
 }  // namespace
 
 TEST(wakeup_probe_load, counts_every_wakeup_of_a_registered_thread_only) {
@@ -47,10 +62,11 @@ TEST(wakeup_probe_load, counts_every_wakeup_of_a_registered_thread_only) {
 
     ASSERT_TRUE(probe->add_tid(this_tid()));
     sleep_ms(20);
+    (void)sleep_until_measured(*probe, 20, 400);
     ASSERT_TRUE(probe->remove_tid(this_tid()));
     auto after = probe->read();
     ASSERT_TRUE(after) << after.err().message;
-    EXPECT_GE(after->count, 20U) << "each clock_nanosleep ends with a wakeup";
+    EXPECT_GE(after->count, 20U) << "each switched-out clock_nanosleep ends with a wakeup";
     std::uint64_t in_buckets = 0;
     for (auto n : after->buckets) {
         in_buckets += n;
@@ -76,6 +92,7 @@ TEST(wakeup_probe_load, per_cpu_histograms_add_up_to_the_total_and_name_the_cpu)
     ASSERT_TRUE(probe) << probe.err().message;
     ASSERT_TRUE(probe->add_tid(this_tid()));
     sleep_ms(10);
+    (void)sleep_until_measured(*probe, 10, 400);
     ASSERT_TRUE(probe->remove_tid(this_tid()));
     ::sched_setaffinity(0, sizeof(saved), &saved);
     auto total = probe->read();
@@ -127,16 +144,9 @@ TEST(probe_flavour, tp_btf_is_chosen_where_it_loads_and_raw_tp_can_be_forced) {
     ASSERT_TRUE(raw) << raw.err().message;
     EXPECT_EQ(raw->flavour(), "raw_tp");
     ASSERT_TRUE(raw->add_tid(this_tid()));
-    // At least 5 measured wake-ups; a 1 ms sleep that the kernel does not
-    // switch out for (a loaded CI host) is not one, so sleep until 5 are in,
-    // bounded at 200.
-    auto h = raw->read();
+    // At least 5 measured wake-ups, bounded at 200 sleeps.
+    auto h = sleep_until_measured(*raw, 5, 200);
     ASSERT_TRUE(h) << h.err().message;
-    for (int i = 0; i < 200 && h->count < 5U; ++i) {
-        sleep_ms(1);
-        h = raw->read();
-        ASSERT_TRUE(h) << h.err().message;
-    }
     EXPECT_GE(h->count, 5U) << "the raw_tp fallback measures too";
 
     intrusion_options io;
