@@ -1,0 +1,317 @@
+// The hand-over between the ledger and the dispatch threads, on the
+// housekeeping loop: the job pump, the outcomes back into the ledger, and the
+// calibration each link's guard follows (see handover_timing in services.hpp).
+
+#include "services.hpp"
+#include "services_internal.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "qrt/dispatch/guard.hpp"
+#include "qrt/log.hpp"
+
+namespace qrt {
+namespace {
+
+using json = nlohmann::json;
+using services_detail::k_ms;
+using services_detail::tl_error;
+// jobs.submit carries no shot count; a JSON payload may say {"shots": N}.
+constexpr std::uint32_t k_default_shots = 1000;
+constexpr std::uint32_t k_max_shots = 1'000'000;
+
+std::uint32_t shots_of(const timeline::blob& payload) {
+    if (payload.empty() || payload.front() != '{') {
+        return k_default_shots;
+    }
+    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
+    if (j.is_object()) {
+        const auto it = j.find("shots");
+        if (it != j.end() && it->is_number_unsigned()) {
+            return static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), k_max_shots));
+        }
+    }
+    return k_default_shots;
+}
+
+
+}  // namespace
+
+void services::pump() noexcept {
+    if (_pumping) {
+        return;  // publish_ledger_events() below drains the sources, hand_over_now() among them
+    }
+    _pumping = true;
+    try {
+        _pumped_generation = _ledger->generation();
+        const std::int64_t now = _clock.now_realtime_ns();
+        for (auto& q : _qpus) {
+            pump_qpu(*q, now);
+        }
+        publish_ledger_events();
+    } catch (const std::exception& e) {
+        static log::rate_limiter rl{std::chrono::seconds(10)};
+        log::warn_rl(rl, "dispatch", "job pump: {}", e.what());
+    }
+    _pumping = false;
+}
+
+void services::hand_over_now() noexcept {
+    if (_ledger && _ledger->generation() != _pumped_generation) {
+        pump();
+    }
+}
+
+void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
+    // Only the windows the pump can hand jobs into (those starting before
+    // the hand-over horizon, and the next one): this runs at every window
+    // end, so with a 1 ms period, copying every window up to
+    // timeline.horizon_ns here was the daemon's CPU.
+    auto ws = _ledger->calibration(q.name, now_ns, now_ns + _handover.horizon_ns);
+    if (!ws) {
+        log::warn("calibration", "{}: {}", q.name, tl_error(ws.err()));
+        return;
+    }
+    q.windows = std::move(*ws);
+    q.calibration_dirty = false;
+    // The guard follows the window that contains now, or (in a blackout)
+    // the next one: it switches at each window's end.
+    // With no window at all the guard gets an id that matches no job, so
+    // jobs already handed over are refused rather than sent uncalibrated.
+    std::uint64_t id = dispatch::no_window_calibration_id;
+    std::int64_t until = now_ns + 1'000 * k_ms;
+    // A next window that starts exactly at the current one's end takes over
+    // at that instant in the guard itself: the first job of that window (T at
+    // the boundary) must not race the switch timer below.
+    std::uint64_t next_id = id;
+    std::int64_t switch_ns = INT64_MAX;
+    if (!q.windows.empty()) {
+        id = q.windows.front().calibration_id;
+        until = q.windows.front().valid_until_ns;
+        next_id = id;
+        if (q.windows.size() > 1 && q.windows[1].valid_from_ns == until) {
+            next_id = q.windows[1].calibration_id;
+            switch_ns = until;
+        }
+    }
+    if (id != q.calibration_id) {
+        log::debug("calibration", "{}: current calibration id {} (until {})", q.name, id, until);
+    }
+    q.calibration_id = id;
+    q.current_until_ns = until;
+    q.link->set_calibration(id, next_id, switch_ns);
+    // A one-shot timer at the window's end, so the guard switches on time
+    // and not at the next pump tick.
+    if (q.switch_timer) {
+        _loop.cancel_timer(*q.switch_timer);
+        q.switch_timer.reset();
+    }
+    const auto delay = std::chrono::nanoseconds(std::max<std::int64_t>(until - _clock.now_realtime_ns(), 1));
+    qpu_runtime* qp = &q;
+    auto t = _loop.add_timer(delay, std::chrono::nanoseconds(0), [this, qp] {
+        qp->switch_timer.reset();
+        refresh_calibration(*qp, _clock.now_realtime_ns());
+    });
+    if (t) {
+        q.switch_timer = *t;
+    }
+}
+
+const timeline::calibration_window* services::window_of(qpu_runtime& q, std::int64_t start_ns,
+                                                         std::int64_t now_ns) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        const auto it = std::upper_bound(q.windows.begin(), q.windows.end(), start_ns,
+                                         [](std::int64_t t, const timeline::calibration_window& w) {
+                                             return t < w.valid_until_ns;
+                                         });
+        if (it != q.windows.end() && it->contains(start_ns)) {
+            return &*it;
+        }
+        if (attempt == 0) {
+            refresh_calibration(q, now_ns);
+        }
+    }
+    return nullptr;
+}
+
+void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
+    if (q.calibration_dirty || now_ns >= q.current_until_ns) {
+        refresh_calibration(q, now_ns);
+    }
+    const auto due = _ledger->due_jobs(q.name, now_ns + _handover.horizon_ns);
+    // A handed-over job that is no longer due as handed (cancelled, displaced
+    // by preemption, or moved by a calibration change) is withdrawn from the
+    // dispatcher, so its old slot is never sent.  A moved job comes back
+    // through on_outcome (cancelled, never sent) and is handed over again.
+    if (!q.handed.empty()) {
+        std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> due_as;
+        for (const auto& r : due) {
+            due_as.emplace(r.id, std::make_pair(r.start_ns, r.calibration_id));
+        }
+        for (const auto& [id, as_handed] : q.handed) {
+            const auto d = due_as.find(id);
+            if (d == due_as.end()) {
+                // Beyond the horizon but unchanged: a backward realtime step
+                // moved now back.  The dispatcher re-converts its deadline;
+                // withdrawing it would only hand it over again later.
+                const timeline::reservation* r = _ledger->find(id);
+                if (r != nullptr && r->state == timeline::res_state::committed &&
+                    std::make_pair(r->start_ns, r->calibration_id) == as_handed) {
+                    continue;
+                }
+            }
+            if (d == due_as.end() || d->second != as_handed) {
+                q.withdrawals_pending = q.withdrawals_pending ||
+                                        q.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn;
+            }
+        }
+    }
+    // The stale copies come back `cancelled` now rather than at their old
+    // start, so a re-placed job is handed over again in time.
+    if (q.withdrawals_pending) {
+        q.link->report_withdrawn();
+        q.withdrawals_pending = false;
+    }
+    for (const auto& r : due) {
+        if (q.handed.count(r.id) != 0) {
+            continue;
+        }
+        std::string refuse;
+        if (r.start_ns + q.tolerance_ns < now_ns) {
+            refuse = fmt::format("missed: start {} passed by {} ns before hand-over (tolerance {} ns)",
+                                 r.start_ns, now_ns - r.start_ns, q.tolerance_ns);
+            ++_missed_before_handover;
+        } else if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
+            refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
+        } else if (w->calibration_id != r.calibration_id) {
+            refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
+                                 r.calibration_id, w->calibration_id);
+        } else {
+            dispatch::dispatch_job j;
+            j.job_id = r.id;
+            j.qpu_index = q.index;
+            j.scheduled_ns = r.start_ns;
+            j.window_start_ns = w->valid_from_ns;
+            j.window_end_ns = w->valid_until_ns;
+            j.duration_ns = r.duration_ns;
+            j.calibration_id = r.calibration_id;
+            j.tolerance_ns = q.tolerance_ns;
+            j.shots = shots_of(r.payload);
+            if (auto st = q.link->submit(j, r.payload); st) {
+                q.handed[r.id] = {r.start_ns, r.calibration_id};
+                ++_handed_total;
+                continue;
+            } else {
+                refuse = "dispatch_refused: " + st.err().message;
+                ++_refused_total;
+            }
+        }
+        ++q.missed;
+        if (auto m = _ledger->miss(r.id, refuse, now_ns); !m) {
+            ++_ledger_errors;
+            log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
+        } else {
+            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, refuse);
+        }
+    }
+}
+
+void services::on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent_ns) {
+    if (auto r = _ledger->mark_dispatched(id, sent_ns); !r) {
+        // e.g. cancelled after the hand-over: the frame left anyway.
+        ++_ledger_errors;
+        log::debug("timeline", "{}: mark_dispatched {}: {}", q.name, id, tl_error(r.err()));
+    }
+    publish_ledger_events();
+}
+
+void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
+    std::optional<std::pair<std::int64_t, std::uint64_t>> as_handed;
+    if (const auto h = q.handed.find(o.job_id); h != q.handed.end()) {
+        as_handed = h->second;
+        q.handed.erase(h);
+    }
+    const std::int64_t now = _clock.now_realtime_ns();
+    const timeline::reservation* r = _ledger ? _ledger->find(o.job_id) : nullptr;
+    if (r == nullptr) {
+        return;
+    }
+    // Re-placed after the hand-over (calibration.update or a preemption moved
+    // it): the guard refused, or the withdrawal dropped, the stale copy; the
+    // pump hands the job over again with its new start and calibration id.
+    // Likewise a job withdrawn and then kept (a preemption that gave its
+    // victims back, a cancel that could not be stored): not sent, still due.
+    const bool withdrawn_kept = o.reason == dispatch::to_string(dispatch::dispatch_status::cancelled);
+    if (r->state == timeline::res_state::committed && o.sent_ns == 0 && as_handed &&
+        (as_handed->first != r->start_ns || as_handed->second != r->calibration_id || withdrawn_kept) &&
+        !_stopped) {
+        log::debug("dispatch", "{}: job {} re-placed after hand-over ({}): handing it over again",
+                   q.name, o.job_id, o.reason);
+        return;
+    }
+    std::string why = o.reason;
+    if (!o.detail.empty()) {
+        why += ": " + o.detail;
+    }
+    if (r->state == timeline::res_state::committed) {
+        // Never sent (missed, calibration guard, endpoint down, stopped).
+        ++q.missed;
+        if (auto m = _ledger->miss(o.job_id, why, now); !m) {
+            ++_ledger_errors;
+            log::warn("timeline", "{}: miss {}: {}", q.name, o.job_id, tl_error(m.err()));
+        }
+    } else if (r->state == timeline::res_state::dispatched) {
+        if (o.state == dispatch::job_state::completed) {
+            ++q.completed;
+            if (auto c = _ledger->complete(o.job_id, o.result, now); !c) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: complete {}: {}", q.name, o.job_id, tl_error(c.err()));
+            }
+        } else if (o.state == dispatch::job_state::sent) {
+            ++q.sent;
+            if (auto s = _ledger->mark_sent(o.job_id, o.detail, now); !s) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: mark_sent {}: {}", q.name, o.job_id, tl_error(s.err()));
+            }
+        } else {
+            ++q.failed;
+            if (auto f = _ledger->fail(o.job_id, why, now); !f) {
+                ++_ledger_errors;
+                log::warn("timeline", "{}: fail {}: {}", q.name, o.job_id, tl_error(f.err()));
+            }
+        }
+    }
+    publish_ledger_events();
+}
+
+void services::publish_ledger_events() {
+    if (_engine) {
+        _engine->drain_event_sources();
+    }
+}
+
+void services::on_realtime_step() {
+    auto step = _step_watch->check();
+    if (!step) {
+        log::warn("clock", "realtime step watch: {}", step.err().message);
+        return;
+    }
+    if (!*step) {
+        return;
+    }
+    const auto& s = **step;
+    std::size_t n = 0;
+    for (auto& q : _qpus) {
+        n += q->link->on_realtime_step(s.after);
+        q->calibration_dirty = true;
+    }
+    log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
+}
+
+
+}  // namespace qrt
