@@ -42,16 +42,19 @@ std::uint32_t shots_of(const timeline::blob& payload) {
 
 }  // namespace
 
-void services::pump() noexcept {
-    if (_pumping) {
+void services::sync_pump() noexcept {
+    if (_pumping || !_pump) {
         return;  // publish_ledger_events() below drains the sources, hand_over_now() among them
     }
     _pumping = true;
     try {
-        _pumped_generation = _ledger->generation();
         const std::int64_t now = _clock.now_realtime_ns();
         for (auto& q : _qpus) {
-            pump_qpu(*q, now);
+            apply_pump_reports(*q);
+        }
+        _pumped_generation = _ledger->generation();
+        for (auto& q : _qpus) {
+            publish_plan(*q, now);
         }
         publish_ledger_events();
     } catch (const std::exception& e) {
@@ -62,17 +65,49 @@ void services::pump() noexcept {
 }
 
 void services::hand_over_now() noexcept {
-    if (_ledger && _ledger->generation() != _pumped_generation) {
-        pump();
+    if (!_ledger || !_pump) {
+        return;
+    }
+    bool released = false;
+    for (const auto& q : _qpus) {
+        released = released || !q->released.empty();
+    }
+    if (released || _ledger->generation() != _pumped_generation) {
+        sync_pump();
+    }
+}
+
+// What the pump did since the last look: hand-overs into the mirror the
+// outcomes and the status read, refusals into the ledger.
+void services::apply_pump_reports(qpu_runtime& q) {
+    if (!_pump) {
+        return;
+    }
+    for (auto& r : _pump->take_reports(q.index)) {
+        if (r.what == pump_report::kind::handed) {
+            q.handed[r.id] = {r.start_ns, r.calibration_id};
+            ++_handed_total;
+            continue;
+        }
+        _missed_before_handover += r.missed_before_handover ? 1 : 0;
+        _refused_total += r.dispatch_refused ? 1 : 0;
+        ++q.missed;
+        q.released.push_back(r.id);
+        if (auto m = _ledger->miss(r.id, r.reason, _clock.now_realtime_ns()); !m) {
+            ++_ledger_errors;
+            log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
+        } else {
+            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, r.reason);
+        }
     }
 }
 
 void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
-    // Only the windows the pump can hand jobs into (those starting before
-    // the hand-over horizon, and the next one): this runs at every window
+    // Only the windows the plan can hold jobs in (those starting before
+    // the plan horizon, and the next one): this runs at every window
     // end, so with a 1 ms period, copying every window up to
     // timeline.horizon_ns here was the daemon's CPU.
-    auto ws = _ledger->calibration(q.name, now_ns, now_ns + _handover.horizon_ns);
+    auto ws = _ledger->calibration(q.name, now_ns, now_ns + _handover.plan_horizon_ns);
     if (!ws) {
         log::warn("calibration", "{}: {}", q.name, tl_error(ws.err()));
         return;
@@ -139,85 +174,65 @@ const timeline::calibration_window* services::window_of(qpu_runtime& q, std::int
     return nullptr;
 }
 
-void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
+namespace {
+
+// The contract with the ledger's group commit: only what is on disk is
+// planned, so no job that was never acknowledged is dispatched.  Until the
+// ledger exposes durable_seq(), every change is durable when the call that
+// made it returns.
+bool durable(const timeline::reservation&) { return true; }
+
+}  // namespace
+
+// The plan of one QPU: every durable committed job starting within the plan
+// horizon, in start order, at most plan_max_jobs, each with the window the
+// dispatch guard checks it against (or why it cannot be sent).
+void services::publish_plan(qpu_runtime& q, std::int64_t now_ns) {
     if (q.calibration_dirty || now_ns >= q.current_until_ns) {
         refresh_calibration(q, now_ns);
     }
-    const auto due = _ledger->due_jobs(q.name, now_ns + _handover.horizon_ns);
-    // A handed-over job that is no longer due as handed (cancelled, displaced
-    // by preemption, or moved by a calibration change) is withdrawn from the
-    // dispatcher, so its old slot is never sent.  A moved job comes back
-    // through on_outcome (cancelled, never sent) and is handed over again.
-    if (!q.handed.empty()) {
-        std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> due_as;
-        for (const auto& r : due) {
-            due_as.emplace(r.id, std::make_pair(r.start_ns, r.calibration_id));
+    const std::int64_t plan_end = now_ns + _handover.plan_horizon_ns;
+    const auto due = _ledger->due_jobs(q.name, plan_end);
+    handover_plan plan;
+    plan.complete_until_ns = plan_end;
+    plan.jobs.reserve(std::min(due.size(), _handover.plan_max_jobs));
+    for (const auto& r : due) {
+        if (!durable(r)) {
+            continue;
         }
-        for (const auto& [id, as_handed] : q.handed) {
-            const auto d = due_as.find(id);
-            if (d == due_as.end()) {
-                // Beyond the horizon but unchanged: a backward realtime step
-                // moved now back.  The dispatcher re-converts its deadline;
-                // withdrawing it would only hand it over again later.
-                const timeline::reservation* r = _ledger->find(id);
-                if (r != nullptr && r->state == timeline::res_state::committed &&
-                    std::make_pair(r->start_ns, r->calibration_id) == as_handed) {
-                    continue;
-                }
-            }
-            if (d == due_as.end() || d->second != as_handed) {
-                q.withdrawals_pending = q.withdrawals_pending ||
-                                        q.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn;
+        if (plan.jobs.size() == _handover.plan_max_jobs) {
+            plan.complete_until_ns = r.start_ns;  // what starts from here on waits for a later plan
+            break;
+        }
+        handover_entry e;
+        auto& j = e.job;
+        j.job_id = r.id;
+        j.qpu_index = q.index;
+        j.scheduled_ns = r.start_ns;
+        j.duration_ns = r.duration_ns;
+        j.calibration_id = r.calibration_id;
+        j.tolerance_ns = q.tolerance_ns;
+        j.shots = shots_of(r.payload);
+        e.payload = r.payload;
+        if (r.start_ns + q.tolerance_ns >= now_ns) {  // else the pump reports it missed
+            if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
+                e.refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
+            } else if (w->calibration_id != r.calibration_id) {
+                e.refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
+                                       r.calibration_id, w->calibration_id);
+            } else {
+                j.window_start_ns = w->valid_from_ns;
+                j.window_end_ns = w->valid_until_ns;
             }
         }
+        plan.jobs.push_back(std::move(e));
     }
-    // The stale copies come back `cancelled` now rather than at their old
-    // start, so a re-placed job is handed over again in time.
+    _pump->publish(q.index, std::move(plan), std::exchange(q.released, {}));
+    // The dispatch gate's withdrawals are final once the request line that
+    // made them is done: their stale copies come back `cancelled` now.
     if (q.withdrawals_pending) {
         q.link->report_withdrawn();
         q.withdrawals_pending = false;
-    }
-    for (const auto& r : due) {
-        if (q.handed.count(r.id) != 0) {
-            continue;
-        }
-        std::string refuse;
-        if (r.start_ns + q.tolerance_ns < now_ns) {
-            refuse = fmt::format("missed: start {} passed by {} ns before hand-over (tolerance {} ns)",
-                                 r.start_ns, now_ns - r.start_ns, q.tolerance_ns);
-            ++_missed_before_handover;
-        } else if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
-            refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
-        } else if (w->calibration_id != r.calibration_id) {
-            refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
-                                 r.calibration_id, w->calibration_id);
-        } else {
-            dispatch::dispatch_job j;
-            j.job_id = r.id;
-            j.qpu_index = q.index;
-            j.scheduled_ns = r.start_ns;
-            j.window_start_ns = w->valid_from_ns;
-            j.window_end_ns = w->valid_until_ns;
-            j.duration_ns = r.duration_ns;
-            j.calibration_id = r.calibration_id;
-            j.tolerance_ns = q.tolerance_ns;
-            j.shots = shots_of(r.payload);
-            if (auto st = q.link->submit(j, r.payload); st) {
-                q.handed[r.id] = {r.start_ns, r.calibration_id};
-                ++_handed_total;
-                continue;
-            } else {
-                refuse = "dispatch_refused: " + st.err().message;
-                ++_refused_total;
-            }
-        }
-        ++q.missed;
-        if (auto m = _ledger->miss(r.id, refuse, now_ns); !m) {
-            ++_ledger_errors;
-            log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
-        } else {
-            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, refuse);
-        }
     }
 }
 
@@ -231,11 +246,15 @@ void services::on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent
 }
 
 void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
+    // The pump's report of this hand-over is in by now: its pass ended
+    // before the link could show the job to the loop.
+    apply_pump_reports(q);
     std::optional<std::pair<std::int64_t, std::uint64_t>> as_handed;
     if (const auto h = q.handed.find(o.job_id); h != q.handed.end()) {
         as_handed = h->second;
         q.handed.erase(h);
     }
+    q.released.push_back(o.job_id);
     const std::int64_t now = _clock.now_realtime_ns();
     const timeline::reservation* r = _ledger ? _ledger->find(o.job_id) : nullptr;
     if (r == nullptr) {

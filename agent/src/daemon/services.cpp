@@ -13,9 +13,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -133,6 +136,13 @@ handover_timing handover_timing_for(const config& cfg) {
     // Hand jobs over well before their lead starts: a housekeeping stall
     // shorter than the horizon delays no dispatch already handed over.
     h.horizon_ns = std::max<std::int64_t>(h.min_lead_ns + 20 * k_ms, 250 * k_ms);
+    // The plan reaches twice as far: a loop stall up to horizon_ns delays no
+    // hand-over of a job planned before it.  Its size per QPU: twice the
+    // jobs the dispatch ring can hold (qrtd.toml(5) LIMITS).
+    h.plan_horizon_ns = 2 * h.horizon_ns;
+    const std::size_t slots = cfg.dispatch.ring_capacity > 0 ? round_up_pow2(cfg.dispatch.ring_capacity)
+                                                             : dispatch::dispatcher_config{}.slots;
+    h.plan_max_jobs = 2 * slots;
     return h;
 }
 
@@ -232,19 +242,27 @@ rtcore::status services::open_ledger() {
     // Cancel and preemption change a handed-over job only when its
     // withdrawal from the dispatch thread wins the race with the send.
     timeline::ledger::dispatch_gate gate;
+    // Through the pump's lane, so a hand-over in progress on the pump's
+    // thread is either done (and withdrawn here) or not begun (and revoked).
     gate.take = [this](std::uint64_t id) {
-        for (auto& q : _qpus) {
-            if (q->handed.count(id) != 0) {
-                const auto w = q->link->withdraw(id);
-                q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
-                return w != dispatch::dispatcher::withdraw_result::too_late;
-            }
+        if (!_pump) {
+            return true;  // nothing handed over
         }
-        return true;  // not handed over: nothing to race
+        for (auto& q : _qpus) {
+            const auto w = _pump->revoke(q->index, id);
+            if (w == dispatch::dispatcher::withdraw_result::too_late) {
+                return false;
+            }
+            q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
+        }
+        return true;
     };
     gate.give_back = [this](std::uint64_t id) {
+        if (!_pump) {
+            return;
+        }
         for (auto& q : _qpus) {
-            if (q->handed.count(id) != 0 && !q->link->restore(id)) {
+            if (!_pump->give_back(q->index, id) && q->handed.count(id) != 0) {
                 // Already dropped by the dispatch thread: its `cancelled`
                 // record comes back and the pump hands the job over again.
                 log::debug("dispatch", "{}: job {} could not be restored after a withdrawal", q->name, id);
@@ -465,14 +483,30 @@ rtcore::status services::start_links() {
 }
 
 rtcore::status services::start_timers() {
-    // The job pump: every pump period, due jobs within the horizon go to
-    // their link (handover_timing).
-    const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
-    auto pump_timer = _loop.add_timer(pump_period, pump_period, [this] { pump(); });
-    if (!pump_timer) {
-        return std::move(pump_timer).err();
+    // The job pump on its own thread (job_pump.hpp), and its plan on the
+    // loop: every pump period, and after every request line that changed
+    // the ledger (hand_over_now), the loop takes the pump's reports and
+    // publishes each QPU's plan; the pump hands over from the newest plan.
+    std::vector<dispatch::qpu_link*> links;
+    for (auto& q : _qpus) {
+        links.push_back(q->link.get());
     }
-    _timers.push_back(*pump_timer);
+    job_pump::options po;
+    po.period_ns = _handover.pump_period_ns;
+    po.horizon_ns = _handover.horizon_ns;
+    _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
+    if (auto st = _pump->start(); !st) {
+        return st;
+    }
+    const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
+    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { sync_pump(); });
+    if (!plan_timer) {
+        return std::move(plan_timer).err();
+    }
+    _timers.push_back(*plan_timer);
+    if (auto st = start_loop_stall_hook(); !st) {
+        return st;
+    }
 
     // Leases and the missed backstop: every 100 ms.  Jobs handed to a link
     // get their outcome from it; mark_missed only catches jobs nobody
@@ -529,6 +563,33 @@ rtcore::status services::start_timers() {
     for (auto& q : _qpus) {
         refresh_calibration(*q, _clock.now_realtime_ns());
     }
+    return rtcore::ok();
+}
+
+// A test hook, never set in production: QRTD_TEST_LOOP_STALL="EVERY_MS:STALL_MS"
+// blocks the event loop for STALL_MS every EVERY_MS, as a burst of commits or
+// a slow client would, to show that the pump's hand-overs do not wait for the
+// loop (tests/integration/e2e/test_pump_stall.py).  Logged as a warning.
+rtcore::status services::start_loop_stall_hook() {
+    const char* spec = std::getenv("QRTD_TEST_LOOP_STALL");
+    if (spec == nullptr || *spec == '\0') {
+        return rtcore::ok();
+    }
+    unsigned every_ms = 0;
+    unsigned stall_ms = 0;
+    if (std::sscanf(spec, "%u:%u", &every_ms, &stall_ms) != 2 || every_ms == 0 || stall_ms >= every_ms) {
+        return rtcore::error::invalid(fmt::format(
+            "daemon: QRTD_TEST_LOOP_STALL=\"{}\": expected EVERY_MS:STALL_MS with STALL_MS < EVERY_MS; unset it",
+            spec));
+    }
+    log::warn("daemon", "QRTD_TEST_LOOP_STALL: the event loop blocks {} ms every {} ms (a test hook)", stall_ms,
+              every_ms);
+    auto t = _loop.add_timer(std::chrono::milliseconds(every_ms), std::chrono::milliseconds(every_ms),
+                             [stall_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms)); });
+    if (!t) {
+        return std::move(t).err();
+    }
+    _timers.push_back(*t);
     return rtcore::ok();
 }
 
@@ -727,7 +788,7 @@ void services::stop() noexcept {
     }
     _stopped = true;
     try {
-        // Reverse order: server, probes, timers, links, ledger.
+        // Reverse order: server, probes, timers, pump, links, ledger.
         if (_server) {
             _server->stop();
         }
@@ -744,6 +805,14 @@ void services::stop() noexcept {
         _timers.clear();
         if (_step_watch) {
             _loop.remove_fd(_step_watch->fd());
+        }
+        // The pump first: once its thread is joined nothing else produces
+        // into the rings; its last reports go into the ledger.
+        if (_pump) {
+            _pump->stop();
+            for (auto& q : _qpus) {
+                apply_pump_reports(*q);
+            }
         }
         for (auto& q : _qpus) {
             if (q->switch_timer) {
@@ -762,6 +831,7 @@ void services::stop() noexcept {
         for (auto& q : _qpus) {
             q->link.reset();
         }
+        _pump.reset();
         _ledger.reset();
     } catch (const std::exception& e) {
         log::error("daemon", "stopping services: {}", e.what());

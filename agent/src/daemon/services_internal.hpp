@@ -39,9 +39,13 @@ struct services::qpu_runtime {
     int dispatch_cpu = -1;
     std::int64_t tolerance_ns = 0;
     std::unique_ptr<dispatch::qpu_link> link;
-    // Given to the link, no outcome yet: id -> (start, calibration id) as handed.
+    // Handed to the link by the pump (its reports), no outcome yet:
+    // id -> (start, calibration id) as handed.
     std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
-    bool withdrawals_pending = false;  // withdrawn since the last pump tick (report_withdrawn)
+    // Outcomes (and refusals) taken since the last plan: the pump forgets
+    // these ids with the next plan it takes.
+    std::vector<std::uint64_t> released;
+    bool withdrawals_pending = false;  // the dispatch gate withdrew since the last plan (report_withdrawn)
     std::vector<timeline::calibration_window> windows;  // ending after the last refresh
     std::int64_t current_until_ns = 0;  // refresh when now reaches this
     std::uint64_t calibration_id = 0;   // what the link's guard holds

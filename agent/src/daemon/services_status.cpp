@@ -241,6 +241,24 @@ nlohmann::json services::status_json() {
                       {"handover_horizon_ns", _handover.horizon_ns},
                       {"lead_max_ns", _handover.lead_max_ns},
                       {"handover_margin_ns", _handover.margin_ns}};
+    if (_pump) {
+        // The job pump's own thread (job_pump.hpp): how late its ticks came
+        // and how long a pass took, at most, since the start.
+        const auto ps = _pump->stats();
+        st["dispatch"]["pump"] = {{"thread", ps.sched},
+                                  {"ticks", ps.ticks},
+                                  {"ticks_skipped", ps.ticks_skipped},
+                                  {"max_tick_lateness_ns", ps.max_lateness_ns},
+                                  {"max_pass_ns", ps.max_work_ns},
+                                  {"plan_jobs", ps.plan_jobs},
+                                  {"plan_max_jobs_per_qpu", _handover.plan_max_jobs},
+                                  {"plan_horizon_ns", _handover.plan_horizon_ns},
+                                  {"plans_taken", ps.plans_taken},
+                                  {"errors", ps.errors}};
+        if (ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
+            degraded.push_back("job pump not real-time: " + ps.sched);
+        }
+    }
     const auto ls = _ledger->stats();
     st["ledger"] = {{"reservations", ls.reservations},
                     {"active", ls.active},
@@ -311,6 +329,16 @@ telemetry::snapshot services::telemetry_snapshot() {
     }
     s.add_counter("qrt_event_loop_callback_errors_total", "exceptions caught from event-loop callbacks", {},
                   _loop.callback_errors());
+    if (_pump) {
+        const auto ps = _pump->stats();
+        s.add_counter("qrt_pump_ticks_total", "job pump ticks (one per pump period)", {}, ps.ticks);
+        s.add_gauge("qrt_pump_max_tick_lateness_seconds", "job pump: latest tick wake-up after its absolute time, "
+                    "since the start", {}, static_cast<double>(ps.max_lateness_ns) / 1e9);
+        s.add_gauge("qrt_pump_max_pass_seconds", "job pump: longest pass over every QPU, since the start", {},
+                    static_cast<double>(ps.max_work_ns) / 1e9);
+        s.add_gauge("qrt_pump_plan_jobs", "jobs in the hand-over plans the pump holds", {},
+                    static_cast<double>(ps.plan_jobs));
+    }
     {
         const auto m = rtcore::read_process_locked_memory();
         if (m.vm_lck_bytes >= 0) {
