@@ -120,16 +120,18 @@ void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
     // jobs already handed over are refused rather than sent uncalibrated.
     std::uint64_t id = dispatch::no_window_calibration_id;
     std::int64_t until = now_ns + 1'000 * k_ms;
-    // A next window that starts exactly at the current one's end takes over
-    // at that instant in the guard itself: the first job of that window (T at
-    // the boundary) must not race the switch timer below.
+    // The next window takes over at the current one's end in the guard
+    // itself (a job whose T is at or after that belongs to it; none starts
+    // in a blackout): the first job of that window must not wait for the
+    // switch timer below, which runs on the loop and so is late by however
+    // long the loop is stalled (the pump hands that job over on time).
     std::uint64_t next_id = id;
     std::int64_t switch_ns = INT64_MAX;
     if (!q.windows.empty()) {
         id = q.windows.front().calibration_id;
         until = q.windows.front().valid_until_ns;
         next_id = id;
-        if (q.windows.size() > 1 && q.windows[1].valid_from_ns == until) {
+        if (q.windows.size() > 1 && q.windows[1].valid_from_ns >= until) {
             next_id = q.windows[1].calibration_id;
             switch_ns = until;
         }
