@@ -42,7 +42,8 @@
 // real-time thread (threaded IRQs at 50, the dispatch threads at 80 on their
 // own isolated CPUs).  Its work per period is bounded, so it cannot starve
 // the housekeeping CPUs.  Without CAP_SYS_NICE it runs SCHED_OTHER and
-// agent.status says so.
+// agent.status says so (degraded); with dispatch.mode = "untuned" (the
+// comparison mode) it runs SCHED_OTHER by design.
 
 #include <atomic>
 #include <cstdint>

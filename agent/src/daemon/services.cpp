@@ -494,6 +494,9 @@ rtcore::status services::start_timers() {
     job_pump::options po;
     po.period_ns = _handover.pump_period_ns;
     po.horizon_ns = _handover.horizon_ns;
+    // SCHED_FIFO 1 (job_pump.hpp says why); untuned, the comparison mode,
+    // runs nothing real-time.
+    po.priority = _cfg.dispatch.mode == dispatch_mode::untuned ? 0 : 1;
     _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
     if (auto st = _pump->start(); !st) {
         return st;

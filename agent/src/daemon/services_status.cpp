@@ -255,7 +255,7 @@ nlohmann::json services::status_json() {
                                   {"plan_horizon_ns", _handover.plan_horizon_ns},
                                   {"plans_taken", ps.plans_taken},
                                   {"errors", ps.errors}};
-        if (ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
+        if (_cfg.dispatch.mode != dispatch_mode::untuned && ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
             degraded.push_back("job pump not real-time: " + ps.sched);
         }
     }
@@ -332,7 +332,7 @@ telemetry::snapshot services::telemetry_snapshot() {
     if (_pump) {
         const auto ps = _pump->stats();
         s.add_counter("qrt_pump_ticks_total", "job pump ticks (one per pump period)", {}, ps.ticks);
-        s.add_gauge("qrt_pump_max_tick_lateness_seconds", "job pump: latest tick wake-up after its absolute time, "
+        s.add_gauge("qrt_pump_max_tick_lateness_seconds", "job pump: the latest a tick woke after its absolute time, "
                     "since the start", {}, static_cast<double>(ps.max_lateness_ns) / 1e9);
         s.add_gauge("qrt_pump_max_pass_seconds", "job pump: longest pass over every QPU, since the start", {},
                     static_cast<double>(ps.max_work_ns) / 1e9);
