@@ -3,6 +3,7 @@
 #include "job_pump.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -64,6 +65,18 @@ void job_pump::stop() noexcept {
 void job_pump::thread_main() noexcept {
     ::pthread_setname_np(::pthread_self(), "qrt-pump");
     std::string sched;
+    std::string pinned;
+    if (!_opts.cpus.empty()) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (const unsigned c : _opts.cpus.cpus()) {
+            CPU_SET(c, &set);
+        }
+        const int rc = ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+        pinned = rc == 0 ? " on CPUs " + _opts.cpus.to_list()
+                         : fmt::format(" (pthread_setaffinity_np {}: error {}: runs where the process may)",
+                                       _opts.cpus.to_list(), rc);
+    }
     std::optional<rtcore::scoped_rt_thread> rt;
     if (_opts.priority > 0) {
         rtcore::rt_thread_config c;
@@ -85,7 +98,7 @@ void job_pump::thread_main() noexcept {
     }
     {
         std::lock_guard<rtcore::pi_mutex> lk(_sched_mu);
-        _sched = std::move(sched);
+        _sched = sched + pinned;
     }
     const std::int64_t period = std::max<std::int64_t>(_opts.period_ns, 100'000);
     std::int64_t next = _clock.now_monotonic_ns() + period;

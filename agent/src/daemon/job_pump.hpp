@@ -4,7 +4,8 @@
 //
 // Threads of the housekeeping side, and what each may touch:
 //
-//   event loop (SCHED_OTHER)              job pump (SCHED_FIFO 1, this file)
+//   event loop (SCHED_OTHER)              job pump (SCHED_FIFO 1 on the
+//                                           housekeeping CPUs, this file)
 //   --------------------------------      ---------------------------------
 //   owns the ledger; RPC, commits,        never touches the ledger
 //   NSS, telemetry, endpoint I/O
@@ -36,7 +37,7 @@
 // stall, as long as the stall is shorter than plan_horizon - horizon (the
 // plan reaches that much further than the pump hands over).
 //
-// The pump's SCHED_FIFO priority 1, on the housekeeping CPUs it inherits:
+// The pump's SCHED_FIFO priority 1, pinned to the housekeeping CPUs:
 // above every SCHED_OTHER task there (the loop, clients, builds), so their
 // load cannot push a tick back by a scheduler slice; below every other
 // real-time thread (threaded IRQs at 50, the dispatch threads at 80 on their
@@ -59,6 +60,7 @@
 #include "qrt/dispatch/qpu_link.hpp"
 #include "qrt/timeline/types.hpp"
 #include "rtcore/clock.hpp"
+#include "rtcore/cpu_set.hpp"
 #include "rtcore/pi_mutex.hpp"
 
 namespace qrt {
@@ -109,6 +111,10 @@ public:
         std::int64_t period_ns = 2'000'000;
         std::int64_t horizon_ns = 250'000'000;  // hand over what starts before now + this
         int priority = 1;                       // SCHED_FIFO; 0: SCHED_OTHER
+        // Pin here (the housekeeping CPUs); empty: the process's affinity.
+        // Never a dispatch CPU: the SCHED_FIFO 80 thread spinning there
+        // would hold a tick back for its whole spin.
+        rtcore::cpu_set cpus;
     };
 
     job_pump(std::vector<dispatch::qpu_link*> links, rtcore::clock_source& clock, options opts);

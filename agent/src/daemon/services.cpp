@@ -497,6 +497,12 @@ rtcore::status services::start_timers() {
     // SCHED_FIFO 1 (job_pump.hpp says why); untuned, the comparison mode,
     // runs nothing real-time.
     po.priority = _cfg.dispatch.mode == dispatch_mode::untuned ? 0 : 1;
+    po.cpus = _facts.housekeeping;
+    for (const auto& q : _qpus) {
+        if (q->dispatch_cpu >= 0) {
+            po.cpus.reset(static_cast<unsigned>(q->dispatch_cpu));
+        }
+    }
     _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
     if (auto st = _pump->start(); !st) {
         return st;

@@ -66,6 +66,8 @@ class PumpStall(base.E2E):
         self.assertGreater(worst, 0.2, "no status call waited for a stall: the hook did not block the loop")
         st = demo_client.wait_terminal(c, ids, 30)
         pump = c.status()["dispatch"].get("pump", {})
+        # What the pump measured, for the record (not asserted: timings).
+        print(f"\npump under the stalls: {pump}", file=sys.stderr)
         c.close()
         self.qrtd.send_signal(base.signal.SIGTERM)
         self.assertEqual(self.qrtd.wait(20), 0, self.log_tail())
