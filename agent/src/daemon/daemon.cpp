@@ -950,10 +950,12 @@ exit_code daemon::run() {
         //    b. one qpu_link per QPU: the endpoint connection and its
         //       dispatch thread on plan->dispatch_cpus (SCHED_FIFO needs
         //       CAP_SYS_NICE, kept above), configured from [dispatch];
-        //    c. the job pump (due jobs within a horizon > lead_max go to
-        //       their link once; outcomes come back to the ledger), lease
-        //       expiry and missed marking, calibration switches into each
-        //       link's guard, and the realtime-step watch;
+        //    c. the job pump on its own thread (SCHED_FIFO 1, housekeeping
+        //       CPUs: due jobs within a horizon > lead_max go to their link
+        //       once, from a plan the loop builds from the ledger; outcomes
+        //       come back to the ledger on the loop), lease expiry and
+        //       missed marking, calibration switches into each link's
+        //       guard, and the realtime-step watch;
         //    d. the eBPF probes (never fatal: "probes: unavailable (...)");
         //    e. the RPC server on the socket of step 7 (or systemd's), last,
         //       so no client is answered before the state it queries exists.

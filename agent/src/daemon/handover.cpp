@@ -1,6 +1,8 @@
-// The hand-over between the ledger and the dispatch threads, on the
-// housekeeping loop: the job pump, the outcomes back into the ledger, and the
-// calibration each link's guard follows (see handover_timing in services.hpp).
+// The hand-over between the ledger and the dispatch threads, the event
+// loop's side of it: each QPU's plan for the job pump (job_pump.hpp, its own
+// thread), the pump's reports and the dispatch outcomes back into the
+// ledger, and the calibration each link's guard follows (see handover_timing
+// in services.hpp).
 
 #include "services.hpp"
 #include "services_internal.hpp"
@@ -43,7 +45,7 @@ std::uint32_t shots_of(const timeline::blob& payload) {
 }  // namespace
 
 void services::sync_pump() noexcept {
-    if (_pumping || !_pump) {
+    if (_pumping || !_pump || _stopped) {
         return;  // publish_ledger_events() below drains the sources, hand_over_now() among them
     }
     _pumping = true;
