@@ -50,6 +50,7 @@ void services::sync_pump() noexcept {
     }
     _pumping = true;
     try {
+        const std::int64_t began = _clock.now_monotonic_ns();
         const std::int64_t now = _clock.now_realtime_ns();
         for (auto& q : _qpus) {
             apply_pump_reports(*q);
@@ -58,6 +59,8 @@ void services::sync_pump() noexcept {
         for (auto& q : _qpus) {
             publish_plan(*q, now);
         }
+        // The first term of the hand-over bound (job_pump.hpp), as measured.
+        _max_plan_publish_ns = std::max(_max_plan_publish_ns, _clock.now_monotonic_ns() - began);
         publish_ledger_events();
     } catch (const std::exception& e) {
         static log::rate_limiter rl{std::chrono::seconds(10)};

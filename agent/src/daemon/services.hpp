@@ -184,6 +184,7 @@ private:
     std::unique_ptr<job_pump> _pump;
     bool _pumping = false;                 // sync_pump() is running (no re-entry through the event sources)
     std::uint64_t _pumped_generation = 0;  // ledger generation the last plan saw
+    std::int64_t _max_plan_publish_ns = 0; // longest sync_pump (reports in, plans out)
     std::int64_t _missed_backstop_ns = 0;
 
     std::optional<rtcore::realtime_step_watch> _step_watch;

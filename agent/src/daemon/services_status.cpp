@@ -250,6 +250,7 @@ nlohmann::json services::status_json() {
                                   {"ticks_skipped", ps.ticks_skipped},
                                   {"max_tick_lateness_ns", ps.max_lateness_ns},
                                   {"max_pass_ns", ps.max_work_ns},
+                                  {"max_plan_publish_ns", _max_plan_publish_ns},
                                   {"plan_jobs", ps.plan_jobs},
                                   {"plan_max_jobs_per_qpu", _handover.plan_max_jobs},
                                   {"plan_horizon_ns", _handover.plan_horizon_ns},
