@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <exception>
 #include <utility>
 
@@ -659,6 +661,165 @@ bool drop_privileges(const run_identity& id, host_facts& facts) {
     return true;
 }
 
+// Step 4: topology, partition plan and kernel probe, read-only, and the
+// facts services report from them.  EINVAL: the config cannot be planned on
+// this host (exit_code::usage); any other error code: a runtime failure.
+struct host_survey {
+    rtcore::partition_plan plan;
+    host_facts facts;
+};
+
+rtcore::result<host_survey> survey_host(const config& cfg, const run_options& opts, const rtcore::host_fs& fs,
+                                        const std::filesystem::path& state_dir) {
+    host_context hctx;
+    hctx.root = opts.root;
+    hctx.state_dir = state_dir;
+    hctx.topology = opts.topology;
+    std::string note;
+    auto topo = load_topology(hctx, fs, &note);
+    if (!topo) {
+        log::error("topology", "{}", topo.err().message);
+        return rtcore::error{EIO, topo.err().message};
+    }
+    if (!note.empty()) {
+        log::info("topology", "{}", note);
+    }
+    auto plan = plan_for(cfg, *topo);
+    if (!plan) {
+        log::error("plan", "{}", plan.err().message);
+        return rtcore::error::invalid(plan.err().message);
+    }
+    for (const auto& r : plan->reasons) {
+        log::debug("plan", "{}", r);
+    }
+    log::info("plan", "isolated CPUs {}, housekeeping CPUs {}", plan->isolated.to_list(),
+              plan->housekeeping.to_list());
+    const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
+    log::info("kernel", "release {}, preemption {}", kernel.release.value_or("unknown"), kernel.preempt_model);
+    for (const auto& w : kernel.warnings) {
+        log::warn(w.subsystem, "{}; fix: {}{}", w.message, w.fix, w.needs_reboot ? " (needs reboot)" : "");
+    }
+    host_survey out;
+    host_facts& facts = out.facts;
+    facts.state_dir = state_dir;
+    facts.root = opts.root;
+    facts.isolated = plan->isolated;
+    facts.housekeeping = plan->housekeeping;
+    facts.dispatch_cpus = plan->dispatch_cpus;
+    facts.kernel_release = kernel.release;
+    facts.preempt_model = kernel.preempt_model;
+    facts.kernel_warnings = kernel.warnings;
+    facts.require_rt = cfg.dispatch.mode == dispatch_mode::tuned && require_rt_for(cfg, &facts.require_rt_why);
+    if (cfg.dispatch.mode == dispatch_mode::tuned) {
+        log::info("dispatch", "{}: {}", facts.require_rt_why,
+                  facts.require_rt ? "a dispatch thread that cannot be SCHED_FIFO on its isolated CPU stops "
+                                     "the start (exit status 3)"
+                                   : "a dispatch thread that cannot be real-time runs degraded");
+    }
+    out.plan = std::move(*plan);
+    return out;
+}
+
+// Step 5: the partition this run uses -- applied here (root, or a --root
+// tree), read from the summary root's `qrtd host apply` left (not root), or
+// left alone (host.apply_on_run = false).  Returns how isolation is done, for
+// agent.status; nullopt when applying failed (the host is as it was).
+std::optional<std::string> partition_for_run(const config& cfg, const run_options& opts, rtcore::host_fs& fs,
+                                             const rtcore::partition_plan& plan, const run_identity& id,
+                                             host_facts& facts, owned_partition& partition,
+                                             const state_dir_lock& state_lock, sd_notifier& sd) {
+    if (!cfg.host.apply_on_run) {
+        log::info("host", "host.apply_on_run = false: the partition is left alone");
+        return std::string("not applied");
+    }
+    const bool privileged = ::geteuid() == 0 || !fs.is_system();
+    if (!privileged) {
+        std::string used = partition_from_summary(cfg, fs, facts);
+        if (!facts.partition_applied) {
+            log::warn("host", "not root: partition not applied; run `qrtd host apply` as root "
+                              "(under systemd, ExecStartPre=+ does)");
+        }
+        return used;
+    }
+    auto step = take_partition(cfg, opts, fs, plan, id, facts, partition, state_lock, sd);
+    if (!step.ok) {
+        return std::nullopt;
+    }
+    return step.isolation_used;
+}
+
+// Step 6: SIGTERM/SIGINT (shutdown) and SIGHUP (reload) from a signalfd the
+// loop watches; they have been blocked since step 0.  The fd lives as long
+// as the returned handle.
+rtcore::result<unique_fd> watch_signals(event_loop& loop, const blocked_signals& signals,
+                                        std::function<void()> reload,
+                                        std::function<void(std::string)> shutdown) {
+    unique_fd sigfd(::signalfd(-1, &signals.set(), SFD_NONBLOCK | SFD_CLOEXEC));
+    if (sigfd.get() < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "signalfd");
+    }
+    const int fd = sigfd.get();
+    auto added = loop.add_fd(fd, EPOLLIN, [fd, reload = std::move(reload), shutdown = std::move(shutdown)](std::uint32_t) {
+        signalfd_siginfo si{};
+        while (::read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+            if (si.ssi_signo == SIGHUP) {
+                log::info("signal", "SIGHUP from pid {}: reloading the config", si.ssi_pid);
+                reload();
+                continue;
+            }
+            log::info("signal", "{} from pid {}: shutting down", signal_name(si.ssi_signo), si.ssi_pid);
+            shutdown(signal_name(si.ssi_signo));
+        }
+    });
+    if (!added) {
+        return std::move(added).err();
+    }
+    return sigfd;
+}
+
+// Step 6: --duration-s, a one-shot timer that asks for the shutdown.
+rtcore::status stop_after(event_loop& loop, std::optional<std::chrono::seconds> duration,
+                          const std::function<void(std::string)>& shutdown) {
+    if (!duration) {
+        return rtcore::ok();
+    }
+    const auto d = *duration;
+    auto t = loop.add_timer(d, std::chrono::nanoseconds(0), [shutdown, d] {
+        log::info("daemon", "--duration-s {} elapsed: shutting down", d.count());
+        shutdown("duration elapsed");
+    });
+    if (!t) {
+        return std::move(t).err();
+    }
+    return rtcore::ok();
+}
+
+// Step 10: READY=1 with the status line, and the watchdog when the unit
+// asks for one (WatchdogSec=, agent.watchdog).
+bool announce_ready(const config& cfg, const rtcore::partition_plan& plan, const std::string& isolation_used,
+                    event_loop& loop, sd_notifier& sd) {
+    const std::string status_text =
+        fmt::format("running: {} QPU{}, isolated CPUs {} ({}), housekeeping CPUs {}", cfg.qpus.size(),
+                    cfg.qpus.size() == 1 ? "" : "s", plan.isolated.to_list(), isolation_used,
+                    plan.housekeeping.to_list());
+    if (auto st = sd.ready(status_text); !st) {
+        log::warn("systemd", "{}", st.err().message);
+    }
+    if (cfg.agent.watchdog) {
+        auto wd = sd.start_watchdog(loop);
+        if (!wd) {
+            log::error("systemd", "watchdog: {}", wd.err().message);
+            return false;
+        }
+        if (*wd) {
+            log::info("systemd", "watchdog: pinging every {} ms", (*wd)->count() / 2000);
+        }
+    }
+    log::info("daemon", "{}", status_text);
+    return true;
+}
+
 }  // namespace
 
 daemon::daemon(run_options opts) : _opts(std::move(opts)) {}
@@ -715,52 +876,12 @@ exit_code daemon::run() {
         //    plan names the isolated and dispatch CPUs every later step uses,
         //    and each kernel risk is logged now, so the journal of this start
         //    says why latency may be poor.
-        host_context hctx;
-        hctx.root = _opts.root;
-        hctx.state_dir = state_dir;
-        hctx.topology = _opts.topology;
-        std::string note;
-        auto topo = load_topology(hctx, fs, &note);
-        if (!topo) {
-            log::error("topology", "{}", topo.err().message);
-            return exit_code::failure;
+        auto surveyed = survey_host(cfg, _opts, fs, state_dir);
+        if (!surveyed) {
+            return surveyed.err().code == EINVAL ? exit_code::usage : exit_code::failure;
         }
-        if (!note.empty()) {
-            log::info("topology", "{}", note);
-        }
-        auto plan = plan_for(cfg, *topo);
-        if (!plan) {
-            log::error("plan", "{}", plan.err().message);
-            return exit_code::usage;
-        }
-        for (const auto& r : plan->reasons) {
-            log::debug("plan", "{}", r);
-        }
-        log::info("plan", "isolated CPUs {}, housekeeping CPUs {}", plan->isolated.to_list(),
-                  plan->housekeeping.to_list());
-        const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
-        log::info("kernel", "release {}, preemption {}", kernel.release.value_or("unknown"),
-                  kernel.preempt_model);
-        for (const auto& w : kernel.warnings) {
-            log::warn(w.subsystem, "{}; fix: {}{}", w.message, w.fix,
-                      w.needs_reboot ? " (needs reboot)" : "");
-        }
-        host_facts facts;
-        facts.state_dir = state_dir;
-        facts.root = _opts.root;
-        facts.isolated = plan->isolated;
-        facts.housekeeping = plan->housekeeping;
-        facts.dispatch_cpus = plan->dispatch_cpus;
-        facts.kernel_release = kernel.release;
-        facts.preempt_model = kernel.preempt_model;
-        facts.kernel_warnings = kernel.warnings;
-        facts.require_rt = cfg.dispatch.mode == dispatch_mode::tuned && require_rt_for(cfg, &facts.require_rt_why);
-        if (cfg.dispatch.mode == dispatch_mode::tuned) {
-            log::info("dispatch", "{}: {}", facts.require_rt_why,
-                      facts.require_rt ? "a dispatch thread that cannot be SCHED_FIFO on its isolated CPU stops "
-                                         "the start (exit status 3)"
-                                       : "a dispatch thread that cannot be real-time runs degraded");
-        }
+        const rtcore::partition_plan& plan = surveyed->plan;
+        host_facts facts = std::move(surveyed->facts);
 
         // 5. The partition, when running as root (or on a --root tree) and
         //    host.apply_on_run says so, before the privilege drop: writing
@@ -773,34 +894,16 @@ exit_code daemon::run() {
         //    (systemd's ExecStartPre) is `qrtd host restore`'s to undo.  Not
         //    root: the summary root's apply left says what is applied.
         owned_partition partition;
-        const bool privileged = ::geteuid() == 0 || !fs.is_system();
-        std::string isolation_used = "not applied";
-        if (!cfg.host.apply_on_run) {
-            log::info("host", "host.apply_on_run = false: the partition is left alone");
-        } else if (!privileged) {
-            isolation_used = partition_from_summary(cfg, fs, facts);
-            if (!facts.partition_applied) {
-                log::warn("host", "not root: partition not applied; run `qrtd host apply` as root "
-                                  "(under systemd, ExecStartPre=+ does)");
-            }
-        } else {
-            auto step = take_partition(cfg, _opts, fs, *plan, *identity, facts, partition, *state_lock, sd);
-            if (!step.ok) {
-                return exit_code::failure;
-            }
-            isolation_used = step.isolation_used;
+        const auto isolation_used =
+            partition_for_run(cfg, _opts, fs, plan, *identity, facts, partition, *state_lock, sd);
+        if (!isolation_used) {
+            return exit_code::failure;
         }
 
         // 6. The event loop and the signals it reads.  Set up after the
         //    apply, so nothing here can fail half way through a partition
         //    change; the signals have been blocked since step 0.
         event_loop loop;
-        unique_fd sigfd(::signalfd(-1, &signals.set(), SFD_NONBLOCK | SFD_CLOEXEC));
-        if (sigfd.get() < 0) {
-            const int err = errno;
-            log::error("daemon", "signalfd: {}", std::strerror(err));
-            return exit_code::failure;
-        }
         std::string stop_reason;
         auto shutdown = [&](std::string reason) {
             if (stop_reason.empty()) {
@@ -809,33 +912,14 @@ exit_code daemon::run() {
                 loop.stop();
             }
         };
-        auto added = loop.add_fd(sigfd.get(), EPOLLIN, [&](std::uint32_t) {
-            signalfd_siginfo si{};
-            while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-                if (si.ssi_signo == SIGHUP) {
-                    log::info("signal", "SIGHUP from pid {}: reloading the config", si.ssi_pid);
-                    reload_config(_opts, cfg, fs);
-                    continue;
-                }
-                log::info("signal", "{} from pid {}: shutting down", signal_name(si.ssi_signo),
-                          si.ssi_pid);
-                shutdown(signal_name(si.ssi_signo));
-            }
-        });
-        if (!added) {
-            log::error("daemon", "{}", added.err().message);
+        auto sigfd = watch_signals(loop, signals, [&] { reload_config(_opts, cfg, fs); }, shutdown);
+        if (!sigfd) {
+            log::error("daemon", "{}", sigfd.err().message);
             return exit_code::failure;
         }
-        if (_opts.duration) {
-            const auto d = *_opts.duration;
-            auto t = loop.add_timer(d, std::chrono::nanoseconds(0), [&, d] {
-                log::info("daemon", "--duration-s {} elapsed: shutting down", d.count());
-                shutdown("duration elapsed");
-            });
-            if (!t) {
-                log::error("daemon", "{}", t.err().message);
-                return exit_code::failure;
-            }
+        if (auto st = stop_after(loop, _opts.duration, shutdown); !st) {
+            log::error("daemon", "{}", st.err().message);
+            return exit_code::failure;
         }
 
         // 7. The control socket, bound (and chown'ed to rpc.socket_group)
@@ -866,14 +950,16 @@ exit_code daemon::run() {
         //    b. one qpu_link per QPU: the endpoint connection and its
         //       dispatch thread on plan->dispatch_cpus (SCHED_FIFO needs
         //       CAP_SYS_NICE, kept above), configured from [dispatch];
-        //    c. the job pump (due jobs within a horizon > lead_max go to
-        //       their link once; outcomes come back to the ledger), lease
-        //       expiry and missed marking, calibration switches into each
-        //       link's guard, and the realtime-step watch;
+        //    c. the job pump on its own thread (SCHED_FIFO 1, housekeeping
+        //       CPUs: due jobs within a horizon > lead_max go to their link
+        //       once, from a plan the loop builds from the ledger; outcomes
+        //       come back to the ledger on the loop), lease expiry and
+        //       missed marking, calibration switches into each link's
+        //       guard, and the realtime-step watch;
         //    d. the eBPF probes (never fatal: "probes: unavailable (...)");
         //    e. the RPC server on the socket of step 7 (or systemd's), last,
         //       so no client is answered before the state it queries exists.
-        facts.isolation = isolation_used;
+        facts.isolation = *isolation_used;
         services svc(loop, cfg, std::move(facts));
         svc.use_prebound_socket(*listener);
         if (auto st = svc.start(); !st) {
@@ -890,25 +976,9 @@ exit_code daemon::run() {
 
         // 10. READY=1 only now: systemd starts dependent units, and a socket
         //     client may be served, once everything above is in place.
-        const std::string status_text =
-            fmt::format("running: {} QPU{}, isolated CPUs {} ({}), housekeeping CPUs {}",
-                        cfg.qpus.size(), cfg.qpus.size() == 1 ? "" : "s", plan->isolated.to_list(),
-                        isolation_used, plan->housekeeping.to_list());
-        if (auto st = sd.ready(status_text); !st) {
-            log::warn("systemd", "{}", st.err().message);
+        if (!announce_ready(cfg, plan, *isolation_used, loop, sd)) {
+            return exit_code::failure;
         }
-        if (cfg.agent.watchdog) {
-            auto wd = sd.start_watchdog(loop);
-            if (!wd) {
-                log::error("systemd", "watchdog: {}", wd.err().message);
-                return exit_code::failure;
-            }
-            if (*wd) {
-                log::info("systemd", "watchdog: pinging every {} ms",
-                          (*wd)->count() / 2000);
-            }
-        }
-        log::info("daemon", "{}", status_text);
 
         // 11. The loop, until SIGTERM/SIGINT or --duration-s.
         loop.run();

@@ -1,26 +1,28 @@
-// The daemon's services: see services.hpp.
+// The daemon's services, wired: start-up in order, stop in reverse (see
+// services.hpp).  The hand-over is in handover.cpp, status in
+// services_status.cpp.
 
 #include "services.hpp"
-
-#include "rtcore/memory_lock.hpp"
+#include "services_internal.hpp"
 
 #include <dirent.h>
 #include <grp.h>
 #include <malloc.h>
 #include <sys/epoll.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "qrt/dispatch/guard.hpp"
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
@@ -29,8 +31,6 @@
 
 #ifdef QRT_HAVE_BPF
 #include "outlier_feed.hpp"
-#include "qrt_bpf/histogram_convert.hpp"
-#include "qrt_bpf/intrusion.hpp"
 #include "qrt_bpf/probe_set.hpp"
 #endif
 
@@ -38,12 +38,8 @@ namespace qrt {
 namespace {
 
 using json = nlohmann::json;
-constexpr std::int64_t k_ms = 1'000'000;
-// jobs.submit carries no shot count; a JSON payload may say {"shots": N}.
-constexpr std::uint32_t k_default_shots = 1000;
-constexpr std::uint32_t k_max_shots = 1'000'000;
-
-std::string tl_error(const timeline::error& e) { return e.reason + ": " + e.message; }
+using services_detail::k_ms;
+using services_detail::tl_error;
 
 std::size_t round_up_pow2(std::size_t v) {
     std::size_t p = 1;
@@ -51,20 +47,6 @@ std::size_t round_up_pow2(std::size_t v) {
         p <<= 1U;
     }
     return p;
-}
-
-std::uint32_t shots_of(const timeline::blob& payload) {
-    if (payload.empty() || payload.front() != '{') {
-        return k_default_shots;
-    }
-    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
-    if (j.is_object()) {
-        const auto it = j.find("shots");
-        if (it != j.end() && it->is_number_unsigned()) {
-            return static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), k_max_shots));
-        }
-    }
-    return k_default_shots;
 }
 
 // Task ids of this process (/proc/self/task).
@@ -154,6 +136,13 @@ handover_timing handover_timing_for(const config& cfg) {
     // Hand jobs over well before their lead starts: a housekeeping stall
     // shorter than the horizon delays no dispatch already handed over.
     h.horizon_ns = std::max<std::int64_t>(h.min_lead_ns + 20 * k_ms, 250 * k_ms);
+    // The plan reaches twice as far: a loop stall up to horizon_ns delays no
+    // hand-over of a job planned before it.  Its size per QPU: twice the
+    // jobs the dispatch ring can hold (qrtd.toml(5) LIMITS).
+    h.plan_horizon_ns = 2 * h.horizon_ns;
+    const std::size_t slots = cfg.dispatch.ring_capacity > 0 ? round_up_pow2(cfg.dispatch.ring_capacity)
+                                                             : dispatch::dispatcher_config{}.slots;
+    h.plan_max_jobs = 2 * slots;
     return h;
 }
 
@@ -192,62 +181,6 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
     so.metrics_textfile = cfg.rpc.metrics_textfile;
     return so;
 }
-
-// ------------------------------------------------------------------ per QPU
-
-struct services::qpu_runtime {
-    std::uint32_t index = 0;
-    std::string name;
-    std::string endpoint;
-    int dispatch_cpu = -1;
-    std::int64_t tolerance_ns = 0;
-    std::unique_ptr<dispatch::qpu_link> link;
-    // Given to the link, no outcome yet: id -> (start, calibration id) as handed.
-    std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
-    bool withdrawals_pending = false;  // withdrawn since the last pump tick (report_withdrawn)
-    std::vector<timeline::calibration_window> windows;  // ending after the last refresh
-    std::int64_t current_until_ns = 0;  // refresh when now reaches this
-    std::uint64_t calibration_id = 0;   // what the link's guard holds
-    bool calibration_dirty = true;
-    std::optional<event_loop::timer_id> switch_timer;
-    std::string endpoint_state = "connecting";
-    std::uint64_t completed = 0;
-    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
-    std::uint64_t failed = 0;
-    std::uint64_t missed = 0;
-};
-
-// ------------------------------------------------------------------- probes
-
-struct services::probes_state {
-#ifdef QRT_HAVE_BPF
-    explicit probes_state(qrt_bpf::probe_set p) : set(std::move(p)) {}
-    qrt_bpf::probe_set set;
-    std::optional<outlier_feed> outliers;  // when probe 3 loaded
-    int outlier_fd = -1;                    // its ring buffer's epoll fd, in the loop
-    std::uint64_t intrusion_keys_pruned = 0;
-    std::size_t intrusion_map_keys = 0;
-    std::size_t intrusion_exited_rows = 0;
-#endif
-};
-
-namespace {
-
-telemetry::labels qpu_labels(const std::string& name, int dispatch_cpu) {
-    telemetry::labels l{{"qpu", name}};
-    if (dispatch_cpu >= 0) {
-        l.emplace_back("cpu", std::to_string(dispatch_cpu));
-    }
-    return l;
-}
-
-json summary_json(const rtcore::histogram& h) {
-    const auto s = h.summary();
-    return {{"count", s.count},   {"p50_ns", s.p50_ns},   {"p99_ns", s.p99_ns},
-            {"p999_ns", s.p999_ns}, {"max_ns", s.max_ns}, {"stddev_ns", s.stddev_ns}};
-}
-
-}  // namespace
 
 services::services(event_loop& loop, const config& cfg, host_facts facts)
     : _loop(loop), _cfg(cfg), _facts(std::move(facts)), _handover(handover_timing_for(cfg)) {}
@@ -309,19 +242,27 @@ rtcore::status services::open_ledger() {
     // Cancel and preemption change a handed-over job only when its
     // withdrawal from the dispatch thread wins the race with the send.
     timeline::ledger::dispatch_gate gate;
+    // Through the pump's lane, so a hand-over in progress on the pump's
+    // thread is either done (and withdrawn here) or not begun (and revoked).
     gate.take = [this](std::uint64_t id) {
-        for (auto& q : _qpus) {
-            if (q->handed.count(id) != 0) {
-                const auto w = q->link->withdraw(id);
-                q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
-                return w != dispatch::dispatcher::withdraw_result::too_late;
-            }
+        if (!_pump) {
+            return true;  // nothing handed over
         }
-        return true;  // not handed over: nothing to race
+        for (auto& q : _qpus) {
+            const auto w = _pump->revoke(q->index, id);
+            if (w == dispatch::dispatcher::withdraw_result::too_late) {
+                return false;
+            }
+            q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
+        }
+        return true;
     };
     gate.give_back = [this](std::uint64_t id) {
+        if (!_pump) {
+            return;
+        }
         for (auto& q : _qpus) {
-            if (q->handed.count(id) != 0 && !q->link->restore(id)) {
+            if (!_pump->give_back(q->index, id) && q->handed.count(id) != 0) {
                 // Already dropped by the dispatch thread: its `cancelled`
                 // record comes back and the pump hands the job over again.
                 log::debug("dispatch", "{}: job {} could not be restored after a withdrawal", q->name, id);
@@ -542,14 +483,39 @@ rtcore::status services::start_links() {
 }
 
 rtcore::status services::start_timers() {
-    // The job pump: every pump period, due jobs within the horizon go to
-    // their link (handover_timing).
-    const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
-    auto pump_timer = _loop.add_timer(pump_period, pump_period, [this] { pump(); });
-    if (!pump_timer) {
-        return std::move(pump_timer).err();
+    // The job pump on its own thread (job_pump.hpp), and its plan on the
+    // loop: every pump period, and after every request line that changed
+    // the ledger (hand_over_now), the loop takes the pump's reports and
+    // publishes each QPU's plan; the pump hands over from the newest plan.
+    std::vector<dispatch::qpu_link*> links;
+    for (auto& q : _qpus) {
+        links.push_back(q->link.get());
     }
-    _timers.push_back(*pump_timer);
+    job_pump::options po;
+    po.period_ns = _handover.pump_period_ns;
+    po.horizon_ns = _handover.horizon_ns;
+    // SCHED_FIFO 1 (job_pump.hpp says why); untuned, the comparison mode,
+    // runs nothing real-time.
+    po.priority = _cfg.dispatch.mode == dispatch_mode::untuned ? 0 : 1;
+    po.cpus = _facts.housekeeping;
+    for (const auto& q : _qpus) {
+        if (q->dispatch_cpu >= 0) {
+            po.cpus.reset(static_cast<unsigned>(q->dispatch_cpu));
+        }
+    }
+    _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
+    if (auto st = _pump->start(); !st) {
+        return st;
+    }
+    const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
+    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { sync_pump(); });
+    if (!plan_timer) {
+        return std::move(plan_timer).err();
+    }
+    _timers.push_back(*plan_timer);
+    if (auto st = start_loop_stall_hook(); !st) {
+        return st;
+    }
 
     // Leases and the missed backstop: every 100 ms.  Jobs handed to a link
     // get their outcome from it; mark_missed only catches jobs nobody
@@ -606,6 +572,33 @@ rtcore::status services::start_timers() {
     for (auto& q : _qpus) {
         refresh_calibration(*q, _clock.now_realtime_ns());
     }
+    return rtcore::ok();
+}
+
+// A test hook, never set in production: QRTD_TEST_LOOP_STALL="EVERY_MS:STALL_MS"
+// blocks the event loop for STALL_MS every EVERY_MS, as a burst of commits or
+// a slow client would, to show that the pump's hand-overs do not wait for the
+// loop (tests/integration/e2e/test_pump_stall.py).  Logged as a warning.
+rtcore::status services::start_loop_stall_hook() {
+    const char* spec = std::getenv("QRTD_TEST_LOOP_STALL");
+    if (spec == nullptr || *spec == '\0') {
+        return rtcore::ok();
+    }
+    unsigned every_ms = 0;
+    unsigned stall_ms = 0;
+    if (std::sscanf(spec, "%u:%u", &every_ms, &stall_ms) != 2 || every_ms == 0 || stall_ms >= every_ms) {
+        return rtcore::error::invalid(fmt::format(
+            "daemon: QRTD_TEST_LOOP_STALL=\"{}\": expected EVERY_MS:STALL_MS with STALL_MS < EVERY_MS; unset it",
+            spec));
+    }
+    log::warn("daemon", "QRTD_TEST_LOOP_STALL: the event loop blocks {} ms every {} ms (a test hook)", stall_ms,
+              every_ms);
+    auto t = _loop.add_timer(std::chrono::milliseconds(every_ms), std::chrono::milliseconds(every_ms),
+                             [stall_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms)); });
+    if (!t) {
+        return std::move(t).err();
+    }
+    _timers.push_back(*t);
     return rtcore::ok();
 }
 
@@ -804,7 +797,7 @@ void services::stop() noexcept {
     }
     _stopped = true;
     try {
-        // Reverse order: server, probes, timers, links, ledger.
+        // Reverse order: server, probes, timers, pump, links, ledger.
         if (_server) {
             _server->stop();
         }
@@ -821,6 +814,14 @@ void services::stop() noexcept {
         _timers.clear();
         if (_step_watch) {
             _loop.remove_fd(_step_watch->fd());
+        }
+        // The pump first: once its thread is joined nothing else produces
+        // into the rings; its last reports go into the ledger.
+        if (_pump) {
+            _pump->stop();
+            for (auto& q : _qpus) {
+                apply_pump_reports(*q);
+            }
         }
         for (auto& q : _qpus) {
             if (q->switch_timer) {
@@ -839,624 +840,11 @@ void services::stop() noexcept {
         for (auto& q : _qpus) {
             q->link.reset();
         }
+        _pump.reset();
         _ledger.reset();
     } catch (const std::exception& e) {
         log::error("daemon", "stopping services: {}", e.what());
     }
-}
-
-// -------------------------------------------------------------- the pump
-
-void services::pump() noexcept {
-    if (_pumping) {
-        return;  // publish_ledger_events() below drains the sources, hand_over_now() among them
-    }
-    _pumping = true;
-    try {
-        _pumped_generation = _ledger->generation();
-        const std::int64_t now = _clock.now_realtime_ns();
-        for (auto& q : _qpus) {
-            pump_qpu(*q, now);
-        }
-        publish_ledger_events();
-    } catch (const std::exception& e) {
-        static log::rate_limiter rl{std::chrono::seconds(10)};
-        log::warn_rl(rl, "dispatch", "job pump: {}", e.what());
-    }
-    _pumping = false;
-}
-
-void services::hand_over_now() noexcept {
-    if (_ledger && _ledger->generation() != _pumped_generation) {
-        pump();
-    }
-}
-
-void services::refresh_calibration(qpu_runtime& q, std::int64_t now_ns) {
-    // Only the windows the pump can hand jobs into (those starting before
-    // the hand-over horizon, and the next one): this runs at every window
-    // end, so with a 1 ms period, copying every window up to
-    // timeline.horizon_ns here was the daemon's CPU.
-    auto ws = _ledger->calibration(q.name, now_ns, now_ns + _handover.horizon_ns);
-    if (!ws) {
-        log::warn("calibration", "{}: {}", q.name, tl_error(ws.err()));
-        return;
-    }
-    q.windows = std::move(*ws);
-    q.calibration_dirty = false;
-    // The guard follows the window that contains now, or (in a blackout)
-    // the next one: it switches at each window's end.
-    // With no window at all the guard gets an id that matches no job, so
-    // jobs already handed over are refused rather than sent uncalibrated.
-    std::uint64_t id = dispatch::no_window_calibration_id;
-    std::int64_t until = now_ns + 1'000 * k_ms;
-    // A next window that starts exactly at the current one's end takes over
-    // at that instant in the guard itself: the first job of that window (T at
-    // the boundary) must not race the switch timer below.
-    std::uint64_t next_id = id;
-    std::int64_t switch_ns = INT64_MAX;
-    if (!q.windows.empty()) {
-        id = q.windows.front().calibration_id;
-        until = q.windows.front().valid_until_ns;
-        next_id = id;
-        if (q.windows.size() > 1 && q.windows[1].valid_from_ns == until) {
-            next_id = q.windows[1].calibration_id;
-            switch_ns = until;
-        }
-    }
-    if (id != q.calibration_id) {
-        log::debug("calibration", "{}: current calibration id {} (until {})", q.name, id, until);
-    }
-    q.calibration_id = id;
-    q.current_until_ns = until;
-    q.link->set_calibration(id, next_id, switch_ns);
-    // A one-shot timer at the window's end, so the guard switches on time
-    // and not at the next pump tick.
-    if (q.switch_timer) {
-        _loop.cancel_timer(*q.switch_timer);
-        q.switch_timer.reset();
-    }
-    const auto delay = std::chrono::nanoseconds(std::max<std::int64_t>(until - _clock.now_realtime_ns(), 1));
-    qpu_runtime* qp = &q;
-    auto t = _loop.add_timer(delay, std::chrono::nanoseconds(0), [this, qp] {
-        qp->switch_timer.reset();
-        refresh_calibration(*qp, _clock.now_realtime_ns());
-    });
-    if (t) {
-        q.switch_timer = *t;
-    }
-}
-
-const timeline::calibration_window* services::window_of(qpu_runtime& q, std::int64_t start_ns,
-                                                         std::int64_t now_ns) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        const auto it = std::upper_bound(q.windows.begin(), q.windows.end(), start_ns,
-                                         [](std::int64_t t, const timeline::calibration_window& w) {
-                                             return t < w.valid_until_ns;
-                                         });
-        if (it != q.windows.end() && it->contains(start_ns)) {
-            return &*it;
-        }
-        if (attempt == 0) {
-            refresh_calibration(q, now_ns);
-        }
-    }
-    return nullptr;
-}
-
-void services::pump_qpu(qpu_runtime& q, std::int64_t now_ns) {
-    if (q.calibration_dirty || now_ns >= q.current_until_ns) {
-        refresh_calibration(q, now_ns);
-    }
-    const auto due = _ledger->due_jobs(q.name, now_ns + _handover.horizon_ns);
-    // A handed-over job that is no longer due as handed (cancelled, displaced
-    // by preemption, or moved by a calibration change) is withdrawn from the
-    // dispatcher, so its old slot is never sent.  A moved job comes back
-    // through on_outcome (cancelled, never sent) and is handed over again.
-    if (!q.handed.empty()) {
-        std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> due_as;
-        for (const auto& r : due) {
-            due_as.emplace(r.id, std::make_pair(r.start_ns, r.calibration_id));
-        }
-        for (const auto& [id, as_handed] : q.handed) {
-            const auto d = due_as.find(id);
-            if (d == due_as.end()) {
-                // Beyond the horizon but unchanged: a backward realtime step
-                // moved now back.  The dispatcher re-converts its deadline;
-                // withdrawing it would only hand it over again later.
-                const timeline::reservation* r = _ledger->find(id);
-                if (r != nullptr && r->state == timeline::res_state::committed &&
-                    std::make_pair(r->start_ns, r->calibration_id) == as_handed) {
-                    continue;
-                }
-            }
-            if (d == due_as.end() || d->second != as_handed) {
-                q.withdrawals_pending = q.withdrawals_pending ||
-                                        q.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn;
-            }
-        }
-    }
-    // The stale copies come back `cancelled` now rather than at their old
-    // start, so a re-placed job is handed over again in time.
-    if (q.withdrawals_pending) {
-        q.link->report_withdrawn();
-        q.withdrawals_pending = false;
-    }
-    for (const auto& r : due) {
-        if (q.handed.count(r.id) != 0) {
-            continue;
-        }
-        std::string refuse;
-        if (r.start_ns + q.tolerance_ns < now_ns) {
-            refuse = fmt::format("missed: start {} passed by {} ns before hand-over (tolerance {} ns)",
-                                 r.start_ns, now_ns - r.start_ns, q.tolerance_ns);
-            ++_missed_before_handover;
-        } else if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
-            refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
-        } else if (w->calibration_id != r.calibration_id) {
-            refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
-                                 r.calibration_id, w->calibration_id);
-        } else {
-            dispatch::dispatch_job j;
-            j.job_id = r.id;
-            j.qpu_index = q.index;
-            j.scheduled_ns = r.start_ns;
-            j.window_start_ns = w->valid_from_ns;
-            j.window_end_ns = w->valid_until_ns;
-            j.duration_ns = r.duration_ns;
-            j.calibration_id = r.calibration_id;
-            j.tolerance_ns = q.tolerance_ns;
-            j.shots = shots_of(r.payload);
-            if (auto st = q.link->submit(j, r.payload); st) {
-                q.handed[r.id] = {r.start_ns, r.calibration_id};
-                ++_handed_total;
-                continue;
-            } else {
-                refuse = "dispatch_refused: " + st.err().message;
-                ++_refused_total;
-            }
-        }
-        ++q.missed;
-        if (auto m = _ledger->miss(r.id, refuse, now_ns); !m) {
-            ++_ledger_errors;
-            log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
-        } else {
-            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, refuse);
-        }
-    }
-}
-
-void services::on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent_ns) {
-    if (auto r = _ledger->mark_dispatched(id, sent_ns); !r) {
-        // e.g. cancelled after the hand-over: the frame left anyway.
-        ++_ledger_errors;
-        log::debug("timeline", "{}: mark_dispatched {}: {}", q.name, id, tl_error(r.err()));
-    }
-    publish_ledger_events();
-}
-
-void services::on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o) {
-    std::optional<std::pair<std::int64_t, std::uint64_t>> as_handed;
-    if (const auto h = q.handed.find(o.job_id); h != q.handed.end()) {
-        as_handed = h->second;
-        q.handed.erase(h);
-    }
-    const std::int64_t now = _clock.now_realtime_ns();
-    const timeline::reservation* r = _ledger ? _ledger->find(o.job_id) : nullptr;
-    if (r == nullptr) {
-        return;
-    }
-    // Re-placed after the hand-over (calibration.update or a preemption moved
-    // it): the guard refused, or the withdrawal dropped, the stale copy; the
-    // pump hands the job over again with its new start and calibration id.
-    // Likewise a job withdrawn and then kept (a preemption that gave its
-    // victims back, a cancel that could not be stored): not sent, still due.
-    const bool withdrawn_kept = o.reason == dispatch::to_string(dispatch::dispatch_status::cancelled);
-    if (r->state == timeline::res_state::committed && o.sent_ns == 0 && as_handed &&
-        (as_handed->first != r->start_ns || as_handed->second != r->calibration_id || withdrawn_kept) &&
-        !_stopped) {
-        log::debug("dispatch", "{}: job {} re-placed after hand-over ({}): handing it over again",
-                   q.name, o.job_id, o.reason);
-        return;
-    }
-    std::string why = o.reason;
-    if (!o.detail.empty()) {
-        why += ": " + o.detail;
-    }
-    if (r->state == timeline::res_state::committed) {
-        // Never sent (missed, calibration guard, endpoint down, stopped).
-        ++q.missed;
-        if (auto m = _ledger->miss(o.job_id, why, now); !m) {
-            ++_ledger_errors;
-            log::warn("timeline", "{}: miss {}: {}", q.name, o.job_id, tl_error(m.err()));
-        }
-    } else if (r->state == timeline::res_state::dispatched) {
-        if (o.state == dispatch::job_state::completed) {
-            ++q.completed;
-            if (auto c = _ledger->complete(o.job_id, o.result, now); !c) {
-                ++_ledger_errors;
-                log::warn("timeline", "{}: complete {}: {}", q.name, o.job_id, tl_error(c.err()));
-            }
-        } else if (o.state == dispatch::job_state::sent) {
-            ++q.sent;
-            if (auto s = _ledger->mark_sent(o.job_id, o.detail, now); !s) {
-                ++_ledger_errors;
-                log::warn("timeline", "{}: mark_sent {}: {}", q.name, o.job_id, tl_error(s.err()));
-            }
-        } else {
-            ++q.failed;
-            if (auto f = _ledger->fail(o.job_id, why, now); !f) {
-                ++_ledger_errors;
-                log::warn("timeline", "{}: fail {}: {}", q.name, o.job_id, tl_error(f.err()));
-            }
-        }
-    }
-    publish_ledger_events();
-}
-
-void services::publish_ledger_events() {
-    if (_engine) {
-        _engine->drain_event_sources();
-    }
-}
-
-void services::on_realtime_step() {
-    auto step = _step_watch->check();
-    if (!step) {
-        log::warn("clock", "realtime step watch: {}", step.err().message);
-        return;
-    }
-    if (!*step) {
-        return;
-    }
-    const auto& s = **step;
-    std::size_t n = 0;
-    for (auto& q : _qpus) {
-        n += q->link->on_realtime_step(s.after);
-        q->calibration_dirty = true;
-    }
-    log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
-}
-
-// ------------------------------------------------- probes on housekeeping
-
-void services::drain_outliers() noexcept {
-#ifdef QRT_HAVE_BPF
-    try {
-        auto* op = _probes ? _probes->set.outliers() : nullptr;
-        if (op == nullptr || !_probes->outliers) {
-            return;
-        }
-        auto list = op->poll(0);
-        if (!list) {
-            static log::rate_limiter rl{std::chrono::seconds(30)};
-            log::warn_rl(rl, "probes", "{}", list.err().message);
-            return;
-        }
-        const std::int64_t rt = _clock.now_realtime_ns();
-        const std::int64_t mono = _clock.now_monotonic_ns();
-        for (const auto& o : *list) {
-            // The QPU whose dispatch thread it is.
-            const auto it = _qpu_of_tid.find(static_cast<pid_t>(o.tid));
-            const std::string qpu = it == _qpu_of_tid.end() ? std::string() : it->second;
-            auto data = _probes->outliers->add(o, qpu, rt, mono);
-            if (data && _engine) {
-                _engine->publish(rpc::event{"outlier", "", std::move(*data)});
-            }
-        }
-    } catch (const std::exception& e) {
-        static log::rate_limiter rl{std::chrono::seconds(30)};
-        log::warn_rl(rl, "probes", "outliers: {}", e.what());
-    }
-#endif
-}
-
-void services::telemetry_tick() noexcept {
-    try {
-#ifdef QRT_HAVE_BPF
-        if (_probes) {
-            if (auto* in = _probes->set.intrusions()) {
-                if (auto r = in->prune_exited_tasks()) {
-                    _probes->intrusion_keys_pruned += r->pruned;
-                    _probes->intrusion_map_keys = r->live_keys;
-                    _probes->intrusion_exited_rows = r->exited_rows;
-                } else {
-                    static log::rate_limiter rl{std::chrono::seconds(60)};
-                    log::warn_rl(rl, "probes", "{}", r.err().message);
-                }
-            }
-        }
-#endif
-        if (_recent && _engine) {
-            _recent->observe(rpc::full_snapshot(*_engine, _hooks), _clock.now_monotonic_ns());
-        }
-    } catch (const std::exception& e) {
-        static log::rate_limiter rl{std::chrono::seconds(60)};
-        log::warn_rl(rl, "telemetry", "recent windows: {}", e.what());
-    }
-}
-
-// ------------------------------------------------------ status, telemetry
-
-nlohmann::json services::status_json() {
-    json st;
-    std::vector<std::string> degraded;
-    st["agent_version"] = QRT_VERSION;
-    if (utsname u{}; ::uname(&u) == 0) {
-        st["hostname"] = u.nodename;
-    }
-    st["pid"] = ::getpid();
-    st["uptime_s"] = static_cast<double>(_clock.now_realtime_ns() - _started_ns) / 1e9;
-    st["state_dir"] = _facts.state_dir.string();
-
-    std::vector<unsigned> dcpus;
-    for (const auto& q : _qpus) {
-        if (q->dispatch_cpu >= 0) {
-            dcpus.push_back(static_cast<unsigned>(q->dispatch_cpu));
-        }
-    }
-    st["partition"] = {{"applied", _facts.partition_applied},
-                       {"isolation", _facts.isolation},
-                       {"isolation_not_used", _facts.isolation_not_used},
-                       {"dispatch_placement", _facts.rt_reach},
-                       {"require_rt", _facts.require_rt},
-                       {"require_rt_why", _facts.require_rt_why},
-                       {"isolated_cpus", _facts.isolated.to_list()},
-                       {"housekeeping_cpus", _facts.housekeeping.to_list()},
-                       {"dispatch_cpus", dcpus}};
-    json irqs = json::object();
-    for (const auto& [k, v] : _facts.irq_counts) {
-        irqs[k] = v;
-    }
-    irqs["managed_irqs"] = _facts.managed_irqs;
-    if (!_facts.irqbalance.empty()) {
-        irqs["irqbalance"] = _facts.irqbalance;
-    }
-    st["irqs"] = irqs;
-    json warnings = json::array();
-    for (const auto& w : _facts.kernel_warnings) {
-        warnings.push_back({{"subsystem", w.subsystem},
-                            {"message", w.message},
-                            {"fix", w.fix},
-                            {"needs_reboot", w.needs_reboot}});
-    }
-    st["kernel"] = {{"release", _facts.kernel_release.value_or("unknown")},
-                    {"preempt_model", _facts.preempt_model},
-                    {"warnings", warnings}};
-    st["probes"] = _probes_status;
-    st["event_loop_errors"] = _loop.callback_errors();
-    if (_loop.callback_errors() != 0) {
-        degraded.push_back(fmt::format("{} event-loop callbacks threw (see the log)", _loop.callback_errors()));
-    }
-#ifdef QRT_HAVE_BPF
-    if (_probes) {
-        st["probes_detail"] = _probes->set.describe();
-        if (_probes->outliers) {
-            const auto& f = *_probes->outliers;
-            json last = f.recent_json(1);
-            st["outliers"] = {{"threshold_ns", f.options().threshold_ns},
-                              {"total", f.total()},
-                              {"kept", f.kept()},
-                              {"last", last.empty() ? json(nullptr) : last.front()}};
-        }
-        if (_probes->set.intrusions()) {
-            st["intrusion_map"] = {{"keys", _probes->intrusion_map_keys},
-                                   {"max_keys", qrt_bpf::intrusion_probe::max_keys},
-                                   {"exited_threads_pruned", _probes->intrusion_keys_pruned},
-                                   {"exited_rows", _probes->intrusion_exited_rows}};
-        }
-    }
-#endif
-    st["capabilities"] = _facts.capability_notes;
-
-    json qpus = json::array();
-    for (const auto& q : _qpus) {
-        const auto ts = q->link->dispatch().thread_stats();
-        const auto tel = q->link->telemetry();
-        json j{{"name", q->name},
-               {"endpoint", q->endpoint},
-               {"endpoint_up", q->link->endpoint_up()},
-               {"endpoint_state", q->endpoint_state},
-               {"dispatch_cpu", q->dispatch_cpu},
-               {"mode", tel.tuned ? "tuned" : "untuned"},
-               {"realtime", ts.rt_applied},
-               {"mlocked", ts.mlocked},
-               {"locked_bytes", ts.locked_bytes},
-               {"cpu_dma_latency_held", ts.dma_latency_held},
-               {"lead_ns", tel.lead_ns},
-               {"min_lead_ns", _handover.min_lead_ns},
-               {"submit_mode", dispatch::to_string(q->link->dispatch().effective_submit_mode())},
-               {"send_blocked", ts.send_blocked},
-               {"submit_errors", ts.submit_errors},
-               {"calibration_id", q->calibration_id},
-               {"in_flight", q->handed.size()},
-               {"completed", q->completed},
-               {"sent", q->sent},
-               {"failed", q->failed},
-               {"missed", q->missed}};
-        {
-            // Dispatch lateness, lifetime next to the recent windows.
-            telemetry::snapshot one;
-            one.add_histogram("qrt_dispatch_lateness_seconds", "", qpu_labels(q->name, q->dispatch_cpu),
-                              q->link->histograms().dispatch_lateness);
-            if (_recent) {
-                _recent->annotate(one, _clock.now_monotonic_ns());
-            }
-            json lat{{"lifetime", summary_json(*one.histograms.front().ns)}};
-            for (const auto& v : one.histograms.front().recent) {
-                lat[v.window] = summary_json(*v.ns);
-                lat[v.window]["span_ns"] = v.span_ns;
-            }
-            j["dispatch_lateness"] = std::move(lat);
-        }
-        if (!q->link->endpoint_up()) {
-            j["endpoint_error"] = q->link->last_endpoint_error();
-            degraded.push_back(fmt::format("qpu {}: endpoint {} is {}", q->name, q->endpoint,
-                                           q->endpoint_state));
-        }
-        if (tel.tuned && !ts.rt_applied) {
-            degraded.push_back(fmt::format("qpu {}: dispatch thread not real-time ({})", q->name,
-                                           q->link->dispatch().setup_error()));
-        }
-        qpus.push_back(std::move(j));
-    }
-    st["qpus"] = qpus;
-    {
-        // Locked memory: only the dispatch path is locked (not every
-        // client's buffers), so VmLck stays flat under client load.
-        const auto m = rtcore::read_process_locked_memory();
-        st["memory"] = {{"locked", "dispatch path"},
-                        {"vm_lck_bytes", m.vm_lck_bytes},
-                        {"vm_pin_bytes", m.vm_pin_bytes},
-                        {"dispatch_locked_bytes", rtcore::locked_bytes()}};
-    }
-    st["dispatch"] = {{"min_lead_ns", _handover.min_lead_ns},
-                      {"pump_period_ns", _handover.pump_period_ns},
-                      {"handover_horizon_ns", _handover.horizon_ns},
-                      {"lead_max_ns", _handover.lead_max_ns},
-                      {"handover_margin_ns", _handover.margin_ns}};
-    const auto ls = _ledger->stats();
-    st["ledger"] = {{"reservations", ls.reservations},
-                    {"active", ls.active},
-                    {"windows", ls.windows},
-                    {"policy", std::string(_ledger->policy().name())},
-                    {"handed_to_dispatch", _handed_total},
-                    {"store_errors", _ledger_errors}};
-    if (_server) {
-        st["rpc"] = {{"socket", _server->options().socket_path},
-                     {"listen_source", _server->listen_source()},
-                     {"connections", _server->connections()}};
-    }
-    if (_facts.isolated.empty()) {
-        degraded.push_back("no isolated CPU: dispatch shares CPUs with housekeeping");
-    }
-    st["health"] = {{"status", degraded.empty() ? "ok" : "degraded"}, {"reasons", degraded}};
-    return st;
-}
-
-telemetry::snapshot services::telemetry_snapshot() {
-    telemetry::snapshot s;
-    s.taken_ns = _clock.now_realtime_ns();
-    for (const auto& q : _qpus) {
-        const auto tel = q->link->telemetry();
-        const auto& h = q->link->histograms();
-        const telemetry::labels l = qpu_labels(q->name, q->dispatch_cpu);
-        s.add_histogram("qrt_dispatch_lateness_seconds",
-                        "send time minus the job's start T (CLOCK_MONOTONIC)", l, h.dispatch_lateness);
-        s.add_histogram("qrt_dispatch_arrival_lateness_seconds",
-                        "arrival at the QPU endpoint minus T (CLOCK_REALTIME)", l, h.arrival_lateness);
-        s.add_histogram("qrt_dispatch_wakeup_latency_seconds",
-                        "dispatch thread timer wake-up minus the requested wake-up", l, h.wakeup_latency);
-        const auto& c = tel.counters;
-        const std::pair<const char*, std::uint64_t> outcomes[] = {
-            {"on_time", c.on_time},
-            {"late", c.late},
-            {"missed", c.missed},
-            {"failed", c.failed},
-            {"completed", c.completed},
-            {"sent", c.sent},
-            {"out_of_window", c.out_of_window},
-            {"calibration_changed", c.calibration_changed},
-            {"endpoint_down", c.endpoint_down},
-            {"send_failed", c.send_failed},
-            {"endpoint_error", c.endpoint_errors},
-            {"endpoint_timeout", c.endpoint_timeouts},
-            {"qpu_out_of_window", c.qpu_out_of_window},
-        };
-        for (const auto& [what, v] : outcomes) {
-            auto ll = l;
-            ll.emplace_back("outcome", what);
-            s.add_counter("qrt_dispatch_jobs_total", "jobs by dispatch outcome", ll, v);
-        }
-        s.add_counter("qrt_dispatch_submitted_total", "jobs handed to the dispatcher", l, c.submitted);
-        s.add_counter("qrt_dispatch_endpoint_reconnects_total", "endpoint reconnects", l, c.reconnects);
-        s.add_gauge("qrt_dispatch_lead_seconds", "current spin lead", l, static_cast<double>(tel.lead_ns) / 1e9);
-        s.add_gauge("qrt_dispatch_spin_seconds_per_dispatch", "CPU time spent spinning per dispatch", l,
-                    tel.spin_ns_per_dispatch / 1e9);
-        const auto ts = q->link->dispatch().thread_stats();
-        s.add_counter("qrt_dispatch_send_blocked_total",
-                      "writes refused at T because the endpoint's buffer was full", l, ts.send_blocked);
-        s.add_counter("qrt_dispatch_submit_errors_total", "io_uring submissions that failed on the RT thread", l,
-                      ts.submit_errors);
-        s.add_gauge("qrt_dispatch_endpoint_up", "1 when the QPU endpoint is connected", l,
-                    tel.endpoint_up ? 1.0 : 0.0);
-        s.add_gauge("qrt_dispatch_in_flight", "jobs handed over without an outcome yet", l,
-                    static_cast<double>(q->handed.size()));
-    }
-    s.add_counter("qrt_event_loop_callback_errors_total", "exceptions caught from event-loop callbacks", {},
-                  _loop.callback_errors());
-    {
-        const auto m = rtcore::read_process_locked_memory();
-        if (m.vm_lck_bytes >= 0) {
-            s.add_gauge("qrt_process_locked_bytes",
-                        "VmLck: memory locked by the process (the dispatch path only)", {},
-                        static_cast<double>(m.vm_lck_bytes));
-        }
-        if (m.vm_pin_bytes >= 0) {
-            s.add_gauge("qrt_process_pinned_bytes",
-                        "VmPin: memory the kernel pins (io_uring registered buffers)", {},
-                        static_cast<double>(m.vm_pin_bytes));
-        }
-        s.add_gauge("qrt_dispatch_locked_bytes", "memory the dispatch threads locked, shared pages once",
-                    {}, static_cast<double>(rtcore::locked_bytes()));
-    }
-    if (_ledger) {
-        const auto ls = _ledger->stats();
-        s.add_gauge("qrt_ledger_reservations", "reservations held in the ledger", {},
-                    static_cast<double>(ls.reservations));
-        s.add_gauge("qrt_ledger_active_reservations", "held, committed and dispatched reservations", {},
-                    static_cast<double>(ls.active));
-        s.add_counter("qrt_ledger_preemptions_total", "reservations displaced or moved by preemption", {},
-                      ls.preemptions);
-    }
-#ifdef QRT_HAVE_BPF
-    if (_probes) {
-        if (auto* w = _probes->set.wakeup()) {
-            if (auto per_cpu = w->read_per_cpu()) {
-                for (std::size_t cpu = 0; cpu < per_cpu->size(); ++cpu) {
-                    const auto& wh = (*per_cpu)[cpu];
-                    if (wh.count == 0) {
-                        continue;
-                    }
-                    s.add_histogram("qrt_probe_wakeup_latency_seconds",
-                                    "eBPF: dispatch thread wakeup latency (sched_wakeup to sched_switch)",
-                                    {{"cpu", std::to_string(cpu)}}, qrt_bpf::to_rtcore_histogram(wh));
-                }
-            }
-        }
-        if (auto* in = _probes->set.intrusions()) {
-            if (auto list = in->read()) {
-                // Label cardinality stays bounded (issue #14 §3): tasks by
-                // command name, at most 32 sources per CPU, the rest "other".
-                for (const auto& a : qrt_bpf::aggregate_for_metrics(std::move(*list), 32)) {
-                    telemetry::labels l{{"cpu", std::to_string(a.cpu)},
-                                        {"kind", std::string(qrt_bpf::to_string(a.kind))},
-                                        {"source", a.source}};
-                    s.add_counter("qrt_probe_intrusions_total", "eBPF: intrusions on isolated CPUs", l,
-                                  a.count);
-                    s.add_real_counter("qrt_probe_intrusion_seconds_total",
-                                       "eBPF: time taken by intrusions on isolated CPUs", l,
-                                       static_cast<double>(a.total_ns) / 1e9);
-                    s.add_gauge("qrt_probe_intrusion_max_seconds", "eBPF: longest intrusion", l,
-                                static_cast<double>(a.max_ns) / 1e9);
-                }
-            }
-            s.add_gauge("qrt_probe_intrusion_map_keys", "eBPF: keys in the intrusion map (at the last prune)", {},
-                        static_cast<double>(_probes->intrusion_map_keys));
-            s.add_counter("qrt_probe_intrusion_exited_pruned_total",
-                          "eBPF: intrusion-map keys of exited threads pruned (their totals are kept)", {},
-                          _probes->intrusion_keys_pruned);
-        }
-        if (_probes->outliers) {
-            std::uint64_t dropped = 0;
-            if (auto* op = _probes->set.outliers()) {
-                dropped = op->dropped().value_or(0);
-            }
-            _probes->outliers->add_metrics(s, dropped);
-        }
-    }
-#endif
-    return s;
 }
 
 }  // namespace qrt

@@ -1,9 +1,11 @@
 #pragma once
-// The daemon's services (step 7 of daemon::run): the durable ledger, one
+// The daemon's services (step 9 of daemon::run): the durable ledger, one
 // qpu_link (dispatch thread + endpoint) per QPU, the job pump that feeds the
 // links from the ledger, the housekeeping timers, the eBPF probes and the
 // control socket.  Everything runs on the housekeeping event loop except the
-// dispatch threads.
+// dispatch threads (one per QPU, SCHED_FIFO on an isolated CPU) and the job
+// pump (one thread, SCHED_FIFO 1 on the housekeeping CPUs; job_pump.hpp says
+// what it shares with the loop and the bound it keeps).
 //
 //   qrt::services svc(loop, cfg, facts);
 //   if (auto st = svc.start(); !st) { ... }   // in the order written in start()
@@ -34,6 +36,7 @@
 #include "qrt/rpc/server.hpp"
 #include "qrt/telemetry.hpp"
 #include "qrt/timeline/ledger.hpp"
+#include "job_pump.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/kernel_probe.hpp"
@@ -73,23 +76,30 @@ struct host_facts {
 };
 
 // The hand-over contract between the ledger and the dispatch threads, in one
-// place.  The job pump runs every pump_period_ns and hands each committed job
-// to its dispatch thread once its start is within horizon_ns; the dispatch
-// thread (which takes jobs in any start order) wakes lead_max_ns at most
-// before T.  A job is handed over right after the request line that
-// committed it (hand_over_now), or else at the pump's next tick (a job
-// re-placed by a calibration update, or handed over again after a
-// withdrawal).  It is dispatchable when that hand-over, after any
-// housekeeping stall up to handover_margin_ns (the ledger's fsync before the
-// acknowledgement, a busy event loop), still comes before T - lead_max:
+// place.  The job pump (its own thread, job_pump.hpp) runs every
+// pump_period_ns and hands each committed job to its dispatch thread once its
+// start is within horizon_ns; the dispatch thread (which takes jobs in any
+// start order) wakes lead_max_ns at most before T.  The pump works from a
+// plan the event loop builds from the ledger and publishes right after the
+// request line that made a job durable, and at every pump period: every
+// durable committed job starting within plan_horizon_ns, at most
+// plan_max_jobs per QPU.  A job is dispatchable when its hand-over, after
+// any housekeeping stall up to handover_margin_ns (the ledger's fsync before
+// the acknowledgement, the plan's publication), still comes before
+// T - lead_max:
 //
 //   min_lead_ns = pump_period_ns + lead_max_ns + handover_margin_ns
 //
 // The ledger never offers or accepts a start earlier than now + min_lead_ns
-// (ledger_options::min_lead_ns); agent.status and qpus.list state it.
+// (ledger_options::min_lead_ns); agent.status and qpus.list state it.  A
+// loop stall shorter than plan_horizon_ns - horizon_ns delays no hand-over
+// of a job planned before it (the pump keeps handing over from the plan it
+// has).
 struct handover_timing {
     std::int64_t pump_period_ns = 0;
     std::int64_t horizon_ns = 0;       // > min_lead_ns: jobs are handed over well before T
+    std::int64_t plan_horizon_ns = 0;  // 2 x horizon_ns: what the loop plans ahead
+    std::size_t plan_max_jobs = 0;     // per QPU: 2 x the dispatch ring's slots
     std::int64_t lead_max_ns = 0;      // the dispatch threads' largest spin lead
     std::int64_t margin_ns = 0;        // dispatch.handover_margin_ns
     std::int64_t min_lead_ns = 0;
@@ -131,17 +141,21 @@ private:
     rtcore::status start_step_watch();
     rtcore::status start_links();
     rtcore::status start_timers();
+    rtcore::status start_loop_stall_hook();
     void start_probes();
     std::string not_realtime_before_start(int cpu) const;
     std::string placement_text() const;
     rtcore::status start_server();
 
-    void pump() noexcept;
-    // The pump, right after a request line that changed the ledger: a job is
-    // handed over as soon as it is acknowledged, so a burst of requests (each
+    // The loop's side of the pump (handover.cpp): take the pump's reports
+    // into the ledger, build and publish each QPU's plan.
+    void sync_pump() noexcept;
+    // sync_pump, right after a request line that changed the ledger: a job
+    // is planned as soon as it is acknowledged, so a burst of requests (each
     // one commit) delays no hand-over past the next line.
     void hand_over_now() noexcept;
-    void pump_qpu(qpu_runtime& q, std::int64_t now_ns);
+    void apply_pump_reports(qpu_runtime& q);
+    void publish_plan(qpu_runtime& q, std::int64_t now_ns);
     void refresh_calibration(qpu_runtime& q, std::int64_t now_ns);
     const timeline::calibration_window* window_of(qpu_runtime& q, std::int64_t start_ns,
                                                   std::int64_t now_ns);
@@ -167,8 +181,10 @@ private:
     std::map<pid_t, std::string> _qpu_of_tid;  // dispatch TID -> QPU name (outlier events)
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     handover_timing _handover;
-    bool _pumping = false;                 // pump() is running (no re-entry through the event sources)
-    std::uint64_t _pumped_generation = 0;  // ledger generation the last pump saw
+    std::unique_ptr<job_pump> _pump;
+    bool _pumping = false;                 // sync_pump() is running (no re-entry through the event sources)
+    std::uint64_t _pumped_generation = 0;  // ledger generation the last plan saw
+    std::int64_t _max_plan_publish_ns = 0; // longest sync_pump (reports in, plans out)
     std::int64_t _missed_backstop_ns = 0;
 
     std::optional<rtcore::realtime_step_watch> _step_watch;

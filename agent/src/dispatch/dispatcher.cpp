@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -273,6 +274,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
                                       std::to_string(job.window_start_ns) + ", " +
                                       std::to_string(job.window_end_ns) + "]");
     }
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     if (_free.empty()) {
         return rtcore::error{EBUSY, who + ": all " + std::to_string(_slot_count) + " dispatch slots are in use"};
     }
@@ -319,8 +321,9 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     }
     // Before a job already queued: the thread may be asleep until that
     // one's wake-up, later than this one's.
-    const bool before_queued = queued() > 1 && job.scheduled_ns < _last_deadline_rt_ns;
-    if (queued() == 1 || job.scheduled_ns > _last_deadline_rt_ns) {
+    const std::size_t queued_now = _slot_count - _free.size();
+    const bool before_queued = queued_now > 1 && job.scheduled_ns < _last_deadline_rt_ns;
+    if (queued_now == 1 || job.scheduled_ns > _last_deadline_rt_ns) {
         _last_deadline_rt_ns = job.scheduled_ns;  // the latest queued start
     }
     // An idle thread looks at the ring once per idle_sleep_ns: wake it now
@@ -332,7 +335,13 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     return rtcore::ok();
 }
 
+std::size_t dispatcher::queued() const noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
+    return _slot_count - _free.size();
+}
+
 std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     _base = base;
     std::size_t n = 0;
     for (std::size_t i = 0; i < _slot_count; ++i) {
@@ -352,8 +361,11 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
 
 void dispatcher::set_calibration(std::uint64_t current_id, std::uint64_t next_id,
                                  std::int64_t switch_rt_ns) noexcept {
-    const std::int64_t switch_mono =
-        switch_rt_ns == INT64_MAX ? INT64_MAX : _base.to_monotonic_ns(switch_rt_ns);
+    std::int64_t switch_mono = INT64_MAX;
+    if (switch_rt_ns != INT64_MAX) {
+        std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
+        switch_mono = _base.to_monotonic_ns(switch_rt_ns);
+    }
     const std::uint32_t seq = _cal_seq.load(std::memory_order_relaxed);
     _cal_seq.store(seq + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
@@ -386,6 +398,7 @@ dispatcher::calibration_plan dispatcher::calibration(unsigned max_tries) const n
 }
 
 dispatcher::withdraw_result dispatcher::withdraw(std::uint64_t job_id) noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     for (std::size_t i = 0; i < _slot_count; ++i) {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
             std::uint8_t expected = phase_queued;
@@ -403,6 +416,7 @@ dispatcher::withdraw_result dispatcher::withdraw(std::uint64_t job_id) noexcept 
 }
 
 bool dispatcher::restore(std::uint64_t job_id) noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     for (std::size_t i = 0; i < _slot_count; ++i) {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
             std::uint8_t expected = phase_withdrawn;
@@ -413,6 +427,7 @@ bool dispatcher::restore(std::uint64_t job_id) noexcept {
 }
 
 std::optional<std::int64_t> dispatcher::queued_deadline_ns(std::uint64_t job_id) const noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     for (std::size_t i = 0; i < _slot_count; ++i) {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
             return _slots[i].deadline_ns.load(std::memory_order_acquire);
@@ -494,6 +509,7 @@ void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head)
 }
 
 void dispatcher::release_slot(std::uint32_t slot) noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     if (slot < _slot_count && _slots[slot].queued) {
         _slots[slot].queued = false;
         _free.push_back(slot);  // capacity reserved: never reallocates

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -89,6 +90,7 @@ void qpu_link::stop() {
     _dispatcher.clear_endpoint();
     _fd.reset();
     _state = conn_state::stopped;
+    adopt_submitted();
     std::vector<std::uint64_t> ids;
     for (const auto& [id, p] : _pending) {
         ids.push_back(id);
@@ -332,6 +334,10 @@ void qpu_link::handle_frame(wire::frame&& f) {
     }
     auto it = _pending.find(f.hdr.job_id);
     if (it == _pending.end()) {
+        adopt_submitted();
+        it = _pending.find(f.hdr.job_id);
+    }
+    if (it == _pending.end()) {
         ++_counters.stray_frames;  // e.g. a RESULT after its job timed out
         return;
     }
@@ -413,23 +419,42 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
 // ---- jobs -----------------------------------------------------------------
 
 rtcore::status qpu_link::submit(const dispatch_job& job, std::span<const std::uint8_t> payload) {
-    if (_pending.count(job.job_id) != 0) {
-        ++_counters.rejected_submits;
+    std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
+    if (_ids_in_flight.count(job.job_id) != 0) {
+        _rejected_submits.fetch_add(1, std::memory_order_relaxed);
         return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.dispatch.qpu_index) + ": job " +
                                       std::to_string(job.job_id) + " is already queued");
     }
+    // Under the lock, so the loop cannot see this job's record (or its
+    // RESULT) before the job itself: adopt_submitted() waits for us.
     if (auto st = _dispatcher.submit(job, payload); !st) {
-        ++_counters.rejected_submits;
+        _rejected_submits.fetch_add(1, std::memory_order_relaxed);
         return st;
     }
-    ++_counters.submitted;
-    pending_job p;
-    p.job = job;
-    _pending.emplace(job.job_id, std::move(p));
+    _submitted_total.fetch_add(1, std::memory_order_relaxed);
+    _ids_in_flight.insert(job.job_id);
+    _submitted.push_back(job);
     return rtcore::ok();
 }
 
+void qpu_link::adopt_submitted() {
+    std::vector<dispatch_job> jobs;
+    {
+        std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
+        if (_submitted.empty()) {
+            return;
+        }
+        jobs.swap(_submitted);
+    }
+    for (const auto& j : jobs) {
+        pending_job p;
+        p.job = j;
+        _pending.emplace(j.job_id, std::move(p));
+    }
+}
+
 void qpu_link::poll() {
+    adopt_submitted();
     _dispatcher.drain_records([this](const dispatch_record& r) { on_record(r); });
     expire_timeouts();
 }
@@ -440,6 +465,10 @@ void qpu_link::on_record(const dispatch_record& r) {
     }
     _spin_ns_total += static_cast<std::uint64_t>(std::max<std::int64_t>(r.spin_ns, 0));
     auto it = _pending.find(r.job_id);
+    if (it == _pending.end()) {
+        adopt_submitted();  // submitted since this poll began
+        it = _pending.find(r.job_id);
+    }
     if (it == _pending.end()) {
         return;
     }
@@ -592,6 +621,10 @@ void qpu_link::finish(std::uint64_t job_id, job_state st, std::string reason, st
         ++_counters.failed;
     }
     _pending.erase(it);
+    {
+        std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
+        _ids_in_flight.erase(job_id);
+    }
     if (_cb.on_outcome) {
         _cb.on_outcome(o);
     }
@@ -610,6 +643,8 @@ dispatch_telemetry qpu_link::telemetry() const {
     t.spin_ns_per_dispatch =
         _sent_total == 0 ? 0.0 : static_cast<double>(_spin_ns_total) / static_cast<double>(_sent_total);
     t.counters = _counters;
+    t.counters.submitted = _submitted_total.load(std::memory_order_relaxed);
+    t.counters.rejected_submits = _rejected_submits.load(std::memory_order_relaxed);
     t.dispatch_lateness = _hist->dispatch_lateness.summary();
     t.arrival_lateness = _hist->arrival_lateness.summary();
     t.wakeup_latency = _hist->wakeup_latency.summary();

@@ -15,6 +15,13 @@
 // set_calibration_id(): the guard's atomic         reap completions (never waits)
 // drain_records(): records back, slot freed <--    push a record per job
 //
+// - Two housekeeping threads share the producer side: the daemon's job pump
+//   submits (the only producer of the job ring), the event loop drains
+//   records and withdraws, restores and re-converts.  The slot bookkeeping
+//   they share (free list, each slot's queued/job id/start, the time base)
+//   is under one priority-inheriting mutex held for a few hundred
+//   instructions at most (no I/O, no callback); the dispatch thread never
+//   takes it.
 // - The slot pool, both rings, the io_uring ring, its registered buffer and
 //   file table are all created in the constructor, before the thread starts
 //   and before it turns real-time; the loop never allocates, locks, logs or
@@ -108,6 +115,7 @@
 #include "rtcore/clock.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/memory_lock.hpp"
+#include "rtcore/pi_mutex.hpp"
 #include "rtcore/spsc_ring.hpp"
 
 namespace qrt::dispatch {
@@ -229,7 +237,7 @@ public:
     void stop() noexcept;
     bool running() const noexcept { return _thread.joinable(); }
 
-    // ---- housekeeping thread only ----
+    // ---- housekeeping threads (see the header comment) ----
     // Converts T with the current time base, encodes the JOB frame into a
     // free slot and queues it, in any start order.  Errors: payload too
     // large, pool full, window/duration inconsistent.
@@ -245,7 +253,7 @@ public:
     template <typename F>
     std::size_t drain_records(F&& f) {
         std::size_t n = 0;
-        while (const dispatch_record* r = _records.peek()) {
+        while (const dispatch_record* r = _records.peek()) {  // one consumer: the loop
             const dispatch_record rec = *r;
             _records.pop_front();
             release_slot(rec.slot);
@@ -254,7 +262,7 @@ public:
         }
         return n;
     }
-    std::size_t queued() const noexcept { return _slot_count - _free.size(); }
+    std::size_t queued() const noexcept;
     // Withdraw a queued job (cancelled, displaced or moved in the ledger after
     // it was handed over).  A compare-and-swap against the dispatch thread's
     // own just before it sends: either the withdrawal wins (the job is never
@@ -376,6 +384,9 @@ private:
     std::uint8_t* _pool = nullptr;  // mmap'ed, registered with io_uring
     std::size_t _pool_bytes = 0;
     std::unique_ptr<slot_state[]> _slots;
+    // The housekeeping side's bookkeeping: _free, each slot's housekeeping
+    // fields, _base, _last_deadline_rt_ns.
+    mutable rtcore::pi_mutex _hk_mutex;
     std::vector<std::uint32_t> _free;  // housekeeping only
     std::int64_t _last_deadline_rt_ns = INT64_MIN;
     rtcore::spsc_ring<queued_job> _jobs;

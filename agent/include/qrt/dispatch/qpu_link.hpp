@@ -21,6 +21,7 @@
 // Nothing here blocks: connects are non-blocking, the reader only reads what
 // epoll says is there, and the dispatch thread never waits on the endpoint.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,6 +30,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "qrt/dispatch/dispatcher.hpp"
 #include "qrt/dispatch/endpoint.hpp"
@@ -37,6 +40,7 @@
 #include "qrt/dispatch/wire_codec.hpp"
 #include "qrt/event_loop.hpp"
 #include "rtcore/clock.hpp"
+#include "rtcore/pi_mutex.hpp"
 
 namespace qrt::dispatch {
 
@@ -72,6 +76,11 @@ public:
     // outcome (cancelled).
     void stop();
 
+    // The one call of the job pump's thread (the only producer of the
+    // dispatcher's job ring); everything else here is the event loop's.  The
+    // job is queued for its dispatch thread at once; the loop adopts it into
+    // the per-job bookkeeping before it looks at any record or frame of it
+    // (adopt_submitted).  A job id already queued or in flight is refused.
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
     void set_calibration_id(std::uint64_t id) noexcept { _dispatcher.set_calibration_id(id); }
     void set_calibration(std::uint64_t current_id, std::uint64_t next_id, std::int64_t switch_rt_ns) noexcept {
@@ -117,6 +126,8 @@ private:
     void finish(std::uint64_t job_id, job_state st, std::string reason, std::string detail,
                 const wire::header* hdr = nullptr, std::vector<std::uint8_t> result = {});
     void expire_timeouts();
+    // Loop: move what submit() queued into _pending.
+    void adopt_submitted();
 
     event_loop& _loop;
     rtcore::clock_source& _clock;
@@ -141,6 +152,13 @@ private:
     std::string _last_drop_detail;
 
     std::map<std::uint64_t, pending_job> _pending;
+    // submit() (pump thread) -> the loop: jobs queued, not adopted yet, and
+    // every id queued or in flight (the duplicate check), under _submit_mutex.
+    rtcore::pi_mutex _submit_mutex;
+    std::vector<dispatch_job> _submitted;
+    std::unordered_set<std::uint64_t> _ids_in_flight;
+    std::atomic<std::uint64_t> _submitted_total{0};
+    std::atomic<std::uint64_t> _rejected_submits{0};
     dispatch_counters _counters;
     std::unique_ptr<dispatch_histograms> _hist;
     std::uint64_t _spin_ns_total = 0;

@@ -1,0 +1,186 @@
+#pragma once
+// The job pump: the thread that moves committed jobs into each QPU's dispatch
+// ring (DESIGN: "Threads and cores").
+//
+// Threads of the housekeeping side, and what each may touch:
+//
+//   event loop (SCHED_OTHER)              job pump (SCHED_FIFO 1 on the
+//                                           housekeeping CPUs, this file)
+//   --------------------------------      ---------------------------------
+//   owns the ledger; RPC, commits,        never touches the ledger
+//   NSS, telemetry, endpoint I/O
+//   builds each QPU's hand-over plan  --> every pump period (absolute
+//     from the ledger (durable jobs,        timer): take the newest plan,
+//     start order, within the plan          withdraw what was handed and is
+//     horizon, at most plan_max_jobs)       no longer planned as handed,
+//     and publishes it (publish)            hand what starts within the
+//   takes the pump's reports          <--   hand-over horizon to the link
+//     (handed / refused) into the           (qpu_link::submit: the only
+//     ledger (take_reports)                 producer of the SPSC job ring)
+//   the ledger's dispatch gate (cancel,
+//     preemption) withdraws through
+//     revoke / give_back
+//   dispatch outcomes (qpu_link, as before) --> ledger, and "released" ids
+//     back to the pump with the next plan
+//
+// Each QPU's lane is one priority-inheriting mutex: the pump holds it for its
+// pass over that QPU (bounded by plan_max_jobs), the loop for a pointer swap
+// (publish), a vector swap (take_reports) or one withdraw (revoke).  The
+// pump never waits on anything else of the loop's: a stalled loop (a burst
+// of commits, a slow scrape) delays no hand-over of a job already planned.
+//
+// The bound, from a durable ledger change to the job in the SPSC ring:
+//   plan publication (the loop: right after the request line that made it
+//   durable, or its next plan tick) + one pump period (2 ms) + the pump's
+//   pass (bounded by plan_max_jobs; status reports its measured maximum).
+// A job planned before a loop stall is handed over on time through the
+// stall, as long as the stall is shorter than plan_horizon - horizon (the
+// plan reaches that much further than the pump hands over).
+//
+// The pump's SCHED_FIFO priority 1, pinned to the housekeeping CPUs:
+// above every SCHED_OTHER task there (the loop, clients, builds), so their
+// load cannot push a tick back by a scheduler slice; below every other
+// real-time thread (threaded IRQs at 50, the dispatch threads at 80 on their
+// own isolated CPUs).  Its work per period is bounded, so it cannot starve
+// the housekeeping CPUs.  Without CAP_SYS_NICE it runs SCHED_OTHER and
+// agent.status says so (degraded); with dispatch.mode = "untuned" (the
+// comparison mode) it runs SCHED_OTHER by design.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "qrt/dispatch/job.hpp"
+#include "qrt/dispatch/qpu_link.hpp"
+#include "qrt/timeline/types.hpp"
+#include "rtcore/clock.hpp"
+#include "rtcore/cpu_set.hpp"
+#include "rtcore/pi_mutex.hpp"
+
+namespace qrt {
+
+// One planned job (loop -> pump): a committed, durable reservation.
+struct handover_entry {
+    dispatch::dispatch_job job;  // id, start, window, calibration id, tolerance, shots
+    timeline::blob payload;      // shared bytes (a reference count, never a copy)
+    // Non-empty: the loop found it cannot be dispatched (calibration); the
+    // pump refuses it with this reason when it comes due, unless handed.
+    std::string refuse;
+};
+
+struct handover_plan {
+    std::vector<handover_entry> jobs;  // start order
+    // Every committed job starting before this is in jobs (the plan horizon
+    // end, or the last job's start when plan_max_jobs cut the plan short): a
+    // handed job missing from the plan is withdrawn only if it starts before.
+    std::int64_t complete_until_ns = 0;
+};
+
+// What the pump did with a job (pump -> loop).
+struct pump_report {
+    enum class kind : std::uint8_t { handed, refused };
+    kind what = kind::handed;
+    std::uint64_t id = 0;
+    std::int64_t start_ns = 0;
+    std::uint64_t calibration_id = 0;
+    std::string reason;               // refused: "missed: ...", "dispatch_refused: ...", "calibration_changed: ..."
+    bool missed_before_handover = false;
+    bool dispatch_refused = false;
+};
+
+struct pump_stats {
+    std::string sched;                 // "SCHED_FIFO 1", or "SCHED_OTHER (why)"
+    std::uint64_t ticks = 0;
+    std::uint64_t ticks_skipped = 0;   // periods slept through (the tick came more than a period late)
+    std::int64_t max_lateness_ns = 0;  // tick wake-up minus its absolute time
+    std::int64_t max_work_ns = 0;      // longest pass over every QPU
+    std::uint64_t plan_jobs = 0;       // jobs in the plans the pump holds now
+    std::uint64_t plans_taken = 0;
+    std::uint64_t errors = 0;          // exceptions caught in a pass
+};
+
+class job_pump {
+public:
+    struct options {
+        std::int64_t period_ns = 2'000'000;
+        std::int64_t horizon_ns = 250'000'000;  // hand over what starts before now + this
+        int priority = 1;                       // SCHED_FIFO; 0: SCHED_OTHER
+        // Pin here (the housekeeping CPUs); empty: the process's affinity.
+        // Never a dispatch CPU: the SCHED_FIFO 80 thread spinning there
+        // would hold a tick back for its whole spin.
+        rtcore::cpu_set cpus;
+    };
+
+    job_pump(std::vector<dispatch::qpu_link*> links, rtcore::clock_source& clock, options opts);
+    ~job_pump();
+    job_pump(const job_pump&) = delete;
+    job_pump& operator=(const job_pump&) = delete;
+
+    // The thread; stop() joins it (within one period).
+    rtcore::status start();
+    void stop() noexcept;
+
+    // ---- the event loop ----
+    // The newest plan of QPU qpu, and the ids whose outcome the loop has
+    // taken since its last publish (the pump forgets them: a released id
+    // still planned is handed over again, as for a re-placed job).
+    void publish(std::uint32_t qpu, handover_plan plan, std::vector<std::uint64_t> released);
+    std::vector<pump_report> take_reports(std::uint32_t qpu);
+    // The ledger's dispatch gate: withdraw job id (if handed) and keep the
+    // pump from handing it over from a plan older than the next publish.
+    dispatch::dispatcher::withdraw_result revoke(std::uint32_t qpu, std::uint64_t id);
+    // Undo a revoke whose change was abandoned; false when the dispatch
+    // thread had already dropped the job (its `cancelled` record comes back).
+    bool give_back(std::uint32_t qpu, std::uint64_t id);
+    pump_stats stats() const;
+
+    // One pass over every QPU at realtime now (the thread's tick; tests call
+    // it directly).
+    void pass(std::int64_t now_rt_ns) noexcept;
+
+private:
+    struct decided {
+        std::int64_t start_ns = 0;
+        std::uint64_t calibration_id = 0;
+        bool handed = false;     // false: refused, waiting for its release
+        bool withdrawn = false;  // withdraw() called for this hand-over
+    };
+    struct lane {
+        dispatch::qpu_link* link = nullptr;
+        rtcore::pi_mutex mu;  // everything below
+        std::optional<handover_plan> next;
+        std::vector<std::uint64_t> released;
+        std::unordered_set<std::uint64_t> revoked;
+        std::vector<pump_report> reports;
+        handover_plan plan;
+        std::unordered_map<std::uint64_t, std::size_t> plan_index;  // id -> index in plan.jobs
+        std::unordered_map<std::uint64_t, decided> decided_ids;
+    };
+
+    void pass_lane(lane& l, std::int64_t now_rt_ns);
+    void thread_main() noexcept;
+
+    rtcore::clock_source& _clock;
+    options _opts;
+    std::vector<std::unique_ptr<lane>> _lanes;
+    std::thread _thread;
+    std::atomic<bool> _stop{false};
+
+    mutable rtcore::pi_mutex _sched_mu;
+    std::string _sched = "not started";
+    std::atomic<std::uint64_t> _ticks{0};
+    std::atomic<std::uint64_t> _ticks_skipped{0};
+    std::atomic<std::int64_t> _max_lateness_ns{0};
+    std::atomic<std::int64_t> _max_work_ns{0};
+    std::atomic<std::uint64_t> _plan_jobs{0};
+    std::atomic<std::uint64_t> _plans_taken{0};
+    std::atomic<std::uint64_t> _errors{0};
+};
+
+}  // namespace qrt

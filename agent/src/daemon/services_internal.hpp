@@ -1,0 +1,75 @@
+#pragma once
+// What the three parts of the services share (private to agent/src/daemon):
+//   services.cpp         wiring: start-up in order, stop in reverse
+//   handover.cpp         the hand-over between the ledger and the dispatch
+//                        threads (the job pump, outcomes, calibration)
+//   services_status.cpp  agent.status, telemetry.snapshot, the probes' feed
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "services.hpp"
+
+#ifdef QRT_HAVE_BPF
+#include "outlier_feed.hpp"
+#include "qrt_bpf/probe_set.hpp"
+#endif
+
+namespace qrt {
+
+namespace services_detail {
+
+constexpr std::int64_t k_ms = 1'000'000;
+
+inline std::string tl_error(const timeline::error& e) { return e.reason + ": " + e.message; }
+
+}  // namespace services_detail
+
+// ------------------------------------------------------------------ per QPU
+
+struct services::qpu_runtime {
+    std::uint32_t index = 0;
+    std::string name;
+    std::string endpoint;
+    int dispatch_cpu = -1;
+    std::int64_t tolerance_ns = 0;
+    std::unique_ptr<dispatch::qpu_link> link;
+    // Handed to the link by the pump (its reports), no outcome yet:
+    // id -> (start, calibration id) as handed.
+    std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
+    // Outcomes (and refusals) taken since the last plan: the pump forgets
+    // these ids with the next plan it takes.
+    std::vector<std::uint64_t> released;
+    bool withdrawals_pending = false;  // the dispatch gate withdrew since the last plan (report_withdrawn)
+    std::vector<timeline::calibration_window> windows;  // ending after the last refresh
+    std::int64_t current_until_ns = 0;  // refresh when now reaches this
+    std::uint64_t calibration_id = 0;   // what the link's guard holds
+    bool calibration_dirty = true;
+    std::optional<event_loop::timer_id> switch_timer;
+    std::string endpoint_state = "connecting";
+    std::uint64_t completed = 0;
+    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
+    std::uint64_t failed = 0;
+    std::uint64_t missed = 0;
+};
+
+// ------------------------------------------------------------------- probes
+
+struct services::probes_state {
+#ifdef QRT_HAVE_BPF
+    explicit probes_state(qrt_bpf::probe_set p) : set(std::move(p)) {}
+    qrt_bpf::probe_set set;
+    std::optional<outlier_feed> outliers;  // when probe 3 loaded
+    int outlier_fd = -1;                    // its ring buffer's epoll fd, in the loop
+    std::uint64_t intrusion_keys_pruned = 0;
+    std::size_t intrusion_map_keys = 0;
+    std::size_t intrusion_exited_rows = 0;
+#endif
+};
+
+}  // namespace qrt
