@@ -77,7 +77,7 @@ def quantiles(samples_ns):
 class rpc:
     """One JSON-RPC connection; requests pre-serialised by the caller."""
 
-    def __init__(self, path, timeout=10.0):
+    def __init__(self, path, timeout=30.0):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.settimeout(timeout)
         self.s.connect(path)
@@ -103,7 +103,12 @@ class rpc:
         t0 = time.monotonic_ns()
         self.s.sendall(req)
         while True:
-            j = json.loads(self.line())
+            try:
+                j = json.loads(self.line())
+            except (socket.timeout, TimeoutError):
+                # A stalled daemon: counted as an error; the late reply is
+                # skipped by its id when it comes.
+                return {"error": {"data": {"reason": "client_timeout_30s"}}}, time.monotonic_ns() - t0
             if j.get("id") == rid:
                 return j, time.monotonic_ns() - t0
 
@@ -244,7 +249,11 @@ def w_burst(q, stop_at, idx, window):
             c.s.sendall(batch)
         elif inflight == 0:
             break
-        line = c.line()
+        try:
+            line = c.line()
+        except (socket.timeout, TimeoutError):
+            first_error = first_error or "client_timeout_30s"
+            break
         inflight -= 1
         if b'"result"' in line:
             ok += 1
@@ -426,8 +435,13 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
     for p in procs:
         p.start()
     results = {}
+    deadline = time.monotonic() + dur + tail + 90
     for _ in procs:
-        k, v = q.get(timeout=dur + tail + 60)
+        try:
+            k, v = q.get(timeout=max(1.0, deadline - time.monotonic()))
+        except Exception:   # a worker died (the daemon closed its socket): report what came
+            results.setdefault("lost_workers", []).append(1)
+            continue
         results.setdefault(k, []).append(v)
     for p in procs:
         p.join(10)
@@ -452,7 +466,7 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
 
 
 def summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_cpu, status, tel):
-    ph = {"seconds": dur, "load_avg": la0}
+    ph = {"seconds": dur, "load_avg": la0, "lost_workers": len(results.get("lost_workers", []))}
     # Each phase has a daemon of its own, so its lifetime histograms are the
     # phase's (the Prometheus buckets are too coarse to difference).
     for key, hname in (("dispatch_lateness", "qrt_dispatch_lateness_seconds"),
@@ -653,7 +667,13 @@ def burst_phase(a):
     ps = [mp.Process(target=w_burst, args=(q, stop_at, i, 32)) for i in range(4)]
     for p in ps:
         p.start()
-    bursts = [q.get(timeout=a.burst_s + 60)[1] for _ in ps]
+    bursts = []
+    for _ in ps:
+        try:
+            bursts.append(q.get(timeout=a.burst_s + 90)[1])
+        except Exception:   # a client lost its connection: count what the others did
+            pass
+    bursts = bursts or [{"reserved": 0, "seconds": a.burst_s, "first_error": "every burst client was lost"}]
     for p in ps:
         p.join(10)
     burst = {"clients": 4, "window": 32, "reserved": sum(b["reserved"] for b in bursts),
