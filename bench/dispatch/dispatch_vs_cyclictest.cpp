@@ -175,10 +175,11 @@ figures run_cyclictest(int cpu, int prio, int interval_us, int loops, int hist_m
 
 class sim_process {
 public:
-    sim_process(const fs::path& dir, int cpu, int prio, bool busy_poll) {
+    sim_process(const fs::path& dir, int cpu, int prio, bool busy_poll, int tcp_port) {
         _sock = (dir / "qpu.sock").string();
         _summary = (dir / "sim.json").string();
-        std::vector<std::string> args = {QPU_SIM_PATH, "--listen", "unix://" + _sock, "--summary-file", _summary,
+        _endpoint = tcp_port > 0 ? "tcp://127.0.0.1:" + std::to_string(tcp_port) : "unix://" + _sock;
+        std::vector<std::string> args = {QPU_SIM_PATH, "--listen", _endpoint, "--summary-file", _summary,
                                          "--json", "--duration-s", "120"};
         if (busy_poll) {
             args.push_back("--busy-poll");
@@ -204,14 +205,14 @@ public:
             ::execv(argv[0], argv.data());
             ::_exit(127);
         }
-        for (int i = 0; i < 500 && !fs::exists(_sock); ++i) {
+        for (int i = 0; i < 500 && tcp_port <= 0 && !fs::exists(_sock); ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
     }
     ~sim_process() { stop(); }
     sim_process(const sim_process&) = delete;
     sim_process& operator=(const sim_process&) = delete;
-    std::string endpoint() const { return "unix://" + _sock; }
+    std::string endpoint() const { return _endpoint; }
     nlohmann::json stop() {
         if (_pid > 0) {
             ::kill(_pid, SIGTERM);
@@ -228,7 +229,7 @@ public:
     }
 
 private:
-    std::string _sock, _summary;
+    std::string _sock, _summary, _endpoint;
     pid_t _pid = -1;
 };
 
@@ -296,9 +297,10 @@ std::int64_t ring_fdinfo(int fd, const std::string& key) {
 }
 
 figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, int cpu, int prio, int interval_us, int loops, int sim_cpu,
-                       int sim_prio, bool sim_busy_poll, const fs::path& dir) {
+                       int sim_prio, bool sim_busy_poll, int tcp_port, const std::string& join_tasks,
+                       const fs::path& dir) {
     figures f;
-    sim_process sim(dir, sim_cpu, sim_prio, sim_busy_poll);
+    sim_process sim(dir, sim_cpu, sim_prio, sim_busy_poll, tcp_port);
     qrt::event_loop loop;
     rtcore::real_clock clock;
     qpu_link_config cfg;
@@ -313,6 +315,17 @@ figures run_dispatcher(dispatch_mode mode, submit_mode submit, int sqpoll_cpu, i
     cfg.dispatch.submit = submit;
     cfg.dispatch.sqpoll_cpu = sqpoll_cpu;
     cfg.dispatch.sqpoll_idle_ms = 50;  // > the interval: the poller stays awake while jobs flow
+    if (!join_tasks.empty()) {  // a v1 isolated cpuset, as the daemon joins it
+        cfg.dispatch.before_rt_setup = [join_tasks](pid_t tid) -> rtcore::status {
+            std::ofstream t(join_tasks);
+            t << tid << '\n';
+            t.flush();
+            if (!t) {
+                return rtcore::error::invalid("write " + join_tasks + ": failed");
+            }
+            return rtcore::ok();
+        };
+    }
     std::size_t done = 0;
     qpu_link_callbacks cb;
     cb.on_outcome = [&](const dispatch_outcome&) { ++done; };
@@ -439,6 +452,15 @@ int main(int argc, char** argv) {
     app.add_option("--sim-prio", sim_prio, "qpu-sim SCHED_FIFO priority (0: SCHED_OTHER)")->check(CLI::Range(0, 99));
     app.add_option("--hist-max-us", hist_max_us, "cyclictest -h bound");
     app.add_flag("--skip-cyclictest", skip_cyclictest, "do not run cyclictest");
+    std::string endpoint_kind = "unix";
+    app.add_option("--endpoint", endpoint_kind, "qpu-sim endpoint type: unix (a socket file) or tcp (127.0.0.1)")
+        ->check(CLI::IsMember({"unix", "tcp"}));
+    std::string only;
+    std::string join_tasks;
+    app.add_option("--join-tasks-file", join_tasks,
+                   "cgroup v1 tasks file the dispatch thread joins first (an applied qrtd partition's isolated cpuset)");
+    app.add_option("--only", only, "run one dispatcher mode: syscall, sqpoll or untuned (for tracing one at a time)")
+        ->check(CLI::IsMember({"syscall", "sqpoll", "untuned"}));
     app.add_option("--sqpoll-cpu", sqpoll_cpu, "CPU for the SQPOLL kernel thread (-1: the dispatch CPU, as qrtd does)");
     CLI11_PARSE(app, argc, argv);
     ::signal(SIGPIPE, SIG_IGN);
@@ -460,12 +482,19 @@ int main(int argc, char** argv) {
     } else {
         cyc = run_cyclictest(cpu, prio, interval_us, loops, hist_max_us);
     }
-    const figures tuned = run_dispatcher(dispatch_mode::tuned, submit_mode::syscall, sqpoll_cpu, cpu, prio,
-                                         interval_us, loops, sim_cpu, sim_prio, sim_busy_poll, dir);
-    const figures sqpoll = run_dispatcher(dispatch_mode::tuned, submit_mode::sqpoll, sqpoll_cpu, cpu, prio,
-                                          interval_us, loops, sim_cpu, sim_prio, sim_busy_poll, dir);
-    const figures untuned = run_dispatcher(dispatch_mode::untuned, submit_mode::syscall, sqpoll_cpu, cpu, prio,
-                                           interval_us, loops, sim_cpu, sim_prio, sim_busy_poll, dir);
+    int tcp_port = endpoint_kind == "tcp" ? 20000 + static_cast<int>(::getpid() % 20000) : 0;
+    const auto run = [&](const char* name, dispatch_mode m, submit_mode sm) {
+        if (!only.empty() && only != name) {
+            figures skipped;
+            skipped.note = std::string("skipped (--only ") + only + ")";
+            return skipped;
+        }
+        return run_dispatcher(m, sm, sqpoll_cpu, cpu, prio, interval_us, loops, sim_cpu, sim_prio, sim_busy_poll,
+                              tcp_port > 0 ? tcp_port++ : 0, join_tasks, dir);
+    };
+    const figures tuned = run("syscall", dispatch_mode::tuned, submit_mode::syscall);
+    const figures sqpoll = run("sqpoll", dispatch_mode::tuned, submit_mode::sqpoll);
+    const figures untuned = run("untuned", dispatch_mode::untuned, submit_mode::syscall);
     std::error_code ec;
     fs::remove_all(dir, ec);
 
@@ -532,6 +561,7 @@ int main(int argc, char** argv) {
         {"interval_us", interval_us},
         {"loops", loops},
         {"sqpoll_cpu", sqpoll_cpu},
+        {"endpoint", endpoint_kind},
         {"cyclictest", cyc.json()},
         {"tuned", tuned.json()},
         {"tuned_sqpoll", sqpoll.json()},

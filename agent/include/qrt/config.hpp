@@ -32,7 +32,7 @@ namespace qrt {
 enum class log_level { trace, debug, info, warn, error, critical, off };
 enum class isolation_mode { automatic, cgroup2, cgroup1, fence, none };
 enum class dispatch_mode { tuned, untuned };
-enum class submit_mode { syscall, sqpoll };
+enum class submit_mode { syscall, sqpoll, automatic };
 enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_aware };
 enum class calibration_change { replace, fail };
 enum class calibration_source { periodic, pushed };
@@ -57,7 +57,7 @@ struct enum_names<dispatch_mode> {
 };
 template <>
 struct enum_names<submit_mode> {
-    static constexpr std::array<std::string_view, 2> names{"syscall", "sqpoll"};
+    static constexpr std::array<std::string_view, 3> names{"syscall", "sqpoll", "auto"};
 };
 template <>
 struct enum_names<placement_policy> {
@@ -179,7 +179,7 @@ struct dispatch_config {
     std::uint32_t ring_capacity = 0;
     std::uint32_t max_payload_bytes = 0;
     bool cpu_dma_latency = true;
-    submit_mode submit = submit_mode::syscall;
+    submit_mode submit = submit_mode::automatic;
     int sqpoll_cpu = -1;                 // -1: each QPU's dispatch CPU
     std::uint32_t sqpoll_idle_ms = 0;
     require_rt_mode require_rt = require_rt_mode::automatic;  // auto: always when systemd started us

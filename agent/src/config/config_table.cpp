@@ -447,8 +447,12 @@ std::vector<config_option> build_table() {
                     "idle states whose exit latency would delay a wakeup.",
          QRT_FIELD(dispatch, cpu_dma_latency)},
         {.section = "dispatch", .key = "submit_mode", .kind = k::enumeration,
-         .default_value = std::string("syscall"), .allowed = names_of<submit_mode>(),
-         .meaning = "How a dispatch thread hands its write to the kernel at T.  \"syscall\": "
+         .default_value = std::string("auto"), .allowed = names_of<submit_mode>(),
+         .meaning = "How a dispatch thread hands its write to the kernel at T.  \"auto\": "
+                    "\"sqpoll\" with the poller on an isolated CPU that dispatches no QPU (an "
+                    "SMT sibling of the dispatch CPU first), so the RT thread does not pay the "
+                    "cross-CPU wake-up of the endpoint's reader; \"syscall\" when no such CPU "
+                    "is isolated (or dispatch.sqpoll_cpu, when set, places the poller).  \"syscall\": "
                     "io_uring_enter from the dispatch thread (the frame leaves at once; the "
                     "system call's cost is in the dispatch lateness).  \"sqpoll\": an io_uring "
                     "SQPOLL kernel thread issues the write and the dispatch thread only "

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "qrt/dispatch/submit_choice.hpp"
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
@@ -333,6 +334,22 @@ std::string services::placement_text() const {
 }
 
 rtcore::status services::start_links() {
+    // dispatch.submit_mode = "auto" places SQPOLL pollers on spare isolated
+    // CPUs (qrt/dispatch/submit_choice.hpp); it needs every QPU's dispatch
+    // CPU and, for SMT siblings, the topology of the real host.
+    std::vector<unsigned> dispatch_cpus;
+    for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
+        const int c = _cfg.qpus[i].dispatch_cpu >= 0 ? _cfg.qpus[i].dispatch_cpu
+                      : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
+                                                        : -1;
+        dispatch_cpus.push_back(c >= 0 ? static_cast<unsigned>(c) : rtcore::cpu_set::max_cpus);
+    }
+    std::optional<rtcore::topology> topology;
+    if (_facts.root == "/") {
+        if (auto t = rtcore::topology::from_system()) {
+            topology.emplace(std::move(*t));
+        }
+    }
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
         auto q = std::make_unique<qpu_runtime>();
@@ -356,9 +373,15 @@ rtcore::status services::start_links() {
             dc.rt_priority = _cfg.dispatch.priority;
         }
         dc.hold_cpu_dma_latency = _cfg.dispatch.cpu_dma_latency;
-        dc.submit = _cfg.dispatch.submit == submit_mode::sqpoll ? dispatch::submit_mode::sqpoll
-                                                                : dispatch::submit_mode::syscall;
-        dc.sqpoll_cpu = _cfg.dispatch.sqpoll_cpu;  // -1: the dispatch CPU
+        const auto choice = dispatch::choose_submit(
+            _cfg.dispatch.submit == submit_mode::automatic ? dispatch::submit_request::automatic
+            : _cfg.dispatch.submit == submit_mode::sqpoll  ? dispatch::submit_request::sqpoll
+                                                           : dispatch::submit_request::syscall,
+            _cfg.dispatch.sqpoll_cpu, dc.mode == dispatch::dispatch_mode::tuned, i, dispatch_cpus,
+            _facts.isolated, topology ? &*topology : nullptr);
+        dc.submit = choice.mode;
+        dc.sqpoll_cpu = choice.poller_cpu;  // -1: the dispatch CPU
+        log::info("dispatch", "{}: submit mode {}: {}", qc.name, dispatch::to_string(choice.mode), choice.why);
         if (_cfg.dispatch.sqpoll_idle_ms > 0) {
             dc.sqpoll_idle_ms = _cfg.dispatch.sqpoll_idle_ms;
         }

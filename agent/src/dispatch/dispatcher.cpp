@@ -171,26 +171,21 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
         // thread, so it inherits SCHED_OTHER and never competes at RT
         // priority.  SQ_AFF pins it to sqpoll_cpu, or with -1 to the
         // dispatch CPU (it runs there while the RT thread sleeps).
-        const int poller_cpu = cfg.sqpoll_cpu >= 0 ? cfg.sqpoll_cpu : cfg.dispatch_cpu;
-        io_uring_params params{};
-        params.flags = IORING_SETUP_SQPOLL;
-        params.sq_thread_idle = cfg.sqpoll_idle_ms;
-        if (poller_cpu >= 0) {
-            params.flags |= IORING_SETUP_SQ_AFF;
-            params.sq_thread_cpu = static_cast<std::uint32_t>(poller_cpu);
-        }
-        if (int rc = io_uring_queue_init_params(uring_entries, &_uring->ring, &params); rc == 0) {
-            _uring->inited = true;
+        if (const int rc = init_sqpoll_ring(*_uring); rc == 0) {
             _submit_mode = submit_mode::sqpoll;
             _sqpoll_tid = read_sqpoll_tid(_uring->ring.ring_fd);
         } else {
-            _submit_fallback_reason = "io_uring_queue_init_params(IORING_SETUP_SQPOLL" +
-                                      std::string(poller_cpu >= 0 ? "|IORING_SETUP_SQ_AFF, sq_thread_cpu " +
-                                                                        std::to_string(poller_cpu)
-                                                                  : "") +
-                                      ", sq_thread_idle " + std::to_string(cfg.sqpoll_idle_ms) +
-                                      " ms): " + std::strerror(-rc) + "; using syscall submission";
-            spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
+            _submit_fallback_reason = sqpoll_failure(rc);
+            // The kernel refuses an SQ_AFF CPU outside the creator's cpuset
+            // (EINVAL), and a cgroup v1 partition keeps this thread out of
+            // the isolated one.  The dispatch thread joins it first
+            // (before_rt_setup) and tries again there, still SCHED_OTHER;
+            // the daemon logs the reason if that fails too.
+            _sqpoll_retry_on_thread = rc == -EINVAL && cfg.mode == dispatch_mode::tuned &&
+                                      static_cast<bool>(cfg.before_rt_setup);
+            if (!_sqpoll_retry_on_thread) {
+                spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
+            }
         }
     }
     if (!_uring->inited) {
@@ -201,17 +196,10 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
         _uring->inited = true;
         _submit_mode = submit_mode::syscall;
     }
-    iovec iov{_pool, _pool_bytes};
-    if (int rc = io_uring_register_buffers(&_uring->ring, &iov, 1); rc < 0) {
+    if (auto st = register_ring(*_uring); !st) {
         _uring.reset();
         ::munmap(_pool, _pool_bytes);
-        throw std::system_error(-rc, std::generic_category(),
-                                "dispatch: io_uring_register_buffers (" + std::to_string(_pool_bytes) + " bytes)");
-    }
-    if (int rc = io_uring_register_files_sparse(&_uring->ring, 1); rc < 0) {
-        _uring.reset();
-        ::munmap(_pool, _pool_bytes);
-        throw std::system_error(-rc, std::generic_category(), "dispatch: io_uring_register_files_sparse");
+        throw std::system_error(st.err().code, std::generic_category(), "dispatch: " + st.err().message);
     }
     _lead_ns_pub.store(_cfg.mode == dispatch_mode::tuned ? _lead.lead_ns() : 0, std::memory_order_relaxed);
 }
@@ -225,6 +213,57 @@ dispatcher::~dispatcher() {
 }
 
 int dispatcher::ring_fd() const noexcept { return _uring->ring.ring_fd; }
+
+int dispatcher::init_sqpoll_ring(uring& u) const {
+    const int poller_cpu = _cfg.sqpoll_cpu >= 0 ? _cfg.sqpoll_cpu : _cfg.dispatch_cpu;
+    io_uring_params params{};
+    params.flags = IORING_SETUP_SQPOLL;
+    params.sq_thread_idle = _cfg.sqpoll_idle_ms;
+    if (poller_cpu >= 0) {
+        params.flags |= IORING_SETUP_SQ_AFF;
+        params.sq_thread_cpu = static_cast<std::uint32_t>(poller_cpu);
+    }
+    const int rc = io_uring_queue_init_params(uring_entries, &u.ring, &params);
+    u.inited = rc == 0;
+    return rc;
+}
+
+std::string dispatcher::sqpoll_failure(int rc) const {
+    const int poller_cpu = _cfg.sqpoll_cpu >= 0 ? _cfg.sqpoll_cpu : _cfg.dispatch_cpu;
+    return "io_uring_queue_init_params(IORING_SETUP_SQPOLL" +
+           std::string(poller_cpu >= 0 ? "|IORING_SETUP_SQ_AFF, sq_thread_cpu " + std::to_string(poller_cpu) : "") +
+           ", sq_thread_idle " + std::to_string(_cfg.sqpoll_idle_ms) + " ms): " + std::strerror(-rc) +
+           "; using syscall submission";
+}
+
+rtcore::status dispatcher::register_ring(uring& u) const {
+    iovec iov{_pool, _pool_bytes};
+    if (int rc = io_uring_register_buffers(&u.ring, &iov, 1); rc < 0) {
+        return rtcore::error::from_errno(-rc, "io_uring_register_buffers (" + std::to_string(_pool_bytes) + " bytes)");
+    }
+    if (int rc = io_uring_register_files_sparse(&u.ring, 1); rc < 0) {
+        return rtcore::error::from_errno(-rc, "io_uring_register_files_sparse");
+    }
+    return rtcore::ok();
+}
+
+void dispatcher::retry_sqpoll_on_this_thread() {
+    auto u = std::make_unique<uring>();
+    const int rc = init_sqpoll_ring(*u);
+    if (rc != 0) {
+        _submit_fallback_reason += "; on the dispatch thread in its cpuset too: " + sqpoll_failure(rc);
+        return;
+    }
+    if (auto st = register_ring(*u); !st) {
+        _submit_fallback_reason += "; on the dispatch thread: " + st.err().message;
+        return;
+    }
+    // No endpoint is registered yet: set_endpoint_fd() comes after start().
+    _uring = std::move(u);
+    _submit_mode = submit_mode::sqpoll;
+    _sqpoll_tid = read_sqpoll_tid(_uring->ring.ring_fd);
+    _submit_fallback_reason.clear();
+}
 
 std::uint8_t* dispatcher::slot_buffer(std::uint32_t slot) const noexcept {
     return _pool + static_cast<std::size_t>(slot) * _slot_bytes;
@@ -552,6 +591,8 @@ void dispatcher::thread_main() noexcept {
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
+    // A name the probes, ps and qrt-wakeup-trace can tell from the event loop.
+    ::pthread_setname_np(::pthread_self(), "qrt-dispatch");
     std::optional<rtcore::scoped_rt_thread> rt;
     rtcore::cpu_dma_latency_hold dma;
     int setup_err = 0;
@@ -571,6 +612,9 @@ void dispatcher::thread_main() noexcept {
                     if (auto joined = _cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
                         return std::move(joined).err();
                     }
+                }
+                if (_sqpoll_retry_on_thread) {  // in the isolated cpuset now, still SCHED_OTHER
+                    retry_sqpoll_on_this_thread();
                 }
                 return rtcore::scoped_rt_thread::enter(rc);
             }();

@@ -1,5 +1,6 @@
 #include "qrt/rpc/json_rpc.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -47,10 +48,96 @@ std::string to_line(const json& j) {
     return s;
 }
 
+namespace {
+
+// nlohmann's own text for a string that needs no escaping and no UTF-8
+// check: printable ASCII without '"' or '\\'.  Anything else goes to
+// json::dump, which escapes and replaces invalid UTF-8.
+bool plain_ascii(std::string_view s) noexcept {
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+            return false;
+        }
+    }
+    return true;
+}
+
+void append_string(std::string& out, std::string_view s) {
+    if (plain_ascii(s)) {
+        out += '"';
+        out += s;
+        out += '"';
+    } else {
+        out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+}
+
+template <typename Int>
+void append_integer(std::string& out, Int v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+}
+
+}  // namespace
+
+// Through nlohmann's public API only (issue 16: not its detail::serializer).
+// json::dump returns a new string, so the values whose text is fixed by the
+// JSON grammar alone (integers, booleans, null, plain ASCII strings) and the
+// structure of arrays and objects are written straight into `out`; floats
+// and strings that need escaping are nlohmann's dump.  Byte for byte
+// json::dump(-1, ' ', false, replace): json_rpc_test checks it, and
+// bench_json_dump measured it against the detail serializer.
 void dump_to(std::string& out, const json& j) {
-    nlohmann::detail::serializer<json> ser(nlohmann::detail::output_adapter<char, std::string>(out),
-                                           ' ', json::error_handler_t::replace);
-    ser.dump(j, false, false, 0);
+    switch (j.type()) {
+        case json::value_t::null:
+            out += "null";
+            return;
+        case json::value_t::boolean:
+            out += j.get<bool>() ? "true" : "false";
+            return;
+        case json::value_t::number_integer:
+            append_integer(out, j.get<std::int64_t>());
+            return;
+        case json::value_t::number_unsigned:
+            append_integer(out, j.get<std::uint64_t>());
+            return;
+        case json::value_t::string:
+            append_string(out, j.get_ref<const std::string&>());
+            return;
+        case json::value_t::object: {
+            out += '{';
+            bool first = true;
+            for (auto it = j.begin(); it != j.end(); ++it) {
+                if (!first) {
+                    out += ',';
+                }
+                first = false;
+                append_string(out, it.key());
+                out += ':';
+                dump_to(out, it.value());
+            }
+            out += '}';
+            return;
+        }
+        case json::value_t::array: {
+            out += '[';
+            bool first = true;
+            for (const auto& v : j) {
+                if (!first) {
+                    out += ',';
+                }
+                first = false;
+                dump_to(out, v);
+            }
+            out += ']';
+            return;
+        }
+        default:  // floats, binary, discarded: nlohmann's own text
+            out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+            return;
+    }
 }
 
 // nlohmann objects keep their members sorted: "id" < "jsonrpc" < "result",

@@ -289,7 +289,7 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
 
     // slots.query is the hot read: its result is written straight out (no
     // json tree built, then freed), members in nlohmann's sorted order and
-    // every scalar through nlohmann's serializer, so the bytes are those the
+    // every scalar through dump_to, so the bytes are those the
     // json tree {"candidates":[{qpu,start_ns,end_ns,calibration_id,
     // calibration_age_ns,predicted_fidelity,window_until_ns,score}..],
     // "next_window":window_json()+qpu, "why_none"} serialised to.
@@ -305,10 +305,7 @@ void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) 
                     static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
                 req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
                 const auto q = take(b->ledger->query(req, b->now()));
-                nlohmann::detail::serializer<json> ser(
-                    nlohmann::detail::output_adapter<char, std::string>(out), ' ',
-                    json::error_handler_t::replace);
-                const auto put = [&](const json& v) { ser.dump(v, false, false, 0); };
+                const auto put = [&](const json& v) { dump_to(out, v); };
                 out += R"({"candidates":[)";
                 bool first = true;
                 for (const auto& c : q.candidates) {

@@ -1360,6 +1360,25 @@ TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_it
     expect_same_host(before, "after SIGTERM");
 }
 
+// The kernel refuses an SQPOLL poller on a CPU outside its creator's cpuset
+// (EINVAL), and a v1 partition keeps the housekeeping thread out of the
+// isolated one: before, submit_mode = "sqpoll" fell back to syscall
+// submission on every partitioned v1 host.  The dispatch thread now creates
+// the ring itself once it joined the isolated cpuset.
+TEST_F(dispatch_placement, with_a_v1_partition_sqpoll_submission_gets_its_poller_on_the_isolated_cpu) {
+    const auto before = snapshot_host();
+    const auto cfg = config_with("root", "require_rt = \"always\"\nsubmit_mode = \"sqpoll\"");
+    background d(run_argv(cfg, 60), _base->path() / "run.log");
+    ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+    const std::string log = d.log();
+    expect_dispatch_thread_on_isolated_cpu(d.pid(), log);
+    EXPECT_NE(log.find("submit sqpoll (poller tid"), std::string::npos) << log;
+    EXPECT_EQ(log.find("using syscall submission"), std::string::npos) << log;
+    const int rc = d.stop(SIGTERM);
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+    expect_same_host(before, "after SIGTERM");
+}
+
 TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the_isolated_cpu) {
     deployed_user user;
     if (!user.why_not().empty()) {

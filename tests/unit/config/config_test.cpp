@@ -314,9 +314,10 @@ TEST(config_values, submit_mode_and_sqpoll_options) {
     EXPECT_EQ(res.cfg.dispatch.submit, qrt::submit_mode::sqpoll);
     EXPECT_EQ(res.cfg.dispatch.sqpoll_cpu, 1);
     EXPECT_EQ(res.cfg.dispatch.sqpoll_idle_ms, 20u);
-    EXPECT_EQ(qrt::default_config().dispatch.submit, qrt::submit_mode::syscall) << "syscall stays the default";
+    EXPECT_EQ(qrt::default_config().dispatch.submit, qrt::submit_mode::automatic)
+        << "auto is the default: the partition decides (qrt/dispatch/submit_choice.hpp)";
     EXPECT_EQ(only_error(std::string("[dispatch]\nsubmit_mode = \"polled\"\n") + one_qpu),
-              "qrtd.toml:2: dispatch.submit_mode = \"polled\" is not one of syscall, sqpoll");
+              "qrtd.toml:2: dispatch.submit_mode = \"polled\" is not one of syscall, sqpoll, auto");
 }
 
 TEST(config_values, probes_flavour_forces_raw_tp_or_lets_the_loader_choose) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "qrt/rpc/json_rpc.hpp"
 
@@ -104,4 +106,41 @@ TEST(json_rpc, replies_are_single_lines_even_with_invalid_utf8_inside) {
     EXPECT_EQ(line.find('\n'), line.size() - 1);
     const auto back = json::parse(line);
     EXPECT_EQ(back.at("id"), 1);
+}
+
+// dump_to writes integers, plain strings and structure itself (public API
+// only): its bytes must stay nlohmann's, for every kind of value.
+TEST(json_rpc, dump_to_appends_exactly_what_nlohmann_dump_gives) {
+    const std::vector<json> values = {
+        nullptr,
+        true,
+        false,
+        0,
+        -1,
+        std::numeric_limits<std::int64_t>::min(),
+        std::numeric_limits<std::int64_t>::max(),
+        std::numeric_limits<std::uint64_t>::max(),
+        0.5,
+        1.0,
+        -0.0,
+        1e300,
+        0.9876543210123,
+        "",
+        "qpu0",
+        "cal-000042 ~!@#$%^&*()_+{}|:<>?`-=[];',./",
+        "quote \" backslash \\ slash /",
+        "tab\tnewline\ncr\rbs\bff\f nul" + std::string(1, '\0') + "\x1f\x7f",
+        "utf-8: \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
+        std::string("invalid \xff\xfe utf-8 \xc3"),
+        json::array(),
+        json::object(),
+        json::array({1, "two", 3.5, nullptr, json::array({false}), json::object({{"k", "v"}})}),
+        json{{"z", 1}, {"a", json{{"nested \"key\"", json::array({-7, "\x01"})}}}, {"m", 0.25}},
+        json::binary({1, 2, 3}),
+    };
+    for (const auto& v : values) {
+        std::string out = "prefix:";
+        dump_to(out, v);
+        EXPECT_EQ(out, "prefix:" + v.dump(-1, ' ', false, json::error_handler_t::replace)) << v.type_name();
+    }
 }

@@ -375,6 +375,13 @@ private:
     // too wide to trust (preempted between them).
     std::optional<std::int64_t> sample_offset() const noexcept;
     std::uint8_t* slot_buffer(std::uint32_t slot) const noexcept;
+    // Ring setup (setup code: allocates, may fail).  init_sqpoll_ring:
+    // 0 or -errno of io_uring_queue_init_params.
+    int init_sqpoll_ring(uring& u) const;
+    std::string sqpoll_failure(int rc) const;
+    rtcore::status register_ring(uring& u) const;
+    // On the dispatch thread, after before_rt_setup, before SCHED_FIFO.
+    void retry_sqpoll_on_this_thread();
 
     dispatcher_config _cfg;
     rtcore::clock_source& _clock;
@@ -398,6 +405,7 @@ private:
     std::unique_ptr<uring> _uring;
     submit_mode _submit_mode = submit_mode::syscall;
     std::string _submit_fallback_reason;
+    bool _sqpoll_retry_on_thread = false;  // SQ_AFF refused here: the dispatch thread retries in its cpuset
     lead_controller _lead;
 
     // per-slot send-time info kept by the RT thread until the CQE arrives
