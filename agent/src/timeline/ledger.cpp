@@ -241,12 +241,31 @@ result<const reservation*> ledger::owned(std::string_view tenant, std::uint64_t 
     return &it->second;
 }
 
-result<reservation*> ledger::owned(std::string_view tenant, std::uint64_t id) {
-    auto r = static_cast<const ledger*>(this)->owned(tenant, id);
-    if (!r) {
-        return std::move(r).err();
+// The one check every tenant's change of a reservation goes through, in the
+// order the reasons are promised: it exists (not_found), it is the tenant's
+// (not_owner), the caller's fencing token is current (bad_fencing_token),
+// and, where the change needs a live lease, the lease has not run out
+// (lease_expired: expired, or held past lease_expires_ns and not yet swept).
+result<reservation*> ledger::checked(std::string_view tenant, std::uint64_t id,
+                                     std::optional<std::uint64_t> fencing_token, lease_check lease,
+                                     std::int64_t now_ns) {
+    auto o = static_cast<const ledger*>(this)->owned(tenant, id);
+    if (!o) {
+        return std::move(o).err();
     }
-    return const_cast<reservation*>(*r);
+    auto* r = const_cast<reservation*>(*o);
+    if (fencing_token && r->fencing_token != *fencing_token) {
+        return make_error(reason::bad_fencing_token,
+                          "fencing_token " + u2s(*fencing_token) + " is stale for reservation " +
+                              u2s(id));
+    }
+    if (lease == lease_check::must_be_live &&
+        (r->state == res_state::expired ||
+         (r->state == res_state::held && r->lease_expires_ns <= now_ns))) {
+        return make_error(reason::lease_expired, "reservation " + u2s(id) + " lease expired at " +
+                                                     n2s(r->lease_expires_ns));
+    }
+    return r;
 }
 
 std::vector<std::uint64_t> ledger::members(const reservation& r) const {

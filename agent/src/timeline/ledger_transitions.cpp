@@ -390,21 +390,11 @@ std::size_t ledger::replace_or_displace(std::vector<std::uint64_t> ids, bool try
 
 result<reservation> ledger::heartbeat(std::string_view tenant, std::uint64_t id,
                                       std::uint64_t fencing_token, std::int64_t now_ns) {
-    auto o = owned(tenant, id);
+    auto o = checked(tenant, id, fencing_token, lease_check::must_be_live, now_ns);
     if (!o) {
         return std::move(o).err();
     }
     reservation& r = **o;
-    if (r.fencing_token != fencing_token) {
-        return make_error(reason::bad_fencing_token,
-                          "fencing_token " + u2s(fencing_token) + " is stale for reservation " +
-                              u2s(id));
-    }
-    if (r.state == res_state::expired ||
-        (r.state == res_state::held && r.lease_expires_ns <= now_ns)) {
-        return make_error(reason::lease_expired, "reservation " + u2s(id) + " lease expired at " +
-                                                     n2s(r.lease_expires_ns));
-    }
     if (r.state != res_state::held) {
         return make_error(reason::illegal_transition,
                           "heartbeat on reservation " + u2s(id) + " in state " +
@@ -426,16 +416,11 @@ result<reservation> ledger::heartbeat(std::string_view tenant, std::uint64_t id,
 
 result<reservation> ledger::release(std::string_view tenant, std::uint64_t id,
                                     std::uint64_t fencing_token, std::int64_t now_ns) {
-    auto o = owned(tenant, id);
+    auto o = checked(tenant, id, fencing_token, lease_check::none, now_ns);
     if (!o) {
         return std::move(o).err();
     }
     reservation& r = **o;
-    if (r.fencing_token != fencing_token) {
-        return make_error(reason::bad_fencing_token,
-                          "fencing_token " + u2s(fencing_token) + " is stale for reservation " +
-                              u2s(id));
-    }
     if (r.state != res_state::held) {
         return make_error(reason::illegal_transition,
                           "release of reservation " + u2s(id) + " in state " +
@@ -455,21 +440,11 @@ result<reservation> ledger::release(std::string_view tenant, std::uint64_t id,
 result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
                                    std::uint64_t fencing_token, blob payload,
                                    std::int64_t now_ns) {
-    auto o = owned(tenant, id);
+    auto o = checked(tenant, id, fencing_token, lease_check::must_be_live, now_ns);
     if (!o) {
         return std::move(o).err();
     }
     reservation& r = **o;
-    if (r.fencing_token != fencing_token) {
-        return make_error(reason::bad_fencing_token,
-                          "fencing_token " + u2s(fencing_token) + " is stale for reservation " +
-                              u2s(id));
-    }
-    if (r.state == res_state::expired ||
-        (r.state == res_state::held && r.lease_expires_ns <= now_ns)) {
-        return make_error(reason::lease_expired, "reservation " + u2s(id) + " lease expired at " +
-                                                     n2s(r.lease_expires_ns));
-    }
     if (r.state == res_state::displaced) {
         return make_error(reason::calibration_changed,
                           "reservation " + u2s(id) + " was displaced: " + r.reason);
@@ -499,7 +474,7 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
 
 result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
                                    std::int64_t now_ns) {
-    auto o = owned(tenant, id);
+    auto o = checked(tenant, id, std::nullopt, lease_check::none, now_ns);
     if (!o) {
         return std::move(o).err();
     }

@@ -264,8 +264,14 @@ private:
     std::optional<std::uint64_t> take_all(const std::vector<std::uint64_t>& ids);
     std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
-    result<reservation*> owned(std::string_view tenant, std::uint64_t id);
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
+    // owned(), then the fencing token (when given) and the lease (when the
+    // change needs a live one): the one check of heartbeat, release, commit
+    // and cancel.
+    enum class lease_check : std::uint8_t { none, must_be_live };
+    result<reservation*> checked(std::string_view tenant, std::uint64_t id,
+                                 std::optional<std::uint64_t> fencing_token, lease_check lease,
+                                 std::int64_t now_ns);
     std::vector<std::uint64_t> members(const reservation& r) const;
     bool gang_movable(const reservation& r) const;
     error no_fit_error(const request& req, const std::vector<std::size_t>& qs,
