@@ -51,7 +51,7 @@ struct timeline_options {
 
 // Registers the methods above and an event source draining the ledger.
 // The ledger outlives the engine.
-void register_timeline_methods(engine& e, timeline::ledger& l, timeline_options opts = {});
+void register_timeline_methods(engine& rpc, timeline::ledger& ledger, timeline_options opts = {});
 
 // The ledger's events as socket events (type "reservation.*", "job.*",
 // "calibration.changed"; tenant-scoped except calibration).
@@ -61,10 +61,10 @@ json to_json(const timeline::reservation& r);
 
 // expire_leases + mark_missed, then the resulting events are published.  The
 // daemon calls this from a periodic loop timer (see install_housekeeping).
-void ledger_housekeeping(engine& e, timeline::ledger& l, std::int64_t now_ns,
+void ledger_housekeeping(engine& rpc, timeline::ledger& ledger, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns = 0);
-rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& e,
-                                                          timeline::ledger& l,
+rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& rpc,
+                                                          timeline::ledger& ledger,
                                                           std::chrono::milliseconds period,
                                                           std::function<std::int64_t()> now_ns = {});
 
