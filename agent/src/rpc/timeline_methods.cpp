@@ -150,6 +150,22 @@ private:
                                     duration_ns, payload_bytes);
     }
 
+    // Backpressure of group commit: past timeline.commit_queue_max changes
+    // waiting for their commit, a client change is refused at once (before
+    // anything changes) with `unavailable`, data.cause "commit_backlog"; the
+    // client retries (with the same idempotency key).  Reads go on.
+    void check_commit_backlog() const {
+        if (!_ledger.accepting_changes()) {
+            throw rpc_failure("unavailable",
+                              fmt::format("ledger: {} changes are waiting for their commit "
+                                          "(timeline.commit_queue_max {}); retry shortly",
+                                          _ledger.commit_backlog(),
+                                          _ledger.options().commit_queue_max),
+                              json{{"cause", "commit_backlog"},
+                                   {"limit", _ledger.options().commit_queue_max}});
+        }
+    }
+
     // The tenant to act as: the caller's, or for an admin the owner's.
     std::string tenant_for(const call_context& ctx, std::uint64_t id) const {
         if (ctx.caller.roles.holds(role::admin)) {
@@ -199,6 +215,7 @@ json ledger_methods::calibration_get(const json& params, call_context&) {
 }
 
 json ledger_methods::calibration_update(const json& params, call_context&) {
+    check_commit_backlog();
     params_reader p(params, {"qpu", "windows"});
     const std::string qpu = p.str("qpu", 128);
     const json& jw = p.raw("windows");
@@ -288,6 +305,7 @@ void ledger_methods::slots_query(const json& params, call_context& ctx, std::str
 }
 
 json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
+    check_commit_backlog();
     const params_reader p(params, {"duration_ns", "not_before_ns", "deadline_ns",
                                    "priority", "min_fidelity", "qpus",
                                    "idempotency_key", "lease_ns", "gang_size"});
@@ -314,6 +332,7 @@ json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
 }
 
 json ledger_methods::slots_heartbeat(const json& params, call_context& ctx) {
+    check_commit_backlog();
     const params_reader p(params, {"reservation_id", "fencing_token"});
     const auto id = read_id(p, "reservation_id");
     const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
@@ -322,6 +341,7 @@ json ledger_methods::slots_heartbeat(const json& params, call_context& ctx) {
 }
 
 json ledger_methods::slots_release(const json& params, call_context& ctx) {
+    check_commit_backlog();
     const params_reader p(params, {"reservation_id", "fencing_token"});
     const auto id = read_id(p, "reservation_id");
     const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
@@ -330,6 +350,7 @@ json ledger_methods::slots_release(const json& params, call_context& ctx) {
 }
 
 json ledger_methods::jobs_submit(const json& params, call_context& ctx) {
+    check_commit_backlog();
     const params_reader p(params, {"reservation_id", "fencing_token", "payload",
                                    "duration_ns", "not_before_ns", "deadline_ns",
                                    "priority", "min_fidelity", "qpus",
@@ -402,6 +423,7 @@ json ledger_methods::jobs_result(const json& params, call_context& ctx) {
 }
 
 json ledger_methods::jobs_cancel(const json& params, call_context& ctx) {
+    check_commit_backlog();
     const params_reader p(params, {"job_id"});
     const auto id = read_id(p, "job_id");
     return to_json(take(_ledger.cancel(tenant_for(ctx, id), id, now())));
@@ -503,6 +525,11 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
         };
     };
     auto& reg = rpc.methods();
+    // Changes are acknowledged once durable (group commit, ledger.hpp); the
+    // reads are answered from memory at once.
+    constexpr bool acknowledged_when_durable = true;
+    rpc.set_commit_tracker([&ledger] { return ledger.latest_seq(); },
+                           [&ledger] { return ledger.durable_seq(); });
 
     rpc.add_event_source([methods] { return to_rpc_events(methods->ledger().drain_events()); });
 
@@ -514,22 +541,22 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
              bind(&ledger_methods::calibration_get)});
     reg.add({"calibration.update", role::calibration,
              "replace a pushed QPU's windows from now on (reservations are re-placed or displaced)",
-             bind(&ledger_methods::calibration_update)});
+             bind(&ledger_methods::calibration_update), acknowledged_when_durable});
     reg.add({"slots.query", role::reader,
              "candidate slots for a request, or the next window when none fits", {}},
             raw(&ledger_methods::slots_query));
     reg.add({"slots.reserve", role::scheduler,
              "hold a slot under a lease (idempotency key, fencing token)",
-             bind(&ledger_methods::slots_reserve)});
+             bind(&ledger_methods::slots_reserve), acknowledged_when_durable});
     reg.add({"slots.heartbeat", role::scheduler,
              "extend a held reservation's lease",
-             bind(&ledger_methods::slots_heartbeat)});
+             bind(&ledger_methods::slots_heartbeat), acknowledged_when_durable});
     reg.add({"slots.release", role::scheduler,
              "give a held reservation back",
-             bind(&ledger_methods::slots_release)});
+             bind(&ledger_methods::slots_release), acknowledged_when_durable});
     reg.add({"jobs.submit", role::scheduler,
              "commit a payload into a held reservation, or place and commit in one step",
-             bind(&ledger_methods::jobs_submit)});
+             bind(&ledger_methods::jobs_submit), acknowledged_when_durable});
     reg.add({"jobs.status", role::scheduler,
              "a job's (reservation's) state",
              bind(&ledger_methods::jobs_status)});
@@ -538,7 +565,7 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
              bind(&ledger_methods::jobs_result)});
     reg.add({"jobs.cancel", role::scheduler,
              "cancel a committed job before dispatch",
-             bind(&ledger_methods::jobs_cancel)});
+             bind(&ledger_methods::jobs_cancel), acknowledged_when_durable});
 }
 
 }  // namespace qrt::rpc

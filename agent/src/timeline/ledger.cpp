@@ -22,7 +22,9 @@ ledger::ledger(std::vector<qpu_spec> qpus, ledger_options opts,
     }
 }
 
-ledger::~ledger() = default;
+ledger::~ledger() {
+    _writer.reset();  // commits what is queued, then joins its thread
+}
 
 result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_options opts,
                                              const std::string& store_path,
@@ -127,6 +129,11 @@ status ledger::reload() {
     if (!loaded) {
         return std::move(loaded).err();
     }
+    return reload_from(std::move(*loaded));
+}
+
+status ledger::reload_from(stored_state state) {
+    stored_state* loaded = &state;
     _res.clear();
     _idem.clear();
     _usage.clear();
@@ -315,6 +322,10 @@ const reservation* ledger::find(std::uint64_t id) const {
 }
 
 status ledger::checkpoint() {
+    if (_writer) {
+        _writer->request_checkpoint();
+        return {};
+    }
     return _store ? _store->checkpoint() : timeline::status{};
 }
 

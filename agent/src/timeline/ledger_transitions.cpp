@@ -561,6 +561,11 @@ std::vector<reservation> ledger::due_jobs(std::string_view qpu,
     }
     const qpu_state& qs = _qpus[it->second];
     for (auto p = qs.pending.begin(); p != qs.pending.end() && p->first < horizon_end_ns; ++p) {
+        // Only what is on disk is handed over: a job whose commit has not
+        // reached the disk was never acknowledged, and may yet be undone.
+        if (!_undurable.empty() && _undurable.count(p->second) != 0) {
+            continue;
+        }
         out.push_back(_res.at(p->second));
     }
     return out;
@@ -671,19 +676,50 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
 
 // ------------------------------------------------------------ durability
 
+// Every public mutating operation ends here.  The rows it changed become one
+// change_set with the next sequence number.  Without a writer it commits at
+// once (one transaction, one fsync), as before group commit; with one it is
+// queued, and on_group_done() makes it durable (or undoes it).
 status ledger::persist() {
-    if (!_dirty.empty() || !_dirty_windows.empty()) {
+    const bool changed = !_dirty.empty() || !_dirty_windows.empty();
+    if (changed) {
         ++_generation;
     }
-    if (!_store || (_dirty.empty() && _dirty_windows.empty())) {
+    if ((!_store && !_writer) || !changed) {
         // In memory, or nothing changed (an idle housekeeping tick): no
-        // transaction, no fsync.
+        // transaction, no fsync.  Events of an unchanged operation follow
+        // the changes still in flight.
         _dirty.clear();
         _dirty_windows.clear();
-        for (event& e : _pending_events) {
-            _events.push_back(std::move(e));
+        if (!_in_flight.empty()) {
+            for (event& e : _pending_events) {
+                _in_flight.back().events.push_back(std::move(e));
+            }
+            _pending_events.clear();
+        } else {
+            release_events(_pending_events);
         }
+        return {};
+    }
+    change_set c = take_changes();
+    _store_rows += c.rows() - 1;
+    if (_writer) {
+        in_flight f;
+        f.seq = c.seq;
+        f.ids.reserve(c.puts.size() + c.erases.size());
+        for (const reservation& r : c.puts) {
+            f.ids.push_back(r.id);
+        }
+        for (const std::uint64_t id : c.erases) {
+            f.ids.push_back(id);
+        }
+        for (const std::uint64_t id : f.ids) {
+            _undurable[id] = c.seq;
+        }
+        f.events = std::move(_pending_events);
         _pending_events.clear();
+        _in_flight.push_back(std::move(f));
+        _writer->enqueue(std::move(c));
         return {};
     }
     auto fail_with = [&](error e) -> timeline::status {
@@ -691,44 +727,128 @@ status ledger::persist() {
         // Memory holds the failed operation; the store does not.  Reload so
         // that the ledger again equals what was acknowledged.
         (void)reload();
+        _durable_seq = _latest_seq;  // resolved: it did not happen
         return e;
     };
     if (auto s = _store->begin(); !s) {
         return fail_with(std::move(s).err());
     }
-    std::sort(_dirty.begin(), _dirty.end());
-    _dirty.erase(std::unique(_dirty.begin(), _dirty.end()), _dirty.end());
-    for (const std::uint64_t id : _dirty) {
-        const auto it = _res.find(id);
-        auto s = it == _res.end() ? _store->erase(id) : _store->put(it->second);
-        if (!s) {
-            return fail_with(std::move(s).err());
-        }
-        ++_store_rows;
-    }
-    if (auto s = _store->put_counters(_next_id, _next_token, _next_gang); !s) {
+    if (auto s = write_change(*_store, c); !s) {
         return fail_with(std::move(s).err());
-    }
-    // In the order they happened: a window dropped and one with its id
-    // added by the same update end as the added one.
-    for (const window_change& c : _dirty_windows) {
-        const std::string& name = _qpus[c.q].spec.name;
-        auto s = c.put ? _store->put_window(name, *c.put) : _store->erase_window(name, c.calibration_id);
-        if (!s) {
-            return fail_with(std::move(s).err());
-        }
-        ++_store_rows;
     }
     if (auto s = _store->commit(); !s) {
         return fail_with(std::move(s).err());
     }
+    _durable_seq = c.seq;
+    release_events(_pending_events);
+    return {};
+}
+
+// The rows the operation changed, in the order they must be written, and the
+// dirty lists cleared.
+change_set ledger::take_changes() {
+    change_set c;
+    c.seq = ++_latest_seq;
+    std::sort(_dirty.begin(), _dirty.end());
+    _dirty.erase(std::unique(_dirty.begin(), _dirty.end()), _dirty.end());
+    for (const std::uint64_t id : _dirty) {
+        const auto it = _res.find(id);
+        if (it == _res.end()) {
+            c.erases.push_back(id);
+        } else {
+            c.puts.push_back(it->second);
+        }
+    }
+    c.next_id = _next_id;
+    c.next_token = _next_token;
+    c.next_gang = _next_gang;
+    c.windows.reserve(_dirty_windows.size());
+    for (window_change& w : _dirty_windows) {
+        c.windows.push_back({_qpus[w.q].spec.name, w.calibration_id, std::move(w.put)});
+    }
     _dirty.clear();
     _dirty_windows.clear();
-    for (event& e : _pending_events) {
+    return c;
+}
+
+void ledger::release_events(std::vector<event>& evs) {
+    for (event& e : evs) {
         _events.push_back(std::move(e));
     }
-    _pending_events.clear();
-    return {};
+    evs.clear();
+}
+
+void ledger::start_writer(commit_writer::post_fn post) {
+    if (!_store || _writer || _opts.commit_group_max <= 1) {
+        return;
+    }
+    writer_options wo;
+    wo.group_max = _opts.commit_group_max;
+    wo.group_wait = _opts.commit_group_wait;
+    wo.before_commit = _opts.commit_hook;
+    _writer = std::make_unique<commit_writer>(
+        std::move(_store), std::move(wo), std::move(post),
+        [this, alive = std::weak_ptr<bool>(_alive)](const group_outcome& g) {
+            if (const auto a = alive.lock(); a && *a) {
+                on_group_done(g);
+            }
+        });
+}
+
+std::uint64_t ledger::change_seq_of(std::uint64_t id) const {
+    const auto it = _undurable.find(id);
+    return it == _undurable.end() ? 0 : it->second;
+}
+
+std::size_t ledger::commit_backlog() const { return _writer ? _writer->queued() : 0; }
+
+void ledger::advance_durable(std::uint64_t seq) {
+    _durable_seq = std::max(_durable_seq, seq);
+    while (!_in_flight.empty() && _in_flight.front().seq <= _durable_seq) {
+        in_flight& f = _in_flight.front();
+        for (const std::uint64_t id : f.ids) {
+            if (const auto it = _undurable.find(id); it != _undurable.end() && it->second == f.seq) {
+                _undurable.erase(it);
+            }
+        }
+        release_events(f.events);
+        _in_flight.pop_front();
+    }
+    ++_generation;  // what is durable changed: the hand-over plan follows it
+}
+
+// Loop thread, after each group.  A failed group is undone: every change
+// from its first sequence on (the ones still queued were made on top of it)
+// is dropped, and memory is reloaded from the store, so that the ledger
+// again holds exactly what is on disk.
+void ledger::on_group_done(const group_outcome& g) {
+    commit_notice n;
+    n.changes = g.changes;
+    n.commit_ns = g.commit_ns;
+    if (g.ok) {
+        advance_durable(g.last_seq);
+        n.durable_seq = _durable_seq;
+    } else {
+        auto rec = _writer->recover();
+        n.failed_from = g.first_seq;
+        n.failed_to = std::max({g.last_seq, rec.last_dropped, _latest_seq});
+        n.why = g.failure.message;
+        _in_flight.clear();
+        _undurable.clear();
+        _pending_events.clear();
+        if (rec.state) {
+            (void)reload_from(std::move(*rec.state));
+        } else {
+            n.why += "; reloading the ledger failed too: " + rec.state.err().message;
+        }
+        _durable_seq = n.failed_to;
+        _latest_seq = std::max(_latest_seq, n.failed_to);
+        ++_generation;
+        n.durable_seq = _durable_seq;
+    }
+    if (_commit_listener) {
+        _commit_listener(n);
+    }
 }
 
 }  // namespace qrt::timeline

@@ -1,7 +1,12 @@
 #pragma once
-// The ledger-backed methods.  Each handler makes ONE ledger call and answers
-// only after it returned (with a store, the ledger has committed to SQLite by
-// then).  The ledger's stable reason strings become data.reason verbatim.
+// The ledger-backed methods.  Each handler makes ONE ledger call.  A change
+// (calibration.update, slots.reserve/heartbeat/release, jobs.submit/cancel)
+// is answered only once it is durable: at once without a writer, else when
+// the writer's group holding it committed (the server holds the reply; a
+// failed commit turns it into store_error).  Past timeline.commit_queue_max
+// changes waiting, a change is refused with unavailable/commit_backlog.
+// Reads are answered from memory at once.  The ledger's stable reason
+// strings become data.reason verbatim.
 //
 //   method              role         params (strict; unknown members rejected)
 //   qpus.list           reader       {}
