@@ -1,13 +1,16 @@
 #pragma once
-// Durable ledger store: SQLite in WAL mode, one transaction per ledger
-// operation, committed before the operation returns (so the socket layer
-// acknowledges only what is on disk).
+// Durable ledger store: SQLite in WAL mode.  One transaction per group of
+// ledger changes, written by the ledger's writer thread (commit_writer.hpp),
+// or per operation before it returns without one; either way the socket
+// layer acknowledges only what is on disk.  One thread uses a store at a
+// time: the loop until start_writer, the writer after (the loop again only
+// while the writer is parked, in recover()).
 //
 // synchronous=FULL: in WAL mode, NORMAL survives a process crash (kill -9)
 // but may lose the last commits on power loss or a kernel crash, because the
 // WAL is only synced at checkpoints.  An acknowledged reservation must survive
-// both, so every commit syncs the WAL.  The cost is one fdatasync per
-// operation on the housekeeping loop, not on the real-time path.
+// both, so every commit syncs the WAL.  The cost is one fdatasync per group,
+// on the writer thread, not on the event loop or the real-time path.
 //
 // Schema versioned by the schema_version table; migrations are applied in
 // order inside one transaction on open.
