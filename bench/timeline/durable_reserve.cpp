@@ -148,6 +148,7 @@ daemon_proc start_qrtd(const std::string& qrtd, const fs::path& dir, std::size_t
     const std::string cfg_path = (dir / "qrtd.toml").string();
     const std::string state = (dir / "state").string();
     const std::string log = (dir / "qrtd.log").string();
+    std::fflush(nullptr);  // the child must not write our buffered output again
     d.pid = ::fork();
     if (d.pid == 0) {
         std::FILE* f = std::freopen(log.c_str(), "w", stdout);

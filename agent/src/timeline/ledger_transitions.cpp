@@ -1,6 +1,8 @@
 // The ledger's state changes (reserve, heartbeat, release, commit, cancel,
 // housekeeping, the dispatcher's transitions, forgetting) and their
 // durability: every public mutating operation ends with persist().
+#include <time.h>
+
 #include "ledger_internal.hpp"
 
 namespace qrt::timeline {
@@ -90,6 +92,13 @@ void ledger::account(const reservation& r, int sign) {
 // ---------------------------------------------------------- reservations
 
 namespace {
+
+// For the commit latency histogram only (no decision reads a clock here).
+std::int64_t monotonic_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 bool same_request(const reservation& r, const request& req) {
     const std::int64_t deadline = req.deadline_ns > 0 ? req.deadline_ns : k_no_deadline_ns;
@@ -722,7 +731,9 @@ status ledger::persist() {
         _writer->enqueue(std::move(c));
         return {};
     }
+    const std::int64_t t0 = monotonic_ns();
     auto fail_with = [&](error e) -> timeline::status {
+        ++_commits_failed;
         _store->rollback();
         // Memory holds the failed operation; the store does not.  Reload so
         // that the ledger again equals what was acknowledged.
@@ -739,6 +750,7 @@ status ledger::persist() {
     if (auto s = _store->commit(); !s) {
         return fail_with(std::move(s).err());
     }
+    _commit_ns.record(monotonic_ns() - t0);
     _durable_seq = c.seq;
     release_events(_pending_events);
     return {};
@@ -825,10 +837,12 @@ void ledger::on_group_done(const group_outcome& g) {
     commit_notice n;
     n.changes = g.changes;
     n.commit_ns = g.commit_ns;
+    _commit_ns.record(g.commit_ns);
     if (g.ok) {
         advance_durable(g.last_seq);
         n.durable_seq = _durable_seq;
     } else {
+        ++_commits_failed;
         auto rec = _writer->recover();
         n.failed_from = g.first_seq;
         n.failed_to = std::max({g.last_seq, rec.last_dropped, _latest_seq});

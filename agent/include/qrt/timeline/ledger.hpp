@@ -73,6 +73,7 @@
 #include "qrt/timeline/policy.hpp"
 #include "qrt/timeline/store.hpp"
 #include "qrt/timeline/types.hpp"
+#include "rtcore/histogram.hpp"
 
 namespace qrt::timeline {
 
@@ -289,6 +290,10 @@ public:
     // made now (false past commit_queue_max: backpressure).
     std::size_t commit_backlog() const;
     bool accepting_changes() const { return commit_backlog() < _opts.commit_queue_max; }
+    // Each commit's transaction, fsync included (a group with a writer, one
+    // change without), and the commits that failed.
+    const rtcore::histogram& commit_latency() const noexcept { return _commit_ns; }
+    std::uint64_t commits_failed() const noexcept { return _commits_failed; }
 
 private:
     struct qpu_state;
@@ -393,6 +398,8 @@ private:
         std::vector<event> events;
     };
     std::deque<in_flight> _in_flight;
+    rtcore::histogram _commit_ns;
+    std::uint64_t _commits_failed = 0;
     std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change
     // Shared with the writer's posted callbacks: false once the ledger is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
