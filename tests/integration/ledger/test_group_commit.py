@@ -182,21 +182,27 @@ class GroupCommit(unittest.TestCase):
         self.start()
         n_per_client, window = 400, 32
         acked = [[] for _ in range(4)]
+        errors = []
         stop_at = threading.Event()
 
         def client(k):
             c = conn(self.sock)
             sent = got = 0
-            while got < n_per_client:
-                while sent < n_per_client and sent - got < window:
-                    c.send("slots.reserve", reserve_params(f"c{k}-{sent}"))
-                    sent += 1
-                r = c.recv()
-                got += 1
-                self.assertIn("result", r, r)
-                acked[k].append(r["result"]["reservation_id"])
-                if sum(len(a) for a in acked) >= 4 * n_per_client // 2:
-                    stop_at.set()
+            try:
+                while got < n_per_client:
+                    while sent < n_per_client and sent - got < window:
+                        c.send("slots.reserve", reserve_params(f"c{k}-{sent}"))
+                        sent += 1
+                    r = c.recv()
+                    got += 1
+                    if "result" not in r:
+                        errors.append(r)
+                        break
+                    acked[k].append(r["result"]["reservation_id"])
+                    if sum(len(a) for a in acked) >= 4 * n_per_client // 2:
+                        stop_at.set()
+            except (OSError, EOFError):
+                pass  # the daemon was killed under it
             c.close()
 
         threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(4)]
@@ -210,6 +216,7 @@ class GroupCommit(unittest.TestCase):
         self.qrtd.wait(15)
         for t in threads:
             t.join(30)
+        self.assertEqual(errors, [], "a reserve was refused before the kill")
         ids = [i for a in snapshot for i in a]
         self.assertGreaterEqual(len(ids), 4 * n_per_client // 2)
 
