@@ -193,6 +193,9 @@ struct timeline_config {
     std::int64_t horizon_ns = 0;
     std::int64_t retention_ns = 0;       // terminal reservations and results are kept this long
     std::uint32_t max_windows = 0;       // calibration windows per QPU ahead of now (2x in all)
+    std::uint32_t commit_group_max = 0;      // changes per transaction (1: commit each at once)
+    std::uint32_t commit_group_wait_us = 0;  // how long a group may wait to fill
+    std::uint32_t commit_queue_max = 0;      // changes waiting for their commit before refusing
     bool operator==(const timeline_config&) const = default;
 };
 

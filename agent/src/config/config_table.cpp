@@ -526,6 +526,29 @@ std::vector<config_option> build_table() {
                     "the oldest ended windows go first (a window holding a live reservation "
                     "is kept).",
          QRT_FIELD(timeline, max_windows)},
+        {.section = "timeline", .key = "commit_group_max", .kind = k::integer,
+         .default_value = std::int64_t{256}, .min = 1, .max = 65'536,
+         .meaning = "Group commit: the ledger's writer thread writes at most this many changes "
+                    "in one SQLite transaction with one fsync; a change is acknowledged once "
+                    "its group is durable.  Changes made while a commit runs form the next "
+                    "group, so groups grow with the load (one change per fsync when idle).  1 "
+                    "commits every change on the event loop before its reply, with no writer "
+                    "thread (the path before group commit, kept as the benchmark's "
+                    "reference).",
+         QRT_FIELD(timeline, commit_group_max)},
+        {.section = "timeline", .key = "commit_group_wait_us", .kind = k::integer,
+         .default_value = std::int64_t{0}, .min = 0, .max = 100'000,
+         .meaning = "Group commit: how long the writer waits, after the first change of a "
+                    "group, for more to join it (fewer fsyncs at a low rate, at the cost of "
+                    "this much latency per acknowledgement).  0 never waits.",
+         QRT_FIELD(timeline, commit_group_wait_us)},
+        {.section = "timeline", .key = "commit_queue_max", .kind = k::integer,
+         .default_value = std::int64_t{4096}, .min = 1, .max = 1'000'000,
+         .meaning = "Group commit: changes that may wait for their commit.  Past this, a "
+                    "client's change is refused at once, before anything changes, with "
+                    "`unavailable` (data.cause \"commit_backlog\"); reads are still answered "
+                    "and the agent's own changes (leases, dispatch) are never refused.",
+         QRT_FIELD(timeline, commit_queue_max)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,

@@ -181,15 +181,13 @@ const timeline::calibration_window* services::window_of(qpu_runtime& q, std::int
     return nullptr;
 }
 
-namespace {
-
 // The contract with the ledger's group commit: only what is on disk is
-// planned, so no job that was never acknowledged is dispatched.  Until the
-// ledger exposes durable_seq(), every change is durable when the call that
-// made it returns.
-bool durable(const timeline::reservation&) { return true; }
-
-}  // namespace
+// planned, so no job that was never acknowledged is dispatched.  due_jobs()
+// already holds back a job whose last change is not durable; this says so
+// again where the plan is built (change_seq_of() is 0 once durable).
+bool services::durable(const timeline::reservation& r) const {
+    return _ledger->change_seq_of(r.id) == 0;
+}
 
 // The plan of one QPU: every durable committed job starting within the plan
 // horizon, in start order, at most plan_max_jobs, each with the window the

@@ -99,6 +99,13 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
     if (cfg.timeline.max_windows > 0) {
         lo.max_windows = cfg.timeline.max_windows;
     }
+    if (cfg.timeline.commit_group_max > 0) {
+        lo.commit_group_max = cfg.timeline.commit_group_max;
+    }
+    lo.commit_group_wait = std::chrono::microseconds(cfg.timeline.commit_group_wait_us);
+    if (cfg.timeline.commit_queue_max > 0) {
+        lo.commit_queue_max = cfg.timeline.commit_queue_max;
+    }
     return lo;
 }
 
@@ -271,6 +278,26 @@ rtcore::status services::open_ledger() {
         }
     };
     _ledger->set_dispatch_gate(std::move(gate));
+    // Group commit (#15 §1): from here the writer thread owns the database.
+    // A change is in memory at once and acknowledged when its group is
+    // durable; the listener runs on this loop after every group: it sends
+    // the held replies (or store_error for a group that failed and was
+    // undone), then publishes the events that became durable and lets the
+    // pump hand over what is now on disk (due_jobs holds back the rest).
+    _ledger->start_writer([this](std::function<void()> fn) { _loop.post(std::move(fn)); });
+    _ledger->set_commit_listener([this](const timeline::commit_notice& n) {
+        if (n.failed_to != 0) {
+            ++_ledger_errors;
+            log::error("timeline",
+                       "ledger: the commit of changes {}..{} failed: {}; they were undone (the "
+                       "ledger reloaded the database) and their clients got store_error",
+                       n.failed_from, n.failed_to, n.why);
+        }
+        if (_server) {
+            _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
+        }
+        publish_ledger_events();
+    });
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.
     const auto st = _ledger->stats();

@@ -156,6 +156,7 @@ private:
     void hand_over_now() noexcept;
     void apply_pump_reports(qpu_runtime& q);
     void publish_plan(qpu_runtime& q, std::int64_t now_ns);
+    bool durable(const timeline::reservation& r) const;
     void refresh_calibration(qpu_runtime& q, std::int64_t now_ns);
     const timeline::calibration_window* window_of(qpu_runtime& q, std::int64_t start_ns,
                                                   std::int64_t now_ns);

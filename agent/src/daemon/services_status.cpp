@@ -363,6 +363,14 @@ telemetry::snapshot services::telemetry_snapshot() {
                     static_cast<double>(ls.active));
         s.add_counter("qrt_ledger_preemptions_total", "reservations displaced or moved by preemption", {},
                       ls.preemptions);
+        s.add_histogram("qrt_ledger_commit_seconds",
+                        "one ledger commit (a group of changes), BEGIN to COMMIT with its fsync", {},
+                        _ledger->commit_latency());
+        s.add_counter("qrt_ledger_commits_failed_total",
+                      "ledger commits that failed (their changes were undone)", {},
+                      _ledger->commits_failed());
+        s.add_gauge("qrt_ledger_commit_backlog", "ledger changes waiting for their commit", {},
+                    static_cast<double>(_ledger->commit_backlog()));
     }
 #ifdef QRT_HAVE_BPF
     if (_probes) {

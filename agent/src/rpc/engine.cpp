@@ -135,7 +135,40 @@ void engine::write_error(std::string& out, const json& id, const rpc_failure& f)
     append_error_reply(out, id, f);
 }
 
+void engine::set_commit_tracker(std::function<std::uint64_t()> latest,
+                                std::function<std::uint64_t()> durable) {
+    _latest = std::move(latest);
+    _durable = std::move(durable);
+}
+
+std::string engine::commit_failed_reply(const pending_ack& ack, std::string_view why) {
+    std::string out;
+    if (ack.ids.empty()) {
+        return out;  // notifications only: nothing was to be sent
+    }
+    const rpc_failure f("store_error",
+                        fmt::format("ledger: the change was not committed ({}); it did not "
+                                    "happen, retry",
+                                    why));
+    if (ack.batch) {
+        out.push_back('[');
+    }
+    for (std::size_t i = 0; i < ack.ids.size(); ++i) {
+        if (i != 0) {
+            out.push_back(',');
+        }
+        count_error("store_error");
+        write_error(out, ack.ids[i], f);
+    }
+    if (ack.batch) {
+        out.push_back(']');
+    }
+    out.push_back('\n');
+    return out;
+}
+
 std::size_t engine::handle_line(std::string_view raw, session& s, std::string& out) {
+    _line_ack = pending_ack{};
     const std::string_view line = trim_line(raw);
     if (line.empty()) {
         return 0;  // blank lines are keep-alives
@@ -173,6 +206,25 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
             requests = write_batch(parsed, s, out);
         } else {
             write_request(parsed, s, out);
+        }
+        if (_line_ack.seq != 0) {
+            // The reply waits for a commit: keep the ids to answer with an
+            // error should that commit fail.
+            _line_ack.batch = parsed.is_array();
+            const auto keep_id = [&](const json& req) {
+                if (req.is_object()) {
+                    if (const auto id = req.find("id"); id != req.end() && valid_id(*id)) {
+                        _line_ack.ids.push_back(*id);
+                    }
+                }
+            };
+            if (parsed.is_array()) {
+                for (const auto& req : parsed) {
+                    keep_id(req);
+                }
+            } else {
+                keep_id(parsed);
+            }
         }
     }
     _handle_ns.record(monotonic_ns() - t0);
@@ -324,6 +376,11 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
             return true;
         }
         json result = m->fn(params, ctx);
+        if (m->acknowledged_when_durable && _latest) {
+            if (const std::uint64_t seq = _latest(); seq > _durable()) {
+                _line_ack.seq = std::max(_line_ack.seq, seq);
+            }
+        }
         if (is_notification) {
             return false;
         }

@@ -64,6 +64,14 @@ struct server::connection {
     std::uint64_t appended = 0;
     std::uint64_t written = 0;
     std::size_t inflight = 0;
+    // Replies waiting for their commit (group commit), in request order; a
+    // reply behind one of them waits too, so replies keep request order.
+    struct held_reply {
+        pending_ack ack;
+        std::string text;
+        std::size_t requests = 0;
+    };
+    std::deque<held_reply> held;
     std::int64_t last_rx_ns = 0;
     std::int64_t closing_since_ns = 0;
     bool peer_eof = false;
@@ -535,7 +543,7 @@ void server::read_some(connection& c) {
             // still gets the replies to every complete line it sent.
             c.peer_eof = true;
             process_input(c);
-            if (c.st != connection::state::dead && c.out_pending() == 0 &&
+            if (c.st != connection::state::dead && c.out_pending() == 0 && c.held.empty() &&
                 !c.in.has_complete_line()) {
                 kill(c, "peer closed");
             }
@@ -574,8 +582,16 @@ void server::process_input(connection& c) {
             _reply_buf.clear();
             const std::size_t requests = _engine.handle_line(it.line, c.sess, _reply_buf);
             ++handled;
+            pending_ack ack = _engine.take_pending_ack();
             if (!_reply_buf.empty()) {
-                append(c, _reply_buf, requests);
+                if (ack.seq != 0 || !c.held.empty()) {
+                    // Acknowledged once durable (on_durable), in order.
+                    c.held.push_back({std::move(ack), _reply_buf, requests});
+                    c.inflight += requests;
+                    ++_held_replies;
+                } else {
+                    append(c, _reply_buf, requests);
+                }
             }
             if (_reply_buf.capacity() > reply_buf_keep) {
                 _reply_buf = std::string();  // do not keep a huge reply's buffer
@@ -603,6 +619,47 @@ void server::process_input(connection& c) {
     }
     if (c.st != connection::state::dead) {
         c.in.compact();
+    }
+}
+
+void server::on_durable(std::uint64_t durable_seq, std::uint64_t failed_from,
+                        std::uint64_t failed_to, std::string_view why) {
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, c] : _conns) {
+        if (!c->held.empty()) {
+            ids.push_back(id);
+        }
+    }
+    for (const std::uint64_t id : ids) {
+        const auto it = _conns.find(id);
+        if (it == _conns.end()) {
+            continue;
+        }
+        connection& c = *it->second;
+        bool released = false;
+        while (c.st != connection::state::dead && !c.held.empty() &&
+               c.held.front().ack.seq <= durable_seq) {
+            connection::held_reply h = std::move(c.held.front());
+            c.held.pop_front();
+            c.inflight -= h.requests;
+            released = true;
+            if (failed_to != 0 && h.ack.seq >= failed_from && h.ack.seq <= failed_to) {
+                ++_failed_commit_replies;
+                append(c, _engine.commit_failed_reply(h.ack, why), h.requests);
+            } else {
+                append(c, h.text, h.requests);
+            }
+        }
+        if (!released || c.st == connection::state::dead) {
+            continue;
+        }
+        flush(c);
+        if (c.st != connection::state::dead) {
+            process_input(c);  // the held replies may have paused reading
+        }
+        if (c.st != connection::state::dead) {
+            update_interest(c);
+        }
     }
 }
 
@@ -662,7 +719,7 @@ void server::flush(connection& c) {
             ::shutdown(c.fd, SHUT_WR);  // the peer reads our last line, then EOF
             c.shut_wr = true;
         }
-        if (c.peer_eof && !c.in.has_complete_line()) {
+        if (c.peer_eof && c.held.empty() && !c.in.has_complete_line()) {
             kill(c, "peer closed, replies sent");
         }
     }
@@ -833,6 +890,12 @@ telemetry::snapshot server::stats() const {
     s.add_counter("qrt_rpc_backpressure_pauses_total",
                   "times reading a connection stopped for unsent replies or requests in flight",
                   {}, _backpressure_pauses);
+    s.add_counter("qrt_rpc_replies_held_for_commit_total",
+                  "reply lines held until the change they acknowledge was durable", {},
+                  _held_replies);
+    s.add_counter("qrt_rpc_commit_failed_replies_total",
+                  "held reply lines answered with store_error because their commit failed", {},
+                  _failed_commit_replies);
     return s;
 }
 

@@ -108,36 +108,76 @@ tl::calibration_window read_window(const json& j, std::size_t index) {
     }
 }
 
-struct binding {
-    tl::ledger* ledger;
-    timeline_options opts;
+// The ledger-backed methods: one named handler per method, over the ledger
+// they serve and the options they were registered with.
+class ledger_methods {
+public:
+    ledger_methods(tl::ledger& ledger, timeline_options opts)
+        : _ledger(ledger), _opts(std::move(opts)) {}
 
-    std::int64_t now() const { return opts.now_ns ? opts.now_ns() : realtime_ns(); }
+    tl::ledger& ledger() noexcept { return _ledger; }
+
+    json qpus_list(const json& params, call_context&);
+    json calibration_get(const json& params, call_context&);
+    json calibration_update(const json& params, call_context&);
+    void slots_query(const json& params, call_context& ctx, std::string& out);
+    json slots_reserve(const json& params, call_context& ctx);
+    json slots_heartbeat(const json& params, call_context& ctx);
+    json slots_release(const json& params, call_context& ctx);
+    json jobs_submit(const json& params, call_context& ctx);
+    json jobs_status(const json& params, call_context& ctx);
+    json jobs_result(const json& params, call_context& ctx);
+    json jobs_cancel(const json& params, call_context& ctx);
+
+private:
+    json submit_into_held(const params_reader& p, call_context& ctx);
+    json submit_one_shot(const params_reader& p, call_context& ctx);
+
+    std::int64_t now() const { return _opts.now_ns ? _opts.now_ns() : realtime_ns(); }
 
     void check_priority(const call_context& ctx, const tl::request& req) const {
-        if (opts.limits) {
-            opts.limits->check_priority(ctx.caller, req.priority);
+        if (_opts.limits) {
+            _opts.limits->check_priority(ctx.caller, req.priority);
         }
     }
     // A new booking of `count` reservations (0: a payload for a held one).
     void check_booking(const call_context& ctx, std::string_view key, std::size_t count,
                        std::int64_t duration_ns, std::uint64_t payload_bytes) const {
-        if (!opts.limits || ledger->has_idempotency_key(ctx.caller.tenant, key)) {
+        if (!_opts.limits || _ledger.has_idempotency_key(ctx.caller.tenant, key)) {
             return;
         }
-        opts.limits->check_booking(ctx.caller, ledger->usage_of(ctx.caller.tenant), count,
-                                   duration_ns, payload_bytes);
+        _opts.limits->check_booking(ctx.caller, _ledger.usage_of(ctx.caller.tenant), count,
+                                    duration_ns, payload_bytes);
+    }
+
+    // Backpressure of group commit: past timeline.commit_queue_max changes
+    // waiting for their commit, a client change is refused at once (before
+    // anything changes) with `unavailable`, data.cause "commit_backlog"; the
+    // client retries (with the same idempotency key).  Reads go on.
+    void check_commit_backlog() const {
+        if (!_ledger.accepting_changes()) {
+            throw rpc_failure("unavailable",
+                              fmt::format("ledger: {} changes are waiting for their commit "
+                                          "(timeline.commit_queue_max {}); retry shortly",
+                                          _ledger.commit_backlog(),
+                                          _ledger.options().commit_queue_max),
+                              json{{"cause", "commit_backlog"},
+                                   {"limit", _ledger.options().commit_queue_max}});
+        }
     }
 
     // The tenant to act as: the caller's, or for an admin the owner's.
     std::string tenant_for(const call_context& ctx, std::uint64_t id) const {
         if (ctx.caller.roles.holds(role::admin)) {
-            if (const tl::reservation* r = ledger->find(id); r != nullptr) {
+            if (const tl::reservation* r = _ledger.find(id); r != nullptr) {
                 return r->tenant;
             }
         }
         return ctx.caller.tenant;
     }
+
+    tl::ledger& _ledger;
+    timeline_options _opts;
 };
 
 std::uint64_t read_id(const params_reader& p, std::string_view name) {
@@ -145,6 +185,246 @@ std::uint64_t read_id(const params_reader& p, std::string_view name) {
 }
 
 }  // namespace
+
+json ledger_methods::qpus_list(const json& params, call_context&) {
+    params_reader p(params, {});
+    json out = json::array();
+    for (const auto& name : _ledger.qpu_names()) {
+        json q{{"name", name}};
+        if (_opts.qpu_details) {
+            json extra = _opts.qpu_details(name);
+            if (extra.is_object()) {
+                q.update(extra);
+            }
+        }
+        out.push_back(std::move(q));
+    }
+    return json{{"qpus", std::move(out)},
+                {"policy", std::string(_ledger.policy().name())}};
+}
+
+json ledger_methods::calibration_get(const json& params, call_context&) {
+    params_reader p(params, {"qpu"});
+    const std::string qpu = p.str("qpu", 128);
+    auto windows = take(_ledger.calibration(qpu, now()));
+    json out = json::array();
+    for (const auto& w : windows) {
+        out.push_back(window_json(w));
+    }
+    return json{{"qpu", qpu}, {"windows", std::move(out)}};
+}
+
+json ledger_methods::calibration_update(const json& params, call_context&) {
+    check_commit_backlog();
+    params_reader p(params, {"qpu", "windows"});
+    const std::string qpu = p.str("qpu", 128);
+    const json& jw = p.raw("windows");
+    if (!jw.is_array()) {
+        throw invalid_params("windows", "parameter 'windows' must be an array");
+    }
+    if (jw.size() > max_windows_in_update) {
+        throw invalid_params("windows", fmt::format("at most {} windows per update",
+                                                    max_windows_in_update));
+    }
+    std::vector<tl::calibration_window> windows;
+    windows.reserve(jw.size());
+    for (std::size_t i = 0; i < jw.size(); ++i) {
+        windows.push_back(read_window(jw[i], i));
+    }
+    auto report = take(_ledger.update_calibration(qpu, std::move(windows), now()));
+    return json{{"qpu", qpu},
+                {"windows", report.windows},
+                {"replaced", report.replaced},
+                {"displaced", report.displaced}};
+}
+
+// slots.query is the hot read: its result is written straight out (no
+// json tree built, then freed), members in nlohmann's sorted order and
+// every scalar through dump_to, so the bytes are those the
+// json tree {"candidates":[{qpu,start_ns,end_ns,calibration_id,
+// calibration_age_ns,predicted_fidelity,window_until_ns,score}..],
+// "next_window":window_json()+qpu, "why_none"} serialised to.
+void ledger_methods::slots_query(const json& params, call_context& ctx, std::string& out) {
+    const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
+                                     "priority", "min_fidelity", "qpus",
+                                     "max_candidates", "gang_size"});
+    tl::request req = read_request(all);
+    check_priority(ctx, req);
+    req.max_candidates =
+        static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
+    req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
+    const auto q = take(_ledger.query(req, now()));
+    const auto put = [&](const json& v) { dump_to(out, v); };
+    out += R"({"candidates":[)";
+    bool first = true;
+    for (const auto& c : q.candidates) {
+        out += first ? R"({"calibration_age_ns":)" : R"(,{"calibration_age_ns":)";
+        first = false;
+        put(c.calibration_age_ns);
+        out += R"(,"calibration_id":)";
+        put(c.calibration_id);
+        out += R"(,"end_ns":)";
+        put(c.end_ns);
+        out += R"(,"predicted_fidelity":)";
+        put(c.predicted_fidelity);
+        out += R"(,"qpu":)";
+        put(c.qpu);
+        out += R"(,"score":)";
+        put(c.score);
+        out += R"(,"start_ns":)";
+        put(c.start_ns);
+        out += R"(,"window_until_ns":)";
+        put(c.window_until_ns);
+        out += '}';
+    }
+    out += ']';
+    if (q.next) {
+        const auto& w = q.next->window;
+        out += R"(,"next_window":{"calibration_id":)";
+        put(w.calibration_id);
+        out += R"(,"f0":)";
+        put(w.f0);
+        out += R"(,"qpu":)";
+        put(q.next->qpu);
+        out += R"(,"tau_ns":)";
+        put(w.tau_ns);
+        out += R"(,"valid_from_ns":)";
+        put(w.valid_from_ns);
+        out += R"(,"valid_until_ns":)";
+        put(w.valid_until_ns);
+        out += '}';
+    }
+    if (!q.why_none.empty()) {
+        out += R"(,"why_none":)";
+        put(q.why_none);
+    }
+    out += '}';
+}
+
+json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
+    check_commit_backlog();
+    const params_reader p(params, {"duration_ns", "not_before_ns", "deadline_ns",
+                                   "priority", "min_fidelity", "qpus",
+                                   "idempotency_key", "lease_ns", "gang_size"});
+    const tl::request req = read_request(p);
+    const std::string key = p.str("idempotency_key", 128);
+    if (key.empty()) {
+        throw invalid_params("idempotency_key", "idempotency_key must not be empty");
+    }
+    const std::int64_t lease = p.opt_i64("lease_ns", 0, i64_max / 4).value_or(0);
+    const auto gang = p.opt_i64("gang_size", 1, 64).value_or(1);
+    check_priority(ctx, req);
+    check_booking(ctx, key, static_cast<std::size_t>(gang), req.duration_ns, 0);
+    if (gang > 1) {
+        auto members = take(_ledger.reserve_gang(ctx.caller.tenant, req,
+                                               static_cast<std::size_t>(gang), key,
+                                               lease, now()));
+        json out = json::array();
+        for (const auto& member : members) {
+            out.push_back(to_json(member));
+        }
+        return json{{"gang", std::move(out)}};
+    }
+    return to_json(take(_ledger.reserve(ctx.caller.tenant, req, key, lease, now())));
+}
+
+json ledger_methods::slots_heartbeat(const json& params, call_context& ctx) {
+    check_commit_backlog();
+    const params_reader p(params, {"reservation_id", "fencing_token"});
+    const auto id = read_id(p, "reservation_id");
+    const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
+    return to_json(
+        take(_ledger.heartbeat(tenant_for(ctx, id), id, token, now())));
+}
+
+json ledger_methods::slots_release(const json& params, call_context& ctx) {
+    check_commit_backlog();
+    const params_reader p(params, {"reservation_id", "fencing_token"});
+    const auto id = read_id(p, "reservation_id");
+    const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
+    return to_json(
+        take(_ledger.release(tenant_for(ctx, id), id, token, now())));
+}
+
+json ledger_methods::jobs_submit(const json& params, call_context& ctx) {
+    check_commit_backlog();
+    const params_reader p(params, {"reservation_id", "fencing_token", "payload",
+                                   "duration_ns", "not_before_ns", "deadline_ns",
+                                   "priority", "min_fidelity", "qpus",
+                                   "idempotency_key"});
+    return p.has("reservation_id") ? submit_into_held(p, ctx) : submit_one_shot(p, ctx);
+}
+
+// jobs.submit {reservation_id, fencing_token, payload}: held -> committed.
+json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx) {
+    for (const auto f : request_fields) {
+        if (p.has(f)) {
+            throw invalid_params(
+                f, fmt::format("'{}' is not accepted with reservation_id (the "
+                               "reservation fixes the slot)",
+                               f));
+        }
+    }
+    if (p.has("idempotency_key")) {
+        throw invalid_params("idempotency_key",
+                             "'idempotency_key' is not accepted with "
+                             "reservation_id (the fencing token guards retries)");
+    }
+    const auto id = read_id(p, "reservation_id");
+    const auto token =
+        static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
+    tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
+    check_booking(ctx, {}, 0, 0, payload.size());
+    return to_json(take(_ledger.commit(tenant_for(ctx, id), id, token,
+                                       std::move(payload), now())));
+}
+
+// jobs.submit with request fields + idempotency_key + payload: place and
+// commit in one step.
+json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) {
+    if (p.has("fencing_token")) {
+        throw invalid_params("fencing_token",
+                             "'fencing_token' needs 'reservation_id'");
+    }
+    const tl::request req = read_request(p);
+    const std::string key = p.str("idempotency_key", 128);
+    if (key.empty()) {
+        throw invalid_params("idempotency_key", "idempotency_key must not be empty");
+    }
+    tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
+    check_priority(ctx, req);
+    check_booking(ctx, key, 1, req.duration_ns, payload.size());
+    return to_json(take(
+        _ledger.submit(ctx.caller.tenant, req, key, std::move(payload), now())));
+}
+
+json ledger_methods::jobs_status(const json& params, call_context& ctx) {
+    const params_reader p(params, {"job_id"});
+    const auto id = read_id(p, "job_id");
+    return to_json(take(_ledger.status(tenant_for(ctx, id), id)));
+}
+
+json ledger_methods::jobs_result(const json& params, call_context& ctx) {
+    const params_reader p(params, {"job_id"});
+    const auto id = read_id(p, "job_id");
+    auto finished = take(_ledger.job_result_of(tenant_for(ctx, id), id));
+    const std::string_view bytes(reinterpret_cast<const char*>(finished.result.data()),
+                                 finished.result.size());
+    return json{{"job_id", finished.id},
+                {"state", std::string(tl::to_string(finished.state))},
+                {"result", base64_encode(bytes)},
+                {"result_bytes", finished.result.size()},
+                {"reason", finished.reason},
+                {"sent_ns", finished.sent_ns},
+                {"updated_ns", finished.updated_ns}};
+}
+
+json ledger_methods::jobs_cancel(const json& params, call_context& ctx) {
+    check_commit_backlog();
+    const params_reader p(params, {"job_id"});
+    const auto id = read_id(p, "job_id");
+    return to_json(take(_ledger.cancel(tenant_for(ctx, id), id, now())));
+}
 
 json to_json(const tl::reservation& r) {
     return json{{"reservation_id", r.id},
@@ -176,302 +456,113 @@ json to_json(const tl::reservation& r) {
 std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
     std::vector<event> out;
     out.reserve(evs.size());
-    for (const auto& e : evs) {
-        event r;
-        if (e.type == tl::event_type::calibration) {
-            r.type = "calibration.changed";
-        } else if (e.type == tl::event_type::dispatched) {
-            r.type = "job.dispatched";
-            r.tenant = e.tenant;
-        } else if (e.type == tl::event_type::completed || e.type == tl::event_type::failed ||
-                   e.type == tl::event_type::missed || e.type == tl::event_type::sent) {
-            r.type = "job.finished";
-            r.tenant = e.tenant;
+    for (const auto& ev : evs) {
+        event pushed;
+        if (ev.type == tl::event_type::calibration) {
+            pushed.type = "calibration.changed";
+        } else if (ev.type == tl::event_type::dispatched) {
+            pushed.type = "job.dispatched";
+            pushed.tenant = ev.tenant;
+        } else if (ev.type == tl::event_type::completed || ev.type == tl::event_type::failed ||
+                   ev.type == tl::event_type::missed || ev.type == tl::event_type::sent) {
+            pushed.type = "job.finished";
+            pushed.tenant = ev.tenant;
         } else {
-            r.type = "reservation." + e.type;
-            r.tenant = e.tenant;
+            pushed.type = "reservation." + ev.type;
+            pushed.tenant = ev.tenant;
         }
-        r.data = json{{"qpu", e.qpu},
-                      {"state", std::string(tl::to_string(e.state))},
-                      {"reason", e.reason},
-                      {"time_ns", e.time_ns},
-                      {"ledger_event", e.type}};
-        if (e.reservation_id != 0) {
-            r.data["reservation_id"] = e.reservation_id;
-            r.data["job_id"] = e.reservation_id;
-            r.data["start_ns"] = e.start_ns;
+        pushed.data = json{{"qpu", ev.qpu},
+                      {"state", std::string(tl::to_string(ev.state))},
+                      {"reason", ev.reason},
+                      {"time_ns", ev.time_ns},
+                      {"ledger_event", ev.type}};
+        if (ev.reservation_id != 0) {
+            pushed.data["reservation_id"] = ev.reservation_id;
+            pushed.data["job_id"] = ev.reservation_id;
+            pushed.data["start_ns"] = ev.start_ns;
         }
-        out.push_back(std::move(r));
+        out.push_back(std::move(pushed));
     }
     return out;
 }
 
-void ledger_housekeeping(engine& e, tl::ledger& l, std::int64_t now_ns,
+void ledger_housekeeping(engine& rpc, tl::ledger& ledger, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns) {
-    if (auto r = l.expire_leases(now_ns); !r) {
-        spdlog::warn("rpc: expire_leases: {} ({})", r.err().message, r.err().reason);
+    if (auto expired = ledger.expire_leases(now_ns); !expired) {
+        spdlog::warn("rpc: expire_leases: {} ({})", expired.err().message, expired.err().reason);
     }
-    if (auto r = l.mark_missed(now_ns, missed_tolerance_ns); !r) {
-        spdlog::warn("rpc: mark_missed: {} ({})", r.err().message, r.err().reason);
+    if (auto missed = ledger.mark_missed(now_ns, missed_tolerance_ns); !missed) {
+        spdlog::warn("rpc: mark_missed: {} ({})", missed.err().message, missed.err().reason);
     }
-    e.drain_event_sources();
+    rpc.drain_event_sources();
 }
 
-rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& e,
-                                                          tl::ledger& l,
+rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& rpc,
+                                                          tl::ledger& ledger,
                                                           std::chrono::milliseconds period,
                                                           std::function<std::int64_t()> now_ns) {
-    return loop.add_timer(period, period, [&e, &l, clock = std::move(now_ns)] {
-        ledger_housekeeping(e, l, clock ? clock() : realtime_ns());
+    return loop.add_timer(period, period, [&rpc, &ledger, clock = std::move(now_ns)] {
+        ledger_housekeeping(rpc, ledger, clock ? clock() : realtime_ns());
     });
 }
 
-void register_timeline_methods(engine& e, tl::ledger& l, timeline_options opts) {
-    auto b = std::make_shared<binding>(binding{&l, std::move(opts)});
-    auto& reg = e.methods();
+// The method table: name, role, summary, handler.
+void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options opts) {
+    auto methods = std::make_shared<ledger_methods>(ledger, std::move(opts));
+    using json_method = json (ledger_methods::*)(const json&, call_context&);
+    using raw_method = void (ledger_methods::*)(const json&, call_context&, std::string&);
+    const auto bind = [methods](json_method fn) -> handler {
+        return [methods, fn](const json& params, call_context& ctx) {
+            return ((*methods).*fn)(params, ctx);
+        };
+    };
+    const auto raw = [methods](raw_method fn) -> raw_handler {
+        return [methods, fn](const json& params, call_context& ctx, std::string& out) {
+            ((*methods).*fn)(params, ctx, out);
+        };
+    };
+    auto& reg = rpc.methods();
+    // Changes are acknowledged once durable (group commit, ledger.hpp); the
+    // reads are answered from memory at once.
+    constexpr bool acknowledged_when_durable = true;
+    rpc.set_commit_tracker([&ledger] { return ledger.latest_seq(); },
+                           [&ledger] { return ledger.durable_seq(); });
 
-    e.add_event_source([b] { return to_rpc_events(b->ledger->drain_events()); });
+    rpc.add_event_source([methods] { return to_rpc_events(methods->ledger().drain_events()); });
 
-    reg.add({"qpus.list", role::reader, "the QPUs of this host",
-             [b](const json& params, call_context&) {
-                 params_reader p(params, {});
-                 json out = json::array();
-                 for (const auto& name : b->ledger->qpu_names()) {
-                     json q{{"name", name}};
-                     if (b->opts.qpu_details) {
-                         json extra = b->opts.qpu_details(name);
-                         if (extra.is_object()) {
-                             q.update(extra);
-                         }
-                     }
-                     out.push_back(std::move(q));
-                 }
-                 return json{{"qpus", std::move(out)},
-                             {"policy", std::string(b->ledger->policy().name())}};
-             }});
-
-    reg.add({"calibration.get", role::reader, "the calibration windows of a QPU from now on",
-             [b](const json& params, call_context&) {
-                 params_reader p(params, {"qpu"});
-                 const std::string qpu = p.str("qpu", 128);
-                 auto windows = take(b->ledger->calibration(qpu, b->now()));
-                 json out = json::array();
-                 for (const auto& w : windows) {
-                     out.push_back(window_json(w));
-                 }
-                 return json{{"qpu", qpu}, {"windows", std::move(out)}};
-             }});
-
+    reg.add({"qpus.list", role::reader,
+             "the QPUs of this host",
+             bind(&ledger_methods::qpus_list)});
+    reg.add({"calibration.get", role::reader,
+             "the calibration windows of a QPU from now on",
+             bind(&ledger_methods::calibration_get)});
     reg.add({"calibration.update", role::calibration,
              "replace a pushed QPU's windows from now on (reservations are re-placed or displaced)",
-             [b](const json& params, call_context&) {
-                 params_reader p(params, {"qpu", "windows"});
-                 const std::string qpu = p.str("qpu", 128);
-                 const json& jw = p.raw("windows");
-                 if (!jw.is_array()) {
-                     throw invalid_params("windows", "parameter 'windows' must be an array");
-                 }
-                 if (jw.size() > max_windows_in_update) {
-                     throw invalid_params("windows", fmt::format("at most {} windows per update",
-                                                                 max_windows_in_update));
-                 }
-                 std::vector<tl::calibration_window> windows;
-                 windows.reserve(jw.size());
-                 for (std::size_t i = 0; i < jw.size(); ++i) {
-                     windows.push_back(read_window(jw[i], i));
-                 }
-                 auto rep = take(b->ledger->update_calibration(qpu, std::move(windows), b->now()));
-                 return json{{"qpu", qpu},
-                             {"windows", rep.windows},
-                             {"replaced", rep.replaced},
-                             {"displaced", rep.displaced}};
-             }});
-
-    // slots.query is the hot read: its result is written straight out (no
-    // json tree built, then freed), members in nlohmann's sorted order and
-    // every scalar through dump_to, so the bytes are those the
-    // json tree {"candidates":[{qpu,start_ns,end_ns,calibration_id,
-    // calibration_age_ns,predicted_fidelity,window_until_ns,score}..],
-    // "next_window":window_json()+qpu, "why_none"} serialised to.
+             bind(&ledger_methods::calibration_update), acknowledged_when_durable});
     reg.add({"slots.query", role::reader,
              "candidate slots for a request, or the next window when none fits", {}},
-            [b](const json& params, call_context& ctx, std::string& out) {
-                const params_reader all(params, {"duration_ns", "not_before_ns", "deadline_ns",
-                                                 "priority", "min_fidelity", "qpus",
-                                                 "max_candidates", "gang_size"});
-                tl::request req = read_request(all);
-                b->check_priority(ctx, req);
-                req.max_candidates =
-                    static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
-                req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
-                const auto q = take(b->ledger->query(req, b->now()));
-                const auto put = [&](const json& v) { dump_to(out, v); };
-                out += R"({"candidates":[)";
-                bool first = true;
-                for (const auto& c : q.candidates) {
-                    out += first ? R"({"calibration_age_ns":)" : R"(,{"calibration_age_ns":)";
-                    first = false;
-                    put(c.calibration_age_ns);
-                    out += R"(,"calibration_id":)";
-                    put(c.calibration_id);
-                    out += R"(,"end_ns":)";
-                    put(c.end_ns);
-                    out += R"(,"predicted_fidelity":)";
-                    put(c.predicted_fidelity);
-                    out += R"(,"qpu":)";
-                    put(c.qpu);
-                    out += R"(,"score":)";
-                    put(c.score);
-                    out += R"(,"start_ns":)";
-                    put(c.start_ns);
-                    out += R"(,"window_until_ns":)";
-                    put(c.window_until_ns);
-                    out += '}';
-                }
-                out += ']';
-                if (q.next) {
-                    const auto& w = q.next->window;
-                    out += R"(,"next_window":{"calibration_id":)";
-                    put(w.calibration_id);
-                    out += R"(,"f0":)";
-                    put(w.f0);
-                    out += R"(,"qpu":)";
-                    put(q.next->qpu);
-                    out += R"(,"tau_ns":)";
-                    put(w.tau_ns);
-                    out += R"(,"valid_from_ns":)";
-                    put(w.valid_from_ns);
-                    out += R"(,"valid_until_ns":)";
-                    put(w.valid_until_ns);
-                    out += '}';
-                }
-                if (!q.why_none.empty()) {
-                    out += R"(,"why_none":)";
-                    put(q.why_none);
-                }
-                out += '}';
-            });
-
+            raw(&ledger_methods::slots_query));
     reg.add({"slots.reserve", role::scheduler,
              "hold a slot under a lease (idempotency key, fencing token)",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"duration_ns", "not_before_ns", "deadline_ns",
-                                                "priority", "min_fidelity", "qpus",
-                                                "idempotency_key", "lease_ns", "gang_size"});
-                 const tl::request req = read_request(p);
-                 const std::string key = p.str("idempotency_key", 128);
-                 if (key.empty()) {
-                     throw invalid_params("idempotency_key", "idempotency_key must not be empty");
-                 }
-                 const std::int64_t lease = p.opt_i64("lease_ns", 0, i64_max / 4).value_or(0);
-                 const auto gang = p.opt_i64("gang_size", 1, 64).value_or(1);
-                 b->check_priority(ctx, req);
-                 b->check_booking(ctx, key, static_cast<std::size_t>(gang), req.duration_ns, 0);
-                 if (gang > 1) {
-                     auto rs = take(b->ledger->reserve_gang(ctx.caller.tenant, req,
-                                                            static_cast<std::size_t>(gang), key,
-                                                            lease, b->now()));
-                     json out = json::array();
-                     for (const auto& r : rs) {
-                         out.push_back(to_json(r));
-                     }
-                     return json{{"gang", std::move(out)}};
-                 }
-                 return to_json(take(b->ledger->reserve(ctx.caller.tenant, req, key, lease, b->now())));
-             }});
-
-    reg.add({"slots.heartbeat", role::scheduler, "extend a held reservation's lease",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"reservation_id", "fencing_token"});
-                 const auto id = read_id(p, "reservation_id");
-                 const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
-                 return to_json(
-                     take(b->ledger->heartbeat(b->tenant_for(ctx, id), id, token, b->now())));
-             }});
-
-    reg.add({"slots.release", role::scheduler, "give a held reservation back",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"reservation_id", "fencing_token"});
-                 const auto id = read_id(p, "reservation_id");
-                 const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
-                 return to_json(
-                     take(b->ledger->release(b->tenant_for(ctx, id), id, token, b->now())));
-             }});
-
+             bind(&ledger_methods::slots_reserve), acknowledged_when_durable});
+    reg.add({"slots.heartbeat", role::scheduler,
+             "extend a held reservation's lease",
+             bind(&ledger_methods::slots_heartbeat), acknowledged_when_durable});
+    reg.add({"slots.release", role::scheduler,
+             "give a held reservation back",
+             bind(&ledger_methods::slots_release), acknowledged_when_durable});
     reg.add({"jobs.submit", role::scheduler,
              "commit a payload into a held reservation, or place and commit in one step",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"reservation_id", "fencing_token", "payload",
-                                                "duration_ns", "not_before_ns", "deadline_ns",
-                                                "priority", "min_fidelity", "qpus",
-                                                "idempotency_key"});
-                 if (p.has("reservation_id")) {
-                     for (const auto f : request_fields) {
-                         if (p.has(f)) {
-                             throw invalid_params(
-                                 f, fmt::format("'{}' is not accepted with reservation_id (the "
-                                                "reservation fixes the slot)",
-                                                f));
-                         }
-                     }
-                     if (p.has("idempotency_key")) {
-                         throw invalid_params("idempotency_key",
-                                              "'idempotency_key' is not accepted with "
-                                              "reservation_id (the fencing token guards retries)");
-                     }
-                     const auto id = read_id(p, "reservation_id");
-                     const auto token =
-                         static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
-                     tl::blob payload = decode_payload(p, b->opts.max_payload_bytes);
-                     b->check_booking(ctx, {}, 0, 0, payload.size());
-                     return to_json(take(b->ledger->commit(b->tenant_for(ctx, id), id, token,
-                                                           std::move(payload), b->now())));
-                 }
-                 if (p.has("fencing_token")) {
-                     throw invalid_params("fencing_token",
-                                          "'fencing_token' needs 'reservation_id'");
-                 }
-                 const tl::request req = read_request(p);
-                 const std::string key = p.str("idempotency_key", 128);
-                 if (key.empty()) {
-                     throw invalid_params("idempotency_key", "idempotency_key must not be empty");
-                 }
-                 tl::blob payload = decode_payload(p, b->opts.max_payload_bytes);
-                 b->check_priority(ctx, req);
-                 b->check_booking(ctx, key, 1, req.duration_ns, payload.size());
-                 return to_json(take(
-                     b->ledger->submit(ctx.caller.tenant, req, key, std::move(payload), b->now())));
-             }});
-
-    reg.add({"jobs.status", role::scheduler, "a job's (reservation's) state",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"job_id"});
-                 const auto id = read_id(p, "job_id");
-                 return to_json(take(b->ledger->status(b->tenant_for(ctx, id), id)));
-             }});
-
-    reg.add({"jobs.result", role::scheduler, "a finished job's result (base64)",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"job_id"});
-                 const auto id = read_id(p, "job_id");
-                 auto r = take(b->ledger->job_result_of(b->tenant_for(ctx, id), id));
-                 const std::string_view bytes(reinterpret_cast<const char*>(r.result.data()),
-                                              r.result.size());
-                 return json{{"job_id", r.id},
-                             {"state", std::string(tl::to_string(r.state))},
-                             {"result", base64_encode(bytes)},
-                             {"result_bytes", r.result.size()},
-                             {"reason", r.reason},
-                             {"sent_ns", r.sent_ns},
-                             {"updated_ns", r.updated_ns}};
-             }});
-
-    reg.add({"jobs.cancel", role::scheduler, "cancel a committed job before dispatch",
-             [b](const json& params, call_context& ctx) {
-                 const params_reader p(params, {"job_id"});
-                 const auto id = read_id(p, "job_id");
-                 return to_json(take(b->ledger->cancel(b->tenant_for(ctx, id), id, b->now())));
-             }});
+             bind(&ledger_methods::jobs_submit), acknowledged_when_durable});
+    reg.add({"jobs.status", role::scheduler,
+             "a job's (reservation's) state",
+             bind(&ledger_methods::jobs_status)});
+    reg.add({"jobs.result", role::scheduler,
+             "a finished job's result (base64)",
+             bind(&ledger_methods::jobs_result)});
+    reg.add({"jobs.cancel", role::scheduler,
+             "cancel a committed job before dispatch",
+             bind(&ledger_methods::jobs_cancel), acknowledged_when_durable});
 }
 
 }  // namespace qrt::rpc

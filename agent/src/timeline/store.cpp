@@ -12,39 +12,9 @@
 
 namespace qrt::timeline {
 
-sqlite_db& sqlite_db::operator=(sqlite_db&& o) noexcept {
-    if (this != &o) {
-        if (_db != nullptr) {
-            sqlite3_close_v2(_db);
-        }
-        _db = o._db;
-        o._db = nullptr;
-    }
-    return *this;
-}
+void sqlite_release(sqlite3* db) noexcept { sqlite3_close_v2(db); }
 
-sqlite_db::~sqlite_db() {
-    if (_db != nullptr) {
-        sqlite3_close_v2(_db);
-    }
-}
-
-sqlite_stmt& sqlite_stmt::operator=(sqlite_stmt&& o) noexcept {
-    if (this != &o) {
-        if (_s != nullptr) {
-            sqlite3_finalize(_s);
-        }
-        _s = o._s;
-        o._s = nullptr;
-    }
-    return *this;
-}
-
-sqlite_stmt::~sqlite_stmt() {
-    if (_s != nullptr) {
-        sqlite3_finalize(_s);
-    }
-}
+void sqlite_release(sqlite3_stmt* s) noexcept { sqlite3_finalize(s); }
 
 namespace {
 
@@ -422,22 +392,20 @@ status store::replace_windows(const std::string& qpu,
         }
     }
     for (const calibration_window& w : windows) {
-        stmt_use u(_put_window);
-        u.bind(1, std::string_view(qpu));
-        u.bind_u(2, w.calibration_id);
-        u.bind(3, w.valid_from_ns);
-        u.bind(4, w.valid_until_ns);
-        u.bind(5, w.f0);
-        u.bind(6, w.tau_ns);
-        if (sqlite3_step(u.s) != SQLITE_DONE) {
-            return sql_error("insert window " + std::to_string(w.calibration_id) + " of " + qpu);
+        if (auto s = write_window(_put_window, qpu, w); !s) {
+            return s;
         }
     }
     return {};
 }
 
 status store::put_window(const std::string& qpu, const calibration_window& w) {
-    stmt_use u(_upsert_window);
+    return write_window(_upsert_window, qpu, w);
+}
+
+status store::write_window(const sqlite_stmt& insert, const std::string& qpu,
+                           const calibration_window& w) {
+    stmt_use u(insert);
     u.bind(1, std::string_view(qpu));
     u.bind_u(2, w.calibration_id);
     u.bind(3, w.valid_from_ns);

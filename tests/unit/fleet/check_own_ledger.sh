@@ -18,8 +18,8 @@ for s in $syms; do
 		echo "libqrt_fleet.a does not call $s"; fail=1
 	fi
 	# In the daemon's library: defined in agent/src/timeline.
-	if ! nm -C -A --defined-only "$agent" | grep -F " T $s" | grep -qE '(ledger|policy)\.cpp\.o'; then
-		echo "libqrt_agent.a does not define $s in ledger.cpp.o/policy.cpp.o"; fail=1
+	if ! nm -C -A --defined-only "$agent" | grep -F " T $s" | grep -qE '(ledger[a-z_]*|policy)\.cpp\.o'; then
+		echo "libqrt_agent.a does not define $s in ledger*.cpp.o/policy.cpp.o"; fail=1
 	fi
 	if ! nm -C --defined-only "$sim" | grep -qF " $s"; then
 		echo "qrt-fleet-sim does not contain $s"; fail=1

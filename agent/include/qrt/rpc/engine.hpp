@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qrt/rpc/auth.hpp"
@@ -69,6 +70,18 @@ struct method_info {
     role required = role::reader;
     std::string summary;  // one line, for agent.hello and qrtctl --help
     handler fn;
+    // A reply to this method is sent only once what the call changed is
+    // durable (set_commit_tracker); reads leave it false and never wait.
+    bool acknowledged_when_durable = false;
+};
+
+// A reply the server must hold until the change it acknowledges is durable:
+// the line's last change sequence, and the ids of its requests (to answer
+// each with an error instead if that change fails to commit).
+struct pending_ack {
+    std::uint64_t seq = 0;  // 0: nothing to wait for
+    std::vector<json> ids;
+    bool batch = false;
 };
 
 class registry {
@@ -142,6 +155,20 @@ public:
     using admission = std::function<void(const method_info& m, session& s)>;
     void set_admission(admission a) { _admit = std::move(a); }
 
+    // Deferred acknowledgement (group commit): latest() is the last change
+    // sequence given, durable() the last one on disk.  A successful call of
+    // an acknowledged_when_durable method that leaves latest() > durable()
+    // makes its line's reply wait (take_pending_ack after handle_line).
+    // Unset: every reply goes out at once.
+    void set_commit_tracker(std::function<std::uint64_t()> latest,
+                            std::function<std::uint64_t()> durable);
+    std::uint64_t durable_seq() const { return _durable ? _durable() : UINT64_MAX; }
+    // What the last handle_line must wait for (seq 0: nothing).
+    pending_ack take_pending_ack() { return std::exchange(_line_ack, pending_ack{}); }
+    // The reply line (with '\n') that replaces a held one whose change failed
+    // to commit: a store_error for each of its requests.
+    std::string commit_failed_reply(const pending_ack& ack, std::string_view why);
+
     // Request counters and the handling-time histogram.
     telemetry::snapshot stats() const;
     std::uint64_t denied_total() const noexcept { return _denied_total; }
@@ -170,6 +197,9 @@ private:
     // quota_exceeded refusals by data.quota (a fixed set of names).
     std::map<std::string, std::uint64_t, std::less<>> _quota_refusals;
     admission _admit;
+    std::function<std::uint64_t()> _latest;
+    std::function<std::uint64_t()> _durable;
+    pending_ack _line_ack;
     std::uint64_t _lines = 0;
     std::uint64_t _notifications_sent = 0;
     std::uint64_t _denied_total = 0;

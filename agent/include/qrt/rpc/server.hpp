@@ -38,8 +38,12 @@
 // `unavailable` error line (data.cause "nss_timeout", data.uid) and is
 // closed: a tenant is never served under another name than its own; the
 // client may retry.  A full queue gets `overloaded` the same way.
-// Replies go out in request order (handlers are synchronous: the ledger
-// commits to SQLite before it returns, so a reply always follows its effect).
+// Replies go out in request order.  A reply that acknowledges a change
+// (method_info::acknowledged_when_durable) is held until the change is
+// durable: the ledger's writer thread commits groups of changes and the
+// daemon calls on_durable() on the loop thread; replies behind a held one on
+// the same connection wait behind it (order), replies on other connections
+// do not.  Held replies count as in flight (max_inflight back-pressure).
 
 #include <chrono>
 #include <cstdint>
@@ -117,6 +121,12 @@ public:
     // through event_loop::post).
     void publish(const event& e) { _engine.publish(e); }
 
+    // Group commit: every change <= durable_seq is resolved; those in
+    // [failed_from, failed_to] (both 0: none) did not happen, and the held
+    // replies that acknowledge them become store_error replies.  Loop thread.
+    void on_durable(std::uint64_t durable_seq, std::uint64_t failed_from = 0,
+                    std::uint64_t failed_to = 0, std::string_view why = {});
+
     // Source of the textfile export (the full metrics text).
     void set_metrics_source(std::function<rtcore::result<std::string>()> src);
 
@@ -180,6 +190,8 @@ private:
     std::uint64_t _bytes_in = 0;
     std::uint64_t _bytes_out = 0;
     std::uint64_t _backpressure_pauses = 0;
+    std::uint64_t _held_replies = 0;
+    std::uint64_t _failed_commit_replies = 0;
 };
 
 }  // namespace qrt::rpc

@@ -1,7 +1,12 @@
 #pragma once
-// The ledger-backed methods.  Each handler makes ONE ledger call and answers
-// only after it returned (with a store, the ledger has committed to SQLite by
-// then).  The ledger's stable reason strings become data.reason verbatim.
+// The ledger-backed methods.  Each handler makes ONE ledger call.  A change
+// (calibration.update, slots.reserve/heartbeat/release, jobs.submit/cancel)
+// is answered only once it is durable: at once without a writer, else when
+// the writer's group holding it committed (the server holds the reply; a
+// failed commit turns it into store_error).  Past timeline.commit_queue_max
+// changes waiting, a change is refused with unavailable/commit_backlog.
+// Reads are answered from memory at once.  The ledger's stable reason
+// strings become data.reason verbatim.
 //
 //   method              role         params (strict; unknown members rejected)
 //   qpus.list           reader       {}
@@ -51,7 +56,7 @@ struct timeline_options {
 
 // Registers the methods above and an event source draining the ledger.
 // The ledger outlives the engine.
-void register_timeline_methods(engine& e, timeline::ledger& l, timeline_options opts = {});
+void register_timeline_methods(engine& rpc, timeline::ledger& ledger, timeline_options opts = {});
 
 // The ledger's events as socket events (type "reservation.*", "job.*",
 // "calibration.changed"; tenant-scoped except calibration).
@@ -61,10 +66,10 @@ json to_json(const timeline::reservation& r);
 
 // expire_leases + mark_missed, then the resulting events are published.  The
 // daemon calls this from a periodic loop timer (see install_housekeeping).
-void ledger_housekeeping(engine& e, timeline::ledger& l, std::int64_t now_ns,
+void ledger_housekeeping(engine& rpc, timeline::ledger& ledger, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns = 0);
-rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& e,
-                                                          timeline::ledger& l,
+rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engine& rpc,
+                                                          timeline::ledger& ledger,
                                                           std::chrono::milliseconds period,
                                                           std::function<std::int64_t()> now_ns = {});
 

@@ -30,8 +30,19 @@
 //
 // Every operation either succeeds or returns an error with a stable reason
 // and leaves the ledger unchanged (periodic windows are still generated as
-// time passes).  With a store, the operation's effect is committed to SQLite
-// before the call returns, so the caller may acknowledge on success.
+// time passes).  With a store, every change gets the next sequence number
+// (latest_seq()) and is durable once durable_seq() reaches it:
+//   - without a writer (tests, benches, commit_group_max = 1): the change is
+//     committed to SQLite before the call returns, so durable_seq() ==
+//     latest_seq() on return and the caller may acknowledge on success;
+//   - with start_writer() (the daemon): the change is in memory at once and
+//     queued to the writer thread, which commits groups of changes with one
+//     fsync each (commit_writer.hpp).  The caller acknowledges once
+//     durable_seq() reached the change's sequence (the commit listener says
+//     when).  Events and due_jobs() show only durable changes; reads
+//     (query, status, calibration) see every change at once.  A group that
+//     fails to commit is undone: the ledger reloads what is on disk and the
+//     listener names the sequences that failed.
 //
 // Use from the daemon (housekeeping loop):
 //
@@ -43,7 +54,9 @@
 //   //             now and then: l->forget_terminal(now - retention_ns)
 //   // dispatcher: l->mark_dispatched(id, sent_ns); l->complete(id, blob, now) / l->fail(...)
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -55,10 +68,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qrt/timeline/commit_writer.hpp"
 #include "qrt/timeline/gap_index.hpp"
 #include "qrt/timeline/policy.hpp"
 #include "qrt/timeline/store.hpp"
 #include "qrt/timeline/types.hpp"
+#include "rtcore/histogram.hpp"
 
 namespace qrt::timeline {
 
@@ -85,6 +100,26 @@ struct ledger_options {
     // ended before forget_terminal's cutoff go too.  A window that still
     // holds a live (held, committed, dispatched) reservation is kept.
     std::size_t max_windows = 100'000;
+    // Group commit (start_writer): changes per transaction, how long a group
+    // may wait to fill, and the changes that may wait for their commit before
+    // client changes are refused (accepting_changes()).
+    std::size_t commit_group_max = 256;
+    std::chrono::microseconds commit_group_wait{0};
+    std::size_t commit_queue_max = 4096;
+    // Test seam for the writer (commit_writer.hpp, writer_options).
+    std::function<status(std::size_t changes)> commit_hook;
+};
+
+// What the commit listener hears, on the loop thread, after each group.
+struct commit_notice {
+    std::uint64_t durable_seq = 0;  // every change <= this is resolved
+    // Changes [failed_from, failed_to] did not happen (the ledger reloaded
+    // what is on disk); both 0 when the group committed.
+    std::uint64_t failed_from = 0;
+    std::uint64_t failed_to = 0;
+    std::string why;                // the failure, when failed_to != 0
+    std::size_t changes = 0;        // in the group
+    std::int64_t commit_ns = 0;     // the group's transaction, fsync included
 };
 
 struct ledger_stats {
@@ -185,6 +220,8 @@ public:
     result<std::size_t> mark_missed(std::int64_t now_ns, std::int64_t tolerance_ns = 0);
 
     // Dispatcher side (no tenant check: the agent itself calls these).
+    // due_jobs: committed jobs starting before horizon_end_ns whose last
+    // change is durable (change_seq_of(id) == 0).
     std::vector<reservation> due_jobs(std::string_view qpu, std::int64_t horizon_end_ns) const;
     result<reservation> mark_dispatched(std::uint64_t id, std::int64_t sent_ns);
     result<reservation> complete(std::uint64_t id, blob result_blob, std::int64_t now_ns);
@@ -229,8 +266,34 @@ public:
     // calibration windows that ended before before_ns and hold no live
     // reservation (memory and store).  Returns the reservations dropped.
     result<std::size_t> forget_terminal(std::int64_t before_ns);
-    // Truncate the store's WAL (no-op without a store).
+    // Truncate the store's WAL (no-op without a store; with a writer it is
+    // done on the writer thread after its next group).
     timeline::status checkpoint();
+
+    // Group commit.  start_writer hands the store to a writer thread
+    // (no-op without a store or with commit_group_max <= 1: every change
+    // then commits before its call returns).  post runs a callback on the
+    // loop thread (event_loop::post); the listener runs there after every
+    // group, once durable_seq() moved.
+    void start_writer(commit_writer::post_fn post);
+    bool has_writer() const noexcept { return _writer != nullptr; }
+    void set_commit_listener(std::function<void(const commit_notice&)> fn) {
+        _commit_listener = std::move(fn);
+    }
+    // The last sequence given to a change, and the last one resolved on disk.
+    std::uint64_t latest_seq() const noexcept { return _latest_seq; }
+    std::uint64_t durable_seq() const noexcept { return _durable_seq; }
+    // The sequence of a reservation's last change not yet durable (0: what
+    // the ledger holds of it is on disk).
+    std::uint64_t change_seq_of(std::uint64_t id) const;
+    // Changes waiting for their commit, and whether a client change may be
+    // made now (false past commit_queue_max: backpressure).
+    std::size_t commit_backlog() const;
+    bool accepting_changes() const { return commit_backlog() < _opts.commit_queue_max; }
+    // Each commit's transaction, fsync included (a group with a writer, one
+    // change without), and the commits that failed.
+    const rtcore::histogram& commit_latency() const noexcept { return _commit_ns; }
+    std::uint64_t commits_failed() const noexcept { return _commits_failed; }
 
 private:
     struct qpu_state;
@@ -264,8 +327,14 @@ private:
     std::optional<std::uint64_t> take_all(const std::vector<std::uint64_t>& ids);
     std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
-    result<reservation*> owned(std::string_view tenant, std::uint64_t id);
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
+    // owned(), then the fencing token (when given) and the lease (when the
+    // change needs a live one): the one check of heartbeat, release, commit
+    // and cancel.
+    enum class lease_check : std::uint8_t { none, must_be_live };
+    result<reservation*> checked(std::string_view tenant, std::uint64_t id,
+                                 std::optional<std::uint64_t> fencing_token, lease_check lease,
+                                 std::int64_t now_ns);
     std::vector<std::uint64_t> members(const reservation& r) const;
     bool gang_movable(const reservation& r) const;
     error no_fit_error(const request& req, const std::vector<std::size_t>& qs,
@@ -306,13 +375,34 @@ private:
 
     // durability: every public mutating operation ends with persist().
     timeline::status persist();
+    change_set take_changes();
+    void release_events(std::vector<event>& evs);
+    void on_group_done(const group_outcome& g);
+    void advance_durable(std::uint64_t seq);
     timeline::status reload();
+    timeline::status reload_from(stored_state loaded);
 
     std::vector<qpu_state> _qpus;
     std::unordered_map<std::string, std::size_t> _qpu_index;
     ledger_options _opts;
     std::unique_ptr<placement_policy> _policy;
-    std::unique_ptr<store> _store;
+    std::unique_ptr<store> _store;       // until start_writer
+    std::unique_ptr<commit_writer> _writer;
+    std::function<void(const commit_notice&)> _commit_listener;
+    std::uint64_t _latest_seq = 0;
+    std::uint64_t _durable_seq = 0;
+    // Changes queued to the writer, in order: their reservations and events.
+    struct in_flight {
+        std::uint64_t seq = 0;
+        std::vector<std::uint64_t> ids;
+        std::vector<event> events;
+    };
+    std::deque<in_flight> _in_flight;
+    rtcore::histogram _commit_ns;
+    std::uint64_t _commits_failed = 0;
+    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change
+    // Shared with the writer's posted callbacks: false once the ledger is gone.
+    std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 
     std::unordered_map<std::uint64_t, reservation> _res;
     std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id

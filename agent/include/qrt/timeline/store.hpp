@@ -1,13 +1,16 @@
 #pragma once
-// Durable ledger store: SQLite in WAL mode, one transaction per ledger
-// operation, committed before the operation returns (so the socket layer
-// acknowledges only what is on disk).
+// Durable ledger store: SQLite in WAL mode.  One transaction per group of
+// ledger changes, written by the ledger's writer thread (commit_writer.hpp),
+// or per operation before it returns without one; either way the socket
+// layer acknowledges only what is on disk.  One thread uses a store at a
+// time: the loop until start_writer, the writer after (the loop again only
+// while the writer is parked, in recover()).
 //
 // synchronous=FULL: in WAL mode, NORMAL survives a process crash (kill -9)
 // but may lose the last commits on power loss or a kernel crash, because the
 // WAL is only synced at checkpoints.  An acknowledged reservation must survive
-// both, so every commit syncs the WAL.  The cost is one fdatasync per
-// operation on the housekeeping loop, not on the real-time path.
+// both, so every commit syncs the WAL.  The cost is one fdatasync per group,
+// on the writer thread, not on the event loop or the real-time path.
 //
 // Schema versioned by the schema_version table; migrations are applied in
 // order inside one transaction on open.
@@ -25,37 +28,44 @@ struct sqlite3_stmt;
 
 namespace qrt::timeline {
 
-// RAII over sqlite3*.
-class sqlite_db {
+// What closes each SQLite handle (sqlite3_close_v2, sqlite3_finalize).
+void sqlite_release(sqlite3* db) noexcept;
+void sqlite_release(sqlite3_stmt* s) noexcept;
+
+// RAII over a SQLite handle (sqlite3*, sqlite3_stmt*): one owner, moved,
+// released once.
+template <typename T>
+class sqlite_handle {
 public:
-    sqlite_db() = default;
-    explicit sqlite_db(sqlite3* db) noexcept : _db(db) {}
-    sqlite_db(const sqlite_db&) = delete;
-    sqlite_db& operator=(const sqlite_db&) = delete;
-    sqlite_db(sqlite_db&& o) noexcept : _db(o._db) { o._db = nullptr; }
-    sqlite_db& operator=(sqlite_db&& o) noexcept;
-    ~sqlite_db();
-    sqlite3* get() const noexcept { return _db; }
+    sqlite_handle() = default;
+    explicit sqlite_handle(T* p) noexcept : _p(p) {}
+    sqlite_handle(const sqlite_handle&) = delete;
+    sqlite_handle& operator=(const sqlite_handle&) = delete;
+    sqlite_handle(sqlite_handle&& o) noexcept : _p(o._p) { o._p = nullptr; }
+    sqlite_handle& operator=(sqlite_handle&& o) noexcept {
+        if (this != &o) {
+            reset();
+            _p = o._p;
+            o._p = nullptr;
+        }
+        return *this;
+    }
+    ~sqlite_handle() { reset(); }
+    T* get() const noexcept { return _p; }
 
 private:
-    sqlite3* _db = nullptr;
+    void reset() noexcept {
+        if (_p != nullptr) {
+            sqlite_release(_p);
+            _p = nullptr;
+        }
+    }
+    T* _p = nullptr;
 };
 
-// RAII over sqlite3_stmt*; reset after every use.
-class sqlite_stmt {
-public:
-    sqlite_stmt() = default;
-    explicit sqlite_stmt(sqlite3_stmt* s) noexcept : _s(s) {}
-    sqlite_stmt(const sqlite_stmt&) = delete;
-    sqlite_stmt& operator=(const sqlite_stmt&) = delete;
-    sqlite_stmt(sqlite_stmt&& o) noexcept : _s(o._s) { o._s = nullptr; }
-    sqlite_stmt& operator=(sqlite_stmt&& o) noexcept;
-    ~sqlite_stmt();
-    sqlite3_stmt* get() const noexcept { return _s; }
-
-private:
-    sqlite3_stmt* _s = nullptr;
-};
+using sqlite_db = sqlite_handle<sqlite3>;
+// A prepared statement; reset after every use.
+using sqlite_stmt = sqlite_handle<sqlite3_stmt>;
 
 struct stored_state {
     std::vector<reservation> reservations;
@@ -105,6 +115,9 @@ private:
     result<sqlite_stmt> prepare(std::string_view sql);
     error sql_error(std::string_view what) const;
     status migrate();
+    // One window row through `insert` (plain insert or upsert).
+    status write_window(const sqlite_stmt& insert, const std::string& qpu,
+                        const calibration_window& w);
 
     std::string _path;
     sqlite_db _db;

@@ -1,0 +1,283 @@
+// Group commit: the ledger's writer thread (commit_writer.hpp), driven
+// through the ledger with a real SQLite store, a stand-in for the event
+// loop (a queue of posted callbacks this thread runs) and the writer's test
+// seam, which blocks a group in flight or fails it.  Counts and states,
+// never timings.  Threaded: run under ThreadSanitizer too.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "helpers.hpp"
+
+namespace qrt::timeline::test {
+namespace {
+
+// What the event loop does for the ledger: runs what the writer posts, on
+// this (the test's) thread.
+class fake_loop {
+public:
+    commit_writer::post_fn poster() {
+        return [this](std::function<void()> fn) {
+            const std::lock_guard<std::mutex> lk(_mu);
+            _posted.push_back(std::move(fn));
+            _cv.notify_all();
+        };
+    }
+    // Run posted callbacks until `done` holds (bounded: false after 20 s).
+    bool run_until(const std::function<bool()>& done) {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!done()) {
+            std::vector<std::function<void()>> batch;
+            {
+                std::unique_lock<std::mutex> lk(_mu);
+                if (!_cv.wait_until(lk, give_up, [this] { return !_posted.empty(); })) {
+                    return done();
+                }
+                batch.swap(_posted);
+            }
+            for (auto& fn : batch) {
+                fn();
+            }
+        }
+        return true;
+    }
+
+private:
+    std::mutex _mu;
+    std::condition_variable _cv;
+    std::vector<std::function<void()>> _posted;
+};
+
+// The writer's seam: holds every group before its COMMIT while closed, and
+// fails the next `fail_next` groups.
+class commit_gate {
+public:
+    std::function<status(std::size_t)> hook() {
+        return [this](std::size_t changes) -> status {
+            std::unique_lock<std::mutex> lk(_mu);
+            ++_arrived;
+            _groups.push_back(changes);
+            _cv.notify_all();
+            _cv.wait(lk, [this] { return _open; });
+            if (_fail_next > 0) {
+                --_fail_next;
+                return make_error(reason::store_error, "test: the disk said no");
+            }
+            return {};
+        };
+    }
+    void open() {
+        const std::lock_guard<std::mutex> lk(_mu);
+        _open = true;
+        _cv.notify_all();
+    }
+    void close() {
+        const std::lock_guard<std::mutex> lk(_mu);
+        _open = false;
+    }
+    void fail_next(int n) {
+        const std::lock_guard<std::mutex> lk(_mu);
+        _fail_next = n;
+    }
+    // Wait until a group is held at the gate.
+    bool wait_arrived(std::size_t n) {
+        std::unique_lock<std::mutex> lk(_mu);
+        return _cv.wait_for(lk, std::chrono::seconds(20), [&] { return _arrived >= n; });
+    }
+    std::vector<std::size_t> groups() {
+        const std::lock_guard<std::mutex> lk(_mu);
+        return _groups;
+    }
+
+private:
+    std::mutex _mu;
+    std::condition_variable _cv;
+    bool _open = false;
+    int _fail_next = 0;
+    std::size_t _arrived = 0;
+    std::vector<std::size_t> _groups;
+};
+
+class group_commit : public ::testing::Test {
+protected:
+    void SetUp() override {
+        _dir = std::filesystem::temp_directory_path() /
+               ("qrt-group-commit-" + std::to_string(::getpid()) + "-" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        std::filesystem::remove_all(_dir);
+        std::filesystem::create_directories(_dir);
+        _path = (_dir / "ledger.db").string();
+    }
+    void TearDown() override {
+        _ledger.reset();
+        std::filesystem::remove_all(_dir);
+    }
+
+    ledger& open(std::size_t queue_max = 4096) {
+        ledger_options o;
+        o.policy = "fifo";
+        o.horizon_ns = 20 * period_ns;
+        o.commit_group_max = 64;
+        o.commit_queue_max = queue_max;
+        o.commit_hook = _gate.hook();
+        auto l = ledger::open({periodic_qpu("q0")}, o, _path, t0_ns);
+        EXPECT_TRUE(l.has_value()) << (l ? "" : l.err().message);
+        _ledger = std::move(*l);
+        _ledger->start_writer(_loop.poster());
+        EXPECT_TRUE(_ledger->has_writer());
+        _ledger->set_commit_listener([this](const commit_notice& n) { _notices.push_back(n); });
+        return *_ledger;
+    }
+
+    // What a fresh process would load from the database.
+    std::size_t reservations_on_disk() {
+        auto l = ledger::open({periodic_qpu("q0")}, ledger_options{}, _path, t0_ns);
+        EXPECT_TRUE(l.has_value());
+        return l ? (*l)->stats().reservations : 0;
+    }
+
+    reservation reserve(ledger& l, int key) {
+        auto r = l.reserve("tenant", req(1), "k" + std::to_string(key), 0, t0_ns);
+        EXPECT_TRUE(r.has_value()) << (r ? "" : r.err().message);
+        return r ? *r : reservation{};
+    }
+
+    std::filesystem::path _dir;
+    std::string _path;
+    fake_loop _loop;
+    commit_gate _gate;
+    std::vector<commit_notice> _notices;
+    std::unique_ptr<ledger> _ledger;
+};
+
+TEST_F(group_commit, a_change_is_durable_only_once_its_group_committed) {
+    ledger& l = open();
+    const reservation r = reserve(l, 1);
+    EXPECT_EQ(l.latest_seq(), l.durable_seq() + 1);
+    EXPECT_EQ(l.change_seq_of(r.id), l.latest_seq());
+    ASSERT_TRUE(_gate.wait_arrived(1));
+    // In flight: nothing on disk, and no event published yet.
+    EXPECT_EQ(reservations_on_disk(), 0U);
+    EXPECT_TRUE(l.drain_events().empty());
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    EXPECT_EQ(l.change_seq_of(r.id), 0U);
+    EXPECT_EQ(reservations_on_disk(), 1U);
+    EXPECT_EQ(l.drain_events().size(), 1U);  // "reserved", now that it is durable
+    ASSERT_EQ(_notices.size(), 1U);
+    EXPECT_EQ(_notices[0].failed_to, 0U);
+}
+
+TEST_F(group_commit, reads_are_answered_while_a_group_is_in_flight) {
+    ledger& l = open();
+    const reservation r = reserve(l, 1);
+    ASSERT_TRUE(_gate.wait_arrived(1));  // the writer is stuck before COMMIT
+    // Reads see the change at once, from memory, without waiting.
+    auto st = l.status("tenant", r.id);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->state, res_state::held);
+    request q = req(1);
+    q.max_candidates = 4;
+    auto found = l.query(q, t0_ns);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_FALSE(found->candidates.empty());
+    EXPECT_LT(l.durable_seq(), l.latest_seq());  // still in flight
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+}
+
+TEST_F(group_commit, changes_queued_behind_a_commit_share_the_next_transaction) {
+    ledger& l = open();
+    reserve(l, 0);
+    ASSERT_TRUE(_gate.wait_arrived(1));
+    for (int i = 1; i <= 50; ++i) {
+        reserve(l, i);
+    }
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    // One group of 1 (held at the gate), then the 50 queued behind it in one.
+    EXPECT_EQ(_gate.groups(), (std::vector<std::size_t>{1, 50}));
+    ASSERT_EQ(_notices.size(), 2U);
+    EXPECT_LT(_notices[0].durable_seq, _notices[1].durable_seq);  // in commit order
+    EXPECT_EQ(reservations_on_disk(), 51U);
+}
+
+TEST_F(group_commit, a_failed_group_undoes_its_changes_and_every_change_queued_after_it) {
+    ledger& l = open();
+    const reservation kept = reserve(l, 1);
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    _gate.close();
+    _gate.fail_next(1);
+    const reservation lost = reserve(l, 2);
+    ASSERT_TRUE(_gate.wait_arrived(2));
+    const reservation lost_too = reserve(l, 3);  // queued on top of the failing one
+    auto hb = l.heartbeat("tenant", kept.id, kept.fencing_token, t0_ns + s_ns);
+    ASSERT_TRUE(hb.has_value());
+    const std::uint64_t last = l.latest_seq();
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() >= last; }));
+    ASSERT_EQ(_notices.size(), 2U);
+    EXPECT_EQ(_notices[1].failed_from, _notices[0].durable_seq + 1);
+    EXPECT_EQ(_notices[1].failed_to, last);
+    EXPECT_NE(_notices[1].why.find("the disk said no"), std::string::npos);
+    // No phantom: memory equals the disk again.
+    EXPECT_EQ(l.find(lost.id), nullptr);
+    EXPECT_EQ(l.find(lost_too.id), nullptr);
+    ASSERT_NE(l.find(kept.id), nullptr);
+    EXPECT_EQ(l.find(kept.id)->lease_expires_ns, kept.lease_expires_ns);  // heartbeat undone
+    EXPECT_FALSE(l.has_idempotency_key("tenant", "k2"));
+    EXPECT_EQ(l.stats().reservations, 1U);
+    EXPECT_INVARIANTS(l);
+    EXPECT_EQ(reservations_on_disk(), 1U);
+    // And the writer goes on.
+    reserve(l, 4);
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    EXPECT_EQ(reservations_on_disk(), 2U);
+}
+
+TEST_F(group_commit, a_committed_job_is_not_due_until_its_commit_is_durable) {
+    ledger& l = open();
+    auto job = l.submit("tenant", req(1), "job", blob{1, 2, 3}, t0_ns);
+    ASSERT_TRUE(job.has_value());
+    ASSERT_TRUE(_gate.wait_arrived(1));
+    EXPECT_TRUE(l.due_jobs("q0", job->start_ns + s_ns).empty());
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    const auto due = l.due_jobs("q0", job->start_ns + s_ns);
+    ASSERT_EQ(due.size(), 1U);
+    EXPECT_EQ(due[0].id, job->id);
+}
+
+TEST_F(group_commit, past_the_queue_bound_client_changes_are_refused_until_it_drains) {
+    ledger& l = open(8);
+    for (int i = 0; i < 8; ++i) {
+        reserve(l, i);
+    }
+    ASSERT_TRUE(_gate.wait_arrived(1));
+    EXPECT_GE(l.commit_backlog(), 8U);
+    EXPECT_FALSE(l.accepting_changes());
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    EXPECT_EQ(l.commit_backlog(), 0U);
+    EXPECT_TRUE(l.accepting_changes());
+}
+
+TEST_F(group_commit, closing_the_ledger_commits_what_is_queued) {
+    ledger& l = open();
+    for (int i = 0; i < 10; ++i) {
+        reserve(l, i);
+    }
+    _gate.open();
+    _ledger.reset();  // no loop runs the outcomes: the writer still commits
+    EXPECT_EQ(reservations_on_disk(), 10U);
+}
+
+}  // namespace
+}  // namespace qrt::timeline::test
