@@ -49,6 +49,8 @@ std::string join(const std::vector<std::string>& names) {
     return out;
 }
 
+}  // namespace
+
 std::size_t thread_count() {
     std::error_code ec;
     std::size_t n = 0;
@@ -57,8 +59,6 @@ std::size_t thread_count() {
     }
     return n;
 }
-
-}  // namespace
 
 std::string capability_name(capability cap) {
     if (cap >= 0) {
