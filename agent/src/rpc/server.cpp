@@ -1,6 +1,8 @@
 #include "qrt/rpc/server.hpp"
 
 #include "qrt/rpc/framing.hpp"
+#include "rtcore/clock.hpp"
+#include "rtcore/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -29,12 +31,6 @@ constexpr std::size_t read_chunk = 64U * 1024U;
 constexpr int reads_per_event = 16;  // fairness between connections
 constexpr int accepts_per_event = 64;
 constexpr std::size_t reply_buf_keep = 256U * 1024U;
-
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
     return static_cast<std::int64_t>(d.count()) * 1'000'000;
@@ -357,7 +353,7 @@ void server::accept_one(int fd) {
     auto c = std::make_unique<connection>(_opts.max_line_bytes);
     c->id = _next_id++;
     c->fd = fd;
-    c->last_rx_ns = now_ns();
+    c->last_rx_ns = rtcore::monotonic_now_ns();
     c->sess.id = c->id;
     c->sess.peer = std::move(*peer);
     c->st = connection::state::resolving;
@@ -374,7 +370,7 @@ void server::accept_one(int fd) {
     connection& conn = *c;
     _conns.emplace(id, std::move(c));
     const nss_query q{conn.sess.peer.uid, conn.sess.peer.gid, conn.sess.peer.groups_source.empty()};
-    if (const nss_answer* a = _names.find(q.uid, now_ns(), q.want_groups)) {
+    if (const nss_answer* a = _names.find(q.uid, rtcore::monotonic_now_ns(), q.want_groups)) {
         apply_nss_answer(conn.sess.peer, *a);
         finish_identity(conn);
         return;
@@ -399,7 +395,7 @@ void server::accept_one(int fd) {
 }
 
 void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
-    _names.store(q.uid, a, now_ns());
+    _names.store(q.uid, a, rtcore::monotonic_now_ns());
     for (auto& [id, cp] : _conns) {
         connection& c = *cp;
         if (c.st != connection::state::resolving || c.sess.peer.uid != q.uid) {
@@ -523,7 +519,7 @@ void server::read_some(connection& c) {
         c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
         if (n > 0) {
             _bytes_in += static_cast<std::uint64_t>(n);
-            c.last_rx_ns = now_ns();
+            c.last_rx_ns = rtcore::monotonic_now_ns();
             process_input(c);
             if (c.st == connection::state::dead) {
                 return;
@@ -698,7 +694,7 @@ void server::begin_close(connection& c, std::string_view last_line) {
         return;
     }
     c.st = connection::state::closing;
-    c.closing_since_ns = now_ns();
+    c.closing_since_ns = rtcore::monotonic_now_ns();
     c.in.clear();
     flush(c);
     update_interest(c);
@@ -747,7 +743,7 @@ void server::reap() {
 }
 
 void server::sweep() {
-    const std::int64_t now = now_ns();
+    const std::int64_t now = rtcore::monotonic_now_ns();
     const std::int64_t idle_ns = to_ns(_opts.idle_timeout);
     const std::int64_t linger_ns = to_ns(_opts.close_linger);
     for (auto& [id, cp] : _conns) {
