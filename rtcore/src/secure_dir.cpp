@@ -326,7 +326,7 @@ status secure_dir::replace_file(std::string_view name, std::string_view bytes, m
         const int err = errno;
         return error::from_errno(err, "create " + (_path / tmp).string());
     }
-    auto fail = [&](int err, const std::string& what) -> status {
+    auto fail = [&](const int err, const std::string& what) -> status {
         (void)::unlinkat(_fd.get(), tmp.c_str(), 0);
         return error::from_errno(err, what);
     };
@@ -385,17 +385,17 @@ status secure_dir::rename(std::string_view from, std::string_view to) const {
 }
 
 result<std::vector<std::string>> secure_dir::list() const {
-    const int dup = ::openat(_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dup < 0) {
+    unique_fd dup(::openat(_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dup) {
         const int err = errno;
         return error::from_errno(err, "open " + _path.string());
     }
-    DIR* d = ::fdopendir(dup);
+    DIR* d = ::fdopendir(dup.get());
     if (d == nullptr) {
         const int err = errno;
-        ::close(dup);
         return error::from_errno(err, "fdopendir " + _path.string());
     }
+    (void)dup.release();  // the DIR owns it now: closedir closes it
     std::vector<std::string> names;
     while (const dirent* e = ::readdir(d)) {
         const std::string n = e->d_name;

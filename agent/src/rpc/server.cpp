@@ -100,13 +100,14 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
                                                      "refusing to remove it",
                                                      path)};
         }
-        const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe < 0) {
-            return rtcore::error::from_errno("socket AF_UNIX (stale probe)");
+        rtcore::unique_fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (!probe) {
+            const int err = errno;
+            return rtcore::error::from_errno(err, "socket AF_UNIX (stale probe)");
         }
-        const int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), addr_len);
+        const int rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), addr_len);
         const int e = errno;
-        ::close(probe);
+        probe.reset();
         if (rc == 0) {
             return rtcore::error{EADDRINUSE,
                                  fmt::format("rpc: another process is serving on {}", path)};
@@ -115,15 +116,18 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
             return rtcore::error::from_errno(e, "connect " + path + " (stale probe)");
         }
         if (::unlink(path.c_str()) < 0 && errno != ENOENT) {
-            return rtcore::error::from_errno("unlink stale socket " + path);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "unlink stale socket " + path);
         }
         spdlog::info("rpc: removed stale socket {}", path);
     }
 
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return rtcore::error::from_errno("socket AF_UNIX SOCK_STREAM");
+    rtcore::unique_fd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "socket AF_UNIX SOCK_STREAM");
     }
+    const int fd = sock.get();
     // The inode bind() creates takes the socket's mode minus the umask: set
     // the mode first and clear the umask for the bind, so the path is created
     // with exactly socket_mode and is never chmod'ed by name afterwards (a
@@ -132,7 +136,6 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     const auto mode = static_cast<mode_t>(opts.socket_mode & 07777U);
     if (::fchmod(fd, mode) < 0) {
         const int e = errno;
-        ::close(fd);
         return rtcore::error::from_errno(e, "fchmod socket");
     }
     const mode_t old_umask = ::umask(0);
@@ -140,11 +143,10 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     const int bind_err = errno;
     ::umask(old_umask);
     if (bound < 0) {
-        ::close(fd);
         return rtcore::error::from_errno(bind_err, "bind " + path);
     }
-    auto fail = [&](int e, const std::string& what) -> rtcore::result<prebound_socket> {
-        ::close(fd);
+    auto fail = [&](const int e, const std::string& what) -> rtcore::result<prebound_socket> {
+        sock.reset();
         ::unlink(path.c_str());
         return rtcore::error::from_errno(e, what);
     };
@@ -159,14 +161,16 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
         }
         // lchown: a symlink swapped in for the socket gets the group, not its target.
         if (::lchown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
-            return fail(errno, fmt::format("chown :{} {}", opts.socket_group, path));
+            const int err = errno;
+            return fail(err, fmt::format("chown :{} {}", opts.socket_group, path));
         }
     }
     if (::listen(fd, SOMAXCONN) < 0) {
-        return fail(errno, "listen " + path);
+        const int err = errno;
+        return fail(err, "listen " + path);
     }
     prebound_socket out;
-    out.fd = fd;
+    out.fd = sock.release();  // the caller's now (server::start, or the prebound socket's holder)
     if (::stat(path.c_str(), &st) == 0) {
         out.ino = st.st_ino;
     }
@@ -203,7 +207,8 @@ rtcore::status server::start() {
         if (fd >= 0) {
             const int flags = ::fcntl(fd, F_GETFL);
             if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-                return rtcore::error::from_errno(fmt::format("fcntl O_NONBLOCK fd {}", fd));
+                const int err = errno;
+                return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", fd));
             }
             _listen_source = "systemd";
         }

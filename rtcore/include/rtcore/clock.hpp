@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "rtcore/error.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace rtcore {
 
@@ -169,13 +170,13 @@ public:
     // Creates and arms the timerfd (non-blocking, close-on-exec).
     static result<realtime_step_watch> open(const clock_source& clk);
 
-    realtime_step_watch(realtime_step_watch&& other) noexcept;
-    realtime_step_watch& operator=(realtime_step_watch&& other) noexcept;
+    realtime_step_watch(realtime_step_watch&& other) noexcept = default;
+    realtime_step_watch& operator=(realtime_step_watch&& other) noexcept = default;
     realtime_step_watch(const realtime_step_watch&) = delete;
     realtime_step_watch& operator=(const realtime_step_watch&) = delete;
-    ~realtime_step_watch();
+    ~realtime_step_watch() = default;
 
-    int fd() const noexcept { return _fd; }
+    int fd() const noexcept { return _fd.get(); }
     const time_base& current() const noexcept { return _base; }
 
     // Reads the fd without blocking.  No step: an empty optional.  A step:
@@ -187,10 +188,10 @@ public:
     result<realtime_step> rearm_and_resample();
 
 private:
-    realtime_step_watch(int fd, const clock_source& clk) noexcept;
+    realtime_step_watch(unique_fd fd, const clock_source& clk) noexcept;
     status arm();
 
-    int _fd = -1;
+    unique_fd _fd;
     const clock_source* _clk = nullptr;
     time_base _base;
 };
