@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::size_t max_reply_bytes = 64U << 20;
 
-rtcore::error connect_error(int e, const std::string& path) {
+rtcore::error connect_error(const int e, const std::string& path) {
     switch (e) {
         case ENOENT:
             return rtcore::error{e, fmt::format("agent: no socket at {} (is qrtd running? "
