@@ -500,4 +500,33 @@ std::string dir_lock::holder() const {
     return s;
 }
 
+// ---------------------------------------------------------------- both
+
+result<locked_dir> open_locked_dir(const std::filesystem::path& path, const locked_dir_options& opts) {
+    const auto with = [](const error& e, const std::string& remedy) {
+        return remedy.empty() ? e : error{e.code, e.message + remedy};
+    };
+    auto dir = secure_dir::open(path, opts.policy, opts.what, opts.create);
+    if (!dir) {
+        return with(dir.err(), dir.err().code == ENOENT ? opts.if_missing : std::string());
+    }
+    if (opts.must_write && ::faccessat(dir->fd(), ".", W_OK, AT_EACCESS) != 0) {
+        const int err = errno;
+        struct stat st {};
+        const bool known = ::fstat(dir->fd(), &st) == 0;
+        const std::string owner_mode =
+            known ? " (owner " + secure_dir::describe_owner(st.st_uid) + ", mode " + octal_mode(st.st_mode) + ")"
+                  : std::string();
+        return with(error{err, opts.what + " " + dir->path().string() + owner_mode + ": " +
+                                   secure_dir::describe_owner(::geteuid()) + " cannot write in it (" +
+                                   std::generic_category().message(err) + ")"},
+                    opts.if_not_writable);
+    }
+    auto lock = dir_lock::acquire(*dir, opts.lock_name, opts.wait, opts.holder);
+    if (!lock) {
+        return with(lock.err(), lock.err().code == EWOULDBLOCK ? opts.if_held : std::string());
+    }
+    return locked_dir{std::move(*dir), std::move(*lock)};
+}
+
 }  // namespace rtcore
