@@ -40,41 +40,36 @@ timespec to_timespec(std::chrono::nanoseconds d) {
 }  // namespace
 
 event_loop::event_loop() {
-    _epfd = ::epoll_create1(EPOLL_CLOEXEC);
-    if (_epfd < 0) {
-        throw std::system_error(errno, std::generic_category(), "epoll_create1");
-    }
-    _wakefd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (_wakefd < 0) {
+    _epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!_epfd) {
         const int e = errno;
-        ::close(_epfd);
+        throw std::system_error(e, std::generic_category(), "epoll_create1");
+    }
+    _wakefd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!_wakefd) {
+        const int e = errno;
         throw std::system_error(e, std::generic_category(), "eventfd");
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = _wakefd;
-    if (::epoll_ctl(_epfd, EPOLL_CTL_ADD, _wakefd, &ev) < 0) {
+    ev.data.fd = _wakefd.get();
+    if (::epoll_ctl(_epfd.get(), EPOLL_CTL_ADD, _wakefd.get(), &ev) < 0) {
         const int e = errno;
-        ::close(_wakefd);
-        ::close(_epfd);
         throw std::system_error(e, std::generic_category(), "epoll_ctl ADD eventfd");
     }
 }
 
-event_loop::~event_loop() {
-    for (auto& [id, t] : _timers) {
-        ::close(t.fd);
-    }
-    ::close(_wakefd);
-    ::close(_epfd);
-}
+// The timers' fds, then the wake-up eventfd and the epoll fd, close with
+// their members (in that order: reverse declaration).
+event_loop::~event_loop() = default;
 
 rtcore::status event_loop::add_fd(int fd, std::uint32_t epoll_events, fd_callback cb) {
     epoll_event ev{};
     ev.events = epoll_events;
     ev.data.fd = fd;
-    if (::epoll_ctl(_epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        return rtcore::error::from_errno("epoll_ctl ADD fd " + std::to_string(fd));
+    if (::epoll_ctl(_epfd.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "epoll_ctl ADD fd " + std::to_string(fd));
     }
     _fds[fd] = fd_entry{std::make_shared<fd_callback>(std::move(cb))};
     return rtcore::ok();
@@ -84,24 +79,27 @@ rtcore::status event_loop::modify_fd(int fd, std::uint32_t epoll_events) {
     epoll_event ev{};
     ev.events = epoll_events;
     ev.data.fd = fd;
-    if (::epoll_ctl(_epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
-        return rtcore::error::from_errno("epoll_ctl MOD fd " + std::to_string(fd));
+    if (::epoll_ctl(_epfd.get(), EPOLL_CTL_MOD, fd, &ev) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "epoll_ctl MOD fd " + std::to_string(fd));
     }
     return rtcore::ok();
 }
 
 void event_loop::remove_fd(int fd) noexcept {
     if (_fds.erase(fd) != 0) {
-        ::epoll_ctl(_epfd, EPOLL_CTL_DEL, fd, nullptr);
+        ::epoll_ctl(_epfd.get(), EPOLL_CTL_DEL, fd, nullptr);
     }
 }
 
 rtcore::result<event_loop::timer_id> event_loop::add_timer(std::chrono::nanoseconds first,
                                                            std::chrono::nanoseconds interval,
                                                            task cb) {
-    const int tfd = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    if (tfd < 0) {
-        return rtcore::error::from_errno("timerfd_create CLOCK_MONOTONIC");
+    rtcore::unique_fd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+    const int tfd = timer.get();
+    if (!timer) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "timerfd_create CLOCK_MONOTONIC");
     }
     itimerspec its{};
     // A zero it_value disarms a timerfd; the earliest expiry is 1 ns.
@@ -109,13 +107,12 @@ rtcore::result<event_loop::timer_id> event_loop::add_timer(std::chrono::nanoseco
     its.it_interval = to_timespec(interval);
     if (::timerfd_settime(tfd, 0, &its, nullptr) < 0) {
         const int e = errno;
-        ::close(tfd);
         return rtcore::error::from_errno(e, "timerfd_settime");
     }
     const timer_id id = _next_timer++;
     const bool periodic = interval.count() > 0;
     auto shared_cb = std::make_shared<task>(std::move(cb));
-    _timers[id] = timer_entry{tfd, periodic, shared_cb};
+    _timers[id] = timer_entry{std::move(timer), periodic, shared_cb};
     auto st = add_fd(tfd, timer_tag_events, [this, id, tfd](std::uint32_t) {
         std::uint64_t expirations = 0;
         if (::read(tfd, &expirations, sizeof expirations) < 0) {
@@ -132,8 +129,7 @@ rtcore::result<event_loop::timer_id> event_loop::add_timer(std::chrono::nanoseco
         (*keep)();
     });
     if (!st) {
-        _timers.erase(id);
-        ::close(tfd);
+        _timers.erase(id);  // closes tfd
         return std::move(st).err();
     }
     return id;
@@ -144,9 +140,8 @@ void event_loop::cancel_timer(timer_id id) noexcept {
     if (it == _timers.end()) {
         return;
     }
-    remove_fd(it->second.fd);
-    ::close(it->second.fd);
-    _timers.erase(it);
+    remove_fd(it->second.fd.get());
+    _timers.erase(it);  // closes the timerfd
 }
 
 void event_loop::post(task cb) {
@@ -155,18 +150,18 @@ void event_loop::post(task cb) {
         _posted.push_back(std::move(cb));
     }
     const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(_wakefd, &one, sizeof one);
+    [[maybe_unused]] auto n = ::write(_wakefd.get(), &one, sizeof one);
 }
 
 void event_loop::stop() noexcept {
     _stop_requested.store(true, std::memory_order_release);
     const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(_wakefd, &one, sizeof one);
+    [[maybe_unused]] auto n = ::write(_wakefd.get(), &one, sizeof one);
 }
 
 void event_loop::drain_posted() {
     std::uint64_t v = 0;
-    [[maybe_unused]] auto n = ::read(_wakefd, &v, sizeof v);
+    [[maybe_unused]] auto n = ::read(_wakefd.get(), &v, sizeof v);
     std::vector<task> batch;
     {
         std::lock_guard lock(_posted_mu);
@@ -204,7 +199,7 @@ void event_loop::dispatch_fd(int fd, std::uint32_t events) {
     // throwing timer cannot spin the loop, and dropping one (the job pump,
     // an endpoint poll) would silently stop the daemon's work.
     const bool is_timer = std::any_of(_timers.begin(), _timers.end(),
-                                      [fd](const auto& t) { return t.second.fd == fd; });
+                                      [fd](const auto& t) { return t.second.fd.get() == fd; });
     if (!is_timer && ++again->second.consecutive_throws >= max_consecutive_throws) {
         log::error("event loop", "callback for fd {} threw {} times in a row (last: {}); no longer watching fd {}", fd,
                    again->second.consecutive_throws, *what, fd);
@@ -216,14 +211,14 @@ void event_loop::dispatch_fd(int fd, std::uint32_t events) {
 
 void event_loop::run_once(std::chrono::milliseconds timeout) {
     std::array<epoll_event, 64> events{};
-    const int n = ::epoll_wait(_epfd, events.data(), static_cast<int>(events.size()),
+    const int n = ::epoll_wait(_epfd.get(), events.data(), static_cast<int>(events.size()),
                                static_cast<int>(timeout.count()));
     if (n < 0) {
         return;  // EINTR: the caller loops
     }
     for (int i = 0; i < n; ++i) {
         const auto& ev = events[static_cast<std::size_t>(i)];
-        if (ev.data.fd == _wakefd) {
+        if (ev.data.fd == _wakefd.get()) {
             drain_posted();
             continue;
         }

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
                 continue;
             }
             std::optional<qrt_bpf::probe_set> probes;
-            const auto boot_ns = static_cast<std::uint64_t>(qrt_bench::now_ns(CLOCK_BOOTTIME));
+            const auto boot_ns = static_cast<std::uint64_t>(rtcore::clock_now_ns(CLOCK_BOOTTIME));
             if (on) {
                 qrt_bpf::probe_config cfg;
                 cfg.isolated_cpus = {cpu};
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
             }
             std::vector<double> late;
             int thread_err = 0;
-            const auto t0 = qrt_bench::now_ns();
+            const auto t0 = rtcore::monotonic_now_ns();
             std::thread loop([&] {
                 if (!qrt_bench::pin_to(cpu) || (fifo > 0 && !qrt_bench::set_fifo(fifo))) {
                     thread_err = errno;
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
                 if (ev) {
                     outliers += ev->size();
                 }
-                if (qrt_bench::now_ns() - t0 > static_cast<std::int64_t>(loops) * period_us * 1000 + 5'000'000'000) {
+                if (rtcore::monotonic_now_ns() - t0 > static_cast<std::int64_t>(loops) * period_us * 1000 + 5'000'000'000) {
                     break;
                 }
             }
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
                 std::cerr << "overhead: pinning or SCHED_FIFO failed: " << std::strerror(thread_err) << "\n";
                 return 2;
             }
-            const double secs = static_cast<double>(qrt_bench::now_ns() - t0) / 1e9;
+            const double secs = static_cast<double>(rtcore::monotonic_now_ns() - t0) / 1e9;
             if (stats_phase) {
                 const bpf_cost c = read_bpf_cost(boot_ns);
                 cost_total.run_ns += c.run_ns;

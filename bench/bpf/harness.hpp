@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "rtcore/clock.hpp"
+
 namespace qrt_bench {
 
 inline double percentile(std::vector<double> v, double q) {
@@ -67,22 +69,16 @@ inline bool set_fifo(int prio) {
     return ::sched_setscheduler(0, SCHED_FIFO, &sp) == 0;
 }
 
-inline std::int64_t now_ns(clockid_t clk = CLOCK_MONOTONIC) {
-    timespec ts{};
-    ::clock_gettime(clk, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 // cyclictest-style loop: sleep to absolute T (clock_nanosleep TIMER_ABSTIME),
 // lateness = clock_gettime after waking - T.  Returns lateness in ns.
 inline std::vector<double> periodic_loop(int loops, std::int64_t period_ns) {
     std::vector<double> late;
     late.reserve(static_cast<std::size_t>(loops));
-    std::int64_t next = now_ns() + period_ns;
+    std::int64_t next = rtcore::monotonic_now_ns() + period_ns;
     for (int i = 0; i < loops; ++i) {
         timespec ts{static_cast<time_t>(next / 1'000'000'000), static_cast<long>(next % 1'000'000'000)};
         ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
-        late.push_back(static_cast<double>(now_ns() - next));
+        late.push_back(static_cast<double>(rtcore::monotonic_now_ns() - next));
         next += period_ns;
     }
     return late;

@@ -56,18 +56,6 @@ namespace {
 using clk = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-std::int64_t mono_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::int64_t realtime_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 double quantile(std::vector<std::int64_t> v, double q) {
     if (v.empty()) {
         return 0.0;
@@ -246,10 +234,10 @@ void measure_round(const std::string& path, const line_maker& make, std::size_t 
     std::uint64_t id = 1000;
     for (std::size_t i = 0; i < rtt_count; ++i) {
         const std::string line = make(id++);
-        const std::int64_t t0 = mono_ns();
+        const std::int64_t t0 = rtcore::monotonic_now_ns();
         c.send_all(line);
         c.read_lines(1);
-        rtt.push_back(mono_ns() - t0);
+        rtt.push_back(rtcore::monotonic_now_ns() - t0);
     }
     f.p50_ns.push_back(quantile(rtt, 0.50));
     f.p99_ns.push_back(quantile(rtt, 0.99));
@@ -376,7 +364,7 @@ int main(int argc, char** argv) {
     qrt::testing::test_agent agent(o);
     // The reservations sit a minute ahead, so they stay in the future for
     // the whole run; the query asks for the first slot from there.
-    const std::int64_t busy_from = realtime_ns() + 60'000'000'000;
+    const std::int64_t busy_from = rtcore::realtime_now_ns() + 60'000'000'000;
     std::size_t placed = 0;
     {
         qrt::timeline::request req;
@@ -385,7 +373,7 @@ int main(int argc, char** argv) {
         req.qpus = {"qpu0"};
         for (std::size_t i = 0; i < reservations; ++i) {
             auto r = agent.ledger().reserve("prefill", req, "prefill-" + std::to_string(i),
-                                            3'000'000'000'000, realtime_ns());
+                                            3'000'000'000'000, rtcore::realtime_now_ns());
             if (!r) {
                 std::fprintf(stderr, "prefill stopped at %zu: %s\n", i, r.err().message.c_str());
                 break;

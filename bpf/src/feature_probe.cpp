@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "rtcore/unique_fd.hpp"
+
 namespace qrt_bpf::detail {
 
 namespace {
@@ -46,12 +48,8 @@ bool kernel_has_tp_btf(const char* tp_name) noexcept {
     opts.sz = sizeof(opts);
     opts.expected_attach_type = BPF_TRACE_RAW_TP;
     opts.attach_btf_id = static_cast<__u32>(btf_id);
-    const int fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, nullptr, "GPL", insns, 2, &opts);
-    if (fd < 0) {
-        return false;
-    }
-    ::close(fd);
-    return true;
+    const rtcore::unique_fd prog(bpf_prog_load(BPF_PROG_TYPE_TRACING, nullptr, "GPL", insns, 2, &opts));
+    return prog.valid();  // loaded, and closed again: only the answer was wanted
 }
 
 std::string flavour_plan::describe() const {

@@ -14,6 +14,7 @@
 
 #include "decode.hpp"
 #include "qrt_bpf/availability.hpp"
+#include "rtcore/clock.hpp"
 
 #ifndef QRT_BPF_HAVE_PROBES
 #define QRT_BPF_HAVE_PROBES 0
@@ -46,12 +47,6 @@ struct intrusion_probe::impl {
 
 #if QRT_BPF_HAVE_PROBES
 namespace {
-
-std::uint64_t monotonic_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // True when /proc/<tid>/comm exists and names `comm`.
 bool task_alive(const rtcore::host_fs& fs, std::uint32_t tid, const std::string& comm) {
@@ -157,7 +152,7 @@ rtcore::result<intrusion_prune_result> intrusion_probe::prune_exited_tasks(const
     if (!list) {
         return std::move(list).err();
     }
-    const std::uint64_t now_ns = monotonic_ns();
+    const auto now_ns = static_cast<std::uint64_t>(rtcore::monotonic_now_ns());
     intrusion_prune_result r;
     r.live_keys = list->size();
     for (const intrusion& i : *list) {

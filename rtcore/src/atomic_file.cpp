@@ -8,35 +8,27 @@
 #include <string>
 #include <utility>
 
+#include "rtcore/unique_fd.hpp"
+
 namespace rtcore {
 
 namespace {
 
-// Closes the fd and removes the temporary file unless kept.
+// Removes the temporary file unless kept; the fd is closed first (the
+// guard's unique_fd is declared after this in write_file_atomically).
 class temp_file {
 public:
-    temp_file(int fd, std::string path) : _fd(fd), _path(std::move(path)) {}
+    explicit temp_file(std::string path) : _path(std::move(path)) {}
     temp_file(const temp_file&) = delete;
     temp_file& operator=(const temp_file&) = delete;
     ~temp_file() {
-        if (_fd >= 0) {
-            ::close(_fd);
-        }
         if (!_kept) {
             ::unlink(_path.c_str());
         }
     }
-    int fd() const noexcept { return _fd; }
-    // Close now, returning what close returned.
-    int close_now() noexcept {
-        const int rc = ::close(_fd);
-        _fd = -1;
-        return rc;
-    }
     void keep() noexcept { _kept = true; }
 
 private:
-    int _fd;
     std::string _path;
     bool _kept = false;
 };
@@ -54,15 +46,14 @@ std::string directory_of(const std::string& path) {
 }
 
 status fsync_directory(const std::string& dir) {
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
+    const unique_fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
         const int e = errno;
         return error::from_errno(e, "open directory " + dir);
     }
     // EINVAL: the file system cannot sync a directory (nothing to wait for).
-    const int rc = ::fsync(fd);
+    const int rc = ::fsync(fd.get());
     const int e = errno;
-    ::close(fd);
     if (rc != 0 && e != EINVAL) {
         return error::from_errno(e, "fsync directory " + dir);
     }
@@ -76,15 +67,16 @@ status write_file_atomically(const std::string& path, std::string_view content) 
         return error::invalid("output file: empty path");
     }
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    temp_file guard(tmp);
+    unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) {
         const int e = errno;
+        guard.keep();  // nothing was created
         return error::from_errno(e, "open " + tmp);
     }
-    temp_file guard(fd, tmp);
     std::size_t done = 0;
     while (done < content.size()) {
-        const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+        const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
         if (n < 0) {
             const int e = errno;
             if (e == EINTR) {
@@ -94,11 +86,11 @@ status write_file_atomically(const std::string& path, std::string_view content) 
         }
         done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0) {
+    if (::fsync(fd.get()) != 0) {
         const int e = errno;
         return error::from_errno(e, "fsync " + tmp);
     }
-    if (guard.close_now() != 0) {
+    if (fd.close() != 0) {
         const int e = errno;
         return error::from_errno(e, "close " + tmp);
     }

@@ -49,6 +49,8 @@ std::string join(const std::vector<std::string>& names) {
     return out;
 }
 
+}  // namespace
+
 std::size_t thread_count() {
     std::error_code ec;
     std::size_t n = 0;
@@ -57,8 +59,6 @@ std::size_t thread_count() {
     }
     return n;
 }
-
-}  // namespace
 
 std::string capability_name(capability cap) {
     if (cap >= 0) {
@@ -128,7 +128,8 @@ status require_capabilities(const std::vector<capability>& caps, std::string_vie
 result<drop_report> drop_capabilities_except(const std::vector<capability>& keep, drop_options opts) {
     const cap_ptr now(cap_get_proc());
     if (!now) {
-        return error::from_errno("cap_get_proc");
+        const int err = errno;
+        return error::from_errno(err, "cap_get_proc");
     }
     const capability max_bits = cap_max_bits();
 
@@ -164,7 +165,8 @@ result<drop_report> drop_capabilities_except(const std::vector<capability>& keep
                     continue;
                 }
                 if (cap_drop_bound(c) != 0) {
-                    return error::from_errno("cap_drop_bound(" + capability_name(c) + ")");
+                    const int err = errno;
+                    return error::from_errno(err, "cap_drop_bound(" + capability_name(c) + ")");
                 }
             }
             report.bounding_set_dropped = true;
@@ -175,20 +177,24 @@ result<drop_report> drop_capabilities_except(const std::vector<capability>& keep
 
     const cap_ptr next(cap_init());
     if (!next) {
-        return error::from_errno("cap_init");
+        const int err = errno;
+        return error::from_errno(err, "cap_init");
     }
     if (!keep.empty()) {
         const auto n = static_cast<int>(keep.size());
         if (cap_set_flag(next.get(), CAP_EFFECTIVE, n, keep.data(), CAP_SET) != 0 ||
             cap_set_flag(next.get(), CAP_PERMITTED, n, keep.data(), CAP_SET) != 0) {
-            return error::from_errno("cap_set_flag");
+            const int err = errno;
+            return error::from_errno(err, "cap_set_flag");
         }
         if (opts.keep_inheritable && cap_set_flag(next.get(), CAP_INHERITABLE, n, keep.data(), CAP_SET) != 0) {
-            return error::from_errno("cap_set_flag(CAP_INHERITABLE)");
+            const int err = errno;
+            return error::from_errno(err, "cap_set_flag(CAP_INHERITABLE)");
         }
     }
     if (cap_set_proc(next.get()) != 0) {
-        return error::from_errno("cap_set_proc(" + [&] {
+        const int err = errno;
+        return error::from_errno(err, "cap_set_proc(" + [&] {
             char* t = cap_to_text(next.get(), nullptr);
             std::string s = t != nullptr ? t : "?";
             cap_free(t);
@@ -197,12 +203,14 @@ result<drop_report> drop_capabilities_except(const std::vector<capability>& keep
     }
     // Ambient caps survive execve of unprivileged binaries; none are wanted.
     if (cap_reset_ambient() != 0) {
-        report.notes.push_back("ambient set not reset: " + error::from_errno("cap_reset_ambient").message);
+        const int err = errno;
+        report.notes.push_back("ambient set not reset: " + error::from_errno(err, "cap_reset_ambient").message);
     }
 
     if (opts.set_no_new_privs) {
         if (::prctl(PR_SET_NO_NEW_PRIVS, 1L, 0L, 0L, 0L) != 0) {
-            return error::from_errno("prctl(PR_SET_NO_NEW_PRIVS, 1)");
+            const int err = errno;
+            return error::from_errno(err, "prctl(PR_SET_NO_NEW_PRIVS, 1)");
         }
         report.no_new_privs = true;
     }

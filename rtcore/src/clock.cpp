@@ -108,36 +108,16 @@ time_base time_base::sample(const clock_source& clk, int rounds) noexcept {
     return time_base(best_offset, (best_gap + 1) / 2);
 }
 
-realtime_step_watch::realtime_step_watch(int fd, const clock_source& clk) noexcept
-    : _fd(fd), _clk(&clk), _base(time_base::sample(clk)) {}
-
-realtime_step_watch::realtime_step_watch(realtime_step_watch&& other) noexcept
-    : _fd(std::exchange(other._fd, -1)), _clk(other._clk), _base(other._base) {}
-
-realtime_step_watch& realtime_step_watch::operator=(realtime_step_watch&& other) noexcept {
-    if (this != &other) {
-        if (_fd >= 0) {
-            ::close(_fd);
-        }
-        _fd = std::exchange(other._fd, -1);
-        _clk = other._clk;
-        _base = other._base;
-    }
-    return *this;
-}
-
-realtime_step_watch::~realtime_step_watch() {
-    if (_fd >= 0) {
-        ::close(_fd);
-    }
-}
+realtime_step_watch::realtime_step_watch(unique_fd fd, const clock_source& clk) noexcept
+    : _fd(std::move(fd)), _clk(&clk), _base(time_base::sample(clk)) {}
 
 result<realtime_step_watch> realtime_step_watch::open(const clock_source& clk) {
-    const int fd = ::timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (fd < 0) {
-        return error::from_errno("timerfd_create(CLOCK_REALTIME)");
+    unique_fd fd(::timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (!fd) {
+        const int err = errno;
+        return error::from_errno(err, "timerfd_create(CLOCK_REALTIME)");
     }
-    realtime_step_watch w(fd, clk);
+    realtime_step_watch w(std::move(fd), clk);
     if (auto st = w.arm(); !st) {
         return std::move(st).err();
     }
@@ -151,8 +131,9 @@ status realtime_step_watch::arm() {
     // expires, it only gets cancelled when the clock is set.
     itimerspec its{};
     its.it_value.tv_sec = std::numeric_limits<time_t>::max();
-    if (::timerfd_settime(_fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, nullptr) < 0) {
-        return error::from_errno("timerfd_settime(CLOCK_REALTIME, TFD_TIMER_ABSTIME|TFD_TIMER_CANCEL_ON_SET)");
+    if (::timerfd_settime(_fd.get(), TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, nullptr) < 0) {
+        const int err = errno;
+        return error::from_errno(err, "timerfd_settime(CLOCK_REALTIME, TFD_TIMER_ABSTIME|TFD_TIMER_CANCEL_ON_SET)");
     }
     return ok();
 }
@@ -172,7 +153,7 @@ result<realtime_step> realtime_step_watch::rearm_and_resample() {
 result<std::optional<realtime_step>> realtime_step_watch::check() {
     std::uint64_t expirations = 0;
     while (true) {
-        const ssize_t n = ::read(_fd, &expirations, sizeof expirations);
+        const ssize_t n = ::read(_fd.get(), &expirations, sizeof expirations);
         if (n == static_cast<ssize_t>(sizeof expirations)) {
             // The far-future timer expired (the clock was set beyond it):
             // treat it as a step too.
@@ -188,7 +169,8 @@ result<std::optional<realtime_step>> realtime_step_watch::check() {
             break;
         }
         if (n < 0) {
-            return error::from_errno("read timerfd(CLOCK_REALTIME)");
+            const int err = errno;
+            return error::from_errno(err, "read timerfd(CLOCK_REALTIME)");
         }
         return error{EIO, "read timerfd(CLOCK_REALTIME): short read of " + std::to_string(n) + " bytes"};
     }

@@ -38,20 +38,22 @@ result<cpu_dma_latency_hold> cpu_dma_latency_hold::acquire(host_fs& fs, std::int
         return cpu_dma_latency_hold{};
     }
     const auto path = fs.resolve(cpu_dma_latency_path);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
+    unique_fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) {
         const int e = errno;
         error err = error::from_errno(e, std::string("open ") + cpu_dma_latency_path);
         err.message += open_hint(e);
         return err;
     }
-    cpu_dma_latency_hold hold(fd, latency_us);
+    const int raw = fd.get();
+    cpu_dma_latency_hold hold(std::move(fd), latency_us);
     ssize_t n = -1;
     do {
-        n = ::write(fd, bytes, sizeof bytes);
+        n = ::write(raw, bytes, sizeof bytes);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
-        return error::from_errno(std::string("write ") + cpu_dma_latency_path + " (" + std::to_string(latency_us) +
+        const int err = errno;
+        return error::from_errno(err, std::string("write ") + cpu_dma_latency_path + " (" + std::to_string(latency_us) +
                                  " us)");
     }
     if (n != static_cast<ssize_t>(sizeof bytes)) {
@@ -59,27 +61,6 @@ result<cpu_dma_latency_hold> cpu_dma_latency_hold::acquire(host_fs& fs, std::int
                               " bytes"};
     }
     return hold;
-}
-
-cpu_dma_latency_hold::cpu_dma_latency_hold(cpu_dma_latency_hold&& other) noexcept
-    : _fd(std::exchange(other._fd, -1)), _latency_us(other._latency_us) {}
-
-cpu_dma_latency_hold& cpu_dma_latency_hold::operator=(cpu_dma_latency_hold&& other) noexcept {
-    if (this != &other) {
-        release();
-        _fd = std::exchange(other._fd, -1);
-        _latency_us = other._latency_us;
-    }
-    return *this;
-}
-
-cpu_dma_latency_hold::~cpu_dma_latency_hold() { release(); }
-
-void cpu_dma_latency_hold::release() noexcept {
-    if (_fd >= 0) {
-        ::close(_fd);
-        _fd = -1;
-    }
 }
 
 result<std::int32_t> read_cpu_dma_latency_us(const host_fs& fs) {

@@ -50,7 +50,8 @@ std::string prefix_of(const std::vector<std::string>& parts, std::size_t n) {
 
 // Why component `name` (host path `at`) under dirfd could not be opened as a
 // directory: a symlink is named as such.
-error component_error(int dirfd, const std::string& name, const std::string& at, int err, std::string_view whole) {
+error component_error(int dirfd, const std::string& name, const std::string& at, const int err,
+                      std::string_view whole) {
     struct stat st {};
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
         return error{ELOOP, std::string(whole) + ": " + at + " is a symlink; refused (qrtd never writes through one)"};
@@ -122,20 +123,20 @@ std::filesystem::path host_fs::resolve(std::string_view host_path) const {
 
 result<std::string> host_fs::read(std::string_view host_path) const {
     const auto p = resolve(host_path);
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return error::from_errno("open " + std::string(host_path));
+    const unique_fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+        const int err = errno;
+        return error::from_errno(err, "open " + std::string(host_path));
     }
     std::string out;
     char buf[4096];
     while (true) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
         if (n < 0) {
-            if (errno == EINTR) {
+            const int e = errno;
+            if (e == EINTR) {
                 continue;
             }
-            const int e = errno;
-            ::close(fd);
             return error::from_errno(e, "read " + std::string(host_path));
         }
         if (n == 0) {
@@ -143,7 +144,6 @@ result<std::string> host_fs::read(std::string_view host_path) const {
         }
         out.append(buf, static_cast<std::size_t>(n));
     }
-    ::close(fd);
     return out;
 }
 
@@ -185,7 +185,8 @@ result<std::vector<std::string>> host_fs::list(std::string_view host_path) const
 
 status host_fs::write(std::string_view host_path, std::string_view data) {
     if (auto f = _write_faults.find(host_path); f != _write_faults.end()) {
-        return error::from_errno(f->second, "write " + std::string(host_path));
+        const int err = f->second;  // an injected fault
+        return error::from_errno(err, "write " + std::string(host_path));
     }
     if (_mode == mode::dry_run) {
         _planned.push_back({std::string(host_path), std::string(data)});
@@ -210,7 +211,7 @@ status host_fs::write(std::string_view host_path, std::string_view data) {
         const int err = errno;
         return error::from_errno(err, "write " + std::string(host_path));
     }
-    if (::close(fd.release()) < 0) {
+    if (fd.close() < 0) {
         const int err = errno;
         return error::from_errno(err, "close " + std::string(host_path));
     }

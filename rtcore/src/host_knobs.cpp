@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "rtcore/irq.hpp"
+#include "rtcore/isolation.hpp"
+#include "rtcore/text.hpp"
 
 namespace rtcore {
 
@@ -35,25 +37,6 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-// For report lines: short and on one line.
-std::string show(std::string_view bytes) {
-    std::string s(trim(bytes));
-    for (auto& c : s) {
-        if (c == '\n') {
-            c = ' ';
-        }
-    }
-    if (s.size() > 60) {
-        s = s.substr(0, 57) + "...";
-    }
-    return s.empty() ? "(empty)" : s;
-}
-
-bool all_digits(std::string_view s) {
-    return !s.empty() && s.size() <= 7 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // One component of a workqueue name as sysfs shows it.
 bool wq_name(std::string_view s) {
     if (s.empty() || s.size() > 64 || s.front() == '.' || s == "power" || s == "subsystem") {
@@ -72,13 +55,6 @@ bool shaped(std::string_view p, std::string_view prefix, std::string_view suffix
         return false;
     }
     return ok(p.substr(prefix.size(), p.size() - prefix.size() - suffix.size()));
-}
-
-std::string join(std::string_view dir, std::string_view name) {
-    std::string p(dir);
-    p += '/';
-    p += name;
-    return p;
 }
 
 // One knob file to set: what it is, where, the value isolation wants.
@@ -118,8 +94,8 @@ std::vector<instance> instances(const host_fs& fs, const cpu_set& isolated, cons
                        "unbound kworkers (kworker/uN:M) run on housekeeping CPUs only", false, ""});
         if (auto ents = fs.list(wq_dir)) {
             for (const auto& e : *ents) {
-                const std::string f = join(join(wq_dir, e), "cpumask");
-                if (wq_name(e) && fs.is_dir(join(wq_dir, e)) && fs.exists(f)) {
+                const std::string f = join_path(join_path(wq_dir, e), "cpumask");
+                if (wq_name(e) && fs.is_dir(join_path(wq_dir, e)) && fs.exists(f)) {
                     out.push_back({"workqueue " + e + " cpumask", f, knob_form::cpumask, mask,
                                    "its unbound workers run on housekeeping CPUs only", false, ""});
                 }
@@ -155,14 +131,15 @@ std::vector<instance> instances(const host_fs& fs, const cpu_set& isolated, cons
     if (o.mce_ignore_ce) {
         if (auto ents = fs.list(mce_dir)) {
             for (const auto& e : *ents) {
-                if (e.rfind("machinecheck", 0) == 0 && all_digits(std::string_view(e).substr(12))) {
-                    out.push_back({e + " ignore_ce", join(join(mce_dir, e), "ignore_ce"), knob_form::integer, "1",
+                if (e.rfind("machinecheck", 0) == 0 && decimal_id(std::string_view(e).substr(12))) {
+                    out.push_back({e + " ignore_ce", join_path(join_path(mce_dir, e), "ignore_ce"), knob_form::integer,
+                                   "1",
                                    "no corrected-error poll timer (every 5 min); corrected errors go unreported",
                                    false, ""});
                 }
             }
         } else {
-            out.push_back({"machinecheck ignore_ce", join(mce_dir, "machinecheck0/ignore_ce"), knob_form::integer,
+            out.push_back({"machinecheck ignore_ce", join_path(mce_dir, "machinecheck0/ignore_ce"), knob_form::integer,
                            "1", "", false, ""});
         }
     } else {
@@ -175,13 +152,13 @@ std::vector<instance> instances(const host_fs& fs, const cpu_set& isolated, cons
     if (fs.is_dir(fair_server_dir)) {
         for (unsigned cpu : isolated.cpus()) {
             out.push_back({"fair server cpu" + std::to_string(cpu) + " runtime",
-                           join(join(fair_server_dir, "cpu" + std::to_string(cpu)), "runtime"), knob_form::integer,
-                           "0", "the fair server no longer preempts the dispatch thread for normal tasks", !off,
+                           join_path(join_path(fair_server_dir, "cpu" + std::to_string(cpu)), "runtime"),
+                           knob_form::integer, "0", "the fair server no longer preempts the dispatch thread for normal tasks", !off,
                            "ns of every period reserved for normal tasks; host.disable_rt_throttling = true "
                            "sets 0"});
         }
     } else {
-        out.push_back({"fair server runtime", join(fair_server_dir, "cpuN/runtime"), knob_form::integer, "0", "",
+        out.push_back({"fair server runtime", join_path(fair_server_dir, "cpuN/runtime"), knob_form::integer, "0", "",
                        !off, ""});
     }
     return out;
@@ -231,11 +208,7 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
     if (!all) {
         return all.err();
     }
-    struct change {
-        task_info t;
-        cpu_set to;
-    };
-    std::vector<change> todo;
+    std::vector<affinity_move> todo;
     std::vector<journal_record> recs;
     for (const auto& t : *all) {
         if (!t.kernel_thread) {
@@ -264,14 +237,7 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
             }
             continue;
         }
-        cpu_set to = *aff - isolated;
-        if (to.empty()) {
-            to = housekeeping;
-        }
-        if (!journal.has_task(t.tid)) {
-            recs.emplace_back(rec::aff{t.tid, t.start_ticks, *aff, to});
-        }
-        todo.push_back(change{t, to});
+        todo.push_back(plan_move_off(journal, t, *aff, isolated, housekeeping, recs));
     }
     if (auto st = append_batch(journal, recs); !st) {
         return st;
@@ -279,13 +245,13 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
     for (const auto& c : todo) {
         if (fs.dry_run()) {
             ++out.moved;
-            add_name(out.moved_names, c.t);
+            add_name(out.moved_names, c.task);
             continue;
         }
-        auto st = tasks.set_affinity(c.t.tid, c.to);
+        auto st = tasks.set_affinity(c.task.tid, c.to);
         if (st) {
             ++out.moved;
-            add_name(out.moved_names, c.t);
+            add_name(out.moved_names, c.task);
             continue;
         }
         const int e = st.err().code;
@@ -294,12 +260,12 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
         } else if (e == EINVAL) {
             // The kernel fixed it although its flags did not say so: never again.
             ++out.not_movable;
-            add_name(out.not_movable_names, c.t);
-            recs.emplace_back(rec::nomove{c.t.tid, c.t.start_ticks});
+            add_name(out.not_movable_names, c.task);
+            recs.emplace_back(rec::nomove{c.task.tid, c.task.start_ticks});
         } else {
             ++out.failed;
             if (out.failure.empty()) {
-                out.failure = st.err().message + " (" + name_of(c.t) + ")";
+                out.failure = st.err().message + " (" + name_of(c.task) + ")";
             }
         }
     }
@@ -346,10 +312,10 @@ std::optional<knob_path_info> knob_at(std::string_view p) {
     if (p == rt_runtime) {
         return knob_path_info{"kernel.sched_rt_runtime_us", knob_form::integer};
     }
-    if (shaped(p, "/sys/devices/system/machinecheck/machinecheck", "/ignore_ce", all_digits)) {
+    if (shaped(p, "/sys/devices/system/machinecheck/machinecheck", "/ignore_ce", decimal_id)) {
         return knob_path_info{"machinecheck ignore_ce", knob_form::integer};
     }
-    if (shaped(p, "/sys/kernel/debug/sched/fair_server/cpu", "/runtime", all_digits)) {
+    if (shaped(p, "/sys/kernel/debug/sched/fair_server/cpu", "/runtime", decimal_id)) {
         return knob_path_info{"fair server runtime", knob_form::integer};
     }
     return std::nullopt;
@@ -449,7 +415,7 @@ result<knob_report> apply_knobs(host_fs& fs, task_ops& tasks, restore_journal& j
             rep.knobs.push_back(std::move(o));
             continue;
         }
-        o.before = show(*cur);
+        o.before = one_line(*cur);
         if (k.report_only) {
             o.act = a::reported;
             o.after = o.before;
@@ -478,7 +444,7 @@ result<knob_report> apply_knobs(host_fs& fs, task_ops& tasks, restore_journal& j
         if (fs.dry_run()) {
             o.after = k.want;
         } else if (auto back = fs.read(k.path)) {
-            o.after = show(*back);
+            o.after = one_line(*back);
         } else {
             o.after = "(unread: " + back.err().message + ")";
         }

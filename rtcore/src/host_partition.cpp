@@ -4,18 +4,11 @@
 #include <cerrno>
 #include <optional>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore::host_partition {
 
 namespace {
-
-std::string join(std::string_view dir, std::string_view name) {
-    std::string p(dir);
-    if (p.empty() || p.back() != '/') {
-        p += '/';
-    }
-    p += name;
-    return p;
-}
 
 // Undoes a failed apply: the whole journal when this apply created it (so the
 // journal goes away too), else only this apply's records.
@@ -80,14 +73,14 @@ std::string needs_rebuild(const host_fs& fs, const restore_journal& j, const cpu
     const std::string& prefix = opts.isolation.cgroup_prefix;
     // A cgroup of the partition: made by qrtd (journaled), there, and with the CPUs it should have.
     auto cgroup_wrong = [&](const std::string& root, const std::string& suffix, const cpu_set& cpus) -> std::string {
-        const std::string dir = join(root, prefix + suffix);
+        const std::string dir = join_path(root, prefix + suffix);
         if (root.empty() || !j.made_dir(dir)) {
             return "it records no cgroup " + dir;
         }
         if (!fs.is_dir(dir)) {
             return "its cgroup " + dir + " is gone";
         }
-        auto now = fs.read_line(join(dir, "cpuset.cpus"));
+        auto now = fs.read_line(join_path(dir, "cpuset.cpus"));
         if (!now || *now != cpus.to_list()) {
             return "its cgroup " + dir + " has CPUs " + (now ? "\"" + *now + "\"" : now.err().message) +
                    ", not " + cpus.to_list();
@@ -98,7 +91,7 @@ std::string needs_rebuild(const host_fs& fs, const restore_journal& j, const cpu
         if (auto why = cgroup_wrong(mounts.v2_root, "-isolated", isolated); !why.empty()) {
             return why;
         }
-        const std::string part = join(join(mounts.v2_root, prefix + "-isolated"), "cpuset.cpus.partition");
+        const std::string part = join_path(join_path(mounts.v2_root, prefix + "-isolated"), "cpuset.cpus.partition");
         auto now = fs.read_line(part);
         if (!now || *now != "isolated") {
             return part + " reads " + (now ? "\"" + *now + "\"" : now.err().message) + ", not \"isolated\"";
@@ -110,7 +103,7 @@ std::string needs_rebuild(const host_fs& fs, const restore_journal& j, const cpu
         if (auto why = cgroup_wrong(mounts.v1_cpuset_root, "-housekeeping", housekeeping); !why.empty()) {
             return why;
         }
-        const std::string slb = join(mounts.v1_cpuset_root, "cpuset.sched_load_balance");
+        const std::string slb = join_path(mounts.v1_cpuset_root, "cpuset.sched_load_balance");
         auto now = fs.read_line(slb);
         if (!now || *now != "0") {
             return slb + " reads " + (now ? "\"" + *now + "\"" : now.err().message) + ", not 0";

@@ -5,14 +5,11 @@
 #include <charconv>
 #include <set>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore {
 
 namespace {
-
-bool to_unsigned(std::string_view s, unsigned& out) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
-}
 
 std::string irq_dir(unsigned irq) { return "/proc/irq/" + std::to_string(irq); }
 std::string list_path(unsigned irq) { return irq_dir(irq) + "/smp_affinity_list"; }
@@ -26,11 +23,7 @@ std::optional<unsigned> irq_of_path(std::string_view p) {
         p.substr(p.size() - suffix.size()) != suffix) {
         return std::nullopt;
     }
-    unsigned n = 0;
-    if (!to_unsigned(p.substr(prefix.size(), p.size() - prefix.size() - suffix.size()), n)) {
-        return std::nullopt;
-    }
-    return n;
+    return parse_decimal<unsigned>(p.substr(prefix.size(), p.size() - prefix.size() - suffix.size()));
 }
 
 std::string unquote(std::string s) {
@@ -281,13 +274,13 @@ irqbalance_status probe_irqbalance(const host_fs& fs, const cpu_set& isolated) {
     }
     if (auto pids = fs.list("/proc")) {
         for (const auto& name : *pids) {
-            unsigned pid = 0;
-            if (!to_unsigned(name, pid)) {
+            const auto pid = parse_decimal<unsigned>(name);
+            if (!pid) {
                 continue;
             }
             auto comm = fs.read_line("/proc/" + name + "/comm");
             if (comm && *comm == "irqbalance") {
-                s.pid = static_cast<pid_t>(pid);
+                s.pid = static_cast<pid_t>(*pid);
                 break;
             }
         }
@@ -339,9 +332,8 @@ result<std::vector<unsigned>> list_irqs(const host_fs& fs) {
     }
     std::vector<unsigned> out;
     for (const auto& n : *names) {
-        unsigned irq = 0;
-        if (to_unsigned(n, irq) && fs.exists(list_path(irq))) {
-            out.push_back(irq);
+        if (const auto irq = parse_decimal<unsigned>(n); irq && fs.exists(list_path(*irq))) {
+            out.push_back(*irq);
         }
     }
     std::sort(out.begin(), out.end());
@@ -360,8 +352,9 @@ std::map<unsigned, std::string> irq_names(const host_fs& fs) {
                 line.remove_prefix(1);
             }
             const auto colon = line.find(':');
-            unsigned irq = 0;
-            if (colon == std::string_view::npos || !to_unsigned(line.substr(0, colon), irq)) {
+            const auto irq = colon == std::string_view::npos ? std::nullopt
+                                                             : parse_decimal<unsigned>(line.substr(0, colon));
+            if (!irq) {
                 continue;
             }
             // The kernel prints the action names after two spaces; the fields
@@ -376,11 +369,10 @@ std::map<unsigned, std::string> irq_names(const host_fs& fs) {
                 continue;
             }
             auto names = line.substr(gap + 2);
-            unsigned dummy = 0;
-            if (names.empty() || to_unsigned(names, dummy)) {
+            if (names.empty() || parse_decimal<unsigned>(names)) {
                 continue;
             }
-            out[irq] = std::string(names);
+            out[*irq] = std::string(names);
         }
     }
     if (auto irqs = list_irqs(fs)) {

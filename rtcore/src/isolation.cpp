@@ -6,34 +6,11 @@
 #include <set>
 
 #include "rtcore/journal_undo.hpp"
+#include "rtcore/text.hpp"
 
 namespace rtcore {
 
 namespace {
-
-std::string join(std::string_view dir, std::string_view name) {
-    std::string p(dir);
-    if (p.empty() || p.back() != '/') {
-        p += '/';
-    }
-    p += name;
-    return p;
-}
-
-bool has_token(std::string_view text, std::string_view token) {
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-        const auto end = text.find_first_of(" \n\t", pos);
-        if (text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos) == token) {
-            return true;
-        }
-        if (end == std::string_view::npos) {
-            break;
-        }
-        pos = end + 1;
-    }
-    return false;
-}
 
 status write_checked(host_fs& fs, const std::string& path, const std::string& value,
                      std::vector<std::string>& lines) {
@@ -64,11 +41,11 @@ std::string v2_unavailable(const host_fs& fs, const cgroup_mounts& m) {
     if (m.v2_root.empty()) {
         return "no cgroup2 hierarchy is mounted";
     }
-    auto ctl = fs.read(join(m.v2_root, "cgroup.controllers"));
+    auto ctl = fs.read(join_path(m.v2_root, "cgroup.controllers"));
     if (!ctl) {
-        return "cannot read " + join(m.v2_root, "cgroup.controllers") + ": " + ctl.err().message;
+        return "cannot read " + join_path(m.v2_root, "cgroup.controllers") + ": " + ctl.err().message;
     }
-    if (!has_token(*ctl, "cpuset")) {
+    if (!has_word(*ctl, "cpuset")) {
         return "cgroup2 is mounted at " + m.v2_root +
                " but the cpuset controller is not in its cgroup.controllers (it is bound to a v1 "
                "hierarchy, or the kernel lacks it)";
@@ -78,12 +55,12 @@ std::string v2_unavailable(const host_fs& fs, const cgroup_mounts& m) {
 
 status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cgroup_mounts& m,
                 const cpu_set& isolated, const isolation_options& opts, isolation_report& rep) {
-    const std::string subtree = join(m.v2_root, "cgroup.subtree_control");
+    const std::string subtree = join_path(m.v2_root, "cgroup.subtree_control");
     auto sub = fs.read(subtree);
     if (!sub) {
         return sub.err();
     }
-    if (!has_token(*sub, "cpuset")) {
+    if (!has_word(*sub, "cpuset")) {
         if (auto st = journal.append(rec::ctl{subtree, "cpuset"}); !st) {
             return st;
         }
@@ -91,7 +68,7 @@ status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
             return st;
         }
     }
-    const std::string dir = join(m.v2_root, opts.cgroup_prefix + "-isolated");
+    const std::string dir = join_path(m.v2_root, opts.cgroup_prefix + "-isolated");
     if (auto st = journal.append(rec::mkcg{dir, m.v2_root}); !st) {
         return st;
     }
@@ -99,16 +76,16 @@ status apply_v2(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         return st;
     }
     rep.lines.push_back("isolation: mkdir " + dir);
-    if (auto st = write_checked(fs, join(dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
         return st;
     }
     // Kernels >= 6.7 want the CPUs claimed exclusively before they become a partition.
-    if (fs.exists(join(dir, "cpuset.cpus.exclusive"))) {
-        if (auto st = write_checked(fs, join(dir, "cpuset.cpus.exclusive"), isolated.to_list(), rep.lines); !st) {
+    if (fs.exists(join_path(dir, "cpuset.cpus.exclusive"))) {
+        if (auto st = write_checked(fs, join_path(dir, "cpuset.cpus.exclusive"), isolated.to_list(), rep.lines); !st) {
             return st;
         }
     }
-    const std::string part = join(dir, "cpuset.cpus.partition");
+    const std::string part = join_path(dir, "cpuset.cpus.partition");
     if (!fs.dry_run() && !fs.exists(part)) {
         return error{ENOTSUP, part + " does not exist (the kernel predates cpuset partitions, 5.11)"};
     }
@@ -136,7 +113,7 @@ std::string v1_unavailable(const host_fs& fs, const cgroup_mounts& m) {
     if (m.v1_cpuset_root.empty()) {
         return "no cgroup v1 cpuset hierarchy is mounted";
     }
-    if (!fs.exists(join(m.v1_cpuset_root, "cpuset.cpus"))) {
+    if (!fs.exists(join_path(m.v1_cpuset_root, "cpuset.cpus"))) {
         return m.v1_cpuset_root + " has no cpuset.cpus (mounted with noprefix?)";
     }
     return "";
@@ -217,20 +194,20 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
                 const cpu_set& isolated, const cpu_set& housekeeping, const isolation_options& opts,
                 isolation_report& rep) {
     const std::string& root = m.v1_cpuset_root;
-    auto mems = fs.read_line(join(root, "cpuset.mems"));
+    auto mems = fs.read_line(join_path(root, "cpuset.mems"));
     if (!mems) {
         return mems.err();
     }
-    const std::string iso_dir = join(root, opts.cgroup_prefix + "-isolated");
-    const std::string hk_dir = join(root, opts.cgroup_prefix + "-housekeeping");
+    const std::string iso_dir = join_path(root, opts.cgroup_prefix + "-isolated");
+    const std::string hk_dir = join_path(root, opts.cgroup_prefix + "-housekeeping");
     // Other cpusets whose CPUs reach the isolated ones keep their tasks there.
     if (auto ents = fs.list(root)) {
         for (const auto& e : *ents) {
-            const std::string d = join(root, e);
+            const std::string d = join_path(root, e);
             if (d == iso_dir || d == hk_dir || !fs.is_dir(d)) {
                 continue;
             }
-            if (auto cpus = fs.read_line(join(d, "cpuset.cpus"))) {
+            if (auto cpus = fs.read_line(join_path(d, "cpuset.cpus"))) {
                 if (auto s = cpu_set::parse_list(*cpus); s && s->intersects(isolated)) {
                     rep.lines.push_back("isolation: warning: cpuset " + d + " (CPUs " + s->to_list() +
                                         ") reaches isolated CPUs; its tasks are not moved");
@@ -246,10 +223,10 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         return st;
     }
     rep.lines.push_back("isolation: mkdir " + hk_dir);
-    if (auto st = write_checked(fs, join(hk_dir, "cpuset.cpus"), housekeeping.to_list(), rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(hk_dir, "cpuset.cpus"), housekeeping.to_list(), rep.lines); !st) {
         return st;
     }
-    if (auto st = write_checked(fs, join(hk_dir, "cpuset.mems"), *mems, rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(hk_dir, "cpuset.mems"), *mems, rep.lines); !st) {
         return st;
     }
 
@@ -260,13 +237,13 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
         return st;
     }
     rep.lines.push_back("isolation: mkdir " + iso_dir);
-    if (auto st = write_checked(fs, join(iso_dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(iso_dir, "cpuset.cpus"), isolated.to_list(), rep.lines); !st) {
         return st;
     }
-    if (auto st = write_checked(fs, join(iso_dir, "cpuset.mems"), *mems, rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(iso_dir, "cpuset.mems"), *mems, rep.lines); !st) {
         return st;
     }
-    if (auto st = write_checked(fs, join(iso_dir, "cpuset.cpu_exclusive"), "1", rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(iso_dir, "cpuset.cpu_exclusive"), "1", rep.lines); !st) {
         if (st.err().code != EINVAL) {
             return st;
         }
@@ -274,7 +251,7 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
                             " (another cpuset shares these CPUs); continuing without cpu_exclusive");
     }
     // The isolated CPUs balance nothing: each real-time thread is pinned.
-    if (auto st = write_checked(fs, join(iso_dir, "cpuset.sched_load_balance"), "0", rep.lines); !st) {
+    if (auto st = write_checked(fs, join_path(iso_dir, "cpuset.sched_load_balance"), "0", rep.lines); !st) {
         return st;
     }
 
@@ -286,7 +263,7 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
     rep.tasks_refused = c.refused;
     rep.tasks_gone = c.gone;
 
-    const std::string slb = join(root, "cpuset.sched_load_balance");
+    const std::string slb = join_path(root, "cpuset.sched_load_balance");
     if (auto st = journal.save_file(fs, slb); !st) {
         return st;
     }
@@ -302,18 +279,29 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
 
 // ------------------------------------------------------------ fence
 
+}  // namespace
+
+affinity_move plan_move_off(const restore_journal& journal, const task_info& t, const cpu_set& from,
+                            const cpu_set& isolated, const cpu_set& housekeeping, std::vector<journal_record>& recs) {
+    cpu_set to = from - isolated;
+    if (to.empty()) {
+        to = housekeeping;
+    }
+    if (!journal.has_task(t.tid)) {
+        recs.emplace_back(rec::aff{t.tid, t.start_ticks, from, to});
+    }
+    return affinity_move{t, from, to};
+}
+
+namespace {
+
 status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const cpu_set& isolated,
                    const cpu_set& housekeeping, isolation_report& rep) {
     auto all = tasks.list_tasks(fs);
     if (!all) {
         return all.err();
     }
-    struct change {
-        task_info t;
-        cpu_set from;
-        cpu_set to;
-    };
-    std::vector<change> todo;
+    std::vector<affinity_move> todo;
     std::vector<journal_record> recs;
     for (const auto& t : *all) {
         auto aff = tasks.affinity(t.tid);
@@ -324,14 +312,7 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
         if (!aff->intersects(isolated)) {
             continue;
         }
-        cpu_set to = *aff - isolated;
-        if (to.empty()) {
-            to = housekeeping;
-        }
-        if (!journal.has_task(t.tid)) {
-            recs.emplace_back(rec::aff{t.tid, t.start_ticks, *aff, to});
-        }
-        todo.push_back(change{t, *aff, to});
+        todo.push_back(plan_move_off(journal, t, *aff, isolated, housekeeping, recs));
     }
     if (auto st = journal.append(recs); !st) {
         return st;
@@ -339,12 +320,12 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
     std::string refused_example;
     for (const auto& c : todo) {
         if (fs.dry_run()) {
-            rep.lines.push_back("isolation: would set affinity of task " + std::to_string(c.t.tid) + " (" +
-                                c.t.comm + ") " + c.from.to_list() + " -> " + c.to.to_list());
+            rep.lines.push_back("isolation: would set affinity of task " + std::to_string(c.task.tid) + " (" +
+                                c.task.comm + ") " + c.from.to_list() + " -> " + c.to.to_list());
             ++rep.tasks_moved;
             continue;
         }
-        auto st = tasks.set_affinity(c.t.tid, c.to);
+        auto st = tasks.set_affinity(c.task.tid, c.to);
         if (st) {
             ++rep.tasks_moved;
             continue;
@@ -355,10 +336,11 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
         } else if (e == EINVAL) {
             ++rep.tasks_refused;
             if (refused_example.empty()) {
-                refused_example = "task " + std::to_string(c.t.tid) + " (" + c.t.comm + "): " + st.err().message;
+                refused_example =
+                    "task " + std::to_string(c.task.tid) + " (" + c.task.comm + "): " + st.err().message;
             }
         } else {
-            return error{e, st.err().message + " (fencing task " + c.t.comm + ")"};
+            return error{e, st.err().message + " (fencing task " + c.task.comm + ")"};
         }
     }
     rep.lines.push_back("isolation: fenced " + std::to_string(rep.tasks_moved) + " tasks off CPUs " +
@@ -391,7 +373,9 @@ std::string v2_unreachable(const host_fs& fs, const cgroup_mounts& m, const isol
                       where +
                       "), and a partition's parent must be a partition root owning its CPUs exclusively, so "
                       "every ancestor would take the housekeeping CPUs from the rest of the system";
-    const std::string own = opts.rt_cgroup.empty() ? std::string() : join(join(m.v2_root, opts.rt_cgroup), "cpuset.cpus.exclusive");
+    const std::string own = opts.rt_cgroup.empty()
+                                ? std::string()
+                                : join_path(join_path(m.v2_root, opts.rt_cgroup), "cpuset.cpus.exclusive");
     if (!own.empty() && opts.rt_cgroup != "/" && fs.exists(own)) {
         why += " (this kernel has remote partitions, cpuset.cpus.exclusive, but qrtd does not build them yet)";
     } else {
@@ -419,13 +403,13 @@ std::string why_unavailable(const host_fs& fs, const restore_journal* journal, c
             why_not = v2_unreachable(fs, mounts, opts);
         }
         if (why_not.empty()) {
-            why_not = foreign(join(mounts.v2_root, opts.cgroup_prefix + "-isolated"));
+            why_not = foreign(join_path(mounts.v2_root, opts.cgroup_prefix + "-isolated"));
         }
     } else if (m == isolation_method::cgroup_v1_cpuset) {
         why_not = v1_unavailable(fs, mounts);
         for (const char* suffix : {"-housekeeping", "-isolated"}) {
             if (why_not.empty()) {
-                why_not = foreign(join(mounts.v1_cpuset_root, opts.cgroup_prefix + suffix));
+                why_not = foreign(join_path(mounts.v1_cpuset_root, opts.cgroup_prefix + suffix));
             }
         }
     }
@@ -465,7 +449,7 @@ cgroup_mounts find_cgroup_mounts(const host_fs& fs) {
                         ch = ' ';
                     }
                 }
-                if (has_token(opts, "cpuset")) {
+                if (has_word(opts, "cpuset")) {
                     m.v1_cpuset_root = std::string(f[1]);
                 }
             }
@@ -557,9 +541,9 @@ result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_
     rep.method = method;
     const auto mounts = find_cgroup_mounts(fs);
     if (method == isolation_method::cgroup_v2_partition) {
-        const std::string dir = join(mounts.v2_root, opts.cgroup_prefix + "-isolated");
+        const std::string dir = join_path(mounts.v2_root, opts.cgroup_prefix + "-isolated");
         rep.isolated_cgroup = dir;
-        auto part = fs.read_line(join(dir, "cpuset.cpus.partition"));
+        auto part = fs.read_line(join_path(dir, "cpuset.cpus.partition"));
         if (!part || *part != "isolated") {
             rep.drift = true;
             rep.lines.push_back("isolation: DRIFT: " + dir + " partition is " +
@@ -572,12 +556,12 @@ result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_
     }
     if (method == isolation_method::cgroup_v1_cpuset) {
         const std::string& root = mounts.v1_cpuset_root;
-        const std::string iso_dir = join(root, opts.cgroup_prefix + "-isolated");
-        const std::string hk_dir = join(root, opts.cgroup_prefix + "-housekeeping");
+        const std::string iso_dir = join_path(root, opts.cgroup_prefix + "-isolated");
+        const std::string hk_dir = join_path(root, opts.cgroup_prefix + "-housekeeping");
         rep.isolated_cgroup = iso_dir;
         rep.housekeeping_cgroup = hk_dir;
-        auto cpus = fs.read_line(join(iso_dir, "cpuset.cpus"));
-        auto slb = fs.read_line(join(root, "cpuset.sched_load_balance"));
+        auto cpus = fs.read_line(join_path(iso_dir, "cpuset.cpus"));
+        auto slb = fs.read_line(join_path(root, "cpuset.sched_load_balance"));
         if (!cpus || *cpus != isolated.to_list() || !slb || *slb != "0") {
             rep.drift = true;
             rep.lines.push_back("isolation: DRIFT: " + iso_dir + " cpus " + (cpus ? *cpus : cpus.err().message) +
@@ -647,7 +631,7 @@ rt_reach rt_reach_for(const host_fs& fs, isolation_method m, const isolation_opt
     switch (m) {
         case isolation_method::cgroup_v1_cpuset:
             r.reachable = true;
-            r.tasks_file = join(join(mounts.v1_cpuset_root, opts.cgroup_prefix + "-isolated"), "tasks");
+            r.tasks_file = join_path(join_path(mounts.v1_cpuset_root, opts.cgroup_prefix + "-isolated"), "tasks");
             r.how = "dispatch threads: each writes its TID into " + r.tasks_file +
                     " (handed to the daemon's user by the root helper), then pins itself to its CPU";
             break;
@@ -695,7 +679,7 @@ status delegate_rt_cgroup(host_fs& fs, const isolation_report& rep, uid_t uid, g
     if (rep.method != isolation_method::cgroup_v1_cpuset || rep.isolated_cgroup.empty()) {
         return ok();
     }
-    const std::string file = join(rep.isolated_cgroup, "tasks");
+    const std::string file = join_path(rep.isolated_cgroup, "tasks");
     const std::string who = user + " (uid " + std::to_string(uid) + ", gid " + std::to_string(gid) + ")";
     if (fs.dry_run()) {
         lines.push_back("isolation: would hand " + file + " to " + who);

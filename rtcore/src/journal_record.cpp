@@ -8,6 +8,8 @@
 #include <climits>
 #include <utility>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore {
 
 namespace {
@@ -31,12 +33,6 @@ error bad(std::string_view kind, const std::string& why) {
     return error::invalid(std::string(kind) + " record: " + why);
 }
 
-template <typename T>
-bool to_number(std::string_view s, T& out) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
-}
-
 // A field shown in an error: printable, short.
 std::string shown(std::string_view s) {
     std::string e = journal_escape(s);
@@ -44,50 +40,6 @@ std::string shown(std::string_view s) {
         e = e.substr(0, 77) + "...";
     }
     return "\"" + e + "\"";
-}
-
-result<std::string> path_field(std::string_view kind, const char* name, const std::string& v) {
-    if (!canonical_path(v)) {
-        return bad(kind, std::string(name) + " " + shown(v) + " is not a canonical absolute path");
-    }
-    return v;
-}
-
-result<pid_t> tid_field(std::string_view kind, const std::string& v) {
-    long long n = 0;
-    if (!to_number(std::string_view(v), n) || n <= 0 || n > INT_MAX) {
-        return bad(kind, "tid " + shown(v) + " is not a thread id");
-    }
-    return static_cast<pid_t>(n);
-}
-
-result<std::uint64_t> ticks_field(std::string_view kind, const std::string& v) {
-    std::uint64_t n = 0;
-    if (!to_number(std::string_view(v), n)) {
-        return bad(kind, "start time " + shown(v) + " is not a number of clock ticks");
-    }
-    return n;
-}
-
-// A CPU list in the kernel's list form; empty only when allowed.
-result<cpu_set> cpus_field(std::string_view kind, const char* name, const std::string& v, bool may_be_empty) {
-    if (v.empty()) {
-        if (may_be_empty) {
-            return cpu_set{};
-        }
-        return bad(kind, std::string(name) + " is empty");
-    }
-    if (v.find_first_of(" \t\n") != std::string::npos) {
-        return bad(kind, std::string(name) + " " + shown(v) + " is not a CPU list");
-    }
-    auto s = cpu_set::parse_list(v);
-    if (!s) {
-        return bad(kind, std::string(name) + ": " + s.err().message);
-    }
-    if (s->empty() && !may_be_empty) {
-        return bad(kind, std::string(name) + " is empty");
-    }
-    return *s;
 }
 
 bool token_chars(std::string_view s, std::size_t max, bool (*ok)(char)) {
@@ -107,16 +59,139 @@ bool boot_id_char(char c) {
 }
 bool controller_char(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
 
-status want(std::string_view kind, const fields& f, std::size_t n) {
-    if (f.size() != n) {
-        return bad(kind, "has " + std::to_string(f.size()) + " fields, expected " + std::to_string(n));
+// Reads one record's fields in order, each checked for form.  The first
+// field out of form (or a wrong field count) is the record's error; once
+// there is one, the later reads return empty values and check nothing, so a
+// decode is one braced list of reads (evaluated left to right) and finish().
+class field_reader {
+public:
+    // The kind has `most` fields, or from `least` to `most`.
+    field_reader(std::string_view kind, const fields& f, std::size_t most, std::size_t least = 0)
+        : _kind(kind), _f(f) {
+        if (f.size() > most || f.size() < (least == 0 ? most : least)) {
+            fail("has " + std::to_string(f.size()) + " fields, expected " + std::to_string(most));
+        }
     }
-    return ok();
-}
+
+    std::size_t count() const { return _f.size(); }
+    bool failed() const { return _err.has_value(); }
+    void fail(const std::string& why) {
+        if (!_err) {
+            _err = bad(_kind, why);
+        }
+    }
+    // The next field as it is (any bytes).
+    std::string text() { return next().value_or(std::string()); }
+    // Whether the next field is empty, without reading it.
+    bool next_empty() const { return _at < _f.size() && _f[_at].empty(); }
+    void skip() { ++_at; }
+
+    std::string path(const char* name) {
+        return check(
+            next(), [](const std::string& v) { return canonical_path(v); },
+            [&](const std::string& v) {
+                return std::string(name) + " " + shown(v) + " is not a canonical absolute path";
+            });
+    }
+    pid_t tid() {
+        const auto v = next();
+        if (!v) {
+            return 0;
+        }
+        const auto n = parse_decimal<long long>(*v);
+        if (!n || *n <= 0 || *n > INT_MAX) {
+            fail("tid " + shown(*v) + " is not a thread id");
+            return 0;
+        }
+        return static_cast<pid_t>(*n);
+    }
+    std::uint64_t ticks() {
+        return number<std::uint64_t>(
+            [](const std::string& v) { return "start time " + shown(v) + " is not a number of clock ticks"; });
+    }
+    template <typename T, typename Why>
+    T number(Why why) {
+        const auto v = next();
+        if (!v) {
+            return T{};
+        }
+        const auto n = parse_decimal<T>(*v);
+        if (!n) {
+            fail(why(*v));
+            return T{};
+        }
+        return *n;
+    }
+    // A CPU list in the kernel's list form, never empty.
+    cpu_set cpus(const char* name) {
+        const auto v = next();
+        if (!v) {
+            return cpu_set{};
+        }
+        if (v->empty()) {
+            fail(std::string(name) + " is empty");
+            return cpu_set{};
+        }
+        if (v->find_first_of(" \t\n") != std::string::npos) {
+            fail(std::string(name) + " " + shown(*v) + " is not a CPU list");
+            return cpu_set{};
+        }
+        auto s = cpu_set::parse_list(*v);
+        if (!s) {
+            fail(std::string(name) + ": " + s.err().message);
+            return cpu_set{};
+        }
+        if (s->empty()) {
+            fail(std::string(name) + " is empty");
+        }
+        return *s;
+    }
+    // A word of at most max characters, each accepted by ok: "<name> "x"
+    // is not a <noun>" otherwise.
+    std::string token(std::size_t max, bool (*ok)(char), const char* name, const char* noun) {
+        return check(
+            next(), [&](const std::string& v) { return token_chars(v, max, ok); },
+            [&](const std::string& v) { return std::string(name) + " " + shown(v) + " is not a " + noun; });
+    }
+
+    // The record read, or the first field's error.
+    template <typename R>
+    result<R> finish(R r) {
+        if (_err) {
+            return *_err;
+        }
+        return r;
+    }
+
+private:
+    // The next field, or nullopt once a field (or the count) failed.
+    std::optional<std::string> next() {
+        if (_err || _at >= _f.size()) {
+            return std::nullopt;
+        }
+        return _f[_at++];
+    }
+    template <typename Ok, typename Why>
+    std::string check(std::optional<std::string> v, Ok ok, Why why) {
+        if (!v) {
+            return std::string();
+        }
+        if (!ok(*v)) {
+            fail(why(*v));
+            return std::string();
+        }
+        return std::move(*v);
+    }
+
+    std::string_view _kind;
+    const fields& _f;
+    std::size_t _at = 0;
+    std::optional<error> _err;
+};
 
 // ------------------------------------------------------------ each kind
 // encode(): the fields after the kind.  decode(): the fields back, every
-// one checked for form.
+// one checked for form (field_reader).
 
 fields encode(const rec::header& r) {
     if (r.root.empty()) {  // version 1 had no root field
@@ -125,219 +200,111 @@ fields encode(const rec::header& r) {
     return {std::to_string(r.version), r.boot_id, r.root};
 }
 result<rec::header> decode(std::in_place_type_t<rec::header>, const fields& f) {
-    constexpr auto k = rec::header::kind;
     // Version 1 had no root; it decodes so the journal layer can name it.
-    if (f.size() != 2 && f.size() != 3) {
-        return bad(k, "has " + std::to_string(f.size()) + " fields, expected 3");
+    field_reader in(rec::header::kind, f, 3, 2);
+    const bool has_root = in.count() == 3;
+    rec::header r{in.number<unsigned>([](const std::string& v) { return "version " + shown(v) + " is not a number"; }),
+                  in.token(64, boot_id_char, "boot id", "boot id"), std::string()};
+    if (has_root) {
+        r.root = in.path("root");
+    } else if (!in.failed() && r.version != 1) {
+        in.fail("version " + f[0] + " header has no root field");
     }
-    rec::header r;
-    if (!to_number(std::string_view(f[0]), r.version)) {
-        return bad(k, "version " + shown(f[0]) + " is not a number");
-    }
-    if (!token_chars(f[1], 64, boot_id_char)) {
-        return bad(k, "boot id " + shown(f[1]) + " is not a boot id");
-    }
-    r.boot_id = f[1];
-    if (f.size() == 2) {
-        if (r.version != 1) {
-            return bad(k, "version " + f[0] + " header has no root field");
-        }
-        r.root.clear();
-        return r;
-    }
-    auto root = path_field(k, "root", f[2]);
-    if (!root) {
-        return root.err();
-    }
-    r.root = *root;
-    return r;
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::apply& r) { return {r.isolated.to_list(), r.housekeeping.to_list(), rec::to_string(r.by)}; }
 result<rec::apply> decode(std::in_place_type_t<rec::apply>, const fields& f) {
-    constexpr auto k = rec::apply::kind;
-    if (auto st = want(k, f, 3); !st) {
-        return st.err();
-    }
-    auto iso = cpus_field(k, "isolated set", f[0], false);
-    if (!iso) {
-        return iso.err();
-    }
-    auto hk = cpus_field(k, "housekeeping set", f[1], false);
-    if (!hk) {
-        return hk.err();
-    }
-    rec::apply r{*iso, *hk, rec::applier::host_apply};
-    if (f[2] == rec::to_string(rec::applier::run)) {
+    field_reader in(rec::apply::kind, f, 3);
+    rec::apply r{in.cpus("isolated set"), in.cpus("housekeeping set"), rec::applier::host_apply};
+    const std::string by = in.text();
+    if (by == rec::to_string(rec::applier::run)) {
         r.by = rec::applier::run;
-    } else if (f[2] != rec::to_string(rec::applier::host_apply)) {
-        return bad(k, "applier " + shown(f[2]) + " is not host-apply or run");
+    } else if (!in.failed() && by != rec::to_string(rec::applier::host_apply)) {
+        in.fail("applier " + shown(by) + " is not host-apply or run");
     }
-    return r;
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::method& r) { return {to_string(r.used)}; }
 result<rec::method> decode(std::in_place_type_t<rec::method>, const fields& f) {
-    constexpr auto k = rec::method::kind;
-    if (auto st = want(k, f, 1); !st) {
-        return st.err();
+    field_reader in(rec::method::kind, f, 1);
+    const std::string name = in.text();
+    const auto m = parse_isolation_method(name);
+    if (!in.failed() && !m) {
+        in.fail(shown(name) + " is not an isolation method");
     }
-    auto m = parse_isolation_method(f[0]);
-    if (!m) {
-        return bad(k, shown(f[0]) + " is not an isolation method");
-    }
-    return rec::method{*m};
+    return in.finish(rec::method{m.value_or(isolation_method::none)});
 }
 
 fields encode(const rec::managed& r) { return {std::to_string(r.irq)}; }
 result<rec::managed> decode(std::in_place_type_t<rec::managed>, const fields& f) {
-    constexpr auto k = rec::managed::kind;
-    if (auto st = want(k, f, 1); !st) {
-        return st.err();
-    }
-    rec::managed r;
-    if (!to_number(std::string_view(f[0]), r.irq)) {
-        return bad(k, "IRQ " + shown(f[0]) + " is not a number");
-    }
-    return r;
+    field_reader in(rec::managed::kind, f, 1);
+    rec::managed r{in.number<unsigned>([](const std::string& v) { return "IRQ " + shown(v) + " is not a number"; })};
+    return in.finish(r);
 }
 
 fields encode(const rec::file& r) { return {r.path, r.original}; }
 result<rec::file> decode(std::in_place_type_t<rec::file>, const fields& f) {
-    constexpr auto k = rec::file::kind;
-    if (auto st = want(k, f, 2); !st) {
-        return st.err();
-    }
-    auto p = path_field(k, "path", f[0]);
-    if (!p) {
-        return p.err();
-    }
-    return rec::file{*p, f[1]};
+    field_reader in(rec::file::kind, f, 2);
+    rec::file r{in.path("path"), in.text()};
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::ctl& r) { return {r.path, r.controller}; }
 result<rec::ctl> decode(std::in_place_type_t<rec::ctl>, const fields& f) {
-    constexpr auto k = rec::ctl::kind;
-    if (auto st = want(k, f, 2); !st) {
-        return st.err();
-    }
-    auto p = path_field(k, "path", f[0]);
-    if (!p) {
-        return p.err();
-    }
-    if (!token_chars(f[1], 32, controller_char)) {
-        return bad(k, "controller " + shown(f[1]) + " is not a controller name");
-    }
-    return rec::ctl{*p, f[1]};
+    field_reader in(rec::ctl::kind, f, 2);
+    rec::ctl r{in.path("path"), in.token(32, controller_char, "controller", "controller name")};
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::mkcg& r) { return {r.dir, r.parent}; }
 result<rec::mkcg> decode(std::in_place_type_t<rec::mkcg>, const fields& f) {
-    constexpr auto k = rec::mkcg::kind;
-    if (auto st = want(k, f, 2); !st) {
-        return st.err();
-    }
-    auto d = path_field(k, "directory", f[0]);
-    if (!d) {
-        return d.err();
-    }
-    auto p = path_field(k, "parent", f[1]);
-    if (!p) {
-        return p.err();
-    }
-    return rec::mkcg{*d, *p};
+    field_reader in(rec::mkcg::kind, f, 2);
+    rec::mkcg r{in.path("directory"), in.path("parent")};
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::cg& r) {
     return {std::to_string(r.tid), std::to_string(r.start), r.from, r.affinity ? r.affinity->to_list() : ""};
 }
 result<rec::cg> decode(std::in_place_type_t<rec::cg>, const fields& f) {
-    constexpr auto k = rec::cg::kind;
-    if (auto st = want(k, f, 4); !st) {
-        return st.err();
+    field_reader in(rec::cg::kind, f, 4);
+    rec::cg r{in.tid(), in.ticks(), in.path("cgroup"), std::nullopt};
+    if (in.next_empty()) {
+        in.skip();  // no affinity recorded
+    } else if (auto a = in.cpus("affinity"); !in.failed()) {
+        r.affinity = a;
     }
-    auto tid = tid_field(k, f[0]);
-    if (!tid) {
-        return tid.err();
-    }
-    auto start = ticks_field(k, f[1]);
-    if (!start) {
-        return start.err();
-    }
-    auto from = path_field(k, "cgroup", f[2]);
-    if (!from) {
-        return from.err();
-    }
-    rec::cg r{*tid, *start, *from, std::nullopt};
-    if (!f[3].empty()) {
-        auto a = cpus_field(k, "affinity", f[3], false);
-        if (!a) {
-            return a.err();
-        }
-        r.affinity = *a;
-    }
-    return r;
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::aff& r) {
     return {std::to_string(r.tid), std::to_string(r.start), r.original.to_list(), r.set.to_list()};
 }
 result<rec::aff> decode(std::in_place_type_t<rec::aff>, const fields& f) {
-    constexpr auto k = rec::aff::kind;
-    if (auto st = want(k, f, 4); !st) {
-        return st.err();
-    }
-    auto tid = tid_field(k, f[0]);
-    if (!tid) {
-        return tid.err();
-    }
-    auto start = ticks_field(k, f[1]);
-    if (!start) {
-        return start.err();
-    }
-    auto orig = cpus_field(k, "original affinity", f[2], false);
-    if (!orig) {
-        return orig.err();
-    }
-    auto set = cpus_field(k, "affinity set", f[3], false);
-    if (!set) {
-        return set.err();
-    }
-    return rec::aff{*tid, *start, *orig, *set};
+    field_reader in(rec::aff::kind, f, 4);
+    rec::aff r{in.tid(), in.ticks(), in.cpus("original affinity"), in.cpus("affinity set")};
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::knob& r) { return {r.path, r.original, r.set}; }
 result<rec::knob> decode(std::in_place_type_t<rec::knob>, const fields& f) {
-    constexpr auto k = rec::knob::kind;
-    if (auto st = want(k, f, 3); !st) {
-        return st.err();
-    }
-    auto p = path_field(k, "path", f[0]);
-    if (!p) {
-        return p.err();
-    }
+    field_reader in(rec::knob::kind, f, 3);
+    rec::knob r{in.path("path"), in.text(), in.text()};
     // What qrtd writes is one short value: a number or a CPU mask or list.
-    if (f[2].empty() || f[2].size() > 1024 || f[2].find_first_of(" \t\n") != std::string::npos) {
-        return bad(k, "value set " + shown(f[2]) + " is not a knob value");
+    const bool one_value = !r.set.empty() && r.set.size() <= 1024 && r.set.find_first_of(" \t\n") == std::string::npos;
+    if (!in.failed() && !one_value) {
+        in.fail("value set " + shown(r.set) + " is not a knob value");
     }
-    return rec::knob{*p, f[1], f[2]};
+    return in.finish(std::move(r));
 }
 
 fields encode(const rec::nomove& r) { return {std::to_string(r.tid), std::to_string(r.start)}; }
 result<rec::nomove> decode(std::in_place_type_t<rec::nomove>, const fields& f) {
-    constexpr auto k = rec::nomove::kind;
-    if (auto st = want(k, f, 2); !st) {
-        return st.err();
-    }
-    auto tid = tid_field(k, f[0]);
-    if (!tid) {
-        return tid.err();
-    }
-    auto start = ticks_field(k, f[1]);
-    if (!start) {
-        return start.err();
-    }
-    return rec::nomove{*tid, *start};
+    field_reader in(rec::nomove::kind, f, 2);
+    rec::nomove r{in.tid(), in.ticks()};
+    return in.finish(r);
 }
 
 // ------------------------------------------------------------ dispatch

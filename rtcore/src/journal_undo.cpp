@@ -3,6 +3,7 @@
 #include "rtcore/journal_undo.hpp"
 
 #include "rtcore/host_knobs.hpp"
+#include "rtcore/text.hpp"
 
 #include <unistd.h>
 
@@ -22,42 +23,6 @@ using outcome = restore_item::outcome;
 constexpr int rmdir_busy_tries = 40;
 constexpr auto rmdir_busy_pause = std::chrono::milliseconds(50);
 
-// For report details: short and on one line.
-std::string show(std::string_view bytes) {
-    std::string s(bytes);
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) {
-        s.pop_back();
-    }
-    for (auto& c : s) {
-        if (c == '\n') {
-            c = ' ';
-        }
-    }
-    if (s.size() > 60) {
-        s = s.substr(0, 57) + "...";
-    }
-    return s.empty() ? "(empty)" : s;
-}
-
-bool has_token(std::string_view text, std::string_view token) {
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-        while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\n')) {
-            ++pos;
-        }
-        const auto end = text.find_first_of(" \n", pos);
-        const auto tok = text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
-        if (tok == token) {
-            return true;
-        }
-        if (end == std::string_view::npos) {
-            break;
-        }
-        pos = end;
-    }
-    return false;
-}
-
 // The task named by a record, or nullopt when it exited (or the tid was reused).
 std::optional<task_info> same_task(host_fs& fs, task_ops& tasks, pid_t tid, std::uint64_t start) {
     auto t = tasks.task(fs, tid);
@@ -65,6 +30,24 @@ std::optional<task_info> same_task(host_fs& fs, task_ops& tasks, pid_t tid, std:
         return std::nullopt;
     }
     return *t;
+}
+
+// The item of a task record, "task 812 (sshd)"; gone when the task exited
+// (or its tid names another task now): then the item says so.
+struct task_item {
+    restore_item item;
+    bool gone = false;
+};
+task_item item_for_task(host_fs& fs, task_ops& tasks, pid_t tid, std::uint64_t start) {
+    restore_item it{outcome::restored, "task " + std::to_string(tid), ""};
+    auto t = same_task(fs, tasks, tid, start);
+    if (!t) {
+        it.result = outcome::gone;
+        it.detail = "exited; nothing to restore";
+        return {std::move(it), true};
+    }
+    it.what += " (" + t->comm + ")";
+    return {std::move(it), false};
 }
 
 // ------------------------------------------------------------ one undo per kind
@@ -76,65 +59,55 @@ std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec
 std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::managed& /*r*/) { return {}; }
 std::optional<restore_item> undo(host_fs& /*fs*/, task_ops& /*tasks*/, const rec::nomove& /*r*/) { return {}; }
 
-// A runtime knob: the original bytes go back when the file still reads what
-// qrtd set; a value someone else set since is left (and said).
-std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::knob& r) {
-    restore_item it{outcome::restored, r.path, ""};
-    const auto info = knob_at(r.path);
-    const knob_form form = info ? info->form : knob_form::integer;
-    auto cur = fs.read(r.path);
+// A file's original bytes, put back: a file that is gone or already holds
+// them is left; otherwise leave(current bytes) may return the item that
+// leaves it as it is, else the bytes are written.
+template <typename Leave>
+restore_item put_back(host_fs& fs, const std::string& path, const std::string& original, Leave leave) {
+    restore_item it{outcome::restored, path, ""};
+    auto cur = fs.read(path);
     if (!cur) {
         it.result = cur.err().code == ENOENT ? outcome::gone : outcome::failed;
         it.detail = cur.err().code == ENOENT ? "no longer exists; nothing to restore" : cur.err().message;
         return it;
     }
-    if (*cur == r.original) {
+    if (*cur == original) {
         it.result = outcome::unchanged;
-        it.detail = "already " + show(r.original);
+        it.detail = "already " + one_line(original);
         return it;
     }
-    if (!same_knob_value(form, *cur, r.set)) {
-        it.result = same_knob_value(form, *cur, r.original) ? outcome::unchanged : outcome::skipped;
-        it.detail = it.result == outcome::unchanged
-                        ? "already " + show(r.original)
-                        : "changed by someone else since (now " + show(*cur) + ", qrtd had set " + show(r.set) +
-                              "); left as is";
-        return it;
+    if (std::optional<restore_item> left = leave(*cur)) {
+        return *left;
     }
-    if (auto st = fs.write(r.path, r.original); !st) {
+    if (auto st = fs.write(path, original); !st) {
         it.result = outcome::failed;
         it.detail = st.err().message;
         return it;
     }
-    it.detail = show(*cur) + " -> " + show(r.original);
+    it.detail = one_line(*cur) + " -> " + one_line(original);
     return it;
 }
 
-std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::file& r) {
-    restore_item it{outcome::restored, r.path, ""};
-    auto cur = fs.read(r.path);
-    if (!cur) {
-        if (cur.err().code == ENOENT) {
-            it.result = outcome::gone;
-            it.detail = "no longer exists; nothing to restore";
-        } else {
-            it.result = outcome::failed;
-            it.detail = cur.err().message;
+// A runtime knob: the original bytes go back when the file still reads what
+// qrtd set; a value someone else set since is left (and said).
+std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::knob& r) {
+    const auto info = knob_at(r.path);
+    const knob_form form = info ? info->form : knob_form::integer;
+    return put_back(fs, r.path, r.original, [&](const std::string& cur) -> std::optional<restore_item> {
+        if (same_knob_value(form, cur, r.set)) {
+            return std::nullopt;
         }
-        return it;
-    }
-    if (*cur == r.original) {
-        it.result = outcome::unchanged;
-        it.detail = "already " + show(r.original);
-        return it;
-    }
-    if (auto st = fs.write(r.path, r.original); !st) {
-        it.result = outcome::failed;
-        it.detail = st.err().message;
-        return it;
-    }
-    it.detail = show(*cur) + " -> " + show(r.original);
-    return it;
+        if (same_knob_value(form, cur, r.original)) {
+            return restore_item{outcome::unchanged, r.path, "already " + one_line(r.original)};
+        }
+        return restore_item{outcome::skipped, r.path,
+                            "changed by someone else since (now " + one_line(cur) + ", qrtd had set " +
+                                one_line(r.set) + "); left as is"};
+    });
+}
+
+std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::file& r) {
+    return put_back(fs, r.path, r.original, [](const std::string& /*cur*/) { return std::optional<restore_item>(); });
 }
 
 std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::ctl& r) {
@@ -145,7 +118,7 @@ std::optional<restore_item> undo(host_fs& fs, task_ops& /*tasks*/, const rec::ct
         it.detail = cur.err().message;
         return it;
     }
-    if (!has_token(*cur, r.controller)) {
+    if (!has_word(*cur, r.controller)) {
         it.result = outcome::unchanged;
         it.detail = r.controller + " already disabled";
         return it;
@@ -215,14 +188,10 @@ std::optional<restore_item> undo(host_fs& fs, task_ops& tasks, const rec::mkcg& 
 }
 
 std::optional<restore_item> undo(host_fs& fs, task_ops& tasks, const rec::cg& r) {
-    restore_item it{outcome::restored, "task " + std::to_string(r.tid), ""};
-    auto t = same_task(fs, tasks, r.tid, r.start);
-    if (!t) {
-        it.result = outcome::gone;
-        it.detail = "exited; nothing to restore";
+    auto [it, gone] = item_for_task(fs, tasks, r.tid, r.start);
+    if (gone) {
         return it;
     }
-    it.what += " (" + t->comm + ")";
     bool moved = true;
     if (auto st = tasks.attach(fs, r.from, r.tid); !st) {
         if (st.err().code == ESRCH) {
@@ -263,14 +232,10 @@ std::optional<restore_item> undo(host_fs& fs, task_ops& tasks, const rec::cg& r)
 }
 
 std::optional<restore_item> undo(host_fs& fs, task_ops& tasks, const rec::aff& r) {
-    restore_item it{outcome::restored, "task " + std::to_string(r.tid), ""};
-    auto t = same_task(fs, tasks, r.tid, r.start);
-    if (!t) {
-        it.result = outcome::gone;
-        it.detail = "exited; nothing to restore";
+    auto [it, gone] = item_for_task(fs, tasks, r.tid, r.start);
+    if (gone) {
         return it;
     }
-    it.what += " (" + t->comm + ")";
     auto cur = tasks.affinity(r.tid);
     if (!cur) {
         it.result = cur.err().code == ESRCH ? outcome::gone : outcome::failed;

@@ -37,7 +37,7 @@ page_table& pages() {
 
 std::string limit_text(rlim_t v) { return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v); }
 
-error mlock_error(int err, std::uintptr_t begin, std::uintptr_t end, std::string_view what) {
+error mlock_error(const int err, std::uintptr_t begin, std::uintptr_t end, std::string_view what) {
     error e = error::from_errno(err, "mlock " + std::string(what) + " (" + std::to_string(end - begin) + " bytes)");
     rlimit rl{};
     ::getrlimit(RLIMIT_MEMLOCK, &rl);
@@ -136,7 +136,7 @@ result<locked_region> lock_region(const void* p, std::size_t n, std::string_view
     return r;
 }
 
-result<locked_region> lock_current_stack(std::size_t below_sp_bytes) {
+result<thread_stack> current_thread_stack() {
     pthread_attr_t attr;
     if (const int rc = ::pthread_getattr_np(::pthread_self(), &attr); rc != 0) {
         return error::from_errno(rc, "pthread_getattr_np");
@@ -149,14 +149,22 @@ result<locked_region> lock_current_stack(std::size_t below_sp_bytes) {
         return error::from_errno(rc, "pthread_attr_getstack");
     }
     volatile char marker = 0;
-    const auto sp = reinterpret_cast<std::uintptr_t>(&marker);
-    const auto low = reinterpret_cast<std::uintptr_t>(stack_addr);
-    const std::uintptr_t top = low + stack_size;
-    if (sp < low || sp > top || sp - low < below_sp_bytes) {
+    return thread_stack{reinterpret_cast<std::uintptr_t>(stack_addr), stack_size,
+                        reinterpret_cast<std::uintptr_t>(&marker)};
+}
+
+result<locked_region> lock_current_stack(std::size_t below_sp_bytes) {
+    const auto stack = current_thread_stack();
+    if (!stack) {
+        return stack.err();
+    }
+    const std::uintptr_t sp = stack->sp;
+    const std::uintptr_t top = stack->top();
+    if (sp < stack->low || sp > top || stack->room() < below_sp_bytes) {
         return error{ENOMEM, "lock stack: " + std::to_string(below_sp_bytes) +
                                  " bytes below the stack pointer requested but this thread has " +
-                                 std::to_string(sp > low ? sp - low : 0) + " (stack size " +
-                                 std::to_string(stack_size) + ")"};
+                                 std::to_string(stack->room()) + " (stack size " +
+                                 std::to_string(stack->size) + ")"};
     }
     const std::uintptr_t from = sp - below_sp_bytes;
     return lock_region(reinterpret_cast<const void*>(from), top - from, "thread stack");

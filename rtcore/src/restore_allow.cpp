@@ -7,6 +7,7 @@
 
 #include "rtcore/host_knobs.hpp"
 #include "rtcore/isolation.hpp"
+#include "rtcore/text.hpp"
 
 namespace rtcore {
 
@@ -21,20 +22,6 @@ constexpr std::array<std::string_view, 6> cgroup_files = {
     "cpuset.sched_load_balance", "cpuset.cpus.partition", "cpuset.cpus.exclusive",
 };
 
-bool all_digits(std::string_view s) {
-    return !s.empty() && s.size() <= 7 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string join(std::string_view dir, std::string_view name) {
-    std::string p(dir);
-    if (p.empty() || p.back() != '/') {
-        p += '/';
-    }
-    p += name;
-    return p;
-}
-
 // "/proc/irq/36/smp_affinity_list" and "/proc/irq/36/smp_affinity".
 bool irq_affinity_file(std::string_view p) {
     if (p.substr(0, irq_prefix.size()) != irq_prefix) {
@@ -42,7 +29,7 @@ bool irq_affinity_file(std::string_view p) {
     }
     p.remove_prefix(irq_prefix.size());
     const auto slash = p.find('/');
-    if (slash == std::string_view::npos || !all_digits(p.substr(0, slash))) {
+    if (slash == std::string_view::npos || !decimal_id(p.substr(0, slash))) {
         return false;
     }
     const auto leaf = p.substr(slash + 1);
@@ -111,7 +98,7 @@ std::string restore_allow_list::summary() const {
         s += ", no cgroup (none is mounted)";
     }
     for (const auto& r : cgroup_roots) {
-        s += ", " + join(r, cgroup_prefix + "-{isolated,housekeeping}") + " and the cpuset files of " + r;
+        s += ", " + join_path(r, cgroup_prefix + "-{isolated,housekeeping}") + " and the cpuset files of " + r;
     }
     if (workqueue_cpumasks) {
         for (const auto& w : workqueue_cpumask_paths) {

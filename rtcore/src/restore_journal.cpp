@@ -101,18 +101,27 @@ status check_loaded(const host_fs& fs, const std::string& path, const loaded_jou
 // ---------------------------------------------------------------- the directory
 
 result<journal_dir> journal_dir::open(const std::filesystem::path& path, const options& opts) {
-    auto d = secure_dir::open(path, dir_policy::private_to_euid, "journal directory", opts.create);
+    constexpr const char* what = "journal directory";
+    if (!opts.lock) {  // a dry run reads without the lock
+        auto d = secure_dir::open(path, dir_policy::private_to_euid, what, opts.create);
+        if (!d) {
+            return d.err();
+        }
+        return journal_dir(std::move(*d));
+    }
+    locked_dir_options lo;
+    lo.what = what;
+    lo.policy = dir_policy::private_to_euid;  // owned by the euid: no write check needed
+    lo.create = opts.create;
+    lo.lock_name = lock_name;
+    lo.wait = opts.wait;
+    lo.holder = opts.holder;
+    auto d = open_locked_dir(path, lo);
     if (!d) {
         return d.err();
     }
-    journal_dir jd(std::move(*d));
-    if (opts.lock) {
-        auto l = dir_lock::acquire(jd._dir, lock_name, opts.wait, opts.holder);
-        if (!l) {
-            return l.err();
-        }
-        jd._lock.emplace(std::move(*l));
-    }
+    journal_dir jd(std::move(d->dir));
+    jd._lock.emplace(std::move(d->lock));
     return jd;
 }
 

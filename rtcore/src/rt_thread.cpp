@@ -17,6 +17,7 @@
 #include <linux/capability.h>
 
 #include "rtcore/capabilities.hpp"
+#include "rtcore/memory_lock.hpp"
 
 namespace rtcore {
 
@@ -343,26 +344,16 @@ status prefault_stack(std::size_t bytes) {
     if (bytes == 0) {
         return ok();
     }
-    pthread_attr_t attr;
-    if (const int rc = ::pthread_getattr_np(::pthread_self(), &attr); rc != 0) {
-        return error::from_errno(rc, "pthread_getattr_np");
+    const auto stack = current_thread_stack();
+    if (!stack) {
+        return stack.err();
     }
-    void* stack_addr = nullptr;
-    std::size_t stack_size = 0;
-    const int rc = ::pthread_attr_getstack(&attr, &stack_addr, &stack_size);
-    ::pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        return error::from_errno(rc, "pthread_attr_getstack");
-    }
-    volatile char marker = 0;
-    const auto sp = reinterpret_cast<std::uintptr_t>(&marker);
-    const auto low = reinterpret_cast<std::uintptr_t>(stack_addr);
     constexpr std::size_t margin = 32 * 1024;  // frames of the caller and signal delivery
-    const std::size_t room = sp > low ? static_cast<std::size_t>(sp - low) : 0;
+    const std::size_t room = stack->room();
     if (room < margin || bytes > room - margin) {
         return error{ENOMEM, "prefault stack: " + std::to_string(bytes) + " bytes requested but this thread has " +
                                  std::to_string(room > margin ? room - margin : 0) +
-                                 " bytes of stack left (stack size " + std::to_string(stack_size) + ")"};
+                                 " bytes of stack left (stack size " + std::to_string(stack->size) + ")"};
     }
     touch_stack(bytes);
     return ok();

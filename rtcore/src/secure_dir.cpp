@@ -326,7 +326,7 @@ status secure_dir::replace_file(std::string_view name, std::string_view bytes, m
         const int err = errno;
         return error::from_errno(err, "create " + (_path / tmp).string());
     }
-    auto fail = [&](int err, const std::string& what) -> status {
+    auto fail = [&](const int err, const std::string& what) -> status {
         (void)::unlinkat(_fd.get(), tmp.c_str(), 0);
         return error::from_errno(err, what);
     };
@@ -385,17 +385,17 @@ status secure_dir::rename(std::string_view from, std::string_view to) const {
 }
 
 result<std::vector<std::string>> secure_dir::list() const {
-    const int dup = ::openat(_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dup < 0) {
+    unique_fd dup(::openat(_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dup) {
         const int err = errno;
         return error::from_errno(err, "open " + _path.string());
     }
-    DIR* d = ::fdopendir(dup);
+    DIR* d = ::fdopendir(dup.get());
     if (d == nullptr) {
         const int err = errno;
-        ::close(dup);
         return error::from_errno(err, "fdopendir " + _path.string());
     }
+    (void)dup.release();  // the DIR owns it now: closedir closes it
     std::vector<std::string> names;
     while (const dirent* e = ::readdir(d)) {
         const std::string n = e->d_name;
@@ -498,6 +498,35 @@ std::string dir_lock::holder() const {
         }
     }
     return s;
+}
+
+// ---------------------------------------------------------------- both
+
+result<locked_dir> open_locked_dir(const std::filesystem::path& path, const locked_dir_options& opts) {
+    const auto with = [](const error& e, const std::string& remedy) {
+        return remedy.empty() ? e : error{e.code, e.message + remedy};
+    };
+    auto dir = secure_dir::open(path, opts.policy, opts.what, opts.create);
+    if (!dir) {
+        return with(dir.err(), dir.err().code == ENOENT ? opts.if_missing : std::string());
+    }
+    if (opts.must_write && ::faccessat(dir->fd(), ".", W_OK, AT_EACCESS) != 0) {
+        const int err = errno;
+        struct stat st {};
+        const bool known = ::fstat(dir->fd(), &st) == 0;
+        const std::string owner_mode =
+            known ? " (owner " + secure_dir::describe_owner(st.st_uid) + ", mode " + octal_mode(st.st_mode) + ")"
+                  : std::string();
+        return with(error{err, opts.what + " " + dir->path().string() + owner_mode + ": " +
+                                   secure_dir::describe_owner(::geteuid()) + " cannot write in it (" +
+                                   std::generic_category().message(err) + ")"},
+                    opts.if_not_writable);
+    }
+    auto lock = dir_lock::acquire(*dir, opts.lock_name, opts.wait, opts.holder);
+    if (!lock) {
+        return with(lock.err(), lock.err().code == EWOULDBLOCK ? opts.if_held : std::string());
+    }
+    return locked_dir{std::move(*dir), std::move(*lock)};
 }
 
 }  // namespace rtcore

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore {
 
 namespace {
@@ -17,38 +19,11 @@ namespace {
 constexpr std::uint64_t pf_kthread = 0x00200000;         // include/linux/sched.h
 constexpr std::uint64_t pf_no_setaffinity = 0x04000000;  // include/linux/sched.h
 
-template <typename T>
-bool parse_number(std::string_view s, T& out) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
-}
-
-std::string join(std::string_view dir, std::string_view name) {
-    std::string p(dir);
-    if (p.empty() || p.back() != '/') {
-        p += '/';
-    }
-    p += name;
-    return p;
-}
-
-bool is_number(std::string_view s) {
-    if (s.empty()) {
-        return false;
-    }
-    for (char c : s) {
-        if (c < '0' || c > '9') {
-            return false;
-        }
-    }
-    return true;
-}
-
 }  // namespace
 
 std::string cgroup_tasks_file(const host_fs& fs, std::string_view dir) {
-    const std::string v1 = join(dir, "tasks");
-    const std::string v2 = join(dir, "cgroup.threads");
+    const std::string v1 = join_path(dir, "tasks");
+    const std::string v2 = join_path(dir, "cgroup.threads");
     if (fs.exists(v1)) {
         return v1;
     }
@@ -61,7 +36,7 @@ std::string cgroup_tasks_file(const host_fs& fs, std::string_view dir) {
         parent.pop_back();
     }
     parent = parent.substr(0, parent.rfind('/'));
-    return fs.exists(join(parent, "tasks")) ? v1 : v2;
+    return fs.exists(join_path(parent, "tasks")) ? v1 : v2;
 }
 
 result<task_info> parse_proc_stat(std::string_view line) {
@@ -71,9 +46,11 @@ result<task_info> parse_proc_stat(std::string_view line) {
         return error::invalid("/proc stat line has no (comm): \"" + std::string(line.substr(0, 64)) + "\"");
     }
     task_info t;
-    if (!parse_number(line.substr(0, open == 0 ? 0 : open - 1), t.tid)) {
+    const auto tid = parse_decimal<pid_t>(line.substr(0, open == 0 ? 0 : open - 1));
+    if (!tid) {
         return error::invalid("/proc stat line: bad pid in \"" + std::string(line.substr(0, 64)) + "\"");
     }
+    t.tid = *tid;
     t.comm = std::string(line.substr(open + 1, close - open - 1));
     // Fields after ") ": state(3) ppid(4) ... flags(9) ... starttime(22).
     std::vector<std::string_view> f;
@@ -91,12 +68,14 @@ result<task_info> parse_proc_stat(std::string_view line) {
         }
         rest.remove_prefix(sp);
     }
-    std::uint64_t flags = 0;
-    if (f.size() < 20 || !parse_number(f[6], flags) || !parse_number(f[19], t.start_ticks)) {
+    const auto flags = f.size() < 20 ? std::nullopt : parse_decimal<std::uint64_t>(f[6]);
+    const auto start = f.size() < 20 ? std::nullopt : parse_decimal<std::uint64_t>(f[19]);
+    if (!flags || !start) {
         return error::invalid("/proc/" + std::to_string(t.tid) + "/stat: too few or bad fields");
     }
-    t.kernel_thread = (flags & pf_kthread) != 0;
-    t.per_cpu = (flags & pf_no_setaffinity) != 0;
+    t.start_ticks = *start;
+    t.kernel_thread = (*flags & pf_kthread) != 0;
+    t.per_cpu = (*flags & pf_no_setaffinity) != 0;
     t.tgid = t.tid;
     return t;
 }
@@ -110,11 +89,10 @@ result<std::vector<task_info>> real_task_ops::list_tasks(const host_fs& fs) {
     }
     std::vector<task_info> out;
     for (const auto& pid_name : *pids) {
-        if (!is_number(pid_name)) {
+        const auto tgid = parse_decimal<unsigned>(pid_name);  // digits only: no sign
+        if (!tgid) {
             continue;
         }
-        pid_t tgid = 0;
-        parse_number(std::string_view(pid_name), tgid);
         auto tids = fs.list("/proc/" + pid_name + "/task");
         if (!tids) {
             continue;  // exited meanwhile
@@ -128,7 +106,7 @@ result<std::vector<task_info>> real_task_ops::list_tasks(const host_fs& fs) {
             if (!t) {
                 return t.err();
             }
-            t->tgid = tgid;
+            t->tgid = static_cast<pid_t>(*tgid);
             out.push_back(std::move(*t));
         }
     }
@@ -151,7 +129,9 @@ result<task_info> real_task_ops::task(const host_fs& fs, pid_t tid) {
             while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
                 v.remove_prefix(1);
             }
-            parse_number(v.substr(0, v.find('\n')), t->tgid);
+            if (const auto tgid = parse_decimal<pid_t>(v.substr(0, v.find('\n')))) {
+                t->tgid = *tgid;
+            }
         }
     }
     return t;
@@ -209,12 +189,12 @@ result<std::vector<pid_t>> real_task_ops::cgroup_tasks(const host_fs& fs, std::s
     while (!rest.empty()) {
         const auto nl = rest.find('\n');
         const auto line = rest.substr(0, nl);
-        pid_t tid = 0;
         if (!line.empty()) {
-            if (!parse_number(line, tid)) {
+            const auto tid = parse_decimal<pid_t>(line);
+            if (!tid) {
                 return error::invalid(file + ": \"" + std::string(line) + "\" is not a thread id");
             }
-            out.push_back(tid);
+            out.push_back(*tid);
         }
         if (nl == std::string_view::npos) {
             break;

@@ -109,7 +109,8 @@ std::string topology::impl::known(const char* kind) const {
 status topology::impl::load() {
     hwloc_topology_t topo = handle.topo;
     if (hwloc_topology_load(topo) != 0) {
-        return error::from_errno("hwloc_topology_load (" + source + ")");
+        const int err = errno;
+        return error::from_errno(err, "hwloc_topology_load (" + source + ")");
     }
 
     auto all = to_cpu_set(hwloc_topology_get_topology_cpuset(topo), "topology");
@@ -209,17 +210,20 @@ result<std::unique_ptr<topology::impl>> make_impl(source_kind kind, const std::s
     auto p = std::make_unique<topology::impl>();
     p->source = std::move(source);
     if (hwloc_topology_init(&p->handle.topo) != 0) {
-        return error::from_errno("hwloc_topology_init");
+        const int err = errno;
+        return error::from_errno(err, "hwloc_topology_init");
     }
     hwloc_topology_t topo = p->handle.topo;
     switch (kind) {
     case source_kind::system:
         // See CPUs this process may not use too: the plan is for the machine.
         if (hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) != 0) {
-            return error::from_errno("hwloc_topology_set_flags(INCLUDE_DISALLOWED)");
+            const int err = errno;
+            return error::from_errno(err, "hwloc_topology_set_flags(INCLUDE_DISALLOWED)");
         }
         if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) {
-            return error::from_errno("hwloc_topology_set_io_types_filter");
+            const int err = errno;
+            return error::from_errno(err, "hwloc_topology_set_io_types_filter");
         }
         // Locality needs PCI devices and network interfaces only, which the
         // linux component reads from sysfs.  The libpciaccess plugin ("pci")
@@ -237,10 +241,12 @@ result<std::unique_ptr<topology::impl>> make_impl(source_kind kind, const std::s
         break;
     case source_kind::xml:
         if (hwloc_topology_set_xml(topo, arg.c_str()) != 0) {
-            return error::from_errno("hwloc_topology_set_xml " + arg);
+            const int err = errno;
+            return error::from_errno(err, "hwloc_topology_set_xml " + arg);
         }
         if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
-            return error::from_errno("hwloc_topology_set_io_types_filter");
+            const int err = errno;
+            return error::from_errno(err, "hwloc_topology_set_io_types_filter");
         }
         break;
     }

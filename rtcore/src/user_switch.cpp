@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
 #include <memory>
 #include <type_traits>
 
@@ -37,15 +36,6 @@ bool is_kept(const std::vector<capability>& keep, capability c) {
 }
 
 }  // namespace
-
-std::size_t thread_count() {
-    std::error_code ec;
-    std::size_t n = 0;
-    for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec)) {
-        ++n;
-    }
-    return n;
-}
 
 result<user_ids> lookup_user(const std::string& user, const std::string& group_wanted) {
     user_ids out;

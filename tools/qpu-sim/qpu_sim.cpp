@@ -31,6 +31,7 @@
 #include "qrt/dispatch/endpoint.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 #include "rtcore/histogram.hpp"
+#include "rtcore/clock.hpp"
 
 namespace {
 
@@ -39,12 +40,6 @@ namespace wire = qrt::wire;
 
 volatile sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
-
-std::int64_t now_ns(clockid_t clk) {
-    timespec ts{};
-    ::clock_gettime(clk, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 struct options {
     std::vector<std::string> listen;
@@ -167,13 +162,13 @@ public:
             _unix_paths.push_back(addr->kind == qrt::dispatch::endpoint_kind::unix_stream ? addr->path : "");
             std::fprintf(stderr, "qpu-sim: listening on %s\n", uri.c_str());
         }
-        const std::int64_t start_mono = now_ns(CLOCK_MONOTONIC);
+        const std::int64_t start_mono = rtcore::monotonic_now_ns();
         const std::int64_t end_mono =
             _opt.duration_s > 0 ? start_mono + static_cast<std::int64_t>(_opt.duration_s * 1e9) : INT64_MAX;
         std::vector<pollfd> pfds;
         std::vector<std::uint64_t> pclients;
         while (g_stop == 0) {
-            const std::int64_t now = now_ns(CLOCK_MONOTONIC);
+            const std::int64_t now = rtcore::monotonic_now_ns();
             if (now >= end_mono || (_opt.max_jobs != 0 && _c.jobs >= _opt.max_jobs && _answers.empty())) {
                 break;
             }
@@ -280,7 +275,7 @@ private:
         h.calibration_id = job.calibration_id;
         h.scheduled_ns = job.scheduled_ns;
         h.arrival_ns = job.arrival_ns;
-        h.sent_ns = now_ns(CLOCK_REALTIME);
+        h.sent_ns = rtcore::realtime_now_ns();
         send_now(c, wire::encode_frame(h, why));
         ++_c.errors_sent;
     }
@@ -293,8 +288,8 @@ private:
         client& c = *it->second;
         std::uint8_t buf[65536];
         const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
-        const std::int64_t arrival_ns = now_ns(CLOCK_REALTIME);
-        const std::int64_t arrival_mono = now_ns(CLOCK_MONOTONIC);
+        const std::int64_t arrival_ns = rtcore::realtime_now_ns();
+        const std::int64_t arrival_mono = rtcore::monotonic_now_ns();
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             close_client(id);
             return;
@@ -423,7 +418,7 @@ private:
                                      ? std::string()
                                      : bitstring_counts(job.job_id, job.calibration_id,
                                                         std::min<std::uint32_t>(job.shots, 1'000'000), _opt.qubits);
-        r.sent_ns = now_ns(CLOCK_REALTIME) + (due - now_ns(CLOCK_MONOTONIC));
+        r.sent_ns = rtcore::realtime_now_ns() + (due - rtcore::monotonic_now_ns());
         _answers.emplace(due, pending_answer{c.id, wire::encode_frame(r, data)});
         ++_c.results;
         return true;
@@ -503,7 +498,7 @@ int print_calibration(const options& opt) {
         std::fprintf(stderr, "qpu-sim: --period-s must be > 0 and --blackout-s in [0, period)\n");
         return 2;
     }
-    const std::int64_t now = now_ns(CLOCK_REALTIME);
+    const std::int64_t now = rtcore::realtime_now_ns();
     std::int64_t k0 = (now - phase_ns) / period_ns + 1;
     nlohmann::json windows = nlohmann::json::array();
     for (unsigned i = 0; i < opt.windows; ++i) {

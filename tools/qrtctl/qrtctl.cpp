@@ -28,6 +28,7 @@
 #include "qrt/rpc/errors.hpp"
 #include "render.hpp"
 #include "units.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrtctl {
 
@@ -436,9 +437,12 @@ std::string generated_key() {
 }
 
 std::optional<std::string> read_file(const std::string& path, std::string& problem) {
-    const int fd = path == "-" ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Standard input stays open; a file is closed on return.
+    const rtcore::unique_fd file(path == "-" ? -1 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const int fd = path == "-" ? STDIN_FILENO : file.get();
     if (fd < 0) {
-        problem = "cannot open " + path + ": " + std::strerror(errno);
+        const int err = errno;
+        problem = "cannot open " + path + ": " + std::strerror(err);
         return std::nullopt;
     }
     std::string data;
@@ -453,12 +457,10 @@ std::optional<std::string> read_file(const std::string& path, std::string& probl
             continue;
         }
         if (n < 0) {
-            problem = "cannot read " + path + ": " + std::strerror(errno);
+            const int err = errno;
+            problem = "cannot read " + path + ": " + std::strerror(err);
         }
         break;
-    }
-    if (fd != STDIN_FILENO) {
-        ::close(fd);
     }
     if (!problem.empty()) {
         return std::nullopt;

@@ -36,12 +36,6 @@ std::optional<std::int64_t> to_i64(std::string_view digits) {
 
 }  // namespace
 
-std::int64_t realtime_now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * ns_per_s + ts.tv_nsec;
-}
-
 parsed_ns parse_duration_ns(std::string_view text) {
     constexpr std::string_view rule =
         "is not a duration (e.g. 2ms, 1.5s, 250us, 10m; units ns us ms s m h)";

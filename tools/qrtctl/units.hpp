@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "rtcore/clock.hpp"
+
 namespace qrtctl {
 
 // "<number><unit>": number is decimal (fraction allowed: "1.5ms"), unit one
@@ -29,6 +31,7 @@ std::string format_time_ns(std::int64_t t_ns);
 // "2ms", "1.5s", "350us", "3h12m": the shortest exact-enough reading.
 std::string format_duration_ns(std::int64_t d_ns);
 
-std::int64_t realtime_now_ns() noexcept;
+// The realtime clock, read the one way qrtd reads it (rtcore/clock.hpp).
+using rtcore::realtime_now_ns;
 
 }  // namespace qrtctl

@@ -28,6 +28,7 @@
 
 #include "qrt/log.hpp"
 #include "rtcore/error.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrt {
 
@@ -75,15 +76,15 @@ private:
         unsigned consecutive_throws = 0;
     };
     struct timer_entry {
-        int fd;
-        bool periodic;
+        rtcore::unique_fd fd;
+        bool periodic = false;
         std::shared_ptr<task> cb;
     };
     void drain_posted();
     void dispatch_fd(int fd, std::uint32_t events);
 
-    int _epfd = -1;
-    int _wakefd = -1;
+    rtcore::unique_fd _epfd;
+    rtcore::unique_fd _wakefd;
     std::map<int, fd_entry> _fds;
     std::map<timer_id, timer_entry> _timers;
     timer_id _next_timer = 1;

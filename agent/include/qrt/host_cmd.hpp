@@ -99,12 +99,10 @@ rtcore::result<rtcore::journal_dir> open_journal_dir(const host_context& ctx, co
 // does not exist yet.
 rtcore::result<std::optional<rtcore::journal_dir>> open_journal_dir_read_only(const host_context& ctx);
 
-// The daemon's state directory, checked (no symlink in its path), and its
-// single-instance lock (<state_dir>/qrtd.lock, never waited for).
-struct state_dir_lock {
-    rtcore::secure_dir dir;
-    rtcore::dir_lock lock;
-};
+// The daemon's state directory, checked (no symlink in its path, writable by
+// this process), and its single-instance lock (<state_dir>/qrtd.lock, never
+// waited for): rtcore::open_locked_dir with the daemon's remedies.
+using state_dir_lock = rtcore::locked_dir;
 rtcore::result<state_dir_lock> lock_state_dir(const std::filesystem::path& state_dir);
 
 // ---- what root leaves for the daemon --------------------------------------

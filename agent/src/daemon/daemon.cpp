@@ -115,24 +115,26 @@ public:
             const int err = errno;
             return rtcore::error::from_errno(err, "pipe2");
         }
+        unique_fd read_end(fds[0]);
+        unique_fd write_end(fds[1]);
         const pid_t parent = ::getpid();
         const pid_t pid = ::fork();
         if (pid < 0) {
             const int err = errno;
-            ::close(fds[0]);
-            ::close(fds[1]);
             return rtcore::error::from_errno(err, "fork (restore helper)");
         }
         if (pid == 0) {
+            // The child leaves by _exit, so no destructor runs: it closes by
+            // hand the parent's end and what it must not keep.
             ::close(fds[1]);
             for (int fd : close_in_child) {
                 ::close(fd);
             }
             ::_exit(helper_main(fds[0], dir, hs, parent));
         }
-        ::close(fds[0]);
+        read_end.reset();
         _pid = pid;
-        _pipe.reset(fds[1]);
+        _pipe = std::move(write_end);
         dir.release_lock();  // the helper holds it now
         log::debug("host", "restore helper is pid {}", pid);
         return rtcore::ok();
@@ -937,6 +939,8 @@ exit_code daemon::run() {
         //    above that needed root, and BEFORE any thread is created.
         if (!drop_privileges(*identity, facts)) {
             if (listener->fd >= 0) {
+                // A prebound socket holds its fd bare until the server takes
+                // it (rpc/server.hpp): closed here, before the server starts.
                 ::close(listener->fd);
             }
             return exit_code::failure;

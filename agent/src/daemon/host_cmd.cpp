@@ -345,24 +345,19 @@ rtcore::result<std::optional<rtcore::journal_dir>> open_journal_dir_read_only(co
 }
 
 rtcore::result<state_dir_lock> lock_state_dir(const std::filesystem::path& state_dir) {
-    auto dir = rtcore::secure_dir::open(state_dir, rtcore::dir_policy::any_owner, "state directory");
-    if (!dir) {
-        const int code = dir.err().code;
-        return rtcore::error{code, dir.err().message +
-                                       (code == ENOENT ? "; create it (installed systems: StateDirectory=qrtd; "
-                                                         "`qrtd run` as root creates it) or pass --state-dir"
-                                                       : "")};
-    }
+    rtcore::locked_dir_options o;
+    o.what = "state directory";
     // qrtd.lock may belong to root (a run by hand) or to the daemon's user:
     // opened read-only, without following a symlink or blocking on a FIFO.
-    auto lock = rtcore::dir_lock::acquire(*dir, "qrtd.lock", {}, "");
-    if (!lock) {
-        const int code = lock.err().code;
-        return rtcore::error{code, lock.err().message + (code == EWOULDBLOCK ? ": another qrtd runs on this state "
-                                                                               "directory"
-                                                                             : "")};
-    }
-    return state_dir_lock{std::move(*dir), std::move(*lock)};
+    o.policy = rtcore::dir_policy::any_owner;
+    o.must_write = true;  // the ledger's database lives there
+    o.lock_name = "qrtd.lock";
+    o.if_missing = "; create it (installed systems: StateDirectory=qrtd; `qrtd run` as root creates it) or pass "
+                   "--state-dir";
+    o.if_not_writable = "; it must belong to the daemon's user (agent.user; installed systems: StateDirectory=qrtd; "
+                        "`qrtd run` as root hands it over) or pass --state-dir";
+    o.if_held = ": another qrtd runs on this state directory";
+    return rtcore::open_locked_dir(state_dir, o);
 }
 
 // ---- what root leaves for the daemon ---------------------------------------

@@ -154,7 +154,8 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     _pool_bytes = frame_pool_bytes(_slot_count, cfg.max_payload_bytes);
     void* p = ::mmap(nullptr, _pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
-        throw std::system_error(errno, std::generic_category(),
+        const int err = errno;
+        throw std::system_error(err, std::generic_category(),
                                 "dispatch: mmap slot pool of " + std::to_string(_pool_bytes) + " bytes");
     }
     _pool = static_cast<std::uint8_t*>(p);
@@ -490,7 +491,7 @@ std::uint32_t dispatcher::request_endpoint(int fd) noexcept {
 }
 
 rtcore::status dispatcher::set_endpoint_fd(int fd) {
-    const auto failed = [&](int err, const std::string& what) {
+    const auto failed = [&](const int err, const std::string& what) {
         return rtcore::error::from_errno(err, "dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": " + what +
                                                   " (endpoint fd " + std::to_string(fd) + ")");
     };

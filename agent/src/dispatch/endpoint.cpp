@@ -157,11 +157,13 @@ rtcore::result<endpoint_address> parse_endpoint(std::string_view uri) {
 rtcore::status set_nonblocking(int fd, bool on) {
     const int fl = ::fcntl(fd, F_GETFL);
     if (fl < 0) {
-        return rtcore::error::from_errno("fcntl(F_GETFL) fd " + std::to_string(fd));
+        const int err = errno;
+        return rtcore::error::from_errno(err, "fcntl(F_GETFL) fd " + std::to_string(fd));
     }
     const int want = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
     if (want != fl && ::fcntl(fd, F_SETFL, want) < 0) {
-        return rtcore::error::from_errno("fcntl(F_SETFL) fd " + std::to_string(fd));
+        const int err = errno;
+        return rtcore::error::from_errno(err, "fcntl(F_SETFL) fd " + std::to_string(fd));
     }
     return rtcore::ok();
 }
@@ -176,13 +178,15 @@ rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
         }
         const int fd = ::open(addr.path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
         if (fd < 0) {
-            return rtcore::error::from_errno("endpoint " + addr.uri + ": open " + addr.path);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "endpoint " + addr.uri + ": open " + addr.path);
         }
         out.fd.reset(fd);
         // What was opened, not what stat saw (the path may have changed).
         struct stat st {};
         if (::fstat(fd, &st) != 0) {
-            return rtcore::error::from_errno("endpoint " + addr.uri + ": fstat " + addr.path);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "endpoint " + addr.uri + ": fstat " + addr.path);
         }
         auto t = file_type_of(addr.uri, addr.path, st.st_mode);
         if (!t) {
@@ -194,7 +198,8 @@ rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
     const int domain = addr.kind == endpoint_kind::unix_stream ? AF_UNIX : AF_INET;
     const int fd = ::socket(domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        return rtcore::error::from_errno("socket for " + addr.uri);
+        const int err = errno;
+        return rtcore::error::from_errno(err, "socket for " + addr.uri);
     }
     out.fd.reset(fd);
     int rc = 0;
@@ -211,22 +216,25 @@ rtcore::result<connect_attempt> start_connect(const endpoint_address& addr) {
         rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
     }
     if (rc < 0) {
-        if (errno == EINPROGRESS) {
+        const int err = errno;
+        if (err == EINPROGRESS) {
             out.in_progress = true;
             return out;
         }
-        return rtcore::error::from_errno("connect " + addr.uri);
+        return rtcore::error::from_errno(err, "connect " + addr.uri);
     }
     return out;
 }
 
 rtcore::status finish_connect(int fd, const endpoint_address& addr) {
-    int err = 0;
-    socklen_t len = sizeof(err);
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) {
-        return rtcore::error::from_errno("getsockopt(SO_ERROR) " + addr.uri);
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "getsockopt(SO_ERROR) " + addr.uri);
     }
-    if (err != 0) {
+    if (so_error != 0) {
+        const int err = so_error;
         return rtcore::error::from_errno(err, "connect " + addr.uri);
     }
     return rtcore::ok();
@@ -258,7 +266,8 @@ rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int back
     const int domain = addr.kind == endpoint_kind::unix_stream ? AF_UNIX : AF_INET;
     unique_fd fd(::socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) {
-        return rtcore::error::from_errno("socket for " + addr.uri);
+        const int err = errno;
+        return rtcore::error::from_errno(err, "socket for " + addr.uri);
     }
     if (addr.kind == endpoint_kind::unix_stream) {
         auto sa = unix_sockaddr(addr);
@@ -270,7 +279,8 @@ rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int back
             ::unlink(addr.path.c_str());  // stale socket from an earlier run
         }
         if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*sa), sizeof(sockaddr_un)) < 0) {
-            return rtcore::error::from_errno("bind " + addr.path);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "bind " + addr.path);
         }
     } else {
         const sockaddr_in sa = tcp_sockaddr(addr);
@@ -280,11 +290,13 @@ rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int back
         const int one = 1;
         ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) < 0) {
-            return rtcore::error::from_errno("bind " + addr.uri);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "bind " + addr.uri);
         }
     }
     if (::listen(fd.get(), backlog) < 0) {
-        return rtcore::error::from_errno("listen " + addr.uri);
+        const int err = errno;
+        return rtcore::error::from_errno(err, "listen " + addr.uri);
     }
     return fd;
 }

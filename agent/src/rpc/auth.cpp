@@ -240,7 +240,8 @@ rtcore::result<peer_identity> peer_credentials_of(int fd) {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-        return rtcore::error::from_errno(fmt::format("getsockopt fd {} SO_PEERCRED", fd));
+        const int err = errno;
+        return rtcore::error::from_errno(err, fmt::format("getsockopt fd {} SO_PEERCRED", fd));
     }
     peer_identity id;
     id.uid = cred.uid;

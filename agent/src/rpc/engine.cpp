@@ -1,4 +1,5 @@
 #include "qrt/rpc/engine.hpp"
+#include "rtcore/clock.hpp"
 
 #include <time.h>
 
@@ -14,18 +15,6 @@ namespace qrt::rpc {
 namespace {
 
 constexpr unsigned log_burst = 10;  // denied-call log lines per second
-
-std::int64_t monotonic_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::int64_t realtime_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 bool valid_id(const json& id) {
     if (id.is_string() || id.is_null() || id.is_number_integer()) {
@@ -174,7 +163,7 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
         return 0;  // blank lines are keep-alives
     }
     ++_lines;
-    const std::int64_t t0 = monotonic_ns();
+    const std::int64_t t0 = rtcore::monotonic_now_ns();
     if (line.size() > _limits.max_line_bytes) {
         out += line_too_long_reply(line.size());
         return 1;
@@ -227,7 +216,7 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
             }
         }
     }
-    _handle_ns.record(monotonic_ns() - t0);
+    _handle_ns.record(rtcore::monotonic_now_ns() - t0);
     if (out.size() != mark) {
         out.push_back('\n');
     }
@@ -454,7 +443,7 @@ void engine::drain_event_sources() {
 
 telemetry::snapshot engine::stats() const {
     telemetry::snapshot snap;
-    snap.taken_ns = realtime_ns();
+    snap.taken_ns = rtcore::realtime_now_ns();
     for (const auto& [method, n] : _requests_by_method) {
         snap.add_counter("qrt_rpc_requests_total", "JSON-RPC requests received, by method",
                          {{"method", method}}, n);

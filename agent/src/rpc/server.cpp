@@ -1,6 +1,8 @@
 #include "qrt/rpc/server.hpp"
 
 #include "qrt/rpc/framing.hpp"
+#include "rtcore/clock.hpp"
+#include "rtcore/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -29,12 +31,6 @@ constexpr std::size_t read_chunk = 64U * 1024U;
 constexpr int reads_per_event = 16;  // fairness between connections
 constexpr int accepts_per_event = 64;
 constexpr std::size_t reply_buf_keep = 256U * 1024U;
-
-std::int64_t now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
     return static_cast<std::int64_t>(d.count()) * 1'000'000;
@@ -112,13 +108,14 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
                                                      "refusing to remove it",
                                                      path)};
         }
-        const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe < 0) {
-            return rtcore::error::from_errno("socket AF_UNIX (stale probe)");
+        rtcore::unique_fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (!probe) {
+            const int err = errno;
+            return rtcore::error::from_errno(err, "socket AF_UNIX (stale probe)");
         }
-        const int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), addr_len);
+        const int rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), addr_len);
         const int e = errno;
-        ::close(probe);
+        probe.reset();
         if (rc == 0) {
             return rtcore::error{EADDRINUSE,
                                  fmt::format("rpc: another process is serving on {}", path)};
@@ -127,15 +124,18 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
             return rtcore::error::from_errno(e, "connect " + path + " (stale probe)");
         }
         if (::unlink(path.c_str()) < 0 && errno != ENOENT) {
-            return rtcore::error::from_errno("unlink stale socket " + path);
+            const int err = errno;
+            return rtcore::error::from_errno(err, "unlink stale socket " + path);
         }
         spdlog::info("rpc: removed stale socket {}", path);
     }
 
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return rtcore::error::from_errno("socket AF_UNIX SOCK_STREAM");
+    rtcore::unique_fd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!sock) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "socket AF_UNIX SOCK_STREAM");
     }
+    const int fd = sock.get();
     // The inode bind() creates takes the socket's mode minus the umask: set
     // the mode first and clear the umask for the bind, so the path is created
     // with exactly socket_mode and is never chmod'ed by name afterwards (a
@@ -144,7 +144,6 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     const auto mode = static_cast<mode_t>(opts.socket_mode & 07777U);
     if (::fchmod(fd, mode) < 0) {
         const int e = errno;
-        ::close(fd);
         return rtcore::error::from_errno(e, "fchmod socket");
     }
     const mode_t old_umask = ::umask(0);
@@ -152,11 +151,10 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     const int bind_err = errno;
     ::umask(old_umask);
     if (bound < 0) {
-        ::close(fd);
         return rtcore::error::from_errno(bind_err, "bind " + path);
     }
-    auto fail = [&](int e, const std::string& what) -> rtcore::result<prebound_socket> {
-        ::close(fd);
+    auto fail = [&](const int e, const std::string& what) -> rtcore::result<prebound_socket> {
+        sock.reset();
         ::unlink(path.c_str());
         return rtcore::error::from_errno(e, what);
     };
@@ -171,14 +169,16 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
         }
         // lchown: a symlink swapped in for the socket gets the group, not its target.
         if (::lchown(path.c_str(), static_cast<uid_t>(-1), gr.gr_gid) < 0) {
-            return fail(errno, fmt::format("chown :{} {}", opts.socket_group, path));
+            const int err = errno;
+            return fail(err, fmt::format("chown :{} {}", opts.socket_group, path));
         }
     }
     if (::listen(fd, SOMAXCONN) < 0) {
-        return fail(errno, "listen " + path);
+        const int err = errno;
+        return fail(err, "listen " + path);
     }
     prebound_socket out;
-    out.fd = fd;
+    out.fd = sock.release();  // the caller's now (server::start, or the prebound socket's holder)
     if (::stat(path.c_str(), &st) == 0) {
         out.ino = st.st_ino;
     }
@@ -215,7 +215,8 @@ rtcore::status server::start() {
         if (fd >= 0) {
             const int flags = ::fcntl(fd, F_GETFL);
             if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-                return rtcore::error::from_errno(fmt::format("fcntl O_NONBLOCK fd {}", fd));
+                const int err = errno;
+                return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", fd));
             }
             _listen_source = "systemd";
         }
@@ -365,7 +366,7 @@ void server::accept_one(int fd) {
     auto c = std::make_unique<connection>(_opts.max_line_bytes);
     c->id = _next_id++;
     c->fd = fd;
-    c->last_rx_ns = now_ns();
+    c->last_rx_ns = rtcore::monotonic_now_ns();
     c->sess.id = c->id;
     c->sess.peer = std::move(*peer);
     c->st = connection::state::resolving;
@@ -382,7 +383,7 @@ void server::accept_one(int fd) {
     connection& conn = *c;
     _conns.emplace(id, std::move(c));
     const nss_query q{conn.sess.peer.uid, conn.sess.peer.gid, conn.sess.peer.groups_source.empty()};
-    if (const nss_answer* a = _names.find(q.uid, now_ns(), q.want_groups)) {
+    if (const nss_answer* a = _names.find(q.uid, rtcore::monotonic_now_ns(), q.want_groups)) {
         apply_nss_answer(conn.sess.peer, *a);
         finish_identity(conn);
         return;
@@ -407,7 +408,7 @@ void server::accept_one(int fd) {
 }
 
 void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
-    _names.store(q.uid, a, now_ns());
+    _names.store(q.uid, a, rtcore::monotonic_now_ns());
     for (auto& [id, cp] : _conns) {
         connection& c = *cp;
         if (c.st != connection::state::resolving || c.sess.peer.uid != q.uid) {
@@ -531,7 +532,7 @@ void server::read_some(connection& c) {
         c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
         if (n > 0) {
             _bytes_in += static_cast<std::uint64_t>(n);
-            c.last_rx_ns = now_ns();
+            c.last_rx_ns = rtcore::monotonic_now_ns();
             process_input(c);
             if (c.st == connection::state::dead) {
                 return;
@@ -755,7 +756,7 @@ void server::begin_close(connection& c, std::string_view last_line) {
         return;
     }
     c.st = connection::state::closing;
-    c.closing_since_ns = now_ns();
+    c.closing_since_ns = rtcore::monotonic_now_ns();
     c.in.clear();
     flush(c);
     update_interest(c);
@@ -804,7 +805,7 @@ void server::reap() {
 }
 
 void server::sweep() {
-    const std::int64_t now = now_ns();
+    const std::int64_t now = rtcore::monotonic_now_ns();
     const std::int64_t idle_ns = to_ns(_opts.idle_timeout);
     const std::int64_t linger_ns = to_ns(_opts.close_linger);
     for (auto& [id, cp] : _conns) {

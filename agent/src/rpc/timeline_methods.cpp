@@ -1,4 +1,5 @@
 #include "qrt/rpc/timeline_methods.hpp"
+#include "rtcore/clock.hpp"
 
 #include <time.h>
 
@@ -20,12 +21,6 @@ namespace {
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 constexpr std::size_t max_qpus_in_request = 64;
 constexpr std::size_t max_windows_in_update = 10'000;
-
-std::int64_t realtime_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 [[noreturn]] void fail(const tl::error& e) { throw rpc_failure(e.reason, e.message); }
 
@@ -133,7 +128,7 @@ private:
     json submit_into_held(const params_reader& p, call_context& ctx);
     json submit_one_shot(const params_reader& p, call_context& ctx);
 
-    std::int64_t now() const { return _opts.now_ns ? _opts.now_ns() : realtime_ns(); }
+    std::int64_t now() const { return _opts.now_ns ? _opts.now_ns() : rtcore::realtime_now_ns(); }
 
     void check_priority(const call_context& ctx, const tl::request& req) const {
         if (_opts.limits) {
@@ -502,7 +497,7 @@ rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engi
                                                           std::chrono::milliseconds period,
                                                           std::function<std::int64_t()> now_ns) {
     return loop.add_timer(period, period, [&rpc, &ledger, clock = std::move(now_ns)] {
-        ledger_housekeeping(rpc, ledger, clock ? clock() : realtime_ns());
+        ledger_housekeeping(rpc, ledger, clock ? clock() : rtcore::realtime_now_ns());
     });
 }
 

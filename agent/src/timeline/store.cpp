@@ -10,6 +10,8 @@
 
 #include <array>
 
+#include "rtcore/unique_fd.hpp"
+
 namespace qrt::timeline {
 
 void sqlite_release(sqlite3* db) noexcept { sqlite3_close_v2(db); }
@@ -78,35 +80,32 @@ namespace {
 // creates -wal and -shm with the database file's mode, so creating that one
 // 0600 first covers new files; an older store (0644) is tightened in place.
 status owner_only(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
+    const rtcore::unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) {
         const int err = errno;
         return make_error(reason::store_error,
                           "open " + path + ": " + std::strerror(err));
     }
     struct stat st {};
-    const bool loose = ::fstat(fd, &st) == 0 && (st.st_mode & 077) != 0;
-    const int rc = loose ? ::fchmod(fd, 0600) : 0;
+    const bool loose = ::fstat(fd.get(), &st) == 0 && (st.st_mode & 077) != 0;
+    const int rc = loose ? ::fchmod(fd.get(), 0600) : 0;
     const int err = errno;
-    ::close(fd);
     if (rc != 0) {
         return make_error(reason::store_error,
                           "fchmod 0600 " + path + ": " + std::strerror(err));
     }
     for (const char* suffix : {"-wal", "-shm"}) {
         const std::string side = path + suffix;
-        const int sfd = ::open(side.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (sfd < 0) {
+        const rtcore::unique_fd sfd(::open(side.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+        if (!sfd) {
             continue;  // not there yet: SQLite creates it 0600
         }
         struct stat sst {};
-        if (::fstat(sfd, &sst) == 0 && (sst.st_mode & 077) != 0 && ::fchmod(sfd, 0600) != 0) {
+        if (::fstat(sfd.get(), &sst) == 0 && (sst.st_mode & 077) != 0 && ::fchmod(sfd.get(), 0600) != 0) {
             const int serr = errno;
-            ::close(sfd);
             return make_error(reason::store_error,
                               "fchmod 0600 " + side + ": " + std::strerror(serr));
         }
-        ::close(sfd);
     }
     return {};
 }

@@ -17,6 +17,7 @@
 
 #include <sys/capability.h>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,10 @@ status require_capabilities(const std::vector<capability>& caps, std::string_vie
 
 // The current sets in libcap text form ("cap_sys_nice,cap_ipc_lock=ep").
 std::string current_capabilities_text();
+
+// Threads of this process (/proc/self/task): capability sets and user ids
+// are per thread, so dropping them is checked to happen while there is one.
+std::size_t thread_count();
 
 struct drop_options {
     // Also remove the dropped caps from the bounding set (needs CAP_SETPCAP;

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "rtcore/error.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace rtcore {
 
@@ -42,17 +43,15 @@ constexpr std::int64_t to_ns(const timespec& ts) noexcept {
     return static_cast<std::int64_t>(ts.tv_sec) * ns_per_s + static_cast<std::int64_t>(ts.tv_nsec);
 }
 
-// Direct reads for hot paths that do not go through the seam.
-inline std::int64_t monotonic_now_ns() noexcept {
+// The one direct read of each clock, for hot paths and tools that do not go
+// through the seam (clock_source below): every clock_gettime in qrtd is here.
+inline std::int64_t clock_now_ns(clockid_t clock) noexcept {
     timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    ::clock_gettime(clock, &ts);
     return to_ns(ts);
 }
-inline std::int64_t realtime_now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return to_ns(ts);
-}
+inline std::int64_t monotonic_now_ns() noexcept { return clock_now_ns(CLOCK_MONOTONIC); }
+inline std::int64_t realtime_now_ns() noexcept { return clock_now_ns(CLOCK_REALTIME); }
 
 // A word another thread bumps to cut a sleep short (see wake_sleepers and
 // clock_source::sleep_until_or_woken).  A futex: no signal, no lock.
@@ -171,13 +170,13 @@ public:
     // Creates and arms the timerfd (non-blocking, close-on-exec).
     static result<realtime_step_watch> open(const clock_source& clk);
 
-    realtime_step_watch(realtime_step_watch&& other) noexcept;
-    realtime_step_watch& operator=(realtime_step_watch&& other) noexcept;
+    realtime_step_watch(realtime_step_watch&& other) noexcept = default;
+    realtime_step_watch& operator=(realtime_step_watch&& other) noexcept = default;
     realtime_step_watch(const realtime_step_watch&) = delete;
     realtime_step_watch& operator=(const realtime_step_watch&) = delete;
-    ~realtime_step_watch();
+    ~realtime_step_watch() = default;
 
-    int fd() const noexcept { return _fd; }
+    int fd() const noexcept { return _fd.get(); }
     const time_base& current() const noexcept { return _base; }
 
     // Reads the fd without blocking.  No step: an empty optional.  A step:
@@ -189,10 +188,10 @@ public:
     result<realtime_step> rearm_and_resample();
 
 private:
-    realtime_step_watch(int fd, const clock_source& clk) noexcept;
+    realtime_step_watch(unique_fd fd, const clock_source& clk) noexcept;
     status arm();
 
-    int _fd = -1;
+    unique_fd _fd;
     const clock_source* _clk = nullptr;
     time_base _base;
 };

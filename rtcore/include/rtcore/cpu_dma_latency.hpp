@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace rtcore {
 
@@ -29,23 +31,24 @@ public:
 
     static result<cpu_dma_latency_hold> acquire(host_fs& fs, std::int32_t latency_us = 0);
 
-    cpu_dma_latency_hold(cpu_dma_latency_hold&& other) noexcept;
-    cpu_dma_latency_hold& operator=(cpu_dma_latency_hold&& other) noexcept;
+    cpu_dma_latency_hold(cpu_dma_latency_hold&& other) noexcept = default;
+    cpu_dma_latency_hold& operator=(cpu_dma_latency_hold&& other) noexcept = default;
     cpu_dma_latency_hold(const cpu_dma_latency_hold&) = delete;
     cpu_dma_latency_hold& operator=(const cpu_dma_latency_hold&) = delete;
-    ~cpu_dma_latency_hold();
+    ~cpu_dma_latency_hold() = default;
 
     // True while a request is held open (false for empty and dry-run holders).
-    bool active() const noexcept { return _fd >= 0; }
-    int fd() const noexcept { return _fd; }
+    bool active() const noexcept { return _fd.valid(); }
+    int fd() const noexcept { return _fd.get(); }
     std::int32_t latency_us() const noexcept { return _latency_us; }
     // Drop the request now (closes the fd).
-    void release() noexcept;
+    void release() noexcept { _fd.reset(); }
 
 private:
-    cpu_dma_latency_hold(int fd, std::int32_t latency_us) noexcept : _fd(fd), _latency_us(latency_us) {}
+    cpu_dma_latency_hold(unique_fd fd, std::int32_t latency_us) noexcept
+        : _fd(std::move(fd)), _latency_us(latency_us) {}
 
-    int _fd = -1;
+    unique_fd _fd;
     std::int32_t _latency_us = 0;
 };
 

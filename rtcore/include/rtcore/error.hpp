@@ -19,11 +19,24 @@ struct error {
     int code = 0;          // errno value, 0 when not from a system call
     std::string message;   // names the call, the path and the cause
 
-    // "<what>: <strerror(code)>" for a failed system call.
-    static error from_errno(int errnum, const std::string& what) {
-        return error{errnum, what + ": " + std::generic_category().message(errnum)};
+    // "<what>: <strerror(err)>" for a failed system call.  err is the errno
+    // value taken on the line after the failing call, before the message is
+    // built (building it allocates, and may change errno):
+    //
+    //     if (::open(path.c_str(), O_RDONLY) < 0) {
+    //         const int err = errno;
+    //         return error::from_errno(err, "open " + path);
+    //     }
+    //
+    // Passing errno itself, or any other modifiable int, does not compile
+    // (the deleted overload below wins): the order in which a call's
+    // arguments are evaluated is unspecified, so errno could be read after
+    // the message had been built.  A const int, a literal or a computed value
+    // (-rc, ec.value()) is taken as it is.
+    static error from_errno(const int& err, const std::string& what) {
+        return error{err, what + ": " + std::generic_category().message(err)};
     }
-    static error from_errno(const std::string& what) { return from_errno(errno, what); }
+    static error from_errno(int& err, const std::string& what) = delete;
     static error invalid(std::string what) { return error{EINVAL, std::move(what)}; }
 };
 

@@ -62,6 +62,20 @@ private:
 // Locks the pages spanning [p, p + n).  n == 0 locks nothing.
 result<locked_region> lock_region(const void* p, std::size_t n, std::string_view what);
 
+// The calling thread's stack block, as glibc knows it (pthread_getattr_np):
+// its lowest address and its size (the stack grows down from top()), and
+// about where the caller's stack pointer is (an address in the frame of
+// current_thread_stack, just below the caller's).
+struct thread_stack {
+    std::uintptr_t low = 0;
+    std::size_t size = 0;
+    std::uintptr_t sp = 0;
+    std::uintptr_t top() const noexcept { return low + size; }
+    // Bytes of stack below sp.
+    std::size_t room() const noexcept { return sp > low ? static_cast<std::size_t>(sp - low) : 0; }
+};
+result<thread_stack> current_thread_stack();
+
 // The calling thread's stack, from `below_sp_bytes` below the current stack
 // pointer up to the top of the thread's stack block.  Fails (locking
 // nothing) when the stack has less room than that.

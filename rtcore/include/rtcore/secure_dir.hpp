@@ -138,4 +138,30 @@ private:
     bool _writable = false;
 };
 
+// The one "check a directory and take its lock": secure_dir::open, then,
+// when the directory must be writable, a check that this process can write
+// it, then dir_lock::acquire.  Every error names the directory's path and
+// what is wrong with it (its owner and mode when those are the problem),
+// followed by the caller's remedy for that case: rtcore knows what is wrong,
+// the caller knows how its users fix it.
+struct locked_dir_options {
+    std::string what;                               // "state directory", in errors
+    dir_policy policy = dir_policy::private_to_euid;
+    bool create = false;                            // make it (0700) when missing
+    bool must_write = false;                        // this process writes in it
+    std::string lock_name;                          // "qrtd.lock"
+    lock_wait wait;
+    std::string holder;                             // see dir_lock::acquire
+    // Appended to the error: when the directory is missing, when this
+    // process cannot write it, when another process holds the lock.
+    std::string if_missing;
+    std::string if_not_writable;
+    std::string if_held;
+};
+struct locked_dir {
+    secure_dir dir;
+    dir_lock lock;
+};
+result<locked_dir> open_locked_dir(const std::filesystem::path& path, const locked_dir_options& opts);
+
 }  // namespace rtcore

@@ -29,6 +29,10 @@ public:
     explicit operator bool() const noexcept { return valid(); }
     // Gives up ownership without closing.
     int release() noexcept { return std::exchange(_fd, -1); }
+    // Closes now and returns close(2)'s result (0, or -1 with errno set), for
+    // a caller that must see its error: the last error of a write to a file
+    // may only come back from close.  Invalid afterwards.
+    int close() noexcept { return ::close(release()); }
     // Closes the current fd (if any) and owns fd instead.
     void reset(int fd = -1) noexcept {
         if (_fd >= 0) {

@@ -50,7 +50,4 @@ struct switch_report {
 
 result<switch_report> switch_user(const user_ids& to, const std::vector<capability>& keep);
 
-// Threads of this process (/proc/self/task), for the single-thread check.
-std::size_t thread_count();
-
 }  // namespace rtcore

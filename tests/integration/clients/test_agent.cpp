@@ -1,4 +1,5 @@
 #include "test_agent.hpp"
+#include "rtcore/clock.hpp"
 
 #include <time.h>
 
@@ -9,12 +10,6 @@
 namespace qrt::testing {
 
 namespace {
-
-std::int64_t realtime_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 }  // namespace
 
@@ -35,7 +30,7 @@ test_agent::test_agent(test_agent_options opts) : _opts(std::move(opts)) {
     lo.policy = _opts.policy;
     // A week of periodic windows would be 600k windows: an hour is plenty.
     lo.horizon_ns = 3'600'000'000'000;
-    auto l = timeline::ledger::open(std::move(qpus), lo, _opts.store_path, realtime_ns());
+    auto l = timeline::ledger::open(std::move(qpus), lo, _opts.store_path, rtcore::realtime_now_ns());
     if (!l) {
         throw std::runtime_error("ledger::open: " + l.err().message);
     }
@@ -93,7 +88,7 @@ std::size_t test_agent::prefill(std::size_t n, std::int64_t duration_ns, const s
     req.duration_ns = duration_ns;
     req.qpus = {qpu};
     std::size_t placed = 0;
-    const std::int64_t now = realtime_ns();
+    const std::int64_t now = rtcore::realtime_now_ns();
     for (std::size_t i = 0; i < n; ++i) {
         auto r = _ledger->reserve("prefill", req, fmt::format("prefill-{}", i),
                                   3'000'000'000'000, now);

@@ -36,6 +36,7 @@
 #include "qrt/rpc/server.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
 #include "qrt/timeline/ledger.hpp"
+#include "rtcore/clock.hpp"
 
 using namespace std::chrono_literals;
 using qrt::rpc::json;
@@ -45,18 +46,6 @@ namespace tl = qrt::timeline;
 namespace {
 
 constexpr std::int64_t s_ns = 1'000'000'000;
-
-std::int64_t monotonic_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * s_ns + ts.tv_nsec;
-}
-
-std::int64_t realtime_ns() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * s_ns + ts.tv_nsec;
-}
 
 // A blocking client with a receive timeout, so a broken server fails the
 // test instead of hanging it.
@@ -264,7 +253,7 @@ public:
             to.limits = limits;
             const bool real_clock = o.tenants_real_clock;
             eng->set_admission([limits, real_clock](const rpc::method_info&, rpc::session& s) {
-                limits->admit(s, real_clock ? monotonic_ns() : 0);
+                limits->admit(s, real_clock ? rtcore::monotonic_now_ns() : 0);
             });
         }
         rpc::register_timeline_methods(*eng, *ledger, to);
@@ -292,7 +281,7 @@ public:
     }
 
     // The test clock: real time plus a skew the test can advance.
-    std::int64_t now() const { return realtime_ns() + skew_ns.load(); }
+    std::int64_t now() const { return rtcore::realtime_now_ns() + skew_ns.load(); }
 
     // Run f on the loop thread and wait for it.
     template <typename F>
@@ -1412,9 +1401,9 @@ TEST(rpc_tenants, a_tenant_flooding_the_socket_is_throttled_and_the_others_queri
     // The victim stays under its own bucket (500/s): one query every 4 ms.
     const auto run_victim = [&](int n, std::vector<std::int64_t>& rtt, int& answered) {
         for (int i = 0; i < n; ++i) {
-            const std::int64_t a = monotonic_ns();
+            const std::int64_t a = rtcore::monotonic_now_ns();
             const json r = victim.call("slots.query", query);
-            rtt.push_back(monotonic_ns() - a);
+            rtt.push_back(rtcore::monotonic_now_ns() - a);
             answered += r.contains("result") ? 1 : 0;
             std::this_thread::sleep_for(4ms);
         }

@@ -106,7 +106,8 @@ TEST(flavour_fallback, a_tp_btf_program_the_verifier_rejects_falls_back_to_raw_t
         [&]() -> rtcore::result<bpf_object*> {
             skel.reset(qrt_wakeup__open());
             if (!skel) {
-                return rtcore::error::from_errno("qrt_wakeup__open");
+                const int err = errno;
+                return rtcore::error::from_errno(err, "qrt_wakeup__open");
             }
             ++opens;
             if (const int err = bpf_program__set_attach_target(skel->progs.tp_btf_sched_switch, 0,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 
 #include "rtcore/host_partition.hpp"
 #include "rtcore/journal_undo.hpp"
+#include "rtcore/secure_dir.hpp"
 #include "tree_fixture.hpp"
 
 using namespace qrt_test;
@@ -336,6 +338,74 @@ TEST(root_boundary, a_second_lock_holder_waits_and_is_named) {
     a->release_lock();
     auto c = rtcore::journal_dir::open(t.journal_dir(), second);
     ASSERT_TRUE(c) << c.err().message;
+}
+
+// The one "check a directory and take its lock" (the daemon's state
+// directory uses it with its remedies): each failure names the path, what
+// is wrong, and the caller's remedy for that case.
+TEST(root_boundary, a_locked_directory_names_the_path_the_problem_and_the_callers_remedy) {
+    tree_copy t("vm2-v1");
+    rtcore::locked_dir_options o;
+    o.what = "state directory";
+    o.policy = rtcore::dir_policy::any_owner;
+    o.must_write = true;
+    o.lock_name = "qrtd.lock";
+    o.if_missing = "; REMEDY-MISSING";
+    o.if_not_writable = "; REMEDY-WRITE";
+    o.if_held = ": REMEDY-HELD";
+
+    auto missing = rtcore::open_locked_dir(t.base() / "no-such-dir", o);
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.err().code, ENOENT);
+    EXPECT_EQ(missing.err().message, "state directory " + (t.base() / "no-such-dir").string() +
+                                         ": No such file or directory; REMEDY-MISSING");
+
+    auto first = rtcore::open_locked_dir(t.state(), o);
+    ASSERT_TRUE(first) << first.err().message;
+    auto second = rtcore::open_locked_dir(t.state(), o);
+    ASSERT_FALSE(second);
+    EXPECT_EQ(second.err().code, EWOULDBLOCK);
+    EXPECT_EQ(second.err().message,
+              (t.state() / "qrtd.lock").string() + " is held by another process: REMEDY-HELD");
+    first->lock.release();
+
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "the not-writable case needs root to become another user";
+    }
+    // A directory root owns (0755), opened by user nobody: refused before the
+    // lock, naming owner and mode.  In a child, which becomes nobody.
+    const fs::path root_owned = t.base() / "root-owned";
+    fs::create_directory(root_owned);
+    ASSERT_EQ(::chmod(t.base().c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(root_owned.c_str(), 0755), 0);
+    int pipefd[2];
+    ASSERT_EQ(::pipe(pipefd), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::close(pipefd[0]);  // after fork, in the child
+        int code = 1;
+        if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
+            auto r = rtcore::open_locked_dir(root_owned, o);
+            const std::string msg = r ? std::string("opened") : r.err().message;
+            code = ::write(pipefd[1], msg.data(), msg.size()) == static_cast<ssize_t>(msg.size()) ? 0 : 1;
+        }
+        ::_exit(code);
+    }
+    ::close(pipefd[1]);
+    std::string msg;
+    char buf[1024];
+    for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) {
+        msg.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(pipefd[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not become nobody";
+    EXPECT_EQ(msg, "state directory " + root_owned.string() + " (owner " + rtcore::secure_dir::describe_owner(0) +
+                       ", mode 0755): " + rtcore::secure_dir::describe_owner(65534) +
+                       " cannot write in it (Permission denied); REMEDY-WRITE");
+    EXPECT_FALSE(fs::exists(root_owned / "qrtd.lock")) << "nothing is created in a refused directory";
 }
 
 // ------------------------------------------------------------ never trusted blindly

@@ -1,5 +1,8 @@
 #include "rtcore/error.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -67,4 +70,41 @@ TEST(basic_result, void_specialisation_is_ok_by_default) {
     ASSERT_FALSE(sys);
     EXPECT_EQ(sys.err().code, ENOENT);
     EXPECT_NE(sys.err().message.find("open /x: "), std::string::npos);
+}
+
+namespace {
+
+// What building a message can do to errno: allocation, a log call, a
+// strerror of something else.  Here it says so outright.
+std::string message_that_clobbers_errno(const std::string& what) {
+    errno = EINVAL;
+    return what;
+}
+
+// from_errno takes the errno value taken first, never errno itself: the
+// order in which a call's arguments are evaluated is unspecified, so errno
+// could be read after the message had been built.
+template <typename E>
+constexpr bool from_errno_takes = requires(E e) { rtcore::error::from_errno(e, std::string()); };
+template <int N>
+constexpr bool from_errno_takes_literal = requires { rtcore::error::from_errno(N, std::string()); };
+template <typename S>
+constexpr bool from_errno_takes_message_alone = requires(S s) { rtcore::error::from_errno(s); };
+
+static_assert(!from_errno_takes<int&>, "errno itself (a modifiable int lvalue) must not compile");
+static_assert(!from_errno_takes<int>, "a non-const copy must not compile either: take `const int err = errno;`");
+static_assert(from_errno_takes<const int&>, "a const snapshot is the way");
+static_assert(from_errno_takes_literal<ENOENT>, "a literal errno value is taken as it is");
+static_assert(!from_errno_takes_message_alone<std::string>, "no overload reads errno behind the caller's back");
+
+}  // namespace
+
+TEST(error, from_errno_keeps_the_errno_taken_before_building_the_message_clobbered_it) {
+    ASSERT_EQ(::access("/nonexistent-qrt-dir/x", F_OK), -1);
+    const int err = errno;
+    ASSERT_EQ(err, ENOENT);
+    const auto e = rtcore::error::from_errno(err, message_that_clobbers_errno("access /nonexistent-qrt-dir/x"));
+    EXPECT_EQ(errno, EINVAL) << "the message was meant to clobber errno";
+    EXPECT_EQ(e.code, ENOENT);
+    EXPECT_EQ(e.message, "access /nonexistent-qrt-dir/x: No such file or directory");
 }

@@ -129,8 +129,9 @@ std::variant<std::unique_ptr<connection>, call_error> connection::open(std::stri
     }
     std::memcpy(addr.sun_path, p.data(), p.size());
 
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    rtcore::unique_fd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const int fd = sock.get();
+    if (!sock) {
         const int e = errno;
         return local(local_reason::unreachable, e, "socket(AF_UNIX): " + errno_text(e));
     }
@@ -147,7 +148,7 @@ std::variant<std::unique_ptr<connection>, call_error> connection::open(std::stri
     } while (rc != 0 && errno == EINTR);
     if (rc != 0) {
         int e = errno;
-        ::close(fd);
+        sock.reset();
         if (e == EAGAIN || e == EINPROGRESS) {
             e = ETIMEDOUT;
         }
@@ -165,20 +166,15 @@ std::variant<std::unique_ptr<connection>, call_error> connection::open(std::stri
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
         const int e = errno;
-        ::close(fd);
         return local(local_reason::unreachable, e, "fcntl(O_NONBLOCK) on " + p + ": " + errno_text(e));
     }
-    return std::unique_ptr<connection>(new connection(fd, p, opts));
+    return std::unique_ptr<connection>(new connection(std::move(sock), p, opts));
 }
 
-connection::connection(int fd, std::string path, connect_options opts)
-    : _fd(fd), _path(std::move(path)), _opts(opts) {}
+connection::connection(rtcore::unique_fd fd, std::string path, connect_options opts)
+    : _fd(std::move(fd)), _path(std::move(path)), _opts(opts) {}
 
-connection::~connection() {
-    if (_fd >= 0) {
-        ::close(_fd);
-    }
-}
+connection::~connection() = default;
 
 call_error connection::fail(call_error e) {
     if (!_broken) {
@@ -198,7 +194,7 @@ std::optional<call_error> connection::fill(std::optional<clock::time_point> dead
     for (;;) {
         const std::size_t old = _in.size();
         _in.resize(old + read_chunk);
-        const ssize_t n = ::recv(_fd, _in.data() + old, read_chunk, 0);
+        const ssize_t n = ::recv(_fd.get(), _in.data() + old, read_chunk, 0);
         _in.resize(old + (n > 0 ? static_cast<std::size_t>(n) : 0U));
         if (n > 0) {
             if (_in.size() - _in_off > _opts.max_line_bytes &&
@@ -221,7 +217,7 @@ std::optional<call_error> connection::fill(std::optional<clock::time_point> dead
             return fail(local(local_reason::disconnected, e,
                               "recv from " + _path + ": " + errno_text(e)));
         }
-        pollfd pfd{_fd, POLLIN, 0};
+        pollfd pfd{_fd.get(), POLLIN, 0};
         const int rc = ::poll(&pfd, 1, poll_ms(deadline));
         if (rc == 0) {
             return local(local_reason::timeout, ETIMEDOUT,
@@ -294,7 +290,7 @@ std::optional<call_error> connection::route(const std::string& line) {
 
 std::optional<call_error> connection::write_out(clock::time_point deadline) {
     while (_out_off < _out.size()) {
-        const ssize_t n = ::send(_fd, _out.data() + _out_off, _out.size() - _out_off,
+        const ssize_t n = ::send(_fd.get(), _out.data() + _out_off, _out.size() - _out_off,
                                  MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             _out_off += static_cast<std::size_t>(n);
@@ -310,7 +306,7 @@ std::optional<call_error> connection::write_out(clock::time_point deadline) {
         }
         // The socket is full: the server is applying back-pressure until
         // we read its replies.  Read while waiting, so neither side blocks.
-        pollfd pfd{_fd, POLLIN | POLLOUT, 0};
+        pollfd pfd{_fd.get(), POLLIN | POLLOUT, 0};
         const int rc = ::poll(&pfd, 1, poll_ms(deadline));
         if (rc == 0) {
             return local(local_reason::timeout, ETIMEDOUT,

@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rtcore/unique_fd.hpp"
+
 namespace qrt::client {
 
 using json = nlohmann::json;
@@ -131,11 +133,11 @@ public:
     void set_call_timeout(std::chrono::milliseconds t) noexcept { _opts.call_timeout = t; }
     std::chrono::milliseconds call_timeout() const noexcept { return _opts.call_timeout; }
     const std::string& path() const noexcept { return _path; }
-    int fd() const noexcept { return _fd; }
+    int fd() const noexcept { return _fd.get(); }
     bool broken() const noexcept { return _broken.has_value(); }
 
 private:
-    connection(int fd, std::string path, connect_options opts);
+    connection(rtcore::unique_fd fd, std::string path, connect_options opts);
 
     using clock = std::chrono::steady_clock;
     // Reads whatever is available (waiting until deadline for the first
@@ -149,7 +151,7 @@ private:
     std::optional<call_error> write_out(clock::time_point deadline);
     call_error fail(call_error e);
 
-    int _fd = -1;
+    rtcore::unique_fd _fd;
     std::string _path;
     connect_options _opts;
     std::uint64_t _next_id = 1;

@@ -12,6 +12,7 @@
 
 #include "connection.hpp"
 #include "jitter_report/slo.hpp"
+#include "rtcore/clock.hpp"
 
 namespace qrt::jitter {
 
@@ -21,7 +22,7 @@ namespace {
 
 constexpr std::size_t max_reply_bytes = 64U << 20;
 
-rtcore::error connect_error(int e, const std::string& path) {
+rtcore::error connect_error(const int e, const std::string& path) {
     switch (e) {
         case ENOENT:
             return rtcore::error{e, fmt::format("agent: no socket at {} (is qrtd running? "
@@ -420,9 +421,7 @@ rtcore::result<report> read_agent(const agent_options& opt) {
     } else {
         status_note = "agent.status: " + st.err().message;
     }
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    const std::int64_t now_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    const std::int64_t now_ns = rtcore::realtime_now_ns();
     auto r = report_from_snapshot(*snap, status, opt, now_ns);
     if (r && !status_note.empty()) {
         r->notes.push_back(status_note);

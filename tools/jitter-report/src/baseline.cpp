@@ -15,12 +15,14 @@ namespace qrt::jitter {
 rtcore::result<report> load_baseline(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-        return rtcore::error::from_errno(errno, "--baseline: open " + path);
+        const int err = errno;
+        return rtcore::error::from_errno(err, "--baseline: open " + path);
     }
     std::ostringstream text;
     text << in.rdbuf();
     if (in.bad()) {
-        return rtcore::error::from_errno(errno, "--baseline: read " + path);
+        const int err = errno;
+        return rtcore::error::from_errno(err, "--baseline: read " + path);
     }
     const std::string body = text.str();
     if (body.empty()) {

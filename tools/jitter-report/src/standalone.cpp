@@ -25,6 +25,7 @@
 #include "qrt_bpf/outlier_probe.hpp"
 #include "qrt_bpf/wakeup_probe.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
+#include "rtcore/clock.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt::jitter {
@@ -35,19 +36,13 @@ constexpr std::int64_t ns_per_s = 1'000'000'000;
 constexpr std::size_t max_outliers = 20;
 constexpr std::size_t max_intrusions = 50;
 
-std::int64_t clock_ns(clockid_t clk) noexcept {
-    timespec ts{};
-    ::clock_gettime(clk, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * ns_per_s + ts.tv_nsec;
-}
-
 // The measurement itself: cyclictest's loop (clock_nanosleep TIMER_ABSTIME
 // on CLOCK_MONOTONIC, lateness read right after the wakeup).  Nothing here
 // allocates, locks, logs or throws.
 std::uint64_t timer_loop(rtcore::histogram& hist, std::int64_t interval_ns, std::uint64_t loops,
                          const std::atomic<bool>* stop) noexcept {
     std::uint64_t overruns = 0;
-    std::int64_t next = clock_ns(CLOCK_MONOTONIC) + interval_ns;
+    std::int64_t next = rtcore::monotonic_now_ns() + interval_ns;
     for (std::uint64_t i = 0; i < loops; ++i) {
         if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
             break;
@@ -57,7 +52,7 @@ std::uint64_t timer_loop(rtcore::histogram& hist, std::int64_t interval_ns, std:
         do {
             rc = ::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr);
         } while (rc == EINTR && (stop == nullptr || !stop->load(std::memory_order_relaxed)));
-        const std::int64_t now = clock_ns(CLOCK_MONOTONIC);
+        const std::int64_t now = rtcore::monotonic_now_ns();
         if (rc != 0) {
             break;  // EINTR with stop set
         }
@@ -458,7 +453,7 @@ rtcore::result<report> run_standalone(const standalone_options& opt, rtcore::hos
         }
     }
     const auto steal_before = read_steal(fs);
-    const std::int64_t started = clock_ns(CLOCK_MONOTONIC);
+    const std::int64_t started = rtcore::monotonic_now_ns();
     raise(ctl.go);
     const auto all_measured = [&] {
         return std::all_of(runs.begin(), runs.end(), [](const auto& run) {
@@ -478,7 +473,7 @@ rtcore::result<report> run_standalone(const standalone_options& opt, rtcore::hos
             ::nanosleep(&t, nullptr);
         }
     }
-    r.run.duration_ns = clock_ns(CLOCK_MONOTONIC) - started;
+    r.run.duration_ns = rtcore::monotonic_now_ns() - started;
     if (attached) {
         for (const auto& run : runs) {
             for (auto& [cpu, probe] : attached->wakeup) {
@@ -490,7 +485,7 @@ rtcore::result<report> run_standalone(const standalone_options& opt, rtcore::hos
     }
     raise(ctl.release);
     join_all();
-    r.run.taken_ns = clock_ns(CLOCK_REALTIME);
+    r.run.taken_ns = rtcore::realtime_now_ns();
     const auto steal_after = read_steal(fs);
     if (steal_after.second > steal_before.second) {
         r.host.steal_percent = 100.0 * static_cast<double>(steal_after.first - steal_before.first) /

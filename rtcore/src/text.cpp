@@ -1,0 +1,56 @@
+#include "rtcore/text.hpp"
+
+#include <algorithm>
+
+namespace rtcore {
+
+bool decimal_id(std::string_view s) noexcept {
+    return !s.empty() && s.size() <= 7 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string join_path(std::string_view dir, std::string_view name) {
+    std::string p(dir);
+    if (p.empty() || p.back() != '/') {
+        p += '/';
+    }
+    p += name;
+    return p;
+}
+
+bool has_word(std::string_view text, std::string_view word) noexcept {
+    if (word.empty()) {
+        return false;
+    }
+    constexpr std::string_view gaps = " \t\n";
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        pos = text.find_first_not_of(gaps, pos);
+        if (pos == std::string_view::npos) {
+            break;
+        }
+        const auto end = text.find_first_of(gaps, pos);
+        if (text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos) == word) {
+            return true;
+        }
+        pos = end;
+    }
+    return false;
+}
+
+std::string one_line(std::string_view bytes) {
+    while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == ' ' || bytes.back() == '\t' ||
+                              bytes.back() == '\r')) {
+        bytes.remove_suffix(1);
+    }
+    while (!bytes.empty() && (bytes.front() == ' ' || bytes.front() == '\t')) {
+        bytes.remove_prefix(1);
+    }
+    std::string s(bytes);
+    std::replace(s.begin(), s.end(), '\n', ' ');
+    if (s.size() > 60) {
+        s = s.substr(0, 57) + "...";
+    }
+    return s.empty() ? "(empty)" : s;
+}
+
+}  // namespace rtcore
