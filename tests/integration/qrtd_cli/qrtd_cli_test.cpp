@@ -1112,15 +1112,10 @@ TEST_F(real_host, a_restart_racing_the_restore_helper_after_kill_9_leaves_the_ho
     }
 }
 
-// #10: later daemons trusted a journal whose partition had drifted (IRQs back
-// on every CPU) and said "already applied".  Now qrtd run checks it against
-// the host and re-pins, even when `qrtd host apply` owns it.
-TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
-    const auto before = snapshot_host();
-    const std::string cfg = config("root");
-    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
-    ASSERT_EQ(a.status, 0) << a.err;
-    // Drift: every IRQ apply moved goes back to its old value.
+// Drift made by hand: every IRQ affinity that differs from `before` (what
+// apply moved) is written back to its value there.  The paths where the
+// kernel took it.
+std::vector<std::string> write_irqs_back(const std::map<std::string, std::string>& before) {
     std::vector<std::string> moved;
     for (const auto& [path, value] : before) {
         if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
@@ -1133,6 +1128,19 @@ TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_a
             }
         }
     }
+    return moved;
+}
+
+// #10: later daemons trusted a journal whose partition had drifted (IRQs back
+// on every CPU) and said "already applied".  Now qrtd run checks it against
+// the host and re-pins, even when `qrtd host apply` owns it.
+TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
+    const auto before = snapshot_host();
+    const std::string cfg = config("root");
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    // Drift: every IRQ apply moved goes back to its old value.
+    const std::vector<std::string> moved = write_irqs_back(before);
     ASSERT_FALSE(moved.empty()) << "no IRQ could be moved back";
     const auto r = run(qrtd + " run --duration-s 1 -c " + cfg + dirs());
     EXPECT_EQ(r.status, 0) << r.err;
@@ -1156,18 +1164,7 @@ TEST_F(real_host, one_run_of_the_repin_helper_re_pins_a_drifted_irq_and_restore_
     const std::string cfg = config("root");
     const auto a = run(qrtd + " host apply -c " + cfg + dirs());
     ASSERT_EQ(a.status, 0) << a.err;
-    std::vector<std::string> moved;
-    for (const auto& [path, value] : before) {
-        if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
-            read_file(path) != value) {
-            std::ofstream f(path);
-            f << value;
-            f.close();
-            if (read_file(path) == value) {
-                moved.push_back(path);
-            }
-        }
-    }
+    const std::vector<std::string> moved = write_irqs_back(before);
     if (moved.empty()) {
         (void)run(qrtd + " host restore" + dirs());
         GTEST_SKIP() << "no IRQ whose affinity can be written back onto the isolated CPU here";
