@@ -18,26 +18,6 @@
 
 namespace qrt::reasons {
 
-template <std::size_t N>
-constexpr bool all_are_errors(const std::array<std::string_view, N>& names) noexcept {
-    for (const auto n : names) {
-        if (rpc::find_reason(n) == nullptr) {
-            return false;
-        }
-    }
-    return true;
-}
-
-template <std::size_t N>
-constexpr bool all_are_outcomes(const std::array<std::string_view, N>& names) noexcept {
-    for (const auto n : names) {
-        if (rpc::find_outcome(n) == nullptr) {
-            return false;
-        }
-    }
-    return true;
-}
-
 // Every outcome_table row is one of the names (with the check above: the two
 // lists are the same).
 constexpr bool every_outcome_is_named() noexcept {
@@ -53,10 +33,10 @@ constexpr bool every_outcome_is_named() noexcept {
     return true;
 }
 
-static_assert(all_are_errors(timeline::reason::all),
+static_assert(rpc::all_in(timeline::reason::all, rpc::reason_table),
               "a qrt::timeline::reason has no row in qrt::rpc::reason_table");
 static_assert(dispatch::outcome::all.size() == rpc::outcome_table.size() &&
-                  all_are_outcomes(dispatch::outcome::all) && every_outcome_is_named(),
+                  all_in(dispatch::outcome::all, rpc::outcome_table) && every_outcome_is_named(),
               "qrt::dispatch::outcome and qrt::rpc::outcome_table list different reasons");
 
 }  // namespace qrt::reasons

@@ -155,9 +155,10 @@ inline constexpr std::array<outcome_entry, 15> outcome_table{{
 }};
 // clang-format on
 
-// The outcome entry for a reason, or nullptr.
-constexpr const outcome_entry* find_outcome(std::string_view reason) noexcept {
-    for (const auto& e : outcome_table) {
+// The row of `table` (reason_table, outcome_table) for a reason, or nullptr.
+template <typename Table>
+constexpr const typename Table::value_type* find_in(const Table& table, std::string_view reason) noexcept {
+    for (const auto& e : table) {
         if (e.reason == reason) {
             return &e;
         }
@@ -165,24 +166,20 @@ constexpr const outcome_entry* find_outcome(std::string_view reason) noexcept {
     return nullptr;
 }
 
-// Code for a reason; code_unlisted_reason when the reason is not listed.
-constexpr int code_for_reason(std::string_view reason) noexcept {
-    for (const auto& e : reason_table) {
-        if (e.reason == reason) {
-            return e.code;
-        }
-    }
-    return code_unlisted_reason;
+// The outcome entry for a reason, or nullptr.
+constexpr const outcome_entry* find_outcome(std::string_view reason) noexcept {
+    return find_in(outcome_table, reason);
 }
 
 // The table entry for a reason, or nullptr.
 constexpr const reason_entry* find_reason(std::string_view reason) noexcept {
-    for (const auto& e : reason_table) {
-        if (e.reason == reason) {
-            return &e;
-        }
-    }
-    return nullptr;
+    return find_in(reason_table, reason);
+}
+
+// Code for a reason; code_unlisted_reason when the reason is not listed.
+constexpr int code_for_reason(std::string_view reason) noexcept {
+    const reason_entry* e = find_reason(reason);
+    return e != nullptr ? e->code : code_unlisted_reason;
 }
 
 // qrtctl exit status for a reason (1 when unlisted: generic failure).
@@ -223,18 +220,19 @@ constexpr bool app_codes_are_unique_and_in_range() noexcept {
 static_assert(app_codes_are_unique_and_in_range());
 static_assert(code_for_reason("no_fit") == -32003);
 
-// Every name in `reason` has its row (a name that is not in the table would
-// go out with code_unlisted_reason), and every row its name.
-template <std::size_t N>
-constexpr bool all_listed(const std::array<std::string_view, N>& names) noexcept {
+// Whether every name has its row in `table`.
+template <std::size_t N, typename Table>
+constexpr bool all_in(const std::array<std::string_view, N>& names, const Table& table) noexcept {
     for (const auto n : names) {
-        if (find_reason(n) == nullptr) {
+        if (find_in(table, n) == nullptr) {
             return false;
         }
     }
     return true;
 }
-static_assert(reason::all.size() == reason_table.size() && all_listed(reason::all),
+// Every name in `reason` has its row (a name that is not in the table would
+// go out with code_unlisted_reason), and every row its name.
+static_assert(reason::all.size() == reason_table.size() && all_in(reason::all, reason_table),
               "every row of reason_table has its name in qrt::rpc::reason, and every name its row");
 
 constexpr bool outcomes_are_unique() noexcept {
