@@ -80,6 +80,13 @@ bool valid_name(std::string_view name, bool colon_ok) {
     return true;
 }
 
+// count, min_ns ... p999_ns: the summary's fields under their one set of names.
+nlohmann::json summary_json(const rtcore::histogram_summary& s) {
+    nlohmann::json j = nlohmann::json::object();
+    rtcore::for_each_summary_field(s, [&](const char* key, const auto& v) { j[key] = v; });
+    return j;
+}
+
 nlohmann::json labels_json(const labels& l) {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [k, v] : l) {
@@ -212,27 +219,18 @@ nlohmann::json to_json(const snapshot& s) {
         for (const auto& v : h.recent) {
             static const rtcore::histogram empty_view;
             const rtcore::histogram& vh = v.ns ? *v.ns : empty_view;
-            const auto vs = vh.summary();
-            recent[v.window] = {{"span_ns", v.span_ns},     {"count", vs.count},   {"min_ns", vs.min_ns},
-                                {"max_ns", vs.max_ns},       {"mean_ns", vs.mean_ns}, {"stddev_ns", vs.stddev_ns},
-                                {"p50_ns", vs.p50_ns},       {"p95_ns", vs.p95_ns}, {"p99_ns", vs.p99_ns},
-                                {"p999_ns", vs.p999_ns}};
+            nlohmann::json w = summary_json(vh.summary());
+            w["span_ns"] = v.span_ns;
+            recent[v.window] = std::move(w);
         }
-        hists.push_back({{"name", h.name},
-                         {"help", h.help},
-                         {"labels", labels_json(h.label_set)},
-                         {"count", sum.count},
-                         {"min_ns", sum.min_ns},
-                         {"max_ns", sum.max_ns},
-                         {"mean_ns", sum.mean_ns},
-                         {"stddev_ns", sum.stddev_ns},
-                         {"p50_ns", sum.p50_ns},
-                         {"p95_ns", sum.p95_ns},
-                         {"p99_ns", sum.p99_ns},
-                         {"p999_ns", sum.p999_ns},
-                         {"negative_count", hh.negative_count()},
-                         {"buckets", std::move(buckets)},
-                         {"recent", std::move(recent)}});
+        nlohmann::json one = summary_json(sum);
+        one["name"] = h.name;
+        one["help"] = h.help;
+        one["labels"] = labels_json(h.label_set);
+        one["negative_count"] = hh.negative_count();
+        one["buckets"] = std::move(buckets);
+        one["recent"] = std::move(recent);
+        hists.push_back(std::move(one));
     }
     return out;
 }

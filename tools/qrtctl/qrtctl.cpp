@@ -608,14 +608,26 @@ std::pair<bool, std::vector<std::string>> judge_health(const json& status) {
 
 // ------------------------------------------------------------------ commands
 
+// A command's help: its one-line summary and its EXAMPLES footer.
+struct command_help {
+    std::string_view summary;
+    std::string_view examples;
+};
+
+using setup_fn = void (*)(CLI::App&, options&, given&);
+using handler_fn = int (*)(context&);
+
 struct command {
     std::string_view group;  // "" for a top-level command
     std::string_view name;
-    std::string_view summary;
-    std::string_view examples;
-    std::function<void(CLI::App&, options&, given&)> setup;
-    std::function<int(context&)> run;
+    command_help help;
+    setup_fn setup;     // declares the command's options
+    handler_fn handle;  // runs it; returns the exit status
 };
+
+// ---- options shared by several commands
+
+void no_options(CLI::App&, options&, given&) {}
 
 void request_options(CLI::App& app, options& o, given& g) {
     g.add("--duration", app.add_option("--duration", o.duration,
@@ -643,557 +655,638 @@ void reservation_options(CLI::App& app, options& o, given& g, bool required) {
     g.add("--fencing-token", t);
 }
 
+void held_reservation_options(CLI::App& app, options& o, given& g) {
+    reservation_options(app, o, g, true);
+}
+
 void job_option(CLI::App& app, options& o, given& g) {
     g.add("job", app.add_option("job,--job", o.job, "job id (= its reservation id)")->required());
 }
 
-std::vector<command> commands() {
-    std::vector<command> cmds;
-
-    cmds.push_back({"agent", "hello", "API version, agent version, your roles and the methods",
-                    "  qrtctl agent hello\n  qrtctl agent hello --json | jq .allowed\n",
-                    [](CLI::App&, options&, given&) {},
-                    [](context& ctx) {
-                        return ctx.call_and_show(
-                            "agent.hello", json{{"client", "qrtctl"}}, [&](const json& r) {
-                                ctx.out() << render_fields(r, hello_fields) << '\n';
-                                ctx.out() << make_table(r.value("methods", json::array()),
-                                                        method_columns)
-                                                 .render();
-                            });
-                    }});
-
-    cmds.push_back({"agent", "status", "partition, IRQs, kernel, probes, QPUs and health",
-                    "  qrtctl agent status\n  qrtctl agent status --json | jq .health\n",
-                    [](CLI::App&, options&, given&) {},
-                    [](context& ctx) {
-                        return ctx.call_and_show("agent.status", json::object(),
-                                                 [&](const json& r) { ctx.out() << render_flat(r); });
-                    }});
-
-    cmds.push_back({"qpus", "list", "the QPUs of this host and the placement policy",
-                    "  qrtctl qpus list\n  qrtctl qpus list --json | jq -r '.qpus[].name'\n",
-                    [](CLI::App&, options&, given&) {},
-                    [](context& ctx) {
-                        return ctx.call_and_show("qpus.list", json::object(), [&](const json& r) {
-                            ctx.out() << make_table_auto(r.value("qpus", json::array())).render();
-                            ctx.out() << "policy: " << show(r.value("policy", json()), shown_as::text)
-                                      << '\n';
-                        });
-                    }});
-
-    cmds.push_back({"calibration", "get", "a QPU's calibration windows from now on",
-                    "  qrtctl calibration get --qpu qpu0\n",
-                    [](CLI::App& app, options& o, given&) {
-                        app.add_option("--qpu", o.qpu, "QPU name")->required();
-                    },
-                    [](context& ctx) {
-                        return ctx.call_and_show(
-                            "calibration.get", json{{"qpu", ctx.opt.qpu}}, [&](const json& r) {
-                                ctx.out() << make_table(r.value("windows", json::array()),
-                                                        window_columns)
-                                                 .render();
-                            });
-                    }});
-
-    cmds.push_back(
-        {"calibration", "update",
-         "replace a QPU's pushed windows from now on (role calibration)",
-         "  qrtctl calibration update --qpu qpu0 --window 7,+1s,+10m,0.99,1h\n"
-         "  qrtctl calibration update --qpu qpu0 --windows-file windows.json\n"
-         "    (windows.json: [{\"calibration_id\":7,\"valid_from_ns\":...,\"valid_until_ns\":...}])\n",
-         [](CLI::App& app, options& o, given& g) {
-             app.add_option("--qpu", o.qpu, "QPU name")->required();
-             g.add("--window", app.add_option(
-                 "--window", o.windows,
-                 "ID,FROM,UNTIL[,F0[,TAU]]: FROM/UNTIL as --not-before, TAU a duration (repeatable)"));
-             g.add("--windows-file", app.add_option(
-                 "--windows-file", o.windows_file, "a JSON array of window objects ('-': stdin)"));
-         },
-         [](context& ctx) {
-             json windows = json::array();
-             std::string problem;
-             if (ctx.has.has("--windows-file") == ctx.has.has("--window")) {
-                 return ctx.usage("give either --window (repeatable) or --windows-file");
-             }
-             if (ctx.has.has("--windows-file")) {
-                 auto text = read_file(ctx.opt.windows_file, problem);
-                 if (!text) {
-                     return ctx.usage(problem);
-                 }
-                 windows = json::parse(*text, nullptr, false);
-                 if (windows.is_discarded() || !windows.is_array()) {
-                     return ctx.usage(ctx.opt.windows_file + " does not hold a JSON array");
-                 }
-             } else {
-                 for (const auto& w : ctx.opt.windows) {
-                     auto parsed = parse_window(w, problem);
-                     if (!parsed) {
-                         return ctx.usage(problem);
-                     }
-                     windows.push_back(std::move(*parsed));
-                 }
-             }
-             return ctx.call_and_show("calibration.update",
-                                      json{{"qpu", ctx.opt.qpu}, {"windows", windows}},
-                                      [&](const json& r) { ctx.out() << render_flat(r); });
-         }});
-
-    cmds.push_back(
-        {"slots", "query", "candidate slots for a request (or the next window when none fits)",
-         "  qrtctl slots query --duration 2ms --qpu qpu0\n"
-         "  qrtctl slots query --duration 500us --not-before +1s --deadline +10s --max-candidates 8\n"
-         "  qrtctl slots query --duration 2ms --min-fidelity 0.98 --json\n"
-         "  qrtctl slots query --duration 1ms --gang-size 2   (one start on 2 QPUs)\n",
-         [](CLI::App& app, options& o, given& g) {
-             request_options(app, o, g);
-             g.add("--max-candidates", app.add_option("--max-candidates", o.max_candidates, "how many candidates (1..64)")
-                     ->check(CLI::Range(1, 64)));
-             g.add("--gang-size", app.add_option("--gang-size", o.gang_size,
-                                                    "the gang a reserve of this size would take now (1..64)")
-                                         ->check(CLI::Range(1, 64)));
-         },
-         [](context& ctx) {
-             int rc = exit_ok;
-             auto p = request_params(ctx, rc);
-             if (!p) {
-                 return rc;
-             }
-             if (ctx.has.has("--max-candidates")) {
-                 (*p)["max_candidates"] = ctx.opt.max_candidates;
-             }
-             if (ctx.has.has("--gang-size")) {
-                 (*p)["gang_size"] = ctx.opt.gang_size;
-             }
-             return ctx.call_and_show("slots.query", *p, [&](const json& r) {
-                 const json& cands = r.value("candidates", json::array());
-                 if (!cands.empty()) {
-                     ctx.out() << make_table(cands, candidate_columns).render();
-                     return;
-                 }
-                 ctx.out() << "no slot fits: " << show(r.value("why_none", json()), shown_as::text)
-                           << '\n';
-                 if (r.contains("next_window")) {
-                     ctx.out() << "next window:\n"
-                               << make_table(json::array({r["next_window"]}), window_columns).render();
-                 }
-             });
-         }});
-
-    cmds.push_back(
-        {"slots", "reserve", "hold a slot under a lease; prints the id and fencing token",
-         "  qrtctl slots reserve --duration 2ms --qpu qpu0 --idempotency-key slurm-$SLURM_JOB_ID\n"
-         "  qrtctl slots reserve --duration 1ms --lease 60s --deadline +5m --json\n"
-         "  qrtctl slots reserve --duration 1ms --gang-size 2   (one start on 2 QPUs)\n"
-         "  qrtctl -s /run/qrtd/a.sock -s /run/qrtd/b.sock slots reserve --duration 1ms -k job-7\n"
-         "      (the best of several agents: held on each, earliest start kept, others released)\n",
-         [](CLI::App& app, options& o, given& g) {
-             request_options(app, o, g);
-             g.add("--idempotency-key", app.add_option(
-                 "--idempotency-key,-k", o.idempotency_key,
-                 "retry-safe key (default: generated; pass the scheduler's job id)"));
-             g.add("--lease", app.add_option("--lease", o.lease,
-                                                "lease length, e.g. 30s (default: the agent's)"));
-             g.add("--gang-size", app.add_option("--gang-size", o.gang_size,
-                                                    "reserve one start on this many QPUs (1..64)")
-                                         ->check(CLI::Range(1, 64)));
-         },
-         [](context& ctx) {
-             int rc = exit_ok;
-             auto p = request_params(ctx, rc);
-             if (!p) {
-                 return rc;
-             }
-             (*p)["idempotency_key"] =
-                 ctx.has.has("--idempotency-key") ? ctx.opt.idempotency_key : generated_key();
-             std::string problem;
-             if (ctx.has.has("--lease") &&
-                 !put_duration(ctx, *p, "lease_ns", "--lease", ctx.opt.lease, problem)) {
-                 return ctx.usage(problem);
-             }
-             if (ctx.has.has("--gang-size")) {
-                 (*p)["gang_size"] = ctx.opt.gang_size;
-             }
-             if (ctx.opt.sockets.size() > 1) {
-                 ctx.show_reserved = [&](const json& r) { show_reservation(ctx, r); };
-                 return ctx.place_best(*p);
-             }
-             return ctx.call_and_show("slots.reserve", *p,
-                                      [&](const json& r) { show_reservation(ctx, r); });
-         }});
-
-    cmds.push_back({"slots", "heartbeat", "extend a held reservation's lease",
-                    "  qrtctl slots heartbeat --reservation 42 --fencing-token 7\n",
-                    [](CLI::App& app, options& o, given& g) { reservation_options(app, o, g, true); },
-                    [](context& ctx) {
-                        return ctx.call_and_show(
-                            "slots.heartbeat",
-                            json{{"reservation_id", ctx.opt.reservation},
-                                 {"fencing_token", ctx.opt.fencing_token}},
-                            [&](const json& r) { show_reservation(ctx, r); });
-                    }});
-
-    cmds.push_back({"slots", "release", "give a held reservation back",
-                    "  qrtctl slots release --reservation 42 --fencing-token 7\n",
-                    [](CLI::App& app, options& o, given& g) { reservation_options(app, o, g, true); },
-                    [](context& ctx) {
-                        return ctx.call_and_show(
-                            "slots.release",
-                            json{{"reservation_id", ctx.opt.reservation},
-                                 {"fencing_token", ctx.opt.fencing_token}},
-                            [&](const json& r) { show_reservation(ctx, r); });
-                    }});
-
-    cmds.push_back(
-        {"jobs", "submit",
-         "commit a payload into a held reservation, or place and commit in one step",
-         "  qrtctl jobs submit --reservation 42 --fencing-token 7 --payload-file circuit.bin\n"
-         "  qrtctl jobs submit --duration 2ms --qpu qpu0 --idempotency-key run-17 --payload-file -\n"
-         "  qrtctl jobs submit -r 42 -t 7 --payload 'text payload'\n",
-         [](CLI::App& app, options& o, given& g) {
-             reservation_options(app, o, g, false);
-             request_options(app, o, g);
-             g.add("--idempotency-key", app.add_option(
-                 "--idempotency-key,-k", o.idempotency_key,
-                 "one-shot submit: retry-safe key (default: generated)"));
-             g.add("--payload-file", app.add_option("--payload-file,-f", o.payload_file, "payload bytes ('-': stdin)"));
-             g.add("--payload", app.add_option("--payload", o.payload_text, "payload as text"));
-         },
-         [](context& ctx) {
-             std::string problem;
-             if (ctx.has.has("--payload-file") == ctx.has.has("--payload")) {
-                 return ctx.usage("give exactly one of --payload-file and --payload");
-             }
-             std::string payload = ctx.opt.payload_text;
-             if (ctx.has.has("--payload-file")) {
-                 auto bytes = read_file(ctx.opt.payload_file, problem);
-                 if (!bytes) {
-                     return ctx.usage(problem);
-                 }
-                 payload = std::move(*bytes);
-             }
-             json p;
-             if (ctx.has.has("--reservation")) {
-                 if (!ctx.has.has("--fencing-token")) {
-                     return ctx.usage("--reservation needs --fencing-token (from slots reserve)");
-                 }
-                 for (const char* f : {"--duration", "--qpu", "--not-before", "--deadline",
-                                       "--priority", "--min-fidelity", "--idempotency-key"}) {
-                     if (ctx.has.has(f)) {
-                         return ctx.usage(std::string(f) +
-                                          " does not go with --reservation (the reservation "
-                                          "fixes the slot)");
-                     }
-                 }
-                 p = json{{"reservation_id", ctx.opt.reservation},
-                          {"fencing_token", ctx.opt.fencing_token}};
-             } else {
-                 if (ctx.has.has("--fencing-token")) {
-                     return ctx.usage("--fencing-token needs --reservation");
-                 }
-                 int rc = exit_ok;
-                 auto req = request_params(ctx, rc);
-                 if (!req) {
-                     return rc;
-                 }
-                 p = std::move(*req);
-                 p["idempotency_key"] =
-                     ctx.has.has("--idempotency-key") ? ctx.opt.idempotency_key : generated_key();
-             }
-             p["payload"] = qrt::client::base64_encode(payload);
-             return ctx.call_and_show("jobs.submit", p,
-                                      [&](const json& r) { show_reservation(ctx, r); });
-         }});
-
-    cmds.push_back({"jobs", "status", "a job's (reservation's) state",
-                    "  qrtctl jobs status 42\n  qrtctl jobs status 42 --json | jq -r .state\n",
-                    job_option,
-                    [](context& ctx) {
-                        return ctx.call_and_show("jobs.status", json{{"job_id", ctx.opt.job}},
-                                                 [&](const json& r) { show_reservation(ctx, r); });
-                    }});
-
-    cmds.push_back(
-        {"jobs", "result", "a finished job's result",
-         "  qrtctl jobs result 42\n  qrtctl jobs result 42 --output result.bin\n"
-         "  qrtctl jobs result 42 --output - | xxd\n",
-         [](CLI::App& app, options& o, given& g) {
-             job_option(app, o, g);
-             g.add("--output", app.add_option("--output,-o", o.output, "write the decoded result here ('-': stdout)"));
-         },
-         [](context& ctx) {
-             int rc = exit_ok;
-             auto res = ctx.call("jobs.result", json{{"job_id", ctx.opt.job}}, rc);
-             if (!res) {
-                 return rc;
-             }
-             if (ctx.has.has("--output")) {
-                 auto bytes = qrt::client::base64_decode(res->value("result", std::string()));
-                 if (!bytes) {
-                     return ctx.fail("jobs.result",
-                                     call_error{0, EPROTO, "protocol_error",
-                                                "the result is not valid base64", nullptr});
-                 }
-                 if (ctx.opt.output == "-") {
-                     ctx.out().write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-                     ctx.out().flush();
-                     return exit_ok;
-                 }
-                 std::ofstream f(ctx.opt.output, std::ios::binary | std::ios::trunc);
-                 f.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-                 f.close();
-                 if (!f) {
-                     return ctx.usage("cannot write " + ctx.opt.output + ": " + std::strerror(errno));
-                 }
-             }
-             if (ctx.opt.json) {
-                 ctx.print_json(*res);
-             } else if (ctx.opt.output != "-") {
-                 ctx.out() << render_fields(*res, result_fields);
-             }
-             return exit_ok;
-         }});
-
-    cmds.push_back({"jobs", "cancel", "cancel a committed job before dispatch",
-                    "  qrtctl jobs cancel 42\n", job_option,
-                    [](context& ctx) {
-                        return ctx.call_and_show("jobs.cancel", json{{"job_id", ctx.opt.job}},
-                                                 [&](const json& r) { show_reservation(ctx, r); });
-                    }});
-
-    cmds.push_back(
-        {"", "events",
-         "subscribe to events: reservation displaced/expired, calibration changed, job "
-         "dispatched/finished",
-         "  qrtctl events --follow                      stream until interrupted\n"
-         "  qrtctl events --follow --topic job.finished --count 1\n"
-         "  qrtctl events --for 10s --json              JSON lines for 10 s\n",
-         [](CLI::App& app, options& o, given& g) {
-             app.add_option("--topic", o.topics, "only this event type (repeatable)");
-             app.add_flag("--follow,-f", o.follow, "keep printing events until interrupted");
-             g.add("--count", app.add_option("--count,-n", o.count, "stop after this many events")
-                     ->check(CLI::PositiveNumber));
-             g.add("--for", app.add_option("--for", o.for_duration,
-                                              "without --follow: wait this long (default 1s)"));
-         },
-         [](context& ctx) {
-             auto window = parse_duration_ns(ctx.opt.for_duration);
-             if (!window.value) {
-                 return ctx.usage("--for " + window.error);
-             }
-             json params = json::object();
-             if (!ctx.opt.topics.empty()) {
-                 params["topics"] = ctx.opt.topics;
-             }
-             int rc = exit_ok;
-             auto sub = ctx.call("events.subscribe", params, rc);
-             if (!sub) {
-                 return rc;
-             }
-             // The subscription first (JSON: its own line), so a script
-             // knows events from here on will be seen.
-             if (ctx.opt.json) {
-                 ctx.print_json(*sub);
-             } else {
-                 ctx.out() << "subscribed (" << show(sub->value("scope", json()), shown_as::text)
-                           << "): " << show(sub->value("topics", json()), shown_as::list) << '\n';
-             }
-             ctx.out().flush();
-             connection* c = ctx.conn(rc);
-             const auto stop_at = std::chrono::steady_clock::now() +
-                                  std::chrono::nanoseconds(*window.value);
-             std::int64_t seen = 0;
-             for (;;) {
-                 if (ctx.has.has("--count") && seen >= ctx.opt.count) {
-                     return exit_ok;
-                 }
-                 auto wait = std::chrono::milliseconds(-1);
-                 if (!ctx.opt.follow) {
-                     wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         stop_at - std::chrono::steady_clock::now());
-                     if (wait.count() <= 0) {
-                         return exit_ok;
-                     }
-                 }
-                 auto ev = c->next_notification(wait);
-                 if (auto* e = std::get_if<call_error>(&ev)) {
-                     return ctx.fail("events", *e);
-                 }
-                 auto& got = std::get<0>(ev);
-                 if (!got) {
-                     continue;  // the window ended: checked at the top
-                 }
-                 ++seen;
-                 if (ctx.opt.json) {
-                     ctx.print_json(*got);
-                 } else {
-                     ctx.out() << event_line(*got) << '\n';
-                 }
-                 ctx.out().flush();
-             }
-         }});
-
-    cmds.push_back({"", "telemetry", "histograms, counters and gauges (telemetry.snapshot)",
-                    "  qrtctl telemetry\n  qrtctl telemetry --prefix qrt_rpc_ --json\n",
-                    [](CLI::App& app, options& o, given& g) {
-                        g.add("--prefix", app.add_option("--prefix", o.prefix, "only metrics whose name starts so"));
-                    },
-                    [](context& ctx) {
-                        json p = json::object();
-                        if (ctx.has.has("--prefix")) {
-                            p["prefix"] = ctx.opt.prefix;
-                        }
-                        return ctx.call_and_show("telemetry.snapshot", p, [&](const json& r) {
-                            static constexpr std::array<column, 3> metric_cols{
-                                {{"NAME", "name"}, {"LABELS", "labels"}, {"VALUE", "value"}}};
-                            static constexpr std::array<column, 7> hist_cols{
-                                {{"NAME", "name"},
-                                 {"LABELS", "labels"},
-                                 {"COUNT", "count"},
-                                 {"P50", "p50_ns", shown_as::duration},
-                                 {"P99", "p99_ns", shown_as::duration},
-                                 {"P99.9", "p999_ns", shown_as::duration},
-                                 {"MAX", "max_ns", shown_as::duration}}};
-                            json metrics = json::array();
-                            for (const char* kind : {"counters", "gauges"}) {
-                                for (const auto& m : r.value(kind, json::array())) {
-                                    metrics.push_back(m);
-                                }
-                            }
-                            ctx.out() << make_table(metrics, metric_cols).render();
-                            const json& h = r.value("histograms", json::array());
-                            if (!h.empty()) {
-                                ctx.out() << '\n' << make_table(h, hist_cols).render();
-                            }
-                        });
-                    }});
-
-    cmds.push_back({"", "metrics", "Prometheus text exposition",
-                    "  qrtctl metrics\n  qrtctl metrics | grep qrt_rpc_requests_total\n",
-                    [](CLI::App&, options&, given&) {},
-                    [](context& ctx) {
-                        return ctx.call_and_show("metrics", json::object(), [&](const json& r) {
-                            ctx.out() << r.value("text", std::string());
-                        });
-                    }});
-
-    cmds.push_back(
-        {"", "health",
-         "exit 0 when the agent answers and reports itself healthy; otherwise print why and "
-         "exit non-zero (Slurm HealthCheckProgram, Kubernetes probes)",
-         "  qrtctl health                 readiness: agent.status must report health ok\n"
-         "  qrtctl health --liveness      liveness: the agent answers agent.hello\n"
-         "  qrtctl health --timeout 1s --socket /run/qrtd/qrtd.sock\n",
-         [](CLI::App& app, options& o, given&) {
-             app.add_flag("--liveness", o.liveness,
-                          "only check that the agent answers (not its health)");
-         },
-         [](context& ctx) {
-             int rc = exit_ok;
-             auto hello = ctx.call("agent.hello", json{{"client", "qrtctl health"}}, rc);
-             if (!hello) {
-                 return rc;
-             }
-             json verdict{{"healthy", true},
-                          {"agent_version", hello->value("agent_version", json())},
-                          {"reasons", json::array()}};
-             if (!ctx.opt.liveness) {
-                 auto st = ctx.call("agent.status", json::object(), rc);
-                 if (!st) {
-                     return rc;
-                 }
-                 auto [ok, reasons] = judge_health(*st);
-                 verdict["healthy"] = ok;
-                 verdict["reasons"] = reasons;
-                 if (st->contains("health")) {
-                     verdict["health"] = (*st)["health"];
-                 }
-             }
-             const bool ok = verdict["healthy"].get<bool>();
-             if (ctx.opt.json) {
-                 ctx.print_json(verdict);
-             } else if (ok) {
-                 ctx.out() << "ok: qrtd " << show(verdict["agent_version"], shown_as::text)
-                           << (ctx.opt.liveness ? " answers" : " is healthy") << '\n';
-             } else {
-                 std::string why;
-                 for (const auto& r : verdict["reasons"]) {
-                     why += (why.empty() ? "" : "; ") + r.get<std::string>();
-                 }
-                 ctx.out() << "degraded: " << why << '\n';
-                 ctx.err() << "qrtctl: health: degraded: " << why << '\n';
-             }
-             return ok ? exit_ok : qrt::client::exit_code_for(qrt::client::local_reason::degraded);
-         }});
-
-    cmds.push_back(
-        {"", "raw", "call any method with JSON params (or send one raw line)",
-         "  qrtctl raw agent.hello\n"
-         "  qrtctl raw slots.query '{\"duration_ns\":2000000,\"qpus\":[\"qpu0\"]}'\n"
-         "  qrtctl raw --line '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"metrics\"}'\n",
-         [](CLI::App& app, options& o, given& g) {
-             g.add("method", app.add_option("method", o.raw_method, "method name"));
-             g.add("params", app.add_option("params", o.raw_params, "params as a JSON object"));
-             g.add("--line", app.add_option("--line", o.raw_line,
-                                               "send this line verbatim and print the reply line"));
-         },
-         [](context& ctx) {
-             if (ctx.has.has("--line")) {
-                 if (ctx.has.has("method")) {
-                     return ctx.usage("--line does not go with METHOD");
-                 }
-                 int rc = exit_ok;
-                 connection* c = ctx.conn(rc);
-                 if (c == nullptr) {
-                     return rc;
-                 }
-                 auto r = c->raw_line(ctx.opt.raw_line);
-                 if (auto* e = std::get_if<call_error>(&r)) {
-                     return ctx.fail("raw", *e);
-                 }
-                 ctx.out() << std::get<0>(r) << '\n';
-                 // The reply's own reason decides the exit status.
-                 json reply = json::parse(std::get<0>(r), nullptr, false);
-                 if (reply.is_object() && reply.contains("error")) {
-                     auto rr = qrt::client::reply_from_object(reply);
-                     return qrt::client::exit_code_for(rr.error().reason);
-                 }
-                 return exit_ok;
-             }
-             if (!ctx.has.has("method")) {
-                 return ctx.usage("raw needs a METHOD (or --line)");
-             }
-             json params = json::object();
-             if (ctx.has.has("params")) {
-                 params = json::parse(ctx.opt.raw_params, nullptr, false);
-                 if (params.is_discarded()) {
-                     return ctx.usage("params '" + ctx.opt.raw_params + "' is not JSON");
-                 }
-             }
-             return ctx.call_and_show(ctx.opt.raw_method, params, [&](const json& r) {
-                 ctx.out() << r.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
-             });
-         }});
-
-    cmds.push_back({"", "exit-codes", "the exit status for each error reason",
-                    "  qrtctl exit-codes\n  qrtctl exit-codes --json\n",
-                    [](CLI::App&, options&, given&) {},
-                    [](context& ctx) {
-                        if (ctx.opt.json) {
-                            json rows = json::array();
-                            for (const auto& r : exit_table()) {
-                                rows.push_back({{"exit_code", r.exit_code},
-                                                {"reason", r.reason},
-                                                {"meaning", r.meaning}});
-                            }
-                            ctx.print_json(rows);
-                        } else {
-                            ctx.out() << exit_table_text();
-                        }
-                        return exit_ok;
-                    }});
-    return cmds;
+void gang_size_option(CLI::App& app, options& o, given& g, const std::string& what) {
+    g.add("--gang-size",
+          app.add_option("--gang-size", o.gang_size, what + " (1..64)")->check(CLI::Range(1, 64)));
 }
+
+void idempotency_key_option(CLI::App& app, options& o, given& g, const std::string& what) {
+    g.add("--idempotency-key", app.add_option("--idempotency-key,-k", o.idempotency_key, what));
+}
+
+// ---- calls shared by several commands
+
+// A method on a held reservation ({reservation_id, fencing_token}).
+int call_on_reservation(context& ctx, std::string_view method) {
+    return ctx.call_and_show(
+        method,
+        json{{"reservation_id", ctx.opt.reservation}, {"fencing_token", ctx.opt.fencing_token}},
+        [&](const json& r) { show_reservation(ctx, r); });
+}
+
+// A method on a job ({job_id}) that answers with the reservation.
+int call_on_job(context& ctx, std::string_view method) {
+    return ctx.call_and_show(method, json{{"job_id", ctx.opt.job}},
+                             [&](const json& r) { show_reservation(ctx, r); });
+}
+
+// The key given with --idempotency-key, or a generated one.
+std::string idempotency_key(const context& ctx) {
+    return ctx.has.has("--idempotency-key") ? ctx.opt.idempotency_key : generated_key();
+}
+
+// ---- agent
+
+constexpr command_help agent_hello_help{
+    "API version, agent version, your roles and the methods",
+    "  qrtctl agent hello\n  qrtctl agent hello --json | jq .allowed\n"};
+
+int agent_hello(context& ctx) {
+    return ctx.call_and_show("agent.hello", json{{"client", "qrtctl"}}, [&](const json& r) {
+        ctx.out() << render_fields(r, hello_fields) << '\n';
+        ctx.out() << make_table(r.value("methods", json::array()), method_columns).render();
+    });
+}
+
+constexpr command_help agent_status_help{
+    "partition, IRQs, kernel, probes, QPUs and health",
+    "  qrtctl agent status\n  qrtctl agent status --json | jq .health\n"};
+
+int agent_status(context& ctx) {
+    return ctx.call_and_show("agent.status", json::object(),
+                             [&](const json& r) { ctx.out() << render_flat(r); });
+}
+
+// ---- qpus
+
+constexpr command_help qpus_list_help{
+    "the QPUs of this host and the placement policy",
+    "  qrtctl qpus list\n  qrtctl qpus list --json | jq -r '.qpus[].name'\n"};
+
+int qpus_list(context& ctx) {
+    return ctx.call_and_show("qpus.list", json::object(), [&](const json& r) {
+        ctx.out() << make_table_auto(r.value("qpus", json::array())).render();
+        ctx.out() << "policy: " << show(r.value("policy", json()), shown_as::text) << '\n';
+    });
+}
+
+// ---- calibration
+
+constexpr command_help calibration_get_help{"a QPU's calibration windows from now on",
+                                            "  qrtctl calibration get --qpu qpu0\n"};
+
+void calibration_get_options(CLI::App& app, options& o, given&) {
+    app.add_option("--qpu", o.qpu, "QPU name")->required();
+}
+
+int calibration_get(context& ctx) {
+    return ctx.call_and_show("calibration.get", json{{"qpu", ctx.opt.qpu}}, [&](const json& r) {
+        ctx.out() << make_table(r.value("windows", json::array()), window_columns).render();
+    });
+}
+
+constexpr command_help calibration_update_help{
+    "replace a QPU's pushed windows from now on (role calibration)",
+    "  qrtctl calibration update --qpu qpu0 --window 7,+1s,+10m,0.99,1h\n"
+    "  qrtctl calibration update --qpu qpu0 --windows-file windows.json\n"
+    "    (windows.json: [{\"calibration_id\":7,\"valid_from_ns\":...,\"valid_until_ns\":...}])\n"};
+
+void calibration_update_options(CLI::App& app, options& o, given& g) {
+    app.add_option("--qpu", o.qpu, "QPU name")->required();
+    g.add("--window", app.add_option(
+        "--window", o.windows,
+        "ID,FROM,UNTIL[,F0[,TAU]]: FROM/UNTIL as --not-before, TAU a duration (repeatable)"));
+    g.add("--windows-file", app.add_option(
+        "--windows-file", o.windows_file, "a JSON array of window objects ('-': stdin)"));
+}
+
+int calibration_update(context& ctx) {
+    json windows = json::array();
+    std::string problem;
+    if (ctx.has.has("--windows-file") == ctx.has.has("--window")) {
+        return ctx.usage("give either --window (repeatable) or --windows-file");
+    }
+    if (ctx.has.has("--windows-file")) {
+        auto text = read_file(ctx.opt.windows_file, problem);
+        if (!text) {
+            return ctx.usage(problem);
+        }
+        windows = json::parse(*text, nullptr, false);
+        if (windows.is_discarded() || !windows.is_array()) {
+            return ctx.usage(ctx.opt.windows_file + " does not hold a JSON array");
+        }
+    } else {
+        for (const auto& w : ctx.opt.windows) {
+            auto parsed = parse_window(w, problem);
+            if (!parsed) {
+                return ctx.usage(problem);
+            }
+            windows.push_back(std::move(*parsed));
+        }
+    }
+    return ctx.call_and_show("calibration.update", json{{"qpu", ctx.opt.qpu}, {"windows", windows}},
+                             [&](const json& r) { ctx.out() << render_flat(r); });
+}
+
+// ---- slots
+
+constexpr command_help slots_query_help{
+    "candidate slots for a request (or the next window when none fits)",
+    "  qrtctl slots query --duration 2ms --qpu qpu0\n"
+    "  qrtctl slots query --duration 500us --not-before +1s --deadline +10s --max-candidates 8\n"
+    "  qrtctl slots query --duration 2ms --min-fidelity 0.98 --json\n"
+    "  qrtctl slots query --duration 1ms --gang-size 2   (one start on 2 QPUs)\n"};
+
+void slots_query_options(CLI::App& app, options& o, given& g) {
+    request_options(app, o, g);
+    g.add("--max-candidates",
+          app.add_option("--max-candidates", o.max_candidates, "how many candidates (1..64)")
+              ->check(CLI::Range(1, 64)));
+    gang_size_option(app, o, g, "the gang a reserve of this size would take now");
+}
+
+int slots_query(context& ctx) {
+    int rc = exit_ok;
+    auto p = request_params(ctx, rc);
+    if (!p) {
+        return rc;
+    }
+    if (ctx.has.has("--max-candidates")) {
+        (*p)["max_candidates"] = ctx.opt.max_candidates;
+    }
+    if (ctx.has.has("--gang-size")) {
+        (*p)["gang_size"] = ctx.opt.gang_size;
+    }
+    return ctx.call_and_show("slots.query", *p, [&](const json& r) {
+        const json& cands = r.value("candidates", json::array());
+        if (!cands.empty()) {
+            ctx.out() << make_table(cands, candidate_columns).render();
+            return;
+        }
+        ctx.out() << "no slot fits: " << show(r.value("why_none", json()), shown_as::text) << '\n';
+        if (r.contains("next_window")) {
+            ctx.out() << "next window:\n"
+                      << make_table(json::array({r["next_window"]}), window_columns).render();
+        }
+    });
+}
+
+constexpr command_help slots_reserve_help{
+    "hold a slot under a lease; prints the id and fencing token",
+    "  qrtctl slots reserve --duration 2ms --qpu qpu0 --idempotency-key slurm-$SLURM_JOB_ID\n"
+    "  qrtctl slots reserve --duration 1ms --lease 60s --deadline +5m --json\n"
+    "  qrtctl slots reserve --duration 1ms --gang-size 2   (one start on 2 QPUs)\n"
+    "  qrtctl -s /run/qrtd/a.sock -s /run/qrtd/b.sock slots reserve --duration 1ms -k job-7\n"
+    "      (the best of several agents: held on each, earliest start kept, others released)\n"};
+
+void slots_reserve_options(CLI::App& app, options& o, given& g) {
+    request_options(app, o, g);
+    idempotency_key_option(app, o, g,
+                           "retry-safe key (default: generated; pass the scheduler's job id)");
+    g.add("--lease",
+          app.add_option("--lease", o.lease, "lease length, e.g. 30s (default: the agent's)"));
+    gang_size_option(app, o, g, "reserve one start on this many QPUs");
+}
+
+int slots_reserve(context& ctx) {
+    int rc = exit_ok;
+    auto p = request_params(ctx, rc);
+    if (!p) {
+        return rc;
+    }
+    (*p)["idempotency_key"] = idempotency_key(ctx);
+    std::string problem;
+    if (ctx.has.has("--lease") &&
+        !put_duration(ctx, *p, "lease_ns", "--lease", ctx.opt.lease, problem)) {
+        return ctx.usage(problem);
+    }
+    if (ctx.has.has("--gang-size")) {
+        (*p)["gang_size"] = ctx.opt.gang_size;
+    }
+    if (ctx.opt.sockets.size() > 1) {
+        ctx.show_reserved = [&](const json& r) { show_reservation(ctx, r); };
+        return ctx.place_best(*p);
+    }
+    return ctx.call_and_show("slots.reserve", *p, [&](const json& r) { show_reservation(ctx, r); });
+}
+
+constexpr command_help slots_heartbeat_help{
+    "extend a held reservation's lease",
+    "  qrtctl slots heartbeat --reservation 42 --fencing-token 7\n"};
+
+int slots_heartbeat(context& ctx) { return call_on_reservation(ctx, "slots.heartbeat"); }
+
+constexpr command_help slots_release_help{
+    "give a held reservation back", "  qrtctl slots release --reservation 42 --fencing-token 7\n"};
+
+int slots_release(context& ctx) { return call_on_reservation(ctx, "slots.release"); }
+
+// ---- jobs
+
+constexpr command_help jobs_submit_help{
+    "commit a payload into a held reservation, or place and commit in one step",
+    "  qrtctl jobs submit --reservation 42 --fencing-token 7 --payload-file circuit.bin\n"
+    "  qrtctl jobs submit --duration 2ms --qpu qpu0 --idempotency-key run-17 --payload-file -\n"
+    "  qrtctl jobs submit -r 42 -t 7 --payload 'text payload'\n"};
+
+void jobs_submit_options(CLI::App& app, options& o, given& g) {
+    reservation_options(app, o, g, false);
+    request_options(app, o, g);
+    idempotency_key_option(app, o, g, "one-shot submit: retry-safe key (default: generated)");
+    g.add("--payload-file",
+          app.add_option("--payload-file,-f", o.payload_file, "payload bytes ('-': stdin)"));
+    g.add("--payload", app.add_option("--payload", o.payload_text, "payload as text"));
+}
+
+// jobs.submit's target: the held reservation, or a one-shot request.
+std::optional<json> submit_target(context& ctx, int& rc) {
+    if (ctx.has.has("--reservation")) {
+        if (!ctx.has.has("--fencing-token")) {
+            rc = ctx.usage("--reservation needs --fencing-token (from slots reserve)");
+            return std::nullopt;
+        }
+        for (const char* f : {"--duration", "--qpu", "--not-before", "--deadline", "--priority",
+                              "--min-fidelity", "--idempotency-key"}) {
+            if (ctx.has.has(f)) {
+                rc = ctx.usage(std::string(f) +
+                               " does not go with --reservation (the reservation fixes the slot)");
+                return std::nullopt;
+            }
+        }
+        return json{{"reservation_id", ctx.opt.reservation},
+                    {"fencing_token", ctx.opt.fencing_token}};
+    }
+    if (ctx.has.has("--fencing-token")) {
+        rc = ctx.usage("--fencing-token needs --reservation");
+        return std::nullopt;
+    }
+    auto req = request_params(ctx, rc);
+    if (req) {
+        (*req)["idempotency_key"] = idempotency_key(ctx);
+    }
+    return req;
+}
+
+int jobs_submit(context& ctx) {
+    std::string problem;
+    if (ctx.has.has("--payload-file") == ctx.has.has("--payload")) {
+        return ctx.usage("give exactly one of --payload-file and --payload");
+    }
+    std::string payload = ctx.opt.payload_text;
+    if (ctx.has.has("--payload-file")) {
+        auto bytes = read_file(ctx.opt.payload_file, problem);
+        if (!bytes) {
+            return ctx.usage(problem);
+        }
+        payload = std::move(*bytes);
+    }
+    int rc = exit_ok;
+    auto p = submit_target(ctx, rc);
+    if (!p) {
+        return rc;
+    }
+    (*p)["payload"] = qrt::client::base64_encode(payload);
+    return ctx.call_and_show("jobs.submit", *p, [&](const json& r) { show_reservation(ctx, r); });
+}
+
+constexpr command_help jobs_status_help{
+    "a job's (reservation's) state",
+    "  qrtctl jobs status 42\n  qrtctl jobs status 42 --json | jq -r .state\n"};
+
+int jobs_status(context& ctx) { return call_on_job(ctx, "jobs.status"); }
+
+constexpr command_help jobs_result_help{
+    "a finished job's result",
+    "  qrtctl jobs result 42\n  qrtctl jobs result 42 --output result.bin\n"
+    "  qrtctl jobs result 42 --output - | xxd\n"};
+
+void jobs_result_options(CLI::App& app, options& o, given& g) {
+    job_option(app, o, g);
+    g.add("--output", app.add_option("--output,-o", o.output,
+                                        "write the decoded result here ('-': stdout)"));
+}
+
+// Writes the decoded result to --output; nullopt when the caller goes on.
+std::optional<int> write_result(context& ctx, const json& res) {
+    auto bytes = qrt::client::base64_decode(res.value("result", std::string()));
+    if (!bytes) {
+        return ctx.fail("jobs.result", call_error{0, EPROTO, "protocol_error",
+                                                  "the result is not valid base64", nullptr});
+    }
+    if (ctx.opt.output == "-") {
+        ctx.out().write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+        ctx.out().flush();
+        return exit_ok;
+    }
+    std::ofstream f(ctx.opt.output, std::ios::binary | std::ios::trunc);
+    f.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    f.close();
+    if (!f) {
+        return ctx.usage("cannot write " + ctx.opt.output + ": " + std::strerror(errno));
+    }
+    return std::nullopt;
+}
+
+int jobs_result(context& ctx) {
+    int rc = exit_ok;
+    auto res = ctx.call("jobs.result", json{{"job_id", ctx.opt.job}}, rc);
+    if (!res) {
+        return rc;
+    }
+    if (ctx.has.has("--output")) {
+        if (auto done = write_result(ctx, *res)) {
+            return *done;
+        }
+    }
+    if (ctx.opt.json) {
+        ctx.print_json(*res);
+    } else if (ctx.opt.output != "-") {
+        ctx.out() << render_fields(*res, result_fields);
+    }
+    return exit_ok;
+}
+
+constexpr command_help jobs_cancel_help{"cancel a committed job before dispatch",
+                                        "  qrtctl jobs cancel 42\n"};
+
+int jobs_cancel(context& ctx) { return call_on_job(ctx, "jobs.cancel"); }
+
+// ---- events
+
+constexpr command_help events_help{
+    "subscribe to events: reservation displaced/expired, calibration changed, job "
+    "dispatched/finished",
+    "  qrtctl events --follow                      stream until interrupted\n"
+    "  qrtctl events --follow --topic job.finished --count 1\n"
+    "  qrtctl events --for 10s --json              JSON lines for 10 s\n"};
+
+void events_options(CLI::App& app, options& o, given& g) {
+    app.add_option("--topic", o.topics, "only this event type (repeatable)");
+    app.add_flag("--follow,-f", o.follow, "keep printing events until interrupted");
+    g.add("--count", app.add_option("--count,-n", o.count, "stop after this many events")
+                         ->check(CLI::PositiveNumber));
+    g.add("--for", app.add_option("--for", o.for_duration,
+                                     "without --follow: wait this long (default 1s)"));
+}
+
+// Prints the events that come on c until --count, or --for ends (never with
+// --follow).
+int print_events(context& ctx, connection& c, std::int64_t window_ns) {
+    const auto stop_at = std::chrono::steady_clock::now() + std::chrono::nanoseconds(window_ns);
+    std::int64_t seen = 0;
+    for (;;) {
+        if (ctx.has.has("--count") && seen >= ctx.opt.count) {
+            return exit_ok;
+        }
+        auto wait = std::chrono::milliseconds(-1);
+        if (!ctx.opt.follow) {
+            wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                stop_at - std::chrono::steady_clock::now());
+            if (wait.count() <= 0) {
+                return exit_ok;
+            }
+        }
+        auto ev = c.next_notification(wait);
+        if (auto* e = std::get_if<call_error>(&ev)) {
+            return ctx.fail("events", *e);
+        }
+        auto& got = std::get<0>(ev);
+        if (!got) {
+            continue;  // the window ended: checked at the top
+        }
+        ++seen;
+        if (ctx.opt.json) {
+            ctx.print_json(*got);
+        } else {
+            ctx.out() << event_line(*got) << '\n';
+        }
+        ctx.out().flush();
+    }
+}
+
+int events(context& ctx) {
+    auto window = parse_duration_ns(ctx.opt.for_duration);
+    if (!window.value) {
+        return ctx.usage("--for " + window.error);
+    }
+    json params = json::object();
+    if (!ctx.opt.topics.empty()) {
+        params["topics"] = ctx.opt.topics;
+    }
+    int rc = exit_ok;
+    auto sub = ctx.call("events.subscribe", params, rc);
+    if (!sub) {
+        return rc;
+    }
+    // The subscription first (JSON: its own line), so a script knows events
+    // from here on will be seen.
+    if (ctx.opt.json) {
+        ctx.print_json(*sub);
+    } else {
+        ctx.out() << "subscribed (" << show(sub->value("scope", json()), shown_as::text)
+                  << "): " << show(sub->value("topics", json()), shown_as::list) << '\n';
+    }
+    ctx.out().flush();
+    return print_events(ctx, *ctx.conn(rc), *window.value);
+}
+
+// ---- telemetry, metrics
+
+constexpr command_help telemetry_help{
+    "histograms, counters and gauges (telemetry.snapshot)",
+    "  qrtctl telemetry\n  qrtctl telemetry --prefix qrt_rpc_ --json\n"};
+
+void telemetry_options(CLI::App& app, options& o, given& g) {
+    g.add("--prefix",
+          app.add_option("--prefix", o.prefix, "only metrics whose name starts so"));
+}
+
+int telemetry(context& ctx) {
+    static constexpr std::array<column, 3> metric_cols{
+        {{"NAME", "name"}, {"LABELS", "labels"}, {"VALUE", "value"}}};
+    static constexpr std::array<column, 7> hist_cols{{{"NAME", "name"},
+                                                      {"LABELS", "labels"},
+                                                      {"COUNT", "count"},
+                                                      {"P50", "p50_ns", shown_as::duration},
+                                                      {"P99", "p99_ns", shown_as::duration},
+                                                      {"P99.9", "p999_ns", shown_as::duration},
+                                                      {"MAX", "max_ns", shown_as::duration}}};
+    json p = json::object();
+    if (ctx.has.has("--prefix")) {
+        p["prefix"] = ctx.opt.prefix;
+    }
+    return ctx.call_and_show("telemetry.snapshot", p, [&](const json& r) {
+        json metrics = json::array();
+        for (const char* kind : {"counters", "gauges"}) {
+            for (const auto& m : r.value(kind, json::array())) {
+                metrics.push_back(m);
+            }
+        }
+        ctx.out() << make_table(metrics, metric_cols).render();
+        const json& h = r.value("histograms", json::array());
+        if (!h.empty()) {
+            ctx.out() << '\n' << make_table(h, hist_cols).render();
+        }
+    });
+}
+
+constexpr command_help metrics_help{
+    "Prometheus text exposition",
+    "  qrtctl metrics\n  qrtctl metrics | grep qrt_rpc_requests_total\n"};
+
+int metrics(context& ctx) {
+    return ctx.call_and_show("metrics", json::object(),
+                             [&](const json& r) { ctx.out() << r.value("text", std::string()); });
+}
+
+// ---- health
+
+constexpr command_help health_help{
+    "exit 0 when the agent answers and reports itself healthy; otherwise print why and "
+    "exit non-zero (Slurm HealthCheckProgram, Kubernetes probes)",
+    "  qrtctl health                 readiness: agent.status must report health ok\n"
+    "  qrtctl health --liveness      liveness: the agent answers agent.hello\n"
+    "  qrtctl health --timeout 1s --socket /run/qrtd/qrtd.sock\n"};
+
+void health_options(CLI::App& app, options& o, given&) {
+    app.add_flag("--liveness", o.liveness, "only check that the agent answers (not its health)");
+}
+
+int health(context& ctx) {
+    int rc = exit_ok;
+    auto hello = ctx.call("agent.hello", json{{"client", "qrtctl health"}}, rc);
+    if (!hello) {
+        return rc;
+    }
+    json verdict{{"healthy", true},
+                 {"agent_version", hello->value("agent_version", json())},
+                 {"reasons", json::array()}};
+    if (!ctx.opt.liveness) {
+        auto st = ctx.call("agent.status", json::object(), rc);
+        if (!st) {
+            return rc;
+        }
+        auto [ok, reasons] = judge_health(*st);
+        verdict["healthy"] = ok;
+        verdict["reasons"] = reasons;
+        if (st->contains("health")) {
+            verdict["health"] = (*st)["health"];
+        }
+    }
+    const bool ok = verdict["healthy"].get<bool>();
+    if (ctx.opt.json) {
+        ctx.print_json(verdict);
+    } else if (ok) {
+        ctx.out() << "ok: qrtd " << show(verdict["agent_version"], shown_as::text)
+                  << (ctx.opt.liveness ? " answers" : " is healthy") << '\n';
+    } else {
+        std::string why;
+        for (const auto& r : verdict["reasons"]) {
+            why += (why.empty() ? "" : "; ") + r.get<std::string>();
+        }
+        ctx.out() << "degraded: " << why << '\n';
+        ctx.err() << "qrtctl: health: degraded: " << why << '\n';
+    }
+    return ok ? exit_ok : qrt::client::exit_code_for(qrt::client::local_reason::degraded);
+}
+
+// ---- raw, exit-codes
+
+constexpr command_help raw_help{
+    "call any method with JSON params (or send one raw line)",
+    "  qrtctl raw agent.hello\n"
+    "  qrtctl raw slots.query '{\"duration_ns\":2000000,\"qpus\":[\"qpu0\"]}'\n"
+    "  qrtctl raw --line '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"metrics\"}'\n"};
+
+void raw_options(CLI::App& app, options& o, given& g) {
+    g.add("method", app.add_option("method", o.raw_method, "method name"));
+    g.add("params", app.add_option("params", o.raw_params, "params as a JSON object"));
+    g.add("--line", app.add_option("--line", o.raw_line,
+                                      "send this line verbatim and print the reply line"));
+}
+
+// raw --line: the line as given, the reply line as it came.
+int raw_line(context& ctx) {
+    if (ctx.has.has("method")) {
+        return ctx.usage("--line does not go with METHOD");
+    }
+    int rc = exit_ok;
+    connection* c = ctx.conn(rc);
+    if (c == nullptr) {
+        return rc;
+    }
+    auto r = c->raw_line(ctx.opt.raw_line);
+    if (auto* e = std::get_if<call_error>(&r)) {
+        return ctx.fail("raw", *e);
+    }
+    ctx.out() << std::get<0>(r) << '\n';
+    // The reply's own reason decides the exit status.
+    json reply = json::parse(std::get<0>(r), nullptr, false);
+    if (reply.is_object() && reply.contains("error")) {
+        auto rr = qrt::client::reply_from_object(reply);
+        return qrt::client::exit_code_for(rr.error().reason);
+    }
+    return exit_ok;
+}
+
+int raw(context& ctx) {
+    if (ctx.has.has("--line")) {
+        return raw_line(ctx);
+    }
+    if (!ctx.has.has("method")) {
+        return ctx.usage("raw needs a METHOD (or --line)");
+    }
+    json params = json::object();
+    if (ctx.has.has("params")) {
+        params = json::parse(ctx.opt.raw_params, nullptr, false);
+        if (params.is_discarded()) {
+            return ctx.usage("params '" + ctx.opt.raw_params + "' is not JSON");
+        }
+    }
+    return ctx.call_and_show(ctx.opt.raw_method, params, [&](const json& r) {
+        ctx.out() << r.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    });
+}
+
+constexpr command_help exit_codes_help{"the exit status for each error reason",
+                                       "  qrtctl exit-codes\n  qrtctl exit-codes --json\n"};
+
+int exit_codes(context& ctx) {
+    if (!ctx.opt.json) {
+        ctx.out() << exit_table_text();
+        return exit_ok;
+    }
+    json rows = json::array();
+    for (const auto& r : exit_table()) {
+        rows.push_back({{"exit_code", r.exit_code}, {"reason", r.reason}, {"meaning", r.meaning}});
+    }
+    ctx.print_json(rows);
+    return exit_ok;
+}
+
+// ---- the table: one row a command, in --help order
+
+// clang-format off
+constexpr std::array<command, 19> command_table{{
+    {"agent",       "hello",     agent_hello_help,        no_options,                 agent_hello},
+    {"agent",       "status",    agent_status_help,       no_options,                 agent_status},
+    {"qpus",        "list",      qpus_list_help,          no_options,                 qpus_list},
+    {"calibration", "get",       calibration_get_help,    calibration_get_options,    calibration_get},
+    {"calibration", "update",    calibration_update_help, calibration_update_options, calibration_update},
+    {"slots",       "query",     slots_query_help,        slots_query_options,        slots_query},
+    {"slots",       "reserve",   slots_reserve_help,      slots_reserve_options,      slots_reserve},
+    {"slots",       "heartbeat", slots_heartbeat_help,    held_reservation_options,   slots_heartbeat},
+    {"slots",       "release",   slots_release_help,      held_reservation_options,   slots_release},
+    {"jobs",        "submit",    jobs_submit_help,        jobs_submit_options,        jobs_submit},
+    {"jobs",        "status",    jobs_status_help,        job_option,                 jobs_status},
+    {"jobs",        "result",    jobs_result_help,        jobs_result_options,        jobs_result},
+    {"jobs",        "cancel",    jobs_cancel_help,        job_option,                 jobs_cancel},
+    {"",            "events",    events_help,             events_options,             events},
+    {"",            "telemetry", telemetry_help,          telemetry_options,          telemetry},
+    {"",            "metrics",   metrics_help,            no_options,                 metrics},
+    {"",            "health",    health_help,             health_options,             health},
+    {"",            "raw",       raw_help,                raw_options,                raw},
+    {"",            "exit-codes", exit_codes_help,        no_options,                 exit_codes},
+}};
+// clang-format on
 
 constexpr std::string_view main_description =
     "qrtctl - control and query qrtd, the QPU host agent, over its UNIX socket\n";
@@ -1264,7 +1357,7 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
     app.add_option("--connect-timeout", opt.connect_timeout, "connect timeout (default 2s)");
     app.set_version_flag("--version", "qrtctl " QRTCTL_VERSION);
 
-    const auto cmds = commands();
+    const auto& cmds = command_table;
     std::map<std::string, CLI::App*, std::less<>> groups;
     const std::map<std::string_view, std::string_view> group_summary{
         {"agent", "the agent itself: hello, status"},
@@ -1287,8 +1380,8 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
             }
             parent = it->second;
         }
-        CLI::App* sub = parent->add_subcommand(std::string(c.name), std::string(c.summary));
-        sub->footer("EXAMPLES\n" + std::string(c.examples));
+        CLI::App* sub = parent->add_subcommand(std::string(c.name), std::string(c.help.summary));
+        sub->footer("EXAMPLES\n" + std::string(c.help.examples));
         sub->fallthrough();
         c.setup(*sub, opt, has);
         sub->callback([&chosen, &c] { chosen = &c; });
@@ -1297,7 +1390,7 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
         std::string ex;
         for (const auto& c : cmds) {
             if (c.group == name) {
-                ex += c.examples;
+                ex += c.help.examples;
             }
         }
         g->footer("EXAMPLES\n" + ex);
@@ -1328,7 +1421,7 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
         return *bad;
     }
     try {
-        return chosen->run(ctx);
+        return chosen->handle(ctx);
     } catch (const std::exception& e) {
         // Only a bug gets here (json type errors on an unexpected reply).
         err << "qrtctl: " << chosen->name << ": " << e.what() << '\n';

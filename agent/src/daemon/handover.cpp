@@ -221,10 +221,11 @@ void services::publish_plan(qpu_runtime& q, std::int64_t now_ns) {
         e.payload = r.payload;
         if (r.start_ns + q.tolerance_ns >= now_ns) {  // else the pump reports it missed
             if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
-                e.refuse = fmt::format("calibration_changed: no calibration window holds start {}", r.start_ns);
+                e.refuse = fmt::format("{}: no calibration window holds start {}",
+                                       dispatch::outcome::calibration_changed, r.start_ns);
             } else if (w->calibration_id != r.calibration_id) {
-                e.refuse = fmt::format("calibration_changed: placed in calibration {}, the window at start is {}",
-                                       r.calibration_id, w->calibration_id);
+                e.refuse = fmt::format("{}: placed in calibration {}, the window at start is {}",
+                                       dispatch::outcome::calibration_changed, r.calibration_id, w->calibration_id);
             } else {
                 j.window_start_ns = w->valid_from_ns;
                 j.window_end_ns = w->valid_until_ns;

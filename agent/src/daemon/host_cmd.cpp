@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
+#include <variant>
 
 #include "qrt/log.hpp"
 #include "qrt/slurm_plan.hpp"
@@ -344,6 +345,42 @@ rtcore::result<std::optional<rtcore::journal_dir>> open_journal_dir_read_only(co
     return std::optional<rtcore::journal_dir>(std::move(*d));
 }
 
+namespace {
+
+// The host seam for a command: writes only recorded in a dry run.
+rtcore::host_fs host_fs_for(const host_context& ctx) {
+    return rtcore::host_fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run : rtcore::host_fs::mode::real);
+}
+
+// The journal directory of restore and verify, never created: none when
+// nothing was ever applied here; checked read-only first, then (not in a dry
+// run) opened again and locked for `holder`.
+rtcore::result<std::optional<rtcore::journal_dir>> existing_journal_dir(const host_context& ctx,
+                                                                        const std::string& holder) {
+    auto ro = open_journal_dir_read_only(ctx);
+    if (!ro || !*ro || ctx.dry_run) {
+        return ro;
+    }
+    ro->reset();
+    auto d = open_journal_dir(ctx, holder, false);
+    if (!d) {
+        return std::move(d).err();
+    }
+    return std::optional<rtcore::journal_dir>(std::move(*d));
+}
+
+// verify with nothing applied: a failure, except for the re-pin timer.
+exit_code not_applied(const host_context& ctx) {
+    if (ctx.repin) {
+        log::info("host", "not applied: no journal in {}; nothing to re-pin", ctx.journal_dir.string());
+        return exit_code::ok;
+    }
+    log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
+    return exit_code::failure;
+}
+
+}  // namespace
+
 rtcore::result<state_dir_lock> lock_state_dir(const std::filesystem::path& state_dir) {
     rtcore::locked_dir_options o;
     o.what = "state directory";
@@ -476,9 +513,17 @@ std::vector<std::string> last_restore_lines(const rtcore::journal_dir& dir) {
 
 // ---- the commands ---------------------------------------------------------
 
-exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& out) {
-    // Planning reads only: a dry-run host_fs makes sure of it.
-    rtcore::host_fs fs(ctx.root, rtcore::host_fs::mode::dry_run);
+namespace {
+
+struct planned_host {
+    rtcore::topology topo;
+    rtcore::partition_plan plan;
+};
+
+// The host's topology and the plan made on it; a failure is logged and
+// becomes the command's exit status.
+std::variant<planned_host, exit_code> plan_host(const config& cfg, const host_context& ctx,
+                                                const rtcore::host_fs& fs) {
     std::string note;
     auto topo = load_topology(ctx, fs, &note);
     if (!topo) {
@@ -491,14 +536,27 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     if (!plan) {
         return fail("plan", plan.err());
     }
+    return planned_host{std::move(*topo), std::move(*plan)};
+}
+
+}  // namespace
+
+exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& out) {
+    // Planning reads only: a dry-run host_fs makes sure of it.
+    rtcore::host_fs fs(ctx.root, rtcore::host_fs::mode::dry_run);
+    auto planned = plan_host(cfg, ctx, fs);
+    if (auto* failed = std::get_if<exit_code>(&planned)) {
+        return *failed;
+    }
+    auto& [topo, plan] = std::get<planned_host>(planned);
     if (ctx.slurm) {
         slurm_plan_options so;
         so.node_name = short_hostname();
-        const auto sp = plan_slurm(*topo, *plan, cfg, so);
+        const auto sp = plan_slurm(topo, plan, cfg, so);
         out << (ctx.json ? to_json(sp).dump(2) + "\n" : format_slurm_plan(sp));
         return exit_code::ok;
     }
-    const auto kernel = rtcore::probe_kernel(fs, plan->isolated);
+    const auto kernel = rtcore::probe_kernel(fs, plan.isolated);
     // The runtime knobs, before -> after, as apply would set them (read only:
     // the fs is a dry run and the journal lives in memory).
     json knobs_json = nullptr;
@@ -506,7 +564,7 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     {
         rtcore::real_task_ops tasks;
         auto journal = rtcore::restore_journal::open_dry_run(fs, nullptr, rtcore::restore_allow_list::for_host(fs));
-        auto knobs = journal ? rtcore::apply_knobs(fs, tasks, *journal, plan->isolated, plan->housekeeping,
+        auto knobs = journal ? rtcore::apply_knobs(fs, tasks, *journal, plan.isolated, plan.housekeeping,
                                                    apply_options_for(cfg).knobs)
                              : rtcore::result<rtcore::knob_report>(journal.err());
         if (knobs) {
@@ -520,8 +578,8 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     // would reach their CPUs (read-only).
     const auto iso = rtcore::preview_isolation(fs, nullptr, apply_options_for(cfg, &fs).isolation);
     if (ctx.json) {
-        out << json{{"topology", topo->source()},
-                    {"plan", to_json(*plan)},
+        out << json{{"topology", topo.source()},
+                    {"plan", to_json(plan)},
                     {"kernel", to_json(kernel)},
                     {"knobs", std::move(knobs_json)},
                     {"isolation",
@@ -529,9 +587,9 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
                    .dump(2)
             << '\n';
     } else {
-        out << "topology: " << topo->source() << '\n'
-            << topo->describe() << '\n'
-            << rtcore::format_plan(*plan) << '\n';
+        out << "topology: " << topo.source() << '\n'
+            << topo.describe() << '\n'
+            << rtcore::format_plan(plan) << '\n';
         const std::string report = rtcore::format_kernel_report(kernel);
         out << report << (report.empty() || report.back() == '\n' ? "" : "\n");
         out << "runtime knobs (host.runtime_knobs; before -> after as apply sets them):\n";
@@ -544,20 +602,12 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
 }
 
 exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& out) {
-    rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
-                                             : rtcore::host_fs::mode::real);
-    std::string note;
-    auto topo = load_topology(ctx, fs, &note);
-    if (!topo) {
-        return fail("topology", topo.err());
+    rtcore::host_fs fs = host_fs_for(ctx);
+    auto planned = plan_host(cfg, ctx, fs);
+    if (auto* failed = std::get_if<exit_code>(&planned)) {
+        return *failed;
     }
-    if (!note.empty()) {
-        log::info("topology", "{}", note);
-    }
-    auto plan = plan_for(cfg, *topo);
-    if (!plan) {
-        return fail("plan", plan.err());
-    }
+    auto& [topo, plan] = std::get<planned_host>(planned);
     // The journal directory: created (root:root 0700) when missing, checked,
     // and locked; a dry run only reads it, when it exists.
     std::optional<rtcore::journal_dir> dir;
@@ -577,8 +627,8 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
     rtcore::real_task_ops tasks;
     auto opts = apply_options_for(cfg, &fs);
     opts.by = rtcore::rec::applier::host_apply;
-    auto rep = rtcore::host_partition::apply(fs, tasks, dir ? &*dir : nullptr, plan->isolated,
-                                             plan->housekeeping, opts);
+    auto rep = rtcore::host_partition::apply(fs, tasks, dir ? &*dir : nullptr, plan.isolated,
+                                             plan.housekeeping, opts);
     if (!rep) {
         return fail("host", rep.err());
     }
@@ -590,7 +640,7 @@ exit_code host_apply(const config& cfg, const host_context& ctx, std::ostream& o
                                                                  rtcore::rec::to_string(rep->journal_by)));
     }
     if (ctx.json) {
-        out << json{{"plan", to_json(*plan)}, {"apply", to_json(*rep)}}.dump(2) << '\n';
+        out << json{{"plan", to_json(plan)}, {"apply", to_json(*rep)}}.dump(2) << '\n';
     } else {
         print_lines(out, rep->lines);
         if (rep->dry_run) {
@@ -635,27 +685,14 @@ void warn_legacy_journal(const host_context& ctx) {
 }  // namespace
 
 exit_code host_restore(const host_context& ctx, std::ostream& out) {
-    rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
-                                             : rtcore::host_fs::mode::real);
+    rtcore::host_fs fs = host_fs_for(ctx);
     warn_legacy_journal(ctx);
     // Never created here: no directory means nothing was ever applied.
-    std::optional<rtcore::journal_dir> dir;
-    {
-        auto ro = open_journal_dir_read_only(ctx);
-        if (!ro) {
-            return fail("host", ro.err());
-        }
-        if (*ro && !ctx.dry_run) {
-            ro->reset();
-            auto d = open_journal_dir(ctx, "qrtd host restore", false);
-            if (!d) {
-                return fail("host", d.err());
-            }
-            dir.emplace(std::move(*d));
-        } else if (*ro) {
-            dir = std::move(*ro);
-        }
+    auto opened = existing_journal_dir(ctx, "qrtd host restore");
+    if (!opened) {
+        return fail("host", opened.err());
     }
+    std::optional<rtcore::journal_dir>& dir = *opened;
     if (!dir) {
         // Never applied here (apply creates the directory).
         if (ctx.json) {
@@ -737,37 +774,19 @@ exit_code host_restore(const host_context& ctx, std::ostream& out) {
 }
 
 exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& out) {
-    rtcore::host_fs fs(ctx.root, ctx.dry_run ? rtcore::host_fs::mode::dry_run
-                                             : rtcore::host_fs::mode::real);
-    std::optional<rtcore::journal_dir> dir;
-    {
-        auto ro = open_journal_dir_read_only(ctx);
-        if (!ro) {
-            return fail("host", ro.err());
-        }
-        if (*ro && !ctx.dry_run) {
-            ro->reset();
-            auto d = open_journal_dir(ctx, "qrtd host verify", false);
-            if (!d) {
-                return fail("host", d.err());
-            }
-            dir.emplace(std::move(*d));
-        } else if (*ro) {
-            dir = std::move(*ro);
-        }
+    rtcore::host_fs fs = host_fs_for(ctx);
+    auto opened = existing_journal_dir(ctx, "qrtd host verify");
+    if (!opened) {
+        return fail("host", opened.err());
     }
+    std::optional<rtcore::journal_dir>& dir = *opened;
     if (!dir) {
         if (ctx.json) {
             out << json{{"applied", false}, {"clean", false}}.dump(2) << '\n';
         } else {
             out << "verify: no journal directory " << ctx.journal_dir.string() << ": the partition is not applied\n";
         }
-        if (ctx.repin) {
-            log::info("host", "not applied: no journal in {}; nothing to re-pin", ctx.journal_dir.string());
-            return exit_code::ok;
-        }
-        log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
-        return exit_code::failure;
+        return not_applied(ctx);
     }
     rtcore::real_task_ops tasks;
     auto rep = rtcore::host_partition::verify(fs, tasks, *dir, apply_options_for(cfg));
@@ -790,12 +809,7 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
         print_lines(out, rep->lines);
     }
     if (!rep->applied) {
-        if (ctx.repin) {
-            log::info("host", "not applied: no journal in {}; nothing to re-pin", ctx.journal_dir.string());
-            return exit_code::ok;
-        }
-        log::warn("host", "not applied: no journal in {}", ctx.journal_dir.string());
-        return exit_code::failure;
+        return not_applied(ctx);
     }
     if (ctx.repin && !ctx.dry_run) {
         // What a re-pin cannot fix: irqbalance moving IRQs back, a lost

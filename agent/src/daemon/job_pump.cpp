@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "qrt/reasons.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt {
@@ -201,8 +202,9 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) {
         r.calibration_id = j.calibration_id;
         if (j.scheduled_ns + j.tolerance_ns < now_rt_ns) {
             r.what = pump_report::kind::refused;
-            r.reason = fmt::format("missed: start {} passed by {} ns before hand-over (tolerance {} ns)",
-                                   j.scheduled_ns, now_rt_ns - j.scheduled_ns, j.tolerance_ns);
+            r.reason = fmt::format("{}: start {} passed by {} ns before hand-over (tolerance {} ns)",
+                                   dispatch::outcome::missed, j.scheduled_ns, now_rt_ns - j.scheduled_ns,
+                                   j.tolerance_ns);
             r.missed_before_handover = true;
         } else if (!e.refuse.empty()) {
             r.what = pump_report::kind::refused;
@@ -211,7 +213,7 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) {
             r.what = pump_report::kind::handed;
         } else {
             r.what = pump_report::kind::refused;
-            r.reason = "dispatch_refused: " + st.err().message;
+            r.reason = fmt::format("{}: {}", dispatch::outcome::dispatch_refused, st.err().message);
             r.dispatch_refused = true;
         }
         l.decided_ids[j.job_id] = decided{j.scheduled_ns, j.calibration_id, r.what == pump_report::kind::handed, false};

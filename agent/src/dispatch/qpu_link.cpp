@@ -29,10 +29,10 @@ endpoint_address parse_or_throw(const std::string& uri) {
 
 const char* reason_for_qpu_error(std::uint16_t status) {
     switch (status) {
-    case QRT_WIRE_ERR_OUT_OF_WINDOW: return "qpu_out_of_window";
-    case QRT_WIRE_ERR_CALIBRATION: return "qpu_calibration_mismatch";
-    case QRT_WIRE_ERR_BUSY: return "qpu_busy";
-    default: return "qpu_error";
+    case QRT_WIRE_ERR_OUT_OF_WINDOW: return outcome::qpu_out_of_window.data();
+    case QRT_WIRE_ERR_CALIBRATION: return outcome::qpu_calibration_mismatch.data();
+    case QRT_WIRE_ERR_BUSY: return outcome::qpu_busy.data();
+    default: return outcome::qpu_error.data();
     }
 }
 
@@ -96,7 +96,7 @@ void qpu_link::stop() {
         ids.push_back(id);
     }
     for (auto id : ids) {
-        finish(id, job_state::failed, "cancelled", "dispatcher stopped before the job finished");
+        finish(id, job_state::failed, std::string(outcome::cancelled), "dispatcher stopped before the job finished");
     }
 }
 
@@ -154,7 +154,7 @@ void qpu_link::try_connect() {
         _state = conn_state::connecting;
         auto st = _loop.add_fd(_fd.get(), EPOLLOUT, [this](std::uint32_t) { on_connect_writable(); });
         if (!st) {
-            drop_connection("endpoint_down", st.err().message);
+            drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
         _fd_watched = true;
@@ -165,7 +165,7 @@ void qpu_link::try_connect() {
 
 void qpu_link::on_connect_writable() {
     if (auto st = finish_connect(_fd.get(), _addr); !st) {
-        drop_connection("endpoint_down", st.err().message);
+        drop_connection(std::string(outcome::endpoint_down), st.err().message);
         return;
     }
     _loop.remove_fd(_fd.get());
@@ -181,7 +181,7 @@ void qpu_link::send_hello() {
         // (O_NONBLOCK makes io_uring return -EAGAIN instead of waiting in
         // the kernel); this side reads with MSG_DONTWAIT.
         if (auto st = set_nonblocking(fd, false); !st) {
-            drop_connection("endpoint_down", st.err().message);
+            drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
     } else if (_write_only) {
@@ -189,7 +189,7 @@ void qpu_link::send_hello() {
         // O_NONBLOCK; a write the reader's side cannot take at T fails with
         // -EAGAIN then (send_failed), never goes out late.
         if (auto st = set_nonblocking(fd, true); !st) {
-            drop_connection("endpoint_down", st.err().message);
+            drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
     }
@@ -201,7 +201,7 @@ void qpu_link::send_hello() {
                 // write-only; no HELLO and no results.
                 _write_only = true;
             } else {
-                drop_connection("endpoint_down", st.err().message);
+                drop_connection(std::string(outcome::endpoint_down), st.err().message);
                 return;
             }
         } else {
@@ -210,7 +210,7 @@ void qpu_link::send_hello() {
     }
     if (_write_only) {
         if (auto up = _dispatcher.set_endpoint_fd(fd); !up) {
-            drop_connection("endpoint_down", up.err().message);
+            drop_connection(std::string(outcome::endpoint_down), up.err().message);
             return;
         }
         _state = conn_state::up;
@@ -228,14 +228,14 @@ void qpu_link::send_hello() {
                           ? ::write(fd, hello.data(), hello.size())
                           : ::send(fd, hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(hello.size())) {
-        drop_connection("endpoint_down", std::string("send HELLO to ") + _addr.uri + ": " +
+        drop_connection(std::string(outcome::endpoint_down), std::string("send HELLO to ") + _addr.uri + ": " +
                                              (n < 0 ? std::strerror(errno) : "short write"));
         return;
     }
     auto t = _loop.add_timer(_cfg.hello_timeout, std::chrono::nanoseconds{0}, [this] {
         _hello_timer.reset();
         if (_state == conn_state::hello) {
-            drop_connection("endpoint_down", "no HELLO from " + _addr.uri + " within " +
+            drop_connection(std::string(outcome::endpoint_down), "no HELLO from " + _addr.uri + " within " +
                                                  std::to_string(_cfg.hello_timeout.count()) + " ms");
         }
     });
@@ -258,7 +258,7 @@ void qpu_link::on_readable(std::uint32_t events) {
             n = ::recv(_fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
         }
         if (n == 0) {
-            drop_connection("endpoint_disconnected", _addr.uri + " closed the connection");
+            drop_connection(std::string(outcome::endpoint_disconnected), _addr.uri + " closed the connection");
             return;
         }
         if (n < 0) {
@@ -268,7 +268,7 @@ void qpu_link::on_readable(std::uint32_t events) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 break;
             }
-            drop_connection("endpoint_disconnected", std::string("read ") + _addr.uri + ": " + std::strerror(errno));
+            drop_connection(std::string(outcome::endpoint_disconnected), std::string("read ") + _addr.uri + ": " + std::strerror(errno));
             return;
         }
         _reader.feed({buf, static_cast<std::size_t>(n)});
@@ -280,13 +280,13 @@ void qpu_link::on_readable(std::uint32_t events) {
         }
         if (_reader.error() != wire::decode_status::ok) {
             ++_counters.endpoint_protocol_errors;
-            drop_connection("endpoint_protocol_error",
+            drop_connection(std::string(outcome::endpoint_protocol_error),
                             std::string("bad frame from ") + _addr.uri + ": " + wire::to_string(_reader.error()));
             return;
         }
     }
     if ((events & (EPOLLHUP | EPOLLERR)) != 0 && _state != conn_state::idle) {
-        drop_connection("endpoint_disconnected", _addr.uri + " hung up");
+        drop_connection(std::string(outcome::endpoint_disconnected), _addr.uri + " hung up");
     }
 }
 
@@ -295,7 +295,7 @@ void qpu_link::handle_frame(wire::frame&& f) {
     if (_state == conn_state::hello) {
         if (type != wire::frame_type::hello) {
             ++_counters.endpoint_protocol_errors;
-            drop_connection("endpoint_protocol_error",
+            drop_connection(std::string(outcome::endpoint_protocol_error),
                             std::string("expected HELLO from ") + _addr.uri + ", got " + wire::to_string(type));
             return;
         }
@@ -304,7 +304,7 @@ void qpu_link::handle_frame(wire::frame&& f) {
             _hello_timer.reset();
         }
         if (auto st = _dispatcher.set_endpoint_fd(_fd.get()); !st) {
-            drop_connection("endpoint_down", st.err().message);
+            drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
         _state = conn_state::up;
@@ -323,12 +323,12 @@ void qpu_link::handle_frame(wire::frame&& f) {
     }
     if (type == wire::frame_type::job) {
         ++_counters.endpoint_protocol_errors;
-        drop_connection("endpoint_protocol_error", _addr.uri + " sent a JOB frame");
+        drop_connection(std::string(outcome::endpoint_protocol_error), _addr.uri + " sent a JOB frame");
         return;
     }
     if (type == wire::frame_type::error && f.hdr.job_id == 0) {
         ++_counters.endpoint_protocol_errors;
-        drop_connection("endpoint_protocol_error",
+        drop_connection(std::string(outcome::endpoint_protocol_error),
                         _addr.uri + " reported a protocol error: " + std::string(f.payload_text()));
         return;
     }
@@ -513,24 +513,24 @@ void qpu_link::on_record(const dispatch_record& r) {
     }
     case dispatch_status::missed:
         ++_counters.missed;
-        finish(r.job_id, job_state::missed, "missed",
+        finish(r.job_id, job_state::missed, std::string(outcome::missed),
                "start passed by " + std::to_string(r.lateness_ns) + " ns, more than the tolerance of " +
                    std::to_string(p.job.tolerance_ns) + " ns; not sent");
         return;
     case dispatch_status::calibration_changed:
         ++_counters.calibration_changed;
-        finish(r.job_id, job_state::failed, "calibration_changed",
+        finish(r.job_id, job_state::failed, std::string(outcome::calibration_changed),
                "calibration_id " + std::to_string(p.job.calibration_id) + " is no longer current (" +
                    std::to_string(_dispatcher.calibration_id()) + "); not sent");
         return;
     case dispatch_status::out_of_window:
         ++_counters.out_of_window;
-        finish(r.job_id, job_state::failed, "out_of_window",
+        finish(r.job_id, job_state::failed, std::string(outcome::out_of_window),
                "sending at T+" + std::to_string(r.lateness_ns) + " ns would not end inside the window; not sent");
         return;
     case dispatch_status::endpoint_down:
         ++_counters.endpoint_down;
-        finish(r.job_id, job_state::failed, "endpoint_down",
+        finish(r.job_id, job_state::failed, std::string(outcome::endpoint_down),
                "endpoint " + _addr.uri + " was not connected at T" +
                    (_last_error.empty() ? std::string() : " (" + _last_error + ")") + "; not sent");
         return;
@@ -558,16 +558,16 @@ void qpu_link::on_record(const dispatch_record& r) {
         } else {
             detail = "io_uring write: short write of " + std::to_string(r.io_result) + " bytes";
         }
-        finish(r.job_id, job_state::failed, "send_failed", detail);
+        finish(r.job_id, job_state::failed, std::string(outcome::send_failed), detail);
         // Drop the connection only when the failed write went to the current
         // one (a write to a connection dropped since then fails with EPIPE).
         if (!stream_intact && _state == conn_state::up && r.deadline_ns + r.lateness_ns > _last_drop_mono_ns) {
-            drop_connection("send_failed", detail);  // the stream may be out of sync
+            drop_connection(std::string(outcome::send_failed), detail);  // the stream may be out of sync
         }
         return;
     }
     case dispatch_status::cancelled:
-        finish(r.job_id, job_state::failed, "cancelled", "withdrawn, or the dispatcher stopped, before T; not sent");
+        finish(r.job_id, job_state::failed, std::string(outcome::cancelled), "withdrawn, or the dispatcher stopped, before T; not sent");
         return;
     }
 }
@@ -586,13 +586,13 @@ void qpu_link::expire_timeouts() {
     for (auto id : expired) {
         ++_counters.endpoint_timeouts;
         ++_consecutive_timeouts;
-        finish(id, job_state::failed, "endpoint_timeout",
+        finish(id, job_state::failed, std::string(outcome::endpoint_timeout),
                "no RESULT from " + _addr.uri + " within " + std::to_string(_cfg.result_timeout_ns / 1'000'000) +
                    " ms after the job's end");
     }
     if (_cfg.stall_timeouts != 0 && _consecutive_timeouts >= _cfg.stall_timeouts && _state == conn_state::up) {
         _consecutive_timeouts = 0;
-        drop_connection("endpoint_stalled", _addr.uri + " answered none of the last " +
+        drop_connection(std::string(outcome::endpoint_stalled), _addr.uri + " answered none of the last " +
                                                 std::to_string(_cfg.stall_timeouts) + " jobs");
     }
 }

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace rtcore {
 
@@ -58,6 +59,24 @@ struct histogram_summary {
     std::int64_t p99_ns = 0;
     std::int64_t p999_ns = 0;
 };
+
+// Calls f(name, field) for every field of a summary, with the name it has in
+// every report and on the wire (telemetry.snapshot, qrt-jitter-report's
+// JSON): the one list of them.  S is histogram_summary, const to write it
+// out, mutable to read it in (pass a type derived from it as its base).
+template <typename S, typename F>
+constexpr void for_each_summary_field(S& s, F&& f) {
+    static_assert(std::is_same_v<std::remove_const_t<S>, histogram_summary>);
+    f("count", s.count);
+    f("min_ns", s.min_ns);
+    f("max_ns", s.max_ns);
+    f("mean_ns", s.mean_ns);
+    f("stddev_ns", s.stddev_ns);
+    f("p50_ns", s.p50_ns);
+    f("p95_ns", s.p95_ns);
+    f("p99_ns", s.p99_ns);
+    f("p999_ns", s.p999_ns);
+}
 
 class log_linear_histogram {
 public:

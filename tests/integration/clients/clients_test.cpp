@@ -22,13 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "process.hpp"
+#include "qrt_test/process.hpp"
+#include "qrt_test/rpc_client.hpp"
 #include "qrt/client.h"
 #include "qrt/rpc/errors.hpp"
 
 namespace {
 
 using json = nlohmann::json;
+namespace reason = qrt::rpc::reason;
 using qrt::testing::background;
 using qrt::testing::ran;
 using qrt::testing::run_options;
@@ -172,8 +174,8 @@ TEST_F(clients, qrtctl_reserve_heartbeat_submit_status_cancel_round_trip) {
     // The same key for another request is refused, not silently reused.
     auto [dup, d] = qrtctl_json({"slots", "reserve", "--duration", "2ms", "--qpu", "qpu0",
                                  "--not-before", later, "--idempotency-key", k});
-    EXPECT_EQ(d["error"]["reason"], "duplicate") << dup.out;
-    EXPECT_EQ(dup.exit_code, exit_for("duplicate"));
+    EXPECT_EQ(d["error"]["reason"], std::string(reason::duplicate)) << dup.out;
+    EXPECT_EQ(dup.exit_code, exit_for(reason::duplicate));
 
     auto [hb, h] = qrtctl_json({"slots", "heartbeat", "-r", id, "-t", token});
     ASSERT_EQ(hb.exit_code, 0) << hb.err;
@@ -261,24 +263,20 @@ TEST_F(clients, qrtctl_a_wrong_fencing_token_is_refused_with_its_reason) {
     const auto bad = std::to_string(r["fencing_token"].get<std::uint64_t>() + 1000);
     auto [rel, e] = qrtctl_json({"slots", "release", "-r", id, "-t", bad});
     ASSERT_TRUE(e.contains("error")) << rel.out;
-    EXPECT_EQ(e["error"]["reason"], "bad_fencing_token");
-    EXPECT_EQ(rel.exit_code, exit_for("bad_fencing_token"));
+    EXPECT_EQ(e["error"]["reason"], std::string(reason::bad_fencing_token));
+    EXPECT_EQ(rel.exit_code, exit_for(reason::bad_fencing_token));
 }
 
 namespace {
 // Whether uid/gid can execute path: a checkout under a 0700 directory (as
 // mktemp -d makes) hides the binaries from every other user.
 bool executable_as(uid_t uid, gid_t gid, const char* path) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) {
-            ::_exit(2);
-        }
-        ::_exit(::access(path, X_OK) == 0 ? 0 : 1);
-    }
-    int status = 0;
-    return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-           WEXITSTATUS(status) == 0;
+    return qrt::testing::run_in_child([&](std::string&) {
+               if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) {
+                   return 2;
+               }
+               return ::access(path, X_OK) == 0 ? 0 : 1;
+           }).exit_code == 0;
 }
 }  // namespace
 
@@ -297,8 +295,8 @@ TEST_F(clients, qrtctl_a_reader_may_query_but_not_reserve) {
     EXPECT_EQ(q.exit_code, 0) << q.err;
     auto [r, rj] = qrtctl_json({"slots", "reserve", "--duration", "1ms", "-k", key("ro")}, o);
     ASSERT_TRUE(rj.contains("error")) << r.out << r.err;
-    EXPECT_EQ(rj["error"]["reason"], "permission_denied");
-    EXPECT_EQ(r.exit_code, exit_for("permission_denied"));
+    EXPECT_EQ(rj["error"]["reason"], std::string(reason::permission_denied));
+    EXPECT_EQ(r.exit_code, exit_for(reason::permission_denied));
 }
 
 TEST_F(clients, qrtctl_calibration_update_opens_a_window_that_query_then_uses) {
@@ -354,10 +352,10 @@ TEST_F(clients, qrtctl_metrics_and_telemetry_show_the_servers_counters) {
 
 TEST_F(clients, qrtctl_raw_line_reports_malformed_input_with_parse_error) {
     const ran r = qrtctl({"raw", "--line", "{\"jsonrpc\":\"2.0\",\"id\":1,"});
-    EXPECT_EQ(r.exit_code, exit_for("parse_error")) << r.out << r.err;
+    EXPECT_EQ(r.exit_code, exit_for(reason::parse_error)) << r.out << r.err;
     const json reply = json::parse(r.out, nullptr, false);
     ASSERT_FALSE(reply.is_discarded()) << r.out;
-    EXPECT_EQ(reply["error"]["data"]["reason"], "parse_error");
+    EXPECT_EQ(reply["error"]["data"]["reason"], std::string(reason::parse_error));
 }
 
 TEST_F(clients, qrtctl_health_is_ok_on_a_healthy_agent) {
@@ -390,33 +388,9 @@ TEST_F(clients, qrtctl_health_fails_on_a_degraded_or_missing_agent_with_the_reas
     std::filesystem::remove_all(d);
 }
 
-// A socket that accepts connections (the kernel's backlog) but never
-// answers: a hung agent.
-class silent_socket {
-public:
-    explicit silent_socket(std::string path) : _path(std::move(path)) {
-        _fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", _path.c_str());
-        if (_fd < 0 || ::bind(_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-            ::listen(_fd, 8) != 0) {
-            throw std::runtime_error("silent socket: " + std::string(std::strerror(errno)));
-        }
-    }
-    ~silent_socket() {
-        ::close(_fd);
-        ::unlink(_path.c_str());
-    }
-    const std::string& path() const { return _path; }
-
-private:
-    std::string _path;
-    int _fd = -1;
-};
-
 TEST_F(clients, qrtctl_a_hung_agent_times_out_with_exit_75) {
-    silent_socket hung(*dir + "/hung.sock");
+    // Accepts connections (the kernel's backlog) but never answers: a hung agent.
+    const qrt::testing::unix_socket_file hung(*dir + "/hung.sock", 8);
     const ran r = qrt::testing::run(
         {QRTCTL, "--socket", hung.path(), "--timeout", "300ms", "agent", "hello"});
     EXPECT_EQ(r.exit_code, 75) << r.err;
@@ -442,7 +416,7 @@ TEST_F(clients, c_example_reserves_submits_and_reads_status) {
 TEST_F(clients, c_example_exits_with_the_reason_status_on_no_fit_and_no_agent) {
     const ran nofit = qrt::testing::run({QRT_CLIENT_EXAMPLE, "--socket", sock(), "--qpu",
                                          "no-such-qpu", "--key", key("cbad")});
-    EXPECT_EQ(nofit.exit_code, exit_for("unknown_qpu")) << nofit.err;
+    EXPECT_EQ(nofit.exit_code, exit_for(reason::unknown_qpu)) << nofit.err;
     EXPECT_NE(nofit.err.find("reason unknown_qpu"), std::string::npos) << nofit.err;
     const ran gone = qrt::testing::run({QRT_CLIENT_EXAMPLE, "--socket", *dir + "/none.sock"});
     EXPECT_EQ(gone.exit_code, 69) << gone.err;
@@ -475,11 +449,11 @@ TEST_F(c_abi, an_agent_error_is_eremoteio_with_code_and_reason) {
     const int rc = qrt_call(c, "slots.query", R"({"duration_ns":1000,"qpus":["nope"]})", &out, &err);
     EXPECT_EQ(rc, -EREMOTEIO);
     EXPECT_EQ(out, nullptr);
-    EXPECT_STREQ(err.reason, "unknown_qpu");
-    EXPECT_EQ(err.code, qrt::rpc::code_for_reason("unknown_qpu"));
+    EXPECT_EQ(std::string_view(err.reason), reason::unknown_qpu);
+    EXPECT_EQ(err.code, qrt::rpc::code_for_reason(reason::unknown_qpu));
     EXPECT_EQ(err.sys_errno, 0);
     EXPECT_NE(std::string(err.message).find("nope"), std::string::npos) << err.message;
-    EXPECT_EQ(qrt_exit_code_for_reason(err.reason), exit_for("unknown_qpu"));
+    EXPECT_EQ(qrt_exit_code_for_reason(err.reason), exit_for(reason::unknown_qpu));
 }
 
 TEST_F(c_abi, bad_arguments_are_einval_and_send_nothing) {
@@ -518,7 +492,7 @@ TEST_F(c_abi, reserve_submit_status_release_through_the_convenience_calls) {
     EXPECT_EQ(hb.reservation_id, r.reservation_id);
 
     EXPECT_EQ(qrt_slots_release(c, r.reservation_id, r.fencing_token + 99, &err), -EREMOTEIO);
-    EXPECT_STREQ(err.reason, "bad_fencing_token");
+    EXPECT_EQ(std::string_view(err.reason), reason::bad_fencing_token);
 
     const unsigned char payload[] = {0, 1, 2, 255, 254};
     qrt_reservation job{};
@@ -587,7 +561,7 @@ TEST_F(c_abi, a_job_without_a_result_is_not_ready_and_nothing_is_returned) {
     void* bytes = reinterpret_cast<void*>(0x1);
     std::size_t n = 99;
     EXPECT_EQ(qrt_jobs_result(c, r.reservation_id, &bytes, &n, nullptr, &err), -EREMOTEIO);
-    EXPECT_STREQ(err.reason, "not_ready");
+    EXPECT_EQ(std::string_view(err.reason), reason::not_ready);
     EXPECT_EQ(bytes, nullptr);
     EXPECT_EQ(n, 0U);
     EXPECT_EQ(qrt_jobs_result(c, r.reservation_id, nullptr, &n, nullptr, &err), -EINVAL);
@@ -641,7 +615,7 @@ TEST_F(c_abi, events_arrive_through_next_event_in_order) {
 }
 
 TEST_F(clients, c_abi_a_hung_agent_is_etimedout_after_the_set_timeout) {
-    silent_socket hung(*dir + "/hung-c.sock");
+    const qrt::testing::unix_socket_file hung(*dir + "/hung-c.sock", 8);
     qrt_client* c = nullptr;
     qrt_error err;
     ASSERT_EQ(qrt_connect(hung.path().c_str(), &c, &err), 0) << err.message;

@@ -241,8 +241,12 @@ protected:
         return rr;
     }
 
-    static std::map<std::string, std::size_t> reasons(const run_result& rr) {
-        std::map<std::string, std::size_t> m;
+    static std::size_t count_of(const std::map<std::string, std::size_t, std::less<>>& by, std::string_view r) {
+        const auto it = by.find(r);
+        return it == by.end() ? 0u : it->second;
+    }
+    static std::map<std::string, std::size_t, std::less<>> reasons(const run_result& rr) {
+        std::map<std::string, std::size_t, std::less<>> m;
         for (const auto& [id, o] : rr.outcomes) {
             ++m[o.reason];
         }
@@ -259,7 +263,7 @@ protected:
 
     // Every job reached a terminal state with a reason; no arrival outside its
     // window at the QPU; only `allowed` failure reasons.
-    void expect_terminal_and_clean(const run_result& rr, const std::set<std::string>& allowed) {
+    void expect_terminal_and_clean(const run_result& rr, const std::set<std::string_view>& allowed) {
         ASSERT_EQ(rr.outcomes.size(), job_count) << describe(rr);
         EXPECT_EQ(rr.pending_left, 0u);
         for (const auto& [id, o] : rr.outcomes) {
@@ -269,7 +273,7 @@ protected:
                 EXPECT_FALSE(o.result.empty()) << "job " << id << " completed without result data";
                 EXPECT_NE(o.arrival_ns, 0);
             } else {
-                EXPECT_TRUE(allowed.count(o.reason) != 0 || o.reason == "missed")
+                EXPECT_TRUE(allowed.count(o.reason) != 0 || o.reason == outcome::missed)
                     << "job " << id << " failed with " << o.reason << ": " << o.detail;
                 EXPECT_FALSE(o.detail.empty()) << "job " << id;
             }
@@ -318,7 +322,7 @@ TEST_P(dispatch_submit_modes, five_hundred_jobs_all_complete_and_none_arrives_ou
     expect_terminal_and_clean(rr, {});
     const auto by = reasons(rr);
     // Without faults, on time and tuned: every job completes with its result.
-    EXPECT_EQ(by.count("ok") ? by.at("ok") : 0u, job_count) << describe(rr);
+    EXPECT_EQ(count_of(by, "ok"), job_count) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.completed, job_count) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.missed, 0u) << describe(rr);
     EXPECT_EQ(rr.sim["jobs"].get<std::uint64_t>(), job_count) << describe(rr);
@@ -337,11 +341,11 @@ INSTANTIATE_TEST_SUITE_P(submit, dispatch_submit_modes,
 
 TEST_F(dispatch_with_qpu_sim, stalled_results_time_out_only_the_stalled_jobs) {
     const run_result rr = run({"--stall-every", "100", "--stall-ms", "1500"});
-    expect_terminal_and_clean(rr, {"endpoint_timeout"});
+    expect_terminal_and_clean(rr, {outcome::endpoint_timeout});
     const auto by = reasons(rr);
     const auto stalled = rr.sim["faults"]["stalled"].get<std::size_t>();
     EXPECT_GE(stalled, 4u) << describe(rr);
-    EXPECT_EQ(by.count("endpoint_timeout") ? by.at("endpoint_timeout") : 0u, stalled) << describe(rr);
+    EXPECT_EQ(count_of(by, outcome::endpoint_timeout), stalled) << describe(rr);
     EXPECT_TRUE(rr.endpoint_up_at_end);
 }
 
@@ -350,17 +354,17 @@ TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_re
     // Affected: the job that hit the disconnect, any job already written to
     // the dead connection before the agent saw EOF (disconnected, or
     // send_failed with EPIPE), and the jobs due while reconnecting.
-    expect_terminal_and_clean(rr, {"endpoint_disconnected", "endpoint_down", "send_failed"});
+    expect_terminal_and_clean(rr, {outcome::endpoint_disconnected, outcome::endpoint_down, outcome::send_failed});
     const auto by = reasons(rr);
     const auto faults = rr.sim["faults"]["disconnects"].get<std::size_t>();
     EXPECT_GE(faults, 4u) << describe(rr);
-    const std::size_t lost = (by.count("endpoint_disconnected") ? by.at("endpoint_disconnected") : 0u) +
-                             (by.count("send_failed") ? by.at("send_failed") : 0u);
+    const std::size_t lost = count_of(by, outcome::endpoint_disconnected) +
+                             count_of(by, outcome::send_failed);
     EXPECT_GE(lost, faults) << describe(rr);
     EXPECT_LE(lost, faults * 3) << describe(rr);
     // Jobs due while reconnecting fail endpoint_down; the rest complete.
-    EXPECT_LT(by.count("endpoint_down") ? by.at("endpoint_down") : 0u, faults * 40) << describe(rr);
-    EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+    EXPECT_LT(count_of(by, outcome::endpoint_down), faults * 40) << describe(rr);
+    EXPECT_GT(count_of(by, "ok"), job_count / 2) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.reconnects, faults);
     EXPECT_EQ(rr.sim["connections"].get<std::size_t>(), faults + 1);
 }
@@ -369,15 +373,15 @@ TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link
     const run_result rr = run({"--garbage-every", "100"});
     // Affected: the job answered with garbage, a job already on the wire when
     // the agent dropped the connection, and the jobs due while reconnecting.
-    expect_terminal_and_clean(rr, {"endpoint_protocol_error", "endpoint_down", "send_failed"});
+    expect_terminal_and_clean(rr, {outcome::endpoint_protocol_error, outcome::endpoint_down, outcome::send_failed});
     const auto by = reasons(rr);
     const auto faults = rr.sim["faults"]["garbage"].get<std::size_t>();
     EXPECT_GE(faults, 4u) << describe(rr);
-    const std::size_t broken = by.count("endpoint_protocol_error") ? by.at("endpoint_protocol_error") : 0u;
+    const std::size_t broken = count_of(by, outcome::endpoint_protocol_error);
     EXPECT_GE(broken, faults) << describe(rr);
     EXPECT_LE(broken, faults * 3) << describe(rr);
     EXPECT_EQ(rr.telemetry.counters.endpoint_protocol_errors, faults);
-    EXPECT_GT(by.count("ok") ? by.at("ok") : 0u, job_count / 2) << describe(rr);
+    EXPECT_GT(count_of(by, "ok"), job_count / 2) << describe(rr);
 }
 
 TEST_F(dispatch_with_qpu_sim, a_qpu_that_stops_reading_fails_the_jobs_at_t_and_keeps_the_connection) {
@@ -391,7 +395,7 @@ TEST_F(dispatch_with_qpu_sim, a_qpu_that_stops_reading_fails_the_jobs_at_t_and_k
     ASSERT_EQ(rr.outcomes.size(), job_count) << describe(rr);
     std::size_t refused = 0;
     for (const auto& [id, o] : rr.outcomes) {
-        if (o.reason == "send_failed") {
+        if (o.reason == outcome::send_failed) {
             EXPECT_NE(o.detail.find("could not take the frame at T"), std::string::npos) << o.detail;
             ++refused;
         }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "qrt_test/process.hpp"
 
 namespace fs = std::filesystem;
 
@@ -42,29 +45,10 @@ struct run_result {
 
 // Runs a shell command line; stdout and stderr are kept apart.
 run_result run(const std::string& cmd) {
-    char tmpl[] = "/tmp/qrt-cli-err-XXXXXX";
-    const int fd = ::mkstemp(tmpl);
-    if (fd >= 0) {
-        ::close(fd);
-    }
-    run_result r;
-    FILE* p = ::popen((cmd + " 2>" + tmpl).c_str(), "r");
-    if (p == nullptr) {
-        return r;
-    }
-    std::array<char, 4096> buf{};
-    std::size_t n = 0;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) {
-        r.out.append(buf.data(), n);
-    }
-    const int st = ::pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    std::ifstream e(tmpl);
-    std::ostringstream s;
-    s << e.rdbuf();
-    r.err = s.str();
-    ::unlink(tmpl);
-    return r;
+    qrt::testing::run_options o;
+    o.timeout = std::chrono::minutes(5);
+    auto r = qrt::testing::run_shell(cmd, o);
+    return {r.exit_code, std::move(r.out), std::move(r.err)};
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
@@ -1128,15 +1112,10 @@ TEST_F(real_host, a_restart_racing_the_restore_helper_after_kill_9_leaves_the_ho
     }
 }
 
-// #10: later daemons trusted a journal whose partition had drifted (IRQs back
-// on every CPU) and said "already applied".  Now qrtd run checks it against
-// the host and re-pins, even when `qrtd host apply` owns it.
-TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
-    const auto before = snapshot_host();
-    const std::string cfg = config("root");
-    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
-    ASSERT_EQ(a.status, 0) << a.err;
-    // Drift: every IRQ apply moved goes back to its old value.
+// Drift made by hand: every IRQ affinity that differs from `before` (what
+// apply moved) is written back to its value there.  The paths where the
+// kernel took it.
+std::vector<std::string> write_irqs_back(const std::map<std::string, std::string>& before) {
     std::vector<std::string> moved;
     for (const auto& [path, value] : before) {
         if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
@@ -1149,6 +1128,19 @@ TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_a
             }
         }
     }
+    return moved;
+}
+
+// #10: later daemons trusted a journal whose partition had drifted (IRQs back
+// on every CPU) and said "already applied".  Now qrtd run checks it against
+// the host and re-pins, even when `qrtd host apply` owns it.
+TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
+    const auto before = snapshot_host();
+    const std::string cfg = config("root");
+    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+    ASSERT_EQ(a.status, 0) << a.err;
+    // Drift: every IRQ apply moved goes back to its old value.
+    const std::vector<std::string> moved = write_irqs_back(before);
     ASSERT_FALSE(moved.empty()) << "no IRQ could be moved back";
     const auto r = run(qrtd + " run --duration-s 1 -c " + cfg + dirs());
     EXPECT_EQ(r.status, 0) << r.err;
@@ -1172,18 +1164,7 @@ TEST_F(real_host, one_run_of_the_repin_helper_re_pins_a_drifted_irq_and_restore_
     const std::string cfg = config("root");
     const auto a = run(qrtd + " host apply -c " + cfg + dirs());
     ASSERT_EQ(a.status, 0) << a.err;
-    std::vector<std::string> moved;
-    for (const auto& [path, value] : before) {
-        if (path.rfind("/proc/irq/", 0) == 0 && path != "/proc/irq/default_smp_affinity" &&
-            read_file(path) != value) {
-            std::ofstream f(path);
-            f << value;
-            f.close();
-            if (read_file(path) == value) {
-                moved.push_back(path);
-            }
-        }
-    }
+    const std::vector<std::string> moved = write_irqs_back(before);
     if (moved.empty()) {
         (void)run(qrtd + " host restore" + dirs());
         GTEST_SKIP() << "no IRQ whose affinity can be written back onto the isolated CPU here";
@@ -1293,6 +1274,44 @@ protected:
         if (!fs::exists("/sys/fs/cgroup/cpuset/cpuset.cpus")) {
             GTEST_SKIP() << "no cgroup v1 cpuset at /sys/fs/cgroup/cpuset (cgroup v2 is tested on the vmhost guest)";
         }
+        // User qrtd and group qrt as the package makes them, able to run the
+        // build's qrtd; then the host as it was before the test.
+        _user.emplace();
+        if (!_user->why_not().empty()) {
+            GTEST_SKIP() << _user->why_not();
+        }
+        if (const auto why = _user->cannot_run(qrtd); !why.empty()) {
+            GTEST_SKIP() << why;
+        }
+        _before = snapshot_host();
+    }
+    void TearDown() override {
+        _user.reset();  // before the host is put back, as at the end of a test
+        real_host::TearDown();
+    }
+    const deployed_user& user() const { return *_user; }
+    // `qrtd host apply` with cfg, which must succeed.
+    void apply(const std::string& cfg) const {
+        const auto a = run(qrtd + " host apply -c " + cfg + dirs());
+        ASSERT_EQ(a.status, 0) << a.err << a.out;
+    }
+    // `qrtd host restore`, then the host must be as it was before the test.
+    void restore_and_expect_the_host_as_before() const {
+        const auto r = run(qrtd + " host restore" + dirs());
+        EXPECT_EQ(r.status, 0) << r.err << r.out;
+        expect_same_host(_before, "after host restore");
+    }
+    // SIGTERM, and the daemon must exit 0.
+    static void stop_cleanly(background& d) {
+        const int rc = d.stop(SIGTERM);
+        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+    }
+    // The daemon exits by itself, refusing with exit status 3; its log.
+    static std::string refused_with_3(background& d) {
+        const int rc = d.stop(0);  // waits for it to exit by itself
+        const std::string log = d.log();
+        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 3) << log;
+        return log;
     }
     // config(user) with lines added to [dispatch].
     std::string config_with(const std::string& user, const std::string& dispatch_lines) const {
@@ -1325,17 +1344,12 @@ protected:
         }
         return argv;
     }
+
+    std::optional<deployed_user> _user;
+    std::map<std::string, std::string> _before;
 };
 
 TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_its_isolated_cpu_in_the_isolated_cpuset) {
-    deployed_user user;
-    if (!user.why_not().empty()) {
-        GTEST_SKIP() << user.why_not();
-    }
-    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
-        GTEST_SKIP() << why;
-    }
-    const auto before = snapshot_host();
     // cpu_dma_latency = false: /dev/cpu_dma_latency is root's here (the
     // package's tmpfiles.d gives group qrt access).
     const auto cfg = config_with("qrtd", "require_rt = \"always\"\ncpu_dma_latency = false");
@@ -1344,7 +1358,7 @@ TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_it
     const std::string log = d.log();
     expect_dispatch_thread_on_isolated_cpu(d.pid(), log);
     EXPECT_NE(log.find("isolation: handed /sys/fs/cgroup/cpuset/qrt-isolated/tasks to qrtd (uid " +
-                       std::to_string(user.uid())),
+                       std::to_string(user().uid())),
               std::string::npos)
         << log;
     EXPECT_NE(log.find("dispatch threads: each writes its TID into /sys/fs/cgroup/cpuset/qrt-isolated/tasks"),
@@ -1352,12 +1366,11 @@ TEST_F(dispatch_placement, run_as_root_puts_the_dispatch_thread_sched_fifo_on_it
         << log;
     struct stat st {};
     ASSERT_EQ(::stat("/sys/fs/cgroup/cpuset/qrt-isolated/tasks", &st), 0);
-    EXPECT_EQ(st.st_uid, user.uid());
+    EXPECT_EQ(st.st_uid, user().uid());
     ASSERT_EQ(::stat("/sys/fs/cgroup/cpuset/qrt-isolated/cpuset.cpus", &st), 0);
     EXPECT_EQ(st.st_uid, 0U) << "only the tasks file is handed over";
-    const int rc = d.stop(SIGTERM);
-    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
-    expect_same_host(before, "after SIGTERM");
+    stop_cleanly(d);
+    expect_same_host(_before, "after SIGTERM");
 }
 
 // The kernel refuses an SQPOLL poller on a CPU outside its creator's cpuset
@@ -1380,15 +1393,7 @@ TEST_F(dispatch_placement, with_a_v1_partition_sqpoll_submission_gets_its_poller
 }
 
 TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the_isolated_cpu) {
-    deployed_user user;
-    if (!user.why_not().empty()) {
-        GTEST_SKIP() << user.why_not();
-    }
-    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
-        GTEST_SKIP() << why;
-    }
-    const auto before = snapshot_host();
-    hand_dirs_to(user);
+    hand_dirs_to(user());
     // dispatch.require_rt stays "auto": INVOCATION_ID makes it "always".
     const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
     const auto a = run(qrtd + " host apply -c " + cfg + dirs());
@@ -1404,27 +1409,16 @@ TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the
             << log;
         EXPECT_EQ(status_field(d.pid(), "CapEff"), "000000c000804000");
         expect_dispatch_thread_on_isolated_cpu(d.pid(), log);
-        const int rc = d.stop(SIGTERM);
-        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+        stop_cleanly(d);
     }
-    const auto r = run(qrtd + " host restore" + dirs());
-    EXPECT_EQ(r.status, 0) << r.err;
-    expect_same_host(before, "after host restore");
+    restore_and_expect_the_host_as_before();
 }
 
 // What a cgroup v2 host running RT threads gets (a 6.1 partition cannot hold
 // a service's thread, rtcore/isolation.hpp): the affinity fence.  Forced here
 // on v1, the deployed way: host apply as root, then qrtd run as user qrtd.
 TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_isolated_cpu_alone) {
-    deployed_user user;
-    if (!user.why_not().empty()) {
-        GTEST_SKIP() << user.why_not();
-    }
-    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
-        GTEST_SKIP() << why;
-    }
-    const auto before = snapshot_host();
-    hand_dirs_to(user);
+    hand_dirs_to(user());
     const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
     {
         std::string text = read_file(cfg);
@@ -1433,8 +1427,7 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
         text.replace(text.find(from), from.size(), "isolation = \"fence\"");
         std::ofstream(cfg) << text;
     }
-    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
-    ASSERT_EQ(a.status, 0) << a.err << a.out;
+    ASSERT_NO_FATAL_FAILURE(apply(cfg));
     {
         background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "fence.log");
         ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
@@ -1448,58 +1441,32 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
         EXPECT_EQ(thread_status_field(d.pid(), d.pid(), "Cpus_allowed_list").find(std::to_string(cpu)),
                   std::string::npos)
             << "the main thread may run on the isolated CPU";
-        const int rc = d.stop(SIGTERM);
-        EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << d.log();
+        stop_cleanly(d);
     }
-    const auto r = run(qrtd + " host restore" + dirs());
-    EXPECT_EQ(r.status, 0) << r.err << r.out;
-    expect_same_host(before, "after host restore");
+    restore_and_expect_the_host_as_before();
 }
 
 TEST_F(dispatch_placement, require_rt_refuses_with_exit_3_when_no_partition_makes_the_cpu_isolated) {
-    deployed_user user;
-    if (!user.why_not().empty()) {
-        GTEST_SKIP() << user.why_not();
-    }
-    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
-        GTEST_SKIP() << why;
-    }
-    const auto before = snapshot_host();
-    hand_dirs_to(user);
+    hand_dirs_to(user());
     const auto cfg = config_with("qrtd", "require_rt = \"always\"\ncpu_dma_latency = false");
     background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "refused.log");
-    const int rc = d.stop(0);  // waits for it to exit by itself
-    const std::string log = d.log();
-    ASSERT_TRUE(WIFEXITED(rc)) << log;
-    EXPECT_EQ(WEXITSTATUS(rc), 3) << log;
+    const std::string log = refused_with_3(d);
     EXPECT_NE(log.find("dispatch: qpu qpu0: dispatch.require_rt (dispatch.require_rt = \"always\"): CPU 1 is planned "
                        "as isolated but no partition is applied: run `qrtd host apply` as root"),
               std::string::npos)
         << log;
     EXPECT_NE(log.find("refusing to run degraded (exit status 3)"), std::string::npos) << log;
     EXPECT_EQ(log.find("daemon: running"), std::string::npos) << log;
-    expect_same_host(before, "after the refusal");
+    expect_same_host(_before, "after the refusal");
 }
 
 TEST_F(dispatch_placement, require_rt_refuses_naming_sched_setattr_when_rtprio_is_0_without_cap_sys_nice) {
-    deployed_user user;
-    if (!user.why_not().empty()) {
-        GTEST_SKIP() << user.why_not();
-    }
-    if (const auto why = user.cannot_run(qrtd); !why.empty()) {
-        GTEST_SKIP() << why;
-    }
-    const auto before = snapshot_host();
-    hand_dirs_to(user);
+    hand_dirs_to(user());
     const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
-    const auto a = run(qrtd + " host apply -c " + cfg + dirs());
-    ASSERT_EQ(a.status, 0) << a.err;
+    ASSERT_NO_FATAL_FAILURE(apply(cfg));
     {
         background d(as_unit(cfg, "+ipc_lock", {"/usr/bin/prlimit", "--rtprio=0:0"}), _base->path() / "rtprio.log");
-        const int rc = d.stop(0);
-        const std::string log = d.log();
-        ASSERT_TRUE(WIFEXITED(rc)) << log;
-        EXPECT_EQ(WEXITSTATUS(rc), 3) << log;
+        const std::string log = refused_with_3(d);
         for (const char* s : {"dispatch.require_rt (dispatch.require_rt = \"auto\": started by systemd",
                               "the dispatch thread cannot run SCHED_FIFO on isolated CPU 1: sched_setattr(tid ",
                               "SCHED_FIFO, priority 80, SCHED_FLAG_RESET_ON_FORK): Operation not permitted: needs "
@@ -1509,7 +1476,5 @@ TEST_F(dispatch_placement, require_rt_refuses_naming_sched_setattr_when_rtprio_i
             EXPECT_NE(log.find(s), std::string::npos) << s << "\n" << log;
         }
     }
-    const auto r = run(qrtd + " host restore" + dirs());
-    EXPECT_EQ(r.status, 0) << r.err;
-    expect_same_host(before, "after host restore");
+    restore_and_expect_the_host_as_before();
 }

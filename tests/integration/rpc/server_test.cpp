@@ -36,6 +36,7 @@
 #include "qrt/rpc/server.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
 #include "qrt/timeline/ledger.hpp"
+#include "qrt_test/rpc_client.hpp"
 #include "rtcore/clock.hpp"
 
 using namespace std::chrono_literals;
@@ -47,141 +48,9 @@ namespace {
 
 constexpr std::int64_t s_ns = 1'000'000'000;
 
-// A blocking client with a receive timeout, so a broken server fails the
-// test instead of hanging it.
-class client {
-public:
-    explicit client(const std::string& path, std::chrono::milliseconds timeout = 5000ms) {
-        _fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-        if (::connect(_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-            _connect_errno = errno;
-            ::close(_fd);
-            _fd = -1;
-            return;
-        }
-        set_timeout(timeout);
-    }
-    ~client() {
-        if (_fd >= 0) {
-            ::close(_fd);
-        }
-    }
-    client(const client&) = delete;
-    client& operator=(const client&) = delete;
-
-    bool connected() const { return _fd >= 0; }
-    int fd() const { return _fd; }
-    int connect_errno() const { return _connect_errno; }
-
-    void set_timeout(std::chrono::milliseconds t) {
-        timeval tv{static_cast<time_t>(t.count() / 1000),
-                   static_cast<suseconds_t>((t.count() % 1000) * 1000)};
-        ::setsockopt(_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    }
-
-    // false when the peer is gone.
-    bool send_raw(std::string_view bytes) {
-        std::size_t done = 0;
-        while (done < bytes.size()) {
-            const ssize_t n = ::send(_fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-            if (n < 0) {
-                if (errno == EINTR) {
-                    continue;
-                }
-                return false;
-            }
-            done += static_cast<std::size_t>(n);
-        }
-        return true;
-    }
-
-    // One line (without '\n'); nullopt on EOF, reset or timeout.
-    std::optional<std::string> read_line() {
-        while (true) {
-            const auto nl = _buf.find('\n');
-            if (nl != std::string::npos) {
-                std::string line = _buf.substr(0, nl);
-                _buf.erase(0, nl + 1);
-                return line;
-            }
-            char tmp[65536];
-            const ssize_t n = ::recv(_fd, tmp, sizeof tmp, 0);
-            if (n <= 0) {
-                if (n < 0 && errno == EINTR) {
-                    continue;
-                }
-                _last_errno = n == 0 ? 0 : errno;
-                return std::nullopt;
-            }
-            _buf.append(tmp, static_cast<std::size_t>(n));
-        }
-    }
-    int last_errno() const { return _last_errno; }
-
-    std::optional<json> read_json() {
-        auto l = read_line();
-        if (!l) {
-            return std::nullopt;
-        }
-        return json::parse(*l);
-    }
-
-    json call(const std::string& method, json params = json::object()) {
-        const std::uint64_t id = ++_next_id;
-        json req{{"jsonrpc", "2.0"}, {"method", method}, {"id", id}};
-        if (!params.is_null()) {
-            req["params"] = std::move(params);
-        }
-        EXPECT_TRUE(send_raw(req.dump() + "\n")) << method;
-        // Skip notifications that arrive before the reply.
-        while (true) {
-            auto r = read_json();
-            if (!r) {
-                ADD_FAILURE() << method << ": no reply (errno " << _last_errno << ")";
-                return json{{"error", {{"data", {{"reason", "no_reply"}}}}}};
-            }
-            if (r->contains("method")) {
-                _notifications.push_back(*r);
-                continue;
-            }
-            EXPECT_EQ(r->at("id"), id) << r->dump();
-            return *r;
-        }
-    }
-
-    // Result of a call that must succeed.
-    json ok(const std::string& method, json params = json::object()) {
-        json r = call(method, std::move(params));
-        EXPECT_TRUE(r.contains("result")) << method << " -> " << r.dump();
-        return r.contains("result") ? r.at("result") : json();
-    }
-
-    std::vector<json>& notifications() { return _notifications; }
-
-private:
-    int _fd = -1;
-    int _connect_errno = 0;
-    int _last_errno = 0;
-    std::string _buf;
-    std::uint64_t _next_id = 0;
-    std::vector<json> _notifications;
-};
-
-std::string reason_of(const json& reply) {
-    const auto e = reply.find("error");
-    if (e == reply.end()) {
-        return "";
-    }
-    const auto d = e->find("data");
-    if (d == e->end()) {
-        return "";
-    }
-    const auto r = d->find("reason");
-    return r != d->end() && r->is_string() ? r->get<std::string>() : std::string();
-}
+// The raw JSON-RPC client of the tests (qrt_test/rpc_client.hpp).
+using client = qrt::testing::rpc_client;
+using qrt::testing::reason_of;
 
 // The periodic QPU: cycles of 10 s, the first 1 s of each is calibration.
 constexpr std::int64_t period_ns = 10 * s_ns;
@@ -390,7 +259,7 @@ TEST(rpc_server, every_method_answers_an_admin) {
     EXPECT_EQ(g.at("candidates")[0].at("start_ns"), g.at("candidates")[1].at("start_ns"));
     EXPECT_NE(g.at("candidates")[0].at("qpu"), g.at("candidates")[1].at("qpu"));
     gq["gang_size"] = 3;
-    EXPECT_EQ(reason_of(c.call("slots.query", gq)), "invalid_argument");
+    EXPECT_EQ(reason_of(c.call("slots.query", gq)), rpc::reason::invalid_argument);
 
     json req = request_at(start, 1'000'000);
     req["idempotency_key"] = "k1";
@@ -408,7 +277,7 @@ TEST(rpc_server, every_method_answers_an_admin) {
     EXPECT_EQ(sub.at("state"), "committed");
     EXPECT_EQ(sub.at("payload_bytes"), 5);
     EXPECT_EQ(c.ok("jobs.status", {{"job_id", id}}).at("state"), "committed");
-    EXPECT_EQ(reason_of(c.call("jobs.result", {{"job_id", id}})), "not_ready");
+    EXPECT_EQ(reason_of(c.call("jobs.result", {{"job_id", id}})), rpc::reason::not_ready);
     EXPECT_EQ(c.ok("jobs.cancel", {{"job_id", id}}).at("state"), "cancelled");
 
     // One-shot place + commit, then the agent dispatches and completes it.
@@ -464,15 +333,8 @@ TEST(rpc_server, the_socket_file_gets_the_configured_mode_and_a_stale_one_is_rep
     ASSERT_FALSE(st2);
     EXPECT_NE(st2.err().message.find(h->socket_path), std::string::npos) << st2.err().message;
     // A stale socket (nobody listening) is replaced.
-    const std::string stale = (h->dir / "stale.sock").string();
-    {
-        const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        std::snprintf(a.sun_path, sizeof a.sun_path, "%s", stale.c_str());
-        ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-        ::close(fd);  // the file stays, nobody listens
-    }
+    const qrt::testing::unix_socket_file stale_file((h->dir / "stale.sock").string());
+    const std::string& stale = stale_file.path();
     so.socket_path = stale;
     rpc::server s3(loop2, eng2, *h->auth, so);
     ASSERT_TRUE(s3.start());
@@ -488,12 +350,8 @@ TEST(rpc_server, a_systemd_socket_is_used_instead_of_binding) {
                      fmt::format("qrt-rpc-activation-{}", ::getpid());
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "activated.sock").string();
-    const int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(::listen(lfd, 16), 0);
+    const qrt::testing::unix_socket_file listener(path, 16);
+    const int lfd = listener.fd();
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -527,7 +385,6 @@ TEST(rpc_server, a_systemd_socket_is_used_instead_of_binding) {
         srv.stop();
         ::_exit(0);
     }
-    ::close(lfd);
     {
         client c(path);
         ASSERT_TRUE(c.connected());
@@ -605,9 +462,9 @@ TEST(rpc_server, each_role_may_call_exactly_its_methods) {
             // its params (or succeeds), never on permissions.
             const json r = c.call(method, json::object());
             if (allowed) {
-                EXPECT_NE(reason_of(r), "permission_denied") << role << " " << method;
+                EXPECT_NE(reason_of(r), rpc::reason::permission_denied) << role << " " << method;
             } else {
-                EXPECT_EQ(reason_of(r), "permission_denied") << role << " " << method << r.dump();
+                EXPECT_EQ(reason_of(r), rpc::reason::permission_denied) << role << " " << method << r.dump();
                 EXPECT_EQ(r.at("error").at("code"), -32000);
                 EXPECT_NE(r.at("error").at("message").get<std::string>().find(method),
                           std::string::npos);
@@ -669,7 +526,7 @@ TEST(rpc_server, a_tenant_never_sees_or_changes_another_tenants_reservation) {
     ASSERT_EQ(reasons.size(), 5U) << (reasons.empty() ? "" : reasons[0]);
     EXPECT_NE(tenant, owner.ok("agent.hello").at("peer").at("tenant"));
     for (std::size_t i = 0; i < 4; ++i) {
-        EXPECT_EQ(reasons[i], "not_owner") << i;
+        EXPECT_EQ(reasons[i], rpc::reason::not_owner) << i;
     }
     EXPECT_EQ(reasons[4], "separate");
     EXPECT_EQ(owner.ok("jobs.status", {{"job_id", id}}).at("state"), "committed");
@@ -715,7 +572,7 @@ TEST(rpc_server, a_retried_reserve_with_the_same_key_returns_the_same_reservatio
     EXPECT_EQ(a.at("fencing_token"), b.at("fencing_token"));
     req["duration_ns"] = 2'000'000;
     req["deadline_ns"] = req["not_before_ns"].get<std::int64_t>() + 2'000'000;
-    EXPECT_EQ(reason_of(again.call("slots.reserve", req)), "duplicate");
+    EXPECT_EQ(reason_of(again.call("slots.reserve", req)), rpc::reason::duplicate);
 }
 
 TEST(rpc_server, an_expired_lease_refuses_heartbeat_and_commit_and_is_announced) {
@@ -729,12 +586,12 @@ TEST(rpc_server, an_expired_lease_refuses_heartbeat_and_commit_and_is_announced)
     h.skew_ns += 2 * s_ns;  // the lease runs out
     const json hb = c.call("slots.heartbeat", {{"reservation_id", r.at("reservation_id")},
                                                {"fencing_token", r.at("fencing_token")}});
-    EXPECT_EQ(reason_of(hb), "lease_expired");
+    EXPECT_EQ(reason_of(hb), rpc::reason::lease_expired);
     EXPECT_EQ(hb.at("error").at("code"), -32004);
     const json sub = c.call("jobs.submit", {{"reservation_id", r.at("reservation_id")},
                                             {"fencing_token", r.at("fencing_token")},
                                             {"payload", ""}});
-    EXPECT_EQ(reason_of(sub), "lease_expired");
+    EXPECT_EQ(reason_of(sub), rpc::reason::lease_expired);
     h.on_loop([&] {
         rpc::ledger_housekeeping(*h.eng, *h.ledger, h.now());
         return 0;
@@ -777,7 +634,7 @@ TEST(rpc_server, pipelined_requests_and_batches_are_answered_in_order) {
     ASSERT_EQ(r->size(), 3U);
     EXPECT_EQ((*r)[0].at("id"), "a");
     EXPECT_EQ((*r)[1].at("id"), "b");
-    EXPECT_EQ(reason_of((*r)[1]), "invalid_params");
+    EXPECT_EQ(reason_of((*r)[1]), rpc::reason::invalid_params);
     EXPECT_EQ((*r)[1].at("error").at("data").at("field"), "duration_ns");
     EXPECT_EQ((*r)[2].at("error").at("code"), -32601);
     ASSERT_TRUE(c.send_raw("[]\n"));
@@ -918,7 +775,7 @@ TEST(rpc_server, a_line_over_the_limit_gets_an_error_then_the_connection_closes)
     c.send_raw(huge);  // may fail part-way once the server closes: that is fine
     const auto r = c.read_json();
     ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(reason_of(*r), "line_too_long");
+    EXPECT_EQ(reason_of(*r), rpc::reason::line_too_long);
     EXPECT_EQ(r->at("error").at("code"), -32600);
     EXPECT_FALSE(c.read_line().has_value()) << "then EOF";
     EXPECT_EQ(side.ok("agent.hello").at("api_version"), 1);
@@ -934,7 +791,7 @@ TEST(rpc_server, a_half_line_that_stalls_is_closed_by_the_idle_timeout) {
     ASSERT_TRUE(c.send_raw(R"({"jsonrpc":"2.0","meth)"));
     const auto r = c.read_json();  // blocks until the server gives up
     ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(reason_of(*r), "idle_timeout");
+    EXPECT_EQ(reason_of(*r), rpc::reason::idle_timeout);
     EXPECT_FALSE(c.read_line().has_value());
     // A quiet subscriber is not idle: it is still served.
     EXPECT_EQ(subscriber.ok("agent.hello").at("api_version"), 1);
@@ -1020,7 +877,7 @@ TEST(rpc_server, a_connection_whose_nss_lookup_times_out_gets_unavailable_and_is
     ASSERT_TRUE(c.send_raw(R"({"jsonrpc":"2.0","method":"agent.hello","id":1})" "\n"));
     const auto r = c.read_json();
     ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(reason_of(*r), "unavailable") << r->dump();
+    EXPECT_EQ(reason_of(*r), rpc::reason::unavailable) << r->dump();
     EXPECT_EQ(r->at("error").at("data").at("cause"), "nss_timeout");
     EXPECT_EQ(r->at("error").at("data").at("uid"), ::getuid());
     EXPECT_NE(r->at("error").at("message").get<std::string>().find("rpc.nss_timeout_ms"),
@@ -1070,7 +927,7 @@ TEST(rpc_server, a_thousand_connections_at_once_hit_the_cap_and_the_server_keeps
         if (r->contains("result")) {
             ++served;
         } else {
-            EXPECT_EQ(reason_of(*r), "overloaded");
+            EXPECT_EQ(reason_of(*r), rpc::reason::overloaded);
             EXPECT_FALSE(f->read_line().has_value()) << "refused connections are closed";
             ++refused;
         }
@@ -1212,7 +1069,7 @@ harness_options two_schedulers(const rpc::tenant_policy& policy) {
 }
 
 std::string quota_of(const json& reply) {
-    if (reason_of(reply) != "quota_exceeded") {
+    if (reason_of(reply) != rpc::reason::quota_exceeded) {
         return "not refused by a quota: " + reply.dump();
     }
     return reply.at("error").at("data").at("quota").get<std::string>();
@@ -1426,7 +1283,7 @@ TEST(rpc_tenants, a_tenant_flooding_the_socket_is_throttled_and_the_others_queri
     const auto tally = [&](const json& r) {
         if (r.contains("result")) {
             ++flood_served;
-        } else if (reason_of(r) == "quota_exceeded" &&
+        } else if (reason_of(r) == rpc::reason::quota_exceeded &&
                    r.at("error").at("data").at("quota") == "requests") {
             ++flood_throttled;
         } else {

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <fstream>
 
-#include "child_process.hpp"
+#include "drop_caps.hpp"
 #include "qrt_bpf/availability.hpp"
 #include "qrt_bpf/probe_set.hpp"
 
@@ -93,26 +93,26 @@ TEST(availability, preflight_names_each_missing_capability) {
     }
     fake_root root(true);
     const rtcore::host_fs fs(root.dir);
-    const auto none = qrt_bpf_test::run_in_child([&fs](std::string& out) {
+    const auto none = qrt::testing::run_in_child([&fs](std::string& out) {
         if (!qrt_bpf_test::drop_caps_except({})) {
             return 3;
         }
         out = preflight(fs).to_string();
         return 0;
     });
-    ASSERT_EQ(none.exit_code, 0) << none.output;
-    EXPECT_EQ(none.output, "unavailable (missing capability CAP_BPF and CAP_PERFMON)");
+    ASSERT_EQ(none.exit_code, 0) << none.reply;
+    EXPECT_EQ(none.reply, "unavailable (missing capability CAP_BPF and CAP_PERFMON)");
 
     if (::geteuid() != 0) {
         GTEST_SKIP() << "needs root to hold CAP_BPF before dropping CAP_PERFMON";
     }
-    const auto bpf_only = qrt_bpf_test::run_in_child([&fs](std::string& out) {
+    const auto bpf_only = qrt::testing::run_in_child([&fs](std::string& out) {
         if (!qrt_bpf_test::drop_caps_except({CAP_BPF})) {
             return 3;
         }
         out = preflight(fs).to_string();
         return 0;
     });
-    ASSERT_EQ(bpf_only.exit_code, 0) << bpf_only.output;
-    EXPECT_EQ(bpf_only.output, "unavailable (missing capability CAP_PERFMON)");
+    ASSERT_EQ(bpf_only.exit_code, 0) << bpf_only.reply;
+    EXPECT_EQ(bpf_only.reply, "unavailable (missing capability CAP_PERFMON)");
 }

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <string>
 
-#include "child_process.hpp"
+#include "drop_caps.hpp"
 #include "qrt_bpf/availability.hpp"
 #include "qrt_bpf/probe_set.hpp"
 
@@ -200,7 +200,7 @@ TEST(capabilities, all_probes_load_and_attach_with_cap_bpf_and_cap_perfmon_alone
         GTEST_SKIP() << "needs root to hand CAP_BPF and CAP_PERFMON to the child";
     }
     for (bool force_raw : {false, true}) {
-        const auto r = qrt_bpf_test::run_in_child([force_raw](std::string& out) {
+        const auto r = qrt::testing::run_in_child([force_raw](std::string& out) {
             if (!qrt_bpf_test::drop_caps_except({CAP_BPF, CAP_PERFMON})) {
                 out = "cap_set_proc failed";
                 return 3;
@@ -224,7 +224,7 @@ TEST(capabilities, all_probes_load_and_attach_with_cap_bpf_and_cap_perfmon_alone
             }
             return set.add_tid(::getpid()).has_value() ? 0 : 2;
         });
-        EXPECT_EQ(r.exit_code, 0) << (force_raw ? "raw_tp: " : "auto: ") << r.output;
+        EXPECT_EQ(r.exit_code, 0) << (force_raw ? "raw_tp: " : "auto: ") << r.reply;
     }
 }
 
@@ -233,7 +233,7 @@ TEST(capabilities, loading_without_cap_perfmon_fails_with_eperm_and_says_which_c
     if (::geteuid() != 0) {
         GTEST_SKIP() << "needs root to hand CAP_BPF to the child";
     }
-    const auto r = qrt_bpf_test::run_in_child([](std::string& out) {
+    const auto r = qrt::testing::run_in_child([](std::string& out) {
         if (!qrt_bpf_test::drop_caps_except({CAP_BPF})) {
             return 3;
         }
@@ -245,6 +245,6 @@ TEST(capabilities, loading_without_cap_perfmon_fails_with_eperm_and_says_which_c
         out = probe.err().message;
         return probe.err().code == EPERM || probe.err().code == EACCES ? 0 : 2;
     });
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("missing capability"), std::string::npos) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << r.reply;
+    EXPECT_NE(r.reply.find("missing capability"), std::string::npos) << r.reply;
 }

@@ -23,6 +23,7 @@
 #include "qrt/dispatch/wire_codec.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/memory_lock.hpp"
+#include "qrt_test/memory_lock.hpp"
 
 using namespace qrt::dispatch;
 namespace wire = qrt::wire;
@@ -680,34 +681,14 @@ TEST_F(dispatcher_fixture, a_withdrawn_job_is_reported_at_once_not_at_its_start)
     EXPECT_TRUE(read_frames().empty());
 }
 
-namespace {
-// Whether mlock() really locks pages in this process: under ThreadSanitizer
-// it is intercepted and locks nothing, so VmLck cannot show what is locked.
-inline bool mlock_really_locks() {
-    const long ps = ::sysconf(_SC_PAGESIZE);
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(ps), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        return false;
-    }
-    const auto before = rtcore::read_process_locked_memory().vm_lck_bytes;
-    bool grew = false;
-    if (::mlock(p, static_cast<std::size_t>(ps)) == 0) {
-        grew = rtcore::read_process_locked_memory().vm_lck_bytes > before;
-        ::munlock(p, static_cast<std::size_t>(ps));
-    }
-    ::munmap(p, static_cast<std::size_t>(ps));
-    return grew;
-}
-}  // namespace
 
 // Issue #14 section 3: a tuned dispatch thread locks its dispatch path (the
 // frame pool, rings, its stack and code) and nothing the process allocates
 // later: 64 MiB of "client buffers" written after it started stay unlocked.
 // Under mlockall(MCL_CURRENT | MCL_FUTURE) VmLck grew by all 64 MiB.
 TEST_F(dispatcher_fixture, a_tuned_thread_locks_its_dispatch_path_and_not_what_is_allocated_later) {
-    if (!mlock_really_locks()) {
-        GTEST_SKIP() << "mlock() locks nothing in this process (ThreadSanitizer intercepts it), so VmLck cannot "
-                        "show what the dispatch path locks";
+    if (!qrt::testing::mlock_really_locks()) {
+        GTEST_SKIP() << qrt::testing::mlock_locks_nothing;
     }
     if (!rtcore::has_capability(CAP_SYS_NICE) || !rtcore::has_capability(CAP_IPC_LOCK)) {
         GTEST_SKIP() << "needs CAP_SYS_NICE and CAP_IPC_LOCK (root) for a tuned dispatch thread";

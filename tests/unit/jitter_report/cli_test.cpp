@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "jitter_report/cli.hpp"
+#include "qrt_test/rpc_client.hpp"
 
 using namespace qrt::jitter;
 namespace fs = std::filesystem;
@@ -102,28 +103,17 @@ TEST_F(cli, a_missing_agent_is_exit_2_naming_the_socket) {
 
 TEST_F(cli, a_stale_socket_is_exit_2) {
     // A socket file nobody listens on: what a crashed daemon leaves.
-    const std::string p = path("stale.sock");
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, p.c_str(), sizeof a.sun_path - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ::close(fd);
+    const qrt::testing::unix_socket_file stale(path("stale.sock"));
+    const std::string& p = stale.path();
     const auto o = run({"--socket", p});
     EXPECT_EQ(o.code, exit_error);
     EXPECT_NE(o.err.find("stale socket " + p + ": nobody is listening"), std::string::npos) << o.err;
 }
 
 TEST_F(cli, an_agent_that_never_answers_is_exit_2) {
-    const std::string p = path("mute.sock");
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, p.c_str(), sizeof a.sun_path - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(::listen(fd, 4), 0);  // accepts (backlog) but never reads
+    const qrt::testing::unix_socket_file mute(path("mute.sock"), 4);  // accepts (backlog), never reads
+    const std::string& p = mute.path();
     const auto o = run({"--socket", p, "--timeout", "200ms"});
-    ::close(fd);
     EXPECT_EQ(o.code, exit_error);
     EXPECT_NE(o.err.find("did not answer telemetry.snapshot within 200 ms"), std::string::npos) << o.err;
 }

@@ -95,7 +95,7 @@ TEST_F(engine_test, invalid_json_and_invalid_utf8_are_parse_errors_with_null_id)
                                    std::string("\xc3\x28"), std::string("nul\x00l", 5)}) {
         const json r = call(line, reader);
         EXPECT_EQ(r.at("error").at("code"), -32700) << line;
-        EXPECT_EQ(reason_of(r), "parse_error");
+        EXPECT_EQ(reason_of(r), reason::parse_error);
         EXPECT_TRUE(r.at("id").is_null());
     }
 }
@@ -122,7 +122,7 @@ TEST_F(engine_test, malformed_requests_are_invalid_requests) {
     for (const char* line : bad) {
         const json r = call(line, reader);
         EXPECT_EQ(r.at("error").at("code"), -32600) << line;
-        EXPECT_EQ(reason_of(r), "invalid_request") << line;
+        EXPECT_EQ(reason_of(r), reason::invalid_request) << line;
     }
     // The id is echoed when it is itself valid.
     EXPECT_EQ(call(R"({"jsonrpc":"1.0","method":"echo","id":5})", reader).at("id"), 5);
@@ -167,12 +167,12 @@ TEST_F(engine_test, empty_batches_are_one_invalid_request_and_all_notification_b
 
 TEST_F(engine_test, limits_refuse_oversized_batches_deep_nesting_and_long_lines) {
     const json big = call(R"([1,2,3,4,5])", reader);
-    EXPECT_EQ(reason_of(big), "batch_too_large");
+    EXPECT_EQ(reason_of(big), reason::batch_too_large);
     const json deep = call(std::string(9, '[') + std::string(9, ']'), reader);
-    EXPECT_EQ(reason_of(deep), "too_deep");
+    EXPECT_EQ(reason_of(deep), reason::too_deep);
     EXPECT_EQ(deep.at("error").at("code"), -32600);
     const json longer = call(std::string(2000, ' ') + "x" + std::string(2000, 'y'), reader);
-    EXPECT_EQ(reason_of(longer), "line_too_long");
+    EXPECT_EQ(reason_of(longer), reason::line_too_long);
 }
 
 TEST_F(engine_test, blank_lines_and_crlf_are_accepted) {
@@ -183,12 +183,12 @@ TEST_F(engine_test, blank_lines_and_crlf_are_accepted) {
 
 TEST_F(engine_test, handler_failures_carry_the_table_code_and_reason) {
     const json r = call(R"({"jsonrpc":"2.0","method":"fails","id":1})", reader);
-    EXPECT_EQ(r.at("error").at("code"), code_for_reason("no_fit"));
-    EXPECT_EQ(reason_of(r), "no_fit");
+    EXPECT_EQ(r.at("error").at("code"), code_for_reason(reason::no_fit));
+    EXPECT_EQ(reason_of(r), reason::no_fit);
     EXPECT_NE(r.at("error").at("message").get<std::string>().find("duration_ns"), std::string::npos);
     const json i = call(R"({"jsonrpc":"2.0","method":"throws","id":2})", reader);
     EXPECT_EQ(i.at("error").at("code"), -32603);
-    EXPECT_EQ(reason_of(i), "internal_error");
+    EXPECT_EQ(reason_of(i), reason::internal_error);
 }
 
 TEST_F(engine_test, role_checks_follow_the_role_matrix) {
@@ -208,7 +208,7 @@ TEST_F(engine_test, role_checks_follow_the_role_matrix) {
         const auto allowed = [&](const char* m) {
             const json rep = call(fmt::format(R"({{"jsonrpc":"2.0","method":"{}","id":1}})", m), s);
             if (rep.contains("error")) {
-                EXPECT_EQ(reason_of(rep), "permission_denied");
+                EXPECT_EQ(reason_of(rep), reason::permission_denied);
                 EXPECT_EQ(rep.at("error").at("code"), -32000);
                 EXPECT_EQ(rep.at("error").at("data").at("method"), m);
                 EXPECT_NE(rep.at("error").at("message").get<std::string>().find(m),
@@ -258,7 +258,7 @@ TEST_F(engine_test, events_reach_subscribers_of_the_tenant_in_order_with_a_seque
     const json bad = call(R"({"jsonrpc":"2.0","method":"events.subscribe","params":{"topics":
                              ["no.such"]},"id":1})",
                           bob);
-    EXPECT_EQ(reason_of(bad), "invalid_params");
+    EXPECT_EQ(reason_of(bad), reason::invalid_params);
 
     eng.publish(event{"job.dispatched", "alice", json{{"job_id", 1}}});
     eng.publish(event{"job.finished", "alice", json{{"job_id", 1}}});
@@ -300,7 +300,7 @@ TEST_F(engine_test, hello_lists_every_method_and_the_callers_allowed_ones) {
     EXPECT_EQ(res.at("peer").at("uid"), 1000);
     // status without a provider is `unavailable`; with one it is the provider's.
     const json st = call(R"({"jsonrpc":"2.0","method":"agent.status","id":2})", reader);
-    EXPECT_EQ(reason_of(st), "unavailable");
+    EXPECT_EQ(reason_of(st), reason::unavailable);
     hooks.status = [] { return json{{"health", "ok"}}; };
     EXPECT_EQ(call(R"({"jsonrpc":"2.0","method":"agent.status","id":3})", reader)
                   .at("result")
@@ -358,5 +358,5 @@ TEST_F(engine_test, directly_written_replies_are_byte_identical_to_nlohmann_seri
     // A raw handler that fails leaves no partial result behind.
     const json bad = call(R"({"jsonrpc":"2.0","method":"agent.hello","params":{"x":1},"id":9})",
                           nobody);
-    EXPECT_EQ(reason_of(bad), "invalid_params");
+    EXPECT_EQ(reason_of(bad), reason::invalid_params);
 }

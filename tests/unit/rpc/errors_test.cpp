@@ -37,6 +37,6 @@ TEST(rpc_errors, unlisted_reasons_get_the_pass_through_code_and_exit_one) {
     EXPECT_EQ(code_for_reason("some_future_reason"), code_unlisted_reason);
     EXPECT_EQ(exit_code_for_reason("some_future_reason"), 1);
     EXPECT_EQ(code_for_reason("permission_denied"), -32000);
-    EXPECT_EQ(default_reason_for_code(code_parse_error), "parse_error");
-    EXPECT_EQ(default_reason_for_code(-32003), "no_fit");
+    EXPECT_EQ(default_reason_for_code(code_parse_error), reason::parse_error);
+    EXPECT_EQ(default_reason_for_code(-32003), reason::no_fit);
 }

@@ -34,7 +34,7 @@ TEST(json_rpc, params_reader_rejects_unknown_members_naming_them) {
     const json p = {{"duration_ns", 5}, {"deadline", 7}};
     const auto f = failure_of([&] { params_reader r(p, {"duration_ns", "deadline_ns"}); });
     EXPECT_EQ(f.code(), code_invalid_params);
-    EXPECT_EQ(f.reason(), "invalid_params");
+    EXPECT_EQ(f.reason(), reason::invalid_params);
     EXPECT_EQ(f.details().at("field"), "deadline");
     EXPECT_NE(f.message().find("deadline_ns"), std::string::npos) << f.message();
 }

@@ -31,7 +31,7 @@ std::string refused_quota(F&& f) {
     try {
         f();
     } catch (const rpc_failure& e) {
-        if (e.reason() != "quota_exceeded") {
+        if (e.reason() != reason::quota_exceeded) {
             return "reason " + e.reason();
         }
         return e.details().at("quota").get<std::string>();

@@ -330,23 +330,9 @@ TEST(host_partition, a_crash_at_any_point_of_apply_is_recovered_by_the_next_rest
             SCOPED_TRACE("killed before mutation " + std::to_string(kill_at) + " of " + std::to_string(total));
             tree_copy t(c.tree);
             const auto before = snapshot(t.root());
-            const pid_t child = ::fork();
-            ASSERT_GE(child, 0);
-            if (child == 0) {
-                rtcore::host_fs fs(t.root());
-                rtcore::fake_task_ops tasks;
-                add_tasks(c, tasks);
-                tasks.before_mutation = [kill_at](unsigned n) {
-                    if (n == kill_at) {
-                        ::kill(::getpid(), SIGKILL);
-                    }
-                };
-                (void)apply_in(t, fs, tasks, c.isolated, c.housekeeping);
-                ::_exit(3);  // not reached
-            }
-            int wstatus = 0;
-            ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
-            ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << "status " << wstatus;
+            const auto crashed = apply_killed_before_mutation(
+                t, [&](rtcore::fake_task_ops& tasks) { add_tasks(c, tasks); }, c.isolated, c.housekeeping, kill_at);
+            ASSERT_EQ(crashed.signal, SIGKILL) << "exit status " << crashed.exit_code;
             ASSERT_TRUE(fs::exists(t.journal()));
 
             rtcore::host_fs fs(t.root());
@@ -366,23 +352,7 @@ TEST(host_partition, a_crash_at_any_point_of_apply_is_recovered_by_the_next_rest
 TEST(host_partition, a_crash_then_reapply_then_restore_gets_back_to_boot_values) {
     tree_copy t("vm2-v1");
     const auto before = snapshot(t.root());
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        rtcore::host_fs fs(t.root());
-        rtcore::fake_task_ops tasks;
-        add_vm2_tasks(tasks);
-        tasks.before_mutation = [](unsigned n) {
-            if (n == 4) {
-                ::kill(::getpid(), SIGKILL);
-            }
-        };
-        (void)apply_in(t, fs, tasks, {1}, {0});
-        ::_exit(3);
-    }
-    int wstatus = 0;
-    ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(wstatus));
+    ASSERT_EQ(apply_killed_before_mutation(t, add_vm2_tasks, {1}, {0}, 4).signal, SIGKILL);
     rtcore::host_fs fs(t.root());
     rtcore::fake_task_ops tasks;
     add_vm2_tasks(tasks);

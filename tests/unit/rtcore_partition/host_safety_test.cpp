@@ -102,23 +102,7 @@ TEST(host_safety, crash_then_reboot_then_apply_then_restore_gets_back_to_this_bo
     tree_copy t("vm2-v1");
     const auto boot_tree = snapshot(t.root());
     const std::string old_id = boot_tree.at("proc/sys/kernel/random/boot_id");
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        rtcore::host_fs fs(t.root());
-        rtcore::fake_task_ops tasks;
-        add_vm2_tasks(tasks);
-        tasks.before_mutation = [](unsigned n) {
-            if (n == 4) {
-                ::kill(::getpid(), SIGKILL);
-            }
-        };
-        (void)apply_in(t, fs, tasks, {1}, {0});
-        ::_exit(3);
-    }
-    int wstatus = 0;
-    ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(wstatus));
+    ASSERT_EQ(apply_killed_before_mutation(t, add_vm2_tasks, {1}, {0}, 4).signal, SIGKILL);
     ASSERT_TRUE(fs::exists(t.journal()));
     // The reboot: every runtime value back at its boot value, a new boot id.
     reboot(t, boot_tree, "99999999-8888-7777-6666-555555555555\n");

@@ -6,15 +6,18 @@
 // for the call (as a command would).
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "qrt_test/process.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/host_partition.hpp"
 #include "rtcore/restore_journal.hpp"
@@ -120,6 +123,26 @@ inline rtcore::result<rtcore::host_partition::apply_report> apply_in(
     const rtcore::cpu_set& housekeeping, const rtcore::host_partition::apply_options& opts = {}) {
     const auto d = t.jd();
     return rtcore::host_partition::apply(fs, tasks, &d, isolated, housekeeping, opts);
+}
+// A crash mid-apply: apply_in in a child (qrt::testing::run_in_child) whose
+// fake tasks come from add_tasks and which SIGKILLs itself just before
+// mutation kill_at.  Returns the child's end (signal SIGKILL when it died
+// there; exit status 3 when apply ran to its end).
+inline qrt::testing::ran apply_killed_before_mutation(
+    const tree_copy& t, const std::function<void(rtcore::fake_task_ops&)>& add_tasks,
+    const rtcore::cpu_set& isolated, const rtcore::cpu_set& housekeeping, unsigned kill_at) {
+    return qrt::testing::run_in_child([&](std::string&) {
+        rtcore::host_fs fs(t.root());
+        rtcore::fake_task_ops tasks;
+        add_tasks(tasks);
+        tasks.before_mutation = [kill_at](unsigned n) {
+            if (n == kill_at) {
+                ::kill(::getpid(), SIGKILL);
+            }
+        };
+        (void)apply_in(t, fs, tasks, isolated, housekeeping);
+        return 3;
+    });
 }
 inline rtcore::result<rtcore::host_partition::restore_report> restore_in(const tree_copy& t, rtcore::host_fs& fs,
                                                                          rtcore::task_ops& tasks) {

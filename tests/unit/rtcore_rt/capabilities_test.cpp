@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "child_process.hpp"
+#include "qrt_test/process.hpp"
 #include "rtcore/capabilities.hpp"
 
-using rtcore_test::run_in_child;
+using qrt::testing::run_in_child;
 
 namespace {
 bool root_with_setpcap() {
@@ -90,8 +90,8 @@ TEST(capabilities, drop_keeps_only_what_is_asked_and_require_names_the_rest) {
         return bad.empty() ? "MSG:" + st.err().message : bad;
     });
     ASSERT_EQ(r.exit_code, 0);
-    ASSERT_EQ(r.output.rfind("MSG:", 0), 0u) << r.output;
-    const std::string msg = r.output.substr(4);
+    ASSERT_EQ(r.reply.rfind("MSG:", 0), 0u) << r.reply;
+    const std::string msg = r.reply.substr(4);
     EXPECT_NE(msg.find("dispatch thread setup needs CAP_IPC_LOCK and CAP_BPF, which this process lacks"),
               std::string::npos)
         << msg;
@@ -120,10 +120,10 @@ TEST(capabilities, drop_refuses_to_keep_a_capability_that_is_not_permitted_and_c
         }
         return bad.empty() ? "MSG:" + second.err().message : bad;
     });
-    ASSERT_EQ(r.output.rfind("MSG:", 0), 0u) << r.output;
-    EXPECT_NE(r.output.find("drop capabilities: cannot keep CAP_SYS_ADMIN: not in the permitted set"),
+    ASSERT_EQ(r.reply.rfind("MSG:", 0), 0u) << r.reply;
+    EXPECT_NE(r.reply.find("drop capabilities: cannot keep CAP_SYS_ADMIN: not in the permitted set"),
               std::string::npos)
-        << r.output;
+        << r.reply;
 }
 
 TEST(capabilities, without_setpcap_the_bounding_set_is_left_and_the_report_says_why) {
@@ -149,5 +149,5 @@ TEST(capabilities, without_setpcap_the_bounding_set_is_left_and_the_report_says_
         }
         return "NOTE:" + second->notes.front();
     });
-    EXPECT_EQ(r.output, "NOTE:bounding set left as is: CAP_SETPCAP is not effective");
+    EXPECT_EQ(r.reply, "NOTE:bounding set left as is: CAP_SETPCAP is not effective");
 }

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "child_process.hpp"
+#include "qrt_test/process.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
 
 namespace fs = std::filesystem;
@@ -109,7 +109,7 @@ TEST(cpu_dma_latency, permission_denied_says_the_device_is_root_only) {
     }
     const auto root = make_tree(true);
     fs::permissions(root / "dev/cpu_dma_latency", fs::perms::owner_read | fs::perms::owner_write);
-    const auto r = rtcore_test::run_in_child([&]() -> std::string {
+    const auto r = qrt::testing::run_in_child([&]() -> std::string {
         if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
             return "setresuid failed";
         }
@@ -117,7 +117,7 @@ TEST(cpu_dma_latency, permission_denied_says_the_device_is_root_only) {
         auto hold = rtcore::cpu_dma_latency_hold::acquire(hfs);
         return hold ? std::string("opened a root-only device") : hold.err().message;
     });
-    EXPECT_EQ(r.output,
+    EXPECT_EQ(r.reply,
               "open /dev/cpu_dma_latency: Permission denied (the device is root-only: run as root, "
               "or give the qrtd user write access with a udev rule)");
     fs::remove_all(root);

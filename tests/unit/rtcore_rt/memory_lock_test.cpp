@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "rtcore/memory_lock.hpp"
+#include "qrt_test/memory_lock.hpp"
 
 namespace {
 
@@ -25,30 +26,10 @@ bool may_lock_pages(std::size_t bytes) {
 
 }  // namespace
 
-namespace {
-// Whether mlock() really locks pages in this process: under ThreadSanitizer
-// it is intercepted and locks nothing, so VmLck cannot show what is locked.
-inline bool mlock_really_locks() {
-    const long ps = ::sysconf(_SC_PAGESIZE);
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(ps), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        return false;
-    }
-    const auto before = rtcore::read_process_locked_memory().vm_lck_bytes;
-    bool grew = false;
-    if (::mlock(p, static_cast<std::size_t>(ps)) == 0) {
-        grew = rtcore::read_process_locked_memory().vm_lck_bytes > before;
-        ::munlock(p, static_cast<std::size_t>(ps));
-    }
-    ::munmap(p, static_cast<std::size_t>(ps));
-    return grew;
-}
-}  // namespace
 
 TEST(memory_lock, a_page_two_regions_share_stays_locked_until_both_let_go) {
-    if (!mlock_really_locks()) {
-        GTEST_SKIP() << "mlock() locks nothing in this process (ThreadSanitizer intercepts it), so VmLck cannot "
-                        "show what the dispatch path locks";
+    if (!qrt::testing::mlock_really_locks()) {
+        GTEST_SKIP() << qrt::testing::mlock_locks_nothing;
     }
     const auto ps = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
     if (!may_lock_pages(3 * ps)) {
@@ -76,9 +57,8 @@ TEST(memory_lock, a_page_two_regions_share_stays_locked_until_both_let_go) {
 }
 
 TEST(memory_lock, the_stack_of_the_calling_thread_is_locked_down_from_below_its_pointer) {
-    if (!mlock_really_locks()) {
-        GTEST_SKIP() << "mlock() locks nothing in this process (ThreadSanitizer intercepts it), so VmLck cannot "
-                        "show what the dispatch path locks";
+    if (!qrt::testing::mlock_really_locks()) {
+        GTEST_SKIP() << qrt::testing::mlock_locks_nothing;
     }
     if (!may_lock_pages(512 * 1024)) {
         GTEST_SKIP() << "RLIMIT_MEMLOCK leaves no room to lock 256 KiB of stack";

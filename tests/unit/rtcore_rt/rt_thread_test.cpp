@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "child_process.hpp"
+#include "qrt_test/process.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/rt_thread.hpp"
 
@@ -415,7 +415,7 @@ TEST(rt_thread, real_eperm_without_capabilities_is_explained) {
     if (::geteuid() != 0 || !rtcore::has_capability(CAP_SETPCAP)) {
         GTEST_SKIP() << "needs root to drop capabilities in a child";
     }
-    const auto r = rtcore_test::run_in_child([]() -> std::string {
+    const auto r = qrt::testing::run_in_child([]() -> std::string {
         const rlimit zero{0, 0};
         if (::setrlimit(RLIMIT_RTPRIO, &zero) != 0 || ::setrlimit(RLIMIT_MEMLOCK, &zero) != 0) {
             return "setrlimit failed";
@@ -439,14 +439,14 @@ TEST(rt_thread, real_eperm_without_capabilities_is_explained) {
         return out;
     });
     const std::string tid_part = "sched_setattr(tid ";
-    std::istringstream lines(r.output);
+    std::istringstream lines(r.reply);
     std::string sched_line;
     std::string mlock_line;
     std::string final_line;
     std::getline(lines, sched_line);
     std::getline(lines, mlock_line);
     std::getline(lines, final_line);
-    EXPECT_EQ(sched_line.rfind(tid_part, 0), 0u) << r.output;
+    EXPECT_EQ(sched_line.rfind(tid_part, 0), 0u) << r.reply;
     EXPECT_NE(sched_line.find(", SCHED_FIFO, priority 10, SCHED_FLAG_RESET_ON_FORK): Operation not permitted: "
                               "needs CAP_SYS_NICE (missing) or RLIMIT_RTPRIO >= 10 (now 0; LimitRTPRIO= in the unit)"),
               std::string::npos)

@@ -27,7 +27,7 @@ TEST(calibration, a_pushed_qpu_has_no_windows_until_an_update) {
     auto l = pushed();
     auto r = l->reserve("a", on("p0", 10), "", 0, t0_ns);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.err().reason, "no_fit");
+    EXPECT_EQ(r.err().reason, reason::no_fit);
     auto u = l->update_calibration("p0", {win(1, 100, 200), win(2, 300, 400)}, t0_ns);
     ASSERT_TRUE(u) << u.err().message;
     EXPECT_EQ(u->windows, 2U);
@@ -45,7 +45,7 @@ TEST(calibration, a_pushed_qpu_has_no_windows_until_an_update) {
     ASSERT_FALSE(evs.empty());
     EXPECT_EQ(evs.front().type, "calibration");
     EXPECT_EQ(evs.front().qpu, "p0");
-    EXPECT_EQ(l->calibration("nope", t0_ns).err().reason, "unknown_qpu");
+    EXPECT_EQ(l->calibration("nope", t0_ns).err().reason, reason::unknown_qpu);
     EXPECT_INVARIANTS(*l);
 }
 
@@ -78,10 +78,10 @@ TEST(calibration, bad_updates_are_rejected_and_change_nothing) {
         EXPECT_EQ(u.err().reason, c.reason);
         EXPECT_NE(u.err().message.find(c.mentions), std::string::npos) << u.err().message;
     }
-    EXPECT_EQ(l->update_calibration("nope", {}, t0_ns).err().reason, "unknown_qpu");
+    EXPECT_EQ(l->update_calibration("nope", {}, t0_ns).err().reason, reason::unknown_qpu);
     auto periodic = make_ledger();
     EXPECT_EQ(periodic->update_calibration("q0", {win(1, 100, 200)}, t0_ns).err().reason,
-              "invalid_argument");
+              reason::invalid_argument);
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_EQ(*l->calibration("p0", t0_ns), (std::vector<calibration_window>{win(1, 100, 200)}));
     EXPECT_TRUE(l->drain_events().empty());
@@ -152,7 +152,7 @@ TEST(calibration, with_fail_policy_changed_reservations_are_displaced) {
     EXPECT_EQ(h->state, res_state::displaced);
     EXPECT_NE(h->reason.find("calibration"), std::string::npos);
     EXPECT_EQ(l->commit("a", held->id, held->fencing_token, {}, t0_ns).err().reason,
-              "calibration_changed");
+              reason::calibration_changed);
     bool saw = false;
     for (const event& e : l->drain_events()) {
         saw = saw || (e.type == "displaced" && e.reservation_id == held->id && e.tenant == "a");

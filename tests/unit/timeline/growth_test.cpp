@@ -243,7 +243,7 @@ TEST(growth, a_1_ms_periodic_source_holds_a_bounded_horizon_and_each_tick_costs_
     far.duration_ns = period / 2;
     far.qpus = {"fast"};
     far.not_before_ns = now + static_cast<std::int64_t>(max_windows + 10) * period;
-    EXPECT_EQ(l->reserve("t", far, "", 0, now).err().reason, "no_fit");
+    EXPECT_EQ(l->reserve("t", far, "", 0, now).err().reason, reason::no_fit);
     far.not_before_ns = now + static_cast<std::int64_t>(max_windows - 10) * period;
     EXPECT_TRUE(l->reserve("t", far, "", 0, now));
     // Ten virtual seconds of 1 ms ticks, doing what the daemon's pump and
@@ -289,7 +289,7 @@ TEST(growth, a_pushed_update_with_more_windows_ahead_than_max_windows_is_refused
     }
     auto u = l->update_calibration("p0", ws, t0_ns);
     ASSERT_FALSE(u);
-    EXPECT_EQ(u.err().reason, "invalid_argument");
+    EXPECT_EQ(u.err().reason, reason::invalid_argument);
     EXPECT_NE(u.err().message.find("timeline.max_windows"), std::string::npos) << u.err().message;
     ws.pop_back();
     EXPECT_TRUE(l->update_calibration("p0", ws, t0_ns));

@@ -52,7 +52,7 @@ TEST(ledger, start_honours_not_before_and_end_honours_deadline) {
     only_q0.qpus = {"q0"};
     auto c = l->reserve("t", only_q0, "", 0, t0_ns);
     ASSERT_FALSE(c);
-    EXPECT_EQ(c.err().reason, "no_fit");
+    EXPECT_EQ(c.err().reason, reason::no_fit);
     EXPECT_INVARIANTS(*l);
 }
 
@@ -75,7 +75,7 @@ TEST(ledger, min_fidelity_moves_the_start_to_a_fresher_window) {
 struct bad_case {
     const char* name;
     request rq;
-    const char* reason;
+    std::string_view reason;
     const char* mentions;
 };
 
@@ -94,18 +94,18 @@ TEST(ledger, bad_input_is_rejected_with_a_stable_reason_and_changes_nothing) {
     request twice = req(10);
     twice.qpus = {"q0", "q0"};
     const std::vector<bad_case> cases = {
-        {"zero duration", req(0), "invalid_argument", "duration_ns"},
-        {"negative duration", req(-5), "invalid_argument", "duration_ns"},
+        {"zero duration", req(0), reason::invalid_argument, "duration_ns"},
+        {"negative duration", req(-5), reason::invalid_argument, "duration_ns"},
         {"deadline before not_before", req(10, t0_ns + 50 * s_ns, t0_ns + 40 * s_ns),
-         "invalid_argument", "deadline_ns"},
+         reason::invalid_argument, "deadline_ns"},
         {"deadline shorter than duration", req(10, t0_ns, t0_ns + 5 * s_ns), "invalid_argument",
          "deadline_ns"},
         {"negative not_before", req(10, -1), "invalid_argument", "not_before_ns"},
-        {"unknown qpu", unknown, "unknown_qpu", "nope"},
-        {"min_fidelity above 1", fid, "invalid_argument", "min_fidelity"},
-        {"min_fidelity below 0", negfid, "invalid_argument", "min_fidelity"},
-        {"qpu listed twice", twice, "invalid_argument", "q0"},
-        {"longer than any window", req(91), "invalid_argument", "longest calibration window"},
+        {"unknown qpu", unknown, reason::unknown_qpu, "nope"},
+        {"min_fidelity above 1", fid, reason::invalid_argument, "min_fidelity"},
+        {"min_fidelity below 0", negfid, reason::invalid_argument, "min_fidelity"},
+        {"qpu listed twice", twice, reason::invalid_argument, "q0"},
+        {"longer than any window", req(91), reason::invalid_argument, "longest calibration window"},
     };
     for (const bad_case& c : cases) {
         SCOPED_TRACE(c.name);
@@ -123,11 +123,11 @@ TEST(ledger, bad_input_is_rejected_with_a_stable_reason_and_changes_nothing) {
         ASSERT_FALSE(g);
         EXPECT_EQ(g.err().reason, c.reason);
     }
-    EXPECT_EQ(l->reserve("", req(10), "", 0, t0_ns).err().reason, "invalid_argument");
-    EXPECT_EQ(l->reserve("t", req(10), "", -1, t0_ns).err().reason, "invalid_argument");
-    EXPECT_EQ(l->reserve_gang("t", req(10), 3, "", 0, t0_ns).err().reason, "invalid_argument");
-    EXPECT_EQ(l->reserve_gang("t", req(10), 0, "", 0, t0_ns).err().reason, "invalid_argument");
-    EXPECT_EQ(l->mark_missed(t0_ns, -1).err().reason, "invalid_argument");
+    EXPECT_EQ(l->reserve("", req(10), "", 0, t0_ns).err().reason, reason::invalid_argument);
+    EXPECT_EQ(l->reserve("t", req(10), "", -1, t0_ns).err().reason, reason::invalid_argument);
+    EXPECT_EQ(l->reserve_gang("t", req(10), 3, "", 0, t0_ns).err().reason, reason::invalid_argument);
+    EXPECT_EQ(l->reserve_gang("t", req(10), 0, "", 0, t0_ns).err().reason, reason::invalid_argument);
+    EXPECT_EQ(l->mark_missed(t0_ns, -1).err().reason, reason::invalid_argument);
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_EQ(l->stats().active, stats_before.active);
     EXPECT_EQ(l->stats().gaps, stats_before.gaps);
@@ -150,7 +150,7 @@ TEST(ledger, same_idempotency_key_and_tenant_returns_the_same_reservation) {
     // The same key with a different request is refused.
     auto d = l->reserve("alice", req(20), "job-1", 0, t0_ns);
     ASSERT_FALSE(d);
-    EXPECT_EQ(d.err().reason, "duplicate");
+    EXPECT_EQ(d.err().reason, reason::duplicate);
     // Still the same reservation after it was committed.
     ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {1, 2}, t0_ns));
     auto e = l->reserve("alice", req(10), "job-1", 0, t0_ns);
@@ -165,13 +165,13 @@ TEST(ledger, a_tenant_never_sees_nor_changes_another_tenants_reservation) {
     auto a = l->reserve("alice", req(10), "", 0, t0_ns);
     ASSERT_TRUE(a);
     const auto before = snapshot(*l);
-    EXPECT_EQ(l->status("bob", a->id).err().reason, "not_owner");
-    EXPECT_EQ(l->job_result_of("bob", a->id).err().reason, "not_owner");
-    EXPECT_EQ(l->heartbeat("bob", a->id, a->fencing_token, t0_ns).err().reason, "not_owner");
-    EXPECT_EQ(l->release("bob", a->id, a->fencing_token, t0_ns).err().reason, "not_owner");
-    EXPECT_EQ(l->commit("bob", a->id, a->fencing_token, {}, t0_ns).err().reason, "not_owner");
-    EXPECT_EQ(l->cancel("bob", a->id, t0_ns).err().reason, "not_owner");
-    EXPECT_EQ(l->status("alice", 999).err().reason, "not_found");
+    EXPECT_EQ(l->status("bob", a->id).err().reason, reason::not_owner);
+    EXPECT_EQ(l->job_result_of("bob", a->id).err().reason, reason::not_owner);
+    EXPECT_EQ(l->heartbeat("bob", a->id, a->fencing_token, t0_ns).err().reason, reason::not_owner);
+    EXPECT_EQ(l->release("bob", a->id, a->fencing_token, t0_ns).err().reason, reason::not_owner);
+    EXPECT_EQ(l->commit("bob", a->id, a->fencing_token, {}, t0_ns).err().reason, reason::not_owner);
+    EXPECT_EQ(l->cancel("bob", a->id, t0_ns).err().reason, reason::not_owner);
+    EXPECT_EQ(l->status("alice", 999).err().reason, reason::not_found);
     EXPECT_EQ(snapshot(*l), before);
 }
 
@@ -181,10 +181,10 @@ TEST(ledger, a_stale_fencing_token_is_refused) {
     ASSERT_TRUE(a);
     const auto before = snapshot(*l);
     EXPECT_EQ(l->heartbeat("alice", a->id, a->fencing_token + 1, t0_ns).err().reason,
-              "bad_fencing_token");
+              reason::bad_fencing_token);
     EXPECT_EQ(l->release("alice", a->id, a->fencing_token + 1, t0_ns).err().reason,
-              "bad_fencing_token");
-    EXPECT_EQ(l->commit("alice", a->id, 0, {}, t0_ns).err().reason, "bad_fencing_token");
+              reason::bad_fencing_token);
+    EXPECT_EQ(l->commit("alice", a->id, 0, {}, t0_ns).err().reason, reason::bad_fencing_token);
     EXPECT_EQ(snapshot(*l), before);
     // Every reservation gets a fresh, larger token.
     auto b = l->reserve("alice", req(10), "", 0, t0_ns);
@@ -228,7 +228,7 @@ TEST(ledger, job_lifecycle_held_committed_dispatched_completed_with_events) {
     auto l = make_ledger();
     auto a = l->reserve("alice", req(10), "", 0, t0_ns);
     ASSERT_TRUE(a);
-    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, "not_ready");
+    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, reason::not_ready);
     auto c = l->commit("alice", a->id, a->fencing_token, {0xde, 0xad}, t0_ns + s_ns);
     ASSERT_TRUE(c);
     EXPECT_EQ(c->state, res_state::committed);
@@ -242,7 +242,7 @@ TEST(ledger, job_lifecycle_held_committed_dispatched_completed_with_events) {
     EXPECT_EQ(d->state, res_state::dispatched);
     EXPECT_EQ(d->sent_ns, w0 + 5);
     EXPECT_TRUE(l->due_jobs("q0", w0 + period_ns).empty());
-    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, "not_ready");
+    EXPECT_EQ(l->job_result_of("alice", a->id).err().reason, reason::not_ready);
     auto done = l->complete(a->id, {42}, w0 + 10 * s_ns);
     ASSERT_TRUE(done);
     auto res = l->job_result_of("alice", a->id);
@@ -293,11 +293,11 @@ TEST(ledger, a_job_sent_to_a_write_only_endpoint_ends_sent_with_no_result_never_
     EXPECT_EQ(res->state, res_state::sent);
     EXPECT_TRUE(res->result.empty());
     EXPECT_NE(res->reason.find("write-only"), std::string::npos);
-    EXPECT_EQ(l->complete(a->id, {42}, w0 + 2 * s_ns).err().reason, "illegal_transition");
-    EXPECT_EQ(l->mark_sent(a->id, "", w0).err().reason, "illegal_transition") << "terminal";
+    EXPECT_EQ(l->complete(a->id, {42}, w0 + 2 * s_ns).err().reason, reason::illegal_transition);
+    EXPECT_EQ(l->mark_sent(a->id, "", w0).err().reason, reason::illegal_transition) << "terminal";
     auto c = l->submit("alice", req(10, t0_ns + 2 * period_ns), "", {1}, t0_ns);
     ASSERT_TRUE(c);
-    EXPECT_EQ(l->mark_sent(c->id, "", w0).err().reason, "illegal_transition") << "only a dispatched job is sent";
+    EXPECT_EQ(l->mark_sent(c->id, "", w0).err().reason, reason::illegal_transition) << "only a dispatched job is sent";
     std::vector<std::string> types;
     for (const event& e : l->drain_events()) {
         if (e.reservation_id == a->id) {
@@ -344,7 +344,7 @@ TEST(ledger, illegal_transitions_are_errors_and_change_nothing) {
     l->drain_events();
     auto expect_illegal = [&](auto&& r, const char* what) {
         ASSERT_FALSE(r) << what;
-        EXPECT_EQ(r.err().reason, "illegal_transition") << what << ": " << r.err().message;
+        EXPECT_EQ(r.err().reason, reason::illegal_transition) << what << ": " << r.err().message;
     };
     expect_illegal(l->cancel("a", held->id, t0_ns), "cancel held");
     expect_illegal(l->mark_dispatched(held->id, t0_ns), "dispatch held");
@@ -359,9 +359,9 @@ TEST(ledger, illegal_transitions_are_errors_and_change_nothing) {
     expect_illegal(l->commit("a", released->id, released->fencing_token, {}, t0_ns), "commit released");
     expect_illegal(l->cancel("a", released->id, t0_ns), "cancel released");
     expect_illegal(l->mark_dispatched(released->id, t0_ns), "dispatch released");
-    EXPECT_EQ(l->mark_dispatched(777, t0_ns).err().reason, "not_found");
-    EXPECT_EQ(l->complete(777, {}, t0_ns).err().reason, "not_found");
-    EXPECT_EQ(l->fail(777, "x", t0_ns).err().reason, "not_found");
+    EXPECT_EQ(l->mark_dispatched(777, t0_ns).err().reason, reason::not_found);
+    EXPECT_EQ(l->complete(777, {}, t0_ns).err().reason, reason::not_found);
+    EXPECT_EQ(l->fail(777, "x", t0_ns).err().reason, reason::not_found);
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_TRUE(l->drain_events().empty());
     EXPECT_INVARIANTS(*l);
@@ -378,13 +378,13 @@ TEST(ledger, leases_expire_unless_heartbeated_and_free_their_slot) {
     EXPECT_EQ(*l->expire_leases(t0_ns + 8 * s_ns), 0U);
     // Past the lease but before housekeeping ran: refused, not silently renewed.
     EXPECT_EQ(l->heartbeat("a", a->id, a->fencing_token, t0_ns + 9 * s_ns).err().reason,
-              "lease_expired");
+              reason::lease_expired);
     EXPECT_EQ(l->commit("a", a->id, a->fencing_token, {}, t0_ns + 9 * s_ns).err().reason,
-              "lease_expired");
+              reason::lease_expired);
     EXPECT_EQ(*l->expire_leases(t0_ns + 9 * s_ns), 1U);
     EXPECT_EQ(l->status("a", a->id)->state, res_state::expired);
     EXPECT_EQ(l->heartbeat("a", a->id, a->fencing_token, t0_ns + 9 * s_ns).err().reason,
-              "lease_expired");
+              reason::lease_expired);
     const auto evs = l->drain_events();
     ASSERT_FALSE(evs.empty());
     EXPECT_EQ(evs.back().type, "expired");
@@ -401,7 +401,7 @@ TEST(ledger, commit_after_the_start_passed_is_refused) {
     auto a = l->reserve("a", req(10), "", 600 * s_ns, t0_ns);
     ASSERT_TRUE(a);
     EXPECT_EQ(l->commit("a", a->id, a->fencing_token, {}, a->start_ns).err().reason,
-              "lease_expired");
+              reason::lease_expired);
 }
 
 TEST(ledger, committed_jobs_whose_start_passed_undispatched_become_missed) {
@@ -419,7 +419,7 @@ TEST(ledger, committed_jobs_whose_start_passed_undispatched_become_missed) {
     EXPECT_EQ(m->state, res_state::missed);
     EXPECT_NE(m->reason.find("not dispatched"), std::string::npos);
     EXPECT_TRUE(l->due_jobs("q0", w0 + period_ns).empty());
-    EXPECT_EQ(l->mark_dispatched(a->id, w0 + 3000).err().reason, "illegal_transition");
+    EXPECT_EQ(l->mark_dispatched(a->id, w0 + 3000).err().reason, reason::illegal_transition);
     EXPECT_INVARIANTS(*l);
 }
 
@@ -476,7 +476,7 @@ TEST(ledger, gang_reserves_one_start_on_k_qpus) {
     auto again = l->reserve_gang("a", req(20), 2, "gang-1", 0, t0_ns);
     ASSERT_TRUE(again);
     EXPECT_EQ((*again)[0].id, (*g)[0].id);
-    EXPECT_EQ(l->reserve("a", req(20), "gang-1", 0, t0_ns).err().reason, "duplicate");
+    EXPECT_EQ(l->reserve("a", req(20), "gang-1", 0, t0_ns).err().reason, reason::duplicate);
     // Commit on one member commits the gang; cancel on the other cancels it.
     ASSERT_TRUE(l->commit("a", (*g)[1].id, (*g)[1].fencing_token, {7}, t0_ns));
     EXPECT_EQ(l->status("a", (*g)[0].id)->state, res_state::committed);
@@ -510,7 +510,7 @@ TEST(ledger, a_gang_query_shows_what_a_gang_reserve_would_take) {
     gang.gang_size = 3;
     auto bad = l->query(gang, t0_ns);
     ASSERT_FALSE(bad);
-    EXPECT_EQ(bad.err().reason, "invalid_argument");
+    EXPECT_EQ(bad.err().reason, reason::invalid_argument);
     EXPECT_NE(bad.err().message.find("gang_size must be in [1, 2]"), std::string::npos) << bad.err().message;
     // No common start before the deadline: no candidate, and why.
     gang.gang_size = 2;
@@ -533,7 +533,7 @@ TEST(ledger, gang_is_all_or_nothing) {
     // before it: no common start, so nothing is reserved on q0 either.
     auto g = l->reserve_gang("a", req(20, 0, w0 + 90 * s_ns), 2, "", 0, t0_ns);
     ASSERT_FALSE(g);
-    EXPECT_EQ(g.err().reason, "no_fit");
+    EXPECT_EQ(g.err().reason, reason::no_fit);
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_EQ(l->stats().gaps, gaps_before);
     EXPECT_TRUE(l->drain_events().empty());
@@ -557,7 +557,7 @@ TEST(ledger, gang_members_go_their_own_way_once_dispatched) {
     const auto before = snapshot(*l);
     auto c = l->cancel("a", (*g)[1].id, w0);
     ASSERT_FALSE(c);
-    EXPECT_EQ(c.err().reason, "illegal_transition");
+    EXPECT_EQ(c.err().reason, reason::illegal_transition);
     EXPECT_NE(c.err().message.find("dispatched"), std::string::npos);
     EXPECT_EQ(snapshot(*l), before);
     // The other member's dispatcher may report it missed on its own.
@@ -565,7 +565,7 @@ TEST(ledger, gang_members_go_their_own_way_once_dispatched) {
     ASSERT_TRUE(m);
     EXPECT_EQ(m->state, res_state::missed);
     EXPECT_EQ(m->reason, "endpoint down at start");
-    EXPECT_EQ(l->miss((*g)[1].id, "again", w0 + 2).err().reason, "illegal_transition");
+    EXPECT_EQ(l->miss((*g)[1].id, "again", w0 + 2).err().reason, reason::illegal_transition);
     ASSERT_TRUE(l->complete((*g)[0].id, {5}, w0 + 20 * s_ns));
     EXPECT_INVARIANTS(*l);
 }
@@ -647,7 +647,7 @@ TEST(ledger, no_start_earlier_than_now_plus_min_lead_is_offered_or_accepted) {
     // Only a start inside the lead would meet this deadline: refused, saying why.
     auto tight = l->submit("t", req(1, 0, now + 3 * s_ns), "", {1}, now);
     ASSERT_FALSE(tight);
-    EXPECT_EQ(tight.err().reason, "no_fit");
+    EXPECT_EQ(tight.err().reason, reason::no_fit);
     EXPECT_NE(tight.err().message.find("min_lead_ns"), std::string::npos) << tight.err().message;
     EXPECT_INVARIANTS(*l);
 }
@@ -666,7 +666,7 @@ TEST(ledger, cancel_of_a_job_whose_frame_is_going_out_is_refused_and_changes_not
     l->set_dispatch_gate(gate);
     auto ca = l->cancel("t", a->id, t0_ns);
     ASSERT_FALSE(ca);
-    EXPECT_EQ(ca.err().reason, "illegal_transition");
+    EXPECT_EQ(ca.err().reason, reason::illegal_transition);
     EXPECT_NE(ca.err().message.find("already being sent"), std::string::npos) << ca.err().message;
     EXPECT_EQ(l->status("t", a->id)->state, res_state::committed) << "the send decides its outcome";
     ASSERT_TRUE(l->mark_dispatched(a->id, w0));

@@ -23,12 +23,12 @@ TEST(policy, names_make_policies_and_unknown_names_fail) {
     }
     auto bad = make_policy("round-robin");
     ASSERT_FALSE(bad);
-    EXPECT_EQ(bad.err().reason, "invalid_argument");
+    EXPECT_EQ(bad.err().reason, reason::invalid_argument);
     ledger_options o;
     o.policy = "round-robin";
     auto l = ledger::open({periodic_qpu("q0")}, o, "", t0_ns);
     ASSERT_FALSE(l);
-    EXPECT_EQ(l.err().reason, "invalid_argument");
+    EXPECT_EQ(l.err().reason, reason::invalid_argument);
 }
 
 TEST(policy, fifo_appends_after_the_last_reservation_and_never_backfills) {
@@ -117,7 +117,7 @@ TEST(policy, priority_preempt_never_displaces_equal_priority_or_started_work) {
     ASSERT_TRUE(same);
     auto r = l->reserve("high", on_q0(30, 0, w0 + 90 * s_ns, 5), "", 0, t0_ns);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.err().reason, "no_fit");
+    EXPECT_EQ(r.err().reason, reason::no_fit);
     // Started (start <= now) lower-priority work stays.
     auto l2 = make_ledger("priority-preempt");
     auto low = l2->submit("low", on_q0(90, 0, 0, 1), "", {1}, t0_ns);
@@ -136,7 +136,7 @@ TEST(policy, other_policies_never_preempt) {
         ASSERT_TRUE(l->reserve("low", on_q0(90, 0, 0, 1), "", 0, t0_ns));
         auto r = l->reserve("high", on_q0(30, 0, w0 + 90 * s_ns, 5), "", 0, t0_ns);
         ASSERT_FALSE(r);
-        EXPECT_EQ(r.err().reason, "no_fit");
+        EXPECT_EQ(r.err().reason, reason::no_fit);
     }
 }
 
@@ -212,7 +212,7 @@ TEST(policy, priority_preempt_gives_back_the_victims_it_took_when_another_is_goi
     l->set_dispatch_gate(gate);
     auto high = l->submit("high", on_q0(60, 0, w0 + 90 * s_ns, 5), "", {1}, t0_ns);
     ASSERT_FALSE(high);
-    EXPECT_EQ(high.err().reason, "no_fit");
+    EXPECT_EQ(high.err().reason, reason::no_fit);
     EXPECT_EQ(given_back, (std::vector<std::uint64_t>{a->id}));
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_INVARIANTS(*l);

@@ -162,7 +162,7 @@ TEST_F(store_test, schema_is_versioned_and_migrated) {
     sql("UPDATE schema_version SET version = 99;");
     auto s = store::open(_db);
     ASSERT_FALSE(s);
-    EXPECT_EQ(s.err().reason, "store_error");
+    EXPECT_EQ(s.err().reason, reason::store_error);
     EXPECT_NE(s.err().message.find("99"), std::string::npos);
 }
 
@@ -170,7 +170,7 @@ TEST_F(store_test, an_unusable_path_is_a_store_error_naming_it) {
     ledger_options o;
     auto l = ledger::open({periodic_qpu("q0")}, o, _dir + "/no/such/dir/ledger.db", t0_ns);
     ASSERT_FALSE(l);
-    EXPECT_EQ(l.err().reason, "store_error");
+    EXPECT_EQ(l.err().reason, reason::store_error);
     EXPECT_NE(l.err().message.find("/no/such/dir"), std::string::npos);
 }
 
@@ -185,7 +185,7 @@ TEST_F(store_test, a_reservation_on_a_qpu_no_longer_configured_is_refused_on_ope
     o.horizon_ns = 20 * period_ns;
     auto l = ledger::open({periodic_qpu("q0")}, o, _db, t0_ns);
     ASSERT_FALSE(l);
-    EXPECT_EQ(l.err().reason, "unknown_qpu");
+    EXPECT_EQ(l.err().reason, reason::unknown_qpu);
 }
 
 // The ledger holds every tenant's payloads: no other local user may read the
@@ -357,10 +357,10 @@ TEST(store_failure, an_operation_whose_commit_fails_is_not_applied) {
     ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
     auto r = l->reserve("a", req(10), "k2", 0, t0_ns);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.err().reason, "store_error");
+    EXPECT_EQ(r.err().reason, reason::store_error);
     auto c = l->commit("a", kept->id, kept->fencing_token, {1}, t0_ns);
     ASSERT_FALSE(c);
-    EXPECT_EQ(c.err().reason, "store_error");
+    EXPECT_EQ(c.err().reason, reason::store_error);
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_TRUE(l->drain_events().empty());
     EXPECT_INVARIANTS(*l);

@@ -91,6 +91,16 @@ T number_or(const json& m, const char* key, T fallback) {
     return it->get<T>();
 }
 
+// The summary fields of one of the agent's histograms (or of one of its
+// recent windows); a missing or non-numeric field reads as 0.
+rtcore::histogram_summary summary_or_zero(const json& h) {
+    rtcore::histogram_summary s;
+    rtcore::for_each_summary_field(s, [&](const char* key, auto& v) {
+        v = number_or<std::remove_reference_t<decltype(v)>>(h, key, 0);
+    });
+    return s;
+}
+
 // "1m" -> 60, "1h" -> 3600, "30s" -> 30, "1d" -> 86400; an unknown form
 // sorts last.
 double window_length_s(const std::string& w) {
@@ -133,16 +143,7 @@ rtcore::result<series> series_of(const json& h, const metric_entry& e) {
         s.name = "all";
     }
     auto& st = s.stats;
-    st.count = number_or<std::uint64_t>(h, "count", 0);
-    st.min_ns = number_or<std::int64_t>(h, "min_ns", 0);
-    st.max_ns = number_or<std::int64_t>(h, "max_ns", 0);
-    st.mean_ns = number_or<double>(h, "mean_ns", 0.0);
-    st.stddev_ns = number_or<double>(h, "stddev_ns", 0.0);
-    st.p50_ns = number_or<std::int64_t>(h, "p50_ns", 0);
-    st.p95_ns = number_or<std::int64_t>(h, "p95_ns", 0);
-    st.p99_ns = number_or<std::int64_t>(h, "p99_ns", 0);
-    st.p999_ns = number_or<std::int64_t>(h, "p999_ns", 0);
-    st.negative_count = number_or<std::uint64_t>(h, "negative_count", 0);
+    st = {summary_or_zero(h), number_or<std::uint64_t>(h, "negative_count", 0)};
     std::vector<bin> cumulative;
     if (const auto b = h.find("buckets"); b != h.end() && b->is_array()) {
         for (const auto& step : *b) {
@@ -162,16 +163,7 @@ rtcore::result<series> series_of(const json& h, const metric_entry& e) {
             window_stats ws;
             ws.window = window;
             ws.span_ns = number_or<std::int64_t>(w, "span_ns", 0);
-            auto& rs = ws.stats;
-            rs.count = number_or<std::uint64_t>(w, "count", 0);
-            rs.min_ns = number_or<std::int64_t>(w, "min_ns", 0);
-            rs.max_ns = number_or<std::int64_t>(w, "max_ns", 0);
-            rs.mean_ns = number_or<double>(w, "mean_ns", 0.0);
-            rs.stddev_ns = number_or<double>(w, "stddev_ns", 0.0);
-            rs.p50_ns = number_or<std::int64_t>(w, "p50_ns", 0);
-            rs.p95_ns = number_or<std::int64_t>(w, "p95_ns", 0);
-            rs.p99_ns = number_or<std::int64_t>(w, "p99_ns", 0);
-            rs.p999_ns = number_or<std::int64_t>(w, "p999_ns", 0);
+            ws.stats = {summary_or_zero(w), 0};
             s.recent.push_back(std::move(ws));
         }
         // By the window's length ("1m" before "1h"), not by span_ns: a young

@@ -1,5 +1,8 @@
 #include <fmt/format.h>
 
+#include <optional>
+#include <type_traits>
+
 #include "jitter_report/render.hpp"
 
 namespace qrt::jitter {
@@ -8,21 +11,20 @@ using nlohmann::json;
 
 namespace {
 
+// The summary fields of a series and of each of its recent windows.
+json summary_json(const rtcore::histogram_summary& st) {
+    json out = json::object();
+    rtcore::for_each_summary_field(st, [&](const char* key, const auto& v) { out[key] = v; });
+    return out;
+}
+
 json recent_json(const series& s) {
     json out = json::array();
     for (const auto& w : s.recent) {
-        const auto& st = w.stats;
-        out.push_back({{"window", w.window},
-                       {"span_ns", w.span_ns},
-                       {"count", st.count},
-                       {"min_ns", st.min_ns},
-                       {"max_ns", st.max_ns},
-                       {"mean_ns", st.mean_ns},
-                       {"stddev_ns", st.stddev_ns},
-                       {"p50_ns", st.p50_ns},
-                       {"p95_ns", st.p95_ns},
-                       {"p99_ns", st.p99_ns},
-                       {"p999_ns", st.p999_ns}});
+        json one = summary_json(w.stats);
+        one["window"] = w.window;
+        one["span_ns"] = w.span_ns;
+        out.push_back(std::move(one));
     }
     return out;
 }
@@ -33,23 +35,16 @@ json stats_json(const series& s) {
     for (const auto& b : s.bins) {
         bins.push_back({{"le_ns", b.le_ns}, {"count", b.count}});
     }
-    return {{"scope", s.scope},
-            {"name", s.name},
-            {"cpu", s.cpu},
-            {"metric", s.metric},
-            {"primary", s.primary},
-            {"count", st.count},
-            {"min_ns", st.min_ns},
-            {"max_ns", st.max_ns},
-            {"mean_ns", st.mean_ns},
-            {"stddev_ns", st.stddev_ns},
-            {"p50_ns", st.p50_ns},
-            {"p95_ns", st.p95_ns},
-            {"p99_ns", st.p99_ns},
-            {"p999_ns", st.p999_ns},
-            {"negative_count", st.negative_count},
-            {"bins", std::move(bins)},
-            {"recent", recent_json(s)}};
+    json out = summary_json(st);
+    out["scope"] = s.scope;
+    out["name"] = s.name;
+    out["cpu"] = s.cpu;
+    out["metric"] = s.metric;
+    out["primary"] = s.primary;
+    out["negative_count"] = st.negative_count;
+    out["bins"] = std::move(bins);
+    out["recent"] = recent_json(s);
+    return out;
 }
 
 // Typed field access that fails naming the JSON path.
@@ -116,6 +111,18 @@ public:
         }
         return (*f)->get<bool>();
     }
+    // u64, i64 or num, by the type wanted.
+    template <typename T>
+    rtcore::result<T> number(const char* key) const {
+        if constexpr (std::is_same_v<T, std::uint64_t>) {
+            return u64(key);
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            return i64(key);
+        } else {
+            static_assert(std::is_same_v<T, double>);
+            return num(key);
+        }
+    }
     const std::string& path() const { return _path; }
 
 private:
@@ -141,6 +148,28 @@ private:
     }                                      \
     auto var = std::move(*var##_r)
 
+// The summary fields every series and recent window carries, in their one
+// order (the first one missing or mistyped is named).
+rtcore::result<rtcore::histogram_summary> summary_from_json(const reader& rd) {
+    rtcore::histogram_summary s;
+    std::optional<rtcore::error> bad;
+    rtcore::for_each_summary_field(s, [&](const char* key, auto& v) {
+        if (bad) {
+            return;
+        }
+        auto r = rd.number<std::remove_reference_t<decltype(v)>>(key);
+        if (!r) {
+            bad = std::move(r).err();
+            return;
+        }
+        v = *r;
+    });
+    if (bad) {
+        return std::move(*bad);
+    }
+    return s;
+}
+
 rtcore::result<series> series_from_json(const json& j, const std::string& path) {
     reader rd(j, path);
     series s;
@@ -149,22 +178,14 @@ rtcore::result<series> series_from_json(const json& j, const std::string& path) 
     QRT_TRY(cpu, rd.i64("cpu"));
     QRT_TRY(metric, rd.str("metric"));
     QRT_TRY(primary, rd.boolean("primary"));
-    QRT_TRY(count, rd.u64("count"));
-    QRT_TRY(min_ns, rd.i64("min_ns"));
-    QRT_TRY(max_ns, rd.i64("max_ns"));
-    QRT_TRY(mean_ns, rd.num("mean_ns"));
-    QRT_TRY(stddev_ns, rd.num("stddev_ns"));
-    QRT_TRY(p50, rd.i64("p50_ns"));
-    QRT_TRY(p95, rd.i64("p95_ns"));
-    QRT_TRY(p99, rd.i64("p99_ns"));
-    QRT_TRY(p999, rd.i64("p999_ns"));
+    QRT_TRY(summary, summary_from_json(rd));
     QRT_TRY(bins, rd.field("bins", json::value_t::array));
     s.scope = scope;
     s.name = name;
     s.cpu = static_cast<int>(cpu);
     s.metric = metric;
     s.primary = primary;
-    s.stats = {count, min_ns, max_ns, mean_ns, stddev_ns, p50, p95, p99, p999, 0};
+    s.stats = {summary, 0};
     if (auto neg = rd.u64("negative_count")) {
         s.stats.negative_count = *neg;
     }
@@ -182,16 +203,8 @@ rtcore::result<series> series_from_json(const json& j, const std::string& path) 
             reader wr(w, fmt::format("{}.recent[{}]", path, k++));
             QRT_TRY(window, wr.str("window"));
             QRT_TRY(span, wr.i64("span_ns"));
-            QRT_TRY(wcount, wr.u64("count"));
-            QRT_TRY(wmin, wr.i64("min_ns"));
-            QRT_TRY(wmax, wr.i64("max_ns"));
-            QRT_TRY(wmean, wr.num("mean_ns"));
-            QRT_TRY(wsd, wr.num("stddev_ns"));
-            QRT_TRY(w50, wr.i64("p50_ns"));
-            QRT_TRY(w95, wr.i64("p95_ns"));
-            QRT_TRY(w99, wr.i64("p99_ns"));
-            QRT_TRY(w999, wr.i64("p999_ns"));
-            s.recent.push_back({window, span, {wcount, wmin, wmax, wmean, wsd, w50, w95, w99, w999, 0}});
+            QRT_TRY(wsummary, summary_from_json(wr));
+            s.recent.push_back({window, span, {wsummary, 0}});
         }
     }
     return s;

@@ -46,19 +46,7 @@ const std::vector<std::int64_t>& bin_bounds_ns() {
 }
 
 latency_stats stats_of(const rtcore::histogram& h) {
-    const auto s = h.summary();
-    latency_stats out;
-    out.count = s.count;
-    out.min_ns = s.min_ns;
-    out.max_ns = s.max_ns;
-    out.mean_ns = s.mean_ns;
-    out.stddev_ns = s.stddev_ns;
-    out.p50_ns = s.p50_ns;
-    out.p95_ns = s.p95_ns;
-    out.p99_ns = s.p99_ns;
-    out.p999_ns = s.p999_ns;
-    out.negative_count = h.negative_count();
-    return out;
+    return latency_stats{h.summary(), h.negative_count()};
 }
 
 std::vector<bin> bins_of(const rtcore::histogram& h) {

@@ -4,8 +4,10 @@
 // timeline types: the daemon translates due_jobs() entries into
 // dispatch_job, and dispatch_outcome into mark_dispatched/complete/fail.
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace qrt::dispatch {
@@ -35,7 +37,37 @@ enum class dispatch_status : std::uint8_t {
     cancelled,             // dispatcher stopped with the job queued
 };
 
-// Stable spellings, used as failure reasons.
+// The outcome reasons the QPU link and the job pump write: the first word
+// of a missed or failed job's reason.  Each has its row in
+// qrt::rpc::outcome_table (static_assert in qrt/reasons.hpp).
+namespace outcome {
+// never sent
+inline constexpr std::string_view missed = "missed";
+inline constexpr std::string_view calibration_changed = "calibration_changed";
+inline constexpr std::string_view dispatch_refused = "dispatch_refused";  // the pump's hand-over
+inline constexpr std::string_view out_of_window = "out_of_window";
+inline constexpr std::string_view endpoint_down = "endpoint_down";
+inline constexpr std::string_view cancelled = "cancelled";
+// sent, then failed
+inline constexpr std::string_view send_failed = "send_failed";
+inline constexpr std::string_view endpoint_disconnected = "endpoint_disconnected";
+inline constexpr std::string_view endpoint_protocol_error = "endpoint_protocol_error";
+inline constexpr std::string_view endpoint_stalled = "endpoint_stalled";
+inline constexpr std::string_view endpoint_timeout = "endpoint_timeout";
+inline constexpr std::string_view qpu_out_of_window = "qpu_out_of_window";
+inline constexpr std::string_view qpu_calibration_mismatch = "qpu_calibration_mismatch";
+inline constexpr std::string_view qpu_busy = "qpu_busy";
+inline constexpr std::string_view qpu_error = "qpu_error";
+
+inline constexpr std::array<std::string_view, 15> all{
+    missed,      calibration_changed,   dispatch_refused,        out_of_window,
+    endpoint_down, cancelled,           send_failed,             endpoint_disconnected,
+    endpoint_protocol_error, endpoint_stalled, endpoint_timeout, qpu_out_of_window,
+    qpu_calibration_mismatch, qpu_busy, qpu_error};
+}  // namespace outcome
+
+// Stable spellings, used as failure reasons (the outcome:: names but for
+// `sent`).
 const char* to_string(dispatch_status s) noexcept;
 
 // Terminal state of a job as the daemon sees it.

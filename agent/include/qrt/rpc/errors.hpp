@@ -79,24 +79,107 @@ inline constexpr std::array<reason_entry, 30> reason_table{{
 }};
 // clang-format on
 
-// Code for a reason; code_unlisted_reason when the reason is not listed.
-constexpr int code_for_reason(std::string_view reason) noexcept {
-    for (const auto& e : reason_table) {
-        if (e.reason == reason) {
-            return e.code;
-        }
-    }
-    return code_unlisted_reason;
-}
+// The reasons by name, for code that writes or checks one (the ledger's own
+// live in qrt::timeline::reason and are tied to this table where the two
+// layers meet, qrt/reasons.hpp).  Each has its row above.
+namespace reason {
+inline constexpr std::string_view parse_error = "parse_error";
+inline constexpr std::string_view invalid_request = "invalid_request";
+inline constexpr std::string_view line_too_long = "line_too_long";
+inline constexpr std::string_view too_deep = "too_deep";
+inline constexpr std::string_view batch_too_large = "batch_too_large";
+inline constexpr std::string_view method_not_found = "method_not_found";
+inline constexpr std::string_view invalid_params = "invalid_params";
+inline constexpr std::string_view internal_error = "internal_error";
+inline constexpr std::string_view permission_denied = "permission_denied";
+inline constexpr std::string_view invalid_argument = "invalid_argument";
+inline constexpr std::string_view not_found = "not_found";
+inline constexpr std::string_view no_fit = "no_fit";
+inline constexpr std::string_view lease_expired = "lease_expired";
+inline constexpr std::string_view not_owner = "not_owner";
+inline constexpr std::string_view calibration_changed = "calibration_changed";
+inline constexpr std::string_view unknown_qpu = "unknown_qpu";
+inline constexpr std::string_view illegal_transition = "illegal_transition";
+inline constexpr std::string_view bad_fencing_token = "bad_fencing_token";
+inline constexpr std::string_view overloaded = "overloaded";
+inline constexpr std::string_view unavailable = "unavailable";
+inline constexpr std::string_view duplicate = "duplicate";
+inline constexpr std::string_view deadline_passed = "deadline_passed";
+inline constexpr std::string_view missed = "missed";
+inline constexpr std::string_view idle_timeout = "idle_timeout";
+inline constexpr std::string_view payload_too_large = "payload_too_large";
+inline constexpr std::string_view conflict = "conflict";
+inline constexpr std::string_view not_ready = "not_ready";
+inline constexpr std::string_view store_error = "store_error";
+inline constexpr std::string_view quota_exceeded = "quota_exceeded";
+inline constexpr std::string_view sent = "sent";
 
-// The table entry for a reason, or nullptr.
-constexpr const reason_entry* find_reason(std::string_view reason) noexcept {
-    for (const auto& e : reason_table) {
+inline constexpr std::array<std::string_view, 30> all{
+    parse_error, invalid_request, line_too_long, too_deep, batch_too_large, method_not_found,
+    invalid_params, internal_error, permission_denied, invalid_argument, not_found, no_fit,
+    lease_expired, not_owner, calibration_changed, unknown_qpu, illegal_transition,
+    bad_fencing_token, overloaded, unavailable, duplicate, deadline_passed, missed, idle_timeout,
+    payload_too_large, conflict, not_ready, store_error, quota_exceeded, sent};
+}  // namespace reason
+
+// A job's outcome reasons: the stable first word of the `reason` of a job
+// that was never sent or failed (jobs.status, jobs.result, the job.finished
+// and missed events), written by the job pump and the QPU link (their names
+// are qrt::dispatch::outcome, tied to this table in qrt/reasons.hpp).  They
+// are not raised as errors; `missed` and `calibration_changed` are also
+// error reasons above.  Spellings never change; new ones are appended.
+struct outcome_entry {
+    std::string_view reason;
+    std::string_view meaning;
+};
+
+// clang-format off
+inline constexpr std::array<outcome_entry, 15> outcome_table{{
+    // never sent
+    {"missed",                   "the slot's start passed by more than the tolerance before it could be sent"},
+    {"calibration_changed",      "the job's calibration window changed or ended before its start (calibration guard)"},
+    {"dispatch_refused",         "the dispatcher refused the hand-over (no free slot, payload too large, slot outside its window)"},
+    {"out_of_window",            "sent at the moment it would have been, the job would have ended after its window"},
+    {"endpoint_down",            "no connected QPU endpoint at the job's start"},
+    {"cancelled",                "withdrawn, or the dispatcher stopped, before the job's start"},
+    // sent, then failed
+    {"send_failed",              "the write of the frame failed or was short"},
+    {"endpoint_disconnected",    "the endpoint closed the connection before the job's result"},
+    {"endpoint_protocol_error",  "the endpoint sent a frame that breaks the wire format"},
+    {"endpoint_stalled",         "the endpoint answered none of its last jobs; the connection was dropped"},
+    {"endpoint_timeout",         "no RESULT within the result timeout after the job's end"},
+    {"qpu_out_of_window",        "the QPU saw the job arrive outside its window (ERROR frame)"},
+    {"qpu_calibration_mismatch", "the QPU's current calibration is not the job's (ERROR frame)"},
+    {"qpu_busy",                 "the QPU was busy (ERROR frame)"},
+    {"qpu_error",                "the QPU answered with another ERROR"},
+}};
+// clang-format on
+
+// The row of `table` (reason_table, outcome_table) for a reason, or nullptr.
+template <typename Table>
+constexpr const typename Table::value_type* find_in(const Table& table, std::string_view reason) noexcept {
+    for (const auto& e : table) {
         if (e.reason == reason) {
             return &e;
         }
     }
     return nullptr;
+}
+
+// The outcome entry for a reason, or nullptr.
+constexpr const outcome_entry* find_outcome(std::string_view reason) noexcept {
+    return find_in(outcome_table, reason);
+}
+
+// The table entry for a reason, or nullptr.
+constexpr const reason_entry* find_reason(std::string_view reason) noexcept {
+    return find_in(reason_table, reason);
+}
+
+// Code for a reason; code_unlisted_reason when the reason is not listed.
+constexpr int code_for_reason(std::string_view reason) noexcept {
+    const reason_entry* e = find_reason(reason);
+    return e != nullptr ? e->code : code_unlisted_reason;
 }
 
 // qrtctl exit status for a reason (1 when unlisted: generic failure).
@@ -136,5 +219,32 @@ constexpr bool app_codes_are_unique_and_in_range() noexcept {
 }
 static_assert(app_codes_are_unique_and_in_range());
 static_assert(code_for_reason("no_fit") == -32003);
+
+// Whether every name has its row in `table`.
+template <std::size_t N, typename Table>
+constexpr bool all_in(const std::array<std::string_view, N>& names, const Table& table) noexcept {
+    for (const auto n : names) {
+        if (find_in(table, n) == nullptr) {
+            return false;
+        }
+    }
+    return true;
+}
+// Every name in `reason` has its row (a name that is not in the table would
+// go out with code_unlisted_reason), and every row its name.
+static_assert(reason::all.size() == reason_table.size() && all_in(reason::all, reason_table),
+              "every row of reason_table has its name in qrt::rpc::reason, and every name its row");
+
+constexpr bool outcomes_are_unique() noexcept {
+    for (std::size_t i = 0; i < outcome_table.size(); ++i) {
+        for (std::size_t j = i + 1; j < outcome_table.size(); ++j) {
+            if (outcome_table[i].reason == outcome_table[j].reason) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+static_assert(outcomes_are_unique());
 
 }  // namespace qrt::rpc

@@ -6,6 +6,7 @@
 // is int64 nanoseconds.  Nothing here reads a clock: callers pass now_ns.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,12 @@ inline constexpr std::string_view not_found = "not_found";
 inline constexpr std::string_view duplicate = "duplicate";
 inline constexpr std::string_view not_ready = "not_ready";
 inline constexpr std::string_view store_error = "store_error";
+
+// Every one of them: each must have its row in qrt::rpc::reason_table
+// (static_assert in qrt/reasons.hpp).
+inline constexpr std::array<std::string_view, 12> all{
+    no_fit,    unknown_qpu, invalid_argument, lease_expired, not_owner,  bad_fencing_token,
+    calibration_changed, illegal_transition, not_found, duplicate, not_ready, store_error};
 }  // namespace reason
 
 struct error {

@@ -26,16 +26,9 @@ struct bin {
     bool operator==(const bin&) const = default;
 };
 
-struct latency_stats {
-    std::uint64_t count = 0;
-    std::int64_t min_ns = 0;
-    std::int64_t max_ns = 0;
-    double mean_ns = 0.0;
-    double stddev_ns = 0.0;
-    std::int64_t p50_ns = 0;
-    std::int64_t p95_ns = 0;
-    std::int64_t p99_ns = 0;
-    std::int64_t p999_ns = 0;
+// rtcore's summary of a histogram (count, min, max, mean, stddev, p50, p95,
+// p99, p99.9), and how many samples were measured early.
+struct latency_stats : rtcore::histogram_summary {
     std::uint64_t negative_count = 0;  // samples measured early, recorded as 0
 };
 
