@@ -26,7 +26,7 @@
 #include <optional>
 #include <string_view>
 
-#include "qrt/config.hpp"
+#include "qrt/log_level.hpp"
 
 namespace qrt::log {
 
