@@ -19,10 +19,9 @@
 #include <thread>
 #include <tuple>
 
-#include <spdlog/spdlog.h>
-
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/log.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/memory_lock.hpp"
@@ -189,7 +188,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
                                                                   : "") +
                                       ", sq_thread_idle " + std::to_string(cfg.sqpoll_idle_ms) +
                                       " ms): " + std::strerror(-rc) + "; using syscall submission";
-            spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
+            log::warn("dispatch", "qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
         }
     }
     if (!_uring->inited) {

@@ -9,7 +9,8 @@
 #include <memory>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "qrt/log.hpp"
 
 namespace qrt::rpc {
 
@@ -209,10 +210,10 @@ std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
 void ledger_housekeeping(engine& e, tl::ledger& l, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns) {
     if (auto r = l.expire_leases(now_ns); !r) {
-        spdlog::warn("rpc: expire_leases: {} ({})", r.err().message, r.err().reason);
+        log::warn("rpc", "expire_leases: {} ({})", r.err().message, r.err().reason);
     }
     if (auto r = l.mark_missed(now_ns, missed_tolerance_ns); !r) {
-        spdlog::warn("rpc: mark_missed: {} ({})", r.err().message, r.err().reason);
+        log::warn("rpc", "mark_missed: {} ({})", r.err().message, r.err().reason);
     }
     e.drain_event_sources();
 }

@@ -94,4 +94,29 @@ TEST(log_rate_limiter, rate_limited_log_says_how_many_were_suppressed) {
     EXPECT_EQ(rl.suppressed(), 4u);
 }
 
+TEST(log_rate_limiter, a_burst_limiter_admits_n_per_interval_and_counts_the_rest) {
+    using namespace std::chrono_literals;
+    qrt::log::rate_limiter rl(1s, 3);
+    const auto t0 = qrt::log::rate_limiter::clock::time_point{} + 1000s;
+    EXPECT_EQ(rl.admit(t0), 0u);
+    EXPECT_EQ(rl.admit(t0 + 100ms), 0u);
+    EXPECT_EQ(rl.admit(t0 + 200ms), 0u);
+    EXPECT_FALSE(rl.admit(t0 + 300ms));
+    EXPECT_FALSE(rl.admit(t0 + 999ms));
+    EXPECT_EQ(rl.suppressed(), 2u);
+    // A new interval: the first message says how many were held back.
+    EXPECT_EQ(rl.admit(t0 + 1s), 2u);
+    EXPECT_EQ(rl.admit(t0 + 1100ms), 0u);
+}
+
+TEST(log_rate_limiter, a_burst_of_warnings_is_cut_and_the_next_one_says_how_many_were_cut) {
+    captured_log cap(qrt::log::style::journal);
+    qrt::log::rate_limiter rl(std::chrono::hours(1), 2);
+    for (int i = 0; i < 5; ++i) {
+        qrt::log::warn_rl(rl, "rpc", "denied call {}", i);
+    }
+    EXPECT_EQ(cap.text.str(), "<4>rpc: denied call 0\n<4>rpc: denied call 1\n");
+    EXPECT_EQ(rl.suppressed(), 3u);
+}
+
 }  // namespace
