@@ -750,7 +750,7 @@ exit_code daemon::run() {
         facts.root = _opts.root;
         facts.isolated = plan->isolated;
         facts.housekeeping = plan->housekeeping;
-        facts.dispatch_cpus = plan->dispatch_cpus;
+        facts.dispatch_cpus = plan->rt_cpus;
         facts.kernel_release = kernel.release;
         facts.preempt_model = kernel.preempt_model;
         facts.kernel_warnings = kernel.warnings;
