@@ -242,6 +242,7 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg, const
     rtcore::host_partition::apply_options o;
     o.pin_irqs = cfg.host.pin_irqs;
     o.isolation.rt_threads = cfg.dispatch.mode == dispatch_mode::tuned && !cfg.qpus.empty();
+    o.isolation.restore_hint = "run `qrtd host restore`";
     if (fs != nullptr) {
         if (auto text = fs->read("/proc/self/cgroup")) {
             o.isolation.rt_cgroup = rtcore::v2_cgroup_of(*text);

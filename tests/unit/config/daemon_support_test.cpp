@@ -1,5 +1,6 @@
 // The sd_notify protocol against a real AF_UNIX datagram socket standing in
-// for systemd.  (Logging: tests/unit/log.)
+// for systemd, and the hints the daemon hands rtcore.  (Logging:
+// tests/unit/log.)
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -13,7 +14,9 @@
 #include <filesystem>
 #include <string>
 
+#include "qrt/config.hpp"
 #include "qrt/event_loop.hpp"
+#include "qrt/host_cmd.hpp"
 #include "qrt/sd_notify.hpp"
 
 namespace {
@@ -105,6 +108,13 @@ TEST(sd_notify, watchdog_timer_pings_from_the_event_loop) {
     const unsigned after_stop = sd.watchdog_pings();
     loop.run_once(std::chrono::milliseconds(60));
     EXPECT_EQ(sd.watchdog_pings(), after_stop);
+}
+
+// rtcore's refusals say "restore the host partition first"; qrtd's name the
+// command that does it, as they did when rtcore spelled it itself.
+TEST(host_cmd, the_partition_refusals_name_qrtd_host_restore) {
+    const auto opts = qrt::apply_options_for(qrt::default_config());
+    EXPECT_EQ(opts.isolation.restore_hint, "run `qrtd host restore`");
 }
 
 }  // namespace
