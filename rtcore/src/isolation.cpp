@@ -25,13 +25,17 @@ status write_checked(host_fs& fs, const std::string& path, const std::string& va
 // exist yet, or this boot's journal records that qrtd created it.  A cgroup
 // with our name that qrtd did not create is never taken over (its files would
 // be overwritten unjournaled and restore would remove it).
-std::string foreign_cgroup(const host_fs& fs, const restore_journal& journal, const std::string& dir) {
+std::string restore_hint(const isolation_options& opts) {
+    return opts.restore_hint.empty() ? "restore the host partition first" : opts.restore_hint;
+}
+
+std::string foreign_cgroup(const host_fs& fs, const restore_journal& journal, const std::string& dir,
+                           const isolation_options& opts) {
     if (!fs.exists(dir) || journal.made_dir(dir)) {
         return "";
     }
-    return "cgroup " + dir +
-           " already exists (left by another tool or an earlier run that was not restored); remove it or run "
-           "`qrtd host restore`";
+    return "cgroup " + dir + " already exists (left by another tool or an earlier run that was not restored); "
+           "remove it or " + restore_hint(opts);
 }
 
 // ------------------------------------------------------------ cgroup v2
@@ -390,10 +394,10 @@ std::string why_unavailable(const host_fs& fs, const restore_journal* journal, c
                             isolation_method m, const isolation_options& opts) {
     auto foreign = [&](const std::string& dir) -> std::string {
         if (journal != nullptr) {
-            return foreign_cgroup(fs, *journal, dir);
+            return foreign_cgroup(fs, *journal, dir, opts);
         }
-        return fs.exists(dir) ? "cgroup " + dir + " already exists (another qrtd applied a partition, or an earlier "
-                                              "run was not restored; `qrtd host restore`)"
+        return fs.exists(dir) ? "cgroup " + dir + " already exists (a partition is applied, or an earlier "
+                                              "run was not restored; " + restore_hint(opts) + ")"
                               : "";
     };
     std::string why_not;

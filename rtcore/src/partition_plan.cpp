@@ -41,24 +41,24 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
     if (req.min_housekeeping_cores < 1) {
         return refuse("min_housekeeping_cores is 0; at least 1 whole core must stay housekeeping");
     }
-    if (req.qpu_count < 1) {
-        return refuse("qpu_count is 0; at least 1 QPU needs a dispatch CPU");
+    if (req.rt_cpu_count < 1) {
+        return refuse("rt_cpu_count is 0; at least 1 RT thread needs an isolated CPU");
     }
-    if (!req.dispatch_cpus.empty() && req.dispatch_cpus.size() != req.qpu_count) {
-        return refuse(std::to_string(req.dispatch_cpus.size()) + " dispatch CPUs given for " +
-                      std::to_string(req.qpu_count) + " QPUs; give one per QPU or none");
+    if (!req.rt_cpus.empty() && req.rt_cpus.size() != req.rt_cpu_count) {
+        return refuse(std::to_string(req.rt_cpus.size()) + " RT CPUs given for " +
+                      std::to_string(req.rt_cpu_count) + " RT threads; give one per RT thread or none");
     }
-    for (std::size_t q = 0; q < req.dispatch_cpus.size(); ++q) {
-        const unsigned cpu = req.dispatch_cpus[q];
+    for (std::size_t q = 0; q < req.rt_cpus.size(); ++q) {
+        const unsigned cpu = req.rt_cpus[q];
         if (!plan.online.test(cpu)) {
-            return refuse("dispatch CPU " + std::to_string(cpu) + " for QPU " + std::to_string(q) +
+            return refuse("RT CPU " + std::to_string(cpu) + " of RT thread " + std::to_string(q) +
                           " is not online (online CPUs: " + online_list + ")");
         }
         for (std::size_t p = 0; p < q; ++p) {
-            if (req.dispatch_cpus[p] == cpu) {
-                return refuse("dispatch CPU " + std::to_string(cpu) + " is requested for QPU " +
-                              std::to_string(p) + " and QPU " + std::to_string(q) +
-                              "; each QPU needs its own dispatch CPU");
+            if (req.rt_cpus[p] == cpu) {
+                return refuse("RT CPU " + std::to_string(cpu) + " is requested for RT thread " +
+                              std::to_string(p) + " and RT thread " + std::to_string(q) +
+                              "; each RT thread needs a CPU of its own");
             }
         }
     }
@@ -66,7 +66,7 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
         return refuse("topology " + topo.source() + " has " + std::to_string(cores.size()) + " " +
                       cores_word(cores.size()) + " (" + cpus_word(plan.online) + ") and " +
                       std::to_string(req.min_housekeeping_cores) + " must stay housekeeping, so no " +
-                      "whole core is left to isolate; a real-time dispatch CPU needs a host with at "
+                      "whole core is left to isolate; an RT CPU needs a host with at "
                       "least " + std::to_string(req.min_housekeeping_cores + 1) + " cores");
     }
 
@@ -83,14 +83,14 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
         } else {
             plan.reasons.push_back("device " + *req.near_device + " is local to " +
                                    cpus_word(plan.near_device_cpus) +
-                                   "; cores there are preferred so dispatch avoids the cross-socket "
+                                   "; cores there are preferred so the RT threads avoid the cross-socket "
                                    "interconnect");
         }
     }
     const bool locality = !plan.near_device_cpus.empty() && !(plan.near_device_cpus == plan.online);
     auto is_near = [&](const topo_core& c) { return locality && c.cpus.is_subset_of(plan.near_device_cpus); };
 
-    // Isolated cores, best first, for handing out dispatch CPUs.
+    // Isolated cores, best first, for handing out RT CPUs.
     std::vector<const topo_core*> choice_order;
     if (req.isolated) {
         // Explicit list.
@@ -132,22 +132,22 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
     } else {
         // Choose whole cores.
         std::vector<const topo_core*> chosen;
-        for (std::size_t q = 0; q < req.dispatch_cpus.size(); ++q) {
-            const topo_core* c = topo.core_of(req.dispatch_cpus[q]);
+        for (std::size_t q = 0; q < req.rt_cpus.size(); ++q) {
+            const topo_core* c = topo.core_of(req.rt_cpus[q]);
             if (std::find(chosen.begin(), chosen.end(), c) == chosen.end()) {
                 chosen.push_back(c);
                 plan.reasons.push_back("isolated " + core_name(topo, *c) + ": it holds CPU " +
-                                       std::to_string(req.dispatch_cpus[q]) +
-                                       ", requested as the dispatch CPU of QPU " + std::to_string(q));
+                                       std::to_string(req.rt_cpus[q]) +
+                                       ", requested as the CPU of RT thread " + std::to_string(q));
             }
         }
         const std::size_t want = req.isolate_cores ? *req.isolate_cores
-                                                   : std::max<std::size_t>(req.qpu_count, chosen.size());
+                                                   : std::max<std::size_t>(req.rt_cpu_count, chosen.size());
         if (want == 0) {
             return refuse("isolate_cores is 0: nothing to isolate");
         }
         if (want < chosen.size()) {
-            return refuse("isolate_cores is " + std::to_string(want) + " but the requested dispatch CPUs " +
+            return refuse("isolate_cores is " + std::to_string(want) + " but the requested RT CPUs " +
                           "lie on " + std::to_string(chosen.size()) + " different cores");
         }
         const std::size_t can = cores.size() - req.min_housekeeping_cores;
@@ -159,8 +159,8 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
         }
         if (!req.isolate_cores) {
             plan.reasons.push_back("isolating " + std::to_string(want) + " whole " + cores_word(want) +
-                                   ": one per QPU (" + std::to_string(req.qpu_count) + " QPU" +
-                                   (req.qpu_count == 1 ? "" : "s") + ")");
+                                   ": one per RT thread (" + std::to_string(req.rt_cpu_count) +
+                                   " RT thread" + (req.rt_cpu_count == 1 ? "" : "s") + ")");
         }
         // Rank the remaining cores: CPU 0 last, near the device first, then
         // from the highest-numbered core down (low CPUs stay housekeeping).
@@ -204,10 +204,10 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
         }
     }
 
-    // Dispatch CPUs must be isolated (explicit list case).
-    for (std::size_t q = 0; q < req.dispatch_cpus.size(); ++q) {
-        if (!plan.isolated.test(req.dispatch_cpus[q])) {
-            return refuse("dispatch CPU " + std::to_string(req.dispatch_cpus[q]) + " for QPU " +
+    // RT CPUs must be isolated (explicit list case).
+    for (std::size_t q = 0; q < req.rt_cpus.size(); ++q) {
+        if (!plan.isolated.test(req.rt_cpus[q])) {
+            return refuse("RT CPU " + std::to_string(req.rt_cpus[q]) + " of RT thread " +
                           std::to_string(q) + " is not in the isolated set " + plan.isolated.to_list());
         }
     }
@@ -238,12 +238,12 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
                                "boot-time IRQs and unmovable kthreads");
     }
 
-    // Dispatch CPUs.
-    if (!req.dispatch_cpus.empty()) {
-        plan.dispatch_cpus = req.dispatch_cpus;
-        for (std::size_t q = 0; q < req.dispatch_cpus.size(); ++q) {
-            plan.reasons.push_back("QPU " + std::to_string(q) + " dispatches on CPU " +
-                                   std::to_string(req.dispatch_cpus[q]) + " as requested");
+    // RT CPUs.
+    if (!req.rt_cpus.empty()) {
+        plan.rt_cpus = req.rt_cpus;
+        for (std::size_t q = 0; q < req.rt_cpus.size(); ++q) {
+            plan.reasons.push_back("RT thread " + std::to_string(q) + " runs on CPU " +
+                                   std::to_string(req.rt_cpus[q]) + " as requested");
         }
     } else {
         // One CPU per isolated core first, best core first (the order the
@@ -271,21 +271,21 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
                 }
             }
         }
-        if (order.size() < req.qpu_count) {
-            return refuse(std::to_string(req.qpu_count) + " QPUs need a dispatch CPU each but the isolated set " +
+        if (order.size() < req.rt_cpu_count) {
+            return refuse(std::to_string(req.rt_cpu_count) + " RT threads need a CPU each but the isolated set " +
                           plan.isolated.to_list() + " has only " + std::to_string(order.size()));
         }
-        for (unsigned q = 0; q < req.qpu_count; ++q) {
+        for (unsigned q = 0; q < req.rt_cpu_count; ++q) {
             const unsigned cpu = order[q];
-            plan.dispatch_cpus.push_back(cpu);
+            plan.rt_cpus.push_back(cpu);
             const topo_core* c = topo.core_of(cpu);
             const cpu_set others = c->cpus - cpu_set{cpu};
-            std::string line = "QPU " + std::to_string(q) + " dispatches on CPU " + std::to_string(cpu) +
+            std::string line = "RT thread " + std::to_string(q) + " runs on CPU " + std::to_string(cpu) +
                                ", the first CPU of isolated " + core_name(topo, *c);
             if (q >= iso.size()) {
-                line = "QPU " + std::to_string(q) + " dispatches on CPU " + std::to_string(cpu) +
-                       ", sharing " + core_name(topo, *c) + " with another QPU's dispatch CPU because "
-                       "there are fewer isolated cores than QPUs";
+                line = "RT thread " + std::to_string(q) + " runs on CPU " + std::to_string(cpu) +
+                       ", sharing " + core_name(topo, *c) + " with another RT thread's CPU because "
+                       "there are fewer isolated cores than RT threads";
             } else if (!others.empty()) {
                 line += "; its SMT sibling " + cpus_word(others) + " stays idle";
             }
@@ -303,13 +303,15 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
     return plan;
 }
 
-std::string format_plan(const partition_plan& plan) {
+std::string format_plan(const partition_plan& plan,
+                        const std::function<std::string(std::size_t)>& rt_cpu_label) {
     std::string out;
     out += "online:       " + plan.online.to_list() + "\n";
     out += "isolated:     " + plan.isolated.to_list() + "\n";
     out += "housekeeping: " + plan.housekeeping.to_list() + "\n";
-    for (std::size_t q = 0; q < plan.dispatch_cpus.size(); ++q) {
-        out += "qpu " + std::to_string(q) + " dispatch cpu: " + std::to_string(plan.dispatch_cpus[q]) + "\n";
+    for (std::size_t q = 0; q < plan.rt_cpus.size(); ++q) {
+        const std::string label = rt_cpu_label ? rt_cpu_label(q) : "rt thread " + std::to_string(q) + " cpu";
+        out += label + ": " + std::to_string(plan.rt_cpus[q]) + "\n";
     }
     if (!plan.near_device_cpus.empty()) {
         out += "near device:  " + plan.near_device_cpus.to_list() + "\n";

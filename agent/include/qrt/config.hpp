@@ -22,6 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "qrt/log_level.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 
@@ -29,7 +30,7 @@ namespace qrt {
 
 // ---- enumerations (names are the config spelling, in declaration order) ---
 
-enum class log_level { trace, debug, info, warn, error, critical, off };
+// log_level: qrt/log_level.hpp (the logger's own; its spelling is below).
 enum class isolation_mode { automatic, cgroup2, cgroup1, fence, none };
 enum class dispatch_mode { tuned, untuned };
 enum class submit_mode { syscall, sqpoll, automatic };

@@ -15,7 +15,11 @@
 // Anything that can repeat goes through a rate_limiter:
 //   static qrt::log::rate_limiter rl{std::chrono::seconds(30)};
 //   qrt::log::warn_rl(rl, "irq", "IRQ {} drifted back onto CPU {}", irq, cpu);
-// logs at most once per interval and says how many were suppressed.
+// logs at most once per interval (or a burst of N: rate_limiter{1s, N}) and
+// says how many were suppressed.
+//
+// This is the bottom of agent/ (qrt_log): it knows nothing of the config.
+// The daemon applies agent.log_level from qrtd.toml (set_level) on top.
 
 #include <spdlog/spdlog.h>
 
@@ -26,7 +30,7 @@
 #include <optional>
 #include <string_view>
 
-#include "qrt/config.hpp"
+#include "qrt/log_level.hpp"
 
 namespace qrt::log {
 
@@ -97,12 +101,14 @@ void error(std::string_view subsystem, fmt::format_string<Args...> fmt, Args&&..
     detail::emit(log_level::error, subsystem, fmt, std::forward<Args>(args)...);
 }
 
-// At most one message per interval (linuxptp's pr_*_rl).  Not thread-safe:
-// one limiter per call site per thread.
+// At most `burst` messages per interval, one by default (linuxptp's
+// pr_*_rl); the next message let through says how many were held back.
+// Not thread-safe: one limiter per call site per thread.
 class rate_limiter {
 public:
     using clock = std::chrono::steady_clock;
-    explicit rate_limiter(std::chrono::nanoseconds interval) : _interval(interval) {}
+    explicit rate_limiter(std::chrono::nanoseconds interval, unsigned burst = 1)
+        : _interval(interval), _burst(burst == 0 ? 1 : burst) {}
 
     // nullopt: suppress this one.  Otherwise how many were suppressed since
     // the last message that went out.
@@ -111,7 +117,9 @@ public:
 
 private:
     std::chrono::nanoseconds _interval;
-    std::optional<clock::time_point> _last;
+    unsigned _burst;
+    std::optional<clock::time_point> _window_start;
+    unsigned _in_window = 0;
     std::uint64_t _suppressed = 0;
 };
 

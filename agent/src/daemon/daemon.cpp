@@ -707,7 +707,7 @@ rtcore::result<host_survey> survey_host(const config& cfg, const run_options& op
     facts.root = opts.root;
     facts.isolated = plan->isolated;
     facts.housekeeping = plan->housekeeping;
-    facts.dispatch_cpus = plan->dispatch_cpus;
+    facts.dispatch_cpus = plan->rt_cpus;
     facts.kernel_release = kernel.release;
     facts.preempt_model = kernel.preempt_model;
     facts.kernel_warnings = kernel.warnings;
@@ -952,7 +952,7 @@ exit_code daemon::run() {
         //       recovering reservations before anything may be dispatched
         //       (committed jobs whose start passed become missed, with why);
         //    b. one qpu_link per QPU: the endpoint connection and its
-        //       dispatch thread on plan->dispatch_cpus (SCHED_FIFO needs
+        //       dispatch thread on plan->rt_cpus (SCHED_FIFO needs
         //       CAP_SYS_NICE, kept above), configured from [dispatch];
         //    c. the job pump on its own thread (SCHED_FIFO 1, housekeeping
         //       CPUs: due jobs within a horizon > lead_max go to their link

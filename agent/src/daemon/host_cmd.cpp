@@ -28,7 +28,7 @@ json to_json(const rtcore::partition_plan& p) {
     return json{{"online", p.online.to_list()},
                 {"isolated", p.isolated.to_list()},
                 {"housekeeping", p.housekeeping.to_list()},
-                {"dispatch_cpus", p.dispatch_cpus},
+                {"dispatch_cpus", p.rt_cpus},
                 {"near_device_cpus", p.near_device_cpus.to_list()},
                 {"reasons", p.reasons},
                 {"kernel_cmdline",
@@ -201,7 +201,8 @@ rtcore::result<rtcore::topology> load_topology(const host_context& ctx, const rt
 rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore::topology& topo) {
     rtcore::plan_request req;
     req.isolated = cfg.host.isolated_cpus;
-    req.qpu_count = static_cast<unsigned>(std::max<std::size_t>(1, cfg.qpus.size()));
+    // One RT thread per QPU, its dispatch thread, in [[qpu]] order.
+    req.rt_cpu_count = static_cast<unsigned>(std::max<std::size_t>(1, cfg.qpus.size()));
     req.min_housekeeping_cores = cfg.host.housekeeping_min_cores;
     std::size_t explicit_cpus = 0;
     for (const auto& q : cfg.qpus) {
@@ -211,7 +212,7 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
     }
     if (explicit_cpus == cfg.qpus.size() && explicit_cpus > 0) {
         for (const auto& q : cfg.qpus) {
-            req.dispatch_cpus.push_back(static_cast<unsigned>(q.dispatch_cpu));
+            req.rt_cpus.push_back(static_cast<unsigned>(q.dispatch_cpu));
         }
     } else if (explicit_cpus > 0) {
         return rtcore::error::invalid(
@@ -228,13 +229,21 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
     if (!device.empty()) {
         req.near_device = device;
     }
-    return rtcore::plan_partition(topo, req);
+    auto plan = rtcore::plan_partition(topo, req);
+    if (!plan && plan.err().message.find("RT thread") != std::string::npos) {
+        // rtcore numbers the RT threads; the operator knows them as QPUs.
+        return rtcore::error{plan.err().code,
+                             plan.err().message + " (RT thread N is the dispatch thread of [[qpu]] N, counting from 0; "
+                                                  "its CPU is qpu.dispatch_cpu)"};
+    }
+    return plan;
 }
 
 rtcore::host_partition::apply_options apply_options_for(const config& cfg, const rtcore::host_fs* fs) {
     rtcore::host_partition::apply_options o;
     o.pin_irqs = cfg.host.pin_irqs;
     o.isolation.rt_threads = cfg.dispatch.mode == dispatch_mode::tuned && !cfg.qpus.empty();
+    o.isolation.restore_hint = "run `qrtd host restore`";
     if (fs != nullptr) {
         if (auto text = fs->read("/proc/self/cgroup")) {
             o.isolation.rt_cgroup = rtcore::v2_cgroup_of(*text);
@@ -589,7 +598,8 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     } else {
         out << "topology: " << topo.source() << '\n'
             << topo.describe() << '\n'
-            << rtcore::format_plan(plan) << '\n';
+            << rtcore::format_plan(plan, [](std::size_t q) { return fmt::format("qpu {} dispatch cpu", q); })
+            << '\n';
         const std::string report = rtcore::format_kernel_report(kernel);
         out << report << (report.empty() || report.back() == '\n' ? "" : "\n");
         out << "runtime knobs (host.runtime_knobs; before -> after as apply sets them):\n";

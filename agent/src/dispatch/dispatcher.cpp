@@ -20,10 +20,9 @@
 #include <thread>
 #include <tuple>
 
-#include <spdlog/spdlog.h>
-
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/log.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/memory_lock.hpp"
@@ -185,7 +184,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
             _sqpoll_retry_on_thread = rc == -EINVAL && cfg.mode == dispatch_mode::tuned &&
                                       static_cast<bool>(cfg.before_rt_setup);
             if (!_sqpoll_retry_on_thread) {
-                spdlog::warn("dispatch: qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
+                log::warn("dispatch", "qpu {}: {}", cfg.qpu_index, _submit_fallback_reason);
             }
         }
     }

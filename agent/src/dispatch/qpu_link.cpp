@@ -6,14 +6,14 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
+
+#include "qrt/log.hpp"
 
 namespace qrt::dispatch {
 
@@ -125,7 +125,7 @@ void qpu_link::try_connect() {
     auto att = start_connect(_addr);
     if (!att) {
         if (_last_error != att.err().message) {
-            spdlog::warn("dispatch: qpu {}: {} (retrying with backoff)", _cfg.dispatch.qpu_index,
+            log::warn("dispatch", "qpu {}: {} (retrying with backoff)", _cfg.dispatch.qpu_index,
                          att.err().message);
         }
         _last_error = att.err().message;
@@ -215,7 +215,7 @@ void qpu_link::send_hello() {
         }
         _state = conn_state::up;
         _backoff = _cfg.backoff_initial;
-        spdlog::info("dispatch: qpu {}: endpoint {} open (write-only: no results, its jobs end `sent`)", _cfg.dispatch.qpu_index,
+        log::info("dispatch", "qpu {}: endpoint {} open (write-only: no results, its jobs end `sent`)", _cfg.dispatch.qpu_index,
                      _addr.uri);
         if (_cb.on_endpoint_state) {
             _cb.on_endpoint_state(true, "write_only");
@@ -311,7 +311,7 @@ void qpu_link::handle_frame(wire::frame&& f) {
         _backoff = _cfg.backoff_initial;
         _consecutive_timeouts = 0;
         _last_error.clear();
-        spdlog::info("dispatch: qpu {}: endpoint {} up ({})", _cfg.dispatch.qpu_index, _addr.uri,
+        log::info("dispatch", "qpu {}: endpoint {} up ({})", _cfg.dispatch.qpu_index, _addr.uri,
                      std::string(f.payload_text()));
         if (_cb.on_endpoint_state) {
             _cb.on_endpoint_state(true, std::string(f.payload_text()));
@@ -392,7 +392,7 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
     _last_error = detail;
     if (was_up) {
         ++_counters.endpoint_disconnects;
-        spdlog::warn("dispatch: qpu {}: endpoint {} lost: {} ({})", _cfg.dispatch.qpu_index, _addr.uri, reason,
+        log::warn("dispatch", "qpu {}: endpoint {} lost: {} ({})", _cfg.dispatch.qpu_index, _addr.uri, reason,
                      detail);
         if (_cb.on_endpoint_state) {
             _cb.on_endpoint_state(false, reason + ": " + detail);

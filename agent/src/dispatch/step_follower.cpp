@@ -2,7 +2,7 @@
 
 #include <sys/epoll.h>
 
-#include <spdlog/spdlog.h>
+#include "qrt/log.hpp"
 
 namespace qrt::dispatch {
 
@@ -25,7 +25,7 @@ realtime_step_follower::~realtime_step_follower() { _loop.remove_fd(_watch.fd())
 void realtime_step_follower::on_readable() {
     auto r = _watch.check();
     if (!r) {
-        spdlog::warn("dispatch: realtime step watch: {}", r.err().message);
+        log::warn("dispatch", "realtime step watch: {}", r.err().message);
         return;
     }
     if (r->has_value()) {
@@ -49,7 +49,7 @@ void realtime_step_follower::apply(const rtcore::realtime_step& step) {
         n += t(step.after);
     }
     _reconverted += n;
-    spdlog::info("dispatch: realtime clock stepped by {} ns; re-converted {} queued deadlines", step.step_ns, n);
+    log::info("dispatch", "realtime clock stepped by {} ns; re-converted {} queued deadlines", step.step_ns, n);
 }
 
 }  // namespace qrt::dispatch

@@ -8,13 +8,13 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "qrt/log.hpp"
 
 namespace qrt::rpc {
 
 namespace {
 
-constexpr unsigned log_burst = 10;  // denied-call log lines per second
 
 bool valid_id(const json& id) {
     if (id.is_string() || id.is_null() || id.is_number_integer()) {
@@ -81,22 +81,8 @@ void engine::count_error(std::string_view reason) {
 }
 
 void engine::log_denied(const session& s, std::string_view method, role needed) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - _log_window >= std::chrono::seconds(1)) {
-        if (_log_suppressed > 0) {
-            spdlog::warn("rpc: {} more denied calls not logged in the last second", _log_suppressed);
-        }
-        _log_window = now;
-        _log_in_window = 0;
-        _log_suppressed = 0;
-    }
-    if (_log_in_window >= log_burst) {
-        ++_log_suppressed;
-        return;
-    }
-    ++_log_in_window;
-    spdlog::warn("rpc: denied {} to uid {} ({}) pid {}: needs role {}, has [{}]", method, s.peer.uid,
-                 s.tenant, s.peer.pid, role_name(needed), fmt::join(s.roles.names(), ","));
+    log::warn_rl(_denied_log, "rpc", "denied {} to uid {} ({}) pid {}: needs role {}, has [{}]", method,
+                 s.peer.uid, s.tenant, s.peer.pid, role_name(needed), fmt::join(s.roles.names(), ","));
 }
 
 std::string engine::line_too_long_reply(std::size_t seen_bytes) {
@@ -392,7 +378,7 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
     } catch (const std::exception& e) {
         out.resize(mark);
         count_error("internal_error");
-        spdlog::error("rpc: {} from uid {} failed: {}", m->name, s.peer.uid, e.what());
+        log::error("rpc", "{} from uid {} failed: {}", m->name, s.peer.uid, e.what());
         if (is_notification) {
             return false;
         }

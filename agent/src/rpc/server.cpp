@@ -21,7 +21,8 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "qrt/log.hpp"
 
 namespace qrt::rpc {
 
@@ -127,7 +128,7 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
             const int err = errno;
             return rtcore::error::from_errno(err, "unlink stale socket " + path);
         }
-        spdlog::info("rpc: removed stale socket {}", path);
+        log::info("rpc", "removed stale socket {}", path);
     }
 
     rtcore::unique_fd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -205,7 +206,7 @@ rtcore::status server::start() {
             if (fd < 0 && ::sd_is_socket_unix(cand, SOCK_STREAM, 1, nullptr, 0) > 0) {
                 fd = cand;
             } else {
-                spdlog::warn("rpc: ignoring passed fd {} (not a listening AF_UNIX stream socket)", cand);
+                log::warn("rpc", "ignoring passed fd {} (not a listening AF_UNIX stream socket)", cand);
             }
         }
         if (n > 0 && fd < 0) {
@@ -263,7 +264,7 @@ rtcore::status server::start() {
         }
         _textfile_timer = *tt;
     }
-    spdlog::info("rpc: serving on {} ({}), max {} connections, {} in flight each, idle {} ms",
+    log::info("rpc", "serving on {} ({}), max {} connections, {} in flight each, idle {} ms",
                  _listen_source == "bind" ? _opts.socket_path : "systemd socket", _listen_source,
                  _opts.max_connections, _opts.max_inflight, _opts.idle_timeout.count());
     return rtcore::ok();
@@ -333,11 +334,11 @@ void server::on_accept() {
                 }
                 _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
-            spdlog::warn("rpc: accept4: {}; dropped a connection", std::strerror(e));
+            log::warn("rpc", "accept4: {}; dropped a connection", std::strerror(e));
             return;
         }
         if (e != EAGAIN && e != EWOULDBLOCK) {
-            spdlog::warn("rpc: accept4 on fd {}: {}", _listen_fd, std::strerror(e));
+            log::warn("rpc", "accept4 on fd {}: {}", _listen_fd, std::strerror(e));
         }
         return;
     }
@@ -359,7 +360,7 @@ void server::accept_one(int fd) {
     auto peer = peer_credentials_of(fd);
     if (!peer) {
         ++_peercred_failures;
-        spdlog::warn("rpc: closing a connection: {}", peer.err().message);
+        log::warn("rpc", "closing a connection: {}", peer.err().message);
         ::close(fd);
         return;
     }
@@ -375,7 +376,7 @@ void server::accept_one(int fd) {
     // hang-up, nothing is read.
     c->interest = 0;
     if (auto st = _loop.add_fd(fd, 0, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
-        spdlog::warn("rpc: {}", st.err().message);
+        log::warn("rpc", "{}", st.err().message);
         ::close(fd);
         return;
     }
@@ -400,7 +401,7 @@ void server::accept_one(int fd) {
     auto t = _loop.add_timer(_opts.nss_timeout, std::chrono::nanoseconds(0),
                              [this, id] { nss_timed_out(id); });
     if (!t) {
-        spdlog::warn("rpc: {}", t.err().message);
+        log::warn("rpc", "{}", t.err().message);
         kill(conn, "timer for the NSS wait");
         return;
     }
@@ -437,7 +438,7 @@ void server::nss_timed_out(std::uint64_t id) {
     connection& c = *it->second;
     c.nss_timer = 0;  // a one-shot timer that has fired
     ++_closed_nss_timeout;
-    spdlog::warn("rpc: closing a connection of uid {} pid {}: NSS (getpwuid_r) gave no answer within {} ms",
+    log::warn("rpc", "closing a connection of uid {} pid {}: NSS (getpwuid_r) gave no answer within {} ms",
                  c.sess.peer.uid, c.sess.peer.pid, _opts.nss_timeout.count());
     const rpc_failure f("unavailable",
                         fmt::format("rpc: the user lookup for uid {} (NSS: getpwuid_r) gave no answer "
@@ -676,7 +677,7 @@ void server::append(connection& c, std::string_view text, std::size_t requests) 
     }
     if (c.out_pending() > _opts.output_hard_limit) {
         ++_closed_slow_reader;
-        spdlog::warn("rpc: closing connection of uid {} ({}): {} unread bytes exceed the limit of {}",
+        log::warn("rpc", "closing connection of uid {} ({}): {} unread bytes exceed the limit of {}",
                      c.sess.peer.uid, c.sess.tenant, c.out_pending(), _opts.output_hard_limit);
         kill(c, "slow reader");
     }
@@ -766,7 +767,7 @@ void server::kill(connection& c, const char* why) {
     if (c.st == connection::state::dead) {
         return;
     }
-    spdlog::debug("rpc: closing connection {} (uid {}): {}", c.id, c.sess.peer.uid, why);
+    log::debug("rpc", "closing connection {} (uid {}): {}", c.id, c.sess.peer.uid, why);
     c.st = connection::state::dead;
     if (c.nss_timer != 0) {
         _loop.cancel_timer(std::exchange(c.nss_timer, 0));
@@ -838,11 +839,11 @@ void server::export_textfile() {
     }
     auto text = _metrics_source();
     if (!text) {
-        spdlog::warn("rpc: metrics textfile: {}", text.err().message);
+        log::warn("rpc", "metrics textfile: {}", text.err().message);
         return;
     }
     if (auto st = telemetry::write_textfile_atomically(_opts.metrics_textfile, *text); !st) {
-        spdlog::warn("rpc: metrics textfile: {}", st.err().message);
+        log::warn("rpc", "metrics textfile: {}", st.err().message);
     }
 }
 

@@ -10,7 +10,8 @@
 #include <memory>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "qrt/log.hpp"
 
 namespace qrt::rpc {
 
@@ -484,10 +485,10 @@ std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
 void ledger_housekeeping(engine& rpc, tl::ledger& ledger, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns) {
     if (auto expired = ledger.expire_leases(now_ns); !expired) {
-        spdlog::warn("rpc: expire_leases: {} ({})", expired.err().message, expired.err().reason);
+        log::warn("rpc", "expire_leases: {} ({})", expired.err().message, expired.err().reason);
     }
     if (auto missed = ledger.mark_missed(now_ns, missed_tolerance_ns); !missed) {
-        spdlog::warn("rpc: mark_missed: {} ({})", missed.err().message, missed.err().reason);
+        log::warn("rpc", "mark_missed: {} ({})", missed.err().message, missed.err().reason);
     }
     rpc.drain_event_sources();
 }

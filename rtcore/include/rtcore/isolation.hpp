@@ -119,6 +119,10 @@ struct isolation_options {
     // that process ("/system.slice/qrtd.service") in the messages.
     bool rt_threads = false;
     std::string rt_cgroup;
+    // How the operator restores the host, for the messages that ask for it
+    // (a cgroup of ours left by an earlier run).  Empty: "restore the host
+    // partition first".  The caller's command, e.g. "run `qrtd host restore`".
+    std::string restore_hint;
 };
 
 struct isolation_report {

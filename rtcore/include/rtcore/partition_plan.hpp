@@ -9,7 +9,8 @@
 //   - keep at least min_housekeeping_cores (>= 1) whole cores for
 //     housekeeping; refuse a plan that would isolate every CPU;
 //   - refuse CPUs that are not online, naming them and the online set;
-//   - prefer cores near the QPU endpoint's PCI device or network interface;
+//   - prefer cores near the device the RT threads serve (its PCI device or
+//     network interface);
 //   - prefer to keep CPU 0 for housekeeping (timers, boot-time IRQs and
 //     many unmovable kthreads live there);
 //   - otherwise isolate from the highest-numbered core down.
@@ -18,6 +19,8 @@
 // boot-only knobs are returned as a recommended kernel command line that
 // needs a reboot; nothing here claims they are in effect.
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,18 +36,20 @@ struct plan_request {
 
     // Explicit isolated CPUs.  When set, isolate_cores is ignored.
     std::optional<cpu_set> isolated;
-    // Number of whole cores to isolate.  Unset: auto, one core per QPU
-    // (qpu_count), and at least the cores holding dispatch_cpus.
+    // Number of whole cores to isolate.  Unset: auto, one core per RT
+    // thread (rt_cpu_count), and at least the cores holding rt_cpus.
     std::optional<unsigned> isolate_cores;
-    // QPUs that each need a dispatch CPU on an isolated core (>= 1).
-    unsigned qpu_count = 1;
-    // Wanted dispatch CPU per QPU, index = QPU index.  Empty: chosen by the
+    // RT threads that each need a CPU of their own on an isolated core
+    // (>= 1).  The plan numbers them 0..rt_cpu_count-1 ("RT thread 0");
+    // what each one is for is the caller's to say.
+    unsigned rt_cpu_count = 1;
+    // Wanted CPU per RT thread, index = RT thread.  Empty: chosen by the
     // plan (first CPU of each isolated core, nearest the device first).
-    // When given it must have qpu_count entries; their cores are isolated.
-    std::vector<unsigned> dispatch_cpus;
+    // When given it must have rt_cpu_count entries; their cores are isolated.
+    std::vector<unsigned> rt_cpus;
     // Locality hint: a PCI bus id ("0000:00:04.0") or a network interface
-    // ("eth0") of the QPU endpoint.  A hint the topology does not know is an
-    // error (a typo should not silently lose locality).
+    // ("eth0") of the device the RT threads serve.  A hint the topology does
+    // not know is an error (a typo should not silently lose locality).
     std::optional<std::string> near_device;
     // Whole cores that stay housekeeping (>= 1).
     unsigned min_housekeeping_cores = 1;
@@ -62,8 +67,8 @@ struct partition_plan {
     cpu_set online;          // every online CPU of the topology
     cpu_set isolated;        // whole cores
     cpu_set housekeeping;    // online - isolated, never empty
-    // Dispatch CPU per QPU, index = QPU index; each is in isolated.
-    std::vector<unsigned> dispatch_cpus;
+    // CPU per RT thread, index = RT thread; each is in isolated.
+    std::vector<unsigned> rt_cpus;
     // CPUs near the hint device (empty without a hint).
     cpu_set near_device_cpus;
     // One sentence per choice, in the order the choices were made.
@@ -77,7 +82,10 @@ result<partition_plan> plan_partition(const topology& topo, const plan_request& 
 // irqaffinity set to `housekeeping`.
 std::string recommended_kernel_cmdline(const cpu_set& isolated, const cpu_set& housekeeping);
 
-// Multi-line human-readable rendering (for `qrtd host plan`).
-std::string format_plan(const partition_plan& plan);
+// Multi-line human-readable rendering.  rt_cpu_label names RT thread i's
+// line ("rt thread 0 cpu" by default; the caller may say what the thread
+// is for, e.g. "qpu 0 dispatch cpu").
+std::string format_plan(const partition_plan& plan,
+                        const std::function<std::string(std::size_t)>& rt_cpu_label = {});
 
 }  // namespace rtcore

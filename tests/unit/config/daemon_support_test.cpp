@@ -1,8 +1,8 @@
-// Logging (styles, subsystem prefix, rate limit) and the sd_notify protocol
-// against a real AF_UNIX datagram socket standing in for systemd.
+// The sd_notify protocol against a real AF_UNIX datagram socket standing in
+// for systemd, and the hints the daemon hands rtcore.  (Logging:
+// tests/unit/log.)
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,93 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <string>
 
+#include "qrt/config.hpp"
 #include "qrt/event_loop.hpp"
-#include "qrt/log.hpp"
+#include "qrt/host_cmd.hpp"
 #include "qrt/sd_notify.hpp"
 
 namespace {
-
-struct captured_log {
-    std::ostringstream text;
-    explicit captured_log(qrt::log::style st, qrt::log_level level = qrt::log_level::info) {
-        qrt::log::options o;
-        o.level = level;
-        o.output = st;
-        o.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-        qrt::log::init(o);
-    }
-    ~captured_log() { qrt::log::init({}); }
-};
-
-TEST(log, journal_style_has_syslog_priority_and_no_timestamp) {
-    captured_log cap(qrt::log::style::journal);
-    qrt::log::warn("irq", "IRQ {} is managed", 36);
-    qrt::log::info("config", "loaded");
-    qrt::log::error("host", "restore incomplete");
-    EXPECT_EQ(cap.text.str(),
-              "<4>irq: IRQ 36 is managed\n<6>config: loaded\n<3>host: restore incomplete\n");
-}
-
-TEST(log, plain_style_starts_with_a_utc_timestamp_and_the_level) {
-    captured_log cap(qrt::log::style::plain);
-    qrt::log::info("daemon", "ready");
-    const std::string line = cap.text.str();
-    // 2026-11-29T18:00:00.123Z info daemon: ready
-    ASSERT_GE(line.size(), 25u) << line;
-    EXPECT_EQ(line[4], '-');
-    EXPECT_EQ(line[10], 'T');
-    EXPECT_EQ(line[23], 'Z');
-    EXPECT_EQ(line.substr(24), " info daemon: ready\n");
-}
-
-TEST(log, messages_below_the_level_are_neither_formatted_nor_written) {
-    captured_log cap(qrt::log::style::journal, qrt::log_level::warn);
-    qrt::log::info("x", "{}", "below the level");
-    EXPECT_FALSE(qrt::log::enabled(qrt::log_level::info));
-    EXPECT_TRUE(qrt::log::enabled(qrt::log_level::error));
-    EXPECT_EQ(cap.text.str(), "");
-    qrt::log::set_level(qrt::log_level::debug);
-    qrt::log::debug("x", "now {}", "visible");
-    EXPECT_EQ(cap.text.str(), "<7>x: now visible\n");
-}
-
-TEST(log, journal_detection_needs_journal_stream_to_match_stderr) {
-    ::unsetenv("JOURNAL_STREAM");
-    EXPECT_FALSE(qrt::log::stderr_is_journal());
-    ::setenv("JOURNAL_STREAM", "1:2", 1);
-    EXPECT_FALSE(qrt::log::stderr_is_journal());
-    struct stat st {};
-    ASSERT_EQ(::fstat(STDERR_FILENO, &st), 0);
-    const std::string match = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-    ::setenv("JOURNAL_STREAM", match.c_str(), 1);
-    EXPECT_TRUE(qrt::log::stderr_is_journal());
-    ::unsetenv("JOURNAL_STREAM");
-}
-
-TEST(log_rate_limiter, admits_one_message_per_interval_and_counts_the_rest) {
-    using namespace std::chrono_literals;
-    qrt::log::rate_limiter rl(10s);
-    const auto t0 = qrt::log::rate_limiter::clock::time_point{} + 1000s;
-    EXPECT_EQ(rl.admit(t0), 0u);
-    EXPECT_FALSE(rl.admit(t0 + 1s));
-    EXPECT_FALSE(rl.admit(t0 + 9s));
-    EXPECT_EQ(rl.suppressed(), 2u);
-    EXPECT_EQ(rl.admit(t0 + 10s), 2u);
-    EXPECT_EQ(rl.suppressed(), 0u);
-}
-
-TEST(log_rate_limiter, rate_limited_log_says_how_many_were_suppressed) {
-    captured_log cap(qrt::log::style::journal);
-    qrt::log::rate_limiter rl(std::chrono::hours(1));
-    for (int i = 0; i < 5; ++i) {
-        qrt::log::warn_rl(rl, "irq", "IRQ {} drifted", i);
-    }
-    EXPECT_EQ(cap.text.str(), "<4>irq: IRQ 0 drifted\n");
-    EXPECT_EQ(rl.suppressed(), 4u);
-}
 
 // A datagram socket playing systemd's notification socket.
 class fake_notify_socket {
@@ -187,6 +108,13 @@ TEST(sd_notify, watchdog_timer_pings_from_the_event_loop) {
     const unsigned after_stop = sd.watchdog_pings();
     loop.run_once(std::chrono::milliseconds(60));
     EXPECT_EQ(sd.watchdog_pings(), after_stop);
+}
+
+// rtcore's refusals say "restore the host partition first"; qrtd's name the
+// command that does it, as they did when rtcore spelled it itself.
+TEST(host_cmd, the_partition_refusals_name_qrtd_host_restore) {
+    const auto opts = qrt::apply_options_for(qrt::default_config());
+    EXPECT_EQ(opts.isolation.restore_hint, "run `qrtd host restore`");
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ TEST(host_safety, a_foreign_v1_cgroup_with_our_name_is_left_alone_and_apply_fall
     ASSERT_TRUE(rep) << rep.err().message;
     EXPECT_EQ(rep->isolation.method, isolation_method::affinity_fence);
     const std::string why = "cgroup /sys/fs/cgroup/cpuset/qrt-isolated already exists (left by another tool or an "
-                            "earlier run that was not restored); remove it or run `qrtd host restore`";
+                            "earlier run that was not restored); remove it or restore the host partition first";
     bool named = false;
     for (const auto& n : rep->isolation.not_used) {
         if (n.find(why) != std::string::npos) {
@@ -196,6 +196,31 @@ TEST(host_safety, a_foreign_v1_cgroup_with_our_name_is_left_alone_and_apply_fall
     EXPECT_TRUE(fs::is_directory(foreign));
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
     EXPECT_TRUE(task_states(tasks) == tasks_before);
+}
+
+// rtcore says how to restore in its own words; the caller (qrtd) names its
+// command, and the refusal carries it.
+TEST(host_safety, a_foreign_cgroup_refusal_carries_the_callers_restore_command) {
+    tree_copy t("vm2-v1");
+    write_file(t.root() / "sys/fs/cgroup/cpuset/qrt-isolated" / "cpuset.cpus", "0-1\n");
+    rtcore::host_fs fs(t.root());
+    rtcore::isolation_options opts;
+    auto joined = [](const rtcore::isolation_report& r) {
+        std::string all;
+        for (const auto& n : r.not_used) {
+            all += n + "\n";
+        }
+        return all;
+    };
+    const std::string plain = joined(rtcore::preview_isolation(fs, nullptr, opts));
+    EXPECT_NE(plain.find("qrt-isolated already exists (a partition is applied, or an earlier run was not "
+                         "restored; restore the host partition first)"),
+              std::string::npos)
+        << plain;
+    EXPECT_EQ(plain.find("qrtd"), std::string::npos) << plain;
+    opts.restore_hint = "run `qrtd host restore`";
+    const std::string hinted = joined(rtcore::preview_isolation(fs, nullptr, opts));
+    EXPECT_NE(hinted.find("was not restored; run `qrtd host restore`)"), std::string::npos) << hinted;
 }
 
 TEST(host_safety, a_forced_method_over_a_foreign_cgroup_fails_cleanly_and_changes_nothing) {

@@ -36,7 +36,7 @@ std::string all_reasons(const partition_plan& p) {
 }
 
 // Invariants every accepted plan keeps.
-void expect_sound(const topology& t, const partition_plan& p, unsigned qpus) {
+void expect_sound(const topology& t, const partition_plan& p, unsigned rt_threads) {
     EXPECT_EQ(p.isolated | p.housekeeping, t.online_cpus());
     EXPECT_FALSE(p.isolated.intersects(p.housekeeping));
     EXPECT_FALSE(p.housekeeping.empty());
@@ -45,9 +45,9 @@ void expect_sound(const topology& t, const partition_plan& p, unsigned qpus) {
         EXPECT_TRUE(c.cpus.is_subset_of(p.isolated) || !c.cpus.intersects(p.isolated))
             << "core " << c.index << " (" << c.cpus.to_list() << ") is split";
     }
-    ASSERT_EQ(p.dispatch_cpus.size(), qpus);
-    for (unsigned cpu : p.dispatch_cpus) {
-        EXPECT_TRUE(p.isolated.test(cpu)) << "dispatch CPU " << cpu;
+    ASSERT_EQ(p.rt_cpus.size(), rt_threads);
+    for (unsigned cpu : p.rt_cpus) {
+        EXPECT_TRUE(p.isolated.test(cpu)) << "RT CPU " << cpu;
     }
     EXPECT_TRUE(p.kernel_cmdline.needs_reboot);
     EXPECT_EQ(p.kernel_cmdline.args, rtcore::recommended_kernel_cmdline(p.isolated, p.housekeeping));
@@ -61,7 +61,7 @@ TEST(partition_plan, one_cpu_host_is_refused_because_nothing_would_be_left_for_h
     ASSERT_FALSE(p);
     EXPECT_EQ(p.err().message,
               "plan: topology synthetic:pu:1 has 1 core (CPU 0) and 1 must stay housekeeping, so no whole core "
-              "is left to isolate; a real-time dispatch CPU needs a host with at least 2 cores");
+              "is left to isolate; an RT CPU needs a host with at least 2 cores");
 }
 
 TEST(partition_plan, one_core_with_two_smt_threads_is_refused_too) {
@@ -78,7 +78,7 @@ TEST(partition_plan, two_cpu_host_isolates_cpu_1_and_keeps_cpu_0_for_housekeepin
     expect_sound(t, *p, 1);
     EXPECT_EQ(p->isolated, cpu_set{1});
     EXPECT_EQ(p->housekeeping, cpu_set{0});
-    EXPECT_EQ(p->dispatch_cpus, std::vector<unsigned>{1});
+    EXPECT_EQ(p->rt_cpus, std::vector<unsigned>{1});
     EXPECT_EQ(p->kernel_cmdline.args, "isolcpus=managed_irq,domain,1 nohz_full=1 rcu_nocbs=1 irqaffinity=0");
     EXPECT_TRUE(any_reason_contains(*p, "CPU 0 stays housekeeping")) << all_reasons(*p);
     EXPECT_TRUE(any_reason_contains(*p, "needs") || any_reason_contains(*p, "reboot")) << all_reasons(*p);
@@ -91,24 +91,24 @@ TEST(partition_plan, eight_cpu_smt_host_isolates_the_last_whole_core_and_leaves_
     expect_sound(t, *p, 1);
     EXPECT_EQ(p->isolated, list("6-7"));
     EXPECT_EQ(p->housekeeping, list("0-5"));
-    EXPECT_EQ(p->dispatch_cpus, std::vector<unsigned>{6});
-    EXPECT_TRUE(any_reason_contains(*p, "QPU 0 dispatches on CPU 6, the first CPU of isolated core 3 (CPUs 6-7); "
+    EXPECT_EQ(p->rt_cpus, std::vector<unsigned>{6});
+    EXPECT_TRUE(any_reason_contains(*p, "RT thread 0 runs on CPU 6, the first CPU of isolated core 3 (CPUs 6-7); "
                                         "its SMT sibling CPU 7 stays idle"))
         << all_reasons(*p);
     EXPECT_TRUE(any_reason_contains(*p, "isolated core 3 (CPUs 6-7): highest-numbered free core")) << all_reasons(*p);
 }
 
-TEST(partition_plan, sixty_four_cpu_smt_host_gives_each_qpu_its_own_whole_core) {
+TEST(partition_plan, sixty_four_cpu_smt_host_gives_each_rt_thread_its_own_whole_core) {
     const auto t = synthetic("package:2 core:16 pu:2");
     plan_request req;
-    req.qpu_count = 2;
+    req.rt_cpu_count = 2;
     auto p = plan_partition(t, req);
     ASSERT_TRUE(p) << p.err().message;
     expect_sound(t, *p, 2);
     EXPECT_EQ(p->isolated, list("60-63"));
-    EXPECT_NE(t.core_of(p->dispatch_cpus[0]), t.core_of(p->dispatch_cpus[1]));
+    EXPECT_NE(t.core_of(p->rt_cpus[0]), t.core_of(p->rt_cpus[1]));
     EXPECT_EQ(p->housekeeping.count(), 60U);
-    EXPECT_TRUE(any_reason_contains(*p, "isolating 2 whole cores: one per QPU (2 QPUs)")) << all_reasons(*p);
+    EXPECT_TRUE(any_reason_contains(*p, "isolating 2 whole cores: one per RT thread (2 RT threads)")) << all_reasons(*p);
 }
 
 TEST(partition_plan, sixty_four_cpu_host_can_isolate_all_but_the_housekeeping_minimum) {
@@ -217,7 +217,7 @@ TEST(partition_plan, cores_near_the_endpoint_nic_are_preferred_over_higher_numbe
     expect_sound(*t, *p, 1);
     EXPECT_EQ(p->isolated, list("6-7"));
     EXPECT_EQ(p->near_device_cpus, list("0-7"));
-    EXPECT_EQ(p->dispatch_cpus, std::vector<unsigned>{6});
+    EXPECT_EQ(p->rt_cpus, std::vector<unsigned>{6});
     EXPECT_TRUE(any_reason_contains(*p, "device eno1 is local to CPUs 0-7")) << all_reasons(*p);
     EXPECT_TRUE(any_reason_contains(*p, "isolated core 3 (CPUs 6-7, package 0): it is near device eno1"))
         << all_reasons(*p);
@@ -228,7 +228,7 @@ TEST(partition_plan, locality_by_pci_bus_id_picks_the_package_holding_the_device
     ASSERT_TRUE(t) << t.err().message;
     plan_request req;
     req.near_device = "0000:81:00.0";
-    req.qpu_count = 2;
+    req.rt_cpu_count = 2;
     auto p = plan_partition(*t, req);
     ASSERT_TRUE(p) << p.err().message;
     expect_sound(*t, *p, 2);
@@ -250,8 +250,8 @@ TEST(partition_plan, near_cores_run_out_before_cpu_0_is_given_up) {
     EXPECT_TRUE(any_reason_contains(*p, "isolated core 7 (CPUs 14-15, package 1): no free core near device eno1 "
                                         "was left"))
         << all_reasons(*p);
-    // The dispatch CPU is on a near core.
-    EXPECT_TRUE(p->near_device_cpus.test(p->dispatch_cpus[0]));
+    // The RT CPU is on a near core.
+    EXPECT_TRUE(p->near_device_cpus.test(p->rt_cpus[0]));
 }
 
 TEST(partition_plan, an_unknown_locality_device_is_refused_naming_it) {
@@ -265,56 +265,56 @@ TEST(partition_plan, an_unknown_locality_device_is_refused_naming_it) {
                                    " (network interfaces: eno1, ens1f0)");
 }
 
-TEST(partition_plan, requested_dispatch_cpus_pull_their_whole_cores_into_the_isolated_set) {
+TEST(partition_plan, requested_rt_cpus_pull_their_whole_cores_into_the_isolated_set) {
     const auto t = synthetic("package:1 core:4 pu:2");
     plan_request req;
-    req.qpu_count = 2;
-    req.dispatch_cpus = {5, 2};
+    req.rt_cpu_count = 2;
+    req.rt_cpus = {5, 2};
     auto p = plan_partition(t, req);
     ASSERT_TRUE(p) << p.err().message;
     expect_sound(t, *p, 2);
     EXPECT_EQ(p->isolated, list("2-5"));
-    EXPECT_EQ(p->dispatch_cpus, (std::vector<unsigned>{5, 2}));
-    EXPECT_TRUE(any_reason_contains(*p, "isolated core 2 (CPUs 4-5): it holds CPU 5, requested as the dispatch CPU "
-                                        "of QPU 0"))
+    EXPECT_EQ(p->rt_cpus, (std::vector<unsigned>{5, 2}));
+    EXPECT_TRUE(any_reason_contains(*p, "isolated core 2 (CPUs 4-5): it holds CPU 5, requested as the CPU "
+                                        "of RT thread 0"))
         << all_reasons(*p);
 }
 
-TEST(partition_plan, a_dispatch_cpu_outside_an_explicit_isolated_list_is_refused) {
+TEST(partition_plan, an_rt_cpu_outside_an_explicit_isolated_list_is_refused) {
     const auto t = synthetic("package:1 core:4 pu:2");
     plan_request req;
     req.isolated = list("6-7");
-    req.dispatch_cpus = {4};
+    req.rt_cpus = {4};
     auto p = plan_partition(t, req);
     ASSERT_FALSE(p);
-    EXPECT_EQ(p.err().message, "plan: dispatch CPU 4 for QPU 0 is not in the isolated set 6-7");
+    EXPECT_EQ(p.err().message, "plan: RT CPU 4 of RT thread 0 is not in the isolated set 6-7");
 }
 
-TEST(partition_plan, two_qpus_cannot_share_one_dispatch_cpu) {
+TEST(partition_plan, two_rt_threads_cannot_share_one_cpu) {
     const auto t = synthetic("package:1 core:4 pu:2");
     plan_request req;
-    req.qpu_count = 2;
-    req.dispatch_cpus = {6, 6};
+    req.rt_cpu_count = 2;
+    req.rt_cpus = {6, 6};
     auto p = plan_partition(t, req);
     ASSERT_FALSE(p);
     EXPECT_EQ(p.err().message,
-              "plan: dispatch CPU 6 is requested for QPU 0 and QPU 1; each QPU needs its own dispatch CPU");
+              "plan: RT CPU 6 is requested for RT thread 0 and RT thread 1; each RT thread needs a CPU of its own");
 }
 
-TEST(partition_plan, more_qpus_than_isolated_cores_share_cores_and_say_so) {
+TEST(partition_plan, more_rt_threads_than_isolated_cores_share_cores_and_say_so) {
     const auto t = synthetic("package:1 core:4 pu:2");
     plan_request req;
     req.isolated = list("6-7");
-    req.qpu_count = 2;
+    req.rt_cpu_count = 2;
     auto p = plan_partition(t, req);
     ASSERT_TRUE(p) << p.err().message;
     expect_sound(t, *p, 2);
-    EXPECT_EQ(p->dispatch_cpus, (std::vector<unsigned>{6, 7}));
-    EXPECT_TRUE(any_reason_contains(*p, "fewer isolated cores than QPUs")) << all_reasons(*p);
-    req.qpu_count = 3;
+    EXPECT_EQ(p->rt_cpus, (std::vector<unsigned>{6, 7}));
+    EXPECT_TRUE(any_reason_contains(*p, "fewer isolated cores than RT threads")) << all_reasons(*p);
+    req.rt_cpu_count = 3;
     auto refused = plan_partition(t, req);
     ASSERT_FALSE(refused);
-    EXPECT_EQ(refused.err().message, "plan: 3 QPUs need a dispatch CPU each but the isolated set 6-7 has only 2");
+    EXPECT_EQ(refused.err().message, "plan: 3 RT threads need a CPU each but the isolated set 6-7 has only 2");
 }
 
 TEST(partition_plan, isolating_cpu_0_on_request_is_allowed_but_explained) {
@@ -334,6 +334,10 @@ TEST(partition_plan, the_plan_renders_as_text_with_the_reboot_warning) {
     ASSERT_TRUE(p) << p.err().message;
     const std::string text = rtcore::format_plan(*p);
     EXPECT_NE(text.find("isolated:     1\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("rt thread 0 cpu: 1\n"), std::string::npos) << text;
+    // The caller names what each RT thread is for.
+    const std::string named = rtcore::format_plan(*p, [](std::size_t q) { return "qpu " + std::to_string(q) + " dispatch cpu"; });
+    EXPECT_NE(named.find("qpu 0 dispatch cpu: 1\n"), std::string::npos) << named;
     EXPECT_NE(text.find("kernel command line (needs reboot): isolcpus=managed_irq,domain,1"), std::string::npos)
         << text;
 }
@@ -362,6 +366,6 @@ TEST(partition_plan, an_explicit_list_keeps_its_cpus_but_dispatches_near_the_dev
     ASSERT_TRUE(p) << p.err().message;
     expect_sound(*t, *p, 1);
     EXPECT_EQ(p->isolated, list("6-7,14-15"));
-    EXPECT_EQ(p->dispatch_cpus, std::vector<unsigned>{14});
+    EXPECT_EQ(p->rt_cpus, std::vector<unsigned>{14});
     EXPECT_TRUE(any_reason_contains(*p, "note: isolated CPUs 6-7 not near device ens1f0")) << all_reasons(*p);
 }

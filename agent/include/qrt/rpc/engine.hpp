@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/json_rpc.hpp"
 #include "qrt/telemetry.hpp"
@@ -205,11 +206,9 @@ private:
     std::uint64_t _denied_total = 0;
     rtcore::histogram _handle_ns;
 
-    // Denied-call logging: at most log_burst lines per second, then a count
-    // of the suppressed ones.
-    std::chrono::steady_clock::time_point _log_window{};
-    unsigned _log_in_window = 0;
-    std::uint64_t _log_suppressed = 0;
+    // Denied-call logging: at most 10 lines per second; the next one says
+    // how many were suppressed.
+    log::rate_limiter _denied_log{std::chrono::seconds(1), 10};
 };
 
 }  // namespace qrt::rpc

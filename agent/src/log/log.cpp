@@ -112,11 +112,15 @@ bool enabled(log_level level) noexcept {
 }
 
 std::optional<std::uint64_t> rate_limiter::admit(clock::time_point now) noexcept {
-    if (_last && now - *_last < _interval) {
+    if (!_window_start || now - *_window_start >= _interval) {
+        _window_start = now;
+        _in_window = 0;
+    }
+    if (_in_window >= _burst) {
         ++_suppressed;
         return std::nullopt;
     }
-    _last = now;
+    ++_in_window;
     const std::uint64_t n = _suppressed;
     _suppressed = 0;
     return n;
