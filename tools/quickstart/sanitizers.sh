@@ -116,8 +116,28 @@ stage() {
   local n=$(( $(tr ',' '\n' <<<"$sel" | wc -l) - 3 ))
   echo "[sanitizers] $name: running the $n tests of $*"
   local rc=0
-  (cd "$dir" && ctest --output-on-failure -j "${QRT_TEST_JOBS:-2}" --timeout 600 \
-       -I "$sel") || rc=1
+  # Every instrumented process (the tests and the programs they start:
+  # qpu-sim, qrt-test-server, qrtctl) writes its reports under logs/, so a
+  # report in a child the test did not look at fails the stage too.
+  local logs=$dir/sanitizer-logs
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  (cd "$dir" &&
+     TSAN_OPTIONS="$TSAN_OPTIONS log_path=$logs/tsan" \
+     ASAN_OPTIONS="$ASAN_OPTIONS log_path=$logs/asan" \
+     UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$logs/ubsan" \
+     ctest --output-on-failure -j "${QRT_TEST_JOBS:-2}" --timeout 600 -I "$sel") || rc=1
+  local reports
+  reports=$(grep -lE 'ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+            "$logs"/* 2>/dev/null || true)
+  if [ -n "$reports" ]; then
+    echo "[sanitizers] $name: reports:" >&2
+    for f in $reports; do
+      echo "== $f" >&2
+      head -n 60 "$f" >&2
+    done
+    rc=1
+  fi
   echo "[sanitizers] $name: build $(( built - t0 )) s, tests $(( $(date +%s) - built )) s"
   if [ "$rc" != 0 ]; then
     echo "[sanitizers] $name: FAILED (a failing test or a sanitizer report above)" >&2
