@@ -3,7 +3,9 @@
 // Pure functions: unit tests feed them hand-made records.
 
 #include <cstddef>
+#include <cstring>
 #include <optional>
+#include <string>
 
 #include "qrt_bpf/histogram.hpp"
 #include "qrt_bpf/intrusion.hpp"
@@ -11,6 +13,20 @@
 #include "shared_abi.hpp"
 
 namespace qrt_bpf::detail {
+
+// A fixed-size name field of a record (a task's comm, an IRQ's name): the
+// bytes up to the first NUL, each byte outside printable ASCII as '?'.  Any
+// task may name itself anything (prctl PR_SET_NAME), and these names go into
+// log lines, events and reports: a newline in one must not forge a line.
+inline std::string field_name(const char* field, std::size_t size) {
+    std::string s(field, ::strnlen(field, size));
+    for (char& c : s) {
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) {
+            c = '?';
+        }
+    }
+    return s;
+}
 
 // Sum of the per-CPU copies of the histogram (a PERCPU_ARRAY lookup returns
 // one value per possible CPU, back to back).

@@ -94,7 +94,7 @@ intrusion decode_intrusion(const qrt_intrusion_key& key, const qrt_intrusion_val
     i.kind = static_cast<intrusion_kind>(key.kind);
     i.cpu = key.cpu;
     i.id = key.id;
-    i.name.assign(key.name, ::strnlen(key.name, sizeof(key.name)));
+    i.name = field_name(key.name, sizeof(key.name));
     i.count = value.count;
     i.total_ns = value.total_ns;
     i.max_ns = value.max_ns;

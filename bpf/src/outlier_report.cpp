@@ -51,7 +51,7 @@ namespace detail {
 outlier decode_outlier(const qrt_outlier_event& ev) {
     outlier o;
     o.tid = ev.tid;
-    o.comm.assign(ev.comm, ::strnlen(ev.comm, sizeof(ev.comm)));
+    o.comm = field_name(ev.comm, sizeof(ev.comm));
     o.cpu = ev.cpu;
     o.waker_cpu = ev.waker_cpu;
     o.wakeup_ns = ev.wakeup_ns;
@@ -64,7 +64,7 @@ outlier decode_outlier(const qrt_outlier_event& ev) {
         outlier_cause c;
         c.kind = static_cast<intrusion_kind>(r.kind);
         c.id = r.id;
-        c.name.assign(r.name, ::strnlen(r.name, sizeof(r.name)));
+        c.name = field_name(r.name, sizeof(r.name));
         c.start_ns = r.start_ns;
         c.duration_ns = r.duration_ns;
         const std::uint64_t end_ns = r.start_ns + r.duration_ns;

@@ -39,6 +39,16 @@ using namespace qrt_bpf;
     std::abort();
 }
 
+// Names from records go into log lines, events and reports.
+bool printable(const std::string& s) {
+    for (const char c : s) {
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void check_outlier(const std::uint8_t* data, std::size_t size) {
     const auto o = detail::decode_outlier_record(data, size);
     if (size < sizeof(qrt_outlier_event)) {
@@ -62,6 +72,9 @@ void check_outlier(const std::uint8_t* data, std::size_t size) {
     if (o->comm.size() > sizeof(ev.comm) || o->comm.find('\0') != std::string::npos) {
         fail("comm is not bounded by its field", o->comm);
     }
+    if (!printable(o->comm)) {
+        fail("comm is not printable (it goes into log lines and events)", o->comm);
+    }
     const std::uint64_t window = ev.switch_ns > ev.wakeup_ns ? ev.switch_ns - ev.wakeup_ns : 0;
     std::uint64_t best = 0;
     for (std::size_t i = 0; i < o->causes.size(); ++i) {
@@ -72,7 +85,8 @@ void check_outlier(const std::uint8_t* data, std::size_t size) {
         if (c.overlap_ns > c.duration_ns || c.overlap_ns > window) {
             fail("an overlap is larger than its run or the latency window");
         }
-        if (c.name.size() > QRT_OUTLIER_NAME_LEN || c.name.find('\0') != std::string::npos) {
+        if (c.name.size() > QRT_OUTLIER_NAME_LEN || c.name.find('\0') != std::string::npos ||
+            !printable(c.name)) {
             fail("a cause name is not bounded by its field", c.name);
         }
         if (c.source().empty()) {
@@ -99,7 +113,8 @@ void check_intrusions(const std::uint8_t* data, std::size_t size) {
         std::memcpy(&k, data + off, sizeof(k));
         std::memcpy(&v, data + off + sizeof(k), sizeof(v));
         intrusion i = detail::decode_intrusion(k, v);
-        if (i.name.size() > QRT_INTRUSION_NAME_LEN || i.name.find('\0') != std::string::npos) {
+        if (i.name.size() > QRT_INTRUSION_NAME_LEN || i.name.find('\0') != std::string::npos ||
+            !printable(i.name)) {
             fail("an intrusion name is not bounded by its field", i.name);
         }
         if (i.cpu != k.cpu || i.id != k.id || i.count != v.count || i.total_ns != v.total_ns) {

@@ -3,22 +3,34 @@
 # then short libFuzzer smoke runs of every fuzz target (the socket's request
 # path, the restore journal parser root reads, the calibration update path,
 # the config loader, the QPU wire codec, the eBPF record decoders), then the
-# threaded parts under TSan and a unit subset under ASan+UBSan
-# (tools/quickstart/sanitizers.sh says which and why).
+# threaded suites under TSan and the unit and integration suites under
+# ASan+UBSan (tools/quickstart/sanitizers.sh says which and why).  Each stage
+# prints the seconds it took ("[time] STAGE: N s").
 #   QRT_BUILD_DIR         build directory (default ./build)
 #   QRT_TEST_JOBS         ctest parallelism (default 2)
 #   QRT_SKIP_FUZZ=1       skip the fuzz smoke runs (they need clang)
 #   QRT_SKIP_SANITIZERS=1 skip the sanitizer stage
-#   QRT_SANITIZERS=all    run ASan+UBSan too, not only TSan
+#   QRT_SANITIZERS=tsan|asan  run one half of the sanitizer stage (default both)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${QRT_BUILD_DIR:-$here/build}
 start=$(date +%s)
+stage_t0=$start
+# stage_done NAME: how long the stage that just ended took.
+stage_done() {
+  local now
+  now=$(date +%s)
+  echo "[time] $1: $(( now - stage_t0 )) s ($(( now - start )) s so far)"
+  stage_t0=$now
+}
 "$here/tools/quickstart/deps.sh"
+stage_done deps
 "$here/tools/quickstart/build.sh"
-echo "[test] running ctest in $build ($(( $(date +%s) - start )) s so far)"
+stage_done build
+echo "[test] running ctest in $build"
 # Tests that need root, BPF or a tool skip themselves with the reason.
 (cd "$build" && ctest --output-on-failure -j "${QRT_TEST_JOBS:-2}" --timeout 600)
+stage_done ctest
 
 if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
   if command -v clang++ >/dev/null 2>&1; then
@@ -35,24 +47,29 @@ if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
             -DQRT_BUILD_FUZZ=ON -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null
     fi
     cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target "${targets[@]}"
+    stage_done "fuzz build"
     echo "[fuzz] smoke runs: 5000 executions each from the seed corpora"
     (cd "$fuzz" && ctest --output-on-failure -R '^fuzz_' --timeout 600)
+    stage_done "fuzz smoke"
   else
     echo "[fuzz] skipped: clang++ is not installed"
   fi
 fi
-# The test command runs the TSan half of the sanitizer stage (the threaded
-# parts: rings, RT threads, event loop, dispatcher, server).  Each half
-# rebuilds the whole agent library instrumented, about 10 min of wall time on
-# 2 vCPUs, and both together would put the run over 30 min.  ASan+UBSan
-# already run on every parser through the fuzz smoke runs above (the fuzz
-# targets are built with -fsanitize=fuzzer,address,undefined); the full
-# ASan+UBSan unit subset is `tools/quickstart/sanitizers.sh` or
-# QRT_SANITIZERS=all here.
+# Both halves of the sanitizer stage: TSan on the threaded suites, ASan+UBSan
+# on the unit and integration suites (tools/quickstart/sanitizers.sh says
+# which and why, and what stays out).  A report fails the run.
 if [ "${QRT_SKIP_SANITIZERS:-0}" != 1 ]; then
-  san_only=tsan
-  [ "${QRT_SANITIZERS:-tsan}" = all ] && san_only=
-  echo "[sanitizers] ${san_only:-TSan and ASan+UBSan} builds of the chosen tests ($(( $(date +%s) - start )) s so far)"
-  QRT_SAN_ONLY=$san_only "$here/tools/quickstart/sanitizers.sh"
+  san=${QRT_SANITIZERS:-all}
+  case $san in
+    all) san_only= ;;
+    tsan|asan) san_only=$san ;;
+    *) echo "[test] QRT_SANITIZERS must be all, tsan or asan, not $san" >&2; exit 2 ;;
+  esac
+  for half in tsan asan; do
+    if [ -z "$san_only" ] || [ "$san_only" = "$half" ]; then
+      QRT_SAN_ONLY=$half "$here/tools/quickstart/sanitizers.sh"
+      stage_done "$half"
+    fi
+  done
 fi
 echo "[test] done in $(( $(date +%s) - start )) s"
