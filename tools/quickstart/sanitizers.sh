@@ -18,14 +18,17 @@
 #                                (the withdraw CAS between loop and RT thread)
 #     test_rpc_server            the socket server and its NSS resolver thread
 #     test_dispatch_integration  RT thread + endpoint reader against qpu-sim
-#     The pump thread and the ledger writer thread: add their test programs
-#     to tsan_targets (and asan_targets) below; nothing else is needed.
+#     test_job_pump              the job pump's thread against a busy loop
+#                                sharing the QPU link
+#     test_commit_writer         the ledger writer thread and the loop's
+#                                durable-up-to notices
 #   ASan+UBSan (build-asan): everything that parses untrusted bytes, keeps
 #   state in memory or owns memory by hand, unit and integration tiers.
 #     unit: test_rtcore_base, test_rtcore_util, test_rtcore_topology,
 #           test_rtcore_partition (the journal root reads), test_config,
 #           test_daemon_support, test_rpc_unit, test_timeline (ledger +
-#           SQLite), test_bpf (decoders), test_event_loop, test_dispatch_unit
+#           SQLite), test_commit_writer (group commit, undo of a failed
+#           group), test_bpf (decoders), test_event_loop, test_dispatch_unit
 #     integration: test_rpc_server, test_dispatch_integration,
 #           test_clients_integration (libqrt-client, qrtctl, the agent's socket
 #           side with its SQLite ledger)
@@ -56,9 +59,9 @@ only=${QRT_SAN_ONLY:-}
 start=$(date +%s)
 
 tsan_targets=(test_rtcore_rt test_event_loop test_dispatch_unit test_rpc_server
-              test_dispatch_integration)
+              test_dispatch_integration test_job_pump test_commit_writer)
 asan_targets=(test_rtcore_base test_rtcore_util test_rtcore_topology test_rtcore_partition
-              test_config test_daemon_support test_rpc_unit test_timeline test_bpf
+              test_config test_daemon_support test_rpc_unit test_timeline test_commit_writer test_bpf
               test_event_loop test_dispatch_unit
               test_rpc_server test_dispatch_integration test_clients_integration)
 # Python regex (re.search) of the tests kept out of both sanitized runs (see above).
