@@ -107,7 +107,12 @@ stage() {
           -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null
   fi
   echo "[sanitizers] $name: building $* in $dir"
-  cmake --build "$dir" -j "$jobs" --target "$@"
+  # Called as `stage ... || status=1`, so errexit is off in here: a build
+  # that fails must stop the stage itself.
+  if ! cmake --build "$dir" -j "$jobs" --target "$@"; then
+    echo "[sanitizers] $name: FAILED: the build of $* failed (the compiler's error is above)" >&2
+    return 1
+  fi
   local built
   built=$(date +%s)
   local sel
