@@ -21,10 +21,11 @@ namespace qrt::reasons {
 // Every outcome_table row is one of the names (with the check above: the two
 // lists are the same).
 constexpr bool every_outcome_is_named() noexcept {
-    for (const auto& e : rpc::outcome_table) {
+    // By index, as rpc::index_in and for the same reason (errors.hpp).
+    for (std::size_t i = 0; i < rpc::outcome_table.size(); ++i) {
         bool named = false;
         for (const auto n : dispatch::outcome::all) {
-            named = named || n == e.reason;
+            named = named || n == rpc::outcome_table[i].reason;
         }
         if (!named) {
             return false;

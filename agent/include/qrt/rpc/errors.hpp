@@ -155,15 +155,26 @@ inline constexpr std::array<outcome_entry, 15> outcome_table{{
 }};
 // clang-format on
 
-// The row of `table` (reason_table, outcome_table) for a reason, or nullptr.
+// The index of the row of `table` (reason_table, outcome_table) for a
+// reason, or table.size().  The compile-time checks below go through
+// indices, not pointers: gcc's -fsanitize=undefined (the ASan+UBSan build)
+// instruments a pointer into a static table so that comparing it with
+// nullptr is no longer a constant expression.
 template <typename Table>
-constexpr const typename Table::value_type* find_in(const Table& table, std::string_view reason) noexcept {
-    for (const auto& e : table) {
-        if (e.reason == reason) {
-            return &e;
+constexpr std::size_t index_in(const Table& table, std::string_view reason) noexcept {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        if (table[i].reason == reason) {
+            return i;
         }
     }
-    return nullptr;
+    return table.size();
+}
+
+// The row of `table` for a reason, or nullptr.
+template <typename Table>
+constexpr const typename Table::value_type* find_in(const Table& table, std::string_view reason) noexcept {
+    const std::size_t i = index_in(table, reason);
+    return i < table.size() ? &table[i] : nullptr;
 }
 
 // The outcome entry for a reason, or nullptr.
@@ -178,14 +189,14 @@ constexpr const reason_entry* find_reason(std::string_view reason) noexcept {
 
 // Code for a reason; code_unlisted_reason when the reason is not listed.
 constexpr int code_for_reason(std::string_view reason) noexcept {
-    const reason_entry* e = find_reason(reason);
-    return e != nullptr ? e->code : code_unlisted_reason;
+    const std::size_t i = index_in(reason_table, reason);
+    return i < reason_table.size() ? reason_table[i].code : code_unlisted_reason;
 }
 
 // qrtctl exit status for a reason (1 when unlisted: generic failure).
 constexpr int exit_code_for_reason(std::string_view reason) noexcept {
-    const reason_entry* e = find_reason(reason);
-    return e != nullptr ? e->exit_code : 1;
+    const std::size_t i = index_in(reason_table, reason);
+    return i < reason_table.size() ? reason_table[i].exit_code : 1;
 }
 
 // The default reason for a standard code (the reason a client should assume
@@ -224,7 +235,7 @@ static_assert(code_for_reason("no_fit") == -32003);
 template <std::size_t N, typename Table>
 constexpr bool all_in(const std::array<std::string_view, N>& names, const Table& table) noexcept {
     for (const auto n : names) {
-        if (find_in(table, n) == nullptr) {
+        if (index_in(table, n) == table.size()) {
             return false;
         }
     }
