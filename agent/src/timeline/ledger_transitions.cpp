@@ -123,10 +123,10 @@ result<reservation> ledger::submit(std::string_view tenant, const request& req,
     return reserve_impl(tenant, req, idempotency_key, 0, &payload, now_ns);
 }
 
-result<reservation> ledger::reserve_impl(std::string_view tenant, const request& req,
-                                         std::string_view idempotency_key,
-                                         std::int64_t lease_ns, blob* payload,
-                                         std::int64_t now_ns) {
+// What every new booking (one reservation or a gang) checks first: a
+// tenant, a lease within timeline.max_lease_ns, and a valid request.
+timeline::status ledger::check_booking(std::string_view tenant, const request& req, std::int64_t lease_ns,
+                             std::int64_t now_ns) const {
     if (tenant.empty()) {
         return make_error(reason::invalid_argument, "tenant is empty");
     }
@@ -135,7 +135,14 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
                                                         n2s(_opts.max_lease_ns) + "], got " +
                                                         n2s(lease_ns));
     }
-    if (auto v = validate(req, now_ns); !v) {
+    return validate(req, now_ns);
+}
+
+result<reservation> ledger::reserve_impl(std::string_view tenant, const request& req,
+                                         std::string_view idempotency_key,
+                                         std::int64_t lease_ns, blob* payload,
+                                         std::int64_t now_ns) {
+    if (auto v = check_booking(tenant, req, lease_ns, now_ns); !v) {
         return std::move(v).err();
     }
     if (!idempotency_key.empty()) {
@@ -236,15 +243,7 @@ result<std::vector<reservation>> ledger::reserve_gang(std::string_view tenant, c
                                                       std::string_view idempotency_key,
                                                       std::int64_t lease_ns,
                                                       std::int64_t now_ns) {
-    if (tenant.empty()) {
-        return make_error(reason::invalid_argument, "tenant is empty");
-    }
-    if (lease_ns < 0 || lease_ns > _opts.max_lease_ns) {
-        return make_error(reason::invalid_argument, "lease_ns must be in [0, " +
-                                                        n2s(_opts.max_lease_ns) + "], got " +
-                                                        n2s(lease_ns));
-    }
-    if (auto v = validate(req, now_ns); !v) {
+    if (auto v = check_booking(tenant, req, lease_ns, now_ns); !v) {
         return std::move(v).err();
     }
     auto qs = resolve_qpus(req);

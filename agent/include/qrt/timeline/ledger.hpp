@@ -309,6 +309,8 @@ private:
     // search (const, no mutation)
     result<std::vector<std::size_t>> resolve_qpus(const request& req) const;
     timeline::status validate(const request& req, std::int64_t now_ns) const;
+    timeline::status check_booking(std::string_view tenant, const request& req, std::int64_t lease_ns,
+                                   std::int64_t now_ns) const;
     std::int64_t earliest_start(const request& req, std::int64_t now_ns) const;
     std::int64_t deadline_of(const request& req) const;
     std::optional<slot> earliest_fit(std::size_t q, std::int64_t from_ns, const request& req,
