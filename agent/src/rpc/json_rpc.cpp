@@ -63,16 +63,6 @@ bool plain_ascii(std::string_view s) noexcept {
     return true;
 }
 
-void append_string(std::string& out, std::string_view s) {
-    if (plain_ascii(s)) {
-        out += '"';
-        out += s;
-        out += '"';
-    } else {
-        out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-}
-
 template <typename Int>
 void append_integer(std::string& out, Int v) {
     char buf[24];
@@ -82,13 +72,93 @@ void append_integer(std::string& out, Int v) {
 
 }  // namespace
 
+void append_json_string(std::string& out, std::string_view s) {
+    if (plain_ascii(s)) {
+        out += '"';
+        out += s;
+        out += '"';
+    } else {
+        out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+}
+
+void append_json_int(std::string& out, std::int64_t v) {
+    append_integer(out, v);
+}
+
+void append_json_uint(std::string& out, std::uint64_t v) {
+    append_integer(out, v);
+}
+
+// nlohmann's number layout (its to_chars/format_buffer, with the exponent
+// range of a double: -4 < n <= 15 is written without one) applied to the
+// shortest digits std::to_chars gives in scientific form "d.ddde+XX".
+void append_json_double(std::string& out, double v) {
+    if (!std::isfinite(v)) {
+        out += "null";
+        return;
+    }
+    if (std::signbit(v)) {
+        out += '-';
+        v = -v;
+    }
+    if (v == 0.0) {
+        out += "0.0";
+        return;
+    }
+    char sci[32];
+    const auto r = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific);
+    // Digits without the point, and the exponent of the first one.
+    char digits[20];
+    int k = 0;
+    const char* p = sci;
+    for (; p < r.ptr && *p != 'e'; ++p) {
+        if (*p != '.') {
+            digits[k++] = *p;
+        }
+    }
+    int exp10 = 0;
+    std::from_chars(p + 1 + (p[1] == '+' ? 1 : 0), r.ptr, exp10);
+    const int n = exp10 + 1;  // where the decimal point goes, from the first digit
+    constexpr int min_exp = -4;
+    constexpr int max_exp = std::numeric_limits<double>::digits10;
+    if (k <= n && n <= max_exp) {  // digits[000].0
+        out.append(digits, static_cast<std::size_t>(k));
+        out.append(static_cast<std::size_t>(n - k), '0');
+        out += ".0";
+    } else if (0 < n && n <= max_exp) {  // dig.its
+        out.append(digits, static_cast<std::size_t>(n));
+        out += '.';
+        out.append(digits + n, static_cast<std::size_t>(k - n));
+    } else if (min_exp < n && n <= 0) {  // 0.[000]digits
+        out += "0.";
+        out.append(static_cast<std::size_t>(-n), '0');
+        out.append(digits, static_cast<std::size_t>(k));
+    } else {  // d[.igits]e+XX, at least two exponent digits
+        out += digits[0];
+        if (k > 1) {
+            out += '.';
+            out.append(digits + 1, static_cast<std::size_t>(k - 1));
+        }
+        const int e = n - 1;
+        out += e < 0 ? "e-" : "e+";
+        const int a = e < 0 ? -e : e;
+        if (a < 10) {
+            out += '0';
+        }
+        append_integer(out, a);
+    }
+}
+
 // Through nlohmann's public API only (issue 16: not its detail::serializer).
 // json::dump returns a new string, so the values whose text is fixed by the
-// JSON grammar alone (integers, booleans, null, plain ASCII strings) and the
-// structure of arrays and objects are written straight into `out`; floats
-// and strings that need escaping are nlohmann's dump.  Byte for byte
-// json::dump(-1, ' ', false, replace): json_rpc_test checks it, and
-// bench_json_dump measured it against the detail serializer.
+// JSON grammar alone (integers, booleans, null, plain ASCII strings, and
+// doubles in nlohmann's layout around std::to_chars' shortest digits) and
+// the structure of arrays and objects are written straight into `out`;
+// strings that need escaping are nlohmann's dump.  Byte for byte
+// json::dump(-1, ' ', false, replace) but for the rare doubles where Grisu2
+// does not give the shortest digits (see append_json_double): json_rpc_test
+// checks both, and bench_json_dump measured it against the detail serializer.
 void dump_to(std::string& out, const json& j) {
     switch (j.type()) {
         case json::value_t::null:
@@ -104,7 +174,7 @@ void dump_to(std::string& out, const json& j) {
             append_integer(out, j.get<std::uint64_t>());
             return;
         case json::value_t::string:
-            append_string(out, j.get_ref<const std::string&>());
+            append_json_string(out, j.get_ref<const std::string&>());
             return;
         case json::value_t::object: {
             out += '{';
@@ -114,7 +184,7 @@ void dump_to(std::string& out, const json& j) {
                     out += ',';
                 }
                 first = false;
-                append_string(out, it.key());
+                append_json_string(out, it.key());
                 out += ':';
                 dump_to(out, it.value());
             }
@@ -134,7 +204,10 @@ void dump_to(std::string& out, const json& j) {
             out += ']';
             return;
         }
-        default:  // floats, binary, discarded: nlohmann's own text
+        case json::value_t::number_float:
+            append_json_double(out, j.get<double>());
+            return;
+        default:  // binary, discarded: nlohmann's own text
             out += j.dump(-1, ' ', false, json::error_handler_t::replace);
             return;
     }

@@ -105,12 +105,26 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
                         (void)p.opt_str("client");
                         (void)p.opt_i64("api_version", 0, 1'000'000);
                         out += hello_head(ctx.caller.roles);
-                        dump_to(out, json{{"uid", ctx.caller.peer.uid},
-                                          {"gid", ctx.caller.peer.gid},
-                                          {"pid", ctx.caller.peer.pid},
-                                          {"tenant", ctx.caller.tenant},
-                                          {"roles", ctx.caller.roles.names()}});
-                        out.push_back('}');
+                        // The peer object, members in nlohmann's sorted order.
+                        const auto& peer = ctx.caller.peer;
+                        out += R"({"gid":)";
+                        append_json_value(out, peer.gid);
+                        out += R"(,"pid":)";
+                        append_json_value(out, peer.pid);
+                        out += R"(,"roles":[)";
+                        bool first = true;
+                        for (const auto& name : ctx.caller.roles.names()) {
+                            if (!first) {
+                                out += ',';
+                            }
+                            first = false;
+                            append_json_string(out, name);
+                        }
+                        out += R"(],"tenant":)";
+                        append_json_string(out, ctx.caller.tenant);
+                        out += R"(,"uid":)";
+                        append_json_value(out, peer.uid);
+                        out += "}}";
                     });
 
     e.methods().add({"agent.status", role::reader,

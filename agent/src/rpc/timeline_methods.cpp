@@ -250,7 +250,7 @@ void ledger_methods::slots_query(const json& params, call_context& ctx, std::str
         static_cast<std::size_t>(all.opt_i64("max_candidates", 1, 64).value_or(4));
     req.gang_size = static_cast<std::size_t>(all.opt_i64("gang_size", 1, 64).value_or(1));
     const auto q = take(_ledger.query(req, now()));
-    const auto put = [&](const json& v) { dump_to(out, v); };
+    const auto put = [&](const auto& v) { append_json_value(out, v); };
     out += R"({"candidates":[)";
     bool first = true;
     for (const auto& c : q.candidates) {

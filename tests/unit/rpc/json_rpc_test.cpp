@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -143,4 +147,57 @@ TEST(json_rpc, dump_to_appends_exactly_what_nlohmann_dump_gives) {
         dump_to(out, v);
         EXPECT_EQ(out, "prefix:" + v.dump(-1, ' ', false, json::error_handler_t::replace)) << v.type_name();
     }
+}
+
+// Doubles are written in nlohmann's layout around std::to_chars' digits:
+// byte for byte nlohmann's text for the values replies carry and at every
+// edge of the layout, and for any double a text that reads back as it.
+TEST(json_rpc, doubles_are_nlohmanns_text_and_read_back_exactly) {
+    const double edges[] = {0.5, 1.0, -1.0, 0.1, 0.99, 0.9876543210123, 0.25, 2.5, 3.14159, 1e-4,
+                            1.5e-4, 1e-5, 1.5e-5, 1e15, 1e16, 1.5e16, 123456789012345.0,
+                            1234567890123456.0, 12345678901234567.0, 1e21, 1e22, 1e100, -2.5e-300,
+                            1e300, 5e-324, std::numeric_limits<double>::min(),
+                            std::numeric_limits<double>::max(), std::numeric_limits<double>::lowest(),
+                            std::numeric_limits<double>::epsilon(), 0.0, -0.0, 100.0, 0.001, 42.125};
+    for (const double d : edges) {
+        std::string out;
+        append_json_double(out, d);
+        EXPECT_EQ(out, json(d).dump()) << d;
+    }
+    for (const double d : {std::nan(""), std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity()}) {
+        std::string out;
+        dump_to(out, json(d));
+        EXPECT_EQ(out, "null");
+    }
+    // Fidelities and scores (the values slots.query writes) and any bit
+    // pattern: the text reads back as the same double, and differs from
+    // nlohmann's only where Grisu2 is not shortest (rare; never shorter).
+    std::mt19937_64 rng(15);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    int differ = 0;
+    constexpr int n = 200000;
+    for (int i = 0; i < n; ++i) {
+        double d = unit(rng);
+        if (i % 2 == 1) {
+            const std::uint64_t bits = rng();
+            std::memcpy(&d, &bits, sizeof d);
+        }
+        if (!std::isfinite(d)) {
+            continue;
+        }
+        std::string out;
+        append_json_double(out, d);
+        const json back = json::parse(out);
+        ASSERT_TRUE(back.is_number_float()) << out;
+        ASSERT_EQ(std::memcmp(&d, &back.get_ref<const double&>(), sizeof d), 0) << out;
+        const std::string theirs = json(d).dump();
+        if (out != theirs) {
+            ++differ;
+            ASSERT_LE(out.size(), theirs.size()) << out << " vs nlohmann " << theirs;
+            ASSERT_EQ(json::parse(theirs).get<double>(), d);
+        }
+    }
+    EXPECT_LT(differ, n / 100) << differ << " of " << n << " random doubles differ from nlohmann's text";
+    std::printf("%d of %d random doubles written shorter than nlohmann's Grisu2 text\n", differ, n);
 }

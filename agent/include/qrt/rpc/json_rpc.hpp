@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,36 @@ std::string to_line(const json& j);
 // The same serialisation (compact, invalid UTF-8 replaced), appended to
 // `out` without an intermediate string.
 void dump_to(std::string& out, const json& j);
+
+// One scalar written straight into `out`, as dump_to writes it, for replies
+// built without a json tree.  Strings: printable ASCII is copied, anything
+// else is nlohmann's escaping (invalid UTF-8 replaced).  Integers: their
+// decimal digits.  Doubles: nlohmann's layout ("1.0", "0.25", "1e-05",
+// "1.5e+300"; NaN and infinities as null) around the shortest digits that
+// read back as the same double (std::to_chars).  nlohmann's Grisu2 finds
+// the same digits but for rare values where it gives one digit more or
+// another digit string of the same length; both parse to the same double.
+void append_json_string(std::string& out, std::string_view s);
+void append_json_double(std::string& out, double v);
+void append_json_int(std::string& out, std::int64_t v);
+void append_json_uint(std::string& out, std::uint64_t v);
+
+// The writer for a scalar's C++ type: bool, integers, floating point, or
+// anything a string_view is made from.
+template <typename T>
+void append_json_value(std::string& out, const T& v) {
+    if constexpr (std::is_same_v<T, bool>) {
+        out += v ? "true" : "false";
+    } else if constexpr (std::is_floating_point_v<T>) {
+        append_json_double(out, static_cast<double>(v));
+    } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+        append_json_int(out, static_cast<std::int64_t>(v));
+    } else if constexpr (std::is_integral_v<T>) {
+        append_json_uint(out, static_cast<std::uint64_t>(v));
+    } else {
+        append_json_string(out, std::string_view(v));
+    }
+}
 
 // Reply objects written straight into `out` (no '\n'), byte for byte what
 // dump_to(make_result_reply(id, result)) / make_error_reply would give
