@@ -67,7 +67,7 @@ template <typename Int>
 void append_integer(std::string& out, Int v) {
     char buf[24];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    out.append(buf, r.ptr);
+    out.append(buf, static_cast<std::size_t>(r.ptr - buf));  // (pointer, size): no temporary string
 }
 
 }  // namespace
