@@ -255,6 +255,13 @@ nlohmann::json services::status_json() {
                                   {"plan_max_jobs_per_qpu", _handover.plan_max_jobs},
                                   {"plan_horizon_ns", _handover.plan_horizon_ns},
                                   {"plans_taken", ps.plans_taken},
+                                  {"handed", _handed_total},
+                                  // Jobs whose start (+ tolerance) had passed when the pump
+                                  // came to hand them over: the housekeeping side was late.
+                                  // A job missed by the dispatch thread itself (it woke
+                                  // past T + tolerance) counts in the QPU's "missed" only.
+                                  {"missed_before_handover", _missed_before_handover},
+                                  {"refused_by_dispatcher", _refused_total},
                                   {"errors", ps.errors}};
         if (_cfg.dispatch.mode != dispatch_mode::untuned && ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
             degraded.push_back("job pump not real-time: " + ps.sched);

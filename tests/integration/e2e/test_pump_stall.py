@@ -78,6 +78,10 @@ class PumpStall(base.E2E):
         self.assertEqual(summary["jobs"], len(ids), summary)
         self.assertEqual(summary["out_of_window"], 0, summary)
         self.assertGreater(pump.get("ticks", 0), 0, pump)
+        # Every job went through the pump to the dispatcher, none too late.
+        self.assertEqual(pump.get("handed"), len(ids), pump)
+        self.assertEqual(pump.get("missed_before_handover"), 0, pump)
+        self.assertEqual(pump.get("refused_by_dispatcher"), 0, pump)
 
 
 if __name__ == "__main__":
