@@ -129,6 +129,7 @@ TEST_F(installed, unit_runs_the_installed_binary_with_privilege_separation) {
     EXPECT_NE(svc.find("\nExecStopPost=+/usr/sbin/qrtd host restore\n"), std::string::npos);
     EXPECT_NE(svc.find("\nType=notify\n"), std::string::npos);
     EXPECT_NE(svc.find("\nUser=qrtd\n"), std::string::npos);
+    EXPECT_NE(svc.find("\nNice=-10\n"), std::string::npos) << "the control plane's weight on housekeeping";
     EXPECT_NE(svc.find("\nCapabilityBoundingSet=CAP_SYS_NICE CAP_BPF CAP_PERFMON CAP_IPC_LOCK\n"),
               std::string::npos);
     EXPECT_EQ(svc.find("@QRT_"), std::string::npos) << "an unsubstituted @QRT_...@ is left";

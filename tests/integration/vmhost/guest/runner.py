@@ -335,8 +335,18 @@ def c_user_and_caps():
     for k in ("CapEff", "CapPrm", "CapBnd"):
         require(caps[k] == FOUR_CAPS, f"{k} {caps[k]:016x}, want {FOUR_CAPS:016x} "
                                       f"(CAP_IPC_LOCK CAP_SYS_NICE CAP_PERFMON CAP_BPF)")
+    # Nice=-10 from the unit, on the control-plane threads (the loop and the
+    # ledger writer inherit it; the dispatch threads are SCHED_FIFO).
+    nice = {}
+    for t in glob.glob(f"/proc/{pid}/task/*"):
+        fields = read(t + "/stat", "").rsplit(")", 1)[-1].split()
+        if len(fields) > 16:
+            nice[read(t + "/comm", "?").strip()] = int(fields[16])
+    for comm in ("qrtd", "qrtd-commit"):
+        require(nice.get(comm) == -10, f"thread {comm} runs at nice {nice.get(comm)}, want -10 (Nice= of the unit)")
     return (f"pid {pid} runs as qrtd:qrt ({uid}:{gid}); CapEff=CapPrm=CapBnd={FOUR_CAPS:016x}, "
-            f"CapInh={caps['CapInh']:016x}, CapAmb={caps['CapAmb']:016x}, NoNewPrivs={f.get('NoNewPrivs')}")
+            f"CapInh={caps['CapInh']:016x}, CapAmb={caps['CapAmb']:016x}, NoNewPrivs={f.get('NoNewPrivs')}, "
+            f"nice {nice.get('qrtd')} (loop), {nice.get('qrtd-commit')} (writer)")
 
 
 def cpu_list(text):
