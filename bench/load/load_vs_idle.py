@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """load-vs-idle: the production path, idle against loaded, in one run (issue 15 §2).
 
-    bench/load/load_vs_idle.py --build build          # as root; about 2.5 minutes
+    bench/load/load_vs_idle.py --build build          # as root; about 3 minutes
 
 It takes /tmp/qrt-host.lock itself (do not wrap it in flock) for the whole run,
 because the daemon applies its partition; the daemon restores the host when it
@@ -24,7 +24,19 @@ One run:
      one reading promptly and one deliberately slow; a scraper pulling
      telemetry.snapshot and metrics every 100 ms; stress-ng on every
      housekeeping CPU; qrt-wakeup-trace on top of the daemon's own probes;
-  5. a pipelined slots.reserve burst from 4 clients (durable reservations/s).
+  5. steps 3 and 4 alternate --rounds times (default 3; 15 s idle, 20 s
+     loaded), and every figure is the median over the rounds of its phase
+     (maxima: the worst round's; counts: summed), so a drift in the host's
+     own noise does not land on one side only;
+  6. after the last round, a pipelined slots.reserve burst from 4 clients
+     (durable reservations/s), and cyclictest again.
+
+Missed jobs are split by who was late: `before_handover` (the pump found the
+start + tolerance already passed: the housekeeping side's fault, goal zero)
+and `at_send` (the dispatch thread woke later than T + tolerance; reported
+next to cyclictest's samples beyond the same 100 us on the same CPU).  The
+agent.hello probe sends the same bytes as the raw echo and reads the reply
+line without parsing it, so its ratio to the echo is the server's cost.
 
 Each phase runs a daemon of its own (same binary, same config, fresh ledger),
 so dispatch and arrival lateness are that daemon's lifetime histograms
@@ -50,11 +62,21 @@ import sys
 import time
 
 LOCK = "/tmp/qrt-host.lock"
+TOLERANCE_US = 100   # jobs.submit's default tolerance: a job sent later than T + this is missed
 RUN_DIR = "/run/qrt-loadbench"
 STATE_DIR = "/var/tmp/qrt-loadbench/state"      # on disk: commits pay their fsync
 JOURNAL_DIR = "/var/lib/qrt-loadbench-host"      # root-owned, its own directory
 SOCK = RUN_DIR + "/qrtd.sock"
 QPU_SOCK = RUN_DIR + "/qpu0.sock"
+# The agent.hello request of the round-trip probe and of the raw echo: the
+# same bytes, sent and read the same way.
+# qrtd runs at the Nice= of its unit, as it does when deployed.
+UNIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../systemd/qrtd.service.in")
+try:
+    UNIT_NICE = int(re.search(r"^Nice=(-?\d+)$", open(UNIT).read(), re.M).group(1))
+except (OSError, AttributeError):
+    UNIT_NICE = 0
+HELLO_LINE = b'{"jsonrpc":"2.0","id":1,"method":"agent.hello","params":{}}\n'
 
 
 def loadavg():
@@ -112,6 +134,18 @@ class rpc:
             if j.get("id") == rid:
                 return j, time.monotonic_ns() - t0
 
+    def raw_call(self, line):
+        """One pre-serialised request; the reply line is read, not parsed (as
+        the raw echo's), and only checked to be a result: the round trip is
+        the server's, not the Python client's JSON work."""
+        t0 = time.monotonic_ns()
+        self.s.sendall(line)
+        try:
+            reply = self.line()
+        except (socket.timeout, TimeoutError):
+            return False, time.monotonic_ns() - t0
+        return b'"result"' in reply, time.monotonic_ns() - t0
+
     def close(self):
         self.s.close()
 
@@ -142,13 +176,16 @@ def w_job_stream(q, stop_at, interval_ms, lead_ms, payload_b64):
 def w_rtt_probe(q, stop_at, period_ms):
     """agent.hello, one at a time: the RPC round trip and a bound on loop stalls."""
     c = rpc(SOCK)
-    rtts = []
+    rtts, errors = [], 0
     while time.monotonic() < stop_at:
-        _, rtt = c.call("agent.hello")
-        rtts.append(rtt)
+        ok, rtt = c.raw_call(HELLO_LINE)
+        if ok:
+            rtts.append(rtt)
+        else:
+            errors += 1
         time.sleep(period_ms / 1e3)
     c.close()
-    q.put(("rtt_probe", {"rtt_ns": rtts}))
+    q.put(("rtt_probe", {"rtt_ns": rtts, "errors": errors}))
 
 
 def w_scheduler(q, stop_at, rate, idx, payload_b64):
@@ -291,14 +328,13 @@ def raw_echo(n):
     p.start()
     ready.wait(5)
     c = rpc(path)
-    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "agent.hello", "params": {}}).encode() + b"\n"
     rtts = []
     for _ in range(n):
         t0 = time.monotonic_ns()
-        c.s.sendall(line)
+        c.s.sendall(HELLO_LINE)
         c.line()
         rtts.append(time.monotonic_ns() - t0)
-        time.sleep(0.002)
+        time.sleep(0.010)   # the probe's period: the server sleeps between requests alike
     c.close()
     p.join(5)
     return quantiles(rtts)
@@ -328,7 +364,9 @@ def cyclictest(cpu, prio, interval_us, loops):
             if acc >= p * total:
                 return us + 0.5
         return hist[-1][0] + 0.5
-    return {"count": total, "p50_us": q(0.5), "p99_us": q(0.99), "max_us": mx}
+    over = sum(c for us, c in hist if us > TOLERANCE_US)
+    return {"count": total, "p50_us": q(0.5), "p99_us": q(0.99), "max_us": mx,
+            f"over_{TOLERANCE_US}us": over, "over_tolerance_fraction": round(over / total, 5)}
 
 
 # ---- the daemon's histograms ----------------------------------------------
@@ -405,6 +443,49 @@ def find_hist(names, *words):
 
 
 # ---- one phase ---------------------------------------------------------------
+
+def median_phase(phases):
+    """One phase's figures over the rounds: the median of each quantile,
+    the sum of every count, the last round's descriptive parts."""
+    if not phases:
+        return {}
+    out = dict(phases[-1])
+
+    def med(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return xs[len(xs) // 2] if xs else None
+    for key in ("dispatch_lateness", "arrival_lateness", "rpc_rtt_agent_hello", "commit_latency",
+                "wakeup_latency", "rpc_rtt_schedulers"):
+        fs = [p[key] for p in phases if key in p]
+        if not fs:
+            continue
+        m = dict(fs[-1])
+        for q in ("p50_us", "p99_us", "p999_us"):
+            m[q] = med([f.get(q) for f in fs])
+        m["max_us"] = max((f.get("max_us") or 0) for f in fs)          # the worst round's
+        m["count"] = sum((f.get("count") or 0) for f in fs)
+        out[key] = m
+    for key in ("jobs_total", "missed", "intrusions_on_dispatch_cpu"):
+        tot = {}
+        for p in phases:
+            for k, v in p.get(key, {}).items():
+                tot[k] = tot.get(k, 0) + v
+        out[key] = tot
+    out["event_loop_stall"] = dict(phases[-1]["event_loop_stall"],
+                                   max_us=max((p["event_loop_stall"].get("max_us") or 0) for p in phases))
+    if "schedulers" in out:
+        s = dict(out["schedulers"])
+        for k in ("cycles_per_s", "durable_reservations_per_s"):
+            s[k] = med([p["schedulers"][k] for p in phases if "schedulers" in p])
+        errors = {}
+        for p in phases:
+            for k, v in p.get("schedulers", {}).get("errors", {}).items():
+                errors[k] = errors.get(k, 0) + v
+        s["errors"] = errors
+        out["schedulers"] = s
+    out["load_avg"] = [p["load_avg"] for p in phases]
+    return out
+
 
 def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
     mon = rpc(SOCK)
@@ -539,9 +620,25 @@ def summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_
                 {k: s[k] for k in ("comm", "waking_remote", "ipi_sent")} for s in trace_out["senders"]
                 if s["cpu"] == dispatch_cpu and s["comm"] != "qrt-dispatch" and not s["comm"].startswith("iou-sqp")
                 and s["waking_remote"] + s["ipi_sent"] > 0][:6]}
+    h = next((x for x in tel.get("result", {}).get("histograms", [])
+              if x.get("name") == "qrt_dispatch_wakeup_latency_seconds"), None)
+    if h:
+        ph["wakeup_latency"] = {"count": h.get("count"), "p50_us": h["p50_ns"] / 1e3, "p99_us": h["p99_ns"] / 1e3,
+                                "p999_us": h["p999_ns"] / 1e3, "max_us": h["max_ns"] / 1e3}
     for q in status.get("result", {}).get("qpus", []):
         ph["qpu_status"] = {k: q.get(k) for k in ("submit_mode", "lead_ns", "min_lead_ns", "send_blocked",
                                                   "missed", "failed", "completed")}
+    pump = status.get("result", {}).get("dispatch", {}).get("pump", {})
+    ph["pump"] = {k: pump.get(k) for k in ("handed", "missed_before_handover", "refused_by_dispatcher",
+                                           "max_tick_lateness_ns", "max_pass_ns", "max_plan_publish_ns")}
+    # Missed, split by who was late: the housekeeping side (the pump found
+    # the start already passed) or the dispatch thread's wake-up (it woke
+    # later than T + tolerance; the lead is the p99.9 of recent wake-ups).
+    # (qrt_dispatch_jobs_total counts what the dispatcher decided, so the
+    # pump's refusals are not in it.)
+    at_send = sum(v for k, v in ph["jobs_total"].items() if "missed" in k)
+    before = pump.get("missed_before_handover") or 0
+    ph["missed"] = {"before_handover": before, "at_send": at_send, "total": at_send + before}
     return ph
 
 
@@ -621,7 +718,7 @@ def start_daemon(qrtd, sim, cfg, dirs, hk_cpus, a, phase):
     log_path = f"{RUN_DIR}/qrtd-{phase}.log"
     logf = open(log_path, "w")
     d = subprocess.Popen([qrtd, "run", "-c", cfg, "--duration-s", "300"] + dirs, stdout=logf,
-                         stderr=subprocess.STDOUT)
+                         stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(UNIT_NICE))
     logf.close()
     t0 = time.monotonic()
     while "daemon: running" not in open(log_path).read():
@@ -686,8 +783,10 @@ def burst_phase(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--idle-s", type=float, default=30)
-    ap.add_argument("--loaded-s", type=float, default=45)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="idle and loaded phases alternate this many times; figures are medians of the rounds")
+    ap.add_argument("--idle-s", type=float, default=15)
+    ap.add_argument("--loaded-s", type=float, default=20)
     ap.add_argument("--burst-s", type=float, default=4)
     ap.add_argument("--job-interval-ms", type=float, default=10)
     ap.add_argument("--lead-ms", type=int, default=200, help="jobs are placed this far ahead (>= the daemon's min lead)")
@@ -695,6 +794,8 @@ def main():
     ap.add_argument("--client-rate", type=float, default=25, help="cycles/s per scheduler client (3 calls each)")
     ap.add_argument("--prio", type=int, default=80)
     ap.add_argument("--keep", action="store_true", help="keep the daemon log and state")
+    ap.add_argument("--nice", type=int, default=None,
+                    help="run qrtd at this nice value instead of its unit's Nice= (to compare)")
     a = ap.parse_args()
 
     qrtd = os.path.join(a.build, "agent/qrtd")
@@ -709,6 +810,9 @@ def main():
         return 77
     if not os.access(trace_exe, os.X_OK):
         trace_exe = None
+    global UNIT_NICE
+    if a.nice is not None:
+        UNIT_NICE = a.nice
     t_start = time.monotonic()
     lock = open(LOCK, "a")
     try:
@@ -747,37 +851,41 @@ def main():
     before = host_snapshot()
     payload = base64.b64encode(b"loadbench-payload-64-bytes-" + b"x" * 37).decode()
 
-    print(f"load-vs-idle: dispatch CPU {dispatch_cpu}, housekeeping {hk_cpus}, load average {la_start}", flush=True)
+    print(f"load-vs-idle: dispatch CPU {dispatch_cpu}, housekeeping {hk_cpus}, load average {la_start}; "
+          f"qrtd at nice {UNIT_NICE} (Nice= of systemd/qrtd.service.in)", flush=True)
+    out_nice = UNIT_NICE
     print("references: cyclictest, raw echo ...", flush=True)
     cyc = cyclictest(dispatch_cpu, a.prio, int(a.job_interval_ms * 1000), 1000)
     echo = raw_echo(2000)
 
-    out = {"bench": "load_vs_idle"}
+    out = {"bench": "load_vs_idle", "rounds": []}
     rcs, sims, restored = [], [], True
     try:
-        for phase in ("idle", "loaded"):
-            shutil.rmtree(STATE_DIR, ignore_errors=True)
-            os.makedirs(STATE_DIR, exist_ok=True)
-            d, simp, sim_summary, qst = start_daemon(qrtd, sim, cfg, dirs, hk_cpus, a, phase)
-            try:
-                lead_ms = max(a.lead_ms, int(2 * qst.get("min_lead_ns", 0) / 1e6) + 1)
-                a.lead_ms = lead_ms
-                print(f"{phase} phase ({a.idle_s if phase == 'idle' else a.loaded_s:.0f} s): qrtd submit mode "
-                      f"{qst.get('submit_mode')}, min lead {qst.get('min_lead_ns', 0) / 1e6:.1f} ms; jobs placed "
-                      f"{lead_ms} ms ahead every {a.job_interval_ms} ms", flush=True)
-                out[phase] = run_phase(phase, a, phase == "loaded", payload, hk_cpus,
-                                       trace_exe if phase == "loaded" else None, dispatch_cpu)
-                if phase == "loaded":
-                    print(f"burst ({a.burst_s:.0f} s) ...", flush=True)
-                    out["burst"] = burst_phase(a)
-            finally:
-                rc, simj = stop_daemon(d, simp, sim_summary)
-                rcs.append(rc)
-                sims.append(simj)
-                if os.path.exists(JOURNAL_DIR + "/host-journal"):
-                    print("load-vs-idle: qrtd left its journal: qrtd host restore", flush=True)
-                    subprocess.run([qrtd, "host", "restore", "-c", cfg] + dirs)
-                restored = restored and host_snapshot() == before
+        for rnd in range(a.rounds):
+            out["rounds"].append({})
+            for phase in ("idle", "loaded"):
+                shutil.rmtree(STATE_DIR, ignore_errors=True)
+                os.makedirs(STATE_DIR, exist_ok=True)
+                d, simp, sim_summary, qst = start_daemon(qrtd, sim, cfg, dirs, hk_cpus, a, phase)
+                try:
+                    lead_ms = max(a.lead_ms, int(2 * qst.get("min_lead_ns", 0) / 1e6) + 1)
+                    a.lead_ms = lead_ms
+                    print(f"round {rnd + 1}/{a.rounds}, {phase} phase ({a.idle_s if phase == 'idle' else a.loaded_s:.0f} s): "
+                          f"qrtd submit mode {qst.get('submit_mode')}, min lead {qst.get('min_lead_ns', 0) / 1e6:.1f} ms; "
+                          f"jobs placed {lead_ms} ms ahead every {a.job_interval_ms} ms", flush=True)
+                    out["rounds"][-1][phase] = run_phase(phase, a, phase == "loaded", payload, hk_cpus,
+                                                         trace_exe if phase == "loaded" else None, dispatch_cpu)
+                    if phase == "loaded" and rnd == a.rounds - 1:
+                        print(f"burst ({a.burst_s:.0f} s) ...", flush=True)
+                        out["burst"] = burst_phase(a)
+                finally:
+                    rc, simj = stop_daemon(d, simp, sim_summary)
+                    rcs.append(rc)
+                    sims.append(simj)
+                    if os.path.exists(JOURNAL_DIR + "/host-journal"):
+                        print("load-vs-idle: qrtd left its journal: qrtd host restore", flush=True)
+                        subprocess.run([qrtd, "host", "restore", "-c", cfg] + dirs)
+                    restored = restored and host_snapshot() == before
     finally:
         if os.path.exists(JOURNAL_DIR + "/host-journal"):
             subprocess.run([qrtd, "host", "restore", "-c", cfg] + dirs)
@@ -788,18 +896,28 @@ def main():
     if not a.keep:
         shutil.rmtree(STATE_DIR, ignore_errors=True)
 
+    cyc_after = cyclictest(dispatch_cpu, a.prio, int(a.job_interval_ms * 1000), 1000)
+
     def r(x, y):
         return round(x / y, 3) if x is not None and y else None
+    # Each figure is the median over the rounds of that phase (the host's
+    # own noise drifts over minutes; alternating the phases and taking
+    # medians keeps a drift from landing on one side only).
+    for phase in ("idle", "loaded"):
+        out[phase] = median_phase([rd[phase] for rd in out["rounds"] if phase in rd])
     i, l = out["idle"], out["loaded"]
     lead = l.get("qpu_status", {}).get("min_lead_ns")
-    missed = sum(v for k, v in l["jobs_total"].items() if "missed" in k) + \
-        sum(v for k, v in i["jobs_total"].items() if "missed" in k)
+    missed = {k: i["missed"][k] + l["missed"][k] for k in ("before_handover", "at_send", "total")}
     failed = sum(v for k, v in l["jobs_total"].items() if "failed" in k or "send_failed" in k) + \
         sum(v for k, v in i["jobs_total"].items() if "failed" in k or "send_failed" in k)
     out["cyclictest"] = cyc
+    out["cyclictest_after"] = cyc_after
     out["raw_echo"] = echo
+    per_round = [r(rd["loaded"]["dispatch_lateness"].get("p99_us"), rd["idle"]["dispatch_lateness"].get("p99_us"))
+                 for rd in out["rounds"] if "idle" in rd and "loaded" in rd]
     out["ratios"] = {
         "dispatch_p99_loaded_over_idle": r(l["dispatch_lateness"].get("p99_us"), i["dispatch_lateness"].get("p99_us")),
+        "dispatch_p99_loaded_over_idle_per_round": per_round,
         "dispatch_p50_loaded_over_idle": r(l["dispatch_lateness"].get("p50_us"), i["dispatch_lateness"].get("p50_us")),
         "arrival_p99_loaded_over_idle": r(l["arrival_lateness"].get("p99_us"), i["arrival_lateness"].get("p99_us")),
         "rpc_p50_idle_over_echo": r(i["rpc_rtt_agent_hello"].get("p50_us"), echo.get("p50_us")),
@@ -810,7 +928,11 @@ def main():
     }
     out["goals"] = {
         "dispatch_p99_loaded_over_idle_le_1.2": (out["ratios"]["dispatch_p99_loaded_over_idle"] or 99) <= 1.2,
-        "zero_missed_at_min_lead": missed == 0,
+        # The housekeeping side's share: no job reached the pump after its
+        # start.  Jobs the dispatch thread woke too late for are `at_send`,
+        # next to cyclictest's samples beyond the same tolerance.
+        "zero_missed_before_handover": missed["before_handover"] == 0,
+        "zero_missed": missed["total"] == 0,
         "rpc_p50_over_echo_le_1.5": (out["ratios"]["rpc_p50_idle_over_echo"] or 99) <= 1.5,
         "rpc_p99_under_load_us": l["rpc_rtt_agent_hello"].get("p99_us"),
     }
@@ -819,6 +941,7 @@ def main():
     out["qpu_sim_out_of_window"] = simj.get("out_of_window")
     out["min_lead_ns"] = lead
     out["placed_ahead_ms"] = a.lead_ms
+    out["qrtd_nice"] = out_nice
     out["qrtd_exit"] = rc
     out["host_restored"] = restored
     out["load_avg"] = {"start": la_start, "end": loadavg()}
@@ -828,12 +951,15 @@ def main():
         return (f"  {name:34} p50 {f.get('p50_us', 0) or 0:9.1f}  p99 {f.get('p99_us', 0) or 0:9.1f}  "
                 f"p99.9 {f.get('p999_us', 0) or 0:9.1f}  max {f.get('max_us', 0) or 0:9.1f} us  (n={f.get('count', 0)})")
     for name, ph in (("idle", i), ("loaded", l)):
-        print(f"{name} (load average {ph['load_avg']}):")
+        print(f"{name}, medians of {len(out['rounds'])} rounds (load average {ph['load_avg']}):")
         print(row("dispatch lateness", ph["dispatch_lateness"]))
         print(row("arrival lateness", ph["arrival_lateness"]))
         print(row("agent.hello round trip", ph["rpc_rtt_agent_hello"]))
         print(row("commit (" + ph["commit_latency"]["source"][:24] + ")", ph["commit_latency"]))
-        print(f"  jobs: {ph['jobs_total']}; event-loop stall max {ph['event_loop_stall'].get('max_us')} us")
+        if "wakeup_latency" in ph:
+            print(row("dispatch thread wake-up latency", ph["wakeup_latency"]))
+        print(f"  jobs (all rounds): {ph['jobs_total']}; missed {ph['missed']}; "
+              f"event-loop stall max {ph['event_loop_stall'].get('max_us')} us")
         if "schedulers" in ph:
             s = ph["schedulers"]
             print(f"  {s['clients']} schedulers: {s['cycles_per_s']:.0f} cycles/s, durable reservations "
@@ -841,7 +967,7 @@ def main():
         print(f"  intrusions on CPU {dispatch_cpu}: {ph['intrusions_on_dispatch_cpu']}")
         if "wakeup_trace" in ph:
             print(f"  wakeup trace: {ph['wakeup_trace']['dispatch_thread_per_job']} per job from qrt-dispatch")
-    print(f"references: cyclictest {cyc}, raw echo {echo}")
+    print(f"references: cyclictest before {cyc}, after {cyc_after}; raw echo {echo}")
     print(f"burst: {out['burst']['durable_reservations_per_s']:.0f} durable reservations/s (4 clients, 32 in flight)")
     print(f"ratios: {out['ratios']}")
     print(f"goals: {out['goals']}; missed {missed}, failed {failed}; host restored: {restored}; "
