@@ -83,6 +83,15 @@ def loadavg():
     return float(open("/proc/loadavg").read().split()[0])
 
 
+def steal_ms(cpu):
+    """Time the hypervisor ran something else on this vCPU (/proc/stat steal)."""
+    for line in open("/proc/stat"):
+        f = line.split()
+        if f[0] == f"cpu{cpu}":
+            return int(f[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def realtime_ns():
     return time.clock_gettime_ns(time.CLOCK_REALTIME)
 
@@ -465,6 +474,7 @@ def median_phase(phases):
         m["max_us"] = max((f.get("max_us") or 0) for f in fs)          # the worst round's
         m["count"] = sum((f.get("count") or 0) for f in fs)
         out[key] = m
+    out["steal_ms_on_dispatch_cpu"] = round(sum(p.get("steal_ms_on_dispatch_cpu", 0) for p in phases), 1)
     for key in ("jobs_total", "missed", "intrusions_on_dispatch_cpu"):
         tot = {}
         for p in phases:
@@ -513,6 +523,7 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
             trace = subprocess.Popen([trace_exe, "--seconds", str(dur + tail), "--top", "64"],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     la0 = loadavg()
+    steal0 = steal_ms(dispatch_cpu)
     for p in procs:
         p.start()
     results = {}
@@ -543,7 +554,9 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
     for e in extra:
         e.terminate()
         e.wait()
-    return summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_cpu, status, tel)
+    ph = summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_cpu, status, tel)
+    ph["steal_ms_on_dispatch_cpu"] = round(steal_ms(dispatch_cpu) - steal0, 1)
+    return ph
 
 
 def summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_cpu, status, tel):
@@ -959,7 +972,8 @@ def main():
         if "wakeup_latency" in ph:
             print(row("dispatch thread wake-up latency", ph["wakeup_latency"]))
         print(f"  jobs (all rounds): {ph['jobs_total']}; missed {ph['missed']}; "
-              f"event-loop stall max {ph['event_loop_stall'].get('max_us')} us")
+              f"event-loop stall max {ph['event_loop_stall'].get('max_us')} us; hypervisor steal on CPU "
+              f"{dispatch_cpu}: {ph['steal_ms_on_dispatch_cpu']} ms")
         if "schedulers" in ph:
             s = ph["schedulers"]
             print(f"  {s['clients']} schedulers: {s['cycles_per_s']:.0f} cycles/s, durable reservations "
