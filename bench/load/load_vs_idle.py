@@ -164,7 +164,7 @@ class rpc:
 def w_job_stream(q, stop_at, interval_ms, lead_ms, payload_b64):
     """jobs.submit one-shot every interval, lead ahead: the probe job stream."""
     c = rpc(SOCK)
-    rtts, errors, jobs = [], {}, 0
+    rtts, errors, jobs, ids = [], {}, 0, []
     nxt = time.monotonic()
     while time.monotonic() < stop_at:
         j, rtt = c.call("jobs.submit", {"duration_ns": 1_000_000, "not_before_ns": realtime_ns() + lead_ms * 1_000_000,
@@ -172,6 +172,7 @@ def w_job_stream(q, stop_at, interval_ms, lead_ms, payload_b64):
         if "result" in j:
             jobs += 1
             rtts.append(rtt)
+            ids.append(j["result"]["job_id"])
         else:
             r = j.get("error", {}).get("data", {}).get("reason", "?")
             errors[r] = errors.get(r, 0) + 1
@@ -179,7 +180,7 @@ def w_job_stream(q, stop_at, interval_ms, lead_ms, payload_b64):
         nxt += interval_ms / 1e3
         time.sleep(max(0.0, nxt - time.monotonic()))
     c.close()
-    q.put(("job_stream", {"submitted": jobs, "rtt_ns": rtts, "errors": errors}))
+    q.put(("job_stream", {"submitted": jobs, "rtt_ns": rtts, "errors": errors, "job_ids": ids}))
 
 
 def w_rtt_probe(q, stop_at, period_ms):
@@ -202,7 +203,7 @@ def w_scheduler(q, stop_at, rate, idx, payload_b64):
     c = rpc(SOCK)
     rng = random.Random(idx)
     lat = {"slots.reserve": [], "slots.heartbeat": [], "jobs.submit": [], "slots.release": []}
-    errors = {}
+    errors, ids = {}, []
     cycles = 0
     nxt = time.monotonic()
     while time.monotonic() < stop_at:
@@ -223,6 +224,8 @@ def w_scheduler(q, stop_at, rate, idx, payload_b64):
                 j, rtt = c.call(method, params)
                 if "result" in j:
                     lat[method].append(rtt)
+                    if method == "jobs.submit":
+                        ids.append(j["result"]["job_id"])
                 else:
                     r = method + ":" + j.get("error", {}).get("data", {}).get("reason", "?")
                     errors[r] = errors.get(r, 0) + 1
@@ -230,7 +233,49 @@ def w_scheduler(q, stop_at, rate, idx, payload_b64):
         nxt += 1.0 / rate
         time.sleep(max(0.0, nxt - time.monotonic()))
     c.close()
-    q.put(("scheduler", {"cycles": cycles, "rtt_ns": lat, "errors": errors}))
+    q.put(("scheduler", {"cycles": cycles, "rtt_ns": lat, "errors": errors, "job_ids": ids}))
+
+
+def w_fsync_probe(q, stop_at, period_ms):
+    """pwrite + fdatasync of 4 KiB on the ledger's filesystem every period:
+    what the device itself did while the ledger committed."""
+    path = os.path.join(os.path.dirname(STATE_DIR), "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    rtts = []
+    while time.monotonic() < stop_at:
+        t0 = time.monotonic_ns()
+        os.pwrite(fd, b"p" * 4096, 0)
+        os.fdatasync(fd)
+        rtts.append(time.monotonic_ns() - t0)
+        time.sleep(period_ms / 1e3)
+    os.close(fd)
+    q.put(("fsync_probe", {"rtt_ns": rtts}))
+
+
+def job_outcomes(ids):
+    """Each placed job's final state from the daemon (jobs.status), missed
+    ones by who was late: the pump (its start had passed at hand-over), the
+    dispatch thread (it woke past T + tolerance), or the ledger's backstop
+    (never handed over by its start: not durable, or not planned, in time)."""
+    c = rpc(SOCK)
+    out = {}
+    for jid in ids:
+        j, _ = c.call("jobs.status", {"job_id": jid})
+        st = j.get("result", {})
+        state = st.get("state", "status_error")
+        reason = st.get("reason", "")
+        if state == "missed":
+            if "before hand-over" in reason:
+                state = "missed_before_handover"
+            elif "more than the tolerance" in reason:
+                state = "missed_at_send"
+            elif "not dispatched by start_ns" in reason:
+                state = "missed_never_handed"
+        elif state not in ("completed", "sent"):
+            state = f"{state}:{reason.split(':')[0][:40]}"
+        out[state] = out.get(state, 0) + 1
+    c.close()
+    return out
 
 
 def w_subscriber(q, stop_at, slow):
@@ -464,7 +509,7 @@ def median_phase(phases):
         xs = sorted(x for x in xs if x is not None)
         return xs[len(xs) // 2] if xs else None
     for key in ("dispatch_lateness", "arrival_lateness", "rpc_rtt_agent_hello", "commit_latency",
-                "wakeup_latency", "rpc_rtt_schedulers"):
+                "wakeup_latency", "rpc_rtt_schedulers", "fsync_probe"):
         fs = [p[key] for p in phases if key in p]
         if not fs:
             continue
@@ -475,7 +520,7 @@ def median_phase(phases):
         m["count"] = sum((f.get("count") or 0) for f in fs)
         out[key] = m
     out["steal_ms_on_dispatch_cpu"] = round(sum(p.get("steal_ms_on_dispatch_cpu", 0) for p in phases), 1)
-    for key in ("jobs_total", "missed", "intrusions_on_dispatch_cpu"):
+    for key in ("jobs_total", "missed", "job_outcomes", "intrusions_on_dispatch_cpu"):
         tot = {}
         for p in phases:
             for k, v in p.get(key, {}).items():
@@ -505,7 +550,8 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
     stop_at = time.monotonic() + dur
     tail = max(a.lead_ms / 1e3, 2.0 if loaded else 0.0) + 0.5   # jobs placed ahead still dispatch
     procs = [mp.Process(target=w_job_stream, args=(q, stop_at, a.job_interval_ms, a.lead_ms, payload_b64)),
-             mp.Process(target=w_rtt_probe, args=(q, stop_at, 10))]
+             mp.Process(target=w_rtt_probe, args=(q, stop_at, 10)),
+             mp.Process(target=w_fsync_probe, args=(q, stop_at, 100))]
     extra = []
     trace = None
     if loaded:
@@ -541,6 +587,8 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
     if wait > 0:
         time.sleep(wait)
     after = scrape(mon)
+    ids = [i for k in ("job_stream", "scheduler") for r in results.get(k, []) for i in r.get("job_ids", [])]
+    outcomes = job_outcomes(ids)
     status, _ = mon.call("agent.status")
     tel, _ = mon.call("telemetry.snapshot", {"prefix": "qrt_dispatch"})
     mon.close()
@@ -556,6 +604,13 @@ def run_phase(name, a, loaded, payload_b64, hk_cpus, trace_exe, dispatch_cpu):
         e.wait()
     ph = summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_cpu, status, tel)
     ph["steal_ms_on_dispatch_cpu"] = round(steal_ms(dispatch_cpu) - steal0, 1)
+    ph["job_outcomes"] = outcomes
+    ph["missed"] = {"before_handover": outcomes.get("missed_before_handover", 0),
+                    "at_send": outcomes.get("missed_at_send", 0),
+                    "never_handed": outcomes.get("missed_never_handed", 0),
+                    "other": sum(v for k, v in outcomes.items() if k == "missed")}
+    ph["missed"]["total"] = sum(ph["missed"].values())
+    ph["fsync_probe"] = quantiles(results.get("fsync_probe", [{}])[0].get("rtt_ns", []))
     return ph
 
 
@@ -644,14 +699,6 @@ def summarize_phase(name, dur, la0, before, after, results, trace_out, dispatch_
     pump = status.get("result", {}).get("dispatch", {}).get("pump", {})
     ph["pump"] = {k: pump.get(k) for k in ("handed", "missed_before_handover", "refused_by_dispatcher",
                                            "max_tick_lateness_ns", "max_pass_ns", "max_plan_publish_ns")}
-    # Missed, split by who was late: the housekeeping side (the pump found
-    # the start already passed) or the dispatch thread's wake-up (it woke
-    # later than T + tolerance; the lead is the p99.9 of recent wake-ups).
-    # (qrt_dispatch_jobs_total counts what the dispatcher decided, so the
-    # pump's refusals are not in it.)
-    at_send = sum(v for k, v in ph["jobs_total"].items() if "missed" in k)
-    before = pump.get("missed_before_handover") or 0
-    ph["missed"] = {"before_handover": before, "at_send": at_send, "total": at_send + before}
     return ph
 
 
@@ -920,7 +967,7 @@ def main():
         out[phase] = median_phase([rd[phase] for rd in out["rounds"] if phase in rd])
     i, l = out["idle"], out["loaded"]
     lead = l.get("qpu_status", {}).get("min_lead_ns")
-    missed = {k: i["missed"][k] + l["missed"][k] for k in ("before_handover", "at_send", "total")}
+    missed = {k: i["missed"][k] + l["missed"][k] for k in i["missed"]}
     failed = sum(v for k, v in l["jobs_total"].items() if "failed" in k or "send_failed" in k) + \
         sum(v for k, v in i["jobs_total"].items() if "failed" in k or "send_failed" in k)
     out["cyclictest"] = cyc
@@ -944,7 +991,7 @@ def main():
         # The housekeeping side's share: no job reached the pump after its
         # start.  Jobs the dispatch thread woke too late for are `at_send`,
         # next to cyclictest's samples beyond the same tolerance.
-        "zero_missed_before_handover": missed["before_handover"] == 0,
+        "zero_missed_before_handover": missed["before_handover"] + missed["never_handed"] == 0,
         "zero_missed": missed["total"] == 0,
         "rpc_p50_over_echo_le_1.5": (out["ratios"]["rpc_p50_idle_over_echo"] or 99) <= 1.5,
         "rpc_p99_under_load_us": l["rpc_rtt_agent_hello"].get("p99_us"),
@@ -971,6 +1018,8 @@ def main():
         print(row("commit (" + ph["commit_latency"]["source"][:24] + ")", ph["commit_latency"]))
         if "wakeup_latency" in ph:
             print(row("dispatch thread wake-up latency", ph["wakeup_latency"]))
+        print(row("device fdatasync (4 KiB probe)", ph["fsync_probe"]))
+        print(f"  placed jobs by final state (all rounds): {ph['job_outcomes']}")
         print(f"  jobs (all rounds): {ph['jobs_total']}; missed {ph['missed']}; "
               f"event-loop stall max {ph['event_loop_stall'].get('max_us')} us; hypervisor steal on CPU "
               f"{dispatch_cpu}: {ph['steal_ms_on_dispatch_cpu']} ms")
