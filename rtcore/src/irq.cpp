@@ -13,6 +13,22 @@ namespace {
 
 std::string irq_dir(unsigned irq) { return "/proc/irq/" + std::to_string(irq); }
 std::string list_path(unsigned irq) { return irq_dir(irq) + "/smp_affinity_list"; }
+
+// A managed IRQ keeps its mask, but the kernel delivers it to one CPU of it
+// (effective_affinity_list): say when that one is isolated.
+void note_managed_landing(host_fs& fs, irq_outcome& o, const cpu_set& isolated) {
+    auto eff = fs.read_line(irq_dir(o.irq) + "/effective_affinity_list");
+    if (!eff) {
+        return;
+    }
+    auto e = cpu_set::parse_list(*eff);
+    if (!e || !e->intersects(isolated)) {
+        return;
+    }
+    o.lands_on_isolated = (*e & isolated).to_list();
+    o.detail += "; delivered to isolated CPU " + o.lands_on_isolated +
+                " (effective_affinity_list): its every interrupt lands there until a boot with isolcpus=managed_irq";
+}
 constexpr const char* default_path = "/proc/irq/default_smp_affinity";
 
 // "/proc/irq/36/smp_affinity_list" -> 36
@@ -127,6 +143,7 @@ result<irq_outcome> write_irq(host_fs& fs, restore_journal& journal, unsigned ir
             o.act = irq_outcome::action::managed;
             o.after = before;
             o.detail = st.err().message + " (kernel-managed IRQ; recorded, not retried)";
+            note_managed_landing(fs, o, isolated);
             if (auto a = journal.append(rec::managed{irq}); !a) {
                 return a.err();
             }
@@ -440,6 +457,7 @@ result<irq_report> pin_irqs(host_fs& fs, restore_journal& journal, const cpu_set
         if (managed.count(irq) != 0) {
             rep.irqs.push_back(irq_outcome{irq, name, irq_outcome::action::managed, s->raw, s->raw,
                                            "recorded as kernel-managed earlier; not retried"});
+            note_managed_landing(fs, rep.irqs.back(), isolated);
             continue;
         }
         originals.push_back(list_path(irq));
@@ -525,6 +543,7 @@ result<irq_report> verify_irqs(host_fs& fs, restore_journal& journal, const cpu_
         if (managed.count(irq) != 0) {
             rep.irqs.push_back(irq_outcome{irq, name, irq_outcome::action::managed, s->raw, s->raw,
                                            "kernel-managed; not retried"});
+            note_managed_landing(fs, rep.irqs.back(), isolated);
             continue;
         }
         if (is_known && irqbalance_fights) {

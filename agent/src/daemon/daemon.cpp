@@ -509,6 +509,15 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
                   rep->irqs.count(rtcore::irq_outcome::action::repinned),
               rep->irqs.count(rtcore::irq_outcome::action::already_ok),
               rep->irqs.count(rtcore::irq_outcome::action::managed));
+    for (const auto& o : rep->irqs.irqs) {
+        if (o.act == rtcore::irq_outcome::action::managed && !o.lands_on_isolated.empty()) {
+            log::warn("irq", "IRQ {} ({}) is kernel-managed and delivered to isolated CPU {}: every interrupt of "
+                             "that device (for a disk, every completion of the ledger's fsyncs) interrupts "
+                             "dispatch there; fix: add isolcpus=managed_irq,domain,{} to the kernel command line "
+                             "(needs reboot)",
+                      o.irq, o.name.empty() ? "?" : o.name, o.lands_on_isolated, plan.isolated.to_list());
+        }
+    }
     for (const auto& why : rep->isolation.not_used) {
         log::info("isolation", "not used: {}", why);
     }
@@ -534,7 +543,10 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
     }
     for (const auto& o : rep->irqs.irqs) {
         if (o.act == rtcore::irq_outcome::action::managed) {
-            facts.managed_irqs.push_back(fmt::format("{} ({})", o.irq, o.name));
+            facts.managed_irqs.push_back(
+                o.lands_on_isolated.empty()
+                    ? fmt::format("{} ({})", o.irq, o.name)
+                    : fmt::format("{} ({}) on isolated CPU {}", o.irq, o.name, o.lands_on_isolated));
         }
     }
     facts.irqbalance = rep->irqs.irqbalance.line();
@@ -562,6 +574,12 @@ std::string partition_from_summary(const config& cfg, const rtcore::host_fs& fs,
         for (const auto& m : (*sum)["managed_irqs"]) {
             if (m.is_string()) {
                 facts.managed_irqs.push_back(m.get<std::string>());
+                if (m.get_ref<const std::string&>().find(" on isolated CPU ") != std::string::npos) {
+                    log::warn("irq", "IRQ {} is kernel-managed (qrtd host apply could not move it): every "
+                                     "interrupt of that device interrupts dispatch there; fix: boot with "
+                                     "isolcpus=managed_irq (qrtd host plan prints the line)",
+                              m.get<std::string>());
+                }
             }
         }
     }

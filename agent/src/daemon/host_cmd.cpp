@@ -422,7 +422,9 @@ nlohmann::json partition_summary(const rtcore::host_partition::apply_report& rep
     json managed = json::array();
     for (const auto& o : rep.irqs.irqs) {
         if (o.act == rtcore::irq_outcome::action::managed) {
-            managed.push_back(fmt::format("{} ({})", o.irq, o.name));
+            managed.push_back(o.lands_on_isolated.empty()
+                                  ? fmt::format("{} ({})", o.irq, o.name)
+                                  : fmt::format("{} ({}) on isolated CPU {}", o.irq, o.name, o.lands_on_isolated));
         }
     }
     return json{{"boot_id", boot_id},

@@ -48,6 +48,10 @@ struct irq_outcome {
     std::string before;  // smp_affinity_list before
     std::string after;   // smp_affinity_list after (read back)
     std::string detail;  // why, or the follow-up (effective affinity pending, the errno)
+    // managed: the isolated CPUs its effective affinity delivers it to ("" if
+    // none, or the kernel does not say).  Every interrupt of that device then
+    // lands on them, and only isolcpus=managed_irq at boot moves it.
+    std::string lands_on_isolated{};
     std::string line() const;
 };
 const char* to_string(irq_outcome::action a);

@@ -58,6 +58,31 @@ TEST(irq, pins_every_irq_on_an_isolated_cpu_and_the_default_mask) {
     EXPECT_EQ(files, 7U);
 }
 
+// A managed IRQ that the kernel delivers to a housekeeping CPU is only
+// recorded; one it delivers to an isolated CPU is named as such, because
+// then every interrupt of its device lands on a dispatch CPU.
+TEST(irq, a_managed_irq_delivered_to_an_isolated_cpu_is_named) {
+    tree_copy t("host8-v2");
+    write_file(t.root() / "proc/irq/121/effective_affinity_list", "0\n");
+    rtcore::host_fs fs(t.root());
+    for (unsigned irq = 121; irq <= 122; ++irq) {
+        fs.inject_write_error("/proc/irq/" + std::to_string(irq) + "/smp_affinity_list", EIO);
+    }
+    auto j = open_journal(t, fs);
+    ASSERT_TRUE(j);
+    auto r = rtcore::pin_irqs(fs, *j, cpu_set{2, 3, 4, 5, 6, 7}, cpu_set{0, 1});
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(find_irq(*r, 121).value().act, action::managed);
+    EXPECT_EQ(find_irq(*r, 121).value().lands_on_isolated, "");
+    EXPECT_EQ(find_irq(*r, 121).value().detail.find("isolated"), std::string::npos);
+    EXPECT_EQ(find_irq(*r, 122).value().lands_on_isolated, "4");
+    // Re-applied, the recorded one still says where it lands.
+    auto again = rtcore::pin_irqs(fs, *j, cpu_set{2, 3, 4, 5, 6, 7}, cpu_set{0, 1});
+    ASSERT_TRUE(again) << again.err().message;
+    EXPECT_EQ(find_irq(*again, 122).value().lands_on_isolated, "4");
+    EXPECT_NE(find_irq(*again, 122).value().detail.find("recorded as kernel-managed earlier"), std::string::npos);
+}
+
 TEST(irq, a_managed_irq_is_reported_and_never_retried) {
     tree_copy t("host8-v2");
     rtcore::host_fs fs(t.root());
@@ -75,7 +100,10 @@ TEST(irq, a_managed_irq_is_reported_and_never_retried) {
         EXPECT_EQ(find_irq(*r, 120).value().act, action::already_ok);
         EXPECT_EQ(find_irq(*r, 122).value().line(),
                   "irq 122 (nvme0q3): managed 4-5 -> 4-5; write /proc/irq/122/smp_affinity_list: "
-                  "Input/output error (kernel-managed IRQ; recorded, not retried)");
+                  "Input/output error (kernel-managed IRQ; recorded, not retried); delivered to isolated "
+                  "CPU 4 (effective_affinity_list): its every interrupt lands there until a boot with "
+                  "isolcpus=managed_irq");
+        EXPECT_EQ(find_irq(*r, 122).value().lands_on_isolated, "4");
         EXPECT_EQ(r->count(action::pinned), 4U);
     }
     // Any further write to them would now fail the whole apply: re-apply and
@@ -88,7 +116,9 @@ TEST(irq, a_managed_irq_is_reported_and_never_retried) {
     auto again = rtcore::pin_irqs(fs, *j, iso, hk);
     ASSERT_TRUE(again) << again.err().message;
     EXPECT_EQ(again->count(action::managed), 3U);
-    EXPECT_EQ(find_irq(*again, 121).value().detail, "recorded as kernel-managed earlier; not retried");
+    EXPECT_EQ(find_irq(*again, 121).value().detail,
+              "recorded as kernel-managed earlier; not retried; delivered to isolated CPU 2 "
+              "(effective_affinity_list): its every interrupt lands there until a boot with isolcpus=managed_irq");
     auto v = rtcore::verify_irqs(fs, *j, iso, hk);
     ASSERT_TRUE(v) << v.err().message;
     EXPECT_EQ(v->count(action::managed), 3U);
