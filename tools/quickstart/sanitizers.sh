@@ -44,12 +44,6 @@
 #   rpc_tenants.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast
 #     asserts a victim's p99 under a stated 500 ms during a 2,000-connection
 #     flood: a timing promise, measured in the plain build's ctest.
-#   dispatch_with_qpu_sim.disconnects_* / garbage_answers_*  assert which
-#     reason a faulted job ends with (endpoint_down / protocol_error) and
-#     race it against the 300 ms result timeout; against the instrumented
-#     qpu-sim the timeout wins for 1-3 of 500 jobs (no sanitizer report).
-#     They pass under TSan and in the plain build; why the instrumented run
-#     attributes the fault late is an open lead.
 #   rt_thread.real*  check what the kernel did (memory locked by mlockall,
 #     SCHED_FIFO granted or refused); every sanitizer turns mlockall into a
 #     no-op, so they cannot pass and test no threading.
@@ -71,7 +65,7 @@ asan_targets=(test_rtcore_base test_rtcore_util test_rtcore_topology test_rtcore
               test_event_loop test_dispatch_unit
               test_rpc_server test_dispatch_integration test_clients_integration)
 # Python regex (re.search) of the tests kept out of both sanitized runs (see above).
-san_exclude='^rpc_tenants\.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast$|^rt_thread\.real|^dispatch_with_qpu_sim\.(disconnects|garbage)_'
+san_exclude='^rpc_tenants\.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast$|^rt_thread\.real'
 
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 detect_stack_use_after_return=1 strict_string_checks=1 ${ASAN_OPTIONS:-}"

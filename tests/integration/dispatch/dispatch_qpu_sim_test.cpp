@@ -167,7 +167,7 @@ protected:
         cfg.dispatch.max_payload_bytes = 1024;
         cfg.dispatch.submit = _submit;
         cfg.dispatch.sqpoll_cpu = 0;  // the housekeeping CPU
-        cfg.result_timeout_ns = 300 * ms;
+        cfg.result_timeout_ns = _result_timeout_ns;
         cfg.backoff_initial = std::chrono::milliseconds(20);
         if (_no_stall_drop) {
             cfg.stall_timeouts = 0;  // keep the connection however many results are missing
@@ -292,6 +292,10 @@ protected:
     submit_mode _submit = submit_mode::syscall;
     std::size_t _payload_bytes = 0;  // 0: the short QASM string
     bool _no_stall_drop = false;
+    // Short enough for the stall test's 1.5 s stalls to time out; the
+    // fault-attribution tests take 2 s, so a result that an instrumented
+    // qpu-sim on a busy host answers late is not mistaken for their fault.
+    std::int64_t _result_timeout_ns = 300 * ms;
 };
 
 // The clean 500-job run once per submission mode: syscall (io_uring_enter
@@ -350,6 +354,7 @@ TEST_F(dispatch_with_qpu_sim, stalled_results_time_out_only_the_stalled_jobs) {
 }
 
 TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_resumes_after_reconnect) {
+    _result_timeout_ns = 2'000 * ms;
     const run_result rr = run({"--disconnect-every", "100"});
     // Affected: the job that hit the disconnect, any job already written to
     // the dead connection before the agent saw EOF (disconnected, or
@@ -370,6 +375,7 @@ TEST_F(dispatch_with_qpu_sim, disconnects_fail_the_job_in_flight_and_dispatch_re
 }
 
 TEST_F(dispatch_with_qpu_sim, garbage_answers_fail_the_affected_job_and_the_link_recovers) {
+    _result_timeout_ns = 2'000 * ms;
     const run_result rr = run({"--garbage-every", "100"});
     // Affected: the job answered with garbage, a job already on the wire when
     // the agent dropped the connection, and the jobs due while reconnecting.
