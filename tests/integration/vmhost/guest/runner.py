@@ -448,12 +448,17 @@ def c_jobs():
                                                            f"{s['refused']} refused: {out.strip()[-400:]}")
     require(s["not_terminal"] == 0, f"{s['not_terminal']} jobs not terminal: {out.strip()[-400:]}")
     # Under TCG a job may be late: missed (its start passed by more than
-    # miss_tolerance_ns) or failed with endpoint_timeout (no RESULT read
-    # within 1 s of its end) is timing, not behaviour.  Any other outcome
-    # fails, and so does a run where no RESULT came back at all.
+    # miss_tolerance_ns), failed with endpoint_timeout (no RESULT read
+    # within 1 s of its end), or qpu_out_of_window (sent inside its window,
+    # the agent's own guard passed, but qpu-sim, a reader on the emulated
+    # housekeeping CPU, read it after the window ended) is timing, not
+    # behaviour.  Any other outcome fails (out_of_window, the agent sending
+    # outside a window, among them), and so does a run where no RESULT came
+    # back at all.
     other = {k: n for k, n in states.items() if k not in ("completed", "missed", "failed")}
     require(not other, f"outcomes other than completed/missed/failed: {states}")
-    require(states.get("failed", 0) == reasons.get("endpoint_timeout", 0),
+    timing = reasons.get("endpoint_timeout", 0) + reasons.get("qpu_out_of_window", 0)
+    require(states.get("failed", 0) == timing,
             f"jobs failed for reasons other than timing: outcomes {states}, reasons {reasons}")
     require(states.get("completed", 0) > 0, f"no job completed (outcomes {states}, reasons {reasons}): "
                                             f"no RESULT came back from qpu-sim")
