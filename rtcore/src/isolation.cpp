@@ -299,14 +299,39 @@ affinity_move plan_move_off(const restore_journal& journal, const task_info& t, 
 
 namespace {
 
+// Whether t is one of the caller's own real-time threads, on the CPU planned
+// for it (rt_exemption); claimed holds the CPUs already taken in this sweep.
+bool own_rt_thread(const host_fs& fs, task_ops& tasks, const rt_exemption& own, const task_info& t,
+                   const cpu_set& aff, cpu_set& claimed) {
+    if (!own.any() || t.kernel_thread || t.comm != own.comm || aff.count() != 1) {
+        return false;
+    }
+    const auto cpu = static_cast<unsigned>(aff.first());
+    if (!own.cpus.test(cpu) || claimed.test(cpu)) {
+        return false;
+    }
+    if (own.process && t.tgid != *own.process) {
+        return false;
+    }
+    if (own.uid) {
+        auto uid = tasks.real_uid(fs, t.tid);
+        if (!uid || *uid != *own.uid) {
+            return false;
+        }
+    }
+    claimed.set(cpu);
+    return true;
+}
+
 status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const cpu_set& isolated,
-                   const cpu_set& housekeeping, isolation_report& rep) {
+                   const cpu_set& housekeeping, const rt_exemption& own, isolation_report& rep) {
     auto all = tasks.list_tasks(fs);
     if (!all) {
         return all.err();
     }
     std::vector<affinity_move> todo;
     std::vector<journal_record> recs;
+    cpu_set claimed;
     for (const auto& t : *all) {
         auto aff = tasks.affinity(t.tid);
         if (!aff) {
@@ -316,7 +341,19 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
         if (!aff->intersects(isolated)) {
             continue;
         }
+        if (own_rt_thread(fs, tasks, own, t, *aff, claimed)) {
+            rep.rt_threads_left.push_back("tid " + std::to_string(t.tid) + " on CPU " + aff->to_list());
+            continue;
+        }
         todo.push_back(plan_move_off(journal, t, *aff, isolated, housekeeping, recs));
+    }
+    if (!rep.rt_threads_left.empty()) {
+        std::string which;
+        for (const auto& l : rep.rt_threads_left) {
+            which += (which.empty() ? "" : ", ") + l;
+        }
+        rep.lines.push_back("isolation: left " + std::to_string(rep.rt_threads_left.size()) + " " + own.comm +
+                            " thread(s) on their planned CPUs: " + which);
     }
     if (auto st = journal.append(recs); !st) {
         return st;
@@ -355,8 +392,8 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
 }
 
 status apply_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const cpu_set& isolated,
-                   const cpu_set& housekeeping, isolation_report& rep) {
-    if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, rep); !st) {
+                   const cpu_set& housekeeping, const rt_exemption& own, isolation_report& rep) {
+    if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, own, rep); !st) {
         return st;
     }
     rep.lines.push_back("isolation: the fence is advisory: a task that sets its own affinity later can "
@@ -502,7 +539,7 @@ result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_j
         } else if (m == isolation_method::cgroup_v1_cpuset) {
             st = apply_v1(fs, tasks, journal, mounts, isolated, housekeeping, opts, attempt);
         } else {
-            st = apply_fence(fs, tasks, journal, isolated, housekeeping, attempt);
+            st = apply_fence(fs, tasks, journal, isolated, housekeeping, opts.own_rt, attempt);
         }
         if (!st) {
             // Put back what this method changed, then try the next one.
@@ -584,7 +621,7 @@ result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_
         return rep;
     }
     if (method == isolation_method::affinity_fence) {
-        if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, rep); !st) {
+        if (auto st = sweep_fence(fs, tasks, journal, isolated, housekeeping, opts.own_rt, rep); !st) {
             return st.err();
         }
         rep.drift = rep.tasks_moved > 0;

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 
 #include "rtcore/text.hpp"
@@ -82,6 +83,33 @@ result<task_info> parse_proc_stat(std::string_view line) {
 
 // ---------------------------------------------------------------- real
 
+namespace {
+
+// The first number after "<key>" at the start of a line of
+// /proc/<tid>/status ("Tgid:\t812", "Uid:\t999\t999\t999\t999").
+template <typename T>
+std::optional<T> status_number(std::string_view status, std::string_view key) {
+    std::size_t pos = 0;
+    while (pos < status.size()) {
+        const auto nl = status.find('\n', pos);
+        auto line = status.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+        if (line.substr(0, key.size()) == key) {
+            line.remove_prefix(key.size());
+            while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) {
+                line.remove_prefix(1);
+            }
+            return parse_decimal<T>(line.substr(0, line.find_first_of(" \t")));
+        }
+        if (nl == std::string_view::npos) {
+            break;
+        }
+        pos = nl + 1;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 result<std::vector<task_info>> real_task_ops::list_tasks(const host_fs& fs) {
     auto pids = fs.list("/proc");
     if (!pids) {
@@ -123,18 +151,23 @@ result<task_info> real_task_ops::task(const host_fs& fs, pid_t tid) {
         return t.err();
     }
     if (auto st = fs.read("/proc/" + std::to_string(tid) + "/status")) {
-        const auto pos = st->find("\nTgid:");
-        if (pos != std::string::npos) {
-            auto v = std::string_view(*st).substr(pos + 6);
-            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
-                v.remove_prefix(1);
-            }
-            if (const auto tgid = parse_decimal<pid_t>(v.substr(0, v.find('\n')))) {
-                t->tgid = *tgid;
-            }
+        if (const auto tgid = status_number<pid_t>(*st, "Tgid:")) {
+            t->tgid = *tgid;
         }
     }
     return t;
+}
+
+result<uid_t> real_task_ops::real_uid(const host_fs& fs, pid_t tid) {
+    auto st = fs.read("/proc/" + std::to_string(tid) + "/status");
+    if (!st) {
+        return error::from_errno(ESRCH, "task " + std::to_string(tid));
+    }
+    const auto uid = status_number<uid_t>(*st, "Uid:");
+    if (!uid) {
+        return error{EINVAL, "/proc/" + std::to_string(tid) + "/status has no Uid: line"};
+    }
+    return *uid;
 }
 
 result<cpu_set> real_task_ops::affinity(pid_t tid) {
@@ -254,6 +287,14 @@ result<task_info> fake_task_ops::task(const host_fs&, pid_t tid) {
         return error::from_errno(ESRCH, "task " + std::to_string(tid));
     }
     return it->second.info;
+}
+
+result<uid_t> fake_task_ops::real_uid(const host_fs&, pid_t tid) {
+    auto it = _tasks.find(tid);
+    if (it == _tasks.end()) {
+        return error::from_errno(ESRCH, "task " + std::to_string(tid));
+    }
+    return it->second.uid;
 }
 
 result<cpu_set> fake_task_ops::affinity(pid_t tid) {

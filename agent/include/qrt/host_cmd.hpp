@@ -78,6 +78,13 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
 // is a [[qpu]].
 rtcore::host_partition::apply_options apply_options_for(const config& cfg, const rtcore::host_fs* fs = nullptr);
 
+// The daemon's dispatch threads as the affinity fence leaves them on their
+// CPUs (rtcore::rt_exemption): named "qrt-dispatch", each alone on the CPU
+// this plan gives its QPU ([[qpu]].dispatch_cpu, else the plan's RT CPU),
+// in a process of agent.user's uid.  Nothing is exempt in untuned mode or
+// without a [[qpu]], or when agent.user has no passwd entry.
+rtcore::rt_exemption own_dispatch_threads(const config& cfg, const rtcore::partition_plan& plan);
+
 // dispatch.require_rt decided: "auto" is "always" when systemd started this
 // process as a service ($INVOCATION_ID set).  why: the sentence for the log.
 bool require_rt_for(const config& cfg, std::string* why = nullptr);

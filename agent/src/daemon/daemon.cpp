@@ -472,6 +472,10 @@ partition_step take_partition(const config& cfg, const run_options& opts, rtcore
     rtcore::real_task_ops tasks;
     auto aopts = apply_options_for(cfg, &fs);
     aopts.by = rtcore::rec::applier::run;
+    // The root helper's drift watch leaves this process's dispatch threads
+    // on their planned CPUs (the fence would move them off otherwise).
+    aopts.isolation.own_rt = own_dispatch_threads(cfg, plan);
+    aopts.isolation.own_rt.process = ::getpid();
     auto rep = rtcore::host_partition::apply(fs, tasks, &*dir, plan.isolated, plan.housekeeping, aopts);
     if (!rep) {
         log::error("host", "{}", rep.err().message);

@@ -1,5 +1,6 @@
 #include "qrt/host_cmd.hpp"
 
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
@@ -261,6 +263,29 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg, const
         (void)rtcore::enable_knob(o.knobs, name);  // the option table checked the names
     }
     return o;
+}
+
+rtcore::rt_exemption own_dispatch_threads(const config& cfg, const rtcore::partition_plan& plan) {
+    rtcore::rt_exemption own;
+    if (cfg.dispatch.mode != dispatch_mode::tuned || cfg.qpus.empty()) {
+        return own;
+    }
+    for (std::size_t i = 0; i < cfg.qpus.size(); ++i) {
+        const int cpu = cfg.qpus[i].dispatch_cpu >= 0  ? cfg.qpus[i].dispatch_cpu
+                        : i < plan.rt_cpus.size()      ? static_cast<int>(plan.rt_cpus[i])
+                                                       : -1;
+        if (cpu >= 0) {
+            own.cpus.set(static_cast<unsigned>(cpu));
+        }
+    }
+    // Root reads /etc/passwd through NSS here, never a file of the daemon's.
+    std::array<char, 4096> buf{};
+    passwd pw{};
+    passwd* found = nullptr;
+    if (::getpwnam_r(cfg.agent.user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+        own.uid = found->pw_uid;
+    }
+    return own;
 }
 
 bool require_rt_for(const config& cfg, std::string* why) {
@@ -800,8 +825,16 @@ exit_code host_verify(const config& cfg, const host_context& ctx, std::ostream& 
         }
         return not_applied(ctx);
     }
+    // The plan says which CPUs the daemon's dispatch threads pinned
+    // themselves to: the fence sweep leaves them there.
+    auto planned = plan_host(cfg, ctx, fs);
+    if (auto* failed = std::get_if<exit_code>(&planned)) {
+        return *failed;
+    }
+    auto vopts = apply_options_for(cfg);
+    vopts.isolation.own_rt = own_dispatch_threads(cfg, std::get<planned_host>(planned).plan);
     rtcore::real_task_ops tasks;
-    auto rep = rtcore::host_partition::verify(fs, tasks, *dir, apply_options_for(cfg));
+    auto rep = rtcore::host_partition::verify(fs, tasks, *dir, vopts);
     if (!rep) {
         return fail("host", rep.err());
     }

@@ -110,6 +110,30 @@ struct cgroup_mounts {
 // From /proc/mounts, or the usual places when it cannot be read.
 cgroup_mounts find_cgroup_mounts(const host_fs& fs);
 
+// The caller's own real-time threads, which the affinity fence leaves where
+// they pinned themselves.  On a fence host a dispatch thread reaches its
+// isolated CPU by sched_setaffinity alone, so a sweep that moved every task
+// touching the isolated CPUs would move it too (and a SCHED_FIFO thread
+// would then spin on the housekeeping CPUs).  A thread is left alone only
+// when all of these hold, checked on what the kernel says (/proc), never on
+// anything the daemon's user writes:
+//   - its name is comm (the dispatch threads name themselves);
+//   - its affinity is exactly one CPU, and that CPU is one of cpus (the
+//     planned dispatch CPUs);
+//   - its process is process when that is known (the root helper knows its
+//     parent), and its process's real uid is uid when that is set (the
+//     re-pin timer knows only agent.user);
+//   - no other thread already claimed that CPU in this sweep (one thread a
+//     CPU: a second one is moved like any other task).
+// Empty cpus: nothing is exempt.
+struct rt_exemption {
+    std::string comm = "qrt-dispatch";
+    cpu_set cpus;
+    std::optional<pid_t> process;
+    std::optional<uid_t> uid;
+    bool any() const { return !cpus.empty() && (process || uid); }
+};
+
 struct isolation_options {
     std::optional<isolation_method> force;  // nullopt: the best that works
     std::string cgroup_prefix = "qrt";       // <prefix>-isolated, <prefix>-housekeeping
@@ -119,6 +143,8 @@ struct isolation_options {
     // that process ("/system.slice/qrtd.service") in the messages.
     bool rt_threads = false;
     std::string rt_cgroup;
+    // The fence leaves these threads on their CPUs (see rt_exemption).
+    rt_exemption own_rt;
     // How the operator restores the host, for the messages that ask for it
     // (a cgroup of ours left by an earlier run).  Empty: "restore the host
     // partition first".  The caller's command, e.g. "run `qrtd host restore`".
@@ -133,6 +159,9 @@ struct isolation_report {
     std::size_t tasks_moved = 0;
     std::size_t tasks_refused = 0;      // kernel threads that may not move
     std::size_t tasks_gone = 0;         // exited while we worked
+    // The fence: the caller's own real-time threads found on their planned
+    // CPUs and left there ("tid 812 on CPU 1"), one a CPU.
+    std::vector<std::string> rt_threads_left;
     std::vector<std::string> lines;     // every action, one line of words each
     bool drift = false;                 // verify: something had to be fixed or is broken
 };

@@ -49,6 +49,10 @@ public:
     // One thread; error ESRCH when it is gone.
     virtual result<task_info> task(const host_fs& fs, pid_t tid) = 0;
 
+    // The real uid of a thread (the first field of "Uid:" in
+    // /proc/<tid>/status); error ESRCH when it is gone.
+    virtual result<uid_t> real_uid(const host_fs& fs, pid_t tid) = 0;
+
     virtual result<cpu_set> affinity(pid_t tid) = 0;
     virtual status set_affinity(pid_t tid, const cpu_set& cpus) = 0;
 
@@ -66,6 +70,7 @@ class real_task_ops final : public task_ops {
 public:
     result<std::vector<task_info>> list_tasks(const host_fs& fs) override;
     result<task_info> task(const host_fs& fs, pid_t tid) override;
+    result<uid_t> real_uid(const host_fs& fs, pid_t tid) override;
     result<cpu_set> affinity(pid_t tid) override;
     status set_affinity(pid_t tid, const cpu_set& cpus) override;
     result<std::vector<pid_t>> cgroup_tasks(const host_fs& fs, std::string_view dir) override;
@@ -84,12 +89,19 @@ public:
         cpu_set affinity;
         std::string cgroup;          // v1 cpuset directory (host path)
         bool pinned_kthread = false; // PF_NO_SETAFFINITY: affinity and moves fail with EINVAL
+        uid_t uid = 0;               // real uid
     };
 
     // Adds a task living in cgroup (a host path) with the given affinity.
     void add_task(pid_t tid, std::string comm, cpu_set affinity, std::string cgroup,
                   bool kernel_thread = false, bool pinned_kthread = false);
     void remove_task(pid_t tid) { _tasks.erase(tid); }
+    // A thread of process tgid running as uid (add_task makes each task its
+    // own process, owned by root).
+    void set_owner(pid_t tid, pid_t tgid, uid_t uid) {
+        _tasks.at(tid).info.tgid = tgid;
+        _tasks.at(tid).uid = uid;
+    }
     // A pinned kthread whose stat flags do not say so (the kernel still
     // refuses its affinity change with EINVAL).
     void clear_per_cpu_flag(pid_t tid) { _tasks.at(tid).info.per_cpu = false; }
@@ -109,6 +121,7 @@ public:
 
     result<std::vector<task_info>> list_tasks(const host_fs& fs) override;
     result<task_info> task(const host_fs& fs, pid_t tid) override;
+    result<uid_t> real_uid(const host_fs& fs, pid_t tid) override;
     result<cpu_set> affinity(pid_t tid) override;
     status set_affinity(pid_t tid, const cpu_set& cpus) override;
     result<std::vector<pid_t>> cgroup_tasks(const host_fs& fs, std::string_view dir) override;

@@ -194,6 +194,7 @@ public:
     rtcore::result<rtcore::task_info> task(const rtcore::host_fs& fs, pid_t tid) override {
         return _real.task(fs, tid);
     }
+    rtcore::result<uid_t> real_uid(const rtcore::host_fs& fs, pid_t tid) override { return _real.real_uid(fs, tid); }
     rtcore::result<cpu_set> affinity(pid_t tid) override { return _real.affinity(tid); }
     rtcore::status set_affinity(pid_t tid, const cpu_set& cpus) override {
         tick();

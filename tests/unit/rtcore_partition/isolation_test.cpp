@@ -155,3 +155,74 @@ TEST(isolation, verify_fence_refences_a_task_that_moved_itself_back) {
     EXPECT_EQ(v->tasks_moved, 1U);
     EXPECT_EQ(tasks.tasks().at(500).affinity, (cpu_set{0, 1}));
 }
+
+// Issue 24 item 1: on a fence host the dispatch threads reach their CPU by
+// pinning themselves, and the drift watch (verify --repin, the root
+// helper) used to move them off it like any other task.  The sweep leaves
+// exactly the daemon's own dispatch threads, each alone on its planned CPU,
+// and fences everything else, look-alikes included.
+TEST(isolation, verify_fence_leaves_the_daemons_dispatch_threads_on_their_planned_cpus) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, cpu_set::first_n(4));
+    auto j = open_journal(t, fs);
+    ASSERT_TRUE(j);
+    ASSERT_TRUE(rtcore::apply_isolation(fs, tasks, *j, {2, 3}, {0, 1}, {}));
+    constexpr pid_t daemon = 800;
+    constexpr uid_t qrtd_uid = 999;
+    const auto thread_of = [&](pid_t tid, const char* comm, cpu_set aff, pid_t tgid, uid_t uid) {
+        tasks.add_task(tid, comm, aff, "");
+        tasks.set_owner(tid, tgid, uid);
+    };
+    thread_of(daemon, "qrtd", {0, 1}, daemon, qrtd_uid);
+    thread_of(801, "qrt-dispatch", {2}, daemon, qrtd_uid);     // QPU 0's thread, pinned to CPU 2
+    thread_of(802, "qrt-dispatch", {3}, daemon, qrtd_uid);     // QPU 1's, on CPU 3
+    thread_of(803, "qrt-dispatch", {2}, daemon, qrtd_uid);     // a second one on CPU 2: not planned
+    thread_of(804, "qrtd-loop", {2}, daemon, qrtd_uid);        // another thread of the daemon
+    thread_of(805, "qrt-dispatch", {2, 3}, daemon, qrtd_uid);  // not pinned to one CPU
+    thread_of(900, "qrt-dispatch", {3}, 900, 1000);            // another user's look-alike
+    thread_of(901, "qrt-dispatch", {3}, 901, qrtd_uid);        // agent.user, another process
+
+    rtcore::isolation_options o;
+    o.own_rt.cpus = {2, 3};
+    o.own_rt.uid = qrtd_uid;
+    o.own_rt.process = daemon;
+    for (int round = 0; round < 2; ++round) {  // the re-pin timer fires again and again
+        auto v = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, o);
+        ASSERT_TRUE(v) << v.err().message;
+        EXPECT_EQ(tasks.tasks().at(801).affinity, cpu_set{2}) << "round " << round;
+        EXPECT_EQ(tasks.tasks().at(802).affinity, cpu_set{3}) << "round " << round;
+        ASSERT_EQ(v->rt_threads_left.size(), 2U) << "round " << round;
+        EXPECT_EQ(v->rt_threads_left[0], "tid 801 on CPU 2");
+        EXPECT_EQ(v->rt_threads_left[1], "tid 802 on CPU 3");
+        if (round == 0) {
+            EXPECT_EQ(v->tasks_moved, 5U);  // 803, 804, 805, 900, 901
+            EXPECT_TRUE(v->drift);
+        } else {
+            EXPECT_EQ(v->tasks_moved, 0U) << "nothing drifted since the last run";
+            EXPECT_FALSE(v->drift) << "the dispatch threads on their CPUs are not drift";
+        }
+    }
+    for (pid_t moved : {803, 804, 805, 900, 901}) {
+        EXPECT_FALSE(tasks.tasks().at(moved).affinity.intersects({2, 3})) << "tid " << moved;
+    }
+    EXPECT_FALSE(j->has_task(801)) << "a thread left alone is not journaled";
+
+    // Known only by uid (the re-pin timer does not know the daemon's pid):
+    // 901 (agent.user, pinned to CPU 3 again) may take CPU 3's place only
+    // when 802 is not there first; either way one thread a CPU.
+    rtcore::isolation_options by_uid;
+    by_uid.own_rt.cpus = {2, 3};
+    by_uid.own_rt.uid = qrtd_uid;
+    ASSERT_TRUE(tasks.set_affinity(900, {3}));
+    auto v = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, by_uid);
+    ASSERT_TRUE(v) << v.err().message;
+    EXPECT_EQ(tasks.tasks().at(802).affinity, cpu_set{3});
+    EXPECT_FALSE(tasks.tasks().at(900).affinity.intersects({2, 3})) << "another uid is never exempt";
+
+    // Without an exemption (untuned, or an older caller) every task is fenced.
+    auto plain = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, {});
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(tasks.tasks().at(801).affinity, (cpu_set{0, 1}));
+}

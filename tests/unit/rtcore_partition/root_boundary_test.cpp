@@ -502,6 +502,7 @@ TEST(root_boundary, restore_retries_an_rmdir_that_is_busy_for_a_moment) {
             return _real.list_tasks(f);
         }
         rtcore::result<rtcore::task_info> task(const rtcore::host_fs& f, pid_t tid) override { return _real.task(f, tid); }
+        rtcore::result<uid_t> real_uid(const rtcore::host_fs& f, pid_t tid) override { return _real.real_uid(f, tid); }
         rtcore::result<rtcore::cpu_set> affinity(pid_t tid) override { return _real.affinity(tid); }
         rtcore::status set_affinity(pid_t tid, const rtcore::cpu_set& c) override { return _real.set_affinity(tid, c); }
         rtcore::result<std::vector<pid_t>> cgroup_tasks(const rtcore::host_fs& f, std::string_view d) override {
