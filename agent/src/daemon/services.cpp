@@ -580,6 +580,7 @@ rtcore::status services::start_timers() {
             return;
         }
         rpc::ledger_housekeeping(*_engine, *_ledger, _clock.now_realtime_ns(), _missed_backstop_ns);
+        log_dispatch_placement();
     });
     if (!hk) {
         return std::move(hk).err();

@@ -169,6 +169,7 @@ private:
     // Every recent-window slice (10 s): checkpoint the histograms, prune
     // exited threads from the intrusion map.
     void telemetry_tick() noexcept;
+    void log_dispatch_placement();
 
     event_loop& _loop;
     const config& _cfg;

@@ -56,6 +56,7 @@ struct services::qpu_runtime {
     std::uint64_t sent = 0;  // written to a write-only endpoint: no result
     std::uint64_t failed = 0;
     std::uint64_t missed = 0;
+    std::uint64_t placement_lost_logged = 0;  // the dispatch thread's found_moved count last logged
 };
 
 // ------------------------------------------------------------------- probes

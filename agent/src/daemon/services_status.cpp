@@ -102,6 +102,23 @@ void services::telemetry_tick() noexcept {
     }
 }
 
+// What the dispatch threads found of their own placement (they do not log:
+// they only count).  Every 100 ms, on the loop.
+void services::log_dispatch_placement() {
+    for (auto& q : _qpus) {
+        const auto ts = q->link->dispatch().thread_stats();
+        if (ts.placement_lost > q->placement_lost_logged) {
+            log::warn("dispatch",
+                      "{}: the dispatch thread found itself moved off CPU {} or not SCHED_FIFO {} more "
+                      "time(s) ({} in all, re-pinned itself {} times; now {} on CPU {}): something "
+                      "changes its affinity (taskset, a tool that sweeps tasks off isolated CPUs)",
+                      q->name, q->dispatch_cpu, ts.placement_lost - q->placement_lost_logged, ts.placement_lost,
+                      ts.repinned, ts.placement_ok ? "back" : "still not", ts.cpu_seen);
+            q->placement_lost_logged = ts.placement_lost;
+        }
+    }
+}
+
 // ------------------------------------------------------ status, telemetry
 
 nlohmann::json services::status_json() {
@@ -185,7 +202,15 @@ nlohmann::json services::status_json() {
                {"endpoint_state", q->endpoint_state},
                {"dispatch_cpu", q->dispatch_cpu},
                {"mode", tel.tuned ? "tuned" : "untuned"},
-               {"realtime", ts.rt_applied},
+               // Measured by the thread itself, not the set-up flag: a
+               // thread something moved off its CPU is not real-time.
+               {"realtime", ts.rt_applied && ts.placement_ok},
+               {"placement",
+                {{"on_dispatch_cpu", ts.placement_ok},
+                 {"cpu_seen", ts.cpu_seen},
+                 {"checks", ts.placement_checks},
+                 {"found_moved", ts.placement_lost},
+                 {"repinned", ts.repinned}}},
                {"mlocked", ts.mlocked},
                {"locked_bytes", ts.locked_bytes},
                {"cpu_dma_latency_held", ts.dma_latency_held},
@@ -223,6 +248,10 @@ nlohmann::json services::status_json() {
         if (tel.tuned && !ts.rt_applied) {
             degraded.push_back(fmt::format("qpu {}: dispatch thread not real-time ({})", q->name,
                                            q->link->dispatch().setup_error()));
+        } else if (tel.tuned && !ts.placement_ok) {
+            degraded.push_back(fmt::format("qpu {}: dispatch thread is not SCHED_FIFO alone on CPU {} (last seen "
+                                           "on CPU {}; moved {} times, re-pinned itself {} times)",
+                                           q->name, q->dispatch_cpu, ts.cpu_seen, ts.placement_lost, ts.repinned));
         }
         qpus.push_back(std::move(j));
     }

@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -573,6 +574,11 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.sqpoll_yields = _st_sqpoll_yields.load(std::memory_order_relaxed);
     s.steps_followed = _st_steps_followed.load(std::memory_order_relaxed);
     s.rt_applied = _st_rt.load(std::memory_order_relaxed);
+    s.placement_checks = _st_placement_checks.load(std::memory_order_relaxed);
+    s.placement_ok = _st_placement_ok.load(std::memory_order_relaxed);
+    s.cpu_seen = _st_cpu_seen.load(std::memory_order_relaxed);
+    s.placement_lost = _st_placement_lost.load(std::memory_order_relaxed);
+    s.repinned = _st_repinned.load(std::memory_order_relaxed);
     s.mlocked = _st_mlocked.load(std::memory_order_relaxed);
     s.locked_bytes = _st_locked_bytes.load(std::memory_order_relaxed);
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
@@ -659,6 +665,7 @@ void dispatcher::thread_main() noexcept {
     if (!will_run) {
         return;
     }
+    check_placement(_clock.now_monotonic_ns(), true);
     run_loop();
     _loop_running.store(false, std::memory_order_release);
     _locked.clear();  // munlock what no other dispatcher holds
@@ -887,6 +894,40 @@ void dispatcher::drop_withdrawn(std::int64_t now) noexcept {
     }
 }
 
+void dispatcher::check_placement(std::int64_t now, bool force) noexcept {
+    if (!_st_rt.load(std::memory_order_relaxed) || _cfg.dispatch_cpu < 0 ||
+        _cfg.dispatch_cpu >= CPU_SETSIZE) {
+        return;
+    }
+    if (!force && now - _placement_checked_ns < placement_check_ns) {
+        return;
+    }
+    _placement_checked_ns = now;
+    const int want = _cfg.dispatch_cpu;
+    const auto want_bit = static_cast<std::size_t>(want);
+    cpu_set_t cur;
+    CPU_ZERO(&cur);
+    const bool pinned = ::sched_getaffinity(0, sizeof cur, &cur) == 0 && CPU_COUNT(&cur) == 1 && CPU_ISSET(want_bit, &cur);
+    bool fixed = pinned;
+    if (!pinned) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(want_bit, &one);
+        fixed = ::sched_setaffinity(0, sizeof one, &one) == 0;  // migrates this thread before it returns
+        if (fixed) {
+            _st_repinned.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    const int on = ::sched_getcpu();
+    const bool fifo = (::sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+    if (!pinned || !fifo) {
+        _st_placement_lost.fetch_add(1, std::memory_order_relaxed);
+    }
+    _st_cpu_seen.store(on, std::memory_order_relaxed);
+    _st_placement_ok.store(fixed && fifo && on == want, std::memory_order_relaxed);
+    _st_placement_checks.fetch_add(1, std::memory_order_relaxed);
+}
+
 void dispatcher::run_loop() noexcept {
     const bool tuned = _cfg.mode == dispatch_mode::tuned;
     io_uring* ring = &_uring->ring;
@@ -927,6 +968,7 @@ void dispatcher::run_loop() noexcept {
             apply_endpoint_update(now, j);
         }
         if (j == nullptr) {
+            check_placement(now, false);
             _idle.store(true, std::memory_order_relaxed);
             std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with submit()'s fence
             if (_jobs.peek() == nullptr &&

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,9 +26,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "qrt_test/process.hpp"
+#include "rtcore/task_ops.hpp"
 
 namespace fs = std::filesystem;
 
@@ -1441,6 +1444,80 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
         EXPECT_EQ(thread_status_field(d.pid(), d.pid(), "Cpus_allowed_list").find(std::to_string(cpu)),
                   std::string::npos)
             << "the main thread may run on the isolated CPU";
+        stop_cleanly(d);
+    }
+    restore_and_expect_the_host_as_before();
+}
+
+// Issue 24 item 1, for real: on a fence host the drift watch (`qrtd host
+// verify --repin`, what qrtd-repin.timer runs every 30 s) used to move the
+// SCHED_FIFO dispatch thread off its isolated CPU with every other task, and
+// say the host was as applied.  Two runs of it later the thread must still
+// be SCHED_FIFO on its CPU and the only movable task allowed there; and a
+// thread that something else moves (taskset) pins itself back.
+TEST_F(dispatch_placement, with_the_fence_two_repin_runs_leave_the_dispatch_thread_alone_on_its_cpu) {
+    hand_dirs_to(user());
+    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
+    {
+        std::string text = read_file(cfg);
+        const std::string from = "isolation = \"auto\"";
+        ASSERT_NE(text.find(from), std::string::npos);
+        text.replace(text.find(from), from.size(), "isolation = \"fence\"");
+        std::ofstream(cfg) << text;
+    }
+    ASSERT_NO_FATAL_FAILURE(apply(cfg));
+    {
+        background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "fence-repin.log");
+        ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
+        const auto [tid, cpu] = dispatch_thread_of(d.log());
+        ASSERT_GT(tid, 0) << "no \"dispatch thread tid\" line:\n" << d.log();
+        ASSERT_GE(cpu, 0);
+        const std::string left = "left 1 qrt-dispatch thread(s) on their planned CPUs: tid " + std::to_string(tid) +
+                                 " on CPU " + std::to_string(cpu);
+        for (int round = 1; round <= 2; ++round) {
+            const auto r = run(qrtd + " host verify --repin -c " + cfg + dirs());
+            EXPECT_EQ(r.status, 0) << "round " << round << ":\n" << r.out << r.err;
+            EXPECT_NE((r.out + r.err).find(left), std::string::npos) << "round " << round << ":\n" << r.out << r.err;
+        }
+        const auto st = thread_stat(d.pid(), tid);
+        ASSERT_GE(st.size(), 39U) << "no /proc stat for tid " << tid;
+        EXPECT_EQ(st[38], "1") << "policy (field 41) is not SCHED_FIFO";
+        EXPECT_EQ(thread_status_field(d.pid(), tid, "Cpus_allowed_list"), std::to_string(cpu))
+            << "the re-pin moved the dispatch thread off its CPU\n" << d.log();
+        // Alone: every other task allowed on the CPU is one the kernel pins
+        // (per-CPU kernel threads, io_uring workers).
+        rtcore::real_task_ops tasks;
+        const rtcore::host_fs host("/");
+        auto all = tasks.list_tasks(host);
+        ASSERT_TRUE(all) << all.err().message;
+        std::vector<std::string> others;
+        for (const auto& t : *all) {
+            auto aff = tasks.affinity(t.tid);
+            if (!aff || t.tid == tid || t.kernel_thread || t.per_cpu ||
+                !aff->test(static_cast<unsigned>(cpu))) {
+                continue;
+            }
+            others.push_back(std::to_string(t.tid) + " (" + t.comm + ") on " + aff->to_list());
+        }
+        EXPECT_TRUE(others.empty()) << "tasks left on the dispatch CPU: " << ::testing::PrintToString(others);
+
+        // Moved by something else: it finds out and pins itself back.
+        cpu_set_t hk;
+        CPU_ZERO(&hk);
+        for (unsigned c = 0; c < std::thread::hardware_concurrency(); ++c) {
+            if (static_cast<int>(c) != cpu) {
+                CPU_SET(c, &hk);
+            }
+        }
+        EXPECT_EQ(d.log().find("found itself moved"), std::string::npos) << "moved before the test moved it:\n"
+                                                                          << d.log();
+        ASSERT_EQ(::sched_setaffinity(tid, sizeof hk, &hk), 0) << std::strerror(errno);
+        EXPECT_TRUE(d.wait_log("the dispatch thread found itself moved off CPU " + std::to_string(cpu), 10))
+            << d.log();
+        EXPECT_NE(d.log().find("re-pinned itself 1 times; now back on CPU " + std::to_string(cpu)),
+                  std::string::npos)
+            << d.log();
+        EXPECT_EQ(thread_status_field(d.pid(), tid, "Cpus_allowed_list"), std::to_string(cpu)) << d.log();
         stop_cleanly(d);
     }
     restore_and_expect_the_host_as_before();

@@ -189,7 +189,16 @@ struct dispatch_thread_stats {
     std::uint64_t early_wakes = 0;          // sleeps cut short by the wake word
     std::uint64_t sqpoll_yields = 0;        // sqpoll: waits for the poller before a back-to-back job
     std::uint64_t steps_followed = 0;       // realtime steps the thread found and re-converted itself
-    bool rt_applied = false;                // SCHED_FIFO (+affinity) in force
+    bool rt_applied = false;                // SCHED_FIFO (+affinity) set up at start
+    // The thread's placement as it measures it itself (tuned mode), at
+    // start and then at most every placement_check_ns while idle: its
+    // affinity is its one dispatch CPU, it runs there, and it is SCHED_FIFO.
+    // Something that moved it (a sweep, taskset) is undone by re-pinning.
+    std::uint64_t placement_checks = 0;
+    bool placement_ok = false;              // as of the last check
+    int cpu_seen = -1;                      // sched_getcpu() at the last check
+    std::uint64_t placement_lost = 0;       // checks that found it moved or not SCHED_FIFO
+    std::uint64_t repinned = 0;             // of those, the ones it re-pinned itself
     bool mlocked = false;                   // the dispatch path is locked in memory
     std::uint64_t locked_bytes = 0;         // bytes this thread locked (shared pages counted once each)
     bool dma_latency_held = false;
@@ -338,6 +347,10 @@ private:
     rtcore::status lock_dispatch_path(std::size_t stack_bytes);
     void apply_tuning() noexcept;
     void run_loop() noexcept;
+    // Measures the thread's own placement (see dispatch_thread_stats) and
+    // re-pins it to its CPU when it was moved.  Two or three syscalls and
+    // relaxed stores: no allocation, no lock, no log.
+    void check_placement(std::int64_t now, bool force) noexcept;
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
@@ -451,6 +464,14 @@ private:
     std::atomic<std::uint64_t> _st_sqpoll_yields{0};
     std::atomic<std::uint64_t> _st_steps_followed{0};
     std::atomic<bool> _st_rt{false};
+    // Placement (dispatch thread writes; thread_stats() reads).
+    static constexpr std::int64_t placement_check_ns = 100'000'000;
+    std::int64_t _placement_checked_ns = 0;  // dispatch thread only
+    std::atomic<std::uint64_t> _st_placement_checks{0};
+    std::atomic<bool> _st_placement_ok{false};
+    std::atomic<int> _st_cpu_seen{-1};
+    std::atomic<std::uint64_t> _st_placement_lost{0};
+    std::atomic<std::uint64_t> _st_repinned{0};
     std::atomic<bool> _st_mlocked{false};
     std::atomic<std::uint64_t> _st_locked_bytes{0};
     std::vector<rtcore::locked_region> _locked;  // dispatch thread, setup and exit only

@@ -586,6 +586,43 @@ def c_repin_under_systemd():
             f"result {s['Result']}); timer {t['UnitFileState']}, {t['ActiveState']}")
 
 
+def c_dispatch_stays_after_repin_timer():
+    """Issue 24 item 1: on this cgroup v2 host the dispatch thread reaches
+    CPU 1 by pinning itself (the fence), and the drift watch used to move it
+    off with every other task while the repin unit said "the host is as
+    applied".  After qrtd-repin.timer has fired twice more (it runs every
+    30 s), the dispatch thread must still be SCHED_FIFO on CPU 1 alone, never
+    having been moved, and agent.status must say so from its own
+    measurement."""
+    running_pid()
+    prop = "ExecMainStartTimestampMonotonic"
+    last = show("qrtd-repin.service", prop)[prop]  # the runs before this case do not count
+    seen, results = [], []
+    deadline = time.monotonic() + 150
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+        s = show("qrtd-repin.service", prop, "Result", "ActiveState")
+        if s[prop] != last and s.get("ActiveState") != "activating":
+            last = s[prop]
+            seen.append(last)
+            results.append(s.get("Result"))
+    require(len(seen) >= 2, f"qrtd-repin.timer fired {len(seen)} time(s) in 150 s, not 2")
+    require(all(r == "success" for r in results), f"qrtd-repin.service results {results}")
+    c_dispatch_fifo_isolated()
+    st = root_status()
+    q = (st.get("qpus") or [{}])[0]
+    pl = q.get("placement", {})
+    require(q.get("realtime") is True and pl.get("on_dispatch_cpu") is True and pl.get("cpu_seen") == 1,
+            f"agent.status after the repin runs: realtime {q.get('realtime')}, placement {pl}")
+    require(pl.get("found_moved") == 0,
+            f"the dispatch thread was moved off CPU 1 {pl.get('found_moved')} time(s) (re-pinned itself "
+            f"{pl.get('repinned')} times): the drift watch must leave it alone; placement {pl}")
+    jl = journal(time.time() - 200, "qrtd-repin.service")
+    return (f"qrtd-repin.timer fired {len(seen)} times ({results}); dispatch thread still SCHED_FIFO on CPU 1 "
+            f"alone, agent.status placement {pl}; repin said: "
+            f"{' | '.join(l for l in jl.splitlines() if 'qrt-dispatch' in l or 'moved' in l)[-300:]}")
+
+
 def c_stop_restores():
     sh(["systemctl", "stop", "qrtd.service"], check=True, timeout=300)
     s = show("qrtd.service", "ActiveState", "Result")
@@ -673,6 +710,7 @@ def main():
                      ("watchdog_restarts_hung_daemon", c_watchdog),
                      ("kill9_restart_and_execstoppost_restore", c_kill9),
                      ("repin_timer_re_pins_a_drifted_irq", c_repin_under_systemd),
+                     ("dispatch_thread_stays_after_two_repin_timer_runs", c_dispatch_stays_after_repin_timer),
                      ("stop_restores_host_byte_for_byte", c_stop_restores),
                      ("systemd_analyze_security", c_security)):
         case(name, fn)
