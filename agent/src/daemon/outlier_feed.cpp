@@ -34,6 +34,17 @@ json cause_json(const qrt_bpf::outlier_cause& c, std::uint64_t wakeup_ns) {
 
 std::optional<json> outlier_feed::add(const qrt_bpf::outlier& o, const std::string& qpu,
                                       std::int64_t realtime_ns, std::int64_t monotonic_ns) {
+    // One switch is one outlier: the same dispatch thread switched in on the
+    // same CPU at the same instant, delivered again, is counted once (the
+    // report would otherwise list it twice).  Deliveries are in order, so
+    // the newest few entries are the ones to compare with.
+    std::size_t looked = 0;
+    for (auto it = _ring.rbegin(); it != _ring.rend() && looked < 8; ++it, ++looked) {
+        if ((*it)["switch_ns"] == o.switch_ns && (*it)["tid"] == o.tid && (*it)["cpu"] == o.cpu) {
+            ++_duplicates;
+            return std::nullopt;
+        }
+    }
     ++_total;
     _max_latency_ns = std::max(_max_latency_ns, o.latency_ns);
     const auto main = o.main_cause();
@@ -54,6 +65,7 @@ std::optional<json> outlier_feed::add(const qrt_bpf::outlier& o, const std::stri
            {"latency_ns", o.latency_ns},
            {"threshold_ns", _opt.threshold_ns},
            {"at_ns", realtime_ns - ago_ns},
+           {"switch_ns", o.switch_ns},
            {"cause", main ? cause_json(*main, o.wakeup_ns) : json(nullptr)},
            {"causes", std::move(causes)},
            {"summary", o.summary()}};
@@ -108,6 +120,7 @@ json outlier_feed::to_json(std::size_t limit, std::uint64_t dropped) const {
             {"events_per_s", _opt.events_per_s},
             {"suppressed_events", _suppressed_total},
             {"dropped", dropped},
+            {"duplicates_ignored", _duplicates},
             {"outliers", recent_json(limit)}};
 }
 

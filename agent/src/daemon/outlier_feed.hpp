@@ -50,11 +50,12 @@ public:
     // The ring, newest first, at most limit entries.
     nlohmann::json recent_json(std::size_t limit) const;
     // telemetry.outliers: {threshold_ns, total, kept, keep, suppressed_events,
-    // dropped, outliers: [...]}.
+    // dropped, duplicates_ignored, outliers: [...]}.
     nlohmann::json to_json(std::size_t limit, std::uint64_t dropped) const;
     void add_metrics(telemetry::snapshot& s, std::uint64_t dropped) const;
 
     std::uint64_t total() const noexcept { return _total; }
+    std::uint64_t duplicates_ignored() const noexcept { return _duplicates; }
     std::size_t kept() const noexcept { return _ring.size(); }
     std::uint64_t suppressed_events() const noexcept { return _suppressed_total; }
     const outlier_feed_options& options() const noexcept { return _opt; }
@@ -64,6 +65,7 @@ private:
     std::deque<nlohmann::json> _ring;  // newest at the back
     std::map<std::tuple<unsigned, std::string>, std::uint64_t> _by_cpu_cause;
     std::uint64_t _total = 0;
+    std::uint64_t _duplicates = 0;  // the same switch delivered again (ignored)
     std::uint64_t _max_latency_ns = 0;
     // Event rate: a one-second window.
     std::int64_t _event_window_start_ns = 0;

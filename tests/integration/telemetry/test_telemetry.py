@@ -260,10 +260,17 @@ class Outliers(Agent):
             self.assertIn("worst wakeups over the outlier threshold", r.stdout, r.stdout)
             # The text shows the worst few (on a shared host other tasks on
             # this CPU may be worse); the JSON holds every kept one.
-            self.assertRegex(r.stdout, r"qpu0 cpu\d+ tid \d+ [0-9.]+[mun]?s at \d\d:\d\d:\d\d: mostly ", r.stdout)
+            self.assertRegex(r.stdout, r"qpu0 cpu\d+ tid \d+ [0-9.]+[mun]?s at \d\d:\d\d:\d\d\.\d\d\d: mostly ",
+                             r.stdout)
+            # One outlier, one line (issue 24 item 18: the demo printed one twice).
+            worst = r.stdout.split("worst wakeups over the outlier threshold", 1)[1].split("\n\n", 1)[0]
+            rows = [l for l in worst.splitlines() if l.startswith("  qpu0 ")]
+            self.assertEqual(len(rows), len(set(rows)), worst)
             self.assertIn("last 1m", r.stdout, r.stdout)
             j = subprocess.run([JITTER, "--socket", self.sock, "--json"], capture_output=True, text=True, timeout=30)
             rep = json.loads(j.stdout)
+            keys = [(x["cpu"], x["tid"], x.get("at_ns"), x["latency_ns"]) for x in rep["outliers"]]
+            self.assertEqual(len(keys), len(set(keys)), rep["outliers"])
             self.assertTrue(any(x["main_cause"].startswith("task qrt-spinner/") for x in rep["outliers"]), rep["outliers"])
             self.assertTrue(any(s["recent"] for s in rep["series"]), rep["series"])
         spinner.send_signal(signal.SIGTERM)

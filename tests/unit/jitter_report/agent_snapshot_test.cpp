@@ -164,9 +164,13 @@ TEST(agent_snapshot, recent_windows_and_outliers_reach_every_rendering) {
                        {"cause", {{"kind", "task"}, {"source", "task stress-ng/9"}}},
                        {"summary", "tid 77 (qrt-dispatch) on cpu 1: 80.0 us after wakeup"}},
                       {{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 900'000}, {"at_ns", now_ns - 3'000'000'000},
-                       {"cause", nullptr}, {"summary", "s"}}})}};
+                       {"cause", nullptr}, {"summary", "s"}},
+                      // The first one again (issue 24 item 18: printed twice).
+                      {{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 80'000}, {"at_ns", now_ns - 2'000'000'000},
+                       {"cause", {{"kind", "task"}, {"source", "task stress-ng/9"}}},
+                       {"summary", "tid 77 (qrt-dispatch) on cpu 1: 80.0 us after wakeup"}}})}};
     add_agent_outliers(outliers, *r);
-    ASSERT_EQ(r->outliers.size(), 2U);
+    ASSERT_EQ(r->outliers.size(), 2U) << "the repeated outlier is listed once";
     EXPECT_EQ(r->outliers[0].latency_ns, 900'000U) << "largest latency first";
     EXPECT_EQ(r->outliers[0].main_cause, "");
     EXPECT_EQ(r->outliers[1].main_cause, "task stress-ng/9");
@@ -176,6 +180,15 @@ TEST(agent_snapshot, recent_windows_and_outliers_reach_every_rendering) {
     EXPECT_NE(text.find("    last 1m"), std::string::npos) << text;
     EXPECT_NE(text.find("    last 1h"), std::string::npos) << text;
     EXPECT_NE(text.find("q0 cpu1 tid 77 80.0us at "), std::string::npos) << text;
+    {
+        // HH:MM:SS.mmm: two outliers in one second are told apart.
+        const auto at = text.find("q0 cpu1 tid 77 80.0us at ");
+        const std::string when = text.substr(at + 25, 12);
+        EXPECT_EQ(when.size(), 12U);
+        EXPECT_EQ(when[2], ':');
+        EXPECT_EQ(when[8], '.') << when;
+        EXPECT_EQ(text.find("q0 cpu1 tid 77 80.0us at " + when, at + 1), std::string::npos) << "printed twice:\n" << text;
+    }
     EXPECT_NE(text.find("mostly task stress-ng/9"), std::string::npos) << text;
     EXPECT_NE(text.find("outliers: 5000 over 50.0us since the agent started"), std::string::npos) << text;
     const json j = to_json(*r);

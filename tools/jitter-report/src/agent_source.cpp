@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <map>
@@ -257,7 +258,14 @@ void add_agent_outliers(const json& outliers, report& r) {
         if (const auto sm = o.find("summary"); sm != o.end() && sm->is_string()) {
             row.summary = sm->get<std::string>();
         }
-        r.outliers.push_back(std::move(row));
+        // The same switch twice (an agent before it ignored repeats) is one
+        // outlier.
+        const bool repeat = std::any_of(r.outliers.begin(), r.outliers.end(), [&](const outlier_row& x) {
+            return x.cpu == row.cpu && x.tid == row.tid && x.at_ns == row.at_ns && x.latency_ns == row.latency_ns;
+        });
+        if (!repeat) {
+            r.outliers.push_back(std::move(row));
+        }
     }
     std::stable_sort(r.outliers.begin(), r.outliers.end(),
                      [](const outlier_row& a, const outlier_row& b) { return a.latency_ns > b.latency_ns; });

@@ -243,8 +243,9 @@ void outliers(std::string& out, const report& r, const text_options& opt) {
         }
         std::string when;
         if (o.at_ns > 0) {
+            // Milliseconds: two outliers in one second are told apart.
             const std::string t = utc_time(o.at_ns);  // "YYYY-MM-DD HH:MM:SS UTC"
-            when = " at " + t.substr(11, 8);
+            when = fmt::format(" at {}.{:03}", t.substr(11, 8), (o.at_ns / 1'000'000) % 1000);
         }
         wrap(out,
              fmt::format("  {}cpu{} tid {} {}{}: ", o.qpu.empty() ? "" : o.qpu + " ", o.cpu, o.tid,
