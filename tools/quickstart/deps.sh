@@ -11,6 +11,9 @@ QRT_PACKAGES=(
   nlohmann-json3-dev libsqlite3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   rt-tests libbpf-tools stress-ng systemd python3
+  # setfacl: .ci/run grants the test users (nobody, qrtd) search on a 0700
+  # checkout by ACL instead of opening it to every local user.
+  acl
   # Slurm integration (tools/slurm, tests/integration/slurm): spank.h to
   # build spank_qrt.so, and the daemons the test runs on loopback.
   libslurm-dev slurmctld slurmd slurm-client munge
