@@ -93,6 +93,24 @@ def histogram(snapshot, name, qpu=None):
     return None
 
 
+def held_up(snapshot, qpu, tolerance_ns):
+    """How many times the dispatch thread of qpu measured itself held up
+    beyond tolerance_ns: timer wake-ups later than it, plus sends later than
+    it after their start (counted from the histograms' buckets, so a sample
+    between the last bound below tolerance_ns and tolerance_ns counts too).
+    A job missed by a host that stalls the thread (a hypervisor, a busy
+    neighbour) shows here; a miss that this does not account for is the
+    agent's."""
+    n = 0
+    for name in ("qrt_dispatch_wakeup_latency_seconds", "qrt_dispatch_lateness_seconds"):
+        h = histogram(snapshot, name, qpu)
+        if not h:
+            continue
+        below = max((b["count"] for b in h.get("buckets", []) if b["le_ns"] <= tolerance_ns), default=0)
+        n += h.get("count", 0) - below
+    return n
+
+
 def us(ns):
     return f"{ns / 1000.0:.1f} us"
 

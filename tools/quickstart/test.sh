@@ -5,7 +5,9 @@
 # the config loader, the QPU wire codec, the eBPF record decoders), then the
 # threaded suites under TSan and the unit and integration suites under
 # ASan+UBSan (tools/quickstart/sanitizers.sh says which and why).  Each stage
-# prints the seconds it took ("[time] STAGE: N s").
+# prints the seconds it took ("[time] STAGE: N s").  A stage that fails
+# does not stop the later ones (each reports what it found); the run then
+# ends with the failed stages named and exit status 1.
 #   QRT_BUILD_DIR         build directory (default ./build)
 #   QRT_TEST_JOBS         ctest parallelism (default 2)
 #   QRT_SKIP_FUZZ=1       skip the fuzz smoke runs (they need clang)
@@ -23,14 +25,24 @@ stage_done() {
   echo "[time] $1: $(( now - stage_t0 )) s ($(( now - start )) s so far)"
   stage_t0=$now
 }
+failed=()
+# stage NAME CMD...: runs a test stage; a failure is recorded, not fatal.
+stage() {
+  local name=$1
+  shift
+  if ! "$@"; then
+    echo "[test] stage $name FAILED (the later stages still run)"
+    failed+=("$name")
+  fi
+  stage_done "$name"
+}
 "$here/tools/quickstart/deps.sh"
 stage_done deps
 "$here/tools/quickstart/build.sh"
 stage_done build
 echo "[test] running ctest in $build"
 # Tests that need root, BPF or a tool skip themselves with the reason.
-(cd "$build" && ctest --output-on-failure -j "${QRT_TEST_JOBS:-2}" --timeout 600)
-stage_done ctest
+stage ctest bash -c 'cd "$1" && ctest --output-on-failure -j "$2" --timeout 600' _ "$build" "${QRT_TEST_JOBS:-2}"
 
 if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
   if command -v clang++ >/dev/null 2>&1; then
@@ -46,11 +58,15 @@ if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
             -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
             -DQRT_BUILD_FUZZ=ON -DQRT_BUILD_BENCH=OFF -DQRT_BUILD_BPF=OFF >/dev/null
     fi
-    cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target "${targets[@]}"
-    stage_done "fuzz build"
-    echo "[fuzz] smoke runs: 5000 executions each from the seed corpora"
-    (cd "$fuzz" && ctest --output-on-failure -R '^fuzz_' --timeout 600)
-    stage_done "fuzz smoke"
+    if cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target "${targets[@]}"; then
+      stage_done "fuzz build"
+      echo "[fuzz] smoke runs: 5000 executions each from the seed corpora"
+      stage "fuzz smoke" bash -c 'cd "$1" && ctest --output-on-failure -R "^fuzz_" --timeout 600' _ "$fuzz"
+    else
+      echo "[test] stage fuzz build FAILED (the later stages still run)"
+      failed+=("fuzz build")
+      stage_done "fuzz build"
+    fi
   else
     echo "[fuzz] skipped: clang++ is not installed"
   fi
@@ -67,9 +83,12 @@ if [ "${QRT_SKIP_SANITIZERS:-0}" != 1 ]; then
   esac
   for half in tsan asan; do
     if [ -z "$san_only" ] || [ "$san_only" = "$half" ]; then
-      QRT_SAN_ONLY=$half "$here/tools/quickstart/sanitizers.sh"
-      stage_done "$half"
+      stage "$half" env QRT_SAN_ONLY=$half "$here/tools/quickstart/sanitizers.sh"
     fi
   done
 fi
 echo "[test] done in $(( $(date +%s) - start )) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[test] FAILED stages: ${failed[*]}"
+  exit 1
+fi

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <string>
@@ -137,6 +138,11 @@ struct run_result {
     std::string submit_fallback;
     std::string setup_error;  // why the dispatch thread is not real-time (empty: it is)
     dispatch_thread_stats thread;
+    // The dispatch thread's own measurements beyond the jobs' tolerance: a
+    // timer wake-up, or a send after T, later than it.  A host that holds the
+    // thread up (a hypervisor stall, a busy SQPOLL poller's CPU) shows here.
+    std::uint64_t late_wakes = 0;
+    std::uint64_t late_sends = 0;
 };
 
 class dispatch_with_qpu_sim : public ::testing::Test {
@@ -233,6 +239,11 @@ protected:
         rr.submit_in_force = link.dispatch().effective_submit_mode();
         rr.submit_fallback = link.dispatch().submit_fallback_reason();
         rr.thread = link.dispatch().thread_stats();
+        {
+            const auto& h = link.histograms();
+            rr.late_wakes = h.wakeup_latency.count() - h.wakeup_latency.count_at_or_below(tolerance_ns);
+            rr.late_sends = h.dispatch_lateness.count() - h.dispatch_lateness.count_at_or_below(tolerance_ns);
+        }
         rr.setup_error = link.dispatch().setup_error();
         rr.pending_left = link.pending();
         rr.endpoint_up_at_end = link.endpoint_up();
@@ -325,11 +336,25 @@ TEST_P(dispatch_submit_modes, five_hundred_jobs_all_complete_and_none_arrives_ou
     }
     expect_terminal_and_clean(rr, {});
     const auto by = reasons(rr);
-    // Without faults, on time and tuned: every job completes with its result.
-    EXPECT_EQ(count_of(by, "ok"), job_count) << describe(rr);
-    EXPECT_EQ(rr.telemetry.counters.completed, job_count) << describe(rr);
-    EXPECT_EQ(rr.telemetry.counters.missed, 0u) << describe(rr);
-    EXPECT_EQ(rr.sim["jobs"].get<std::uint64_t>(), job_count) << describe(rr);
+    // Without faults, on time and tuned: every job completes with its
+    // result, except one the host held the dispatch thread up for beyond
+    // the tolerance (issue 24 item 20: a stall of the VM, or the SQPOLL
+    // poller's CPU busy, once failed CI with 499 of 500).  Such a job is
+    // missed, never sent late, and the thread measured the hold-up itself:
+    // a miss that no late wake-up or late send of the same run accounts for
+    // is qrtd's, and fails.
+    const std::uint64_t missed = rr.telemetry.counters.missed;
+    const std::string why = describe(rr) + "; the thread's own wake-ups later than the tolerance: " +
+                            std::to_string(rr.late_wakes) + ", sends later than it: " +
+                            std::to_string(rr.late_sends);
+    EXPECT_LE(missed, rr.late_wakes + rr.late_sends) << "misses the dispatch thread did not measure: " << why;
+    EXPECT_EQ(count_of(by, "ok") + count_of(by, outcome::missed), job_count) << why;
+    EXPECT_EQ(rr.telemetry.counters.completed + missed, job_count) << why;
+    EXPECT_EQ(rr.sim["jobs"].get<std::uint64_t>() + missed, job_count) << why;
+    if (missed > 0) {
+        std::cout << "[ note ] " << missed << " job(s) missed while the host held the dispatch thread up: " << why
+                  << "\n";
+    }
     EXPECT_EQ(rr.telemetry.dispatch_lateness.count, rr.dispatched);
     EXPECT_EQ(rr.telemetry.arrival_lateness.count, rr.telemetry.counters.completed);
     EXPECT_TRUE(rr.endpoint_up_at_end);

@@ -278,8 +278,18 @@ class E2E(unittest.TestCase):
                 self.assertTrue(s["has_result"])
             if s["state"] == "missed":
                 self.assertEqual(s["sent_ns"], 0, f"missed job {j} was sent")
-        # On an idle host, tuned: every acknowledged job completes.
-        self.assertEqual(states, {"completed": 500}, self.outcomes(st))
+        # On an idle host, tuned: every acknowledged job completes, except
+        # one the host held the dispatch thread up for beyond the tolerance
+        # (never sent, as checked above).  The thread measures such hold-ups
+        # itself; a miss they do not account for is the agent's, and fails
+        # (issue 24 item 20: a VM stall must not decide CI by chance).
+        self.assertEqual(set(states) - {"completed", "missed"}, set(), self.outcomes(st))
+        missed = states.get("missed", 0)
+        held = demo_client.held_up(c.telemetry(), "qpu0", miss_tolerance_ns)
+        self.assertLessEqual(missed, held, f"misses the dispatch thread did not measure: {self.outcomes(st)}")
+        if missed:
+            print(f"\nnote: {missed} of 500 missed while the host held the dispatch thread up "
+                  f"({held} late wake-ups or sends)", file=sys.stderr)
         # A result is readable.
         done = next(j for j, s in st.items() if s["state"] == "completed")
         res = c.jobs_result(done)
