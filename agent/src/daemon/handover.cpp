@@ -98,11 +98,12 @@ void services::apply_pump_reports(qpu_runtime& q) {
         _refused_total += r.dispatch_refused ? 1 : 0;
         ++q.missed;
         q.released.push_back(r.id);
-        if (auto m = _ledger->miss(r.id, r.reason, _clock.now_realtime_ns()); !m) {
+        const std::string reason = r.reason_text(*q.link);
+        if (auto m = _ledger->miss(r.id, reason, _clock.now_realtime_ns()); !m) {
             ++_ledger_errors;
             log::warn("timeline", "{}: miss job {}: {}", q.name, r.id, tl_error(m.err()));
         } else {
-            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, r.reason);
+            log::debug("dispatch", "{}: job {} not dispatched: {}", q.name, r.id, reason);
         }
     }
 }
@@ -221,11 +222,12 @@ void services::publish_plan(qpu_runtime& q, std::int64_t now_ns) {
         e.payload = r.payload;
         if (r.start_ns + q.tolerance_ns >= now_ns) {  // else the pump reports it missed
             if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {
-                e.refuse = fmt::format("{}: no calibration window holds start {}",
-                                       dispatch::outcome::calibration_changed, r.start_ns);
+                e.refuse = std::make_shared<const std::string>(fmt::format(
+                    "{}: no calibration window holds start {}", dispatch::outcome::calibration_changed, r.start_ns));
             } else if (w->calibration_id != r.calibration_id) {
-                e.refuse = fmt::format("{}: placed in calibration {}, the window at start is {}",
-                                       dispatch::outcome::calibration_changed, r.calibration_id, w->calibration_id);
+                e.refuse = std::make_shared<const std::string>(
+                    fmt::format("{}: placed in calibration {}, the window at start is {}",
+                                dispatch::outcome::calibration_changed, r.calibration_id, w->calibration_id));
             } else {
                 j.window_start_ns = w->valid_from_ns;
                 j.window_end_ns = w->valid_until_ns;

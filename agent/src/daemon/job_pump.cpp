@@ -129,33 +129,50 @@ void job_pump::thread_main() noexcept {
 void job_pump::pass(std::int64_t now_rt_ns) noexcept {
     std::uint64_t planned = 0;
     for (auto& l : _lanes) {
-        try {
-            std::lock_guard<rtcore::pi_mutex> lk(l->mu);
-            pass_lane(*l, now_rt_ns);
-            planned += l->plan.jobs.size();
-        } catch (const std::exception&) {
-            // bad_alloc building a report: counted, the next tick tries again.
-            _errors.fetch_add(1, std::memory_order_relaxed);
-        }
+        // pi_mutex::lock does not throw; nothing in the pass does.
+        std::lock_guard<rtcore::pi_mutex> lk(l->mu);
+        pass_lane(*l, now_rt_ns);
+        planned += l->plan.jobs.size();
     }
     _plan_jobs.store(planned, std::memory_order_relaxed);
 }
 
-// Under l.mu.
-void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) {
-    if (l.next) {
+namespace {
+
+// The decision for id in the sorted vector, or its end.
+template <typename V>
+auto find_decision(V& decisions, std::uint64_t id) noexcept {
+    auto it = std::lower_bound(decisions.begin(), decisions.end(), id,
+                               [](const auto& d, std::uint64_t v) { return d.id < v; });
+    return it != decisions.end() && it->id == id ? it : decisions.end();
+}
+
+}  // namespace
+
+// Under l.mu.  Allocates nothing: every vector it grows was given its
+// capacity by the loop (publish, take_reports); when one is full anyway the
+// job waits for the next pass (counted as deferred) instead.
+void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
+    if (l.next && !l.spent) {
+        // Moves only: the old plan waits in spent for the loop to free.
+        l.spent.emplace(std::move(l.plan));
         l.plan = std::move(*l.next);
-        l.next.reset();
-        l.plan_index.clear();
-        for (std::size_t i = 0; i < l.plan.jobs.size(); ++i) {
-            l.plan_index.emplace(l.plan.jobs[i].job.job_id, i);
-        }
+        l.next.reset();  // a moved-from plan: nothing left to free
         for (const auto id : l.released) {
-            l.decided_ids.erase(id);
+            const auto it = find_decision(l.decisions, id);
+            if (it != l.decisions.end()) {
+                l.decisions.erase(it);  // shifts down: never allocates
+            }
         }
         l.released.clear();
         _plans_taken.fetch_add(1, std::memory_order_relaxed);
     }
+    const auto planned_at = [&](std::uint64_t id) -> const handover_entry* {
+        const auto& idx = l.plan.by_id;
+        const auto it = std::lower_bound(idx.begin(), idx.end(), id,
+                                         [](const auto& e, std::uint64_t v) { return e.first < v; });
+        return it != idx.end() && it->first == id ? &l.plan.jobs[it->second] : nullptr;
+    };
     // A handed-over job that is no longer planned as handed (cancelled,
     // displaced by preemption, or moved by a calibration change) is
     // withdrawn, so its old slot is never sent.  A moved job comes back
@@ -164,23 +181,19 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) {
     // complete for (a backward realtime step moved now back) is left: the
     // dispatcher re-converts its deadline.
     bool withdrew = false;
-    for (auto& [id, d] : l.decided_ids) {
+    for (auto& d : l.decisions) {
         if (!d.handed || d.withdrawn) {
             continue;
         }
-        const auto it = l.plan_index.find(id);
-        if (it == l.plan_index.end()) {
-            if (d.start_ns >= l.plan.complete_until_ns) {
+        if (const auto* e = planned_at(d.id)) {
+            if (e->job.scheduled_ns == d.start_ns && e->job.calibration_id == d.calibration_id) {
                 continue;
             }
-        } else {
-            const auto& j = l.plan.jobs[it->second].job;
-            if (j.scheduled_ns == d.start_ns && j.calibration_id == d.calibration_id) {
-                continue;
-            }
+        } else if (d.start_ns >= l.plan.complete_until_ns) {
+            continue;
         }
         d.withdrawn = true;
-        withdrew = l.link->withdraw(id) == dispatch::dispatcher::withdraw_result::withdrawn || withdrew;
+        withdrew = l.link->withdraw(d.id) == dispatch::dispatcher::withdraw_result::withdrawn || withdrew;
     }
     // The stale copies come back `cancelled` now rather than at their old
     // start, so a re-placed job is handed over again in time.
@@ -193,46 +206,87 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) {
         if (j.scheduled_ns >= horizon_end) {
             break;  // start order
         }
-        if (l.decided_ids.count(j.job_id) != 0 || l.revoked.count(j.job_id) != 0) {
+        const auto at = std::lower_bound(l.decisions.begin(), l.decisions.end(), j.job_id,
+                                         [](const decided& d, std::uint64_t v) { return d.id < v; });
+        if ((at != l.decisions.end() && at->id == j.job_id) || l.revoked.count(j.job_id) != 0) {
             continue;
         }
+        if (l.decisions.size() == l.decisions.capacity() || l.reports.size() == l.reports.capacity()) {
+            _deferred.fetch_add(1, std::memory_order_relaxed);
+            break;  // the loop grows them with its next publish or take_reports
+        }
+        // Decided first, then submitted: the decision is on record before
+        // the job is in the ring, whatever happens next.
+        auto& d = *l.decisions.insert(at, decided{j.job_id, j.scheduled_ns, j.calibration_id, false, false});
         pump_report r;
+        r.what = pump_report::kind::refused;
         r.id = j.job_id;
         r.start_ns = j.scheduled_ns;
         r.calibration_id = j.calibration_id;
         if (j.scheduled_ns + j.tolerance_ns < now_rt_ns) {
-            r.what = pump_report::kind::refused;
-            r.reason = fmt::format("{}: start {} passed by {} ns before hand-over (tolerance {} ns)",
-                                   dispatch::outcome::missed, j.scheduled_ns, now_rt_ns - j.scheduled_ns,
-                                   j.tolerance_ns);
             r.missed_before_handover = true;
-        } else if (!e.refuse.empty()) {
-            r.what = pump_report::kind::refused;
-            r.reason = e.refuse;
-        } else if (auto st = l.link->submit(j, e.payload); st) {
+            r.passed_by_ns = now_rt_ns - j.scheduled_ns;
+            r.tolerance_ns = j.tolerance_ns;
+        } else if (e.refuse) {
+            r.loop_reason = e.refuse;  // a reference count, no copy
+        } else if (const auto why = l.link->try_submit(j, e.payload); why == dispatch::submit_refusal::none) {
             r.what = pump_report::kind::handed;
+            d.handed = true;
         } else {
-            r.what = pump_report::kind::refused;
-            r.reason = fmt::format("{}: {}", dispatch::outcome::dispatch_refused, st.err().message);
             r.dispatch_refused = true;
+            r.refusal = why;
         }
-        l.decided_ids[j.job_id] = decided{j.scheduled_ns, j.calibration_id, r.what == pump_report::kind::handed, false};
-        l.reports.push_back(std::move(r));
+        l.reports.push_back(std::move(r));  // within the capacity checked above
     }
+}
+
+std::string pump_report::reason_text(const dispatch::qpu_link& link) const {
+    if (missed_before_handover) {
+        return fmt::format("{}: start {} passed by {} ns before hand-over (tolerance {} ns)", dispatch::outcome::missed,
+                           start_ns, passed_by_ns, tolerance_ns);
+    }
+    if (dispatch_refused) {
+        dispatch::dispatch_job job;
+        job.job_id = id;
+        job.scheduled_ns = start_ns;
+        return fmt::format("{}: {}", dispatch::outcome::dispatch_refused, link.describe_refusal(refusal, job, 0));
+    }
+    if (loop_reason) {
+        return *loop_reason;
+    }
+    return "";
+}
+
+void job_pump::reserve_for_plans(lane& l) {
+    // Each job of the current and of the next plan is decided and reported
+    // at most once, so this much room is all the pump can use before the
+    // loop comes back.
+    const std::size_t may_add = l.plan.jobs.size() + (l.next ? l.next->jobs.size() : 0);
+    l.decisions.reserve(l.decisions.size() + may_add);
+    l.reports.reserve(l.reports.size() + may_add);
 }
 
 void job_pump::publish(std::uint32_t qpu, handover_plan plan, std::vector<std::uint64_t> released) {
     if (qpu >= _lanes.size()) {
         return;
     }
+    plan.by_id.clear();
+    plan.by_id.reserve(plan.jobs.size());
+    for (std::size_t i = 0; i < plan.jobs.size(); ++i) {
+        plan.by_id.emplace_back(plan.jobs[i].job.job_id, static_cast<std::uint32_t>(i));
+    }
+    std::sort(plan.by_id.begin(), plan.by_id.end());
     lane& l = *_lanes[qpu];
     std::optional<handover_plan> untaken;  // freed after the lock is released
+    std::optional<handover_plan> spent;    // likewise
     std::lock_guard<rtcore::pi_mutex> lk(l.mu);
     untaken.swap(l.next);
+    spent.swap(l.spent);
     l.next = std::move(plan);
     l.released.insert(l.released.end(), released.begin(), released.end());
     // Built after every change the revocations stood for.
     l.revoked.clear();
+    reserve_for_plans(l);
 }
 
 std::vector<pump_report> job_pump::take_reports(std::uint32_t qpu) {
@@ -243,6 +297,7 @@ std::vector<pump_report> job_pump::take_reports(std::uint32_t qpu) {
     lane& l = *_lanes[qpu];
     std::lock_guard<rtcore::pi_mutex> lk(l.mu);
     out.swap(l.reports);
+    reserve_for_plans(l);
     return out;
 }
 
@@ -272,7 +327,7 @@ pump_stats job_pump::stats() const {
     s.max_work_ns = _max_work_ns.load(std::memory_order_relaxed);
     s.plan_jobs = _plan_jobs.load(std::memory_order_relaxed);
     s.plans_taken = _plans_taken.load(std::memory_order_relaxed);
-    s.errors = _errors.load(std::memory_order_relaxed);
+    s.deferred = _deferred.load(std::memory_order_relaxed);
     return s;
 }
 

@@ -69,9 +69,10 @@ namespace qrt {
 struct handover_entry {
     dispatch::dispatch_job job;  // id, start, window, calibration id, tolerance, shots
     timeline::blob payload;      // shared bytes (a reference count, never a copy)
-    // Non-empty: the loop found it cannot be dispatched (calibration); the
-    // pump refuses it with this reason when it comes due, unless handed.
-    std::string refuse;
+    // Set: the loop found it cannot be dispatched (calibration); the pump
+    // refuses it with this reason when it comes due, unless handed.  Shared,
+    // so the pump's report points at it without copying text.
+    std::shared_ptr<const std::string> refuse;
 };
 
 struct handover_plan {
@@ -80,18 +81,28 @@ struct handover_plan {
     // end, or the last job's start when plan_max_jobs cut the plan short): a
     // handed job missing from the plan is withdrawn only if it starts before.
     std::int64_t complete_until_ns = 0;
+    // (job id, index in jobs), by id: built by publish() on the loop, so
+    // the pump looks jobs up without building anything.
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> by_id;
 };
 
-// What the pump did with a job (pump -> loop).
+// What the pump did with a job (pump -> loop).  Plain data: the pump fills
+// it in without allocating, and the loop makes the words (reason_text).
 struct pump_report {
     enum class kind : std::uint8_t { handed, refused };
     kind what = kind::handed;
     std::uint64_t id = 0;
     std::int64_t start_ns = 0;
     std::uint64_t calibration_id = 0;
-    std::string reason;               // refused: "missed: ...", "dispatch_refused: ...", "calibration_changed: ..."
-    bool missed_before_handover = false;
-    bool dispatch_refused = false;
+    bool missed_before_handover = false;  // refused: its start had passed by more than its tolerance
+    std::int64_t passed_by_ns = 0;        //   by this much, at
+    std::int64_t tolerance_ns = 0;        //   this tolerance
+    bool dispatch_refused = false;        // refused: the dispatcher said no (refusal)
+    dispatch::submit_refusal refusal = dispatch::submit_refusal::none;
+    std::shared_ptr<const std::string> loop_reason;  // refused: the plan's own reason (calibration)
+
+    // "missed: ...", "dispatch_refused: ...", or the loop's reason.
+    std::string reason_text(const dispatch::qpu_link& link) const;
 };
 
 struct pump_stats {
@@ -102,7 +113,7 @@ struct pump_stats {
     std::int64_t max_work_ns = 0;      // longest pass over every QPU
     std::uint64_t plan_jobs = 0;       // jobs in the plans the pump holds now
     std::uint64_t plans_taken = 0;
-    std::uint64_t errors = 0;          // exceptions caught in a pass
+    std::uint64_t deferred = 0;        // jobs left to the next pass because the storage the loop sized was full
 };
 
 class job_pump {
@@ -129,7 +140,9 @@ public:
     // ---- the event loop ----
     // The newest plan of QPU qpu, and the ids whose outcome the loop has
     // taken since its last publish (the pump forgets them: a released id
-    // still planned is handed over again, as for a re-placed job).
+    // still planned is handed over again, as for a re-placed job).  Builds
+    // the plan's by_id index and grows the lane's storage here, on the loop,
+    // so that the pump's pass never allocates.
     void publish(std::uint32_t qpu, handover_plan plan, std::vector<std::uint64_t> released);
     std::vector<pump_report> take_reports(std::uint32_t qpu);
     // The ledger's dispatch gate: withdraw job id (if handed) and keep the
@@ -141,11 +154,15 @@ public:
     pump_stats stats() const;
 
     // One pass over every QPU at realtime now (the thread's tick; tests call
-    // it directly).
+    // it directly).  Allocates nothing, logs nothing and throws nothing: its
+    // storage is sized by publish() and take_reports() on the loop.
     void pass(std::int64_t now_rt_ns) noexcept;
 
 private:
+    // What the pump decided for a job, before it calls submit (so a job is
+    // never queued without its decision recorded).
     struct decided {
+        std::uint64_t id = 0;
         std::int64_t start_ns = 0;
         std::uint64_t calibration_id = 0;
         bool handed = false;     // false: refused, waiting for its release
@@ -156,14 +173,22 @@ private:
         rtcore::pi_mutex mu;  // everything below
         std::optional<handover_plan> next;
         std::vector<std::uint64_t> released;
-        std::unordered_set<std::uint64_t> revoked;
+        std::unordered_set<std::uint64_t> revoked;  // the loop's (revoke, give_back, publish)
+        // Grown by the loop to hold what the current and the next plan can
+        // still add (each job is decided and reported at most once a plan).
         std::vector<pump_report> reports;
         handover_plan plan;
-        std::unordered_map<std::uint64_t, std::size_t> plan_index;  // id -> index in plan.jobs
-        std::unordered_map<std::uint64_t, decided> decided_ids;
+        std::vector<decided> decisions;  // sorted by id
+        // The plan the pump replaced, for the loop to free (the pump frees
+        // nothing): empty whenever a new plan arrives, since only publish()
+        // brings one and publish() takes this.
+        std::optional<handover_plan> spent;
     };
 
-    void pass_lane(lane& l, std::int64_t now_rt_ns);
+    void pass_lane(lane& l, std::int64_t now_rt_ns) noexcept;
+    // Storage for what the current and next plan of l may still add, grown
+    // on the loop under l.mu (the pump then never grows it).
+    static void reserve_for_plans(lane& l);
     void thread_main() noexcept;
 
     rtcore::clock_source& _clock;
@@ -180,7 +205,7 @@ private:
     std::atomic<std::int64_t> _max_work_ns{0};
     std::atomic<std::uint64_t> _plan_jobs{0};
     std::atomic<std::uint64_t> _plans_taken{0};
-    std::atomic<std::uint64_t> _errors{0};
+    std::atomic<std::uint64_t> _deferred{0};  // decisions put off to the next pass: storage was full
 };
 
 }  // namespace qrt

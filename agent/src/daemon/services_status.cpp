@@ -291,7 +291,9 @@ nlohmann::json services::status_json() {
                                   // past T + tolerance) counts in the QPU's "missed" only.
                                   {"missed_before_handover", _missed_before_handover},
                                   {"refused_by_dispatcher", _refused_total},
-                                  {"errors", ps.errors}};
+                                  // Jobs left to the next pass (2 ms) because the storage the
+                                  // loop sized for the pump was full (it never allocates).
+                                  {"deferred", ps.deferred}};
         if (_cfg.dispatch.mode != dispatch_mode::untuned && ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
             degraded.push_back("job pump not real-time: " + ps.sched);
         }

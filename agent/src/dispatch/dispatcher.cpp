@@ -299,24 +299,48 @@ void dispatcher::stop() noexcept {
     _thread.join();
 }
 
-rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::uint8_t> payload) {
+std::string dispatcher::describe_refusal(submit_refusal r, const dispatch_job& job, std::size_t payload_bytes) const {
     const std::string who = "dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": job " + std::to_string(job.job_id);
+    switch (r) {
+        case submit_refusal::none: return who + ": queued";
+        case submit_refusal::payload_too_large:
+            return who + ": payload of " + std::to_string(payload_bytes) + " bytes exceeds max_payload_bytes " +
+                   std::to_string(_cfg.max_payload_bytes);
+        case submit_refusal::negative_times: return who + ": negative duration_ns or tolerance_ns";
+        case submit_refusal::outside_window:
+            return who + ": slot [" + std::to_string(job.scheduled_ns) + ", +" + std::to_string(job.duration_ns) +
+                   "] is not inside its window [" + std::to_string(job.window_start_ns) + ", " +
+                   std::to_string(job.window_end_ns) + "]";
+        case submit_refusal::no_free_slot:
+            return who + ": all " + std::to_string(_slot_count) + " dispatch slots are in use";
+        case submit_refusal::ring_full: return who + ": job ring full";
+        case submit_refusal::already_queued: return who + " is already queued";
+    }
+    return who + ": refused";
+}
+
+rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::uint8_t> payload) {
+    const submit_refusal r = try_submit(job, payload);
+    if (r == submit_refusal::none) {
+        return rtcore::ok();
+    }
+    const bool busy = r == submit_refusal::no_free_slot || r == submit_refusal::ring_full;
+    return rtcore::error{busy ? EBUSY : EINVAL, describe_refusal(r, job, payload.size())};
+}
+
+submit_refusal dispatcher::try_submit(const dispatch_job& job, std::span<const std::uint8_t> payload) noexcept {
     if (payload.size() > _cfg.max_payload_bytes) {
-        return rtcore::error::invalid(who + ": payload of " + std::to_string(payload.size()) +
-                                      " bytes exceeds max_payload_bytes " + std::to_string(_cfg.max_payload_bytes));
+        return submit_refusal::payload_too_large;
     }
     if (job.duration_ns < 0 || job.tolerance_ns < 0) {
-        return rtcore::error::invalid(who + ": negative duration_ns or tolerance_ns");
+        return submit_refusal::negative_times;
     }
     if (job.scheduled_ns < job.window_start_ns || job.scheduled_ns + job.duration_ns > job.window_end_ns) {
-        return rtcore::error::invalid(who + ": slot [" + std::to_string(job.scheduled_ns) + ", +" +
-                                      std::to_string(job.duration_ns) + "] is not inside its window [" +
-                                      std::to_string(job.window_start_ns) + ", " +
-                                      std::to_string(job.window_end_ns) + "]");
+        return submit_refusal::outside_window;
     }
     std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
     if (_free.empty()) {
-        return rtcore::error{EBUSY, who + ": all " + std::to_string(_slot_count) + " dispatch slots are in use"};
+        return submit_refusal::no_free_slot;
     }
     const std::uint32_t slot = _free.back();
     _free.pop_back();
@@ -356,8 +380,8 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     q.duration_ns = job.duration_ns;
     if (!_jobs.try_push(q)) {  // cannot happen: ring capacity == slot count
         s.queued = false;
-        _free.push_back(slot);
-        return rtcore::error{EBUSY, who + ": job ring full"};
+        _free.push_back(slot);  // back where it was taken from: capacity is there
+        return submit_refusal::ring_full;
     }
     // Before a job already queued: the thread may be asleep until that
     // one's wake-up, later than this one's.
@@ -372,7 +396,7 @@ rtcore::status dispatcher::submit(const dispatch_job& job, std::span<const std::
     if (before_queued || _idle.load(std::memory_order_relaxed)) {
         rtcore::wake_sleepers(_wake);
     }
-    return rtcore::ok();
+    return submit_refusal::none;
 }
 
 std::size_t dispatcher::queued() const noexcept {

@@ -46,7 +46,11 @@ qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_confi
       _addr(parse_or_throw(_cfg.endpoint)),
       _dispatcher(_cfg.dispatch, clock),
       _backoff(_cfg.backoff_initial),
-      _hist(std::make_unique<dispatch_histograms>()) {}
+      _hist(std::make_unique<dispatch_histograms>()) {
+    _submitted.reserve(_dispatcher.slot_count());
+    _adopting.reserve(_dispatcher.slot_count());
+    _ids_in_flight.reserve(_dispatcher.slot_count());
+}
 
 qpu_link::~qpu_link() { stop(); }
 
@@ -419,38 +423,59 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
 // ---- jobs -----------------------------------------------------------------
 
 rtcore::status qpu_link::submit(const dispatch_job& job, std::span<const std::uint8_t> payload) {
+    const submit_refusal r = try_submit(job, payload);
+    if (r == submit_refusal::none) {
+        return rtcore::ok();
+    }
+    const bool busy = r == submit_refusal::no_free_slot || r == submit_refusal::ring_full;
+    return rtcore::error{busy ? EBUSY : EINVAL, describe_refusal(r, job, payload.size())};
+}
+
+submit_refusal qpu_link::try_submit(const dispatch_job& job, std::span<const std::uint8_t> payload) noexcept {
     std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
-    if (_ids_in_flight.count(job.job_id) != 0) {
+    // Queued or in flight: adopted (the set, filled by the loop) or not yet
+    // (at most a slot count of entries to look through).
+    const bool queued_already =
+        _ids_in_flight.count(job.job_id) != 0 ||
+        std::any_of(_submitted.begin(), _submitted.end(), [&](const dispatch_job& j) { return j.job_id == job.job_id; });
+    if (queued_already) {
         _rejected_submits.fetch_add(1, std::memory_order_relaxed);
-        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.dispatch.qpu_index) + ": job " +
-                                      std::to_string(job.job_id) + " is already queued");
+        return submit_refusal::already_queued;
+    }
+    if (_submitted.size() == _submitted.capacity()) {  // cannot happen: one entry per slot
+        _rejected_submits.fetch_add(1, std::memory_order_relaxed);
+        return submit_refusal::no_free_slot;
     }
     // Under the lock, so the loop cannot see this job's record (or its
     // RESULT) before the job itself: adopt_submitted() waits for us.
-    if (auto st = _dispatcher.submit(job, payload); !st) {
+    if (const auto r = _dispatcher.try_submit(job, payload); r != submit_refusal::none) {
         _rejected_submits.fetch_add(1, std::memory_order_relaxed);
-        return st;
+        return r;
     }
     _submitted_total.fetch_add(1, std::memory_order_relaxed);
-    _ids_in_flight.insert(job.job_id);
-    _submitted.push_back(job);
-    return rtcore::ok();
+    _submitted.push_back(job);  // within the capacity reserved at construction
+    return submit_refusal::none;
 }
 
 void qpu_link::adopt_submitted() {
-    std::vector<dispatch_job> jobs;
     {
         std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
         if (_submitted.empty()) {
             return;
         }
-        jobs.swap(_submitted);
+        _adopting.swap(_submitted);  // both keep their capacity
+        // In the set before the lock is let go: a repeat submit of these
+        // ids is refused from now on.
+        for (const auto& j : _adopting) {
+            _ids_in_flight.insert(j.job_id);
+        }
     }
-    for (const auto& j : jobs) {
+    for (const auto& j : _adopting) {
         pending_job p;
         p.job = j;
         _pending.emplace(j.job_id, std::move(p));
     }
+    _adopting.clear();
 }
 
 void qpu_link::poll() {

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <chrono>
 #include <map>
 #include <string>
@@ -19,6 +22,38 @@
 #include "rtcore/clock.hpp"
 
 using namespace qrt;
+
+// Every allocation and free of this test binary, counted per thread, with a
+// switch that makes them fail: the pump's pass must do neither (issue 24
+// item 12: it allocated under its priority-inheriting lock on its SCHED_FIFO
+// thread, and an allocation failure after submit reported a queued job as
+// missed).
+namespace {
+thread_local std::size_t t_allocations = 0;
+thread_local std::size_t t_frees = 0;
+thread_local bool t_fail_allocations = false;
+}  // namespace
+
+void* operator new(std::size_t n) {
+    ++t_allocations;
+    if (t_fail_allocations) {
+        throw std::bad_alloc();
+    }
+    if (void* p = std::malloc(n == 0 ? 1 : n)) {
+        return p;
+    }
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void operator delete(void* p) noexcept {
+    if (p != nullptr) {
+        ++t_frees;
+    }
+    std::free(p);
+}
+void operator delete[](void* p) noexcept { ::operator delete(p); }
+void operator delete(void* p, std::size_t) noexcept { ::operator delete(p); }
+void operator delete[](void* p, std::size_t) noexcept { ::operator delete(p); }
 
 namespace {
 
@@ -94,7 +129,7 @@ protected:
     std::map<std::uint64_t, std::string> handed_reports() {
         std::map<std::uint64_t, std::string> out;
         for (const auto& r : _pump->take_reports(0)) {
-            out[r.id] = r.what == pump_report::kind::handed ? "handed" : r.reason;
+            out[r.id] = r.what == pump_report::kind::handed ? "handed" : r.reason_text(*_link);
         }
         return out;
     }
@@ -208,7 +243,7 @@ TEST_F(job_pump_fixture, a_start_passed_before_the_hand_over_is_reported_missed_
     const std::int64_t now = _clock.now_realtime_ns();
     auto late = entry(3, now - 400 * ms);  // beyond its 300 ms tolerance
     auto refused = entry(4, now + 100 * ms);
-    refused.refuse = "calibration_changed: no calibration window holds start";
+    refused.refuse = std::make_shared<const std::string>("calibration_changed: no calibration window holds start");
     _pump->publish(0, plan_of({late, refused}), {});
     _pump->pass(now);
     EXPECT_FALSE(_link->dispatch().queued_deadline_ns(3).has_value());
@@ -216,8 +251,8 @@ TEST_F(job_pump_fixture, a_start_passed_before_the_hand_over_is_reported_missed_
     const auto reports = _pump->take_reports(0);
     ASSERT_EQ(reports.size(), 2U);
     EXPECT_TRUE(reports[0].missed_before_handover);
-    EXPECT_EQ(reports[0].reason.rfind("missed: ", 0), 0U) << reports[0].reason;
-    EXPECT_EQ(reports[1].reason, refused.refuse);
+    EXPECT_EQ(reports[0].reason_text(*_link).rfind("missed: ", 0), 0U) << reports[0].reason_text(*_link);
+    EXPECT_EQ(reports[1].reason_text(*_link), *refused.refuse);
     // Reported once, not at every pass, until the loop releases them.
     _pump->pass(now);
     EXPECT_TRUE(_pump->take_reports(0).empty());
@@ -263,4 +298,69 @@ TEST_F(job_pump_fixture, the_pump_thread_and_a_busy_loop_share_the_link_without_
     const auto tel = _link->telemetry();
     EXPECT_EQ(tel.counters.submitted, _outcome_log.size()) << "one outcome per submitted job";
     EXPECT_GT(tel.counters.submitted, 0U);
+}
+
+// Issue 24 item 12: a pass (hand-overs, refusals, a withdrawal after a new
+// plan) neither allocates nor frees: the loop sized its storage in publish()
+// and take_reports(), and the text of a refusal is made on the loop.
+TEST_F(job_pump_fixture, a_pass_allocates_and_frees_nothing) {
+    make_pump();
+    const std::int64_t now = _clock.now_realtime_ns();
+    std::vector<handover_entry> jobs;
+    jobs.push_back(entry(1, now - 400 * ms));  // missed before hand-over
+    auto refused = entry(2, now + 50 * ms);
+    refused.refuse = std::make_shared<const std::string>("calibration_changed: placed in calibration 1");
+    jobs.push_back(refused);
+    for (std::uint64_t i = 3; i <= 40; ++i) {
+        jobs.push_back(entry(i, now + 60 * ms + static_cast<std::int64_t>(i) * ms));
+    }
+    auto second = jobs;  // the next plan: job 5 cancelled, job 6 moved
+    second.erase(second.begin() + 4);
+    second[4].job.scheduled_ns += 3 * ms;
+    _pump->publish(0, plan_of(std::move(jobs)), {});
+
+    t_allocations = t_frees = 0;
+    _pump->pass(now);
+    EXPECT_EQ(t_allocations, 0U) << "the pass allocated";
+    EXPECT_EQ(t_frees, 0U) << "the pass freed";
+    auto reports = _pump->take_reports(0);
+    ASSERT_EQ(reports.size(), 40U);
+    EXPECT_TRUE(reports[0].missed_before_handover);
+    EXPECT_EQ(reports[1].reason_text(*_link), "calibration_changed: placed in calibration 1");
+    for (std::size_t i = 2; i < reports.size(); ++i) {
+        EXPECT_EQ(reports[i].what, pump_report::kind::handed) << "job " << reports[i].id;
+    }
+
+    _pump->publish(0, plan_of(std::move(second)), {});
+    t_allocations = t_frees = 0;
+    _pump->pass(now);  // takes the plan: withdraws 5 and 6, hands nothing new
+    EXPECT_EQ(t_allocations, 0U) << "taking a plan and withdrawing allocated";
+    EXPECT_EQ(t_frees, 0U) << "taking a plan freed the old one on the pump";
+    EXPECT_EQ(_pump->stats().deferred, 0U);
+    run_loop_until_outcomes({5, 6}, std::chrono::seconds(5));
+    EXPECT_EQ(_outcomes[5].reason, "cancelled") << "the job left the plan and was not withdrawn";
+    EXPECT_EQ(_outcomes[6].reason, "cancelled") << "the moved job's old slot was not withdrawn";
+}
+
+// Decided before submitted: with every allocation failing on the pump's
+// thread, each job is handed over exactly once and reported so; none is
+// reported missed while it sits queued.
+TEST_F(job_pump_fixture, an_allocation_failure_in_a_pass_loses_no_decision) {
+    make_pump();
+    const std::int64_t now = _clock.now_realtime_ns();
+    std::vector<handover_entry> jobs;
+    for (std::uint64_t i = 1; i <= 10; ++i) {
+        jobs.push_back(entry(i, now + 100 * ms + static_cast<std::int64_t>(i) * ms));
+    }
+    _pump->publish(0, plan_of(std::move(jobs)), {});
+    t_fail_allocations = true;
+    _pump->pass(now);
+    _pump->pass(now + ms);
+    t_fail_allocations = false;
+    const auto reports = handed_reports();
+    ASSERT_EQ(reports.size(), 10U);
+    for (const auto& [id, what] : reports) {
+        EXPECT_EQ(what, "handed") << "job " << id;
+        EXPECT_TRUE(_link->dispatch().queued_deadline_ns(id).has_value()) << "job " << id;
+    }
 }

@@ -120,6 +120,19 @@
 
 namespace qrt::dispatch {
 
+// Why a submit was refused, as a code: the job pump's SCHED_FIFO thread
+// submits through try_submit() and builds no text; the event loop turns the
+// code into words (describe_refusal) when it records the refusal.
+enum class submit_refusal : std::uint8_t {
+    none,
+    payload_too_large,  // over max_payload_bytes
+    negative_times,     // negative duration_ns or tolerance_ns
+    outside_window,     // [T, T + duration] not inside the window
+    no_free_slot,       // every dispatch slot in use
+    ring_full,          // cannot happen: the ring holds one entry per slot
+    already_queued,     // qpu_link: the id is queued or in flight already
+};
+
 enum class dispatch_mode { tuned, untuned };
 enum class submit_mode { syscall, sqpoll };
 
@@ -251,6 +264,10 @@ public:
     // free slot and queues it, in any start order.  Errors: payload too
     // large, pool full, window/duration inconsistent.
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
+    // The same without building text (no allocation): the job pump's call.
+    submit_refusal try_submit(const dispatch_job& job, std::span<const std::uint8_t> payload) noexcept;
+    // The words for a refusal of job with payload_bytes of payload.
+    std::string describe_refusal(submit_refusal r, const dispatch_job& job, std::size_t payload_bytes) const;
     // Re-sample the time base (after a realtime step) and re-convert every
     // queued deadline.  Returns the number of deadlines rewritten.
     std::size_t on_realtime_step(const rtcore::time_base& base);
@@ -272,6 +289,7 @@ public:
         return n;
     }
     std::size_t queued() const noexcept;
+    std::size_t slot_count() const noexcept { return _slot_count; }
     // Withdraw a queued job (cancelled, displaced or moved in the ledger after
     // it was handed over).  A compare-and-swap against the dispatch thread's
     // own just before it sends: either the withdrawal wins (the job is never

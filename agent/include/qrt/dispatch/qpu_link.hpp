@@ -82,6 +82,12 @@ public:
     // the per-job bookkeeping before it looks at any record or frame of it
     // (adopt_submitted).  A job id already queued or in flight is refused.
     rtcore::status submit(const dispatch_job& job, std::span<const std::uint8_t> payload);
+    // The same as a code, building no text and allocating nothing (the
+    // pump's SCHED_FIFO thread); describe_refusal() gives the words.
+    submit_refusal try_submit(const dispatch_job& job, std::span<const std::uint8_t> payload) noexcept;
+    std::string describe_refusal(submit_refusal r, const dispatch_job& job, std::size_t payload_bytes) const {
+        return _dispatcher.describe_refusal(r, job, payload_bytes);
+    }
     void set_calibration_id(std::uint64_t id) noexcept { _dispatcher.set_calibration_id(id); }
     void set_calibration(std::uint64_t current_id, std::uint64_t next_id, std::int64_t switch_rt_ns) noexcept {
         _dispatcher.set_calibration(current_id, next_id, switch_rt_ns);
@@ -155,7 +161,11 @@ private:
     // submit() (pump thread) -> the loop: jobs queued, not adopted yet, and
     // every id queued or in flight (the duplicate check), under _submit_mutex.
     rtcore::pi_mutex _submit_mutex;
+    // Submitted, not adopted yet: at most one per dispatch slot (a slot is
+    // freed only by the loop, which adopts first), so both vectors keep a
+    // slot count of capacity and the pump's push never allocates.
     std::vector<dispatch_job> _submitted;
+    std::vector<dispatch_job> _adopting;  // the loop's side of the swap
     std::unordered_set<std::uint64_t> _ids_in_flight;
     std::atomic<std::uint64_t> _submitted_total{0};
     std::atomic<std::uint64_t> _rejected_submits{0};
