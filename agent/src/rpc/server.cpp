@@ -409,10 +409,16 @@ void server::accept_one(int fd) {
 }
 
 void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
-    _names.store(q.uid, a, rtcore::monotonic_now_ns());
+    if (a.error == 0) {
+        _names.store(q.uid, a, rtcore::monotonic_now_ns());  // an error is not remembered
+    }
     for (auto& [id, cp] : _conns) {
         connection& c = *cp;
         if (c.st != connection::state::resolving || c.sess.peer.uid != q.uid) {
+            continue;
+        }
+        if (a.error != 0) {
+            nss_failed(c, a.error);
             continue;
         }
         if (c.sess.peer.groups_source.empty() && !q.want_groups && a.user_name) {
@@ -428,6 +434,19 @@ void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
         apply_nss_answer(c.sess.peer, a);
         finish_identity(c);
     }
+}
+
+void server::nss_failed(connection& c, int err) {
+    ++_closed_nss_error;
+    log::warn_rl(_refused_log, "rpc", "closing a connection of uid {} pid {}: NSS (getpwuid_r) failed: {}",
+                 c.sess.peer.uid, c.sess.peer.pid, std::strerror(err));
+    const rpc_failure f("unavailable",
+                        fmt::format("rpc: the user lookup for uid {} (NSS: getpwuid_r) failed: {}; "
+                                    "try again later",
+                                    c.sess.peer.uid, std::strerror(err)),
+                        json{{"cause", "nss_error"}, {"uid", c.sess.peer.uid}, {"errno", err}});
+    send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+    kill(c, "nss error");
 }
 
 void server::nss_timed_out(std::uint64_t id) {
@@ -883,6 +902,8 @@ telemetry::snapshot server::stats() const {
                   {{"cause", "nss_timeout"}}, _closed_nss_timeout);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
                   {{"cause", "nss_queue_full"}}, _closed_nss_queue_full);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "nss_error"}}, _closed_nss_error);
     s.add_counter("qrt_rpc_nss_waits_total",
                   "connections that waited for a user lookup (NSS) off the event loop", {}, _nss_waits);
     s.add_gauge("qrt_rpc_nss_pending", "user lookups (NSS) queued or under way", {},

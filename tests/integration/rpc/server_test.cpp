@@ -808,6 +808,16 @@ struct slow_nss {
     std::chrono::milliseconds sleep{2000};
 };
 
+// The first line a fresh connection gets after one request: its reply, or
+// the error line the server sent when it refused the connection.
+json first_reply(client& c, const std::string& method, json params = json::object()) {
+    (void)c.send_raw(json{{"jsonrpc", "2.0"}, {"method", method}, {"id", 1}, {"params", std::move(params)}}
+                         .dump() +
+                     "\n");
+    const auto r = c.read_json();
+    return r ? *r : json{{"error", {{"data", {{"reason", "no_reply"}}}}}};
+}
+
 rpc::nss_lookup lookup_through(const std::shared_ptr<slow_nss>& nss) {
     return [nss](const rpc::nss_query&) {
         if (++nss->calls > nss->fast) {
@@ -887,6 +897,36 @@ TEST(rpc_server, a_connection_whose_nss_lookup_times_out_gets_unavailable_and_is
         h.on_loop([&] { return rpc::metrics_text(*h.eng, h.hooks).value(); });
     EXPECT_NE(metrics.find("qrt_rpc_connections_closed_total{cause=\"nss_timeout\"} 1"),
               std::string::npos);
+}
+
+// NSS failing (an LDAP server down, sssd restarting) is not "no such user":
+// the connection is told so (unavailable, data.cause nss_error) and closed,
+// nothing is remembered, and the next connection, once NSS answers, is
+// served under its own name -- never under uid:N, another tenant's quotas
+// and objects, for the cache's 60 s.
+TEST(rpc_server, an_nss_error_is_unavailable_and_not_remembered_as_no_such_user) {
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    harness_options o = admin_options();
+    o.server.nss_lookup_fn = [calls](const rpc::nss_query&) {
+        if (++*calls == 1) {
+            throw std::runtime_error("NSS backend unreachable");
+        }
+        rpc::nss_answer a;
+        a.user_name = "tester";
+        return a;
+    };
+    harness h(o);
+    client first(h.socket_path);
+    const json r = first_reply(first, "agent.hello");
+    EXPECT_EQ(reason_of(r), rpc::reason::unavailable) << r.dump();
+    EXPECT_EQ(r.at("error").at("data").value("cause", ""), "nss_error") << r.dump();
+    EXPECT_FALSE(first.read_line().has_value()) << "the connection stayed open";
+
+    client second(h.socket_path);
+    const json hello = first_reply(second, "agent.hello");
+    ASSERT_TRUE(hello.contains("result")) << hello.dump();
+    EXPECT_EQ(hello.at("result").at("peer").at("tenant"), "tester");
+    EXPECT_EQ(calls->load(), 2);
 }
 
 TEST(rpc_server, a_thousand_connections_at_once_hit_the_cap_and_the_server_keeps_serving) {
