@@ -600,21 +600,27 @@ std::vector<config_option> build_table() {
         // ---------------------------------------------------------------- roles
         {.section = "roles", .key = "reader", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
-         .meaning = "Peers allowed to query: agent.*, qpus.list, slots.query, jobs.status, "
-                    "telemetry, metrics, events.  Entries are \"user:NAME\", \"group:NAME\", "
+         .meaning = "Peers allowed to query: agent.status, qpus.list, calibration.get, "
+                    "slots.query, jobs.status (of their own tenant's jobs), telemetry.snapshot, "
+                    "telemetry.outliers, metrics, events.subscribe and events.unsubscribe "
+                    "(events of their own tenant's objects, and calibration changes); "
+                    "agent.hello needs no role.  Entries are \"user:NAME\", \"group:NAME\", "
                     "\"uid:N\" or \"gid:N\", matched against SO_PEERCRED and the peer's groups.",
          .check = check_principal, QRT_FIELD(roles, reader)},
         {.section = "roles", .key = "scheduler", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
-         .meaning = "Peers allowed to reserve slots and submit, cancel and fetch jobs.",
+         .meaning = "Peers allowed what readers are, and to reserve slots and submit, cancel "
+                    "and fetch jobs, on their own tenant's objects only: slots.reserve, "
+                    "slots.heartbeat, slots.release, jobs.submit, jobs.cancel, jobs.result.",
          .check = check_principal, QRT_FIELD(roles, scheduler)},
         {.section = "roles", .key = "calibration", .kind = k::string_list,
          .default_value = strings{},
-         .meaning = "Peers allowed to push calibration windows (calibration.update).",
+         .meaning = "Peers allowed what readers are, and to push calibration windows: "
+                    "calibration.update.",
          .check = check_principal, QRT_FIELD(roles, calibration)},
         {.section = "roles", .key = "admin", .kind = k::string_list,
          .default_value = strings{"uid:0"},
-         .meaning = "Peers allowed everything.",
+         .meaning = "Peers allowed everything, on every tenant's objects.",
          .check = check_principal, QRT_FIELD(roles, admin)},
 
         // -------------------------------------------------------------- tenants

@@ -550,7 +550,9 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     reg.add({"jobs.submit", role::scheduler,
              "commit a payload into a held reservation, or place and commit in one step",
              bind(&ledger_methods::jobs_submit), acknowledged_when_durable});
-    reg.add({"jobs.status", role::scheduler,
+    // A read: a reader may see its own tenant's jobs (tenant_for: only an
+    // admin sees another's).
+    reg.add({"jobs.status", role::reader,
              "a job's (reservation's) state",
              bind(&ledger_methods::jobs_status)});
     reg.add({"jobs.result", role::scheduler,

@@ -444,7 +444,7 @@ TEST(rpc_server, each_role_may_call_exactly_its_methods) {
         {"slots.heartbeat", {"scheduler"}},
         {"slots.release", {"scheduler"}},
         {"jobs.submit", {"scheduler"}},
-        {"jobs.status", {"scheduler"}},
+        {"jobs.status", {"reader", "scheduler", "calibration"}},
         {"jobs.result", {"scheduler"}},
         {"jobs.cancel", {"scheduler"}},
     };
@@ -530,6 +530,41 @@ TEST(rpc_server, a_tenant_never_sees_or_changes_another_tenants_reservation) {
     }
     EXPECT_EQ(reasons[4], "separate");
     EXPECT_EQ(owner.ok("jobs.status", {{"job_id", id}}).at("state"), "committed");
+}
+
+// jobs.status is a read: a reader may call it, and sees only its own
+// tenant's jobs, as a scheduler does.
+TEST(rpc_server, a_reader_may_ask_jobs_status_but_never_of_another_tenants_job) {
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "needs root to connect as a second uid";
+    }
+    constexpr uid_t reader_uid = 65534;
+    harness_options o;
+    o.roles.scheduler = {me()};
+    o.roles.reader = {fmt::format("uid:{}", reader_uid)};
+    o.server.socket_mode = 0666;
+    harness h(o);
+    ::chmod(h.dir.c_str(), 0755);
+    client owner(h.socket_path);
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "mine";
+    const auto id = owner.ok("slots.reserve", req).at("reservation_id").get<std::uint64_t>();
+    EXPECT_EQ(owner.ok("jobs.status", {{"job_id", id}}).at("state"), "held");
+    std::vector<std::string> seen;
+    std::thread other([&] {
+        const gid_t g = reader_uid;
+        if (::syscall(SYS_setgroups, 1, &g) != 0 || ::syscall(SYS_setresgid, g, g, g) != 0 ||
+            ::syscall(SYS_setresuid, reader_uid, reader_uid, reader_uid) != 0) {
+            seen.push_back("setresuid failed");
+            return;
+        }
+        client c(h.socket_path);
+        seen.push_back(reason_of(c.call("jobs.status", {{"job_id", id}})));
+        seen.push_back(reason_of(c.call("jobs.status", {{"job_id", id + 1000}})));
+        seen.push_back(reason_of(c.call("jobs.result", {{"job_id", id}})));
+    });
+    other.join();
+    EXPECT_EQ(seen, (std::vector<std::string>{"not_owner", "not_found", "permission_denied"}));
 }
 
 // -------------------------------------------------------------- concurrency

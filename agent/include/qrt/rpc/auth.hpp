@@ -10,8 +10,10 @@
 //
 // Role semantics:
 //   reader       queries (agent.status, qpus.list, calibration.get,
-//                slots.query, telemetry.snapshot, metrics, events.subscribe)
-//   scheduler    reader + reserve/submit/cancel, on its OWN objects only
+//                slots.query, jobs.status of its OWN jobs, telemetry.*,
+//                metrics, events.*)
+//   scheduler    reader + reserve/heartbeat/release, submit/cancel/result,
+//                on its OWN objects only
 //   calibration  reader + calibration.update
 //   admin        everything, on every tenant's objects
 //   (agent.hello needs no role: a peer can always learn what it may do.)
