@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct server::connection {
     std::deque<held_reply> held;
     std::int64_t last_rx_ns = 0;
     std::int64_t closing_since_ns = 0;
+    bool privileged = false;  // admin or calibration: may use the reserved slots
     bool peer_eof = false;
     bool shut_wr = false;
     std::uint32_t interest = 0;
@@ -470,13 +472,61 @@ void server::nss_timed_out(std::uint64_t id) {
     kill(c, "nss timeout");
 }
 
+bool server::admit_identity(connection& c) {
+    const bool admin = c.sess.roles.holds(role::admin);
+    c.privileged = admin || c.sess.roles.holds(role::calibration);
+    std::size_t same_uid = 0;
+    std::size_t unreserved = 0;  // connections in the slots open to everyone
+    for (const auto& [id, o] : _conns) {
+        if (o.get() == &c || o->st == connection::state::dead) {
+            continue;
+        }
+        same_uid += o->sess.peer.uid == c.sess.peer.uid ? 1U : 0U;
+        // One still resolving may turn out unprivileged: it counts.
+        unreserved += o->st == connection::state::resolving || !o->privileged ? 1U : 0U;
+    }
+    const std::size_t open_slots =
+        _opts.max_connections > _opts.reserved_connections
+            ? _opts.max_connections - _opts.reserved_connections
+            : 0U;
+    std::optional<rpc_failure> refusal;
+    if (!admin && same_uid >= _opts.max_connections_per_uid) {
+        ++_rejected_per_uid;
+        refusal.emplace("overloaded",
+                        fmt::format("uid {} ({}) already has {} connections, the limit per uid "
+                                    "(rpc.max_connections_per_uid); close one or try again later",
+                                    c.sess.peer.uid, c.sess.tenant, same_uid),
+                        json{{"cause", "connections_per_uid"},
+                             {"limit", _opts.max_connections_per_uid}});
+    } else if (!c.privileged && unreserved >= open_slots) {
+        ++_rejected_reserved;
+        refusal.emplace("overloaded",
+                        fmt::format("all {} connections open to every peer are in use (the other "
+                                    "{} of rpc.max_connections {} are kept for admins and "
+                                    "calibration: rpc.reserved_connections); try again later",
+                                    open_slots, _opts.reserved_connections, _opts.max_connections),
+                        json{{"cause", "connections"}, {"limit", open_slots}});
+    }
+    if (!refusal) {
+        return true;
+    }
+    log::warn_rl(_refused_log, "rpc", "refused a connection of uid {} ({}) pid {}: {}", c.sess.peer.uid,
+                 c.sess.tenant, c.sess.peer.pid, refusal->message());
+    send_nowait(c.fd, to_line(make_error_reply(nullptr, *refusal)));
+    kill(c, "connection limit");
+    return false;
+}
+
 void server::finish_identity(connection& c) {
     if (c.nss_timer != 0) {
         _loop.cancel_timer(std::exchange(c.nss_timer, 0));
     }
-    c.st = connection::state::open;
     c.sess.roles = _auth.roles_of(c.sess.peer);
     c.sess.tenant = c.sess.peer.tenant();
+    if (!admit_identity(c)) {
+        return;
+    }
+    c.st = connection::state::open;
     const std::uint64_t id = c.id;
     c.sess.push = [this, id](std::string_view line) {
         auto it = _conns.find(id);
@@ -890,6 +940,10 @@ telemetry::snapshot server::stats() const {
     s.add_counter("qrt_rpc_connections_accepted_total", "connections accepted", {}, _accepted);
     s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
                   {{"cause", "cap"}}, _rejected_cap);
+    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
+                  {{"cause", "per_uid"}}, _rejected_per_uid);
+    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
+                  {{"cause", "reserved"}}, _rejected_reserved);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
                   {{"cause", "line_too_long"}}, _closed_line_too_long);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",

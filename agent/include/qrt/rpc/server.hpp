@@ -13,6 +13,16 @@
 // Limits, per connection unless said otherwise:
 //   max_connections   server-wide; an extra connection gets one
 //                     `overloaded` error line and is closed
+//   max_connections_per_uid
+//                     connections of one uid (one tenant) at once; admins
+//                     are exempt.  One more gets `overloaded` (data.cause
+//                     "connections_per_uid") and is closed, once its
+//                     identity is known
+//   reserved_connections
+//                     of max_connections, kept for admins and the
+//                     calibration role: other peers get `overloaded`
+//                     (data.cause "connections") once max_connections -
+//                     reserved_connections are open
 //   max_line_bytes    a longer line gets `line_too_long`, then the
 //                     connection is closed (after its input is drained)
 //   max_inflight      requests read but whose replies are not yet written
@@ -82,6 +92,8 @@ struct server_options {
     bool socket_activation = true;  // take a systemd socket when passed one
     prebound_socket prebound;       // fd >= 0: listen on it (bound before a privilege drop)
     std::size_t max_connections = 256;
+    std::size_t max_connections_per_uid = 16;
+    std::size_t reserved_connections = 8;
     std::size_t max_inflight = 128;
     std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
     std::chrono::milliseconds nss_timeout{2000};
