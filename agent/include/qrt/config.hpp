@@ -205,6 +205,8 @@ struct rpc_config {
     std::string socket_group;
     unsigned socket_mode = 0;   // permission bits, e.g. 0660
     unsigned max_connections = 0;
+    unsigned max_connections_per_uid = 0;  // admins exempt
+    unsigned reserved_connections = 0;     // of max_connections, for admin and calibration
     unsigned max_inflight = 0;
     unsigned idle_timeout_s = 0;   // 0: never
     unsigned nss_timeout_ms = 0;   // how long a connection waits for NSS
@@ -229,9 +231,12 @@ struct tenants_config {
     std::vector<priority_ceiling> priority_ceilings;   // override the role's ceiling
     std::uint32_t max_reservations = 0;     // held + committed + dispatched, per tenant
     std::int64_t max_booked_ns = 0;         // their summed durations, per tenant
+    std::int64_t near_term_ns = 0;          // the near term: from now, this long
+    std::int64_t max_near_term_ns = 0;      // a tenant's booked time within it
     std::int64_t max_payload_bytes = 0;     // payloads of those jobs, per tenant
     std::uint32_t max_requests_per_s = 0;   // 0: unlimited
     std::uint32_t request_burst = 0;
+    std::uint32_t request_bytes = 0;        // a line costs one request per started this many bytes
     bool operator==(const tenants_config&) const = default;
 };
 

@@ -425,6 +425,14 @@ private:
                   fmt::format("dispatch.sqpoll_cpu = {} is not an online CPU (online: {})", d.sqpoll_cpu,
                               _opts.online_cpus->to_list()));
         }
+        const auto& r = _cfg.rpc;
+        if (r.reserved_connections >= r.max_connections) {
+            error(line("rpc.reserved_connections", "rpc.max_connections"), "rpc.reserved_connections",
+                  fmt::format("rpc.reserved_connections = {} leaves no connection of "
+                              "rpc.max_connections = {} to schedulers and readers: it must be "
+                              "less",
+                              r.reserved_connections, r.max_connections));
+        }
         const auto& t = _cfg.timeline;
         if (t.default_lease_ns > t.horizon_ns) {
             error(line("timeline.default_lease_ns", "timeline.horizon_ns"),

@@ -566,8 +566,24 @@ std::vector<config_option> build_table() {
          .check = check_octal_mode, .store = store_socket_mode, .load = load_socket_mode},
         {.section = "rpc", .key = "max_connections", .kind = k::integer,
          .default_value = std::int64_t{64}, .min = 1, .max = 4096,
-         .meaning = "Connections served at once; more are accepted and closed at once.",
+         .meaning = "Connections served at once; more are accepted and closed at once "
+                    "(overloaded).  rpc.reserved_connections of them are kept for admins "
+                    "and the calibration role.",
          QRT_FIELD(rpc, max_connections)},
+        {.section = "rpc", .key = "max_connections_per_uid", .kind = k::integer,
+         .default_value = std::int64_t{16}, .min = 1, .max = 4096,
+         .meaning = "Connections one uid (one tenant) may hold at once, subscribers "
+                    "included; one more gets overloaded (data.cause \"connections_per_uid\") "
+                    "and is closed.  Admins are exempt.",
+         QRT_FIELD(rpc, max_connections_per_uid)},
+        {.section = "rpc", .key = "reserved_connections", .kind = k::integer,
+         .default_value = std::int64_t{8}, .min = 0, .max = 4095,
+         .meaning = "Of rpc.max_connections, the connections only admins and the calibration "
+                    "role may use: once the others are taken, any other peer gets overloaded "
+                    "(data.cause \"connections\") and is closed, while root and the "
+                    "calibration service still get in.  Must be less than "
+                    "rpc.max_connections.",
+         QRT_FIELD(rpc, reserved_connections)},
         {.section = "rpc", .key = "max_inflight", .kind = k::integer,
          .default_value = std::int64_t{16}, .min = 1, .max = 1024,
          .meaning = "Requests one connection may have in flight; reading from it pauses at "
@@ -600,21 +616,27 @@ std::vector<config_option> build_table() {
         // ---------------------------------------------------------------- roles
         {.section = "roles", .key = "reader", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
-         .meaning = "Peers allowed to query: agent.*, qpus.list, slots.query, jobs.status, "
-                    "telemetry, metrics, events.  Entries are \"user:NAME\", \"group:NAME\", "
+         .meaning = "Peers allowed to query: agent.status, qpus.list, calibration.get, "
+                    "slots.query, jobs.status (of their own tenant's jobs), telemetry.snapshot, "
+                    "telemetry.outliers, metrics, events.subscribe and events.unsubscribe "
+                    "(events of their own tenant's objects, and calibration changes); "
+                    "agent.hello needs no role.  Entries are \"user:NAME\", \"group:NAME\", "
                     "\"uid:N\" or \"gid:N\", matched against SO_PEERCRED and the peer's groups.",
          .check = check_principal, QRT_FIELD(roles, reader)},
         {.section = "roles", .key = "scheduler", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
-         .meaning = "Peers allowed to reserve slots and submit, cancel and fetch jobs.",
+         .meaning = "Peers allowed what readers are, and to reserve slots and submit, cancel "
+                    "and fetch jobs, on their own tenant's objects only: slots.reserve, "
+                    "slots.heartbeat, slots.release, jobs.submit, jobs.cancel, jobs.result.",
          .check = check_principal, QRT_FIELD(roles, scheduler)},
         {.section = "roles", .key = "calibration", .kind = k::string_list,
          .default_value = strings{},
-         .meaning = "Peers allowed to push calibration windows (calibration.update).",
+         .meaning = "Peers allowed what readers are, and to push calibration windows: "
+                    "calibration.update.",
          .check = check_principal, QRT_FIELD(roles, calibration)},
         {.section = "roles", .key = "admin", .kind = k::string_list,
          .default_value = strings{"uid:0"},
-         .meaning = "Peers allowed everything.",
+         .meaning = "Peers allowed everything, on every tenant's objects.",
          .check = check_principal, QRT_FIELD(roles, admin)},
 
         // -------------------------------------------------------------- tenants
@@ -648,6 +670,22 @@ std::vector<config_option> build_table() {
                     "more is refused with quota_exceeded (quota \"booked_time\").  Admins are "
                     "exempt.",
          QRT_FIELD(tenants, max_booked_ns)},
+        {.section = "tenants", .key = "near_term_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{600 * sec}, .min = 1 * sec, .max = 30 * 24 * hour,
+         .meaning = "The near term: from now, this far ahead.  Of it, one tenant may hold "
+                    "only tenants.max_near_term_ns, so that one tenant booking as fast as it "
+                    "can (within its other quotas) cannot take every slot soon to come.",
+         QRT_FIELD(tenants, near_term_ns)},
+        {.section = "tenants", .key = "max_near_term_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{120 * sec}, .min = 1 * ms, .max = 30 * 24 * hour,
+         .meaning = "QPU time one tenant may have booked within the next tenants.near_term_ns "
+                    "(its held, committed and dispatched reservations' time inside it, summed "
+                    "over the QPUs), counted when it books.  A reserve or one-shot submit that "
+                    "may start sooner (not_before_ns before now + near_term_ns) and would pass "
+                    "it is refused with quota_exceeded (quota \"near_term\"), whose "
+                    "data.not_before_ns is the earliest start the tenant may ask for instead.  "
+                    "Admins are exempt.",
+         QRT_FIELD(tenants, max_near_term_ns)},
         {.section = "tenants", .key = "max_payload_bytes", .kind = k::integer,
          .default_value = std::int64_t{64} * 1024 * 1024, .min = 1024,
          .max = std::int64_t{64} * 1024 * 1024 * 1024,
@@ -658,14 +696,24 @@ std::vector<config_option> build_table() {
         {.section = "tenants", .key = "max_requests_per_s", .kind = k::integer,
          .default_value = std::int64_t{2000}, .min = 0, .max = 1'000'000,
          .meaning = "Requests per second one tenant may send over all its connections "
-                    "(a token bucket of tenants.request_burst); a request beyond it is "
-                    "refused with quota_exceeded (quota \"requests\") without being run.  "
-                    "Admins are exempt.  0: unlimited.",
+                    "(a token bucket of tenants.request_burst).  Every line is charged before "
+                    "it is parsed -- unknown methods, denied calls and malformed lines "
+                    "included -- one request per started tenants.request_bytes bytes, and a "
+                    "batch at least one per request it holds; a line beyond the rate is "
+                    "refused whole with quota_exceeded (quota \"requests\") without being "
+                    "run.  Admins are exempt.  0: unlimited.",
          QRT_FIELD(tenants, max_requests_per_s)},
         {.section = "tenants", .key = "request_burst", .kind = k::integer,
          .default_value = std::int64_t{4000}, .min = 1, .max = 1'000'000,
          .meaning = "Requests a tenant may send at once after being idle (the bucket size).",
          QRT_FIELD(tenants, request_burst)},
+        {.section = "tenants", .key = "request_bytes", .kind = k::integer,
+         .default_value = std::int64_t{16384}, .min = 256, .max = 16 * 1024 * 1024,
+         .meaning = "What one request of tenants.max_requests_per_s is worth in bytes: a "
+                    "request line costs one request per started request_bytes bytes, so a "
+                    "long line (a large payload) uses up the rate like the many short ones "
+                    "it costs as much to read and parse as.",
+         QRT_FIELD(tenants, request_bytes)},
 
         // --------------------------------------------------------------- probes
         {.section = "probes", .key = "enabled", .kind = k::boolean, .default_value = true,

@@ -174,6 +174,10 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
     if (cfg.rpc.max_connections > 0) {
         so.max_connections = cfg.rpc.max_connections;
     }
+    if (cfg.rpc.max_connections_per_uid > 0) {
+        so.max_connections_per_uid = cfg.rpc.max_connections_per_uid;
+    }
+    so.reserved_connections = cfg.rpc.reserved_connections;
     if (cfg.rpc.max_inflight > 0) {
         so.max_inflight = cfg.rpc.max_inflight;
     }
@@ -705,7 +709,8 @@ void services::start_probes() {
 
 rtcore::status services::start_server() {
     _engine = std::make_unique<rpc::engine>(rpc::engine_limits{
-        _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256});
+        _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256,
+        _cfg.tenants.request_bytes > 0 ? _cfg.tenants.request_bytes : 16384U});
     _hooks.status = [this] { return status_json(); };
     _hooks.telemetry = [this] { return telemetry_snapshot(); };
     _hooks.annotate = [this](telemetry::snapshot& s) {
@@ -752,17 +757,22 @@ rtcore::status services::start_server() {
     }
     tp.max_reservations = _cfg.tenants.max_reservations;
     tp.max_booked_ns = _cfg.tenants.max_booked_ns;
+    if (_cfg.tenants.near_term_ns > 0) {
+        tp.near_term_ns = _cfg.tenants.near_term_ns;
+        tp.max_near_term_ns = _cfg.tenants.max_near_term_ns;
+    }
     tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
     tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
     tp.request_burst = _cfg.tenants.request_burst;
+    tp.request_bytes = static_cast<std::uint32_t>(_engine->limits().request_bytes);
     auto limits = rpc::tenant_limits::compile(tp);
     if (!limits) {
         return rtcore::error{limits.err().code, limits.err().message};
     }
     auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
     to.limits = shared_limits;
-    _engine->set_admission([shared_limits, this](const rpc::method_info&, rpc::session& s) {
-        shared_limits->admit(s, _clock.now_monotonic_ns());
+    _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
+        shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
     });
     rpc::register_timeline_methods(*_engine, *_ledger, to);
     // Drained after every handled line, after the ledger's events: hand what

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -118,21 +119,48 @@ std::vector<char> pw_buffer() {
     return std::vector<char>(n > 0 ? static_cast<std::size_t>(n) : 16384U);
 }
 
-std::optional<std::string> user_name_of(uid_t uid) {
+// The user name of uid (nullopt: no passwd entry), or the error NSS gave.
+struct name_lookup {
+    std::optional<std::string> name;
+    int error = 0;
+};
+
+name_lookup user_name_of(uid_t uid, getpwuid_r_fn getpwuid) {
     auto buf = pw_buffer();
     passwd pw{};
     passwd* out = nullptr;
     while (true) {
-        const int rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &out);
+        const int rc = getpwuid(uid, &pw, buf.data(), buf.size(), &out);
         if (rc == ERANGE && buf.size() < (1U << 20)) {
             buf.resize(buf.size() * 2);
             continue;
         }
-        if (rc != 0 || out == nullptr) {
-            return std::nullopt;
+        // getpwuid_r(3): 0 with a null result is "no entry"; so, by
+        // POSIX, are ENOENT, ESRCH, EBADF and EPERM, which some NSS
+        // modules return for it.  Anything else is NSS failing, not an
+        // answer about the user.
+        if (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM) {
+            if (rc != 0 || out == nullptr) {
+                return {};
+            }
+            return {std::string(pw.pw_name), 0};
         }
-        return std::string(pw.pw_name);
+        return {std::nullopt, rc};
     }
+}
+
+int system_getpwuid_r(uid_t uid, passwd* pw, char* buf, std::size_t len, passwd** out) {
+    return ::getpwuid_r(uid, pw, buf, len, out);
+}
+
+// nss_cache's default lookup: a failure throws, so it is not cached.
+std::optional<std::string> user_name_or_throw(uid_t uid) {
+    auto r = user_name_of(uid, system_getpwuid_r);
+    if (r.error != 0) {
+        throw std::system_error(r.error, std::generic_category(),
+                                fmt::format("getpwuid_r uid {}", uid));
+    }
+    return r.name;
 }
 
 std::optional<gid_t> gid_of_group(const std::string& name) {
@@ -156,7 +184,7 @@ std::optional<gid_t> gid_of_group(const std::string& name) {
 }  // namespace
 
 nss_cache::nss_cache(options o, lookup user_name)
-    : _opts(o), _lookup(user_name ? std::move(user_name) : lookup(user_name_of)) {
+    : _opts(o), _lookup(user_name ? std::move(user_name) : lookup(user_name_or_throw)) {
     _opts.capacity = std::max<std::size_t>(1, _opts.capacity);
 }
 
@@ -214,14 +242,18 @@ std::optional<std::vector<gid_t>> group_list_of(const std::string& user, gid_t g
 
 }  // namespace
 
-nss_answer nss_lookup_system(const nss_query& q) {
+nss_answer nss_lookup_with(const nss_query& q, getpwuid_r_fn getpwuid) {
     nss_answer a;
-    a.user_name = user_name_of(q.uid);
+    auto r = user_name_of(q.uid, getpwuid);
+    a.user_name = std::move(r.name);
+    a.error = r.error;
     if (q.want_groups && a.user_name) {
         a.groups = group_list_of(*a.user_name, q.gid);
     }
     return a;
 }
+
+nss_answer nss_lookup_system(const nss_query& q) { return nss_lookup_with(q, system_getpwuid_r); }
 
 void apply_nss_answer(peer_identity& id, const nss_answer& a) {
     if (a.user_name) {
@@ -277,7 +309,12 @@ rtcore::result<peer_identity> peer_identity_of(int fd, nss_cache* names, std::in
         return id;
     }
     nss_answer a;
-    a.user_name = names != nullptr ? names->user_name(id->uid, now_ns) : user_name_of(id->uid);
+    try {
+        a.user_name = names != nullptr ? names->user_name(id->uid, now_ns) : user_name_or_throw(id->uid);
+    } catch (const std::system_error& e) {
+        return rtcore::error{EAGAIN, fmt::format("user lookup (NSS) for uid {} failed: {}", id->uid,
+                                                 e.what())};
+    }
     if (id->groups_source.empty() && a.user_name) {
         a.groups = group_list_of(*a.user_name, id->gid);
     }
@@ -326,9 +363,10 @@ nss_resolver::nss_resolver(options o, nss_lookup lookup, answer_fn on_answer)
             try {
                 a = s->lookup(q);
             } catch (...) {
-                // A lookup that throws answers "no entry": the peer is
-                // served by uid and gid alone, never left waiting.
+                // A lookup that throws is NSS failing, not "no entry": the
+                // peer is told so and nothing is cached.
                 a = nss_answer{};
+                a.error = EIO;
             }
             lock.lock();
             s->busy.reset();

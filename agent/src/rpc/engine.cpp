@@ -80,6 +80,57 @@ void engine::count_error(std::string_view reason) {
     }
 }
 
+void engine::count_failure(const rpc_failure& f) {
+    count_error(f.reason());
+    if (f.reason() == "quota_exceeded") {
+        const auto q = f.details().find("quota");
+        if (q != f.details().end() && q->is_string()) {
+            ++_quota_refusals[q->get<std::string>()];
+        }
+    }
+}
+
+std::uint64_t engine::line_cost(std::size_t bytes) const noexcept {
+    const std::size_t per = std::max<std::size_t>(1, _limits.request_bytes);
+    return std::max<std::uint64_t>(1, (bytes + per - 1) / per);
+}
+
+std::optional<rpc_failure> engine::admit_line(session& s, std::uint64_t requests) {
+    if (!_admit) {
+        return std::nullopt;
+    }
+    try {
+        _admit(s, requests);
+        _line_charged += requests;
+        return std::nullopt;
+    } catch (const rpc_failure& f) {
+        count_failure(f);
+        return f;
+    }
+}
+
+void engine::write_refusal(std::string_view line, const rpc_failure& f, std::string& out) {
+    // Parsing a refused line only to find its id is bounded: one request's
+    // worth of bytes at most.
+    if (line.size() <= _limits.request_bytes && !nesting_exceeds(line, _limits.max_depth)) {
+        json parsed;
+        try {
+            parsed = json::parse(line.begin(), line.end());
+        } catch (const json::exception&) {
+            parsed = nullptr;
+        }
+        if (parsed.is_object()) {
+            const auto id = parsed.find("id");
+            if (id == parsed.end()) {
+                return;  // a notification gets no reply
+            }
+            write_error(out, valid_id(*id) ? *id : json(nullptr), f);
+            return;
+        }
+    }
+    write_error(out, nullptr, f);
+}
+
 void engine::log_denied(const session& s, std::string_view method, role needed) {
     log::warn_rl(_denied_log, "rpc", "denied {} to uid {} ({}) pid {}: needs role {}, has [{}]", method,
                  s.peer.uid, s.tenant, s.peer.pid, role_name(needed), fmt::join(s.roles.names(), ","));
@@ -150,6 +201,18 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
     }
     ++_lines;
     const std::int64_t t0 = rtcore::monotonic_now_ns();
+    // Charged before anything else: what a line costs the daemon (reading,
+    // parsing, an error reply) is paid whatever the line turns out to be.
+    _line_charged = 0;
+    if (const auto refused = admit_line(s, line_cost(line.size()))) {
+        const std::size_t before = out.size();
+        write_refusal(line, *refused, out);
+        _handle_ns.record(rtcore::monotonic_now_ns() - t0);
+        if (out.size() != before) {
+            out.push_back('\n');
+        }
+        return 1;
+    }
     if (line.size() > _limits.max_line_bytes) {
         out += line_too_long_reply(line.size());
         return 1;
@@ -224,6 +287,14 @@ std::size_t engine::write_batch(const json& batch, session& s, std::string& out)
                                             batch.size(), _limits.max_batch),
                                 json{{"limit", _limits.max_batch}}));
         return requests;
+    }
+    // Every request of a batch counts: the line paid for its bytes, the
+    // requests past that are charged now.
+    if (batch.size() > _line_charged) {
+        if (const auto refused = admit_line(s, batch.size() - _line_charged)) {
+            write_error(out, nullptr, *refused);
+            return requests;
+        }
     }
     const std::size_t mark = out.size();
     out.push_back('[');
@@ -331,9 +402,6 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
     call_context ctx{s};
     const std::size_t mark = out.size();
     try {
-        if (_admit) {
-            _admit(*m, s);
-        }
         if (const raw_handler* raw = _registry.raw_of(*m); raw != nullptr) {
             if (is_notification) {
                 // The call still happens (for its checks and effects); its
@@ -363,13 +431,7 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
         return true;
     } catch (const rpc_failure& f) {
         out.resize(mark);
-        count_error(f.reason());
-        if (f.reason() == "quota_exceeded") {
-            const auto q = f.details().find("quota");
-            if (q != f.details().end() && q->is_string()) {
-                ++_quota_refusals[q->get<std::string>()];
-            }
-        }
+        count_failure(f);
         if (is_notification) {
             return false;
         }

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct server::connection {
     std::deque<held_reply> held;
     std::int64_t last_rx_ns = 0;
     std::int64_t closing_since_ns = 0;
+    bool privileged = false;  // admin or calibration: may use the reserved slots
     bool peer_eof = false;
     bool shut_wr = false;
     std::uint32_t interest = 0;
@@ -409,10 +411,16 @@ void server::accept_one(int fd) {
 }
 
 void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
-    _names.store(q.uid, a, rtcore::monotonic_now_ns());
+    if (a.error == 0) {
+        _names.store(q.uid, a, rtcore::monotonic_now_ns());  // an error is not remembered
+    }
     for (auto& [id, cp] : _conns) {
         connection& c = *cp;
         if (c.st != connection::state::resolving || c.sess.peer.uid != q.uid) {
+            continue;
+        }
+        if (a.error != 0) {
+            nss_failed(c, a.error);
             continue;
         }
         if (c.sess.peer.groups_source.empty() && !q.want_groups && a.user_name) {
@@ -428,6 +436,19 @@ void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
         apply_nss_answer(c.sess.peer, a);
         finish_identity(c);
     }
+}
+
+void server::nss_failed(connection& c, int err) {
+    ++_closed_nss_error;
+    log::warn_rl(_refused_log, "rpc", "closing a connection of uid {} pid {}: NSS (getpwuid_r) failed: {}",
+                 c.sess.peer.uid, c.sess.peer.pid, std::strerror(err));
+    const rpc_failure f("unavailable",
+                        fmt::format("rpc: the user lookup for uid {} (NSS: getpwuid_r) failed: {}; "
+                                    "try again later",
+                                    c.sess.peer.uid, std::strerror(err)),
+                        json{{"cause", "nss_error"}, {"uid", c.sess.peer.uid}, {"errno", err}});
+    send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+    kill(c, "nss error");
 }
 
 void server::nss_timed_out(std::uint64_t id) {
@@ -451,13 +472,61 @@ void server::nss_timed_out(std::uint64_t id) {
     kill(c, "nss timeout");
 }
 
+bool server::admit_identity(connection& c) {
+    const bool admin = c.sess.roles.holds(role::admin);
+    c.privileged = admin || c.sess.roles.holds(role::calibration);
+    std::size_t same_uid = 0;
+    std::size_t unreserved = 0;  // connections in the slots open to everyone
+    for (const auto& [id, o] : _conns) {
+        if (o.get() == &c || o->st == connection::state::dead) {
+            continue;
+        }
+        same_uid += o->sess.peer.uid == c.sess.peer.uid ? 1U : 0U;
+        // One still resolving may turn out unprivileged: it counts.
+        unreserved += o->st == connection::state::resolving || !o->privileged ? 1U : 0U;
+    }
+    const std::size_t open_slots =
+        _opts.max_connections > _opts.reserved_connections
+            ? _opts.max_connections - _opts.reserved_connections
+            : 0U;
+    std::optional<rpc_failure> refusal;
+    if (!admin && same_uid >= _opts.max_connections_per_uid) {
+        ++_rejected_per_uid;
+        refusal.emplace("overloaded",
+                        fmt::format("uid {} ({}) already has {} connections, the limit per uid "
+                                    "(rpc.max_connections_per_uid); close one or try again later",
+                                    c.sess.peer.uid, c.sess.tenant, same_uid),
+                        json{{"cause", "connections_per_uid"},
+                             {"limit", _opts.max_connections_per_uid}});
+    } else if (!c.privileged && unreserved >= open_slots) {
+        ++_rejected_reserved;
+        refusal.emplace("overloaded",
+                        fmt::format("all {} connections open to every peer are in use (the other "
+                                    "{} of rpc.max_connections {} are kept for admins and "
+                                    "calibration: rpc.reserved_connections); try again later",
+                                    open_slots, _opts.reserved_connections, _opts.max_connections),
+                        json{{"cause", "connections"}, {"limit", open_slots}});
+    }
+    if (!refusal) {
+        return true;
+    }
+    log::warn_rl(_refused_log, "rpc", "refused a connection of uid {} ({}) pid {}: {}", c.sess.peer.uid,
+                 c.sess.tenant, c.sess.peer.pid, refusal->message());
+    send_nowait(c.fd, to_line(make_error_reply(nullptr, *refusal)));
+    kill(c, "connection limit");
+    return false;
+}
+
 void server::finish_identity(connection& c) {
     if (c.nss_timer != 0) {
         _loop.cancel_timer(std::exchange(c.nss_timer, 0));
     }
-    c.st = connection::state::open;
     c.sess.roles = _auth.roles_of(c.sess.peer);
     c.sess.tenant = c.sess.peer.tenant();
+    if (!admit_identity(c)) {
+        return;
+    }
+    c.st = connection::state::open;
     const std::uint64_t id = c.id;
     c.sess.push = [this, id](std::string_view line) {
         auto it = _conns.find(id);
@@ -871,6 +940,10 @@ telemetry::snapshot server::stats() const {
     s.add_counter("qrt_rpc_connections_accepted_total", "connections accepted", {}, _accepted);
     s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
                   {{"cause", "cap"}}, _rejected_cap);
+    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
+                  {{"cause", "per_uid"}}, _rejected_per_uid);
+    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
+                  {{"cause", "reserved"}}, _rejected_reserved);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
                   {{"cause", "line_too_long"}}, _closed_line_too_long);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
@@ -883,6 +956,8 @@ telemetry::snapshot server::stats() const {
                   {{"cause", "nss_timeout"}}, _closed_nss_timeout);
     s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
                   {{"cause", "nss_queue_full"}}, _closed_nss_queue_full);
+    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
+                  {{"cause", "nss_error"}}, _closed_nss_error);
     s.add_counter("qrt_rpc_nss_waits_total",
                   "connections that waited for a user lookup (NSS) off the event loop", {}, _nss_waits);
     s.add_gauge("qrt_rpc_nss_pending", "user lookups (NSS) queued or under way", {},

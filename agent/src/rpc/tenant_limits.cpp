@@ -93,7 +93,37 @@ void tenant_limits::check_booking(const session& s, const timeline::tenant_usage
     }
 }
 
-void tenant_limits::admit(const session& s, std::int64_t now_ns) {
+bool tenant_limits::near_term_applies(const session& s, std::int64_t not_before_ns,
+                                      std::int64_t now_ns) const {
+    return !s.roles.holds(role::admin) && not_before_ns < now_ns + _policy.near_term_ns;
+}
+
+void tenant_limits::check_near_term(const session& s, std::int64_t booked_near_ns, std::size_t count,
+                                    std::int64_t duration_ns, std::int64_t now_ns) const {
+    if (s.roles.holds(role::admin) || count == 0 || duration_ns <= 0) {
+        return;
+    }
+    // A reservation longer than the near term fills at most all of it.
+    const std::int64_t each = std::min(duration_ns, _policy.near_term_ns);
+    const auto n = static_cast<std::int64_t>(count);
+    if (each <= (_policy.max_near_term_ns - booked_near_ns) / n) {
+        return;
+    }
+    const std::int64_t past = now_ns + _policy.near_term_ns;
+    throw rpc_failure(
+        "quota_exceeded",
+        fmt::format("tenant {} has {} ns booked within the next {} ns; {} ns more would pass its "
+                    "near-term share of {} ns (tenants.max_near_term_ns, tenants.near_term_ns): "
+                    "ask for not_before_ns >= {}",
+                    s.tenant, booked_near_ns, _policy.near_term_ns, each * n,
+                    _policy.max_near_term_ns, past),
+        json{{"quota", std::string(quota_near_term)},
+             {"limit", _policy.max_near_term_ns},
+             {"used", booked_near_ns},
+             {"not_before_ns", past}});
+}
+
+void tenant_limits::admit(const session& s, std::int64_t now_ns, std::uint64_t requests) {
     if (_policy.max_requests_per_s == 0 || s.roles.holds(role::admin)) {
         return;
     }
@@ -111,14 +141,17 @@ void tenant_limits::admit(const session& s, std::int64_t now_ns) {
         b.tokens = std::min(burst, b.tokens + static_cast<double>(now_ns - b.refilled_ns) * rate_per_ns);
         b.refilled_ns = now_ns;
     }
-    if (b.tokens < 1.0) {
+    const double cost = std::min(burst, static_cast<double>(std::max<std::uint64_t>(1, requests)));
+    if (b.tokens < cost) {
         refuse(quota_requests,
-               fmt::format("tenant {} sends more than {} requests per second (burst {}; "
+               fmt::format("tenant {} sends more than {} requests per second (burst {}; every "
+                           "line counts, one request per started {} bytes; "
                            "tenants.max_requests_per_s)",
-                           s.tenant, _policy.max_requests_per_s, _policy.request_burst),
+                           s.tenant, _policy.max_requests_per_s, _policy.request_burst,
+                           _policy.request_bytes),
                _policy.max_requests_per_s, nullptr);
     }
-    b.tokens -= 1.0;
+    b.tokens -= cost;
 }
 
 void tenant_limits::prune(std::int64_t now_ns) {

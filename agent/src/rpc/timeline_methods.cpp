@@ -146,6 +146,20 @@ private:
                                     duration_ns, payload_bytes);
     }
 
+    // A new booking that may start within the near term: the caller's
+    // share of it ([tenants] near_term_ns, max_near_term_ns).
+    void check_near_term(const call_context& ctx, std::string_view key, std::size_t count,
+                         const tl::request& req) const {
+        const std::int64_t t = now();
+        if (!_opts.limits || !_opts.limits->near_term_applies(ctx.caller, req.not_before_ns, t) ||
+            _ledger.has_idempotency_key(ctx.caller.tenant, key)) {
+            return;
+        }
+        const std::int64_t until = t + _opts.limits->policy().near_term_ns;
+        _opts.limits->check_near_term(ctx.caller, _ledger.booked_within(ctx.caller.tenant, t, until),
+                                      count, req.duration_ns, t);
+    }
+
     // Backpressure of group commit: past timeline.commit_queue_max changes
     // waiting for their commit, a client change is refused at once (before
     // anything changes) with `unavailable`, data.cause "commit_backlog"; the
@@ -311,6 +325,7 @@ json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
     const auto gang = p.opt_i64("gang_size", 1, 64).value_or(1);
     check_priority(ctx, req);
     check_booking(ctx, key, static_cast<std::size_t>(gang), req.duration_ns, 0);
+    check_near_term(ctx, key, static_cast<std::size_t>(gang), req);
     if (gang > 1) {
         auto members = take(_ledger.reserve_gang(ctx.caller.tenant, req,
                                                static_cast<std::size_t>(gang), key,
@@ -390,6 +405,7 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
     check_priority(ctx, req);
     check_booking(ctx, key, 1, req.duration_ns, payload.size());
+    check_near_term(ctx, key, 1, req);
     return to_json(take(
         _ledger.submit(ctx.caller.tenant, req, key, std::move(payload), now())));
 }
@@ -550,7 +566,9 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     reg.add({"jobs.submit", role::scheduler,
              "commit a payload into a held reservation, or place and commit in one step",
              bind(&ledger_methods::jobs_submit), acknowledged_when_durable});
-    reg.add({"jobs.status", role::scheduler,
+    // A read: a reader may see its own tenant's jobs (tenant_for: only an
+    // admin sees another's).
+    reg.add({"jobs.status", role::reader,
              "a job's (reservation's) state",
              bind(&ledger_methods::jobs_status)});
     reg.add({"jobs.result", role::scheduler,

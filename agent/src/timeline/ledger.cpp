@@ -233,6 +233,23 @@ bool ledger::has_idempotency_key(std::string_view tenant, std::string_view key) 
     return !key.empty() && _idem.count(idem_key(tenant, key)) != 0;
 }
 
+std::int64_t ledger::booked_within(std::string_view tenant, std::int64_t from_ns,
+                                   std::int64_t until_ns) const {
+    std::int64_t total = 0;
+    for (const qpu_state& qs : _qpus) {
+        for (auto it = qs.busy.begin(); it != qs.busy.end() && it->first < until_ns; ++it) {
+            const auto r = _res.find(it->second);
+            if (r == _res.end() || r->second.tenant != tenant || !is_active(r->second.state)) {
+                continue;
+            }
+            const std::int64_t a = std::max(from_ns, r->second.start_ns);
+            const std::int64_t b = std::min(until_ns, r->second.end_ns());
+            total += b > a ? b - a : 0;
+        }
+    }
+    return total;
+}
+
 // ---------------------------------------------------------------- lookups
 
 result<const reservation*> ledger::owned(std::string_view tenant, std::uint64_t id) const {

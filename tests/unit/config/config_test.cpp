@@ -296,6 +296,9 @@ TEST(config_errors, cross_field_checks) {
               "1000000000");
     EXPECT_EQ(only_error(std::string("[dispatch]\nlead_min_ns = 60_000\nlead_max_ns = 50_000\n") + one_qpu),
               "qrtd.toml:3: dispatch.lead_min_ns = 60000 is greater than dispatch.lead_max_ns = 50000");
+    EXPECT_EQ(only_error(std::string("[rpc]\nmax_connections = 8\nreserved_connections = 8\n") + one_qpu),
+              "qrtd.toml:3: rpc.reserved_connections = 8 leaves no connection of "
+              "rpc.max_connections = 8 to schedulers and readers: it must be less");
     EXPECT_EQ(only_error(std::string("[dispatch]\nring_capacity = 1000\n") + one_qpu),
               "qrtd.toml:2: dispatch.ring_capacity = 1000 is not a power of two");
     EXPECT_EQ(only_error(std::string("[dispatch]\nring_capacity = 65536\nmax_payload_bytes = 1_048_576\n") + one_qpu),

@@ -5,10 +5,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -158,6 +161,61 @@ TEST(rpc_auth, the_accept_path_asks_nss_once_per_uid_and_ttl_and_holds_a_bounded
         names.user_name(u, 2'000);
         ASSERT_LE(names.size(), 8u);
     }
+}
+
+namespace {
+
+// getpwuid_r as an NSS module would answer: an entry for uid 1000, no entry
+// for 4242 (rc 0, null result, or ENOENT as some modules say it), and for
+// 5000 a failure (sssd or LDAP down: EIO).
+int fake_getpwuid_r(uid_t uid, passwd* pw, char* buf, std::size_t len, passwd** out) {
+    *out = nullptr;
+    if (uid == 1000 && len > 8) {
+        std::snprintf(buf, len, "alice");
+        pw->pw_name = buf;
+        *out = pw;
+        return 0;
+    }
+    if (uid == 4242) {
+        return 0;
+    }
+    if (uid == 4343) {
+        return ENOENT;
+    }
+    return EIO;
+}
+
+}  // namespace
+
+// Only "no entry" is "no such user"; NSS failing is an error of its own,
+// which the server answers with unavailable and never caches.
+TEST(rpc_auth, an_nss_error_is_not_no_such_user) {
+    const nss_answer found = nss_lookup_with(nss_query{1000, 1000, false}, fake_getpwuid_r);
+    EXPECT_EQ(found.user_name, "alice");
+    EXPECT_EQ(found.error, 0);
+    for (const uid_t none : {4242U, 4343U}) {
+        const nss_answer a = nss_lookup_with(nss_query{none, none, false}, fake_getpwuid_r);
+        EXPECT_EQ(a.user_name, std::nullopt) << none;
+        EXPECT_EQ(a.error, 0) << none;
+    }
+    const nss_answer failed = nss_lookup_with(nss_query{5000, 5000, true}, fake_getpwuid_r);
+    EXPECT_EQ(failed.user_name, std::nullopt);
+    EXPECT_EQ(failed.error, EIO);
+    EXPECT_EQ(failed.groups, std::nullopt);
+
+    // The in-place cache: a failed lookup reaches the caller and is asked
+    // again next time.
+    int asked = 0;
+    nss_cache names(nss_cache::options{}, [&](uid_t uid) -> std::optional<std::string> {
+        if (++asked == 1) {
+            throw std::system_error(EIO, std::generic_category(), "getpwuid_r");
+        }
+        return "user" + std::to_string(uid);
+    });
+    EXPECT_THROW(names.user_name(5000, 10), std::system_error);
+    EXPECT_EQ(names.size(), 0u);
+    EXPECT_EQ(names.user_name(5000, 11), "user5000");
+    EXPECT_EQ(asked, 2);
 }
 
 TEST(rpc_auth, the_resolver_asks_once_per_waiting_uid_and_refuses_past_its_queue) {

@@ -130,3 +130,52 @@ TEST(tenant_limits, the_bucket_table_stays_bounded_with_many_tenants) {
         ASSERT_LE(t->tracked_tenants(), tenant_limits::max_tracked_tenants);
     }
 }
+
+TEST(tenant_limits, a_line_costs_its_requests_and_one_dearer_than_the_burst_empties_a_full_bucket) {
+    tenant_policy p;
+    p.max_requests_per_s = 1;
+    p.request_burst = 10;
+    auto t = tenant_limits::compile(p);
+    ASSERT_TRUE(t);
+    const session bob = peer("bob", 1002, role::scheduler);
+    EXPECT_EQ(refused_quota([&] { t->admit(bob, 0, 7); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->admit(bob, 0, 4); }), "requests");  // 3 left: none taken
+    EXPECT_EQ(refused_quota([&] { t->admit(bob, 0, 3); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->admit(bob, 0, 1); }), "requests");
+    // A line costing more than the burst is not refused forever.
+    const session amy = peer("amy", 1004, role::scheduler);
+    EXPECT_EQ(refused_quota([&] { t->admit(amy, 0, 1000); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->admit(amy, 0, 1); }), "requests");
+}
+
+TEST(tenant_limits, the_near_term_share_refuses_past_it_and_names_the_start_to_ask_for) {
+    tenant_policy p;
+    p.near_term_ns = 600 * sec;
+    p.max_near_term_ns = 120 * sec;
+    auto t = tenant_limits::compile(p);
+    ASSERT_TRUE(t);
+    const session bob = peer("bob", 1002, role::scheduler);
+    const std::int64_t now = 1'000 * sec;
+    EXPECT_TRUE(t->near_term_applies(bob, 0, now));
+    EXPECT_TRUE(t->near_term_applies(bob, now + 599 * sec, now));
+    EXPECT_FALSE(t->near_term_applies(bob, now + 600 * sec, now));
+    EXPECT_EQ(refused_quota([&] { t->check_near_term(bob, 100 * sec, 2, 10 * sec, now); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->check_near_term(bob, 100 * sec, 3, 10 * sec, now); }), "near_term");
+    try {
+        t->check_near_term(bob, 115 * sec, 1, 10 * sec, now);
+        ADD_FAILURE() << "not refused";
+    } catch (const rpc_failure& e) {
+        EXPECT_EQ(e.details().at("not_before_ns"), now + 600 * sec);
+        EXPECT_EQ(e.details().at("used"), 115 * sec);
+        EXPECT_NE(e.message().find("tenants.max_near_term_ns"), std::string::npos) << e.message();
+    }
+    // A reservation longer than the near term counts as all of it, once.
+    tenant_policy wide = p;
+    wide.max_near_term_ns = 600 * sec;
+    auto w = tenant_limits::compile(wide);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(refused_quota([&] { w->check_near_term(bob, 0, 1, 3600 * sec, now); }), "admitted");
+    const session root = peer("root", 0, role::admin);
+    EXPECT_FALSE(t->near_term_applies(root, 0, now));
+    EXPECT_EQ(refused_quota([&] { t->check_near_term(root, 600 * sec, 10, 60 * sec, now); }), "admitted");
+}

@@ -10,14 +10,17 @@
 //
 // Role semantics:
 //   reader       queries (agent.status, qpus.list, calibration.get,
-//                slots.query, telemetry.snapshot, metrics, events.subscribe)
-//   scheduler    reader + reserve/submit/cancel, on its OWN objects only
+//                slots.query, jobs.status of its OWN jobs, telemetry.*,
+//                metrics, events.*)
+//   scheduler    reader + reserve/heartbeat/release, submit/cancel/result,
+//                on its OWN objects only
 //   calibration  reader + calibration.update
 //   admin        everything, on every tenant's objects
 //   (agent.hello needs no role: a peer can always learn what it may do.)
 // The tenant of a connection is its user name (or "uid:N" when the uid has
 // no passwd entry).
 
+#include <pwd.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -130,17 +133,24 @@ struct nss_query {
 struct nss_answer {
     std::optional<std::string> user_name;      // nullopt: no passwd entry
     std::optional<std::vector<gid_t>> groups;  // getgrouplist, when asked and found
+    // Nonzero: NSS failed (getpwuid_r's error, EIO for a lookup that threw);
+    // the peer's name is unknown -- not "no entry" -- and the answer is
+    // never cached.
+    int error = 0;
 };
 
 class nss_cache {
 public:
     using options = nss_cache_options;
+    // nullopt: no passwd entry.  Throws std::system_error when NSS failed.
     using lookup = std::function<std::optional<std::string>(uid_t)>;
 
     // lookup empty: getpwuid_r.
     explicit nss_cache(options o = options(), lookup user_name = {});
 
     // Looks up in place (blocking) when the uid is not fresh in the table.
+    // A lookup that throws (NSS failed) is not remembered: the exception
+    // goes to the caller.
     std::optional<std::string> user_name(uid_t uid, std::int64_t now_ns);
     // The fresh answer for uid (with groups, when want_groups), or nullptr.
     const nss_answer* find(uid_t uid, std::int64_t now_ns, bool want_groups) const;
@@ -173,8 +183,13 @@ rtcore::result<peer_identity> peer_credentials_of(int fd);
 
 using nss_lookup = std::function<nss_answer(const nss_query&)>;
 // The real lookup: getpwuid_r, then getgrouplist when asked.  May block for
-// as long as NSS (LDAP, sssd) takes.
+// as long as NSS (LDAP, sssd) takes.  getpwuid_r returning 0 without an
+// entry is "no such user"; returning an error (EIO, EMFILE, ENOMEM, ...) is
+// answer.error.
 nss_answer nss_lookup_system(const nss_query& q);
+// The same over another getpwuid_r (a seam for tests: an NSS that fails).
+using getpwuid_r_fn = int (*)(uid_t, passwd*, char*, std::size_t, passwd**);
+nss_answer nss_lookup_with(const nss_query& q, getpwuid_r_fn getpwuid);
 
 // Completes a kernel identity with what NSS answered.
 void apply_nss_answer(peer_identity& id, const nss_answer& a);

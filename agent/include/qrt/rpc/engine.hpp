@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -109,6 +110,9 @@ struct engine_limits {
     std::size_t max_line_bytes = 1U << 20;  // 1 MiB, newline excluded
     std::size_t max_depth = 64;             // arrays/objects nested
     std::size_t max_batch = 256;            // requests in one batch line
+    // What a line costs the admission hook: one request per started this
+    // many bytes (tenants.request_bytes).
+    std::size_t request_bytes = 16384;
 };
 
 struct line_reply {
@@ -150,11 +154,20 @@ public:
     void add_event_source(std::function<std::vector<event>()> drain);
     void drain_event_sources();
 
-    // Called for every request after its role check, before its handler;
-    // throwing rpc_failure refuses the request with that error (the tenant
-    // request rate).  Unset: everything is admitted.
-    using admission = std::function<void(const method_info& m, session& s)>;
+    // The tenant request rate.  Called for every non-blank line before
+    // anything else is done with it -- so unknown methods, calls the roles
+    // deny and lines that do not parse are charged like any request -- with
+    // what the line costs: one request per started limits().request_bytes
+    // bytes (at least one); and, for a batch holding more requests than
+    // that, once more after parsing for the rest.  Throwing rpc_failure
+    // refuses the whole line with that error, before it is run (with the
+    // request's id when the line is one request of at most request_bytes,
+    // else with id null).
+    // Unset: everything is admitted.
+    using admission = std::function<void(session& s, std::uint64_t requests)>;
     void set_admission(admission a) { _admit = std::move(a); }
+    // What a line of `bytes` costs the admission hook.
+    std::uint64_t line_cost(std::size_t bytes) const noexcept;
 
     // Deferred acknowledgement (group commit): latest() is the last change
     // sequence given, durable() the last one on disk.  A successful call of
@@ -186,6 +199,14 @@ private:
     std::size_t write_batch(const json& batch, session& s, std::string& out);
     void write_error(std::string& out, const json& id, const rpc_failure& f);
     void count_error(std::string_view reason);
+    // count_error, and the refusals by quota.
+    void count_failure(const rpc_failure& f);
+    // _admit(s, requests): the refusal, if refused.
+    std::optional<rpc_failure> admit_line(session& s, std::uint64_t requests);
+    // The error reply to a line refused before it was run: with the
+    // request's id when the line is one request of at most request_bytes
+    // (nothing for a notification), else with id null.
+    void write_refusal(std::string_view line, const rpc_failure& f, std::string& out);
     void log_denied(const session& s, std::string_view method, role needed);
 
     engine_limits _limits;
@@ -201,6 +222,7 @@ private:
     std::function<std::uint64_t()> _latest;
     std::function<std::uint64_t()> _durable;
     pending_ack _line_ack;
+    std::uint64_t _line_charged = 0;  // what admit_line took for the line being handled
     std::uint64_t _lines = 0;
     std::uint64_t _notifications_sent = 0;
     std::uint64_t _denied_total = 0;

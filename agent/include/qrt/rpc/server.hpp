@@ -13,6 +13,16 @@
 // Limits, per connection unless said otherwise:
 //   max_connections   server-wide; an extra connection gets one
 //                     `overloaded` error line and is closed
+//   max_connections_per_uid
+//                     connections of one uid (one tenant) at once; admins
+//                     are exempt.  One more gets `overloaded` (data.cause
+//                     "connections_per_uid") and is closed, once its
+//                     identity is known
+//   reserved_connections
+//                     of max_connections, kept for admins and the
+//                     calibration role: other peers get `overloaded`
+//                     (data.cause "connections") once max_connections -
+//                     reserved_connections are open
 //   max_line_bytes    a longer line gets `line_too_long`, then the
 //                     connection is closed (after its input is drained)
 //   max_inflight      requests read but whose replies are not yet written
@@ -37,7 +47,11 @@
 // answer).  When no answer came within nss_timeout the connection gets one
 // `unavailable` error line (data.cause "nss_timeout", data.uid) and is
 // closed: a tenant is never served under another name than its own; the
-// client may retry.  A full queue gets `overloaded` the same way.
+// client may retry.  A full queue gets `overloaded` the same way.  NSS
+// failing (getpwuid_r returning an error: LDAP or sssd down) is not "no such
+// user": the connection gets `unavailable` (data.cause "nss_error", data.uid,
+// data.errno) and is closed, and nothing is cached; only "no entry" serves a
+// peer as uid:N.
 // Replies go out in request order.  A reply that acknowledges a change
 // (method_info::acknowledged_when_durable) is held until the change is
 // durable: the ledger's writer thread commits groups of changes and the
@@ -78,6 +92,8 @@ struct server_options {
     bool socket_activation = true;  // take a systemd socket when passed one
     prebound_socket prebound;       // fd >= 0: listen on it (bound before a privilege drop)
     std::size_t max_connections = 256;
+    std::size_t max_connections_per_uid = 16;
+    std::size_t reserved_connections = 8;
     std::size_t max_inflight = 128;
     std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
     std::chrono::milliseconds nss_timeout{2000};
@@ -142,6 +158,11 @@ private:
     void accept_one(int fd);
     void on_nss_answer(const nss_query& q, const nss_answer& a);
     void finish_identity(connection& c);
+    // The per-uid cap and the reserved slots, once c's roles are known:
+    // false when c was refused (and is being closed).
+    bool admit_identity(connection& c);
+    // An NSS lookup failed: the connections waiting for it are told so.
+    void nss_failed(connection& c, int err);
     void nss_timed_out(std::uint64_t id);
     void on_event(std::uint64_t id, std::uint32_t events);
     void read_some(connection& c);
@@ -179,7 +200,11 @@ private:
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 
     std::uint64_t _accepted = 0;
+    log::rate_limiter _refused_log{std::chrono::seconds(1), 10};
     std::uint64_t _rejected_cap = 0;
+    std::uint64_t _rejected_per_uid = 0;
+    std::uint64_t _rejected_reserved = 0;
+    std::uint64_t _closed_nss_error = 0;
     std::uint64_t _closed_line_too_long = 0;
     std::uint64_t _closed_idle = 0;
     std::uint64_t _closed_slow_reader = 0;

@@ -6,8 +6,11 @@
 //                      request above it is refused
 //   reservations       live (held, committed, dispatched) reservations
 //   booked time        their summed durations
+//   near term          their time within the next near_term_ns, so that
+//                      one tenant cannot book all of what is soon to come
 //   payload bytes      their payloads
-//   requests per s     a token bucket per tenant, over all its connections
+//   requests per s     a token bucket per tenant, over all its connections,
+//                      charged for every line (engine::set_admission)
 //
 // Every refusal is an rpc_failure with the stable reason quota_exceeded and
 // data {"quota": <name>, "limit": N, "used": N}; the engine counts them by
@@ -34,6 +37,7 @@ namespace qrt::rpc {
 inline constexpr std::string_view quota_priority = "priority";
 inline constexpr std::string_view quota_reservations = "reservations";
 inline constexpr std::string_view quota_booked_time = "booked_time";
+inline constexpr std::string_view quota_near_term = "near_term";
 inline constexpr std::string_view quota_payload_bytes = "payload_bytes";
 inline constexpr std::string_view quota_requests = "requests";
 
@@ -44,9 +48,15 @@ struct tenant_policy {
     std::vector<std::pair<std::string, std::int32_t>> priority_ceilings;
     std::size_t max_reservations = 1000;
     std::int64_t max_booked_ns = 3'600'000'000'000;
+    // Of the next near_term_ns, what one tenant may hold (summed over QPUs).
+    std::int64_t near_term_ns = 600'000'000'000;
+    std::int64_t max_near_term_ns = 120'000'000'000;
     std::uint64_t max_payload_bytes = 64ULL << 20;
     std::uint32_t max_requests_per_s = 0;  // 0: unlimited
     std::uint32_t request_burst = 1;
+    // A request line costs one request per started request_bytes bytes
+    // (the engine's engine_limits::request_bytes; here for the message).
+    std::uint32_t request_bytes = 16384;
 };
 
 class tenant_limits {
@@ -68,9 +78,20 @@ public:
     // past a quota.  Admins pass.
     void check_booking(const session& s, const timeline::tenant_usage& used, std::size_t count,
                        std::int64_t duration_ns, std::uint64_t payload_bytes) const;
-    // Takes one token from the caller's tenant bucket or throws
-    // quota_exceeded.  now_ns: a monotonic clock.  Admins pass.
-    void admit(const session& s, std::int64_t now_ns);
+    // May a booking whose earliest start is not_before_ns land in the near
+    // term (so that check_near_term must see the caller's near-term usage)?
+    bool near_term_applies(const session& s, std::int64_t not_before_ns, std::int64_t now_ns) const;
+    // Throws quota_exceeded (quota "near_term", data.not_before_ns: the
+    // earliest start asked for that would pass) when `count` more
+    // reservations of duration_ns each would take the caller's time booked
+    // within [now_ns, now_ns + near_term_ns) -- booked_near_ns -- past
+    // max_near_term_ns.  Admins pass.
+    void check_near_term(const session& s, std::int64_t booked_near_ns, std::size_t count,
+                         std::int64_t duration_ns, std::int64_t now_ns) const;
+    // Takes `requests` tokens (at most the burst: a line costing more
+    // empties a full bucket) from the caller's tenant bucket or throws
+    // quota_exceeded, taking none.  now_ns: a monotonic clock.  Admins pass.
+    void admit(const session& s, std::int64_t now_ns, std::uint64_t requests = 1);
 
     std::size_t tracked_tenants() const noexcept { return _buckets.size(); }
 

@@ -256,6 +256,11 @@ public:
     // reservation (or fail as a duplicate) rather than place a new one.
     tenant_usage usage_of(std::string_view tenant) const;
     bool has_idempotency_key(std::string_view tenant, std::string_view key) const;
+    // The tenant's live (held, committed, dispatched) reservations' time
+    // inside [from_ns, until_ns), summed over the QPUs (the near-term share
+    // of [tenants]).  Walks the reservations that start before until_ns.
+    std::int64_t booked_within(std::string_view tenant, std::int64_t from_ns,
+                               std::int64_t until_ns) const;
 
     // Admin / tests.
     const reservation* find(std::uint64_t id) const;

@@ -1,0 +1,82 @@
+// The roles' documentation names exactly the methods each role opens: the
+// meaning of roles.reader, roles.scheduler and roles.calibration in the
+// option table (from which qrtd.toml and qrtd.toml(5) are made, and
+// test_config checks they are) against the method table the daemon
+// registers.  So the docs and the code cannot disagree about who may call
+// what.
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+
+#include "qrt/config_table.hpp"
+#include "qrt/rpc/methods.hpp"
+#include "qrt/rpc/timeline_methods.hpp"
+#include "qrt/timeline/ledger.hpp"
+
+namespace rpc = qrt::rpc;
+namespace tl = qrt::timeline;
+
+namespace {
+
+// Every registered method, by the role it requires.
+std::vector<rpc::method_info> daemon_methods() {
+    rpc::engine e;
+    rpc::register_agent_methods(e, rpc::agent_hooks{});
+    std::vector<tl::qpu_spec> qpus;
+    qpus.push_back(tl::qpu_spec{"q0", tl::periodic_calibration{10'000'000'000, 1'000'000'000, 0, 0.99, 0}});
+    auto l = tl::ledger::open(std::move(qpus), tl::ledger_options{}, "", 0);
+    EXPECT_TRUE(l) << l.err().message;
+    rpc::register_timeline_methods(e, **l, rpc::timeline_options{});
+    return e.methods().methods();
+}
+
+std::string meaning_of(const char* role) {
+    const qrt::config_option* opt = qrt::find_option("roles", role);
+    EXPECT_NE(opt, nullptr) << role;
+    return opt != nullptr ? std::string(opt->meaning) : std::string();
+}
+
+// The method names a text mentions (dotted names, and bare method names as
+// whole words).
+std::set<std::string> named_in(const std::string& text, const std::vector<rpc::method_info>& all) {
+    std::set<std::string> out;
+    static const std::regex dotted(R"(\b[a-z_]+\.[a-z_*]+)");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), dotted); it != std::sregex_iterator(); ++it) {
+        out.insert(it->str());
+    }
+    for (const auto& m : all) {
+        const std::regex word("(^|[^a-z_.])" + m.name + "($|[^a-z_])");
+        if (m.name.find('.') == std::string::npos && std::regex_search(text, word)) {
+            out.insert(m.name);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(role_docs, each_roles_option_names_exactly_the_methods_that_role_opens) {
+    const auto all = daemon_methods();
+    ASSERT_FALSE(all.empty());
+    const std::pair<const char*, rpc::role> roles[] = {
+        {"reader", rpc::role::reader},
+        {"scheduler", rpc::role::scheduler},
+        {"calibration", rpc::role::calibration},
+    };
+    for (const auto& [name, r] : roles) {
+        std::set<std::string> want;
+        for (const auto& m : all) {
+            // agent.hello needs no role: the reader's text says so.
+            if (m.required == r || (r == rpc::role::reader && m.required == rpc::role::none)) {
+                want.insert(m.name);
+            }
+        }
+        EXPECT_EQ(named_in(meaning_of(name), all), want)
+            << "roles." << name << " says: " << meaning_of(name);
+    }
+    // The admin may do everything, and its text names no method.
+    EXPECT_TRUE(named_in(meaning_of("admin"), all).empty()) << meaning_of("admin");
+}
