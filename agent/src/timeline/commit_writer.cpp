@@ -32,6 +32,11 @@ status write_change(store& st, const change_set& c) {
     if (auto s = st.put_counters(c.next_id, c.next_token, c.next_gang); !s) {
         return s;
     }
+    if (c.dispatch_mark) {
+        if (auto s = st.put_dispatch_mark(*c.dispatch_mark); !s) {
+            return s;
+        }
+    }
     // In the order they happened: a window dropped and one with its id
     // added by the same update end as the added one.
     for (const change_set::window_row& w : c.windows) {
@@ -54,7 +59,10 @@ commit_writer::commit_writer(std::unique_ptr<store> st, writer_options opts, pos
     _thread = std::thread([this] { run(); });
 }
 
-commit_writer::~commit_writer() {
+commit_writer::~commit_writer() { (void)stop(); }
+
+std::unique_ptr<store> commit_writer::stop() {
+    bool parked = false;
     {
         const std::lock_guard<std::mutex> lk(_mu);
         _stopping = true;
@@ -64,6 +72,14 @@ commit_writer::~commit_writer() {
         _thread.join();
     }
     *_alive = false;
+    {
+        const std::lock_guard<std::mutex> lk(_mu);
+        parked = _parked;
+    }
+    if (parked) {
+        return nullptr;
+    }
+    return std::move(_store);
 }
 
 void commit_writer::enqueue(change_set c) {
@@ -94,12 +110,6 @@ commit_writer::recovered commit_writer::recover() {
         out.last_dropped = std::max(out.last_dropped, c.seq);
     }
     _queue.clear();
-    // The writer is parked (it touches the store only while not parked), so
-    // the connection is this thread's until _parked is cleared.
-    lk.unlock();
-    _store->rollback();
-    out.state = _store->load();
-    lk.lock();
     _parked = false;
     lk.unlock();
     _cv.notify_one();
@@ -159,6 +169,8 @@ void commit_writer::run() {
             _store->rollback();
             out.ok = false;
             out.failure = std::move(st).err();
+            // What the ledger reloads, read here and not on the loop.
+            out.reloaded = std::make_shared<result<stored_state>>(_store->load());
         } else {
             _groups.fetch_add(1, std::memory_order_relaxed);
             if (checkpoint) {
