@@ -85,6 +85,7 @@ std::string comm_of(pid_t tid) {
 timeline::ledger_options ledger_options_for(const config& cfg) {
     timeline::ledger_options lo;
     lo.min_lead_ns = handover_timing_for(cfg).min_lead_ns;
+    lo.dispatch_mark_reach_ns = handover_timing_for(cfg).plan_horizon_ns;
     lo.policy = std::string(to_string(cfg.timeline.policy));
     lo.calibration_change = cfg.timeline.on_calibration_change == calibration_change::fail
                                 ? timeline::on_calibration_change::fail

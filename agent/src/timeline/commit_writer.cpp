@@ -95,6 +95,14 @@ std::size_t commit_writer::queued() const {
     return _queue.size() + _in_transaction;
 }
 
+void commit_writer::request_mark(std::int64_t mark_ns) {
+    {
+        const std::lock_guard<std::mutex> lk(_mu);
+        _mark = std::max(_mark.value_or(mark_ns), mark_ns);
+    }
+    _cv.notify_one();
+}
+
 void commit_writer::request_checkpoint() {
     {
         const std::lock_guard<std::mutex> lk(_mu);
@@ -122,10 +130,35 @@ void commit_writer::run() {
     std::unique_lock<std::mutex> lk(_mu);
     for (;;) {
         _cv.wait(lk, [this] {
-            return (!_parked && (!_queue.empty() || _checkpoint)) || (_stopping && (_parked || _queue.empty()));
+            return (!_parked && (!_queue.empty() || _checkpoint || _mark)) ||
+                   (_stopping && (_parked || _queue.empty()));
         });
         if (_stopping && (_parked || _queue.empty())) {
             break;
+        }
+        if (_mark) {
+            // One small transaction before the next group.
+            const std::int64_t mark = *std::exchange(_mark, std::nullopt);
+            lk.unlock();
+            status st = _store->begin();
+            if (st) {
+                st = _store->put_dispatch_mark(mark);
+            }
+            if (st) {
+                st = _store->commit();
+            }
+            if (!st) {
+                _store->rollback();
+            }
+            if (_post && _opts.on_mark) {
+                _post([alive = std::weak_ptr<bool>(_alive), done = _opts.on_mark, mark, ok = bool(st)] {
+                    if (const auto a = alive.lock(); a && *a) {
+                        done(mark, ok);
+                    }
+                });
+            }
+            lk.lock();
+            continue;
         }
         if (_queue.empty()) {
             // Idle: a checkpoint was asked for.

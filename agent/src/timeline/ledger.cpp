@@ -35,7 +35,7 @@ void ledger::close() {
         // Every outcome is recorded: no job is left that a dispatch thread
         // may have sent unrecorded.
         if (_store->begin()) {
-            if (_store->put_dispatch_mark(0) && _store->commit()) {
+            if (_store->put_dispatch_mark(0, true) && _store->commit()) {
                 _dispatch_mark_ns = 0;
             } else {
                 _store->rollback();
@@ -49,10 +49,32 @@ std::int64_t ledger::extend_dispatch_mark(std::int64_t to_ns) {
     if (to_ns <= _dispatch_mark_ns || to_ns <= _mark_requested_ns || (!_store && !_writer)) {
         return (!_store && !_writer) ? std::numeric_limits<std::int64_t>::max() : _dispatch_mark_ns;
     }
-    _mark_dirty = to_ns;
     _mark_requested_ns = to_ns;
-    (void)persist();
+    if (_writer) {
+        _writer->request_mark(to_ns);  // ahead of the queued changes
+    } else {
+        _mark_dirty = to_ns;
+        (void)persist();
+    }
     return _dispatch_mark_ns;
+}
+
+void ledger::mark_with_commit(const reservation& r, std::int64_t now_ns) {
+    if (_opts.dispatch_mark_reach_ns <= 0 || r.start_ns <= _mark_requested_ns ||
+        r.start_ns >= sat_add(now_ns, sat_add(_opts.dispatch_mark_reach_ns, commit_lead_ns()))) {
+        return;
+    }
+    _mark_dirty = std::max(_mark_dirty.value_or(r.start_ns), r.start_ns);
+    _mark_requested_ns = r.start_ns;
+}
+
+void ledger::on_mark(std::int64_t mark_ns, bool ok) {
+    if (ok) {
+        _dispatch_mark_ns = std::max(_dispatch_mark_ns, mark_ns);
+        ++_generation;  // the hand-over may go on
+    } else {
+        _mark_requested_ns = _dispatch_mark_ns;  // asked for again at the next plan
+    }
 }
 
 result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_options opts,
@@ -161,11 +183,26 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
                          now_ns, event_type::failed);
         }
     }
-    if (mark != 0) {
-        l->_mark_dirty = 0;  // the jobs it covered are resolved above
-    }
     if (auto s = l->persist(); !s) {
         return std::move(s).err();
+    }
+    if (mark != 0 && l->_store) {
+        // The jobs it covered are resolved (and durable) above.  Best
+        // effort: a mark left behind only makes a later crash report more
+        // jobs unknown.
+        auto s = l->_store->begin();
+        if (s) {
+            s = l->_store->put_dispatch_mark(0, true);
+        }
+        if (s) {
+            s = l->_store->commit();
+        }
+        if (s) {
+            l->_dispatch_mark_ns = 0;
+            l->_mark_requested_ns = 0;
+        } else {
+            l->_store->rollback();
+        }
     }
     return l;
 }

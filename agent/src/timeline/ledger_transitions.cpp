@@ -221,6 +221,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
         _leases.emplace(placed.lease_expires_ns, placed.id);
     } else {
         _new_commits.push_back(placed.id);
+        mark_with_commit(placed, now_ns);
     }
     if (!placed.idempotency_key.empty()) {
         _idem.emplace(idem_key(tenant, idempotency_key), placed.id);
@@ -488,6 +489,7 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
         mr.payload = payload;
         account(mr, +1);
         set_state(mr, res_state::committed, "", now_ns, event_type::committed);
+        mark_with_commit(mr, now_ns);
     }
     if (auto s = persist(); !s) {
         return std::move(s).err();
@@ -815,7 +817,7 @@ status ledger::persist() {
     _durable_seq = c.seq;
     _new_commits.clear();
     if (c.dispatch_mark) {
-        _dispatch_mark_ns = *c.dispatch_mark;
+        _dispatch_mark_ns = std::max(_dispatch_mark_ns, *c.dispatch_mark);
     }
     release_events(_pending_events);
     return {};
@@ -864,6 +866,11 @@ void ledger::start_writer(commit_writer::post_fn post) {
     wo.group_max = _opts.commit_group_max;
     wo.group_wait = _opts.commit_group_wait;
     wo.before_commit = _opts.commit_hook;
+    wo.on_mark = [this, alive = std::weak_ptr<bool>(_alive)](std::int64_t mark, bool ok) {
+        if (const auto a = alive.lock(); a && *a) {
+            on_mark(mark, ok);
+        }
+    };
     _writer = std::make_unique<commit_writer>(
         std::move(_store), std::move(wo), std::move(post),
         [this, alive = std::weak_ptr<bool>(_alive)](const group_outcome& g) {
@@ -894,7 +901,7 @@ void ledger::advance_durable(std::uint64_t seq) {
             _durable_commits.push_back({f.seq, id});
         }
         if (f.dispatch_mark) {
-            _dispatch_mark_ns = *f.dispatch_mark;
+            _dispatch_mark_ns = std::max(_dispatch_mark_ns, *f.dispatch_mark);
         }
         _in_flight.pop_front();
     }

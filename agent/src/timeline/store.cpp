@@ -381,10 +381,20 @@ status store::put_counters(std::uint64_t next_id, std::uint64_t next_token,
     return {};
 }
 
-status store::put_dispatch_mark(std::int64_t mark_ns) {
+status store::put_dispatch_mark(std::int64_t mark_ns, bool reset) {
+    if (!reset) {
+        auto sel = prepare("SELECT value FROM meta WHERE key = 'dispatch_mark'");
+        if (!sel) {
+            return std::move(sel).err();
+        }
+        if (sqlite3_step(sel->get()) == SQLITE_ROW &&
+            sqlite3_column_int64(sel->get(), 0) >= mark_ns) {
+            return {};
+        }
+    }
     stmt_use u(_put_meta);
     u.bind(1, std::string_view("dispatch_mark"));
-    u.bind(2, mark_ns);
+    u.bind(2, reset ? std::int64_t{0} : mark_ns);
     if (sqlite3_step(u.s) != SQLITE_DONE) {
         return sql_error("update meta dispatch_mark");
     }

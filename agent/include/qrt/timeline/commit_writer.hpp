@@ -91,6 +91,8 @@ struct writer_options {
     // Test seam, called on the writer thread before each COMMIT with the
     // group's size: it may block (a group in flight) or fail the group.
     std::function<status(std::size_t changes)> before_commit;
+    // Runs on the loop thread after a request_mark() transaction.
+    std::function<void(std::int64_t mark_ns, bool ok)> on_mark;
 };
 
 class commit_writer {
@@ -112,6 +114,11 @@ public:
     std::size_t queued() const;
     // Truncate the WAL after the next group (or now, when idle).
     void request_checkpoint();
+    // Raise meta dispatch_mark to mark_ns in a transaction of its own,
+    // ahead of the changes queued (it waits only for the group under way):
+    // the hand-over waits for it, and must not wait behind a backlog of
+    // client changes.  writer_options::on_mark says when it is durable.
+    void request_mark(std::int64_t mark_ns);
 
     // Loop thread, after a failed group's outcome: drop every queued change
     // (last_dropped: the highest seq dropped, 0 if none) and let the writer
@@ -144,6 +151,7 @@ private:
     bool _parked = false;            // after a failure, until recover()
     bool _stopping = false;
     bool _checkpoint = false;
+    std::optional<std::int64_t> _mark;  // guarded by _mu: request_mark
     std::atomic<std::uint64_t> _groups{0};  // groups committed
     // Shared with posted callbacks: false once the writer is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);

@@ -112,6 +112,11 @@ struct ledger_options {
     std::size_t commit_group_max = 256;
     std::chrono::microseconds commit_group_wait{0};
     std::size_t commit_queue_max = 4096;
+    // A job committed with a start less than this (plus the commit lead)
+    // ahead carries the dispatch mark in its own change, so that its
+    // hand-over never waits for a separate mark write (the daemon: the
+    // hand-over plan horizon).  0: never.
+    std::int64_t dispatch_mark_reach_ns = 0;
     // Test seam for the writer (commit_writer.hpp, writer_options).
     std::function<status(std::size_t changes)> commit_hook;
 };
@@ -495,6 +500,10 @@ private:
     };
     std::deque<agent_op> _agent_ops;
     void replay_agent_ops();
+    // A job committed now that starts within dispatch_mark_reach_ns: the
+    // mark rides with its change.
+    void mark_with_commit(const reservation& r, std::int64_t now_ns);
+    void on_mark(std::int64_t mark_ns, bool ok);
     rtcore::histogram _commit_ns;
     std::uint64_t _commits_failed = 0;
     std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change

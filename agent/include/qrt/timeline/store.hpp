@@ -102,8 +102,9 @@ public:
     status erase(std::uint64_t id);
     status put_counters(std::uint64_t next_id, std::uint64_t next_token, std::uint64_t next_gang);
     // meta "dispatch_mark" (stored_state::dispatch_mark_ns), in the open
-    // transaction.
-    status put_dispatch_mark(std::int64_t mark_ns);
+    // transaction: raised to mark_ns (never lowered: marks written out of
+    // order keep the highest), or set to 0 with reset.
+    status put_dispatch_mark(std::int64_t mark_ns, bool reset = false);
     status replace_windows(const std::string& qpu, const std::vector<calibration_window>& windows);
     // One window row, by (qpu, calibration_id): the ledger writes only the
     // windows an operation changed, so a write costs the same however much
