@@ -546,8 +546,9 @@ std::vector<config_option> build_table() {
          .default_value = std::int64_t{4096}, .min = 1, .max = 1'000'000,
          .meaning = "Group commit: changes that may wait for their commit.  Past this, a "
                     "client's change is refused at once, before anything changes, with "
-                    "`unavailable` (data.cause \"commit_backlog\"); reads are still answered "
-                    "and the agent's own changes (leases, dispatch) are never refused.",
+                    "`unavailable` (data.cause \"commit_backlog\"); reads and slots.heartbeat are "
+                    "still answered (a lease is never lost to the backlog) and the agent's own "
+                    "changes (leases, dispatch) are never refused.",
          QRT_FIELD(timeline, commit_queue_max)},
 
         // ------------------------------------------------------------------ rpc

@@ -199,6 +199,15 @@ void services::publish_plan(qpu_runtime& q, std::int64_t now_ns) {
     }
     const std::int64_t plan_end = now_ns + _handover.plan_horizon_ns;
     const auto due = _ledger->due_jobs(q.name, plan_end);
+    // A job is handed over only once the ledger's dispatch mark covers its
+    // start (durable), so that a restart after a crash tells a job that may
+    // have been sent (dispatch_unknown) from one that was not (missed).
+    // The mark is asked for one plan horizon further than needed, so it is
+    // written about once per plan horizon while jobs flow, never when idle.
+    std::int64_t mark = _ledger->dispatch_mark_ns();
+    if (!due.empty() && due.back().start_ns > mark) {
+        mark = _ledger->extend_dispatch_mark(plan_end + _handover.plan_horizon_ns);
+    }
     handover_plan plan;
     plan.complete_until_ns = plan_end;
     plan.jobs.reserve(std::min(due.size(), _handover.plan_max_jobs));
@@ -206,7 +215,8 @@ void services::publish_plan(qpu_runtime& q, std::int64_t now_ns) {
         if (!durable(r)) {
             continue;
         }
-        if (plan.jobs.size() == _handover.plan_max_jobs) {
+        if (plan.jobs.size() == _handover.plan_max_jobs ||
+            (r.start_ns > mark && r.start_ns + q.tolerance_ns >= now_ns)) {
             plan.complete_until_ns = r.start_ns;  // what starts from here on waits for a later plan
             break;
         }

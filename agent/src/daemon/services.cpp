@@ -85,6 +85,7 @@ std::string comm_of(pid_t tid) {
 timeline::ledger_options ledger_options_for(const config& cfg) {
     timeline::ledger_options lo;
     lo.min_lead_ns = handover_timing_for(cfg).min_lead_ns;
+    lo.dispatch_mark_reach_ns = handover_timing_for(cfg).plan_horizon_ns;
     lo.policy = std::string(to_string(cfg.timeline.policy));
     lo.calibration_change = cfg.timeline.on_calibration_change == calibration_change::fail
                                 ? timeline::on_calibration_change::fail
@@ -297,7 +298,45 @@ rtcore::status services::open_ledger() {
                        "ledger reloaded the database) and their clients got store_error",
                        n.failed_from, n.failed_to, n.why);
         }
+        if (n.failed_to != 0) {
+            // The reload may have changed the windows the guards follow.
+            for (auto& q : _qpus) {
+                q->calibration_dirty = true;
+            }
+        }
+        // Acknowledged means dispatchable: a job whose commit became durable
+        // too late for its start is withdrawn, and its line is answered with
+        // a retryable error naming the next possible start instead.
+        std::vector<timeline::late_job> late;
+        if (n.failed_to == 0 && !n.committed.empty()) {
+            late = _ledger->withdraw_late(n, _clock.now_realtime_ns(),
+                                          _handover.pump_period_ns + _handover.lead_max_ns);
+        }
+        std::vector<std::pair<std::uint64_t, std::uint64_t>> refused;
+        for (const auto& j : late) {
+            ++_late_commits;
+            static log::rate_limiter rl{std::chrono::seconds(10)};
+            log::warn_rl(rl, "timeline", "ledger: {}", j.message);
+            const auto line = _engine ? _engine->line_of(j.seq) : std::nullopt;
+            if (!line) {
+                continue;  // no reply waits for it (a notification)
+            }
+            _engine->refuse_line(line->second,
+                                 rpc::rpc_failure("unavailable", "ledger: " + j.message,
+                                                  nlohmann::json{{"cause", "commit_late"},
+                                                                 {"job_id", j.id},
+                                                                 {"start_ns", j.start_ns},
+                                                                 {"next_start_ns", j.next_start_ns}}));
+            refused.push_back(*line);
+        }
         if (_server) {
+            // The lines refused are reported as failed ranges of their own,
+            // in order, between the acknowledgements around them.
+            std::sort(refused.begin(), refused.end());
+            for (const auto& [first, last] : refused) {
+                _server->on_durable(first - 1);
+                _server->on_durable(last, first, last, "commit_late");
+            }
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
         }
         publish_ledger_events();
@@ -902,6 +941,10 @@ void services::stop() noexcept {
             q->link.reset();
         }
         _pump.reset();
+        if (_ledger) {
+            // Every outcome is recorded: a clean stop (ledger::close).
+            _ledger->close();
+        }
         _ledger.reset();
     } catch (const std::exception& e) {
         log::error("daemon", "stopping services: {}", e.what());

@@ -209,6 +209,7 @@ private:
     std::uint64_t _refused_total = 0;
     std::uint64_t _missed_before_handover = 0;
     std::uint64_t _ledger_errors = 0;
+    std::uint64_t _late_commits = 0;  // jobs durable too late for their start (withdrawn)
     bool _stopped = false;
     bool _refused_not_realtime = false;
 };

@@ -409,6 +409,9 @@ telemetry::snapshot services::telemetry_snapshot() {
                       _ledger->commits_failed());
         s.add_gauge("qrt_ledger_commit_backlog", "ledger changes waiting for their commit", {},
                     static_cast<double>(_ledger->commit_backlog()));
+        s.add_counter("qrt_ledger_late_commits_total",
+                      "jobs whose commit became durable too late for their start: refused, not acknowledged", {},
+                      _late_commits);
     }
 #ifdef QRT_HAVE_BPF
     if (_probes) {

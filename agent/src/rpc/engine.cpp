@@ -167,15 +167,33 @@ void engine::set_commit_tracker(std::function<std::uint64_t()> latest,
     _durable = std::move(durable);
 }
 
+std::optional<std::pair<std::uint64_t, std::uint64_t>> engine::line_of(std::uint64_t seq) const {
+    const auto it = _held_lines.lower_bound(seq);
+    if (it == _held_lines.end() || it->second > seq) {
+        return std::nullopt;
+    }
+    return std::make_pair(it->second, it->first);
+}
+
+void engine::refuse_line(std::uint64_t last_seq, rpc_failure f) {
+    _refused_lines.insert_or_assign(last_seq, std::move(f));
+}
+
 std::string engine::commit_failed_reply(const pending_ack& ack, std::string_view why) {
     std::string out;
+    std::optional<rpc_failure> refused;
+    if (const auto r = _refused_lines.find(ack.seq); r != _refused_lines.end()) {
+        refused = std::move(r->second);
+        _refused_lines.erase(r);
+    }
     if (ack.ids.empty()) {
         return out;  // notifications only: nothing was to be sent
     }
-    const rpc_failure f("store_error",
-                        fmt::format("ledger: the change was not committed ({}); it did not "
-                                    "happen, retry",
-                                    why));
+    const rpc_failure f = refused ? *refused
+                                  : rpc_failure("store_error",
+                                                fmt::format("ledger: the change was not committed "
+                                                            "({}); it did not happen, retry",
+                                                            why));
     if (ack.batch) {
         out.push_back('[');
     }
@@ -183,7 +201,7 @@ std::string engine::commit_failed_reply(const pending_ack& ack, std::string_view
         if (i != 0) {
             out.push_back(',');
         }
-        count_error("store_error");
+        count_error(f.reason());
         write_error(out, ack.ids[i], f);
     }
     if (ack.batch) {
@@ -195,6 +213,13 @@ std::string engine::commit_failed_reply(const pending_ack& ack, std::string_view
 
 std::size_t engine::handle_line(std::string_view raw, session& s, std::string& out) {
     _line_ack = pending_ack{};
+    const std::uint64_t first_seq = _latest ? _latest() + 1 : 0;
+    if (_durable && !_held_lines.empty()) {
+        // Their replies went out with the listener call that made them durable.
+        const std::uint64_t d = _durable();
+        _held_lines.erase(_held_lines.begin(), _held_lines.upper_bound(d));
+        _refused_lines.erase(_refused_lines.begin(), _refused_lines.upper_bound(d));
+    }
     const std::string_view line = trim_line(raw);
     if (line.empty()) {
         return 0;  // blank lines are keep-alives
@@ -249,6 +274,8 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
             // The reply waits for a commit: keep the ids to answer with an
             // error should that commit fail.
             _line_ack.batch = parsed.is_array();
+            _line_ack.first_seq = first_seq;
+            _held_lines.insert_or_assign(_line_ack.seq, first_seq);
             const auto keep_id = [&](const json& req) {
                 if (req.is_object()) {
                     if (const auto id = req.find("id"); id != req.end() && valid_id(*id)) {

@@ -163,7 +163,8 @@ private:
     // Backpressure of group commit: past timeline.commit_queue_max changes
     // waiting for their commit, a client change is refused at once (before
     // anything changes) with `unavailable`, data.cause "commit_backlog"; the
-    // client retries (with the same idempotency key).  Reads go on.
+    // client retries (with the same idempotency key).  Reads and
+    // slots.heartbeat go on.
     void check_commit_backlog() const {
         if (!_ledger.accepting_changes()) {
             throw rpc_failure("unavailable",
@@ -340,7 +341,10 @@ json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
 }
 
 json ledger_methods::slots_heartbeat(const json& params, call_context& ctx) {
-    check_commit_backlog();
+    // Not refused under a commit backlog: housekeeping keeps expiring
+    // leases meanwhile, so a refused heartbeat would lose a reservation the
+    // client holds.  A renewal is one small change per held reservation,
+    // bounded by the reservations quota, and takes effect in memory at once.
     const params_reader p(params, {"reservation_id", "fencing_token"});
     const auto id = read_id(p, "reservation_id");
     const auto token = static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));

@@ -32,6 +32,11 @@ status write_change(store& st, const change_set& c) {
     if (auto s = st.put_counters(c.next_id, c.next_token, c.next_gang); !s) {
         return s;
     }
+    if (c.dispatch_mark) {
+        if (auto s = st.put_dispatch_mark(*c.dispatch_mark); !s) {
+            return s;
+        }
+    }
     // In the order they happened: a window dropped and one with its id
     // added by the same update end as the added one.
     for (const change_set::window_row& w : c.windows) {
@@ -54,7 +59,10 @@ commit_writer::commit_writer(std::unique_ptr<store> st, writer_options opts, pos
     _thread = std::thread([this] { run(); });
 }
 
-commit_writer::~commit_writer() {
+commit_writer::~commit_writer() { (void)stop(); }
+
+std::unique_ptr<store> commit_writer::stop() {
+    bool parked = false;
     {
         const std::lock_guard<std::mutex> lk(_mu);
         _stopping = true;
@@ -64,6 +72,14 @@ commit_writer::~commit_writer() {
         _thread.join();
     }
     *_alive = false;
+    {
+        const std::lock_guard<std::mutex> lk(_mu);
+        parked = _parked;
+    }
+    if (parked) {
+        return nullptr;
+    }
+    return std::move(_store);
 }
 
 void commit_writer::enqueue(change_set c) {
@@ -77,6 +93,14 @@ void commit_writer::enqueue(change_set c) {
 std::size_t commit_writer::queued() const {
     const std::lock_guard<std::mutex> lk(_mu);
     return _queue.size() + _in_transaction;
+}
+
+void commit_writer::request_mark(std::int64_t mark_ns) {
+    {
+        const std::lock_guard<std::mutex> lk(_mu);
+        _mark = std::max(_mark.value_or(mark_ns), mark_ns);
+    }
+    _cv.notify_one();
 }
 
 void commit_writer::request_checkpoint() {
@@ -94,12 +118,6 @@ commit_writer::recovered commit_writer::recover() {
         out.last_dropped = std::max(out.last_dropped, c.seq);
     }
     _queue.clear();
-    // The writer is parked (it touches the store only while not parked), so
-    // the connection is this thread's until _parked is cleared.
-    lk.unlock();
-    _store->rollback();
-    out.state = _store->load();
-    lk.lock();
     _parked = false;
     lk.unlock();
     _cv.notify_one();
@@ -112,10 +130,35 @@ void commit_writer::run() {
     std::unique_lock<std::mutex> lk(_mu);
     for (;;) {
         _cv.wait(lk, [this] {
-            return (!_parked && (!_queue.empty() || _checkpoint)) || (_stopping && (_parked || _queue.empty()));
+            return (!_parked && (!_queue.empty() || _checkpoint || _mark)) ||
+                   (_stopping && (_parked || _queue.empty()));
         });
         if (_stopping && (_parked || _queue.empty())) {
             break;
+        }
+        if (_mark) {
+            // One small transaction before the next group.
+            const std::int64_t mark = *std::exchange(_mark, std::nullopt);
+            lk.unlock();
+            status st = _store->begin();
+            if (st) {
+                st = _store->put_dispatch_mark(mark);
+            }
+            if (st) {
+                st = _store->commit();
+            }
+            if (!st) {
+                _store->rollback();
+            }
+            if (_post && _opts.on_mark) {
+                _post([alive = std::weak_ptr<bool>(_alive), done = _opts.on_mark, mark, ok = bool(st)] {
+                    if (const auto a = alive.lock(); a && *a) {
+                        done(mark, ok);
+                    }
+                });
+            }
+            lk.lock();
+            continue;
         }
         if (_queue.empty()) {
             // Idle: a checkpoint was asked for.
@@ -159,6 +202,8 @@ void commit_writer::run() {
             _store->rollback();
             out.ok = false;
             out.failure = std::move(st).err();
+            // What the ledger reloads, read here and not on the loop.
+            out.reloaded = std::make_shared<result<stored_state>>(_store->load());
         } else {
             _groups.fetch_add(1, std::memory_order_relaxed);
             if (checkpoint) {

@@ -26,6 +26,57 @@ ledger::~ledger() {
     _writer.reset();  // commits what is queued, then joins its thread
 }
 
+void ledger::close() {
+    if (_writer) {
+        _store = _writer->stop();  // commits what is queued, then joins its thread
+        _writer.reset();
+    }
+    if (_store) {
+        // Every outcome is recorded: no job is left that a dispatch thread
+        // may have sent unrecorded.
+        if (_store->begin()) {
+            if (_store->put_dispatch_mark(0, true) && _store->commit()) {
+                _dispatch_mark_ns = 0;
+            } else {
+                _store->rollback();
+            }
+        }
+        _store.reset();
+    }
+}
+
+std::int64_t ledger::extend_dispatch_mark(std::int64_t to_ns) {
+    if (to_ns <= _dispatch_mark_ns || to_ns <= _mark_requested_ns || (!_store && !_writer)) {
+        return (!_store && !_writer) ? std::numeric_limits<std::int64_t>::max() : _dispatch_mark_ns;
+    }
+    _mark_requested_ns = to_ns;
+    if (_writer) {
+        _writer->request_mark(to_ns);  // ahead of the queued changes
+    } else {
+        _mark_dirty = to_ns;
+        (void)persist();
+    }
+    return _dispatch_mark_ns;
+}
+
+void ledger::mark_with_commit(const reservation& r, std::int64_t now_ns) {
+    if (_opts.dispatch_mark_reach_ns <= 0 || r.start_ns <= _mark_requested_ns ||
+        r.start_ns >= sat_add(now_ns, sat_add(_opts.dispatch_mark_reach_ns, commit_lead_ns()))) {
+        return;
+    }
+    _mark_dirty = std::max(_mark_dirty.value_or(r.start_ns), r.start_ns);
+    _mark_requested_ns = r.start_ns;
+}
+
+void ledger::on_mark(std::int64_t mark_ns, bool ok) {
+    if (ok) {
+        _dispatch_mark_ns = std::max(_dispatch_mark_ns, mark_ns);
+        ++_generation;  // the hand-over may go on
+    } else {
+        _mark_requested_ns = _dispatch_mark_ns;  // asked for again at the next plan
+    }
+}
+
 result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_options opts,
                                              const std::string& store_path,
                                              std::int64_t now_ns) {
@@ -98,7 +149,14 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     }
     l->advance(now_ns);
     // Startup: nothing is ever dispatched late, leases kept running while
-    // the agent was down, and results of jobs in flight are lost.
+    // the agent was down, and results of jobs in flight are lost.  After a
+    // crash (the last ledger never closed the database) a committed job
+    // whose start passed may have been sent just before it, its
+    // mark_dispatched never written: whether the QPU ran it is unknown, and
+    // it is recorded so (failed, dispatch_unknown), never as missed.  Only
+    // a job starting at or before the durable dispatch mark can have been
+    // handed over (extend_dispatch_mark); a clean close resets it to 0.
+    const std::int64_t mark = l->_dispatch_mark_ns;
     std::vector<std::uint64_t> ids;
     ids.reserve(l->_res.size());
     for (const auto& [id, r] : l->_res) {
@@ -107,7 +165,14 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     std::sort(ids.begin(), ids.end());
     for (const std::uint64_t id : ids) {
         reservation& r = l->_res.at(id);
-        if (r.state == res_state::committed && r.start_ns < now_ns) {
+        if (r.state == res_state::committed && r.start_ns < now_ns && r.start_ns <= mark) {
+            l->set_state(r, res_state::failed,
+                         "dispatch_unknown: qrtd stopped without closing its ledger after "
+                         "handing the job (start_ns " + n2s(r.start_ns) +
+                             ") to its dispatch thread; it may have been sent, so whether the "
+                             "QPU ran it is unknown",
+                         now_ns, event_type::failed);
+        } else if (r.state == res_state::committed && r.start_ns < now_ns) {
             l->set_state(r, res_state::missed, "agent was down at start", now_ns,
                          event_type::missed);
         } else if (r.state == res_state::held && r.lease_expires_ns <= now_ns) {
@@ -120,6 +185,24 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     }
     if (auto s = l->persist(); !s) {
         return std::move(s).err();
+    }
+    if (mark != 0 && l->_store) {
+        // The jobs it covered are resolved (and durable) above.  Best
+        // effort: a mark left behind only makes a later crash report more
+        // jobs unknown.
+        auto s = l->_store->begin();
+        if (s) {
+            s = l->_store->put_dispatch_mark(0, true);
+        }
+        if (s) {
+            s = l->_store->commit();
+        }
+        if (s) {
+            l->_dispatch_mark_ns = 0;
+            l->_mark_requested_ns = 0;
+        } else {
+            l->_store->rollback();
+        }
     }
     return l;
 }
@@ -134,7 +217,11 @@ status ledger::reload() {
 
 status ledger::reload_from(stored_state state) {
     stored_state* loaded = &state;
+    _dispatch_mark_ns = loaded->dispatch_mark_ns;
+    _mark_requested_ns = _dispatch_mark_ns;
+    _mark_dirty.reset();
     _res.clear();
+    _new_commits.clear();
     _idem.clear();
     _usage.clear();
     _gangs.clear();

@@ -321,7 +321,9 @@ result<std::vector<std::size_t>> ledger::resolve_qpus(const request& req) const 
 std::int64_t ledger::earliest_start(const request& req, std::int64_t now_ns) const {
     // Never a start the dispatcher cannot meet: an acknowledged job must be
     // dispatchable (options().min_lead_ns).
-    return std::max(now_ns + _opts.min_lead_ns, req.not_before_ns);
+    // The commit backlog counts too: a change waits for its group before
+    // it is acknowledged and handed over (commit_lead_ns).
+    return std::max(now_ns + _opts.min_lead_ns + commit_lead_ns(), req.not_before_ns);
 }
 
 std::int64_t ledger::deadline_of(const request& req) const {

@@ -44,6 +44,7 @@ void ledger::set_state(reservation& r, res_state to, std::string_view why, std::
     r.updated_ns = now_ns;
     if (to == res_state::committed) {
         _qpus[q].pending.emplace(r.start_ns, r.id);
+        _new_commits.push_back(r.id);
     }
     touch(r.id);
     emit(ev_type, r, why, now_ns);
@@ -218,6 +219,9 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
     place(placed, *chosen);
     if (placed.state == res_state::held) {
         _leases.emplace(placed.lease_expires_ns, placed.id);
+    } else {
+        _new_commits.push_back(placed.id);
+        mark_with_commit(placed, now_ns);
     }
     if (!placed.idempotency_key.empty()) {
         _idem.emplace(idem_key(tenant, idempotency_key), placed.id);
@@ -356,7 +360,8 @@ std::size_t ledger::replace_or_displace(std::vector<std::uint64_t> ids, bool try
             qs.push_back(_qpu_index.at(_res.at(m).qpu));
         }
         std::optional<std::vector<slot>> slots;
-        const std::int64_t earliest = std::max(now_ns + std::max<std::int64_t>(_opts.min_lead_ns, 1), r.not_before_ns);
+        const std::int64_t earliest = std::max(
+            now_ns + std::max<std::int64_t>(_opts.min_lead_ns, 1) + commit_lead_ns(), r.not_before_ns);
         if (try_replace && movable) {
             if (group.size() == 1) {
                 if (auto s = earliest_fit(qs.front(), earliest, req, _policy->backfill())) {
@@ -466,6 +471,17 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
         return make_error(reason::lease_expired, "reservation " + u2s(id) + " start_ns " +
                                                      n2s(r.start_ns) + " passed before commit");
     }
+    // Acknowledged means dispatchable: a start the hand-over can no longer
+    // meet (the lead, and the commit backlog ahead of this change) is
+    // refused now rather than acknowledged and missed.
+    if (const std::int64_t lead = _opts.min_lead_ns + commit_lead_ns();
+        _opts.min_lead_ns > 0 && r.start_ns < now_ns + lead) {
+        return make_error(reason::unavailable,
+                          "reservation " + u2s(id) + " start_ns " + n2s(r.start_ns) +
+                              " is less than the hand-over lead (" + n2s(lead) +
+                              " ns, min_lead_ns and the commit backlog) away; it can no "
+                              "longer be dispatched on time");
+    }
     const auto group = members(r);
     for (const std::uint64_t m : group) {
         reservation& mr = _res.at(m);
@@ -473,6 +489,7 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
         mr.payload = payload;
         account(mr, +1);
         set_state(mr, res_state::committed, "", now_ns, event_type::committed);
+        mark_with_commit(mr, now_ns);
     }
     if (auto s = persist(); !s) {
         return std::move(s).err();
@@ -603,7 +620,50 @@ result<reservation> ledger::dispatch_transition(std::uint64_t id, std::string_vi
     if (auto s = persist(); !s) {
         return std::move(s).err();
     }
-    return _res.at(id);
+    const reservation& done = _res.at(id);
+    if (_writer && change_seq_of(id) != 0) {
+        // Kept until durable: a failed group must not lose what happened
+        // on the wire (replay_agent_ops).
+        agent_op op;
+        op.seq = change_seq_of(id);
+        op.id = id;
+        op.verb = std::string(verb);
+        op.from = from;
+        op.to = to;
+        op.why = std::string(why);
+        op.at_ns = now_ns;
+        op.ev_type = std::string(ev_type);
+        op.sent_ns = done.sent_ns;
+        if (to == res_state::completed) {
+            op.result = done.result;
+        }
+        _agent_ops.push_back(std::move(op));
+    }
+    return done;
+}
+
+// After a failed group and the reload: the agent's own transitions that it
+// undid are applied again, in order, each a new change.  One whose
+// reservation is not in the state it needs (its earlier steps were never
+// durable and are gone too) is dropped.
+void ledger::replay_agent_ops() {
+    std::deque<agent_op> ops;
+    ops.swap(_agent_ops);
+    for (agent_op& op : ops) {
+        const std::int64_t sent_ns = op.sent_ns;
+        blob res = std::move(op.result);
+        const bool completes = op.to == res_state::completed;
+        const bool dispatches = op.to == res_state::dispatched;
+        (void)dispatch_transition(op.id, op.verb, op.from, op.to, op.why, op.at_ns, op.ev_type,
+                                  [&](reservation& r) {
+                                      if (dispatches) {
+                                          r.sent_ns = sent_ns;
+                                      }
+                                      if (completes) {
+                                          r.result = std::move(res);
+                                      }
+                                  });
+    }
 }
 
 result<reservation> ledger::mark_dispatched(std::uint64_t id, std::int64_t sent_ns) {
@@ -689,7 +749,7 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
 // once (one transaction, one fsync), as before group commit; with one it is
 // queued, and on_group_done() makes it durable (or undoes it).
 status ledger::persist() {
-    const bool changed = !_dirty.empty() || !_dirty_windows.empty();
+    const bool changed = !_dirty.empty() || !_dirty_windows.empty() || _mark_dirty.has_value();
     if (changed) {
         ++_generation;
     }
@@ -699,6 +759,7 @@ status ledger::persist() {
         // the changes still in flight.
         _dirty.clear();
         _dirty_windows.clear();
+        _new_commits.clear();
         if (!_in_flight.empty()) {
             for (event& e : _pending_events) {
                 _in_flight.back().events.push_back(std::move(e));
@@ -726,6 +787,9 @@ status ledger::persist() {
         }
         f.events = std::move(_pending_events);
         _pending_events.clear();
+        f.commits = std::move(_new_commits);
+        _new_commits.clear();
+        f.dispatch_mark = c.dispatch_mark;
         _in_flight.push_back(std::move(f));
         _writer->enqueue(std::move(c));
         return {};
@@ -751,6 +815,10 @@ status ledger::persist() {
     }
     _commit_ns.record(monotonic_ns() - t0);
     _durable_seq = c.seq;
+    _new_commits.clear();
+    if (c.dispatch_mark) {
+        _dispatch_mark_ns = std::max(_dispatch_mark_ns, *c.dispatch_mark);
+    }
     release_events(_pending_events);
     return {};
 }
@@ -773,6 +841,7 @@ change_set ledger::take_changes() {
     c.next_id = _next_id;
     c.next_token = _next_token;
     c.next_gang = _next_gang;
+    c.dispatch_mark = std::exchange(_mark_dirty, std::nullopt);
     c.windows.reserve(_dirty_windows.size());
     for (window_change& w : _dirty_windows) {
         c.windows.push_back({_qpus[w.q].spec.name, w.calibration_id, std::move(w.put)});
@@ -797,6 +866,11 @@ void ledger::start_writer(commit_writer::post_fn post) {
     wo.group_max = _opts.commit_group_max;
     wo.group_wait = _opts.commit_group_wait;
     wo.before_commit = _opts.commit_hook;
+    wo.on_mark = [this, alive = std::weak_ptr<bool>(_alive)](std::int64_t mark, bool ok) {
+        if (const auto a = alive.lock(); a && *a) {
+            on_mark(mark, ok);
+        }
+    };
     _writer = std::make_unique<commit_writer>(
         std::move(_store), std::move(wo), std::move(post),
         [this, alive = std::weak_ptr<bool>(_alive)](const group_outcome& g) {
@@ -823,9 +897,125 @@ void ledger::advance_durable(std::uint64_t seq) {
             }
         }
         release_events(f.events);
+        for (const std::uint64_t id : f.commits) {
+            _durable_commits.push_back({f.seq, id});
+        }
+        if (f.dispatch_mark) {
+            _dispatch_mark_ns = std::max(_dispatch_mark_ns, *f.dispatch_mark);
+        }
         _in_flight.pop_front();
     }
+    while (!_agent_ops.empty() && _agent_ops.front().seq <= _durable_seq) {
+        _agent_ops.pop_front();
+    }
     ++_generation;  // what is durable changed: the hand-over plan follows it
+}
+
+std::int64_t ledger::commit_lead_ns() const {
+    if (!_writer) {
+        return 0;
+    }
+    const std::int64_t slowest =
+        *std::max_element(_recent_commit_ns.begin(), _recent_commit_ns.end());
+    if (slowest <= 0) {
+        return 0;
+    }
+    const std::size_t group = std::max<std::size_t>(_opts.commit_group_max, 1);
+    // The groups queued ahead, the one under way, and this change's own.
+    const auto groups = static_cast<std::int64_t>(_writer->queued() / group + 1);
+    return groups > std::numeric_limits<std::int64_t>::max() / slowest
+               ? std::numeric_limits<std::int64_t>::max() / 4
+               : groups * slowest;
+}
+
+std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t now_ns,
+                                            std::int64_t handover_ns) {
+    std::vector<late_job> out;
+    const std::int64_t need = sat_add(now_ns, std::max<std::int64_t>(handover_ns, 1));
+    std::set<std::uint64_t> gone;
+    for (const commit_notice::durable_job& dj : n.committed) {
+        const auto it = _res.find(dj.id);
+        if (it == _res.end() || gone.count(dj.id) != 0) {
+            continue;
+        }
+        const reservation& r = it->second;
+        if (r.state != res_state::committed || r.start_ns >= need || change_seq_of(r.id) != 0) {
+            continue;  // on time, already changed again, or not this change's to judge
+        }
+        const std::vector<std::uint64_t> ids = members(r);
+        bool all_committed = true;
+        for (const std::uint64_t m : ids) {
+            all_committed = all_committed && _res.at(m).state == res_state::committed;
+        }
+        if (!all_committed || take_all(ids)) {
+            continue;  // a member went on, or the dispatcher already sends one
+        }
+        late_job lj;
+        lj.seq = dj.seq;
+        lj.id = r.id;
+        lj.start_ns = r.start_ns;
+        request req;
+        req.duration_ns = r.duration_ns;
+        req.not_before_ns = r.not_before_ns;
+        req.deadline_ns = r.deadline_ns == k_no_deadline_ns ? 0 : r.deadline_ns;
+        req.priority = r.priority;
+        req.min_fidelity = r.min_fidelity;
+        req.qpus = {r.qpu};
+        const std::size_t q = _qpu_index.at(r.qpu);
+        for (const std::uint64_t m : ids) {
+            reservation& mr = _res.at(m);
+            gone.insert(m);
+            // The "committed" event never reached a subscriber: drop it.
+            _events.erase(std::remove_if(_events.begin(), _events.end(),
+                                         [m](const event& e) {
+                                             return e.reservation_id == m &&
+                                                    e.type == event_type::committed;
+                                         }),
+                          _events.end());
+            const std::size_t mq = _qpu_index.at(mr.qpu);
+            if (mr.lease_expires_ns != 0) {
+                // A held reservation's commit: it is held again, as before.
+                if (const auto p = _qpus[mq].pending.find(mr.start_ns);
+                    p != _qpus[mq].pending.end() && p->second == mr.id) {
+                    _qpus[mq].pending.erase(p);
+                }
+                account(mr, -1);
+                mr.payload = blob{};
+                account(mr, +1);
+                mr.state = res_state::held;
+                mr.reason.clear();
+                mr.updated_ns = now_ns;
+                _leases.emplace(mr.lease_expires_ns, mr.id);
+                touch(m);
+            } else {
+                // A one-shot submit: forgotten, as if it never happened.
+                vacate(mq, mr);
+                account(mr, -1);
+                if (!mr.idempotency_key.empty()) {
+                    const auto k = _idem.find(idem_key(mr.tenant, mr.idempotency_key));
+                    if (k != _idem.end() && k->second == m) {
+                        _idem.erase(k);
+                    }
+                }
+                _res.erase(m);
+                touch(m);
+            }
+        }
+        if (const auto c = candidates_for(req, {q}, now_ns, 1); !c.empty()) {
+            lj.next_start_ns = c.front().start_ns;
+        }
+        lj.message = "job " + u2s(lj.id) + " became durable at " + n2s(now_ns) +
+                     ", too late to hand over for its start_ns " + n2s(lj.start_ns) +
+                     " (the hand-over needs " + n2s(handover_ns) +
+                     " ns); it was not kept, retry" +
+                     (lj.next_start_ns > 0 ? ": the next possible start is " + n2s(lj.next_start_ns)
+                                           : std::string());
+        out.push_back(std::move(lj));
+    }
+    if (!out.empty()) {
+        (void)persist();
+    }
+    return out;
 }
 
 // Loop thread, after each group.  A failed group is undone: every change
@@ -837,27 +1027,36 @@ void ledger::on_group_done(const group_outcome& g) {
     n.changes = g.changes;
     n.commit_ns = g.commit_ns;
     _commit_ns.record(g.commit_ns);
+    _recent_commit_ns[_recent_commit_next] = g.commit_ns;
+    _recent_commit_next = (_recent_commit_next + 1) % _recent_commit_ns.size();
     if (g.ok) {
         advance_durable(g.last_seq);
         n.durable_seq = _durable_seq;
+        n.committed = std::move(_durable_commits);
+        _durable_commits.clear();
     } else {
         ++_commits_failed;
-        auto rec = _writer->recover();
+        const auto rec = _writer->recover();
         n.failed_from = g.first_seq;
         n.failed_to = std::max({g.last_seq, rec.last_dropped, _latest_seq});
         n.why = g.failure.message;
         _in_flight.clear();
         _undurable.clear();
         _pending_events.clear();
-        if (rec.state) {
-            (void)reload_from(std::move(*rec.state));
+        _durable_commits.clear();
+        if (g.reloaded && *g.reloaded) {
+            (void)reload_from(std::move(**g.reloaded));
         } else {
-            n.why += "; reloading the ledger failed too: " + rec.state.err().message;
+            n.why += "; reloading the ledger failed too: " +
+                     (g.reloaded ? g.reloaded->err().message : std::string("no state"));
         }
         _durable_seq = n.failed_to;
         _latest_seq = std::max(_latest_seq, n.failed_to);
         ++_generation;
         n.durable_seq = _durable_seq;
+        // What the dispatcher did is not undone by a failed group: its
+        // transitions are applied again (new changes, after failed_to).
+        replay_agent_ops();
     }
     if (_commit_listener) {
         _commit_listener(n);

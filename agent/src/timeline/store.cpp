@@ -381,6 +381,26 @@ status store::put_counters(std::uint64_t next_id, std::uint64_t next_token,
     return {};
 }
 
+status store::put_dispatch_mark(std::int64_t mark_ns, bool reset) {
+    if (!reset) {
+        auto sel = prepare("SELECT value FROM meta WHERE key = 'dispatch_mark'");
+        if (!sel) {
+            return std::move(sel).err();
+        }
+        if (sqlite3_step(sel->get()) == SQLITE_ROW &&
+            sqlite3_column_int64(sel->get(), 0) >= mark_ns) {
+            return {};
+        }
+    }
+    stmt_use u(_put_meta);
+    u.bind(1, std::string_view("dispatch_mark"));
+    u.bind(2, reset ? std::int64_t{0} : mark_ns);
+    if (sqlite3_step(u.s) != SQLITE_DONE) {
+        return sql_error("update meta dispatch_mark");
+    }
+    return {};
+}
+
 status store::replace_windows(const std::string& qpu,
                               const std::vector<calibration_window>& windows) {
     {
@@ -443,6 +463,8 @@ result<stored_state> store::load() {
                 out.next_token = value;
             } else if (key == "next_gang") {
                 out.next_gang = value;
+            } else if (key == "dispatch_mark") {
+                out.dispatch_mark_ns = static_cast<std::int64_t>(value);
             }
         }
     }

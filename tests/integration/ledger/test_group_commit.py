@@ -14,6 +14,16 @@
      writer's group fails; the waiting client gets store_error (never an
      acknowledgement), and the reservation is nowhere -- not in jobs.status,
      not after a restart.
+  5. acknowledged means dispatched (issue 24 #3): a job submitted at the
+     minimum lead whose commit is held up past its start (the lock) is
+     refused with a retryable error naming the next possible start, never
+     acknowledged and then missed; the same behind another client's burst
+     of 64 KiB jobs.
+  6. slots.heartbeat is answered under a commit backlog (issue 24 #11): the
+     lease it renews is not lost while client changes are refused.
+  7. a job sent just before a kill -9, its mark_dispatched held up by the
+     lock, is `failed` with dispatch_unknown after the restart, not
+     `missed` (issue 24 #17).
 
 The daemon runs as the invoking user (or as root with agent.user = "root"),
 untuned, host untouched, with a write-only file:///dev/null endpoint.
@@ -21,6 +31,7 @@ Asserts behaviour, never timings.  Only the PIDs this test started are
 signalled.  Environment: QRTD (the binary).
 """
 
+import base64
 import json
 import os
 import shutil
@@ -137,6 +148,23 @@ class GroupCommit(unittest.TestCase):
     def tearDown(self):
         self.stop(signal.SIGTERM)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def configure(self, section, **changes):
+        """Set `key = value` in [section] of the config (replaced, or added)."""
+        with open(self.cfg) as f:
+            lines = f.read().split("\n")
+        head = next(i for i, line in enumerate(lines) if line in (f"[{section}]", f"[[{section}]]"))
+        end = next((i for i in range(head + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+        for key, value in changes.items():
+            for i in range(head + 1, end):
+                if lines[i].startswith(key + " = "):
+                    lines[i] = f"{key} = {value}"
+                    break
+            else:
+                lines.insert(head + 1, f"{key} = {value}")
+                end += 1
+        with open(self.cfg, "w") as f:
+            f.write("\n".join(lines))
 
     def start(self):
         self.logs += 1
@@ -298,6 +326,189 @@ class GroupCommit(unittest.TestCase):
         self.assertIn("result", self.status_of(c, kept))
         self.assertIn("result", self.status_of(c, again["result"]["reservation_id"]))
         c.close()
+
+    # ------------------------------------------------------------ issue 24
+
+    TERMINAL = ("completed", "failed", "sent", "missed", "cancelled", "displaced", "expired",
+                "released")
+
+    def wait_terminal(self, c, job_id, timeout_s=20):
+        last = {}
+
+        def done():
+            nonlocal last
+            last = self.status_of(c, job_id)
+            return "result" in last and last["result"]["state"] in self.TERMINAL
+        self.assertTrue(wait_for(done, timeout_s), f"job {job_id} never ended: {last}")
+        return last["result"]
+
+    def submit_params(self, key, payload=b'{"shots": 1}', **kw):
+        p = {"duration_ns": 1_000_000, "idempotency_key": key,
+             "payload": base64.b64encode(payload).decode()}
+        p.update(kw)
+        return p
+
+    def assert_dispatched_or_refused(self, c, r, key):
+        """An acknowledged job is dispatched (`sent` on this write-only
+        endpoint); a refused one is refused with a retryable error that names
+        the next possible start, and nothing of it is left."""
+        if "result" in r:
+            st = self.wait_terminal(c, r["result"]["job_id"])
+            self.assertEqual(st["state"], "sent",
+                             f"job {key} was acknowledged ({r['result']}) and then {st}\n" + self.log_tail())
+            return None
+        err = r["error"]
+        self.assertEqual(err["data"]["reason"], "unavailable", r)
+        self.assertIn(err["data"].get("cause"), ("commit_late", "commit_backlog"), r)
+        if err["data"]["cause"] == "commit_late":
+            self.assertGreater(err["data"]["next_start_ns"], 0, r)
+            gone = self.status_of(c, err["data"]["job_id"])
+            self.assertIn("error", gone, f"a refused job is still there: {gone}")
+        return err
+
+    def test_a_job_durable_after_its_start_is_refused_never_acknowledged_then_missed(self):
+        self.start()
+        c = conn(self.sock)
+        lead = c.call("agent.status")["result"]["dispatch"]["min_lead_ns"]
+        self.assertGreater(lead, 0)
+        lock = self.hold_write_lock()
+        try:
+            # At the minimum lead; its commit waits for the lock far past
+            # its start (within the store's busy timeout, so it commits).
+            c.send("jobs.submit", self.submit_params("b"))
+            time.sleep(max(0.8, 20 * lead / 1e9))
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        r = c.recv()
+        err = self.assert_dispatched_or_refused(c, r, "b")
+        self.assertIsNotNone(err, "the job was acknowledged after its start and still sent?")
+        self.assertEqual(err["data"]["cause"], "commit_late", r)
+        # The retry the error invites, with the same key, is acknowledged
+        # and dispatched.
+        again = c.call("jobs.submit", self.submit_params("b", not_before_ns=err["data"]["next_start_ns"]))
+        self.assertIn("result", again, again)
+        self.assertGreaterEqual(again["result"]["start_ns"], err["data"]["next_start_ns"])
+        self.assertEqual(self.wait_terminal(c, again["result"]["job_id"])["state"], "sent", self.log_tail())
+        c.close()
+
+    def test_a_job_at_the_minimum_lead_behind_a_burst_is_dispatched_or_refused(self):
+        # Backfill: the job at the minimum lead goes before the burst's,
+        # placed five minutes ahead.
+        self.configure("timeline", policy='"edf-backfill"')
+        self.start()
+        lead_c = conn(self.sock)
+        lead = lead_c.call("agent.status")["result"]["dispatch"]["min_lead_ns"]
+        n_per_client, window, payload = 60, 16, os.urandom(48 * 1024)
+        replies = []
+        started = threading.Event()
+
+        def burst(k):
+            c = conn(self.sock, timeout=120)
+            ahead = time.time_ns() + 300 * 1_000_000_000
+            sent = got = 0
+            while got < n_per_client:
+                while sent < n_per_client and sent - got < window:
+                    c.send("jobs.submit", self.submit_params(f"a{k}-{sent}", payload, not_before_ns=ahead))
+                    sent += 1
+                replies.append(c.recv())
+                got += 1
+                started.set()
+            c.close()
+
+        threads = [threading.Thread(target=burst, args=(k,), daemon=True) for k in range(4)]
+        for t in threads:
+            t.start()
+        self.assertTrue(started.wait(60), "the burst got no reply")
+        b = conn(self.sock, timeout=120)
+        r = b.call("jobs.submit", self.submit_params("b"))
+        for t in threads:
+            t.join(120)
+        self.assertEqual(len(replies), 4 * n_per_client)
+        for x in replies:
+            if "error" in x:
+                self.assertEqual(x["error"]["data"].get("cause"), "commit_backlog", x)
+        self.assert_dispatched_or_refused(b, r, "b")
+        self.assertGreater(lead, 0)
+        b.close()
+        lead_c.close()
+
+    def test_a_heartbeat_is_answered_under_a_commit_backlog(self):
+        self.configure("timeline", commit_queue_max=8)
+        self.start()
+        c, filler = conn(self.sock), conn(self.sock)
+        held = c.call("slots.reserve", reserve_params("mine"))["result"]
+        lock = self.hold_write_lock()
+        try:
+            # More changes than commit_queue_max wait behind the lock.
+            for i in range(12):
+                filler.send("slots.reserve", reserve_params(f"fill-{i}"))
+            time.sleep(0.3)
+            refused = c.call("slots.reserve", reserve_params("refused"))
+            self.assertEqual(refused.get("error", {}).get("data", {}).get("cause"), "commit_backlog",
+                             f"test setup: no backlog: {refused}")
+            hid = c.send("slots.heartbeat", {"reservation_id": held["reservation_id"],
+                                             "fencing_token": held["fencing_token"]})
+            time.sleep(0.5)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        hb = c.recv()
+        self.assertEqual(hb["id"], hid)
+        self.assertIn("result", hb, f"slots.heartbeat refused under the backlog: {hb}")
+        self.assertGreater(hb["result"]["lease_expires_ns"], held["lease_expires_ns"])
+        for _ in range(12):
+            filler.recv()
+        self.assertEqual(self.status_of(c, held["reservation_id"])["result"]["state"], "held")
+        c.close()
+        filler.close()
+
+    def test_a_job_sent_before_a_kill_9_is_dispatch_unknown_not_missed(self):
+        # A FIFO endpoint (write-only): this test reads what reached it.
+        # file:// endpoints live under /dev.
+        if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+            self.skipTest("needs a writable /dev/shm for a FIFO endpoint")
+        fifo = f"/dev/shm/qrt-group-commit-{os.getpid()}.fifo"
+        if os.path.exists(fifo):
+            os.unlink(fifo)
+        os.mkfifo(fifo, 0o600)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            self.configure("qpu", endpoint=f'"file://{fifo}"')
+            self.start()
+            c = conn(self.sock)
+            start = time.time_ns() + 1500 * 1_000_000
+            r = c.call("jobs.submit", self.submit_params("crash", not_before_ns=start))
+            self.assertIn("result", r, r)
+            job = r["result"]
+            # Handed to the dispatch thread (250 ms ahead at least), then
+            # the database is locked: its mark_dispatched cannot commit.
+            time.sleep(max(0.0, (job["start_ns"] - 150 * 1_000_000 - time.time_ns()) / 1e9))
+            lock = self.hold_write_lock()
+            try:
+                time.sleep(max(0.0, (job["start_ns"] + 300 * 1_000_000 - time.time_ns()) / 1e9))
+                frames = b""
+                try:
+                    frames = os.read(reader, 1 << 16)
+                except BlockingIOError:
+                    pass
+                self.assertTrue(frames, "test setup: the job's frame never reached the endpoint\n" + self.log_tail())
+                self.qrtd.send_signal(signal.SIGKILL)
+                self.qrtd.wait(15)
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            c.close()
+            self.start()
+            c = conn(self.sock)
+            st = self.status_of(c, job["job_id"])["result"]
+            self.assertNotEqual(st["state"], "missed", f"a job the QPU got is recorded missed: {st}")
+            self.assertEqual(st["state"], "failed", st)
+            self.assertTrue(st["reason"].startswith("dispatch_unknown"), st)
+            c.close()
+        finally:
+            os.close(reader)
+            os.unlink(fifo)
 
 
 if __name__ == "__main__":

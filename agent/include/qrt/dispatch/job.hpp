@@ -58,12 +58,14 @@ inline constexpr std::string_view qpu_out_of_window = "qpu_out_of_window";
 inline constexpr std::string_view qpu_calibration_mismatch = "qpu_calibration_mismatch";
 inline constexpr std::string_view qpu_busy = "qpu_busy";
 inline constexpr std::string_view qpu_error = "qpu_error";
+// unknown: written by the ledger on open after a crash (ledger::open)
+inline constexpr std::string_view dispatch_unknown = "dispatch_unknown";
 
-inline constexpr std::array<std::string_view, 15> all{
+inline constexpr std::array<std::string_view, 16> all{
     missed,      calibration_changed,   dispatch_refused,        out_of_window,
     endpoint_down, cancelled,           send_failed,             endpoint_disconnected,
     endpoint_protocol_error, endpoint_stalled, endpoint_timeout, qpu_out_of_window,
-    qpu_calibration_mismatch, qpu_busy, qpu_error};
+    qpu_calibration_mismatch, qpu_busy, qpu_error, dispatch_unknown};
 }  // namespace outcome
 
 // Stable spellings, used as failure reasons (the outcome:: names but for

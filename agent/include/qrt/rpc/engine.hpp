@@ -82,6 +82,7 @@ struct method_info {
 // each with an error instead if that change fails to commit).
 struct pending_ack {
     std::uint64_t seq = 0;  // 0: nothing to wait for
+    std::uint64_t first_seq = 0;  // the line's first change (its changes are first_seq..seq)
     std::vector<json> ids;
     bool batch = false;
 };
@@ -182,6 +183,15 @@ public:
     // The reply line (with '\n') that replaces a held one whose change failed
     // to commit: a store_error for each of its requests.
     std::string commit_failed_reply(const pending_ack& ack, std::string_view why);
+    // A held line's reply that must not acknowledge after all, although its
+    // change is durable (a job that became durable too late to be
+    // dispatched, ledger::withdraw_late): line_of(seq) names the changes
+    // [first, last] of the held line that made change seq (nullopt: no held
+    // line did), refuse_line(last, f) makes commit_failed_reply answer that
+    // line with f, and the caller then reports [first, last] as failed.
+    // Lines already durable are forgotten at the next handle_line.
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> line_of(std::uint64_t seq) const;
+    void refuse_line(std::uint64_t last_seq, rpc_failure f);
 
     // Request counters and the handling-time histogram.
     telemetry::snapshot stats() const;
@@ -223,6 +233,8 @@ private:
     std::function<std::uint64_t()> _durable;
     pending_ack _line_ack;
     std::uint64_t _line_charged = 0;  // what admit_line took for the line being handled
+    std::map<std::uint64_t, std::uint64_t> _held_lines;  // last seq -> first seq
+    std::map<std::uint64_t, rpc_failure> _refused_lines; // last seq -> its answer
     std::uint64_t _lines = 0;
     std::uint64_t _notifications_sent = 0;
     std::uint64_t _denied_total = 0;

@@ -134,7 +134,7 @@ struct outcome_entry {
 };
 
 // clang-format off
-inline constexpr std::array<outcome_entry, 15> outcome_table{{
+inline constexpr std::array<outcome_entry, 16> outcome_table{{
     // never sent
     {"missed",                   "the slot's start passed by more than the tolerance before it could be sent"},
     {"calibration_changed",      "the job's calibration window changed or ended before its start (calibration guard)"},
@@ -152,6 +152,8 @@ inline constexpr std::array<outcome_entry, 15> outcome_table{{
     {"qpu_calibration_mismatch", "the QPU's current calibration is not the job's (ERROR frame)"},
     {"qpu_busy",                 "the QPU was busy (ERROR frame)"},
     {"qpu_error",                "the QPU answered with another ERROR"},
+    // unknown (state failed, sent_ns 0)
+    {"dispatch_unknown",         "qrtd stopped without closing its ledger (a crash) and the job's start passed before it ran again: its dispatch thread may have sent it, so whether the QPU ran it is unknown"},
 }};
 // clang-format on
 

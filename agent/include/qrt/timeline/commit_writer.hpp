@@ -22,11 +22,13 @@
 // fsyncs at a low rate.
 //
 // A failed group (SQLite error, disk full, a database locked past the busy
-// timeout) is rolled back; the writer then parks and drops nothing until the
-// loop calls recover(), which discards every change still queued (they were
-// made on top of the failed ones), loads the store, and lets the writer go
-// on.  The ledger reloads from that state: memory again equals what is on
-// disk, and every client whose change was in the failed range gets an error.
+// timeout) is rolled back and the writer loads what is on disk, on its own
+// thread (the loop never waits for SQLite); it then parks and drops nothing
+// until the loop calls recover(), which discards every change still queued
+// (they were made on top of the failed ones) and lets the writer go on.  The
+// ledger reloads from the state the outcome carries: memory again equals
+// what is on disk, and every client whose change was in the failed range
+// gets an error.
 //
 // Bounds: queued() counts the changes not yet durable; the ledger refuses
 // new client changes past queue_max (backpressure, see ledger.hpp).
@@ -63,6 +65,7 @@ struct change_set {
     std::uint64_t next_id = 1;
     std::uint64_t next_token = 1;
     std::uint64_t next_gang = 1;
+    std::optional<std::int64_t> dispatch_mark;  // set: write meta dispatch_mark
 
     std::size_t rows() const noexcept { return puts.size() + erases.size() + windows.size() + 1; }
 };
@@ -77,6 +80,9 @@ struct group_outcome {
     bool ok = true;
     error failure;              // when !ok
     std::int64_t commit_ns = 0; // BEGIN .. COMMIT (the fsync included)
+    // When !ok: what the store holds after the rollback, loaded by the
+    // writer thread before it parked.
+    std::shared_ptr<result<stored_state>> reloaded;
 };
 
 struct writer_options {
@@ -85,6 +91,8 @@ struct writer_options {
     // Test seam, called on the writer thread before each COMMIT with the
     // group's size: it may block (a group in flight) or fail the group.
     std::function<status(std::size_t changes)> before_commit;
+    // Runs on the loop thread after a request_mark() transaction.
+    std::function<void(std::int64_t mark_ns, bool ok)> on_mark;
 };
 
 class commit_writer {
@@ -106,15 +114,23 @@ public:
     std::size_t queued() const;
     // Truncate the WAL after the next group (or now, when idle).
     void request_checkpoint();
+    // Raise meta dispatch_mark to mark_ns in a transaction of its own,
+    // ahead of the changes queued (it waits only for the group under way):
+    // the hand-over waits for it, and must not wait behind a backlog of
+    // client changes.  writer_options::on_mark says when it is durable.
+    void request_mark(std::int64_t mark_ns);
 
     // Loop thread, after a failed group's outcome: drop every queued change
-    // (last_dropped: the highest seq dropped, 0 if none), load the store and
-    // let the writer go on.
+    // (last_dropped: the highest seq dropped, 0 if none) and let the writer
+    // go on.  The store was already reloaded (group_outcome::reloaded).
     struct recovered {
         std::uint64_t last_dropped = 0;
-        result<stored_state> state = stored_state{};
     };
     recovered recover();
+    // Commits what is queued (unless parked), joins the thread and hands the
+    // store back (nullptr when parked after a failure: what the store holds
+    // is then not what the ledger holds).
+    std::unique_ptr<store> stop();
 
     const std::string& path() const noexcept { return _path; }
     std::uint64_t groups() const noexcept { return _groups.load(std::memory_order_relaxed); }
@@ -135,6 +151,7 @@ private:
     bool _parked = false;            // after a failure, until recover()
     bool _stopping = false;
     bool _checkpoint = false;
+    std::optional<std::int64_t> _mark;  // guarded by _mu: request_mark
     std::atomic<std::uint64_t> _groups{0};  // groups committed
     // Shared with posted callbacks: false once the writer is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);

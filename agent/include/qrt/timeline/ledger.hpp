@@ -42,7 +42,12 @@
 //     when).  Events and due_jobs() show only durable changes; reads
 //     (query, status, calibration) see every change at once.  A group that
 //     fails to commit is undone: the ledger reloads what is on disk and the
-//     listener names the sequences that failed.
+//     listener names the sequences that failed; the agent's own transitions
+//     among them (mark_dispatched, complete, fail, mark_sent, miss) record
+//     what happened on the wire and are applied again.  A job whose commit
+//     became durable too late for its start is taken back before its
+//     acknowledgement goes out (withdraw_late), and placement counts the
+//     commit backlog (commit_lead_ns): an acknowledged job is dispatchable.
 //
 // Use from the daemon (housekeeping loop):
 //
@@ -54,6 +59,7 @@
 //   //             now and then: l->forget_terminal(now - retention_ns)
 //   // dispatcher: l->mark_dispatched(id, sent_ns); l->complete(id, blob, now) / l->fail(...)
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -106,6 +112,11 @@ struct ledger_options {
     std::size_t commit_group_max = 256;
     std::chrono::microseconds commit_group_wait{0};
     std::size_t commit_queue_max = 4096;
+    // A job committed with a start less than this (plus the commit lead)
+    // ahead carries the dispatch mark in its own change, so that its
+    // hand-over never waits for a separate mark write (the daemon: the
+    // hand-over plan horizon).  0: never.
+    std::int64_t dispatch_mark_reach_ns = 0;
     // Test seam for the writer (commit_writer.hpp, writer_options).
     std::function<status(std::size_t changes)> commit_hook;
 };
@@ -120,6 +131,26 @@ struct commit_notice {
     std::string why;                // the failure, when failed_to != 0
     std::size_t changes = 0;        // in the group
     std::int64_t commit_ns = 0;     // the group's transaction, fsync included
+    // The jobs that became committed (jobs.submit) in the changes this group
+    // made durable, by the sequence of that change: what withdraw_late()
+    // checks against the time the acknowledgement is about to go out.
+    struct durable_job {
+        std::uint64_t seq = 0;
+        std::uint64_t id = 0;
+    };
+    std::vector<durable_job> committed;
+};
+
+// A job withdraw_late() took back: its commit became durable when its start
+// was already too close to hand it to the dispatcher, so it is not
+// acknowledged.  A one-shot submit is forgotten (its idempotency key is free
+// again); a commit of a held reservation leaves it held, without payload.
+struct late_job {
+    std::uint64_t seq = 0;          // the change that committed it
+    std::uint64_t id = 0;
+    std::int64_t start_ns = 0;
+    std::int64_t next_start_ns = 0; // the earliest start the ledger offers now (0: none fits)
+    std::string message;
 };
 
 struct ledger_stats {
@@ -151,12 +182,20 @@ class ledger {
 public:
     // store_path empty = in memory (tests, benches).  On open with a store,
     // everything is loaded; committed reservations whose start passed become
-    // missed ("agent was down at start"), held ones whose lease ran out
-    // become expired, dispatched ones without a result become failed.
+    // missed ("agent was down at start") -- or failed with dispatch_unknown
+    // when the last run did not close the ledger and the job was within its
+    // dispatch mark (it may have been sent just before a crash) --, held ones
+    // whose lease ran out become expired, dispatched ones without a result
+    // become failed.
     static result<std::unique_ptr<ledger>> open(std::vector<qpu_spec> qpus, ledger_options opts,
                                                 const std::string& store_path,
                                                 std::int64_t now_ns);
     ~ledger();
+    // A clean stop, once every dispatch outcome is recorded: commits what is
+    // queued, stops the writer and resets the dispatch mark (the next open
+    // then knows no job was sent unrecorded).  The ledger must not be used
+    // afterwards.  The destructor alone leaves the mark, as a crash does.
+    void close();
     ledger(const ledger&) = delete;
     ledger& operator=(const ledger&) = delete;
 
@@ -218,6 +257,15 @@ public:
     result<std::size_t> expire_leases(std::int64_t now_ns);
     // Committed jobs with start + tolerance < now_ns become missed.
     result<std::size_t> mark_missed(std::int64_t now_ns, std::int64_t tolerance_ns = 0);
+    // Group commit, from the commit listener before the acknowledgements go
+    // out: every job of n.committed still committed whose start is earlier
+    // than now_ns + handover_ns (the time the hand-over still needs from
+    // here: the daemon's pump period + dispatch lead, min_lead_ns without
+    // its margin) is withdrawn and returned, and its "committed" event is
+    // not published.  The caller answers its request with a retryable
+    // error naming next_start_ns instead of the acknowledgement.
+    std::vector<late_job> withdraw_late(const commit_notice& n, std::int64_t now_ns,
+                                        std::int64_t handover_ns);
 
     // Dispatcher side (no tenant check: the agent itself calls these).
     // due_jobs: committed jobs starting before horizon_end_ns whose last
@@ -232,6 +280,19 @@ public:
     // A committed job the dispatcher never sent (start passed, calibration
     // guard, endpoint down, refused): committed -> missed with that reason.
     result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);
+
+    // The hand-over's promise to the next open (dispatch_unknown): the
+    // daemon hands a job to a dispatch thread only when its start is at
+    // most dispatch_mark_ns(), which is durable.  extend_dispatch_mark(to)
+    // records a later mark (a change, durable with its group) and returns
+    // the durable one.  On open, a committed job whose start passed is
+    // failed with dispatch_unknown when it starts at or before the mark
+    // (it may have been sent just before a crash), else missed.  Without a
+    // store every start is covered (INT64_MAX).
+    std::int64_t dispatch_mark_ns() const noexcept {
+        return (!_store && !_writer) ? std::numeric_limits<std::int64_t>::max() : _dispatch_mark_ns;
+    }
+    std::int64_t extend_dispatch_mark(std::int64_t to_ns);
 
     std::vector<event> drain_events();
     // Bumped by every operation that changed a reservation or a window (a
@@ -295,6 +356,12 @@ public:
     // made now (false past commit_queue_max: backpressure).
     std::size_t commit_backlog() const;
     bool accepting_changes() const { return commit_backlog() < _opts.commit_queue_max; }
+    // How long a change made now is expected to wait for its commit: the
+    // groups queued ahead of it (and its own) times the slowest of the last
+    // groups' commits.  0 without a writer.  Placement adds it to
+    // min_lead_ns, so the earliest start offered includes the observed
+    // commit backlog.
+    std::int64_t commit_lead_ns() const;
     // Each commit's transaction, fsync included (a group with a writer, one
     // change without), and the commits that failed.
     const rtcore::histogram& commit_latency() const noexcept { return _commit_ns; }
@@ -396,6 +463,11 @@ private:
     std::unique_ptr<store> _store;       // until start_writer
     std::unique_ptr<commit_writer> _writer;
     std::function<void(const commit_notice&)> _commit_listener;
+    // The durable dispatch mark, the highest one asked for, and one to write
+    // with the next change (extend_dispatch_mark).
+    std::int64_t _dispatch_mark_ns = 0;
+    std::int64_t _mark_requested_ns = 0;
+    std::optional<std::int64_t> _mark_dirty;
     std::uint64_t _latest_seq = 0;
     std::uint64_t _durable_seq = 0;
     // Changes queued to the writer, in order: their reservations and events.
@@ -403,8 +475,40 @@ private:
         std::uint64_t seq = 0;
         std::vector<std::uint64_t> ids;
         std::vector<event> events;
+        std::vector<std::uint64_t> commits;  // jobs that became committed
+        std::optional<std::int64_t> dispatch_mark;
     };
     std::deque<in_flight> _in_flight;
+    // Jobs that became committed in the operation under way (persist()
+    // moves them into its in_flight), and those made durable by the group
+    // being resolved (on_group_done() hands them to the listener).
+    std::vector<std::uint64_t> _new_commits;
+    std::vector<commit_notice::durable_job> _durable_commits;
+    // The last groups' commit times (commit_lead_ns), a ring.
+    std::array<std::int64_t, 8> _recent_commit_ns{};
+    std::size_t _recent_commit_next = 0;
+    // The agent's own transitions (mark_dispatched, complete, fail,
+    // mark_sent, miss) not yet durable: a failed group undoes them with
+    // every other change in its range, and after the reload they are
+    // applied again, since they record what happened on the wire.
+    struct agent_op {
+        std::uint64_t seq = 0;
+        std::uint64_t id = 0;
+        std::string verb;
+        res_state from = res_state::committed;
+        res_state to = res_state::committed;
+        std::string why;
+        std::int64_t at_ns = 0;
+        std::string ev_type;
+        std::int64_t sent_ns = 0;
+        blob result;
+    };
+    std::deque<agent_op> _agent_ops;
+    void replay_agent_ops();
+    // A job committed now that starts within dispatch_mark_reach_ns: the
+    // mark rides with its change.
+    void mark_with_commit(const reservation& r, std::int64_t now_ns);
+    void on_mark(std::int64_t mark_ns, bool ok);
     rtcore::histogram _commit_ns;
     std::uint64_t _commits_failed = 0;
     std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change

@@ -73,6 +73,11 @@ struct stored_state {
     std::uint64_t next_id = 1;
     std::uint64_t next_token = 1;
     std::uint64_t next_gang = 1;
+    // meta "dispatch_mark": jobs starting up to here may have been handed to
+    // a dispatch thread (ledger::extend_dispatch_mark); 0 after a clean
+    // close, so a job whose start passed while the agent was down is known
+    // unsent only when its start is later than this.
+    std::int64_t dispatch_mark_ns = 0;
 };
 
 class store {
@@ -96,6 +101,10 @@ public:
     status put(const reservation& r);
     status erase(std::uint64_t id);
     status put_counters(std::uint64_t next_id, std::uint64_t next_token, std::uint64_t next_gang);
+    // meta "dispatch_mark" (stored_state::dispatch_mark_ns), in the open
+    // transaction: raised to mark_ns (never lowered: marks written out of
+    // order keep the highest), or set to 0 with reset.
+    status put_dispatch_mark(std::int64_t mark_ns, bool reset = false);
     status replace_windows(const std::string& qpu, const std::vector<calibration_window>& windows);
     // One window row, by (qpu, calibration_id): the ledger writes only the
     // windows an operation changed, so a write costs the same however much

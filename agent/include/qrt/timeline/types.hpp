@@ -44,12 +44,16 @@ inline constexpr std::string_view not_found = "not_found";
 inline constexpr std::string_view duplicate = "duplicate";
 inline constexpr std::string_view not_ready = "not_ready";
 inline constexpr std::string_view store_error = "store_error";
+// Retryable: the start is too close for the hand-over (the lead and the
+// commit backlog ahead of the change).
+inline constexpr std::string_view unavailable = "unavailable";
 
 // Every one of them: each must have its row in qrt::rpc::reason_table
 // (static_assert in qrt/reasons.hpp).
-inline constexpr std::array<std::string_view, 12> all{
+inline constexpr std::array<std::string_view, 13> all{
     no_fit,    unknown_qpu, invalid_argument, lease_expired, not_owner,  bad_fencing_token,
-    calibration_changed, illegal_transition, not_found, duplicate, not_ready, store_error};
+    calibration_changed, illegal_transition, not_found, duplicate, not_ready, store_error,
+    unavailable};
 }  // namespace reason
 
 struct error {
