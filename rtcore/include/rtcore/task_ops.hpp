@@ -90,6 +90,8 @@ public:
     void add_task(pid_t tid, std::string comm, cpu_set affinity, std::string cgroup,
                   bool kernel_thread = false, bool pinned_kthread = false);
     void remove_task(pid_t tid) { _tasks.erase(tid); }
+    // Another thread on the same tid: the old one exited and the tid was reused.
+    void reuse_tid(pid_t tid, std::uint64_t start_ticks) { _tasks.at(tid).info.start_ticks = start_ticks; }
     // A pinned kthread whose stat flags do not say so (the kernel still
     // refuses its affinity change with EINVAL).
     void clear_per_cpu_flag(pid_t tid) { _tasks.at(tid).info.per_cpu = false; }
