@@ -6,10 +6,20 @@ used to chgrp and chmod $run_dir/qpu0.sock there afterwards, as root,
 following whatever symlink a compromised daemon planted.  Root now changes
 no owner or mode in a directory another user can write: qpu-sim sets its
 socket's group and mode itself, in a directory only root writes.
+
+deps.sh (issue 24 item 14): it left prometheus (every interface, :9090),
+slurmctld, slurmd and munge enabled at boot, although only the tests use
+them and the tests run their own daemons.  It now installs them with starts
+held back and keeps them disabled and stopped, on every run; a package that
+was there before deps.sh is only named.  Run against stubs: nothing is
+installed or changed on this host.
 """
 
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import unittest
 
 SRC = os.environ.get("QRT_SOURCE_DIR") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../../.."))
@@ -106,6 +116,126 @@ class DemoScript(unittest.TestCase):
         # The demo profile names that socket.
         self.assertIn(f'endpoint = "unix://{self.expand(listen)}"', read(os.path.join(SRC, "config", "demo.toml")))
 
+
+STUBS = {
+    # Installed: every package in $STUB/installed.
+    "dpkg-query": """#!/bin/sh
+for p; do :; done
+grep -qx "$p" "$STUB/installed" && echo "install ok installed" || exit 1
+""",
+    "apt-get": """#!/bin/sh
+echo "apt-get $*" >> "$STUB/log"
+[ "$1" = install ] || exit 0
+shift
+for p; do
+  case "$p" in -*) ;; *)
+    if [ -e "$QRT_DEPS_POLICY_RC" ]; then echo "$p held" >> "$STUB/log"; fi
+    echo "$p" >> "$STUB/installed"
+    # As Debian's postinst does: the unit enabled (and started unless held).
+    case "$p" in prometheus|slurmctld|slurmd|munge)
+      touch "$STUB/enabled.$p.service"
+      [ -e "$QRT_DEPS_POLICY_RC" ] || touch "$STUB/active.$p.service";;
+    esac;;
+  esac
+done
+""",
+    "systemctl": """#!/bin/sh
+echo "systemctl $*" >> "$STUB/log"
+for u; do :; done
+case "$1" in
+  is-enabled) [ -e "$STUB/enabled.$u" ];;
+  is-active) [ -e "$STUB/active.$u" ];;
+  disable) rm -f "$STUB/enabled.$u";;
+  stop) rm -f "$STUB/active.$u";;
+esac
+""",
+    "id": "#!/bin/sh\necho 0\n",
+}
+
+TEST_SERVICES = ["prometheus", "slurmctld", "slurmd", "munge"]
+
+
+class DepsScript(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="qrt-deps-")
+        self.stub = os.path.join(self.dir, "stub")
+        self.bin = os.path.join(self.dir, "bin")
+        os.mkdir(self.stub)
+        os.mkdir(self.bin)
+        for name, text in STUBS.items():
+            p = os.path.join(self.bin, name)
+            with open(p, "w") as f:
+                f.write(text)
+            os.chmod(p, 0o755)
+        self.env = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], STUB=self.stub,
+                        QRT_DEPS_STATE_DIR=os.path.join(self.dir, "state"),
+                        QRT_DEPS_POLICY_RC=os.path.join(self.dir, "policy-rc.d"))
+        self.packages = self.all_packages()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def all_packages(self):
+        text = read(os.path.join(QUICKSTART, "deps.sh"))
+        body = re.search(r"QRT_PACKAGES=\((.*?)\n\)", text, re.S).group(1)
+        return [w for line in body.splitlines() for w in line.split("#", 1)[0].split()]
+
+    def have(self, packages):
+        with open(os.path.join(self.stub, "installed"), "a") as f:
+            f.write("".join(p + "\n" for p in packages))
+
+    def deps(self):
+        r = subprocess.run(["bash", os.path.join(QUICKSTART, "deps.sh")], env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def state(self, kind, pkg):
+        return os.path.exists(os.path.join(self.stub, f"{kind}.{pkg}.service"))
+
+    def log(self):
+        p = os.path.join(self.stub, "log")
+        return read(p) if os.path.exists(p) else ""
+
+    def test_the_test_only_daemons_are_installed_held_and_left_disabled_at_boot(self):
+        self.have(p for p in self.packages if p not in TEST_SERVICES)
+        out = self.deps()
+        log = self.log()
+        for p in TEST_SERVICES:
+            self.assertIn(f"{p} held", log, f"{p} was installed with its start allowed")
+            self.assertFalse(self.state("enabled", p), f"{p}.service left enabled at boot:\n{out}")
+            self.assertFalse(self.state("active", p), f"{p}.service left running:\n{out}")
+        self.assertFalse(os.path.exists(self.env["QRT_DEPS_POLICY_RC"]), "policy-rc.d left behind")
+
+    def test_a_rerun_keeps_them_disabled_and_stopped(self):
+        self.have(p for p in self.packages if p not in TEST_SERVICES)
+        self.deps()
+        # Enabled and started again since (a package upgrade, an admin).
+        for p in TEST_SERVICES:
+            open(os.path.join(self.stub, f"enabled.{p}.service"), "w").close()
+            open(os.path.join(self.stub, f"active.{p}.service"), "w").close()
+        os.remove(os.path.join(self.stub, "log"))
+        out = self.deps()
+        self.assertIn("already installed", out)
+        self.assertNotIn("apt-get install", self.log())
+        for p in TEST_SERVICES:
+            self.assertFalse(self.state("enabled", p), f"{p}.service enabled after a rerun:\n{out}")
+            self.assertFalse(self.state("active", p), f"{p}.service running after a rerun:\n{out}")
+        out = self.deps()
+        self.assertNotIn("disabled", out, "a third run still found something to do")
+
+    def test_a_daemon_installed_before_deps_is_named_never_touched(self):
+        self.have(self.packages)  # a Slurm node: everything already there
+        for p in ("slurmd", "munge"):
+            open(os.path.join(self.stub, f"enabled.{p}.service"), "w").close()
+            open(os.path.join(self.stub, f"active.{p}.service"), "w").close()
+        out = self.deps()
+        for p in ("slurmd", "munge"):
+            self.assertTrue(self.state("enabled", p))
+            self.assertTrue(self.state("active", p))
+            self.assertIn(f"note: {p}.service is enabled at boot; deps.sh did not install {p}", out)
+        self.assertNotIn("systemctl disable", self.log())
+        self.assertNotIn("systemctl stop", self.log())
 
 
 if __name__ == "__main__":
