@@ -99,7 +99,7 @@ step "3/6 the daemon's user, then the partition plan (changes nothing)"
 # partition, binds its socket for group qrt, then runs as qrtd.
 systemd-sysusers "$here/systemd/sysusers.d/qrtd.conf"
 # ... and its directories and device access from the shipped tmpfiles.d file:
-# /var/lib/qrtd-host root:root 0700 (the journal), /dev/cpu_dma_latency for qrt.
+# /var/lib/qrtd-host root:root 0700 (the journal), /dev/cpu_dma_latency for user qrtd alone.
 systemd-tmpfiles --create "$here/systemd/tmpfiles.d/qrtd.conf" || true
 info "daemon user: $(id qrtd)"
 "$qrtd" host plan -c "$config" | sed 's/^/    /'
