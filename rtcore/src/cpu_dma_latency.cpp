@@ -17,7 +17,8 @@ std::string open_hint(int errnum) {
         return " (kernel without PM QoS support: CPU idle states cannot be held off)";
     case EACCES:
     case EPERM:
-        return " (the device is root-only: run as root, or give the qrtd user write access with a udev rule)";
+        return " (the device is root-only: run as root, or give user qrtd alone write access, as the package's "
+               "tmpfiles.d does with an ACL: systemd-tmpfiles --create qrtd.conf)";
     default:
         return "";
     }

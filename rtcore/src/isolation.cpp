@@ -153,7 +153,7 @@ status sweep_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const st
                 ++c.gone;
                 continue;
             }
-            if (!journal.has_task(tid)) {
+            if (!journal.has_task(tid, t->start_ticks)) {
                 recs.emplace_back(rec::cg{tid, t->start_ticks, root, *aff});
             }
             todo.emplace_back(std::move(*t), *aff);
@@ -291,7 +291,7 @@ affinity_move plan_move_off(const restore_journal& journal, const task_info& t, 
     if (to.empty()) {
         to = housekeeping;
     }
-    if (!journal.has_task(t.tid)) {
+    if (!journal.has_task(t.tid, t.start_ticks)) {
         recs.emplace_back(rec::aff{t.tid, t.start_ticks, from, to});
     }
     return affinity_move{t, from, to};
@@ -580,6 +580,12 @@ result<isolation_report> verify_isolation(host_fs& fs, task_ops& tasks, restore_
                                           isolation_method method, const isolation_options& opts) {
     isolation_report rep;
     rep.method = method;
+    // Each sweep journals the new threads it moves; those that exited since
+    // the last one leave records restore would only skip.  Dropped first, so
+    // the journal stays the size of the threads still running.
+    if (auto st = journal.compact(fs, tasks); !st) {
+        return st.err();
+    }
     const auto mounts = find_cgroup_mounts(fs);
     if (method == isolation_method::cgroup_v2_partition) {
         const std::string dir = join_path(mounts.v2_root, opts.cgroup_prefix + "-isolated");

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "rtcore/capabilities.hpp"
+
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -305,6 +307,33 @@ process_locked_memory read_process_locked_memory() {
     std::ostringstream text;
     text << in.rdbuf();
     return parse_process_locked_memory(text.str());
+}
+
+memlock_allowance current_memlock_allowance() noexcept {
+    memlock_allowance a;
+    a.cap_ipc_lock = has_capability(CAP_IPC_LOCK);
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        a.unlimited = rl.rlim_cur == RLIM_INFINITY;
+        a.limit = a.unlimited ? 0 : static_cast<std::uint64_t>(rl.rlim_cur);
+    }
+    return a;
+}
+
+std::string mib_text(std::uint64_t bytes) {
+    const std::uint64_t mib = std::uint64_t{1} << 20;
+    char buf[48];
+    if (bytes % mib == 0) {
+        std::snprintf(buf, sizeof buf, "%llu MiB", static_cast<unsigned long long>(bytes / mib));
+    } else {
+        std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / static_cast<double>(mib));
+    }
+    return buf;
+}
+
+std::string memlock_allowance::describe() const {
+    const std::string lim = unlimited ? std::string("unlimited") : mib_text(limit);
+    return "RLIMIT_MEMLOCK = " + lim + (cap_ipc_lock ? " and CAP_IPC_LOCK" : " and no CAP_IPC_LOCK");
 }
 
 }  // namespace rtcore

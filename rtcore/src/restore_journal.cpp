@@ -53,6 +53,20 @@ std::string normal_root(const std::filesystem::path& p) {
     return s;
 }
 
+// The thread a task record names (tid, start time), or nullopt.
+std::optional<std::pair<pid_t, std::uint64_t>> task_of(const journal_record& r) {
+    if (const auto* c = std::get_if<rec::cg>(&r)) {
+        return std::make_pair(c->tid, c->start);
+    }
+    if (const auto* a = std::get_if<rec::aff>(&r)) {
+        return std::make_pair(a->tid, a->start);
+    }
+    if (const auto* n = std::get_if<rec::nomove>(&r)) {
+        return std::make_pair(n->tid, n->start);
+    }
+    return std::nullopt;
+}
+
 const rec::header* header_of(const std::vector<journal_record>& recs) {
     return recs.empty() ? nullptr : std::get_if<rec::header>(&recs.front());
 }
@@ -218,6 +232,7 @@ result<loaded_journal> restore_journal::load(const host_fs& fs, const journal_di
 
 void restore_journal::take(loaded_journal&& loaded) {
     _existed = !loaded.records.empty();
+    _bytes = loaded.valid_bytes;
     for (auto& r : loaded.records) {
         index(r);
         _records.push_back(std::move(r));
@@ -298,6 +313,11 @@ result<restore_journal> restore_journal::open(const host_fs& fs, const journal_d
         return fd.err();
     }
     j._fd = std::move(*fd);
+    auto kept_dir = dir.dir().duplicate();
+    if (!kept_dir) {
+        return kept_dir.err();
+    }
+    j._dir.emplace(std::move(*kept_dir));
     if (!created && loaded->torn_tail) {
         // What a crash mid-append leaves: cut it off so the next record starts a clean line.
         if (::ftruncate(j._fd.get(), static_cast<off_t>(loaded->valid_bytes)) < 0) {
@@ -326,6 +346,9 @@ result<restore_journal> restore_journal::open(const host_fs& fs, const journal_d
 // ---------------------------------------------------------------- appending
 
 void restore_journal::index(const journal_record& r) {
+    if (auto t = task_of(r)) {
+        _task_keys.insert(*t);
+    }
     if (const auto* f = std::get_if<rec::file>(&r)) {
         _files.insert(f->path);
     } else if (const auto* m = std::get_if<rec::mkcg>(&r)) {
@@ -334,6 +357,16 @@ void restore_journal::index(const journal_record& r) {
         _tids.insert(c->tid);
     } else if (const auto* a = std::get_if<rec::aff>(&r)) {
         _tids.insert(a->tid);
+    }
+}
+
+void restore_journal::reindex() {
+    _files.clear();
+    _tids.clear();
+    _task_keys.clear();
+    _created_dirs.clear();
+    for (const auto& r : _records) {
+        index(r);
     }
 }
 
@@ -391,6 +424,18 @@ status restore_journal::append(const std::vector<journal_record>& recs) {
         }
         data += line;
     }
+    if (data.size() > _max_bytes || _bytes > _max_bytes - data.size()) {
+        return error{EFBIG, "journal " + _path.string() + ": " + std::to_string(recs.size()) + " records (" +
+                                std::to_string(data.size()) + " bytes) would take it past its " +
+                                std::to_string(_max_bytes) + "-byte limit (it holds " + std::to_string(_bytes) +
+                                " bytes, the most restore reads); nothing was appended and nothing changed.  "
+                                "The records are of threads still running (those of threads that exited are "
+                                "dropped at each verify): restore the host partition, then apply it again"};
+    }
+    if (!_dry_run && !_fd) {
+        return error{EBADF, "journal " + _path.string() +
+                                " is closed after a failed rewrite; open it again (the next command does)"};
+    }
     if (!_dry_run) {
         std::size_t off = 0;
         while (off < data.size()) {
@@ -413,6 +458,75 @@ status restore_journal::append(const std::vector<journal_record>& recs) {
         index(r);
         _records.push_back(r);
     }
+    _bytes += data.size();
+    return ok();
+}
+
+void restore_journal::set_limits(std::size_t max_bytes, std::size_t compact_bytes) {
+    _max_bytes = std::min(max_bytes, journal_max_bytes);
+    _compact_bytes = compact_bytes;
+    _compact_at = compact_bytes;
+}
+
+status restore_journal::compact(const host_fs& fs, task_ops& tasks) {
+    if (_bytes <= _compact_at) {
+        return ok();
+    }
+    std::vector<bool> keep(_records.size(), true);
+    std::size_t dropped = 0;
+    for (std::size_t i = 0; i < _records.size(); ++i) {
+        const auto t = task_of(_records[i]);
+        if (!t) {
+            continue;
+        }
+        auto now = tasks.task(fs, t->first);
+        const bool gone = now ? now->start_ticks != t->second : now.err().code == ESRCH;
+        if (gone) {
+            keep[i] = false;
+            ++dropped;
+        }
+    }
+    // The next compaction once the file has doubled again: the rewrites
+    // cost a bounded share of what is appended.
+    if (dropped == 0) {
+        _compact_at = std::max(_compact_bytes, 2 * _bytes);
+        return ok();
+    }
+    std::string text;
+    std::vector<journal_record> kept;
+    kept.reserve(_records.size() - dropped);
+    for (std::size_t i = 0; i < _records.size(); ++i) {
+        if (keep[i]) {
+            text += journal_format(_records[i]);
+            kept.push_back(std::move(_records[i]));
+        }
+    }
+    if (!_dry_run) {
+        // Until the new file is open nothing may be appended: the old fd
+        // names the file the rename replaces.
+        _fd.reset();
+        auto restore_old = [&] {
+            for (std::size_t i = 0, k = 0; i < _records.size(); ++i) {
+                if (keep[i]) {
+                    _records[i] = std::move(kept[k++]);
+                }
+            }
+        };
+        if (auto st = _dir->replace_file(file_name, text, 0600); !st) {
+            restore_old();
+            return error{st.err().code, "compacting journal " + _path.string() + ": " + st.err().message};
+        }
+        auto fd = _dir->open_file(file_name, O_RDWR | O_APPEND);
+        if (!fd) {
+            restore_old();
+            return error{fd.err().code, "compacting journal " + _path.string() + ": " + fd.err().message};
+        }
+        _fd = std::move(*fd);
+    }
+    _records = std::move(kept);
+    reindex();
+    _bytes = text.size();
+    _compact_at = std::max(_compact_bytes, 2 * _bytes);
     return ok();
 }
 

@@ -232,6 +232,20 @@ result<secure_dir> secure_dir::open(const std::filesystem::path& given, dir_poli
     return d;
 }
 
+result<secure_dir> secure_dir::duplicate() const {
+    const int fd = ::fcntl(_fd.get(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        const int err = errno;
+        return error::from_errno(err, "dup " + _path.string());
+    }
+    secure_dir d;
+    d._path = _path;
+    d._fd = unique_fd(fd);
+    d._policy = _policy;
+    d._owner = _owner;
+    return d;
+}
+
 result<unique_fd> secure_dir::open_file(std::string_view name, int flags, mode_t mode) const {
     const std::string full = (_path / std::string(name)).string();
     if (!plain_name(name)) {

@@ -7,10 +7,13 @@
 // job.  At exit (SIGTERM, SIGINT, --duration-s, --max-jobs) it prints the
 // counters and arrival-lateness percentiles, as text or one JSON line.
 
+#include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +28,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +47,12 @@ void on_signal(int) { g_stop = 1; }
 
 struct options {
     std::vector<std::string> listen;
+    // The UNIX sockets' group and mode, set by qpu-sim itself (a caller
+    // running as root never changes a path in a directory others can write).
+    std::string socket_group;
+    std::string socket_mode;
+    std::optional<gid_t> gid;   // parsed from socket_group
+    std::optional<mode_t> mode;  // parsed from socket_mode
     int cpu = -1;
     int fifo_priority = 0;
     double duration_s = 0;
@@ -142,6 +152,41 @@ std::string bitstring_counts(std::uint64_t job_id, std::uint64_t calibration_id,
     return out;
 }
 
+// --socket-mode: octal permission bits, 0 to 0777.
+bool parse_mode(const std::string& text, mode_t& out) {
+    if (text.empty() || text.size() > 4 || text.find_first_not_of("01234567") != std::string::npos) {
+        return false;
+    }
+    const unsigned long v = std::stoul(text, nullptr, 8);
+    if (v > 0777) {
+        return false;
+    }
+    out = static_cast<mode_t>(v);
+    return true;
+}
+
+// --socket-group: a group name or a numeric gid.
+bool parse_group(const std::string& text, gid_t& out, std::string& why) {
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos && text.size() < 10) {
+        out = static_cast<gid_t>(std::stoul(text));
+        return true;
+    }
+    group gr{};
+    group* found = nullptr;
+    std::vector<char> buf(16384);
+    const int rc = ::getgrnam_r(text.c_str(), &gr, buf.data(), buf.size(), &found);
+    if (rc != 0) {
+        why = "cannot look up group \"" + text + "\": " + std::strerror(rc);
+        return false;
+    }
+    if (found == nullptr) {
+        why = "no group \"" + text + "\"";
+        return false;
+    }
+    out = gr.gr_gid;
+    return true;
+}
+
 class simulator {
 public:
     explicit simulator(options opt) : _opt(std::move(opt)) {}
@@ -153,10 +198,26 @@ public:
                 std::fprintf(stderr, "qpu-sim: %s\n", addr.err().message.c_str());
                 return 2;
             }
+            const bool unix_socket = addr->kind == qrt::dispatch::endpoint_kind::unix_stream;
+            // The mode is the socket's from the moment it exists: bind
+            // creates it under this umask, so nothing changes it afterwards.
+            const mode_t old_umask = _opt.mode ? ::umask(static_cast<mode_t>(~*_opt.mode & 0777)) : 0;
             auto fd = qrt::dispatch::listen_endpoint(*addr);
+            if (_opt.mode) {
+                ::umask(old_umask);
+            }
             if (!fd) {
                 std::fprintf(stderr, "qpu-sim: %s\n", fd.err().message.c_str());
                 return 1;
+            }
+            if (unix_socket && _opt.gid) {
+                // lchown: what is at the path now, never a symlink's target.
+                if (::fchownat(AT_FDCWD, addr->path.c_str(), static_cast<uid_t>(-1), *_opt.gid,
+                               AT_SYMLINK_NOFOLLOW) != 0) {
+                    std::fprintf(stderr, "qpu-sim: --socket-group: chown %s to gid %u: %s\n", addr->path.c_str(),
+                                 static_cast<unsigned>(*_opt.gid), std::strerror(errno));
+                    return 1;
+                }
             }
             _listeners.push_back(std::move(*fd));
             _unix_paths.push_back(addr->kind == qrt::dispatch::endpoint_kind::unix_stream ? addr->path : "");
@@ -525,6 +586,10 @@ int main(int argc, char** argv) {
         "  qpu-sim --print-calibration --period-s 2 --blackout-s 0.2 --windows 3\n"
         "See qpu-sim(1).");
     app.add_option("--listen,-l", opt.listen, "endpoint to listen on: unix:///path or tcp://127.x.x.x:port (repeatable)");
+    app.add_option("--socket-group", opt.socket_group,
+                   "group of the UNIX sockets (a name or gid), set by qpu-sim right after bind");
+    app.add_option("--socket-mode", opt.socket_mode,
+                   "permission bits of the UNIX sockets, octal (e.g. 0660), set as bind creates them");
     app.add_option("--cpu", opt.cpu, "pin to this CPU");
     app.add_option("--fifo", opt.fifo_priority, "run SCHED_FIFO at this priority (1..99)")->check(CLI::Range(0, 99));
     app.add_option("--duration-s", opt.duration_s, "exit after this many seconds (0 = until SIGTERM/SIGINT)");
@@ -555,6 +620,24 @@ int main(int argc, char** argv) {
     if (opt.listen.empty()) {
         std::fprintf(stderr, "qpu-sim: give at least one --listen endpoint (see --help)\n");
         return 2;
+    }
+    if (!opt.socket_mode.empty()) {
+        mode_t m = 0;
+        if (!parse_mode(opt.socket_mode, m)) {
+            std::fprintf(stderr, "qpu-sim: --socket-mode \"%s\": give octal permission bits, 0 to 0777 (e.g. 0660)\n",
+                         opt.socket_mode.c_str());
+            return 2;
+        }
+        opt.mode = m;
+    }
+    if (!opt.socket_group.empty()) {
+        gid_t g = 0;
+        std::string why;
+        if (!parse_group(opt.socket_group, g, why)) {
+            std::fprintf(stderr, "qpu-sim: --socket-group: %s\n", why.c_str());
+            return 2;
+        }
+        opt.gid = g;
     }
     if (opt.cpu >= 0) {
         cpu_set_t set;

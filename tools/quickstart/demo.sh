@@ -23,6 +23,9 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${QRT_BUILD_DIR:-$here/build}
 config=${QRT_DEMO_CONFIG:-$here/config/demo.toml}
 run_dir=/run/qrtd-demo
+# qpu-sim's socket lives apart, in a directory only root writes: root never
+# touches a path in a directory the daemon's user can write.
+qpu_dir=/run/qrtd-demo-qpu
 state=${QRT_DEMO_STATE:-/var/lib/qrtd-demo}
 journal=${QRT_DEMO_JOURNAL:-/var/lib/qrtd-host}
 jobs=${QRT_DEMO_JOBS:-300}
@@ -96,7 +99,7 @@ step "3/6 the daemon's user, then the partition plan (changes nothing)"
 # partition, binds its socket for group qrt, then runs as qrtd.
 systemd-sysusers "$here/systemd/sysusers.d/qrtd.conf"
 # ... and its directories and device access from the shipped tmpfiles.d file:
-# /var/lib/qrtd-host root:root 0700 (the journal), /dev/cpu_dma_latency for qrt.
+# /var/lib/qrtd-host root:root 0700 (the journal), /dev/cpu_dma_latency for user qrtd alone.
 systemd-tmpfiles --create "$here/systemd/tmpfiles.d/qrtd.conf" || true
 info "daemon user: $(id qrtd)"
 "$qrtd" host plan -c "$config" | sed 's/^/    /'
@@ -108,18 +111,19 @@ fi
 # The runtime directory as systemd's RuntimeDirectory= makes it; the state
 # directory qrtd run creates or hands over to qrtd itself.
 install -d -o qrtd -g qrt -m 0750 "$run_dir"
+install -d -o root -g qrt -m 0750 "$qpu_dir"
 mkdir -p "$state"
 rm -f "$state"/ledger.sqlite*   # a fresh timeline for every demo run
 host_snapshot > "$work/host.before"
 
 step "4/6 qpu-sim + qrtd run (applies the partition; restores it on exit)"
-"$sim" --listen "unix://$run_dir/qpu0.sock" --fifo 50 --json --summary-file "$work/sim.json" \
-  --duration-s 120 > "$work/sim.out" 2>&1 &
+# The simulated control electronics' socket, for group qrt (the daemon):
+# qpu-sim creates it with that group and mode itself.
+"$sim" --listen "unix://$qpu_dir/qpu0.sock" --socket-group qrt --socket-mode 0660 --fifo 50 --json \
+  --summary-file "$work/sim.json" --duration-s 120 > "$work/sim.out" 2>&1 &
 sim_pid=$!
-for _ in $(seq 1 100); do [ -S "$run_dir/qpu0.sock" ] && break; sleep 0.05; done
-# The simulated control electronics' socket, for group qrt (the daemon).
-chgrp qrt "$run_dir/qpu0.sock" && chmod 0660 "$run_dir/qpu0.sock"
-info "qpu-sim pid $sim_pid on unix://$run_dir/qpu0.sock"
+for _ in $(seq 1 100); do [ -S "$qpu_dir/qpu0.sock" ] && break; sleep 0.05; done
+info "qpu-sim pid $sim_pid on unix://$qpu_dir/qpu0.sock"
 "$qrtd" run -c "$config" --state-dir "$state" --journal-dir "$journal" --duration-s 90 > "$work/qrtd.log" 2>&1 &
 qrtd_pid=$!
 for _ in $(seq 1 200); do

@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages qrtd needs to build, test and run its demo.
 # Idempotent: apt-get only runs when a package is missing.
+#
+# Some packages bring daemons that only the tests use, and the tests run
+# their own from the binaries (tests/integration/slurm starts munged,
+# slurmctld and slurmd on loopback with its own configuration; telemetry
+# uses promtool alone).  deps.sh installs those with every start held back
+# (policy-rc.d), records them in $QRT_DEPS_STATE_DIR (/var/lib/qrt-deps),
+# and on every run as root keeps their units disabled at boot and stopped:
+# left as Debian enables them, Prometheus listened on every interface (:9090)
+# and slurmctld, slurmd and munge ran at every boot of the machine.  A
+# package that was installed before deps.sh ran (a real Slurm node) is not
+# recorded and never touched; deps.sh only names its unit when it is enabled.
 set -euo pipefail
+
+state_dir=${QRT_DEPS_STATE_DIR:-/var/lib/qrt-deps}
+policy_rc=${QRT_DEPS_POLICY_RC:-/usr/sbin/policy-rc.d}
 
 QRT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
@@ -29,6 +43,9 @@ QRT_PACKAGES=(
   # so the Prometheus server it brings is never started here.
   prometheus
 )
+# package:unit of the daemons installed only for the tests (see above).
+QRT_TEST_SERVICES=(prometheus:prometheus.service slurmctld:slurmctld.service slurmd:slurmd.service
+                   munge:munge.service)
 
 # LibTorch (libtorch-dev, 1.13 in bookworm) builds qrt-fleet-train, the
 # trainer of qrt-fleet-sim's learned placement (bench/fleet).  It is opt-in:
@@ -40,44 +57,88 @@ if [ "${QRT_WITH_TORCH:-0}" = 1 ]; then
   QRT_PACKAGES+=(libtorch-dev)
 fi
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+test_service_unit() {  # the unit of a test-only package, or nothing
+  local e
+  for e in "${QRT_TEST_SERVICES[@]}"; do
+    if [ "${e%%:*}" = "$1" ]; then echo "${e#*:}"; fi
+  done
+}
+recorded() { [ -f "$state_dir/test-services" ] && grep -qx "$1" "$state_dir/test-services"; }
+
+# The units of the test-only packages deps.sh installed: disabled at boot
+# and stopped, every run (idempotent).  Others are only named when enabled.
+quiet_test_services() {
+  local e pkg unit
+  for e in "${QRT_TEST_SERVICES[@]}"; do
+    pkg=${e%%:*}
+    unit=${e#*:}
+    installed "$pkg" || continue
+    if recorded "$pkg"; then
+      if systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+        systemctl disable --quiet "$unit"
+        echo "[deps] $unit: disabled at boot (installed for the tests only, which run their own)"
+      fi
+      if systemctl is-active --quiet "$unit" 2>/dev/null; then
+        systemctl stop "$unit"
+        echo "[deps] $unit: stopped"
+      fi
+    elif systemctl is-enabled --quiet "$unit" 2>/dev/null; then
+      echo "[deps] note: $unit is enabled at boot; deps.sh did not install $pkg (or an older deps.sh" \
+           "did): if it is there only for the tests, run: systemctl disable --now $unit"
+    fi
+  done
+}
+
 missing=()
 for p in "${QRT_PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! installed "$p"; then
     missing+=("$p")
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
-  exit 0
-fi
 if [ "$(id -u)" -ne 0 ]; then
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
+    exit 0
+  fi
   echo "[deps] missing packages: ${missing[*]}" >&2
   echo "[deps] run as root (or with sudo) to install them" >&2
   exit 1
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
+  quiet_test_services
+  exit 0
 fi
 echo "[deps] installing ${#missing[@]} packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 rest=()
-want_prometheus=0
+held=()
 for p in "${missing[@]}"; do
-  if [ "$p" = prometheus ]; then want_prometheus=1; else rest+=("$p"); fi
+  if [ -n "$(test_service_unit "$p")" ]; then held+=("$p"); else rest+=("$p"); fi
 done
 if [ ${#rest[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${rest[@]}"
 fi
-if [ "$want_prometheus" = 1 ]; then
-  # Only promtool is wanted: a policy-rc.d that refuses every start keeps
-  # the package's server from starting (an existing policy is left as is).
+if [ ${#held[@]} -gt 0 ]; then
+  # The test-only daemons: a policy-rc.d that refuses every start keeps
+  # them from starting (an existing policy is left as is); recorded first,
+  # so a failed install is still quieted by the next run.
+  mkdir -p "$state_dir"
+  for p in "${held[@]}"; do
+    recorded "$p" || echo "$p" >> "$state_dir/test-services"
+  done
   own_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 755 /usr/sbin/policy-rc.d
+  if [ ! -e "$policy_rc" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy_rc"
+    chmod 755 "$policy_rc"
     own_policy=1
   fi
-  apt-get install -y -qq --no-install-recommends prometheus || status=$?
-  if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  apt-get install -y -qq --no-install-recommends "${held[@]}" || status=$?
+  if [ "$own_policy" = 1 ]; then rm -f "$policy_rc"; fi
   [ "${status:-0}" = 0 ] || exit "$status"
 fi
+quiet_test_services
 echo "[deps] done"

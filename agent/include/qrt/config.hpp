@@ -339,4 +339,9 @@ nlohmann::json config_to_json(const config& cfg);
 // away), or nullopt.  Lexical; also used for --journal-dir/--state-dir.
 std::optional<std::string> journal_dir_apart(const std::string& journal_dir, const std::string& state_dir);
 
+// Bytes of one QPU's dispatch frame pool: dispatch.ring_capacity (rounded up
+// to a power of two) frames of dispatch.max_payload_bytes, what each
+// dispatcher registers with io_uring, which locks it.
+std::uint64_t frame_pool_bytes(const config& cfg);
+
 }  // namespace qrt

@@ -29,6 +29,7 @@
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/host_partition.hpp"
+#include "rtcore/memory_lock.hpp"
 #include "rtcore/partition_plan.hpp"
 #include "rtcore/restore_journal.hpp"
 #include "rtcore/secure_dir.hpp"
@@ -84,6 +85,13 @@ rtcore::host_partition::apply_options apply_options_for(const config& cfg, const
 // in a process of agent.user's uid.  Nothing is exempt in untuned mode or
 // without a [[qpu]], or when agent.user has no passwd entry.
 rtcore::rt_exemption own_dispatch_threads(const config& cfg, const rtcore::partition_plan& plan);
+
+// What `qrtd run` would say at start, in this process, about locking the
+// dispatch frame pools (RLIMIT_MEMLOCK, CAP_IPC_LOCK: see
+// dispatch::frame_pool_shortfall), or "" when they fit or there is no QPU:
+// tuned mode would refuse to start, untuned write from unregistered
+// buffers.  `qrtd check-config` and `qrtd host plan` print it.
+std::string frame_pool_memlock_note(const config& cfg, const rtcore::memlock_allowance& allowance);
 
 // dispatch.require_rt decided: "auto" is "always" when systemd started this
 // process as a service ($INVOCATION_ID set).  why: the sentence for the log.

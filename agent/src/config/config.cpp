@@ -594,6 +594,18 @@ std::string roff_escape(std::string_view text) {
 
 }  // namespace
 
+std::uint64_t frame_pool_bytes(const config& cfg) {
+    const dispatch::dispatcher_config defaults;
+    std::uint64_t slots = 1;
+    const std::uint64_t want = cfg.dispatch.ring_capacity > 0 ? cfg.dispatch.ring_capacity : defaults.slots;
+    while (slots < want) {
+        slots <<= 1;
+    }
+    const std::uint64_t payload =
+        cfg.dispatch.max_payload_bytes > 0 ? cfg.dispatch.max_payload_bytes : defaults.max_payload_bytes;
+    return dispatch::dispatcher::frame_pool_bytes(slots, payload);
+}
+
 std::optional<std::string> journal_dir_apart(const std::string& journal_dir, const std::string& state_dir) {
     if (journal_dir.empty() || state_dir.empty()) {
         return std::nullopt;

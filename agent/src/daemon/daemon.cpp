@@ -1030,6 +1030,11 @@ exit_code daemon::run() {
 host_config_check check_config_on_host(const config& cfg, const std::string& file,
                                        const std::filesystem::path& root) {
     host_config_check out;
+    // A warning, not an error: the daemon's own limit and capabilities are
+    // its unit's (LimitMEMLOCK=infinity, CAP_IPC_LOCK), not this shell's.
+    if (auto note = frame_pool_memlock_note(cfg, rtcore::current_memlock_allowance()); !note.empty()) {
+        out.warnings.push_back(std::move(note));
+    }
     for (std::size_t i = 0; i < cfg.qpus.size(); ++i) {
         const auto& q = cfg.qpus[i];
         if (q.target.type != endpoint::kind::device_file) {

@@ -15,6 +15,7 @@
 #include <ostream>
 #include <variant>
 
+#include "qrt/dispatch/dispatcher.hpp"
 #include "qrt/log.hpp"
 #include "qrt/slurm_plan.hpp"
 #include "rtcore/kernel_probe.hpp"
@@ -286,6 +287,24 @@ rtcore::rt_exemption own_dispatch_threads(const config& cfg, const rtcore::parti
         own.uid = found->pw_uid;
     }
     return own;
+}
+
+std::string frame_pool_memlock_note(const config& cfg, const rtcore::memlock_allowance& allowance) {
+    if (cfg.qpus.empty()) {
+        return "";
+    }
+    const std::string why = dispatch::frame_pool_shortfall(frame_pool_bytes(cfg), cfg.qpus.size(), allowance);
+    if (why.empty()) {
+        return "";
+    }
+    const std::string who = "uid " + std::to_string(::geteuid());
+    if (cfg.dispatch.mode == dispatch_mode::untuned) {
+        return "dispatch: started as this process is (" + who +
+               "), qrtd run would write from unregistered frame buffers (untuned mode): " + why;
+    }
+    return "dispatch: started as this process is (" + who +
+           "), qrtd run would refuse to start: tuned mode cannot lock its frame buffers: " + why +
+           "; or run dispatch.mode = \"untuned\"";
 }
 
 bool require_rt_for(const config& cfg, std::string* why) {
@@ -613,13 +632,21 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     // Which isolation method apply would use, and how the dispatch threads
     // would reach their CPUs (read-only).
     const auto iso = rtcore::preview_isolation(fs, nullptr, apply_options_for(cfg, &fs).isolation);
+    const auto allowance = rtcore::current_memlock_allowance();
+    const std::string memlock = frame_pool_memlock_note(cfg, allowance);
     if (ctx.json) {
         out << json{{"topology", topo.source()},
                     {"plan", to_json(plan)},
                     {"kernel", to_json(kernel)},
                     {"knobs", std::move(knobs_json)},
                     {"isolation",
-                     {{"method", rtcore::to_string(iso.method)}, {"not_used", iso.not_used}, {"lines", iso.lines}}}}
+                     {{"method", rtcore::to_string(iso.method)}, {"not_used", iso.not_used}, {"lines", iso.lines}}},
+                    {"memlock",
+                     {{"frame_pool_bytes", cfg.qpus.empty() ? 0 : frame_pool_bytes(cfg) * cfg.qpus.size()},
+                      {"limit_bytes", allowance.unlimited ? json(nullptr) : json(allowance.limit)},
+                      {"cap_ipc_lock", allowance.cap_ipc_lock},
+                      {"ok", memlock.empty()},
+                      {"message", memlock}}}}
                    .dump(2)
             << '\n';
     } else {
@@ -634,6 +661,9 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
             out << "  " << l << '\n';
         }
         print_lines(out, iso.lines);
+        if (!memlock.empty()) {
+            out << memlock << '\n';
+        }
     }
     return exit_code::ok;
 }

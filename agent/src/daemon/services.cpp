@@ -420,6 +420,24 @@ rtcore::status services::start_links() {
             topology.emplace(std::move(*t));
         }
     }
+    // Every frame pool is registered with io_uring, which locks it: said
+    // once, before any QPU starts.  Tuned mode refuses (exit status 3, so
+    // systemd does not restart into the same refusal); untuned does
+    // without registered buffers.
+    bool said_pool_shortfall = false;
+    if (!_cfg.qpus.empty()) {
+        const std::string why = dispatch::frame_pool_shortfall(frame_pool_bytes(_cfg), _cfg.qpus.size(),
+                                                               rtcore::current_memlock_allowance());
+        if (!why.empty() && _cfg.dispatch.mode != dispatch_mode::untuned) {
+            _refused_not_realtime = true;
+            return rtcore::error{ENOMEM, "dispatch: tuned mode cannot lock its frame buffers: " + why +
+                                             "; or run dispatch.mode = \"untuned\""};
+        }
+        if (!why.empty()) {
+            log::warn("dispatch", "untuned: frame buffers not registered with io_uring (plain writes): {}", why);
+            said_pool_shortfall = true;
+        }
+    }
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
         auto q = std::make_unique<qpu_runtime>();
@@ -556,6 +574,9 @@ rtcore::status services::start_links() {
             }
         } else if (!disp.submit_fallback_reason().empty()) {
             log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
+        }
+        if (!disp.fixed_buffers() && !said_pool_shortfall) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.buffers_fallback_reason());
         }
         log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}", qc.name, lc.endpoint,
                   to_string(_cfg.dispatch.mode), q->dispatch_cpu,

@@ -118,6 +118,20 @@ const char* to_string(submit_mode m) noexcept {
     return "?";
 }
 
+std::string frame_pool_shortfall(std::uint64_t pool_bytes, std::size_t qpus,
+                                 const rtcore::memlock_allowance& allowance) {
+    const std::uint64_t need = pool_bytes * std::max<std::size_t>(qpus, 1);
+    if (allowance.covers(need)) {
+        return "";
+    }
+    return allowance.describe() + ", " + rtcore::mib_text(need) + " needed: the dispatch frame pool (" +
+           rtcore::mib_text(pool_bytes) + (qpus > 1 ? " for each of " + std::to_string(qpus) + " QPUs" : "") +
+           ", sized by dispatch.ring_capacity and dispatch.max_payload_bytes) is registered with io_uring, which "
+           "locks it.  Grant CAP_IPC_LOCK (qrtd.service has AmbientCapabilities=CAP_IPC_LOCK; a container must "
+           "keep it) or raise the limit (LimitMEMLOCK=infinity in the unit, the container's memlock limit, "
+           "ulimit -l), or lower dispatch.ring_capacity or dispatch.max_payload_bytes";
+}
+
 std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept {
     if (s == "syscall") {
         return submit_mode::syscall;
@@ -152,6 +166,18 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     }
     _slot_bytes = round_up(wire::header_len + cfg.max_payload_bytes, 64);
     _pool_bytes = frame_pool_bytes(_slot_count, cfg.max_payload_bytes);
+    // Registering the pool locks it: without CAP_IPC_LOCK it must fit
+    // RLIMIT_MEMLOCK.  Tuned mode refuses (locked memory is what it
+    // promises); untuned writes from unregistered buffers.
+    if (auto why = frame_pool_shortfall(_pool_bytes, 1, rtcore::current_memlock_allowance()); !why.empty()) {
+        if (cfg.mode == dispatch_mode::tuned) {
+            throw std::runtime_error("dispatch: qpu " + std::to_string(cfg.qpu_index) +
+                                     ": tuned mode cannot lock its frame pool: " + why +
+                                     "; or run dispatch.mode = \"untuned\"");
+        }
+        _fixed_buffers = false;
+        _buffers_fallback_reason = "frame buffers not registered with io_uring (plain writes): " + why;
+    }
     void* p = ::mmap(nullptr, _pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
         const int err = errno;
@@ -200,7 +226,7 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
     if (auto st = register_ring(*_uring); !st) {
         _uring.reset();
         ::munmap(_pool, _pool_bytes);
-        throw std::system_error(st.err().code, std::generic_category(), "dispatch: " + st.err().message);
+        throw std::runtime_error("dispatch: " + st.err().message);  // the message names the errno already
     }
     _lead_ns_pub.store(_cfg.mode == dispatch_mode::tuned ? _lead.lead_ns() : 0, std::memory_order_relaxed);
 }
@@ -237,10 +263,25 @@ std::string dispatcher::sqpoll_failure(int rc) const {
            "; using syscall submission";
 }
 
-rtcore::status dispatcher::register_ring(uring& u) const {
+rtcore::status dispatcher::register_ring(uring& u) {
     iovec iov{_pool, _pool_bytes};
-    if (int rc = io_uring_register_buffers(&u.ring, &iov, 1); rc < 0) {
-        return rtcore::error::from_errno(-rc, "io_uring_register_buffers (" + std::to_string(_pool_bytes) + " bytes)");
+    if (int rc = _fixed_buffers ? io_uring_register_buffers(&u.ring, &iov, 1) : 0; rc < 0) {
+        auto e = rtcore::error::from_errno(-rc, "io_uring_register_buffers (" + std::to_string(_pool_bytes) + " bytes)");
+        if (rc != -ENOMEM && rc != -EPERM) {
+            return e;
+        }
+        // The limit counts the locked memory of every process of this user,
+        // so a pool that fits it alone can still be refused.
+        const auto a = rtcore::current_memlock_allowance();
+        e.message += " (" + a.describe() + ", shared by every process of this user; " +
+                     rtcore::mib_text(_pool_bytes) + " needed)";
+        if (_cfg.mode == dispatch_mode::tuned) {
+            e.message += ": grant CAP_IPC_LOCK or raise LimitMEMLOCK=, or lower dispatch.ring_capacity or "
+                         "dispatch.max_payload_bytes; or run dispatch.mode = \"untuned\"";
+            return e;
+        }
+        _fixed_buffers = false;
+        _buffers_fallback_reason = "frame buffers not registered with io_uring (plain writes): " + e.message;
     }
     if (int rc = io_uring_register_files_sparse(&u.ring, 1); rc < 0) {
         return rtcore::error::from_errno(-rc, "io_uring_register_files_sparse");
@@ -1139,7 +1180,11 @@ void dispatcher::run_loop() noexcept {
         std::uint8_t* buf = slot_buffer(j->slot);
         const std::int64_t sent_rt = _clock.now_realtime_ns();
         wire::patch_sent_ns(buf, sent_rt);
-        io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
+        if (_fixed_buffers) {
+            io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
+        } else {
+            io_uring_prep_write(sqe, 0, buf, j->frame_len, no_offset);  // untuned without locked memory
+        }
         sqe->flags |= IOSQE_FIXED_FILE;
         if (_nowait_writes.load(std::memory_order_relaxed)) {
             sqe->rw_flags = RWF_NOWAIT;  // a full endpoint buffer fails now, never later

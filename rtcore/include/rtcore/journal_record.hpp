@@ -135,8 +135,13 @@ using journal_record = std::variant<rec::header, rec::apply, rec::method, rec::m
 inline constexpr unsigned journal_version = 2;
 // A longer line is never written (append refuses it) and never parsed.
 inline constexpr std::size_t journal_max_line_bytes = 64 * 1024;
-// A larger journal file is refused unread.
+// A larger journal file is refused unread, and append never makes one: a
+// batch that would take the file past it is refused whole, before the host
+// is touched, so restore can always read what was written.
 inline constexpr std::size_t journal_max_bytes = 64 * 1024 * 1024;
+// A journal past this size drops the records of tasks that have exited at
+// the next verify (restore_journal::compact).
+inline constexpr std::size_t journal_compact_bytes = 1024 * 1024;
 
 std::string_view kind_of(const journal_record& r);
 

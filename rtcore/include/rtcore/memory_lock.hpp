@@ -111,4 +111,19 @@ process_locked_memory read_process_locked_memory();
 // The same, from the text of a status file (for tests).
 process_locked_memory parse_process_locked_memory(std::string_view status_text);
 
+// What this process may lock: mlock(2) and io_uring's registered buffers
+// (pinned pages) both count against RLIMIT_MEMLOCK, unless CAP_IPC_LOCK is
+// effective.  A container or a unit without LimitMEMLOCK= has 8 MiB.
+struct memlock_allowance {
+    bool cap_ipc_lock = false;
+    bool unlimited = false;   // RLIMIT_MEMLOCK is RLIM_INFINITY
+    std::uint64_t limit = 0;  // RLIMIT_MEMLOCK soft limit, bytes
+    bool covers(std::uint64_t bytes) const noexcept { return cap_ipc_lock || unlimited || bytes <= limit; }
+    // "RLIMIT_MEMLOCK = 8 MiB and no CAP_IPC_LOCK", "CAP_IPC_LOCK", ...
+    std::string describe() const;
+};
+memlock_allowance current_memlock_allowance() noexcept;
+// Bytes in MiB for messages: "8 MiB", "64.1 MiB".
+std::string mib_text(std::uint64_t bytes);
+
 }  // namespace rtcore

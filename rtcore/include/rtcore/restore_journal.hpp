@@ -26,7 +26,17 @@
 // is written back, and the error names the file and the record.
 //
 // Only the first original per path (and per thread) is kept, so re-applying
-// after a crash never records qrtd's own values as originals.
+// after a crash never records qrtd's own values as originals.  A thread is
+// its tid and start time: a new thread on a reused tid gets its own record.
+//
+// Size: the file never grows past journal_max_bytes, the size load reads
+// (append refuses a batch that would pass it, and nothing is written).  On a
+// fence host every verify journals the new threads it fences, most of them
+// short-lived; compact() drops the records of threads that have exited
+// (their tid is gone or names a thread with another start time), which
+// restore would only report as gone, by rewriting the file (a new file
+// renamed over it, fsynced).  verify calls it before each sweep, so the
+// journal stays the size of the threads still running.
 //
 // A journal written in another boot (its boot_id differs from
 // /proc/sys/kernel/random/boot_id) is never continued: the reboot reset every
@@ -50,6 +60,7 @@
 #include "rtcore/journal_record.hpp"
 #include "rtcore/restore_allow.hpp"
 #include "rtcore/secure_dir.hpp"
+#include "rtcore/task_ops.hpp"
 #include "rtcore/unique_fd.hpp"
 
 namespace rtcore {
@@ -138,10 +149,24 @@ public:
     const std::string& set_aside_reason() const { return _set_aside_reason; }
 
     // Appends records (one write, one fsync; durable before returning).
-    // Each must pass the allow-list and fit journal_max_line_bytes, else
-    // nothing is appended.
+    // Each must pass the allow-list and fit journal_max_line_bytes, and the
+    // file must stay within its size limit (journal_max_bytes), else
+    // nothing is appended (EFBIG for the sizes).
     status append(const journal_record& rec);
     status append(const std::vector<journal_record>& recs);
+
+    // Bytes of the journal file (what a dry run would have written).
+    std::size_t bytes() const { return _bytes; }
+    // When the file has grown past its compaction size (journal_compact_bytes,
+    // then twice what the last compaction left), drops the records of threads
+    // that have exited (cg, aff, nomove) and rewrites the file; a journal
+    // below that size is left as it is.  A thread whose state cannot be read
+    // (other than being gone) keeps its record.  The records' indices change:
+    // never call it between taking a mark for unwind_since and the unwind.
+    status compact(const host_fs& fs, task_ops& tasks);
+    // Lower limits than journal_max_bytes and journal_compact_bytes, for
+    // tests; max_bytes is never raised past journal_max_bytes.
+    void set_limits(std::size_t max_bytes, std::size_t compact_bytes);
 
     // Saves the current bytes of each path that has no original yet (paths
     // under a directory qrtd created are skipped: rmdir undoes them).  One
@@ -150,23 +175,32 @@ public:
     status save_file(const host_fs& fs, const std::string& path) { return save_files(fs, {path}); }
     bool has_file(std::string_view path) const { return _files.count(std::string(path)) != 0; }
     bool has_task(pid_t tid) const { return _tids.count(tid) != 0; }
+    // A record of this very thread (tid and start time).
+    bool has_task(pid_t tid, std::uint64_t start) const { return _task_keys.count({tid, start}) != 0; }
     bool created(std::string_view dir) const;   // path is under a directory qrtd created
     bool made_dir(std::string_view dir) const;  // dir itself has a mkcg record
 
 private:
     restore_journal() = default;
     void index(const journal_record& rec);
+    void reindex();
     void take(loaded_journal&& loaded);
     void note_set_aside(const host_fs& fs, const std::filesystem::path& dir, const std::string& then_boot);
 
     std::filesystem::path _path;
+    std::optional<secure_dir> _dir;  // null for a dry run
     unique_fd _fd;
     bool _dry_run = false;
+    std::size_t _bytes = 0;
+    std::size_t _max_bytes = journal_max_bytes;
+    std::size_t _compact_bytes = journal_compact_bytes;
+    std::size_t _compact_at = journal_compact_bytes;
     bool _existed = false;
     restore_allow_list _allow;
     std::vector<journal_record> _records;
     std::set<std::string> _files;
     std::set<pid_t> _tids;
+    std::set<std::pair<pid_t, std::uint64_t>> _task_keys;
     std::vector<std::string> _created_dirs;
     std::filesystem::path _set_aside_path;
     std::string _set_aside_reason;

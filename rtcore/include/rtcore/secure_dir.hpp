@@ -62,6 +62,9 @@ public:
     dir_policy policy() const { return _policy; }
     // Owner of the directory (fstat at open).
     uid_t owner() const { return _owner; }
+    // The same checked directory on a dup(2) of its fd, for an object that
+    // outlives the caller's (the restore journal rewriting itself).
+    result<secure_dir> duplicate() const;
 
     // openat(fd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode),
     // then fstat: regular file, nlink == 1, and under private_to_euid owned

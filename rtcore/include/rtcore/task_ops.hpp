@@ -102,6 +102,8 @@ public:
         _tasks.at(tid).info.tgid = tgid;
         _tasks.at(tid).uid = uid;
     }
+    // Another thread on the same tid: the old one exited and the tid was reused.
+    void reuse_tid(pid_t tid, std::uint64_t start_ticks) { _tasks.at(tid).info.start_ticks = start_ticks; }
     // A pinned kthread whose stat flags do not say so (the kernel still
     // refuses its affinity change with EINVAL).
     void clear_per_cpu_flag(pid_t tid) { _tasks.at(tid).info.per_cpu = false; }

@@ -16,12 +16,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -538,4 +540,96 @@ TEST(dispatch_file_endpoint, a_regular_file_endpoint_is_refused_naming_path_type
     link.stop();
     EXPECT_EQ(fs::file_size(tmpl), 0u) << "frames were written into the regular file";
     ::unlink(tmpl);
+}
+
+// Issue 24 item 5: qpu-sim sets its socket's group and mode itself, so a
+// caller running as root never chgrps or chmods a path in a directory
+// another user can write (the demo did, and followed a planted symlink).
+
+namespace {
+
+// qpu-sim with args, run to its end (it is told to stop at once); its exit
+// status, or -1.
+int run_qpu_sim(std::vector<std::string> args) {
+    args.insert(args.begin(), QPU_SIM_PATH);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        std::vector<char*> argv;
+        for (auto& a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        const int devnull = ::open("/dev/null", O_WRONLY);
+        ::dup2(devnull, 1);
+        ::dup2(devnull, 2);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A group this process may give its own files other than its egid (a
+// supplementary group, or any group when root), or nullopt.
+std::optional<gid_t> other_group() {
+    if (::geteuid() == 0) {
+        return static_cast<gid_t>(65534);
+    }
+    std::vector<gid_t> groups(static_cast<std::size_t>(std::max(::getgroups(0, nullptr), 0)));
+    const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+    for (int i = 0; i < n; ++i) {
+        if (groups[static_cast<std::size_t>(i)] != ::getegid()) {
+            return groups[static_cast<std::size_t>(i)];
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+TEST_F(dispatch_with_qpu_sim, qpu_sim_creates_its_socket_with_the_group_and_mode_asked_for) {
+    const gid_t group = other_group().value_or(::getegid());
+    sim_process sim(_dir, {"--socket-group", std::to_string(group), "--socket-mode", "0640"});
+    ASSERT_TRUE(sim.listening()) << "qpu-sim did not start";
+    const auto sock = _dir / "qpu.sock";
+    struct stat st {};
+    for (int i = 0; i < 500; ++i) {  // the group follows bind by one call
+        ASSERT_EQ(::lstat(sock.c_str(), &st), 0);
+        if (st.st_gid == group) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0640U);
+    EXPECT_EQ(st.st_gid, group);
+    if (!other_group()) {
+        GTEST_SKIP() << "the mode is checked; the group is not (this user has no group but its own to give)";
+    }
+}
+
+TEST_F(dispatch_with_qpu_sim, qpu_sim_never_changes_what_a_planted_symlink_points_at) {
+    const auto target = _dir / "precious";
+    std::ofstream(target) << "not a socket";
+    ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+    struct stat before {};
+    ASSERT_EQ(::stat(target.c_str(), &before), 0);
+    const auto sock = _dir / "qpu.sock";
+    ASSERT_EQ(::symlink(target.c_str(), sock.c_str()), 0);
+    const gid_t group = other_group().value_or(::getegid());
+    const int rc = run_qpu_sim({"--listen", "unix://" + sock.string(), "--socket-group", std::to_string(group),
+                                "--socket-mode", "0666", "--duration-s", "0.1"});
+    EXPECT_EQ(rc, 1) << "qpu-sim listened on a path that holds a symlink";
+    struct stat after {};
+    ASSERT_EQ(::stat(target.c_str(), &after), 0);
+    EXPECT_EQ(after.st_mode & 07777, 0600U);
+    EXPECT_EQ(after.st_gid, before.st_gid);
+    EXPECT_TRUE(fs::is_symlink(sock));
+}
+
+TEST(qpu_sim_options, a_bad_socket_mode_or_group_is_a_usage_error) {
+    EXPECT_EQ(run_qpu_sim({"--listen", "unix:///nonexistent/q.sock", "--socket-mode", "rw-rw----"}), 2);
+    EXPECT_EQ(run_qpu_sim({"--listen", "unix:///nonexistent/q.sock", "--socket-mode", "01777"}), 2);
+    EXPECT_EQ(run_qpu_sim({"--listen", "unix:///nonexistent/q.sock", "--socket-group", "no-such-group-qrt"}), 2);
 }

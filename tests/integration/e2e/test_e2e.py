@@ -170,17 +170,15 @@ class E2E(unittest.TestCase):
                 "--listen", f"unix://{self.dir}/qpu1.sock", "--json",
                 "--summary-file", self.summary, "--duration-s", "110"]
         if os.geteuid() == 0:
-            # Prompt arrival stamps on a loaded host.
-            args += ["--fifo", "50"]
+            # Prompt arrival stamps on a loaded host; the control
+            # electronics' endpoint for group qrt (the daemon), set by
+            # qpu-sim as it creates the socket.
+            args += ["--fifo", "50", "--socket-group", "qrt", "--socket-mode", "0660"]
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
         for name in ("qpu0.sock", "qpu1.sock"):
             sock = f"{self.dir}/{name}"
             self.assertTrue(wait_for(lambda: os.path.exists(sock), 10), "qpu-sim did not listen")
-            if os.geteuid() == 0:
-                # The control electronics' endpoint, for group qrt (the daemon).
-                shutil.chown(sock, group="qrt")
-                os.chmod(sock, 0o660)
         return p
 
     def start_qrtd(self):

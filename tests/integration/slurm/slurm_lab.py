@@ -194,6 +194,10 @@ class Lab:
         self.jobs = os.path.join(self.dir, "jobs")
         os.mkdir(self.jobs, 0o777)
         os.chmod(self.jobs, 0o1777)
+        # The job scripts root writes (and chmods): apart from jobs/, which
+        # the jobs' user can write, in a directory only root writes.
+        self.scripts = os.path.join(self.dir, "scripts")
+        os.mkdir(self.scripts, 0o755)
         self.cgroups_before = self._slurm_cgroups()
         self.qrt_cgroups_before = self._qrt_cgroups()
         self.cpuspec = cpuspec

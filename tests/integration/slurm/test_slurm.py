@@ -87,7 +87,7 @@ class SlurmQrt(unittest.TestCase):
     # ---------------------------------------------------------------- helpers
 
     def sbatch(self, script, *opts, name="job"):
-        path = os.path.join(self.lab.jobs, name + ".sh")
+        path = os.path.join(self.lab.scripts, name + ".sh")
         with open(path, "w") as f:
             f.write("#!/bin/sh\n" + script)
         os.chmod(path, 0o755)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "rtcore/capabilities.hpp"
 #include "rtcore/memory_lock.hpp"
 #include "qrt_test/memory_lock.hpp"
+#include "qrt_test/process.hpp"
 
 using namespace qrt::dispatch;
 namespace wire = qrt::wire;
@@ -728,3 +730,127 @@ TEST_F(dispatcher_fixture, a_tuned_thread_locks_its_dispatch_path_and_not_what_i
     // Its regions are given back when the thread ends.
     EXPECT_LE(rtcore::read_process_locked_memory().vm_lck_bytes, before.vm_lck_bytes);
 }
+
+// Issue 24 item 19: a container (or a unit without LimitMEMLOCK=) gives 8
+// MiB of RLIMIT_MEMLOCK and no CAP_IPC_LOCK; the default frame pool
+// (1024 slots of 64 KiB payloads) is 64.1 MiB, and registering it with
+// io_uring locks it.  qrtd exited at start even in untuned mode
+// ("io_uring_register_buffers (67239936 bytes): Cannot allocate memory:
+// Cannot allocate memory") and systemd restarted it until it gave up.
+namespace {
+
+// In a child: CAP_IPC_LOCK gone and RLIMIT_MEMLOCK 8 MiB, as in a container.
+std::string as_in_a_container() {
+    if (rtcore::has_capability(CAP_IPC_LOCK)) {
+        rtcore::drop_options o;
+        o.set_no_new_privs = false;
+        if (auto d = rtcore::drop_capabilities_except({CAP_SYS_NICE}, o); !d) {
+            return "dropping CAP_IPC_LOCK: " + d.err().message;
+        }
+    }
+    const rlimit rl{8U << 20, 8U << 20};
+    if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+        return std::string("setrlimit RLIMIT_MEMLOCK: ") + std::strerror(errno);
+    }
+    if (rtcore::has_capability(CAP_IPC_LOCK)) {
+        return "CAP_IPC_LOCK is still effective";
+    }
+    return "";
+}
+
+dispatcher_config default_pool(dispatch_mode mode) {
+    dispatcher_config c;
+    c.mode = mode;
+    c.slots = 1024;
+    c.max_payload_bytes = 64 * 1024;
+    c.hold_cpu_dma_latency = false;
+    return c;
+}
+
+}  // namespace
+
+TEST(dispatcher_memlock, untuned_without_locked_memory_dispatches_from_unregistered_buffers) {
+    const auto r = qrt::testing::run_in_child([](std::string& reply) -> int {
+        if (auto why = as_in_a_container(); !why.empty()) {
+            reply = why;
+            return 77;
+        }
+        rtcore::real_clock clock;
+        dispatcher d(default_pool(dispatch_mode::untuned), clock);
+        reply = d.buffers_fallback_reason();
+        if (d.fixed_buffers()) {
+            return 10;
+        }
+        int sp[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0 || !d.set_endpoint_fd(sp[0]) || !d.start()) {
+            return 11;
+        }
+        dispatch_job j;
+        j.job_id = 42;
+        j.scheduled_ns = clock.now_realtime_ns() + 50 * ms;
+        j.window_start_ns = j.scheduled_ns - 1000 * ms;
+        j.window_end_ns = j.scheduled_ns + 1000 * ms;
+        j.duration_ns = 100'000;
+        j.calibration_id = 1;
+        j.tolerance_ns = 300 * ms;
+        j.shots = 10;
+        d.set_calibration_id(1);
+        if (!d.submit(j, payload)) {
+            return 12;
+        }
+        std::vector<dispatch_record> recs;
+        for (int i = 0; i < 3000 && recs.empty(); ++i) {
+            d.drain_records([&](const dispatch_record& rec) { recs.push_back(rec); });
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        d.stop();
+        if (recs.empty() || recs[0].status != dispatch_status::sent) {
+            reply += recs.empty() ? "; no record" : std::string("; status ") + to_string(recs[0].status);
+            return 13;
+        }
+        wire::frame_reader fr;
+        std::uint8_t buf[4096];
+        const ssize_t n = ::recv(sp[1], buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            fr.feed({buf, static_cast<std::size_t>(n)});
+        }
+        auto f = fr.next();
+        return f && f->hdr.job_id == 42 ? 0 : 14;
+    });
+    if (r.exit_code == 77) {
+        GTEST_SKIP() << r.reply;
+    }
+    ASSERT_EQ(r.exit_code, 0) << r.reply << r.err;
+    EXPECT_NE(r.reply.find("frame buffers not registered with io_uring (plain writes): RLIMIT_MEMLOCK = 8 MiB and "
+                           "no CAP_IPC_LOCK, 64.1 MiB needed"),
+              std::string::npos)
+        << r.reply;
+}
+
+TEST(dispatcher_memlock, tuned_without_locked_memory_refuses_naming_the_limit_the_need_and_the_remedy) {
+    const auto r = qrt::testing::run_in_child([](std::string& reply) -> int {
+        if (auto why = as_in_a_container(); !why.empty()) {
+            reply = why;
+            return 77;
+        }
+        rtcore::real_clock clock;
+        try {
+            dispatcher d(default_pool(dispatch_mode::tuned), clock);
+        } catch (const std::exception& e) {
+            reply = e.what();
+            return 0;
+        }
+        return 10;
+    });
+    if (r.exit_code == 77) {
+        GTEST_SKIP() << r.reply;
+    }
+    ASSERT_EQ(r.exit_code, 0) << "a tuned dispatcher started without being able to lock its pool";
+    for (const char* part : {"dispatch: qpu 0: tuned mode cannot lock its frame pool: RLIMIT_MEMLOCK = 8 MiB and no "
+                             "CAP_IPC_LOCK, 64.1 MiB needed",
+                             "dispatch.ring_capacity", "Grant CAP_IPC_LOCK", "LimitMEMLOCK=infinity"}) {
+        EXPECT_NE(r.reply.find(part), std::string::npos) << part << "\nin: " << r.reply;
+    }
+    EXPECT_EQ(r.reply.find("Cannot allocate memory: Cannot allocate memory"), std::string::npos) << r.reply;
+}
+

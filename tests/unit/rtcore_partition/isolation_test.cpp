@@ -225,4 +225,52 @@ TEST(isolation, verify_fence_leaves_the_daemons_dispatch_threads_on_their_planne
     auto plain = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, {});
     ASSERT_TRUE(plain);
     EXPECT_EQ(tasks.tasks().at(801).affinity, (cpu_set{0, 1}));
+
+// Issue 24 item 4: on a fence host every verify (the repin timer) journals
+// each new thread that touches an isolated CPU, and any local user can make
+// threads.  200,000 short-lived threads before each of ten verifies took the
+// journal past the 64 MiB load reads, and restore, repin and apply then
+// refused it.  Records of threads that exited are dropped, the journal stays
+// the size of one round, and restore puts back the thread still running.
+TEST(isolation, fence_verifies_of_many_short_lived_threads_keep_the_journal_bounded_and_restorable) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    const auto all = cpu_set::first_n(4);
+    add_plain_tasks(tasks, all);
+    auto applied = apply_in(t, fs, tasks, {2, 3}, {0, 1});
+    ASSERT_TRUE(applied) << applied.err().message;
+    constexpr pid_t per_round = 200000;
+    constexpr int rounds = 10;
+    std::uintmax_t first_round = 0;
+    std::uintmax_t largest = 0;
+    for (int round = 0; round < rounds; ++round) {
+        const pid_t first = 10000 + round * per_round;
+        for (pid_t tid = first; tid < first + per_round; ++tid) {
+            tasks.add_task(tid, "worker", all, "");
+        }
+        auto v = verify_in(t, fs, tasks);
+        ASSERT_TRUE(v) << "verify " << round + 1 << ": " << v.err().message;
+        EXPECT_EQ(v->isolation.tasks_moved, static_cast<std::size_t>(per_round)) << "verify " << round + 1;
+        EXPECT_EQ(tasks.tasks().at(first).affinity, (cpu_set{0, 1}));
+        for (pid_t tid = first; tid < first + per_round; ++tid) {
+            tasks.remove_task(tid);
+        }
+        const auto size = std::filesystem::file_size(t.journal());
+        first_round = round == 0 ? size : first_round;
+        largest = std::max(largest, size);
+        ASSERT_LE(size, rtcore::journal_max_bytes) << "verify " << round + 1;
+    }
+    EXPECT_LT(largest, first_round + first_round / 2)
+        << "the journal grew with every verify: " << largest << " bytes after " << rounds << " of "
+        << first_round;
+    // A running thread that moved itself back, fenced again by the last verify.
+    ASSERT_TRUE(tasks.set_affinity(500, all));
+    ASSERT_TRUE(verify_in(t, fs, tasks));
+    auto r = restore_in(t, fs, tasks);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_TRUE(r->complete) << r->summary();
+    EXPECT_EQ(tasks.tasks().at(500).affinity, all);
+    EXPECT_EQ(tasks.tasks().at(1).affinity, all);
+    EXPECT_FALSE(std::filesystem::exists(t.journal()));
 }

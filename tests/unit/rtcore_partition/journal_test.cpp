@@ -289,3 +289,97 @@ TEST(journal, task_records_skip_exited_and_reused_tids_and_respect_later_changes
     EXPECT_EQ(r->items[2].result, outcome::restored);
     EXPECT_EQ(tasks.tasks().at(1).affinity, (rtcore::cpu_set{0, 1, 2, 3}));
 }
+
+// Issue 24 item 4: the journal never grows past what load reads.  A batch
+// that would take it past its limit is refused whole, and what is there
+// still loads and restores.
+TEST(journal, an_append_past_the_size_limit_is_refused_whole_and_the_journal_still_loads) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    constexpr std::size_t limit = 4096;
+    std::size_t appended = 0;
+    {
+        auto j = open_journal(t, fs);
+        ASSERT_TRUE(j);
+        j->set_limits(limit, limit);
+        rtcore::status st = rtcore::ok();
+        for (pid_t tid = 100; st && tid < 10000; ++tid) {
+            st = j->append(rec::aff{tid, 1000U + static_cast<std::uint64_t>(tid), {0, 1, 2, 3}, {0, 1}});
+            appended += st ? 1U : 0U;
+        }
+        ASSERT_FALSE(st) << "the limit never refused an append";
+        EXPECT_EQ(st.err().code, EFBIG);
+        EXPECT_NE(st.err().message.find("past its 4096-byte limit"), std::string::npos) << st.err().message;
+        EXPECT_NE(st.err().message.find("nothing was appended"), std::string::npos) << st.err().message;
+        const std::vector<journal_record> batch = {rec::aff{20000, 21000, {0, 1, 2, 3}, {0, 1}},
+                                                   rec::aff{20001, 21001, {0, 1, 2, 3}, {0, 1}}};
+        const auto before = j->size();
+        EXPECT_FALSE(j->append(batch));
+        EXPECT_EQ(j->size(), before);
+        EXPECT_EQ(j->bytes(), std::filesystem::file_size(t.journal()));
+    }
+    EXPECT_LE(std::filesystem::file_size(t.journal()), limit);
+    EXPECT_GT(std::filesystem::file_size(t.journal()), limit - 64) << "the limit refused early";
+    auto loaded = load_journal(t, fs);
+    ASSERT_TRUE(loaded) << loaded.err().message;
+    EXPECT_EQ(loaded->records.size(), appended + 1);  // the header
+    rtcore::fake_task_ops none;
+    auto r = restore_journal_in(t, fs, none);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_TRUE(r->complete);
+    EXPECT_TRUE(r->journal_removed);
+}
+
+// Compaction drops exactly the records restore would report as gone: a
+// thread that exited, a tid now naming another thread; a running thread's
+// record and every other kind stay, on disk as in memory, and a thread on a
+// reused tid gets a record of its own.
+TEST(journal, compaction_drops_the_records_of_exited_threads_only) {
+    tree_copy t("host4-nocg");
+    rtcore::host_fs fs(t.root());
+    rtcore::fake_task_ops tasks;
+    add_plain_tasks(tasks, {0, 1, 2, 3});
+    tasks.add_task(600, "short", {0, 1, 2, 3}, "");
+    tasks.add_task(601, "reused", {0, 1, 2, 3}, "");
+    tasks.add_task(602, "kworker", {2}, "", true, true);
+    auto start = [&](pid_t tid) { return tasks.tasks().at(tid).info.start_ticks; };
+    {
+        auto j = open_journal(t, fs);
+        ASSERT_TRUE(j);
+        ASSERT_TRUE(j->save_file(fs, "/proc/irq/16/smp_affinity_list"));
+        ASSERT_TRUE(j->append({rec::aff{500, start(500), {0, 1, 2, 3}, {0, 1}},
+                               rec::aff{600, start(600), {0, 1, 2, 3}, {0, 1}},
+                               rec::aff{601, start(601), {0, 1, 2, 3}, {0, 1}}, rec::nomove{602, start(602)},
+                               rec::method{rtcore::isolation_method::affinity_fence}}));
+        const auto old_601 = start(601);
+        tasks.remove_task(600);
+        tasks.remove_task(602);
+        tasks.reuse_tid(601, 99999);
+        EXPECT_TRUE(j->has_task(601, old_601));
+        EXPECT_FALSE(j->has_task(601, 99999)) << "a new thread on a reused tid has no record";
+        EXPECT_TRUE(j->compact(fs, tasks)) << "below its compaction size: left as it is";
+        EXPECT_TRUE(j->has_task(600));
+        j->set_limits(rtcore::journal_max_bytes, 0);
+        ASSERT_TRUE(j->compact(fs, tasks));
+        EXPECT_FALSE(j->has_task(600));
+        EXPECT_FALSE(j->has_task(601)) << "the record of the thread that had tid 601 before";
+        EXPECT_FALSE(j->has_task(601, 99999)) << "the new thread on tid 601 is not journaled yet";
+        EXPECT_TRUE(j->has_task(500, start(500)));
+        EXPECT_TRUE(j->has_file("/proc/irq/16/smp_affinity_list"));
+        EXPECT_EQ(j->bytes(), std::filesystem::file_size(t.journal()));
+        ASSERT_TRUE(j->append(rec::aff{601, 99999, {0, 1, 2, 3}, {0, 1}})) << "appends go to the new file";
+        EXPECT_EQ(j->bytes(), std::filesystem::file_size(t.journal()));
+    }
+    auto loaded = load_journal(t, fs);
+    ASSERT_TRUE(loaded) << loaded.err().message;
+    std::vector<std::string> kinds;
+    for (const auto& r : loaded->records) {
+        kinds.push_back(rtcore::describe(r));
+    }
+    ASSERT_EQ(kinds.size(), 5U) << ::testing::PrintToString(kinds);
+    EXPECT_EQ(std::string(rtcore::kind_of(loaded->records[0])), "journal");
+    EXPECT_EQ(std::string(rtcore::kind_of(loaded->records[1])), "file");
+    EXPECT_TRUE(loaded->records[2] == journal_record(rec::aff{500, start(500), {0, 1, 2, 3}, {0, 1}}));
+    EXPECT_EQ(std::string(rtcore::kind_of(loaded->records[3])), "method");
+    EXPECT_TRUE(loaded->records[4] == journal_record(rec::aff{601, 99999, {0, 1, 2, 3}, {0, 1}}));
+}

@@ -140,6 +140,13 @@ const char* to_string(submit_mode m) noexcept;
 // "syscall" / "sqpoll" -> the mode; anything else -> nullopt.
 std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept;
 
+// Why frame pools of pool_bytes each, for qpus QPUs, cannot be registered
+// with io_uring (which locks them) under allowance, or "" when they can:
+// "RLIMIT_MEMLOCK = 8 MiB and no CAP_IPC_LOCK, 64.1 MiB needed: ...", with
+// the options that size the pool and the remedies.  The daemon's start,
+// `qrtd check-config` and `qrtd host plan` say the same.
+std::string frame_pool_shortfall(std::uint64_t pool_bytes, std::size_t qpus, const rtcore::memlock_allowance& allowance);
+
 struct dispatcher_config {
     std::uint32_t qpu_index = 0;
     dispatch_mode mode = dispatch_mode::tuned;
@@ -340,6 +347,14 @@ public:
     // or was not asked for).
     submit_mode effective_submit_mode() const noexcept { return _submit_mode; }
     const std::string& submit_fallback_reason() const noexcept { return _submit_fallback_reason; }
+    // The frame pool is registered with io_uring (writes are WRITE_FIXED).
+    // Untuned mode does without when the pool cannot be locked (RLIMIT_MEMLOCK
+    // without CAP_IPC_LOCK: a container, a unit without LimitMEMLOCK=): plain
+    // writes from the same buffers, and buffers_fallback_reason() says why.
+    // Tuned mode refuses instead: the constructor throws, naming the limit,
+    // what is needed and the remedy (frame_pool_shortfall).
+    bool fixed_buffers() const noexcept { return _fixed_buffers; }
+    const std::string& buffers_fallback_reason() const noexcept { return _buffers_fallback_reason; }
     // The io_uring fd (for /proc/self/fdinfo: SqThread, SqTotalTime...).
     int ring_fd() const noexcept;
     // The SQPOLL kernel thread's TID (sqpoll mode; 0 otherwise or unknown):
@@ -410,7 +425,7 @@ private:
     // 0 or -errno of io_uring_queue_init_params.
     int init_sqpoll_ring(uring& u) const;
     std::string sqpoll_failure(int rc) const;
-    rtcore::status register_ring(uring& u) const;
+    rtcore::status register_ring(uring& u);
     // On the dispatch thread, after before_rt_setup, before SCHED_FIFO.
     void retry_sqpoll_on_this_thread();
 
@@ -436,6 +451,8 @@ private:
     std::unique_ptr<uring> _uring;
     submit_mode _submit_mode = submit_mode::syscall;
     std::string _submit_fallback_reason;
+    bool _fixed_buffers = true;
+    std::string _buffers_fallback_reason;
     bool _sqpoll_retry_on_thread = false;  // SQ_AFF refused here: the dispatch thread retries in its cpuset
     lead_controller _lead;
 
