@@ -225,6 +225,7 @@ TEST(isolation, verify_fence_leaves_the_daemons_dispatch_threads_on_their_planne
     auto plain = rtcore::verify_isolation(fs, tasks, *j, {2, 3}, {0, 1}, isolation_method::affinity_fence, {});
     ASSERT_TRUE(plain);
     EXPECT_EQ(tasks.tasks().at(801).affinity, (cpu_set{0, 1}));
+}
 
 // Issue 24 item 4: on a fence host every verify (the repin timer) journals
 // each new thread that touches an isolated CPU, and any local user can make
