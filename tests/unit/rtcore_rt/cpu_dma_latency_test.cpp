@@ -119,7 +119,8 @@ TEST(cpu_dma_latency, permission_denied_says_the_device_is_root_only) {
     });
     EXPECT_EQ(r.reply,
               "open /dev/cpu_dma_latency: Permission denied (the device is root-only: run as root, "
-              "or give the qrtd user write access with a udev rule)");
+              "or give user qrtd alone write access, as the package's tmpfiles.d does with an ACL: "
+              "systemd-tmpfiles --create qrtd.conf)");
     fs::remove_all(root);
 }
 
