@@ -75,15 +75,22 @@ def statuses(client, ids, batch=100):
 
 
 def wait_terminal(client, ids, timeout_s):
-    """Poll jobs.status until every id is terminal (or the timeout)."""
+    """Poll jobs.status until every id is terminal (or the timeout).  Asks
+    again only for the jobs not terminal yet, and backs off when the agent
+    says the tenant's request rate is used up (quota_exceeded: every line
+    counts against it), as a well-behaved client does."""
     give_up = time.monotonic() + timeout_s
+    st = {}
+    pending = list(ids)
     while True:
-        st = statuses(client, ids)
-        pending = [j for j, s in st.items()
-                   if isinstance(s, Exception) or s.get("state") not in TERMINAL]
+        for j, s in statuses(client, pending).items():
+            st[j] = s
+        throttled = any(isinstance(s, Exception) and "quota_exceeded" in str(s) for s in st.values())
+        pending = [j for j in ids
+                   if isinstance(st.get(j), Exception) or st.get(j, {}).get("state") not in TERMINAL]
         if not pending or time.monotonic() > give_up:
-            return st
-        time.sleep(0.2)
+            return {j: st[j] for j in ids}
+        time.sleep(1.0 if throttled else 0.2)
 
 
 def histogram(snapshot, name, qpu=None):
