@@ -29,7 +29,9 @@ grant_test_access() {
   getent passwd qrtd >/dev/null || _qrt_access_made_user=1
   getent group qrt >/dev/null || _qrt_access_made_group=1
   if [ "$_qrt_access_made_user" = 1 ] || [ "$_qrt_access_made_group" = 1 ]; then
-    systemd-sysusers "$(dirname "${BASH_SOURCE[0]}")/../../systemd/sysusers.d/qrtd.conf"
+    # An absolute path: systemd-sysusers takes a relative one for a name to
+    # look up in its own directories.
+    systemd-sysusers "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/systemd/sysusers.d/qrtd.conf"
   fi
   for u in nobody qrtd; do
     if getent passwd "$u" >/dev/null; then
