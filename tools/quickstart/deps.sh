@@ -20,6 +20,9 @@ policy_rc=${QRT_DEPS_POLICY_RC:-/usr/sbin/policy-rc.d}
 QRT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
   clang llvm libbpf-dev bpftool
+  # The fuzz and sanitizer runtimes of clang (a Recommends of clang-14, which
+  # --no-install-recommends leaves out): without it the fuzz targets do not link.
+  libclang-rt-14-dev
   liburing-dev libhwloc-dev hwloc libcap-dev libsystemd-dev
   libspdlog-dev libfmt-dev libtomlplusplus-dev
   nlohmann-json3-dev libsqlite3-dev libcli11-dev
