@@ -1402,6 +1402,19 @@ protected:
         std::ofstream(p) << text;
         return p.string();
     }
+    // The unit's way onto a fence host, forced on v1: the directories handed
+    // to user qrtd, a config with host.isolation = "fence", and `qrtd host
+    // apply` with it as root.  cfg: that config.
+    void apply_fence_as_unit_would(std::string& cfg) const {
+        hand_dirs_to(user());
+        cfg = config_with("qrtd", "cpu_dma_latency = false");
+        std::string text = read_file(cfg);
+        const std::string from = "isolation = \"auto\"";
+        ASSERT_NE(text.find(from), std::string::npos);
+        text.replace(text.find(from), from.size(), "isolation = \"fence\"");
+        std::ofstream(cfg) << text;
+        ASSERT_NO_FATAL_FAILURE(apply(cfg));
+    }
     // The state and socket directories for a daemon started as user qrtd.
     void hand_dirs_to(const deployed_user& u) const {
         fs::create_directories(state());
@@ -1498,16 +1511,8 @@ TEST_F(dispatch_placement, host_apply_then_run_as_qrtd_like_the_unit_reaches_the
 // a service's thread, rtcore/isolation.hpp): the affinity fence.  Forced here
 // on v1, the deployed way: host apply as root, then qrtd run as user qrtd.
 TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_isolated_cpu_alone) {
-    hand_dirs_to(user());
-    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
-    {
-        std::string text = read_file(cfg);
-        const std::string from = "isolation = \"auto\"";
-        ASSERT_NE(text.find(from), std::string::npos);
-        text.replace(text.find(from), from.size(), "isolation = \"fence\"");
-        std::ofstream(cfg) << text;
-    }
-    ASSERT_NO_FATAL_FAILURE(apply(cfg));
+    std::string cfg;
+    ASSERT_NO_FATAL_FAILURE(apply_fence_as_unit_would(cfg));
     {
         background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "fence.log");
         ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
@@ -1533,16 +1538,8 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
 // be SCHED_FIFO on its CPU and the only movable task allowed there; and a
 // thread that something else moves (taskset) pins itself back.
 TEST_F(dispatch_placement, with_the_fence_two_repin_runs_leave_the_dispatch_thread_alone_on_its_cpu) {
-    hand_dirs_to(user());
-    const auto cfg = config_with("qrtd", "cpu_dma_latency = false");
-    {
-        std::string text = read_file(cfg);
-        const std::string from = "isolation = \"auto\"";
-        ASSERT_NE(text.find(from), std::string::npos);
-        text.replace(text.find(from), from.size(), "isolation = \"fence\"");
-        std::ofstream(cfg) << text;
-    }
-    ASSERT_NO_FATAL_FAILURE(apply(cfg));
+    std::string cfg;
+    ASSERT_NO_FATAL_FAILURE(apply_fence_as_unit_would(cfg));
     {
         background d(as_unit(cfg, "+sys_nice,+ipc_lock,+bpf,+perfmon"), _base->path() / "fence-repin.log");
         ASSERT_TRUE(d.wait_log("daemon: running", 60)) << d.log();
