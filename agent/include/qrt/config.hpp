@@ -212,6 +212,11 @@ struct rpc_config {
     unsigned nss_timeout_ms = 0;   // how long a connection waits for NSS
     std::uint32_t max_line_bytes = 0;
     std::string metrics_textfile;  // "" off
+    // The network listener: "tcp://ADDR:PORT", "" off; MUNGE-authenticated.
+    std::string listen;
+    unsigned max_connections_per_host = 0;
+    unsigned auth_timeout_ms = 0;
+    std::string munge_socket;
     bool operator==(const rpc_config&) const = default;
 };
 

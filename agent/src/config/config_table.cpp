@@ -2,6 +2,10 @@
 
 #include "qrt/config_table.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -137,6 +141,48 @@ std::optional<std::string> check_socket_path(std::string_view text) {
     }
     if (text.size() >= 108) {
         return fmt::format("is {} bytes, longer than the 107 that fit in sun_path", text.size());
+    }
+    return std::nullopt;
+}
+
+// rpc.listen: "" or tcp://ADDR:PORT with a literal IPv4 or [IPv6] address.
+std::optional<std::string> check_tcp_listen(std::string_view text) {
+    if (text.empty()) {
+        return std::nullopt;
+    }
+    constexpr std::string_view scheme = "tcp://";
+    const std::string_view usage = "; expected tcp://ADDR:PORT, e.g. tcp://10.0.0.5:7470 or tcp://[::]:7470";
+    if (text.substr(0, scheme.size()) != scheme) {
+        return fmt::format("does not start with tcp://{}", usage);
+    }
+    std::string_view rest = text.substr(scheme.size());
+    std::string host;
+    std::string_view port;
+    int family = AF_INET;
+    if (!rest.empty() && rest.front() == '[') {
+        const auto close = rest.find(']');
+        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+            return fmt::format("has an IPv6 address without its brackets and :PORT{}", usage);
+        }
+        host = std::string(rest.substr(1, close - 1));
+        port = rest.substr(close + 2);
+        family = AF_INET6;
+    } else {
+        const auto colon = rest.rfind(':');
+        if (colon == std::string_view::npos) {
+            return fmt::format("has no :PORT{}", usage);
+        }
+        host = std::string(rest.substr(0, colon));
+        port = rest.substr(colon + 1);
+    }
+    in6_addr buf{};
+    if (::inet_pton(family, host.c_str(), &buf) != 1) {
+        return fmt::format("'{}' is not an {} address (names are not resolved){}", host,
+                           family == AF_INET ? "IPv4" : "IPv6", usage);
+    }
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
+        std::stoul(std::string(port)) == 0 || std::stoul(std::string(port)) > 65535) {
+        return fmt::format("PORT '{}' is not a number in 1..65535{}", port, usage);
     }
     return std::nullopt;
 }
@@ -613,6 +659,32 @@ std::vector<config_option> build_table() {
          .meaning = "When set, the Prometheus metrics are also written to this file every 10 s "
                     "(for node_exporter's textfile collector).  Empty: off.",
          .check = check_optional_absolute_path, QRT_FIELD(rpc, metrics_textfile)},
+        {.section = "rpc", .key = "listen", .kind = k::string,
+         .default_value = std::string(""),
+         .meaning = "The network listener for the same JSON-RPC, \"tcp://ADDR:PORT\" (a literal "
+                    "IPv4 address, or an IPv6 one in brackets); empty: off.  Every connection "
+                    "authenticates with a MUNGE credential before any method (qrtd(8), NETWORK "
+                    "LISTENER); the credential's uid and gid then get the roles SO_PEERCRED would.  "
+                    "Under systemd the socket may come from a second ListenStream= of qrtd.socket.",
+         .check = check_tcp_listen, QRT_FIELD(rpc, listen)},
+        {.section = "rpc", .key = "max_connections_per_host", .kind = k::integer,
+         .default_value = std::int64_t{32}, .min = 1, .max = 4096,
+         .meaning = "Connections one peer address may hold at once on the network listener, "
+                    "counted from accept (before authentication); one more gets overloaded "
+                    "(data.cause \"connections_per_host\") and is closed.",
+         QRT_FIELD(rpc, max_connections_per_host)},
+        {.section = "rpc", .key = "auth_timeout_ms", .kind = k::integer,
+         .default_value = std::int64_t{5000}, .min = 100, .max = 60000,
+         .meaning = "How long a connection of the network listener may take to authenticate "
+                    "(send auth.munge and have munged verify it); then it gets unauthenticated "
+                    "(data.cause \"auth_timeout\") and is closed.  Its lines before that are at "
+                    "most 4096 bytes.",
+         QRT_FIELD(rpc, auth_timeout_ms)},
+        {.section = "rpc", .key = "munge_socket", .kind = k::string,
+         .default_value = std::string("/run/munge/munge.socket.2"),
+         .meaning = "The socket of this host's munged, which decodes the network listener's "
+                    "credentials (at most 64 wait for it).",
+         .check = check_socket_path, QRT_FIELD(rpc, munge_socket)},
 
         // ---------------------------------------------------------------- roles
         {.section = "roles", .key = "reader", .kind = k::string_list,

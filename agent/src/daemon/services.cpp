@@ -192,6 +192,14 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
         so.nss_timeout = std::chrono::milliseconds(cfg.rpc.nss_timeout_ms);
     }
     so.metrics_textfile = cfg.rpc.metrics_textfile;
+    so.listen = cfg.rpc.listen;
+    if (cfg.rpc.max_connections_per_host > 0) {
+        so.max_connections_per_host = cfg.rpc.max_connections_per_host;
+    }
+    if (cfg.rpc.auth_timeout_ms > 0) {
+        so.auth_timeout = std::chrono::milliseconds(cfg.rpc.auth_timeout_ms);
+    }
+    so.munge_socket = cfg.rpc.munge_socket;
     return so;
 }
 

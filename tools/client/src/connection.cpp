@@ -1,6 +1,10 @@
 #include "connection.hpp"
 
 #include <fcntl.h>
+#include <munge.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -117,9 +121,199 @@ reply reply_from_object(const json& obj) {
     return e;
 }
 
+bool is_tcp_address(std::string_view path) noexcept { return path.substr(0, 6) == "tcp://"; }
+
+namespace {
+
+// tcp://HOST:PORT -> (HOST, PORT); HOST may be a bracketed IPv6 address.
+std::optional<std::pair<std::string, std::string>> split_tcp(std::string_view p) {
+    std::string_view rest = p.substr(6);
+    if (!rest.empty() && rest.front() == '[') {
+        const auto close = rest.find(']');
+        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+            return std::nullopt;
+        }
+        return std::make_pair(std::string(rest.substr(1, close - 1)), std::string(rest.substr(close + 2)));
+    }
+    const auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+        return std::nullopt;
+    }
+    return std::make_pair(std::string(rest.substr(0, colon)), std::string(rest.substr(colon + 1)));
+}
+
+// A connected, non-blocking TCP socket to tcp://HOST:PORT within timeout.
+std::variant<rtcore::unique_fd, call_error> connect_tcp(const std::string& p, std::chrono::milliseconds timeout) {
+    const auto hp = split_tcp(p);
+    if (!hp || hp->second.empty() || hp->second.find_first_not_of("0123456789") != std::string::npos) {
+        return local(local_reason::client_error, EINVAL,
+                     "'" + p + "' is not tcp://HOST:PORT (an IPv6 address goes in brackets: tcp://[::1]:7470)");
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (const int rc = ::getaddrinfo(hp->first.c_str(), hp->second.c_str(), &hints, &res); rc != 0) {
+        return local(local_reason::unreachable, EHOSTUNREACH,
+                     "cannot connect to " + p + ": cannot resolve '" + hp->first + "': " + ::gai_strerror(rc));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int last = ECONNREFUSED;
+    rtcore::unique_fd out;
+    for (addrinfo* ai = res; ai != nullptr && !out; ai = ai->ai_next) {
+        rtcore::unique_fd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                        ai->ai_protocol));
+        if (!sock) {
+            last = errno;
+            continue;
+        }
+        int rc = ::connect(sock.get(), ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+            pollfd pfd{sock.get(), POLLOUT, 0};
+            int n = 0;
+            do {
+                n = ::poll(&pfd, 1, poll_ms(deadline));
+            } while (n < 0 && errno == EINTR);
+            if (n == 0) {
+                last = ETIMEDOUT;
+                continue;
+            }
+            int soerr = 0;
+            socklen_t len = sizeof soerr;
+            (void)::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &soerr, &len);
+            rc = soerr == 0 ? 0 : -1;
+            errno = soerr;
+        }
+        if (rc != 0) {
+            last = errno;
+            continue;
+        }
+        const int one = 1;
+        (void)::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        out = std::move(sock);
+    }
+    ::freeaddrinfo(res);
+    if (!out) {
+        std::string hint = last == ECONNREFUSED ? " (is qrtd running there with rpc.listen set?)"
+                           : last == ETIMEDOUT  ? " (no answer: a firewall, or the host is down)"
+                                                : "";
+        return local(local_reason::unreachable, last, "cannot connect to " + p + ": " + errno_text(last) + hint);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<call_error> connection::authenticate(const connect_options& opts) {
+    auto n = next_notification(opts.connect_timeout);
+    const auto refused_early = [&]() -> std::optional<call_error> {
+        // A refusal the agent sent instead of its challenge (a connection cap).
+        for (const auto& [id, obj] : _replies) {
+            reply r = reply_from_object(obj);
+            if (!r) {
+                call_error e = r.error();
+                e.message = _path + ": " + e.message;
+                return e;
+            }
+        }
+        return std::nullopt;
+    };
+    if (auto* e = std::get_if<call_error>(&n)) {
+        if (auto early = refused_early()) {
+            return early;
+        }
+        call_error out = *e;
+        out.message = _path + ": closed before its auth.challenge: " + e->message;
+        return out;
+    }
+    const auto& note = std::get<0>(n);
+    if (!note) {
+        if (auto early = refused_early()) {
+            return early;
+        }
+        return local(local_reason::timeout, ETIMEDOUT,
+                     _path + ": no auth.challenge within " + std::to_string(opts.connect_timeout.count()) +
+                         " ms (is this qrtd's network listener?)");
+    }
+    std::string nonce;
+    if (note->value("method", std::string()) == "auth.challenge" && note->contains("params") &&
+        (*note)["params"].is_object()) {
+        const json& p = (*note)["params"];
+        if (p.value("mechanism", std::string()) == "munge") {
+            nonce = p.value("nonce", std::string());
+        }
+    }
+    if (nonce.empty() || nonce.size() > 128 || nonce.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return local(local_reason::protocol_error, EPROTO,
+                     _path + ": the first line is not a MUNGE auth.challenge: " + dump(*note).substr(0, 160));
+    }
+    const std::string payload = "qrtd-auth-v1 " + nonce;
+    std::string sock = opts.munge_socket;
+    if (sock.empty()) {
+        if (const char* env = std::getenv("QRT_MUNGE_SOCKET"); env != nullptr && *env != '\0') {
+            sock = env;
+        }
+    }
+    munge_ctx_t ctx = ::munge_ctx_create();
+    if (ctx == nullptr) {
+        return local(local_reason::munge_error, ENOMEM, "munge_ctx_create: out of memory");
+    }
+    if (!sock.empty()) {
+        (void)::munge_ctx_set(ctx, MUNGE_OPT_SOCKET, sock.c_str());
+    }
+    char* cred = nullptr;
+    const munge_err_t me = ::munge_encode(&cred, ctx, payload.data(), static_cast<int>(payload.size()));
+    const std::string why = ::munge_ctx_strerror(ctx) != nullptr ? ::munge_ctx_strerror(ctx) : ::munge_strerror(me);
+    ::munge_ctx_destroy(ctx);
+    if (me != EMUNGE_SUCCESS || cred == nullptr) {
+        std::free(cred);
+        const std::string where = sock.empty() ? "the default socket /run/munge/munge.socket.2" : sock;
+        std::string hint = me == EMUNGE_SOCKET ? " (munged is not running here, or not at " + where +
+                                                     ": start munge.service, or set QRT_MUNGE_SOCKET)"
+                                               : "";
+        return local(local_reason::munge_error, me == EMUNGE_SOCKET ? ECONNREFUSED : EPROTO,
+                     "cannot get a MUNGE credential for " + _path + " from munged at " + where + ": " + why + hint);
+    }
+    const std::string credential(cred);
+    std::free(cred);
+    reply r = call("auth.munge", json{{"credential", credential}});
+    if (!r) {
+        call_error e = r.error();
+        std::string cause;
+        if (e.data.is_object()) {
+            cause = e.data.value("cause", std::string());
+        }
+        std::string hint;
+        if (cause == "expired" || cause == "rewound") {
+            hint = " -- the clocks of this host and " + _path +
+                   "'s host disagree: check that both keep time (chrony, ntpd, systemd-timesyncd)";
+        } else if (cause == "invalid") {
+            hint = " -- this host's munge key is not the agent's: install the cluster's /etc/munge/munge.key";
+        } else if (e.reason == "unavailable" && cause == "munge_unavailable") {
+            hint = " -- munged is not running on the agent's host";
+        }
+        e.message = _path + " refused the MUNGE credential: " + e.message + hint;
+        return e;
+    }
+    _auth = std::move(r).result();
+    return std::nullopt;
+}
+
 std::variant<std::unique_ptr<connection>, call_error> connection::open(std::string_view path,
                                                                        connect_options opts) {
     const std::string p(path);
+    if (is_tcp_address(p)) {
+        auto fd = connect_tcp(p, opts.connect_timeout);
+        if (auto* e = std::get_if<call_error>(&fd)) {
+            return *e;
+        }
+        std::unique_ptr<connection> c(new connection(std::move(std::get<0>(fd)), p, opts));
+        if (auto err = c->authenticate(opts)) {
+            return *err;
+        }
+        return c;
+    }
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (p.empty() || p.size() >= sizeof(addr.sun_path)) {

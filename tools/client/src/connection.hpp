@@ -39,6 +39,7 @@ inline constexpr std::string_view disconnected = "disconnected";      // peer cl
 inline constexpr std::string_view protocol_error = "protocol_error";  // reply is not JSON-RPC
 inline constexpr std::string_view client_error = "client_error";      // bad call from the caller
 inline constexpr std::string_view degraded = "degraded";              // qrtctl health: agent unhealthy
+inline constexpr std::string_view munge_error = "munge_error";        // no MUNGE credential (tcp://)
 }  // namespace local_reason
 
 // Exit statuses for the local reasons (sysexits.h values where one fits).
@@ -50,6 +51,7 @@ struct local_exit_entry {
 };
 inline constexpr local_exit_entry local_exit_table[] = {
     {"degraded", 18, "qrtctl health: the agent answered but reports itself degraded"},
+    {"munge_error", 22, "no MUNGE credential could be made here: munged is not running or not reachable (tcp:// agents)"},
     {"client_error", 64, "bad command line or arguments (EX_USAGE)"},
     {"unreachable", 69, "cannot connect to the agent's socket (EX_UNAVAILABLE)"},
     {"disconnected", 69, "the agent closed the connection (EX_UNAVAILABLE)"},
@@ -91,7 +93,13 @@ struct connect_options {
     std::chrono::milliseconds call_timeout{5000};
     // Largest reply line accepted (metrics of a big host are a few 100 KiB).
     std::size_t max_line_bytes = 64U << 20;
+    // tcp:// agents: the local munged's socket (empty: $QRT_MUNGE_SOCKET,
+    // else libmunge's default, /run/munge/munge.socket.2).
+    std::string munge_socket;
 };
+
+// A socket path that names a network agent ("tcp://HOST:PORT").
+bool is_tcp_address(std::string_view path) noexcept;
 
 // The socket path to use: explicit, else $QRT_SOCKET, else the default.
 std::string default_socket_path();
@@ -102,6 +110,13 @@ public:
     // Connects, or fails with reason "unreachable" and a message such as
     //   "cannot connect to /run/qrtd/qrtd.sock: No such file or directory
     //    (is qrtd running?)"
+    // "tcp://HOST:PORT" (HOST a name, an IPv4 address or a bracketed IPv6
+    // one) connects over TCP and authenticates before returning: it reads
+    // the agent's auth.challenge, has the local munged encode a credential
+    // over its payload, and sends auth.munge.  Fails with reason
+    // "munge_error" when munged cannot be reached here, or with the
+    // agent's refusal (reason "unauthenticated", data.cause: expired and
+    // rewound mean the two hosts' clocks disagree).
     static std::variant<std::unique_ptr<connection>, call_error> open(std::string_view path,
                                                                        connect_options opts = {});
     ~connection();
@@ -133,6 +148,8 @@ public:
     void set_call_timeout(std::chrono::milliseconds t) noexcept { _opts.call_timeout = t; }
     std::chrono::milliseconds call_timeout() const noexcept { return _opts.call_timeout; }
     const std::string& path() const noexcept { return _path; }
+    // tcp://: what auth.munge answered ({uid, gid, tenant, roles}); null otherwise.
+    const json& authenticated_as() const noexcept { return _auth; }
     int fd() const noexcept { return _fd.get(); }
     bool broken() const noexcept { return _broken.has_value(); }
 
@@ -150,6 +167,7 @@ private:
     std::optional<call_error> route(const std::string& line);
     std::optional<call_error> write_out(clock::time_point deadline);
     call_error fail(call_error e);
+    std::optional<call_error> authenticate(const connect_options& opts);
 
     rtcore::unique_fd _fd;
     std::string _path;
@@ -162,6 +180,7 @@ private:
     std::deque<std::pair<std::uint64_t, json>> _replies;  // id -> reply object
     std::deque<json> _notes;
     std::optional<call_error> _broken;  // sticky: the connection is unusable
+    json _auth;
 };
 
 // The reply object {"jsonrpc","id","result"|"error"} as a reply.

@@ -36,6 +36,27 @@
 //                     with no partial line pending is exempt)
 //   nss_timeout       how long a new connection may wait for NSS (below)
 //
+// The network listener (listen = "tcp://ADDR:PORT", off when empty; or an
+// AF_INET/AF_INET6 stream socket systemd passes beside the UNIX one):
+// every connection gets one auth.challenge line and must answer with
+// auth.munge and a MUNGE credential over auth_payload(nonce) before any
+// method, reads and agent.hello included (qrt/rpc/munge_auth.hpp).  The
+// credential's uid and gid then stand for SO_PEERCRED: NSS, roles, the
+// per-uid cap and every other limit apply unchanged.  Limits of its own:
+//   max_connections_per_host
+//                     connections from one peer address at once, counted
+//                     from accept (before authentication); one more gets
+//                     `overloaded` (data.cause "connections_per_host")
+//   auth_timeout      how long a connection may take to authenticate
+//                     (send auth.munge and have it verified); then
+//                     `unauthenticated` (data.cause "auth_timeout")
+//   auth_line_bytes   (4096, fixed) longest line before authentication
+// Refusals: one error line, reason `unauthenticated` with data.cause
+// expired, rewound, replayed, invalid, malformed, nonce_mismatch,
+// auth_required (a request before auth.munge) or auth_timeout; `unavailable`
+// (data.cause "munge_unavailable") when this host's munged cannot be asked.
+// Then the connection is closed; nothing was served.
+//
 // Identity off the loop: the kernel gives uid, gid and (SO_PEERGROUPS) the
 // groups at once; the user name (getpwuid_r, and getgrouplist on kernels
 // without SO_PEERGROUPS) comes from NSS, which may be LDAP or sssd and block
@@ -69,6 +90,7 @@
 #include "qrt/event_loop.hpp"
 #include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/engine.hpp"
+#include "qrt/rpc/munge_auth.hpp"
 #include "qrt/telemetry.hpp"
 #include "rtcore/error.hpp"
 
@@ -110,6 +132,16 @@ struct server_options {
     // How long a connection being closed may take to drain its input and
     // read its last error line.
     std::chrono::milliseconds close_linger{2000};
+    // The network listener: "tcp://ADDR:PORT" (ADDR an IPv4 address, or an
+    // IPv6 one in brackets); empty: none (unless systemd passes one).
+    std::string listen;
+    prebound_socket prebound_tcp;  // fd >= 0: the bound listen socket
+    std::size_t max_connections_per_host = 32;
+    std::chrono::milliseconds auth_timeout{5000};
+    std::size_t auth_queue = 64;  // credentials waiting for munged
+    std::string munge_socket;     // empty: libmunge's default (/run/munge/munge.socket.2)
+    // How a credential is checked (empty: munge_check on munge_socket).
+    credential_decoder decode_fn;
     // node_exporter textfile (empty: off), rewritten every interval.
     std::string metrics_textfile;
     std::chrono::milliseconds metrics_textfile_interval{std::chrono::seconds(15)};
@@ -129,6 +161,10 @@ public:
     // Binds socket_path as start() would without socket activation, chmod
     // socket_mode, chown :socket_group.  For binding before a privilege drop.
     static rtcore::result<prebound_socket> bind_socket(const server_options& opts);
+    // Binds and listens on opts.listen ("tcp://ADDR:PORT").
+    static rtcore::result<prebound_socket> bind_tcp(const server_options& opts);
+    // The port of the network listener (0: none).
+    std::uint16_t tcp_port() const noexcept { return _tcp_port; }
     // Close every connection and the listening socket; unlink the socket
     // file if this server bound it.  Loop thread only.
     void stop() noexcept;
@@ -156,6 +192,15 @@ private:
     struct connection;
     void on_accept();
     void accept_one(int fd);
+    void on_accept_tcp();
+    void accept_remote(int fd, const std::string& host);
+    // Ask NSS (or the cache) for c's name, then finish_identity.
+    void start_identity(connection& c);
+    void read_auth(connection& c);
+    void handle_auth_line(connection& c, std::string_view line);
+    void on_credential(std::uint64_t id, const credential_check& r);
+    // An unauthenticated connection refused: one error line, closed.
+    void refuse_auth(connection& c, std::string_view cause, const std::string& message);
     void on_nss_answer(const nss_query& q, const nss_answer& a);
     void finish_identity(connection& c);
     // The per-uid cap and the reserved slots, once c's roles are known:
@@ -185,6 +230,10 @@ private:
     std::unique_ptr<nss_resolver> _resolver;  // made by start()
 
     int _listen_fd = -1;
+    int _tcp_fd = -1;
+    std::uint16_t _tcp_port = 0;
+    std::string _tcp_source;
+    std::unique_ptr<credential_verifier> _verifier;  // made by start() with a listener
     int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
     bool _bound_here = false;
     std::uint64_t _bound_ino = 0;
@@ -217,6 +266,10 @@ private:
     std::uint64_t _backpressure_pauses = 0;
     std::uint64_t _held_replies = 0;
     std::uint64_t _failed_commit_replies = 0;
+    std::uint64_t _accepted_remote = 0;
+    std::uint64_t _rejected_per_host = 0;
+    std::uint64_t _authenticated = 0;
+    std::map<std::string, std::uint64_t, std::less<>> _auth_refused;  // by data.cause
 };
 
 }  // namespace qrt::rpc

@@ -1,0 +1,97 @@
+#pragma once
+// Authentication of the network listener (rpc.listen) by MUNGE.
+//
+// The handshake, one line each way before any method is served:
+//   server, on accept:  {"jsonrpc":"2.0","method":"auth.challenge",
+//                        "params":{"mechanism":"munge","nonce":"<32 hex>",
+//                                  "payload":"qrtd-auth-v1 <nonce>"}}
+//   client:             {"jsonrpc":"2.0","id":ID,"method":"auth.munge",
+//                        "params":{"credential":"MUNGE:..."}}
+//   server:             {"jsonrpc":"2.0","id":ID,"result":{"uid":..,"gid":..,
+//                        "tenant":"..","roles":[..]}}
+//                       or one `unauthenticated` (or `unavailable`) error
+//                       whose data.cause says why, then the connection closes.
+// The credential's payload must be exactly auth_payload(nonce): a
+// credential made for one connection cannot open another, and munged's
+// replay cache refuses a credential decoded twice.  The uid and gid munged
+// vouches for are the caller's identity; its groups come from NSS on this
+// host (getgrouplist), and roles resolve as for SO_PEERCRED.
+//
+// Decoding asks munged over its UNIX socket (munge_decode blocks), so it
+// runs on one verifier thread with a bounded queue, never on the event loop.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace qrt::rpc {
+
+// data.cause of a refused authentication (reason `unauthenticated`); stable.
+namespace auth_cause {
+inline constexpr std::string_view expired = "expired";            // past its TTL
+inline constexpr std::string_view rewound = "rewound";            // encoded in the future (clocks)
+inline constexpr std::string_view replayed = "replayed";          // munged decoded it before
+inline constexpr std::string_view invalid = "invalid";            // another key, or altered
+inline constexpr std::string_view malformed = "malformed";        // not a MUNGE credential
+inline constexpr std::string_view nonce_mismatch = "nonce_mismatch";  // made for another connection
+inline constexpr std::string_view auth_required = "auth_required";    // a request before auth.munge
+inline constexpr std::string_view auth_timeout = "auth_timeout";      // no auth.munge in time
+// Reason `unavailable`: this host's munged could not be asked.
+inline constexpr std::string_view munge_unavailable = "munge_unavailable";
+}  // namespace auth_cause
+
+inline constexpr std::string_view auth_payload_prefix = "qrtd-auth-v1 ";
+std::string auth_payload(std::string_view nonce);
+// 16 random bytes (getrandom), in hex.
+std::string make_nonce();
+
+// What decoding one credential gave.
+struct credential_check {
+    bool ok = false;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::string cause;    // auth_cause::*, empty when ok
+    std::string message;  // human text naming the problem
+    std::int64_t encoded_s = 0;  // munged's encode time (0: unknown)
+    std::int64_t ttl_s = 0;
+};
+
+// Decode `credential` with the munged at `socket` and check its payload is
+// `payload`.  Blocks for as long as munged takes.
+credential_check munge_check(const std::string& socket, std::string_view credential,
+                             std::string_view payload);
+
+using credential_decoder =
+    std::function<credential_check(std::string_view credential, std::string_view payload)>;
+
+// One thread asking munged, a queue of at most queue_capacity credentials.
+// on_answer runs on that thread (the server posts it back to the loop).
+// Destruction does not wait past stop_wait for a decode stuck in munged.
+class credential_verifier {
+public:
+    struct options {
+        std::size_t queue_capacity = 64;
+        std::chrono::milliseconds stop_wait{1000};
+    };
+    using answer_fn = std::function<void(std::uint64_t id, credential_check)>;
+
+    credential_verifier(options o, credential_decoder decode, answer_fn on_answer);
+    ~credential_verifier();
+    credential_verifier(const credential_verifier&) = delete;
+    credential_verifier& operator=(const credential_verifier&) = delete;
+
+    // false: the queue is full.
+    bool submit(std::uint64_t id, std::string credential, std::string payload);
+    std::size_t pending() const;
+
+private:
+    struct shared;
+    std::shared_ptr<shared> _s;
+};
+
+}  // namespace qrt::rpc
