@@ -1,8 +1,13 @@
 """qrt_client: a Python client for qrtd, the QPU host agent.
 
-Standard library only (socket, json, base64).  The agent speaks JSON-RPC 2.0
-over an AF_UNIX stream socket, one JSON object per line; see qrtctl(1) for
-the methods.
+Standard library only (socket, json, base64, ctypes).  The agent speaks
+JSON-RPC 2.0 over an AF_UNIX stream socket, one JSON object per line; see
+qrtctl(1) for the methods.  A path "tcp://HOST:PORT" reaches an agent's
+network listener instead (qrtd(8), NETWORK LISTENER): the client has the
+local munged encode a MUNGE credential over the agent's challenge, through
+libmunge (libmunge2) by ctypes, and authenticates before the first call
+($QRT_MUNGE_SOCKET or munge_socket= names munged's socket; default
+/run/munge/munge.socket.2).
 
     from qrt_client import Client, RpcError
 
@@ -20,7 +25,8 @@ the methods.
 
 Errors: RpcError for errors the agent sent (code, reason = the stable
 data.reason, message, data); ClientError for failures on this side
-(reason "unreachable", "timeout", "disconnected", "protocol_error").  Both
+(reason "unreachable", "timeout", "disconnected", "protocol_error",
+"munge_error" when no MUNGE credential can be made here).  Both
 carry exit_code, the status qrtctl exits with for the same reason.
 
 A Client is not thread-safe; use one per thread.  Events pushed by the
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import ctypes
 import json
 import os
 import socket
@@ -143,23 +150,87 @@ class ClientError(QrtError):
         self.errno = errno
 
 
+AUTH_PAYLOAD_PREFIX = "qrtd-auth-v1 "
+
+
+def munge_encode(payload: bytes, munge_socket: Optional[str] = None) -> str:
+    """A MUNGE credential over payload from the local munged (libmunge)."""
+    try:
+        lib = ctypes.CDLL("libmunge.so.2")
+    except OSError as e:
+        raise ClientError("munge_error", f"libmunge is not installed (Debian: libmunge2): {e}") from None
+    libc = ctypes.CDLL(None)
+    lib.munge_ctx_create.restype = ctypes.c_void_p
+    lib.munge_ctx_destroy.argtypes = [ctypes.c_void_p]
+    lib.munge_ctx_strerror.restype = ctypes.c_char_p
+    lib.munge_ctx_strerror.argtypes = [ctypes.c_void_p]
+    lib.munge_strerror.restype = ctypes.c_char_p
+    lib.munge_strerror.argtypes = [ctypes.c_int]
+    lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                                 ctypes.c_char_p, ctypes.c_int]
+    lib.munge_encode.restype = ctypes.c_int
+    libc.free.argtypes = [ctypes.c_void_p]
+    where = munge_socket or os.environ.get("QRT_MUNGE_SOCKET") or ""
+    ctx = lib.munge_ctx_create()
+    if not ctx:
+        raise ClientError("munge_error", "munge_ctx_create: out of memory")
+    try:
+        if where:
+            # munge_ctx_set(ctx, MUNGE_OPT_SOCKET, const char *): variadic.
+            lib.munge_ctx_set(ctypes.c_void_p(ctx), ctypes.c_int(8), ctypes.c_char_p(where.encode()))
+        cred = ctypes.c_void_p()
+        err = lib.munge_encode(ctypes.byref(cred), ctx, payload, len(payload))
+        why = (lib.munge_ctx_strerror(ctx) or lib.munge_strerror(err) or b"").decode(errors="replace")
+        if err != 0 or not cred.value:
+            shown = where or "the default socket /run/munge/munge.socket.2"
+            hint = (f" (munged is not running here, or not at {shown}: start munge.service, "
+                    "or set QRT_MUNGE_SOCKET)") if err == 6 else ""
+            raise ClientError("munge_error", f"cannot get a MUNGE credential from munged at "
+                              f"{shown}: {why}{hint}")
+        try:
+            return ctypes.string_at(cred.value).decode()
+        finally:
+            libc.free(cred)
+    finally:
+        lib.munge_ctx_destroy(ctx)
+
+
+def _split_tcp(path: str) -> tuple:
+    rest = path[len("tcp://"):]
+    if rest.startswith("["):
+        host, sep, port = rest[1:].partition("]:")
+    else:
+        host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClientError("client_error", f"'{path}' is not tcp://HOST:PORT "
+                          "(an IPv6 address goes in brackets: tcp://[::1]:7470)")
+    return host, int(port)
+
+
 class Client:
     """One connection to the agent.
 
-    path: the socket (default $QRT_SOCKET, else /run/qrtd/qrtd.sock).
+    path: the socket (default $QRT_SOCKET, else /run/qrtd/qrtd.sock), or
+    tcp://HOST:PORT for an agent's MUNGE-authenticated network listener.
     timeout: seconds for connecting and for each call's reply.
+    munge_socket: tcp:// only, munged's socket here (default
+    $QRT_MUNGE_SOCKET, else libmunge's).
     """
 
     MAX_LINE = 64 << 20
 
     def __init__(self, path: Optional[str] = None, timeout: float = 5.0,
-                 connect_timeout: float = 2.0) -> None:
+                 connect_timeout: float = 2.0, munge_socket: Optional[str] = None) -> None:
         self.path = path or os.environ.get("QRT_SOCKET") or DEFAULT_SOCKET
         self.timeout = timeout
         self._next_id = 1
         self._buf = bytearray()
         self._replies: Dict[Any, Dict[str, Any]] = {}
         self._events: Deque[Dict[str, Any]] = collections.deque()
+        self.authenticated_as: Optional[Dict[str, Any]] = None
+        if self.path.startswith("tcp://"):
+            self._open_tcp(connect_timeout, munge_socket)
+            return
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(connect_timeout)
         try:
@@ -175,6 +246,58 @@ class Client:
             raise ClientError(reason, f"cannot connect to {self.path}: "
                               f"{e.strerror or e}{hint}", e.errno or 0) from None
         self._sock.settimeout(None)
+
+    def _open_tcp(self, connect_timeout: float, munge_socket: Optional[str]) -> None:
+        host, port = _split_tcp(self.path)
+        try:
+            self._sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except OSError as e:
+            hint = " (is qrtd running there with rpc.listen set?)" \
+                if isinstance(e, ConnectionRefusedError) else ""
+            reason = "timeout" if isinstance(e, socket.timeout) else "unreachable"
+            raise ClientError(reason, f"cannot connect to {self.path}: "
+                              f"{e.strerror or e}{hint}", e.errno or 0) from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._authenticate(connect_timeout, munge_socket)
+        except BaseException:
+            self.close()
+            raise
+
+    def _authenticate(self, timeout: float, munge_socket: Optional[str]) -> None:
+        deadline = time.monotonic() + timeout
+        line = self._read_line(deadline)
+        if line is None:
+            raise ClientError("timeout", f"{self.path}: no auth.challenge within {timeout}s "
+                              "(is this qrtd's network listener?)")
+        try:
+            first = json.loads(line)
+        except ValueError:
+            first = None
+        if isinstance(first, dict) and "error" in first:
+            _result_of(first, self.path)  # a refusal at accept (a connection cap): raises
+        params = first.get("params") if isinstance(first, dict) else None
+        nonce = params.get("nonce", "") if isinstance(params, dict) else ""
+        if (not isinstance(first, dict) or first.get("method") != "auth.challenge"
+                or params.get("mechanism") != "munge" or not nonce
+                or len(nonce) > 128 or any(ch not in "0123456789abcdef" for ch in nonce)):
+            raise ClientError("protocol_error", f"{self.path}: the first line is not a MUNGE "
+                              f"auth.challenge: {line[:160]!r}")
+        cred = munge_encode((AUTH_PAYLOAD_PREFIX + nonce).encode(), munge_socket)
+        try:
+            self.authenticated_as = self.call("auth.munge", {"credential": cred})
+        except RpcError as e:
+            cause = e.data.get("cause", "") if isinstance(e.data, dict) else ""
+            hint = ""
+            if cause in ("expired", "rewound"):
+                hint = (f" -- the clocks of this host and {self.path}'s host disagree: check "
+                        "that both keep time (chrony, ntpd, systemd-timesyncd)")
+            elif cause == "invalid":
+                hint = " -- this host's munge key is not the agent's"
+            elif cause == "munge_unavailable":
+                hint = " -- munged is not running on the agent's host"
+            raise RpcError(e.code, e.reason, f"{self.path} refused the MUNGE credential: "
+                           f"{e.message}{hint}", e.data) from None
 
     # ------------------------------------------------------------ plumbing
 
