@@ -26,6 +26,9 @@ QRT_PACKAGES=(
   liburing-dev libhwloc-dev hwloc libcap-dev libsystemd-dev
   libspdlog-dev libfmt-dev libtomlplusplus-dev
   nlohmann-json3-dev libsqlite3-dev libcli11-dev
+  # MUNGE: the network listener (rpc.listen) and tcp:// clients link libmunge;
+  # the daemon munged (package munge, below) is what they talk to.
+  libmunge-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   rt-tests libbpf-tools stress-ng systemd python3
   # setfacl: .ci/run grants the test users (nobody, qrtd) search on a 0700

@@ -56,7 +56,7 @@ fi
 # there for the runner's diagnostics (which BTF, which program types load).
 base_pkgs="linux-image-rt-amd64 linux-image-amd64 python3 procps util-linux kmod passwd
   libbpf1 libcap2 libfmt9 libhwloc15 libspdlog1.10 libsqlite3-0 libsystemd0
-  libtomlplusplus3 liburing2 libelf1 bpftool"
+  libtomlplusplus3 liburing2 libelf1 libmunge2 bpftool"
 base_key=$(printf '%s\n' "$base_pkgs" "recipe 2" | sha256sum | cut -c1-16)
 
 cache=${QRT_VMHOST_CACHE:-/var/cache/qrtd-vmhost}
