@@ -1293,9 +1293,12 @@ constexpr std::string_view main_description =
 
 std::string main_footer() {
     return "ENVIRONMENT\n"
-           "  QRT_SOCKET   socket path when --socket is not given (default " +
+           "  QRT_SOCKET   socket path (or tcp://HOST:PORT) when --socket is not given (default " +
            qrt::client::default_socket_path() +
-           ")\n\n"
+           ")\n"
+           "  QRT_MUNGE_SOCKET\n"
+           "               for tcp:// agents, the local munged's socket (default "
+           "/run/munge/munge.socket.2)\n\n"
            "EXIT STATUS (from the error's data.reason; `qrtctl exit-codes`)\n" +
            exit_table_text() +
            "\nEXAMPLES\n"
@@ -1348,7 +1351,8 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
     app.fallthrough();
     app.add_option("--socket,-s", opt.sockets,
                    "agent socket (default $QRT_SOCKET or " + qrt::client::default_socket_path() +
-                       "); give it several times to `slots reserve` on the best of several agents")
+                       "), or tcp://HOST:PORT for an agent on another node (MUNGE-authenticated); "
+                       "give it several times to `slots reserve` on the best of several agents")
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->envname("QRT_SOCKET");

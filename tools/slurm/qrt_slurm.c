@@ -256,9 +256,17 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 	if (KEY("socket") || KEY("state_dir")) {
 		char *dst = KEY("socket") ? cfg->socket : cfg->state_dir;
 		const size_t cap = KEY("socket") ? sizeof(cfg->socket) : sizeof(cfg->state_dir);
-		if (v[0] != '/') {
+		/* socket= may name a qrtd on another node: tcp://HOST:PORT
+		 * (libqrt-client authenticates with MUNGE as the job's user). */
+		const int tcp = KEY("socket") && strncmp(v, "tcp://", 6) == 0;
+		if (tcp && (strchr(v + 6, ':') == NULL || v[6] == '\0' || v[6] == ':')) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf socket='%s': tcp://HOST:PORT "
+				   "is required (or an absolute path)", v);
+		}
+		if (v[0] != '/' && !tcp) {
 			return say(msg, msg_len, -EINVAL, "plugstack.conf %.*s='%s': an absolute path "
-				   "is required", (int)klen, arg, v);
+				   "%sis required", (int)klen, arg, v,
+				   KEY("socket") ? "or tcp://HOST:PORT " : "");
 		}
 		if (copy(dst, cap, v) < 0) {
 			return say(msg, msg_len, -EINVAL, "plugstack.conf %.*s: path longer than %zu "

@@ -535,3 +535,44 @@ TEST_F(munge_listener, a_uid_without_the_scheduler_role_is_refused_remotely_as_l
 }
 
 }  // namespace
+
+namespace {
+
+// The Python client (tools/python/qrt_client.py) over tcp://: a good
+// credential is served; munged not running is said so (munge_error, 22);
+// another key is the agent's refusal (unauthenticated/invalid, 21).
+TEST_F(munge_listener, the_python_client_speaks_tcp_with_munge) {
+    const std::string python = which("python3");
+    if (python.empty()) {
+        GTEST_SKIP() << "python3 is not installed";
+    }
+    const std::string script = R"(
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from qrt_client import Client, QrtError
+try:
+    with Client(sys.argv[2], munge_socket=sys.argv[3]) as c:
+        print(json.dumps({"peer": c.hello()["peer"], "auth": c.authenticated_as}))
+except QrtError as e:
+    print(json.dumps({"reason": e.reason, "exit": e.exit_code, "message": e.message,
+                      "cause": (getattr(e, "data", None) or {}).get("cause", "")}))
+)";
+    const auto run_with = [&](const std::string& munge_socket) {
+        const auto r = qrt::testing::run({python, "-c", script, QRT_TEST_PYTHON_DIR, h().url(), munge_socket});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return json::parse(r.out, nullptr, false);
+    };
+    const json good = run_with(key_a->socket);
+    EXPECT_EQ(good["peer"].value("uid", -1), static_cast<int>(::geteuid())) << good.dump();
+    EXPECT_EQ(good["auth"].value("uid", -1), static_cast<int>(::geteuid())) << good.dump();
+    const json down = run_with((dir / "no-munged.sock").string());
+    EXPECT_EQ(down.value("reason", ""), "munge_error") << down.dump();
+    EXPECT_EQ(down.value("exit", 0), 22);
+    EXPECT_NE(down.value("message", "").find("munged is not running"), std::string::npos) << down.dump();
+    const json other = run_with(key_b->socket);
+    EXPECT_EQ(other.value("reason", ""), "unauthenticated") << other.dump();
+    EXPECT_EQ(other.value("cause", ""), "invalid");
+    EXPECT_EQ(other.value("exit", 0), 21);
+}
+
+}  // namespace

@@ -244,6 +244,12 @@ TEST(spank_core, plugstack_arguments_are_checked_and_an_unknown_one_is_named) {
     EXPECT_EQ(qrt_slurm_config_arg(&c, "sockett=/x", msg, sizeof msg), -EINVAL);
     EXPECT_NE(std::string(msg).find("unknown argument 'sockett'"), std::string::npos) << msg;
     EXPECT_EQ(qrt_slurm_config_arg(&c, "socket=relative", msg, sizeof msg), -EINVAL);
+    // A qrtd on another node (the network listener).
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "socket=tcp://qpu1:7470", msg, sizeof msg), 0) << msg;
+    EXPECT_STREQ(c.socket, "tcp://qpu1:7470");
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "socket=tcp://qpu1", msg, sizeof msg), -EINVAL);
+    EXPECT_NE(std::string(msg).find("tcp://HOST:PORT"), std::string::npos) << msg;
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "state_dir=tcp://qpu1:7470", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "max_lease=10ms", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "cluster=a:b", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "noequals", msg, sizeof msg), -EINVAL);
