@@ -221,6 +221,42 @@ class Listen(unittest.TestCase):
             self.assertEqual(reply["error"]["data"]["cause"], "auth_required")
             self.assertEqual(f.readline(), b"")  # closed, nothing served
 
+    def test_socket_activation_passes_the_tcp_listener(self):
+        sa = which("systemd-socket-activate")
+        if not sa:
+            self.skipTest("systemd-socket-activate is not installed")
+        d = os.path.join(self.dir, "activated")
+        os.mkdir(d, 0o755)
+        os.mkdir(os.path.join(d, "state"), 0o750)
+        port = free_port()
+        cfg = os.path.join(d, "qrtd.toml")
+        with open(cfg, "w") as f:
+            f.write(CONFIG.format(dir=d, port=port, munge=self.munge_sock,
+                                  sim=os.path.join(d, "no-sim.sock"), uid=os.getuid()))
+        log_path = os.path.join(d, "qrtd.log")
+        with open(log_path, "w") as log:
+            # As qrtd.socket with a second ListenStream= would: the UNIX
+            # socket first, then the TCP one.
+            p = subprocess.Popen([sa, "-l", os.path.join(d, "qrtd.sock"), "-l", f"127.0.0.1:{port}",
+                                  QRTD, "run", "-c", cfg, "--state-dir", os.path.join(d, "state")],
+                                 stdout=log, stderr=subprocess.STDOUT)
+        try:
+            def up():
+                try:
+                    with qrt_client.Client(f"tcp://127.0.0.1:{port}", timeout=5,
+                                           munge_socket=self.munge_sock) as c:
+                        return c.hello()["peer"]["uid"] == os.getuid()
+                except qrt_client.QrtError:
+                    return False
+            ok = wait_for(lambda: p.poll() is not None or up(), 20)
+            with open(log_path) as f:
+                text = f.read()
+            self.assertTrue(ok and p.poll() is None, text[-3000:])
+            self.assertIn("network listener", text)
+            self.assertIn("(systemd)", text)
+        finally:
+            self.stop_proc(p)
+
     def test_zz_kill_9_during_a_remote_burst_keeps_every_acknowledged_reservation(self):
         n, kill_after = 300, 40
         c = self.client()
