@@ -65,6 +65,8 @@ test_agent::test_agent(test_agent_options opts) : _opts(std::move(opts)) {
     so.socket_activation = false;
     so.socket_mode = _opts.socket_mode;
     so.max_connections = _opts.max_connections;
+    so.listen = _opts.listen;
+    so.munge_socket = _opts.munge_socket;
     _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);
     rpc::server* srv = _server.get();
     _hooks.transport = [srv] { return srv->stats(); };

@@ -36,6 +36,10 @@ struct test_agent_options {
     std::vector<std::string> health_reasons;
     unsigned socket_mode = 0666;
     std::size_t max_connections = 256;
+    // The network listener ("tcp://127.0.0.1:0": an ephemeral port; empty:
+    // none) and the munged that checks its credentials.
+    std::string listen;
+    std::string munge_socket;
 };
 
 class test_agent {
@@ -51,6 +55,8 @@ public:
     rpc::engine& engine() noexcept { return *_engine; }
     timeline::ledger& ledger() noexcept { return *_ledger; }
     const test_agent_options& options() const noexcept { return _opts; }
+    // The network listener's port (0: none).
+    std::uint16_t tcp_port() const noexcept { return _server ? _server->tcp_port() : 0; }
 
     // Reserve n slots of duration_ns on qpu (tenant "prefill"), for benches
     // at a realistic ledger size.  Returns how many were placed.

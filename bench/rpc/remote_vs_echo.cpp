@@ -1,0 +1,303 @@
+// rpc-remote-vs-echo: what the network listener (rpc.listen) costs, in one run.
+//
+//   1. the floor: a raw TCP echo server and client on 127.0.0.1 (one line
+//      out, the same line back);
+//   2. qrtd's socket side (the real rpc server, engine and methods, in this
+//      process on its own event-loop thread, as bench/rpc/rpc-vs-echo) on
+//      its network listener, the connection authenticated with MUNGE first,
+//      answering agent.hello, then slots.query with --reservations in the
+//      ledger;
+//   3. the cost of authentication per connection: connect + auth.challenge
+//      + munge_encode + auth.munge (munged decodes, NSS, roles) until the
+//      result is read, against a bare TCP connect that reads the challenge;
+//      and munge_encode and munge_decode alone.
+// Round trips are one request at a time, the same raw line client for the
+// echo floor and the agent (it never parses replies).  Goal: remote p50 <=
+// 2x the TCP echo.  Needs a running munged (--munge-socket, default
+// libmunge's).  Prints a table and ends with ONE JSON line.
+//
+//   build/bench/rpc/rpc-remote-vs-echo [--munge-socket PATH] [--rtt-count 5000]
+//       [--connections 200] [--reservations 1000]
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <munge.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "qrt/rpc/munge_auth.hpp"
+#include "rtcore/clock.hpp"
+#include "test_agent.hpp"
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double quantile(std::vector<std::int64_t> v, double q) {
+    if (v.empty()) {
+        return 0.0;
+    }
+    std::sort(v.begin(), v.end());
+    const auto idx = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    return static_cast<double>(v[std::min(idx, v.size() - 1)]);
+}
+
+std::int64_t ns_since(clk::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - t0).count();
+}
+
+int connect_tcp(std::uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        throw std::runtime_error(std::string("connect 127.0.0.1: ") + std::strerror(errno));
+    }
+    const int one = 1;
+    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+// A TCP echo on 127.0.0.1, one connection at a time.
+class echo_server {
+public:
+    echo_server() {
+        _listen = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (_listen < 0 || ::bind(_listen, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::listen(_listen, 16) != 0 || ::getsockname(_listen, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+            throw std::runtime_error(std::string("echo bind: ") + std::strerror(errno));
+        }
+        port = ntohs(a.sin_port);
+        _thread = std::thread([this] { serve(); });
+    }
+    ~echo_server() {
+        ::shutdown(_listen, SHUT_RDWR);
+        ::close(_listen);
+        _thread.join();
+    }
+    std::uint16_t port = 0;
+
+private:
+    void serve() {
+        for (;;) {
+            const int c = ::accept4(_listen, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) {
+                return;
+            }
+            const int one = 1;
+            (void)::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            std::vector<char> buf(64 * 1024);
+            for (;;) {
+                const ssize_t n = ::recv(c, buf.data(), buf.size(), 0);
+                if (n <= 0 || ::send(c, buf.data(), static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) {
+                    break;
+                }
+            }
+            ::close(c);
+        }
+    }
+    int _listen = -1;
+    std::thread _thread;
+};
+
+// One line out, reads until one newline back; never parses.
+std::int64_t round_trip(int fd, const std::string& line, std::vector<char>& buf) {
+    const auto t0 = clk::now();
+    if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+        throw std::runtime_error("send");
+    }
+    for (;;) {
+        const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+        if (n <= 0) {
+            throw std::runtime_error("recv: closed");
+        }
+        if (std::memchr(buf.data(), '\n', static_cast<std::size_t>(n)) != nullptr) {
+            break;
+        }
+    }
+    return ns_since(t0);
+}
+
+struct rtt {
+    double p50 = 0;
+    double p99 = 0;
+};
+
+rtt measure(int fd, const std::string& line, int count) {
+    std::vector<char> buf(1 << 20);
+    for (int i = 0; i < std::min(count / 10, 500); ++i) {
+        (void)round_trip(fd, line, buf);  // warm-up
+    }
+    std::vector<std::int64_t> s;
+    s.reserve(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+        s.push_back(round_trip(fd, line, buf));
+    }
+    return {quantile(s, 0.5), quantile(s, 0.99)};
+}
+
+// An authenticated connection's fd, blocking, for the raw client.
+std::unique_ptr<qrt::client::connection> open_remote(std::uint16_t port, const std::string& munge_socket) {
+    qrt::client::connect_options co;
+    co.munge_socket = munge_socket;
+    auto r = qrt::client::connection::open("tcp://127.0.0.1:" + std::to_string(port), co);
+    if (auto* e = std::get_if<qrt::client::call_error>(&r)) {
+        throw std::runtime_error(e->message);
+    }
+    auto c = std::move(std::get<0>(r));
+    const int flags = ::fcntl(c->fd(), F_GETFL);
+    (void)::fcntl(c->fd(), F_SETFL, flags & ~O_NONBLOCK);
+    return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"rpc-remote-vs-echo: the MUNGE-authenticated network listener against a TCP echo"};
+    std::string munge_socket;
+    int count = 5000;
+    int connections = 200;
+    std::size_t reservations = 1000;
+    app.add_option("--munge-socket", munge_socket, "munged's socket (default libmunge's)");
+    app.add_option("--rtt-count", count, "round trips per measurement");
+    app.add_option("--connections", connections, "connections for the authentication cost");
+    app.add_option("--reservations", reservations, "reservations in the ledger for slots.query");
+    CLI11_PARSE(app, argc, argv);
+    spdlog::set_level(spdlog::level::warn);
+
+    const auto dir = std::filesystem::temp_directory_path() / ("qrt-remote-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    qrt::testing::test_agent_options ao;
+    ao.socket_path = (dir / "qrtd.sock").string();
+    ao.roles.scheduler = {"uid:" + std::to_string(::geteuid())};
+    ao.listen = "tcp://127.0.0.1:0";
+    ao.munge_socket = munge_socket;
+    ao.max_connections = 4096;
+    qrt::testing::test_agent agent(ao);
+    const std::size_t placed = agent.prefill(reservations, 1'000'000, "qpu0");
+    const std::uint16_t port = agent.tcp_port();
+    std::thread loop_thread([&] { agent.loop().run(); });
+
+    echo_server echo;
+    const std::string hello = R"({"jsonrpc":"2.0","id":1,"method":"agent.hello"})"
+                              "\n";
+    const std::string query = R"({"jsonrpc":"2.0","id":2,"method":"slots.query","params":{"duration_ns":1000000,"qpus":["qpu0"]}})"
+                              "\n";
+    const int efd = connect_tcp(echo.port);
+    const rtt e = measure(efd, hello, count);
+    ::close(efd);
+    auto remote = open_remote(port, munge_socket);
+    const rtt h = measure(remote->fd(), hello, count);
+    const rtt q = measure(remote->fd(), query, count);
+    remote.reset();
+
+    // Authentication per connection.
+    std::vector<std::int64_t> auth_ns;
+    std::vector<std::int64_t> bare_ns;
+    std::vector<char> buf(4096);
+    for (int i = 0; i < connections; ++i) {
+        auto t0 = clk::now();
+        auto c = open_remote(port, munge_socket);
+        auth_ns.push_back(ns_since(t0));
+        c.reset();
+        t0 = clk::now();
+        const int fd = connect_tcp(port);
+        for (;;) {  // the challenge line
+            const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+            if (n <= 0 || std::memchr(buf.data(), '\n', static_cast<std::size_t>(n)) != nullptr) {
+                break;
+            }
+        }
+        bare_ns.push_back(ns_since(t0));
+        ::close(fd);
+    }
+    std::vector<std::int64_t> enc_ns;
+    std::vector<std::int64_t> dec_ns;
+    for (int i = 0; i < connections; ++i) {
+        const std::string payload = qrt::rpc::auth_payload(qrt::rpc::make_nonce());
+        munge_ctx_t ctx = munge_ctx_create();
+        if (!munge_socket.empty()) {
+            munge_ctx_set(ctx, MUNGE_OPT_SOCKET, munge_socket.c_str());
+        }
+        char* cred = nullptr;
+        auto t0 = clk::now();
+        const munge_err_t err = munge_encode(&cred, ctx, payload.data(), static_cast<int>(payload.size()));
+        enc_ns.push_back(ns_since(t0));
+        munge_ctx_destroy(ctx);
+        if (err != EMUNGE_SUCCESS) {
+            std::fprintf(stderr, "munge_encode: %s\n", munge_strerror(err));
+            return 1;
+        }
+        t0 = clk::now();
+        const auto r = qrt::rpc::munge_check(munge_socket, cred, payload);
+        dec_ns.push_back(ns_since(t0));
+        std::free(cred);
+        if (!r.ok) {
+            std::fprintf(stderr, "munge_check: %s\n", r.message.c_str());
+            return 1;
+        }
+    }
+    agent.loop().stop();
+    loop_thread.join();
+    std::filesystem::remove_all(dir);
+
+    const double a50 = quantile(auth_ns, 0.5);
+    const double b50 = quantile(bare_ns, 0.5);
+    std::printf("%-34s %12s %12s %8s\n", "round trip (127.0.0.1)", "p50 us", "p99 us", "x echo");
+    std::printf("%-34s %12.1f %12.1f %8.2f\n", "TCP echo", e.p50 / 1e3, e.p99 / 1e3, 1.0);
+    std::printf("%-34s %12.1f %12.1f %8.2f\n", "agent.hello (authenticated TCP)", h.p50 / 1e3, h.p99 / 1e3,
+                h.p50 / e.p50);
+    std::printf("%-34s %12.1f %12.1f %8.2f\n",
+                ("slots.query (" + std::to_string(placed) + " reservations)").c_str(), q.p50 / 1e3,
+                q.p99 / 1e3, q.p50 / e.p50);
+    std::printf("\n%-34s %12s %12s\n", "per connection", "p50 us", "p99 us");
+    std::printf("%-34s %12.1f %12.1f\n", "connect + MUNGE authentication", a50 / 1e3, quantile(auth_ns, 0.99) / 1e3);
+    std::printf("%-34s %12.1f %12.1f\n", "connect + challenge only", b50 / 1e3, quantile(bare_ns, 0.99) / 1e3);
+    std::printf("%-34s %12.1f %12.1f\n", "munge_encode (client)", quantile(enc_ns, 0.5) / 1e3,
+                quantile(enc_ns, 0.99) / 1e3);
+    std::printf("%-34s %12.1f %12.1f\n", "munge_decode + payload (server)", quantile(dec_ns, 0.5) / 1e3,
+                quantile(dec_ns, 0.99) / 1e3);
+    const json out{{"bench", "rpc-remote-vs-echo"},
+                   {"rtt_count", count},
+                   {"echo_p50_ns", e.p50},
+                   {"hello_p50_ns", h.p50},
+                   {"hello_p99_ns", h.p99},
+                   {"query_p50_ns", q.p50},
+                   {"query_p99_ns", q.p99},
+                   {"hello_over_echo", h.p50 / e.p50},
+                   {"query_over_echo", q.p50 / e.p50},
+                   {"reservations", placed},
+                   {"auth_connect_p50_ns", a50},
+                   {"bare_connect_p50_ns", b50},
+                   {"auth_cost_p50_ns", a50 - b50},
+                   {"munge_encode_p50_ns", quantile(enc_ns, 0.5)},
+                   {"munge_decode_p50_ns", quantile(dec_ns, 0.5)},
+                   {"goal_p50_le_2x_echo", h.p50 <= 2 * e.p50 && q.p50 <= 2 * e.p50}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+}
