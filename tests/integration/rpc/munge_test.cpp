@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -477,6 +478,49 @@ TEST_F(munge_listener, connections_per_host_are_capped_before_authentication) {
     const json refused = c.next();
     EXPECT_EQ(refused["error"]["data"].value("cause", ""), "connections_per_host") << refused.dump();
     EXPECT_EQ(refused["error"]["data"].value("reason", ""), "overloaded");
+}
+
+// The per-uid cap of the UNIX socket counts remote connections of the uid
+// too (the credential's uid is the peer's uid).
+TEST_F(munge_listener, a_remote_connection_counts_in_its_uids_cap) {
+    rpc::server_options so;
+    so.max_connections_per_uid = 1;
+    harness& hh = h(so);
+    auto first = qrt::client::connection::open(hh.url(), client_options());
+    ASSERT_EQ(first.index(), 0U) << std::get<1>(first).message;
+    // The same uid again, over the network: refused once its identity is known.
+    auto second = qrt::client::connection::open(hh.url(), client_options());
+    ASSERT_EQ(second.index(), 1U);
+    const auto& e2 = std::get<1>(second);
+    EXPECT_EQ(e2.reason, "overloaded") << e2.message;
+    ASSERT_TRUE(e2.data.is_object()) << e2.message;
+    EXPECT_EQ(e2.data.value("cause", ""), "connections_per_uid") << e2.message;
+    // And over the UNIX socket, with the remote one open: the refusal line.
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", hh.socket_path.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    char buf[4096] = {};
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    ASSERT_GT(n, 0);
+    const json refused = json::parse(std::string(buf, static_cast<std::size_t>(n)), nullptr, false);
+    EXPECT_EQ(refused["error"]["data"].value("cause", ""), "connections_per_uid") << buf;
+}
+
+TEST_F(munge_listener, a_quiet_remote_peer_is_dropped_after_the_idle_timeout) {
+    rpc::server_options so;
+    so.idle_timeout = 200ms;
+    harness& hh = h(so);
+    raw_tcp t(hh.port);
+    t.auth(encode(key_a->socket, rpc::auth_payload(t.challenge())));
+    ASSERT_TRUE(t.next().contains("result"));
+    const json idle = t.next();  // nothing sent since: the idle timeout's line
+    EXPECT_EQ(idle["error"]["data"].value("reason", ""), "idle_timeout") << idle.dump();
+    EXPECT_TRUE(t.closed_by_peer());
 }
 
 TEST_F(munge_listener, the_client_says_when_munged_is_not_running) {
