@@ -4,7 +4,12 @@
  * For Slurm SPANK plugins, prolog/epilog helpers and any other C caller.
  * The library speaks JSON-RPC 2.0 over the agent's AF_UNIX stream socket
  * (default /run/qrtd/qrtd.sock, or $QRT_SOCKET); see qrtctl(1) for the
- * methods and DESIGN.md for their parameters.
+ * methods and DESIGN.md for their parameters.  A path "tcp://HOST:PORT"
+ * reaches an agent's network listener on another node instead: the
+ * library has the local munged encode a MUNGE credential ($QRT_MUNGE_SOCKET
+ * names munged's socket) and authenticates before qrt_connect returns;
+ * munged not running is reason "munge_error", a refused credential reason
+ * "unauthenticated" (qrtd(8), NETWORK LISTENER).
  *
  *   qrt_client *c = NULL;
  *   qrt_error err;
@@ -96,7 +101,8 @@ QRT_CLIENT_API const char *qrt_client_version(void);
  * built-in default.  Static storage; valid until the next call.  */
 QRT_CLIENT_API const char *qrt_default_socket(void);
 
-/* Connect (bounded by 2000 ms).  path NULL: qrt_default_socket().
+/* Connect (bounded by 2000 ms).  path NULL: qrt_default_socket(); a socket
+ * path, or tcp://HOST:PORT (authenticated with MUNGE, as above).
  * On success *out holds a client to qrt_close().  */
 QRT_CLIENT_API int qrt_connect(const char *path, qrt_client **out, qrt_error *err);
 QRT_CLIENT_API int qrt_connect_timeout(const char *path, int connect_timeout_ms,
