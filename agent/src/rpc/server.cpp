@@ -423,6 +423,12 @@ rtcore::status server::start() {
         if (auto st = _loop.add_fd(_tcp_fd, EPOLLIN, [this](std::uint32_t) { on_accept_tcp(); }); !st) {
             return st;
         }
+        const std::string msock = _opts.munge_socket.empty() ? "/run/munge/munge.socket.2" : _opts.munge_socket;
+        if (struct stat ms {}; !_opts.decode_fn && ::stat(msock.c_str(), &ms) != 0) {
+            log::warn("rpc", "munged's socket {} does not exist ({}): every network connection is refused "
+                             "(unavailable, data.cause munge_unavailable) until munged runs (systemctl start munge)",
+                      msock, std::strerror(errno));
+        }
         log::info("rpc", "serving the network listener on {} port {} ({}), MUNGE-authenticated (munged at {}), "
                          "max {} connections per host, {} ms to authenticate",
                   _opts.listen.empty() ? std::string("systemd socket") : _opts.listen, _tcp_port, _tcp_source,
