@@ -61,6 +61,10 @@
 #   QRT_TSAN_DIR / QRT_ASAN_DIR   build directories
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# Paths under the checkout hash relative to it, so that a fresh clone in
+# another directory (CI's mktemp -d) hits what an earlier clone cached.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 jobs=${QRT_SAN_JOBS:-${QRT_JOBS:-$(nproc)}}
 only=${QRT_SAN_ONLY:-}
 start=$(date +%s)
