@@ -104,6 +104,7 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
         lo.commit_group_max = cfg.timeline.commit_group_max;
     }
     lo.commit_group_wait = std::chrono::microseconds(cfg.timeline.commit_group_wait_us);
+    lo.endpoint_down_horizon_ns = cfg.timeline.endpoint_down_horizon_ns;
     if (cfg.timeline.commit_queue_max > 0) {
         lo.commit_queue_max = cfg.timeline.commit_queue_max;
     }
@@ -131,6 +132,23 @@ std::vector<timeline::qpu_spec> qpu_specs_for(const config& cfg) {
     return out;
 }
 
+
+// What an operator can do about an endpoint qrtd cannot reach, from the
+// error the connect gave (stated in the endpoint_down refusal and the log).
+std::string endpoint_remedy(const std::string& error, const std::string& uri, const std::string& user) {
+    const std::string who = user.empty() ? std::string("qrtd's user") : "user " + user;
+    if (error.find("Permission denied") != std::string::npos) {
+        return fmt::format("{} may not connect to {}: give the endpoint's socket a group {} is in "
+                           "(qpu-sim --socket-group {} --socket-mode 0660); qrtd reconnects by itself",
+                           who, uri, who, user.empty() ? "qrtd" : user);
+    }
+    if (error.find("No such file") != std::string::npos ||
+        error.find("Connection refused") != std::string::npos) {
+        return fmt::format("nothing listens on {}: start the QPU endpoint; qrtd reconnects by itself", uri);
+    }
+    return fmt::format("check the QPU endpoint {} (agent.status qpus[].endpoint_state); qrtd "
+                       "reconnects by itself", uri);
+}
 
 }  // namespace
 
@@ -522,13 +540,18 @@ rtcore::status services::start_links() {
         dispatch::qpu_link_callbacks cb;
         cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
         cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) { on_outcome(*qp, o); };
-        cb.on_endpoint_state = [qp](bool up, const std::string& reason) {
+        cb.on_endpoint_state = [this, qp](bool up, const std::string& reason) {
             qp->endpoint_state = up ? "up" : "down (" + reason + ")";
+            const std::string remedy = up ? std::string() : endpoint_remedy(reason, qp->endpoint, _cfg.agent.user);
             if (up) {
                 log::info("dispatch", "{}: endpoint {} up", qp->name, qp->endpoint);
             } else {
-                log::warn("dispatch", "{}: endpoint {} down: {}", qp->name, qp->endpoint, reason);
+                log::warn("dispatch", "{}: endpoint {} down: {}; {}", qp->name, qp->endpoint, reason, remedy);
             }
+            // Requests within timeline.endpoint_down_horizon_ns are refused
+            // while it is down; subscribers hear of it now.
+            _ledger->set_endpoint_state(qp->name, up, reason, remedy, _clock.now_realtime_ns());
+            publish_ledger_events();
         };
         try {
             q->link = std::make_unique<dispatch::qpu_link>(_loop, _clock, lc, std::move(cb));
