@@ -421,15 +421,23 @@ std::string services::placement_text() const {
                        _facts.isolation, _facts.rt_reach.empty() ? "no partition applied" : _facts.rt_reach);
 }
 
+// The plan's dispatch CPU for QPU i: its own, or, where QPUs share (untuned
+// or host.isolation = "none" on a host with fewer spare cores than QPUs,
+// see plan_for), CPU i mod n of the plan's n.  -1: no plan.
+int services::shared_dispatch_cpu(std::uint32_t i) const {
+    if (_facts.dispatch_cpus.empty()) {
+        return -1;
+    }
+    return static_cast<int>(_facts.dispatch_cpus[i % _facts.dispatch_cpus.size()]);
+}
+
 rtcore::status services::start_links() {
     // dispatch.submit_mode = "auto" places SQPOLL pollers on spare isolated
     // CPUs (qrt/dispatch/submit_choice.hpp); it needs every QPU's dispatch
     // CPU and, for SMT siblings, the topology of the real host.
     std::vector<unsigned> dispatch_cpus;
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
-        const int c = _cfg.qpus[i].dispatch_cpu >= 0 ? _cfg.qpus[i].dispatch_cpu
-                      : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
-                                                        : -1;
+        const int c = _cfg.qpus[i].dispatch_cpu >= 0 ? _cfg.qpus[i].dispatch_cpu : shared_dispatch_cpu(i);
         dispatch_cpus.push_back(c >= 0 ? static_cast<unsigned>(c) : rtcore::cpu_set::max_cpus);
     }
     std::optional<rtcore::topology> topology;
@@ -463,9 +471,7 @@ rtcore::status services::start_links() {
         q->name = qc.name;
         q->endpoint = qc.target.uri;
         q->tolerance_ns = qc.effective_job_tolerance_ns(_cfg);
-        q->dispatch_cpu = qc.dispatch_cpu >= 0 ? qc.dispatch_cpu
-                          : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
-                                                            : -1;
+        q->dispatch_cpu = qc.dispatch_cpu >= 0 ? qc.dispatch_cpu : shared_dispatch_cpu(i);
 
         dispatch::qpu_link_config lc;
         lc.endpoint = qc.target.uri;
