@@ -92,11 +92,12 @@ REASONS = [
     ("store_error", -32019, 14),
     ("quota_exceeded", -32020, 19),
     ("sent", -32021, 20),
-    ("unauthenticated", -32022, 21),
+    ("endpoint_down", -32022, 21),
+    ("unauthenticated", -32023, 22),
 ]
 LOCAL_REASONS = [
     ("degraded", 18),
-    ("munge_error", 22),
+    ("munge_error", 23),
     ("client_error", 64),
     ("unreachable", 69),
     ("disconnected", 69),

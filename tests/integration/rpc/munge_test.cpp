@@ -531,7 +531,7 @@ TEST_F(munge_listener, the_client_says_when_munged_is_not_running) {
     const auto& e = std::get<1>(r);
     EXPECT_EQ(e.reason, "munge_error");
     EXPECT_NE(e.message.find("munged is not running"), std::string::npos) << e.message;
-    EXPECT_EQ(qrt::client::exit_code_for(e.reason), 22);
+    EXPECT_EQ(qrt::client::exit_code_for(e.reason), 23);
 }
 
 TEST_F(munge_listener, the_client_reports_another_key_as_the_agents_refusal) {
@@ -583,8 +583,8 @@ TEST_F(munge_listener, a_uid_without_the_scheduler_role_is_refused_remotely_as_l
 namespace {
 
 // The Python client (tools/python/qrt_client.py) over tcp://: a good
-// credential is served; munged not running is said so (munge_error, 22);
-// another key is the agent's refusal (unauthenticated/invalid, 21).
+// credential is served; munged not running is said so (munge_error, 23);
+// another key is the agent's refusal (unauthenticated/invalid, 22).
 TEST_F(munge_listener, the_python_client_speaks_tcp_with_munge) {
     const std::string python = which("python3");
     if (python.empty()) {
@@ -611,12 +611,12 @@ except QrtError as e:
     EXPECT_EQ(good["auth"].value("uid", -1), static_cast<int>(::geteuid())) << good.dump();
     const json down = run_with((dir / "no-munged.sock").string());
     EXPECT_EQ(down.value("reason", ""), "munge_error") << down.dump();
-    EXPECT_EQ(down.value("exit", 0), 22);
+    EXPECT_EQ(down.value("exit", 0), 23);
     EXPECT_NE(down.value("message", "").find("munged is not running"), std::string::npos) << down.dump();
     const json other = run_with(key_b->socket);
     EXPECT_EQ(other.value("reason", ""), "unauthenticated") << other.dump();
     EXPECT_EQ(other.value("cause", ""), "invalid");
-    EXPECT_EQ(other.value("exit", 0), 21);
+    EXPECT_EQ(other.value("exit", 0), 22);
 }
 
 }  // namespace

@@ -187,11 +187,11 @@ class Listen(unittest.TestCase):
         hello = json.loads(r.stdout)
         self.assertEqual(hello["peer"]["uid"], os.getuid())
         self.assertEqual(hello["peer"]["roles"], ["scheduler"])
-        # munged not running here: said so, exit status 22.
+        # munged not running here: said so, exit status 23.
         env["QRT_MUNGE_SOCKET"] = os.path.join(self.dir, "absent.sock")
         r = subprocess.run([QRTCTL, "--socket", self.url, "agent", "hello"],
                            capture_output=True, text=True, env=env, timeout=30)
-        self.assertEqual(r.returncode, 22, r.stdout + r.stderr)
+        self.assertEqual(r.returncode, 23, r.stdout + r.stderr)
         self.assertIn("munged is not running", r.stderr)
 
     def test_a_job_reserved_and_submitted_over_tcp_completes(self):

@@ -51,7 +51,7 @@ struct local_exit_entry {
 };
 inline constexpr local_exit_entry local_exit_table[] = {
     {"degraded", 18, "qrtctl health: the agent answered but reports itself degraded"},
-    {"munge_error", 22, "no MUNGE credential could be made here: munged is not running or not reachable (tcp:// agents)"},
+    {"munge_error", 23, "no MUNGE credential could be made here: munged is not running or not reachable (tcp:// agents)"},
     {"client_error", 64, "bad command line or arguments (EX_USAGE)"},
     {"unreachable", 69, "cannot connect to the agent's socket (EX_UNAVAILABLE)"},
     {"disconnected", 69, "the agent closed the connection (EX_UNAVAILABLE)"},
