@@ -74,6 +74,12 @@ if contents libqrt-client1 | grep -qE '\.so$|\.h$'; then fail "libqrt-client1 sh
 check "libqrt-client1 declares its shared library (shlibs)" sh -c "dpkg-deb -I '$(deb libqrt-client1)' shlibs | grep -q '^libqrt-client 1 libqrt-client1'"
 check "libqrt-client1 ships a symbols file naming qrt_place_best" sh -c "dpkg-deb -I '$(deb libqrt-client1)' symbols | grep -q 'qrt_place_best@QRT_CLIENT_1.1'"
 
+# The network listener and tcp:// clients link libmunge; munged itself is
+# only recommended (rpc.listen is off by default).
+check "qrtd depends on libmunge2" sh -c "dpkg-deb -f '$(deb qrtd)' Depends | grep -q 'libmunge2'"
+check "libqrt-client1 depends on libmunge2" sh -c "dpkg-deb -f '$(deb libqrt-client1)' Depends | grep -q 'libmunge2'"
+check "qrtd recommends munge" sh -c "dpkg-deb -f '$(deb qrtd)' Recommends | grep -qw 'munge'"
+
 # ---- conffile and maintainer scripts
 dpkg-deb -e "$(deb qrtd)" "$tmp/ctl"
 check "/etc/qrtd/qrtd.toml is a conffile" grep -qx /etc/qrtd/qrtd.toml "$tmp/ctl/conffiles"
