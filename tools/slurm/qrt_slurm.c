@@ -240,6 +240,11 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 	return say(msg, msg_len, -EINVAL, "unknown option --%s", name);
 }
 
+int qrt_slurm_checks_cpuset(const qrt_slurm_config *cfg)
+{
+	return cfg->cpuset_check && strncmp(cfg->socket, "tcp://", 6) != 0;
+}
+
 int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size_t msg_len)
 {
 	const char *eq = strchr(arg, '=');

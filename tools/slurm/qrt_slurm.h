@@ -92,6 +92,10 @@ typedef struct qrt_slurm_held {
 void qrt_slurm_config_default(qrt_slurm_config *cfg);
 /* One plugstack.conf argument ("socket=/run/qrtd/qrtd.sock"). */
 int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size_t msg_len);
+/* Whether a step's cpuset is checked against the isolated CPUs qrtd
+ * reports: with cpuset_check=yes and a local socket only.  A tcp:// qrtd is
+ * another node's, whose dispatch CPUs say nothing about this node's. */
+int qrt_slurm_checks_cpuset(const qrt_slurm_config *cfg);
 
 void qrt_slurm_options_default(qrt_slurm_options *o);
 

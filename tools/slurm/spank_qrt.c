@@ -565,7 +565,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 			  err.message, err.reason);
 		return 0;
 	}
-	if (cfg.cpuset_check) {
+	if (qrt_slurm_checks_cpuset(&cfg)) {
 		read_isolated(c);
 	}
 	if (mode == MODE_OWN) {
@@ -606,7 +606,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		}
 		return -1;
 	}
-	if (cfg.cpuset_check && isolated_known) {
+	if (qrt_slurm_checks_cpuset(&cfg) && isolated_known) {
 		qrt_slurm_cpus mine;
 		char both[256];
 		char all[256];

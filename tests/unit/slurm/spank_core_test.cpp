@@ -250,6 +250,12 @@ TEST(spank_core, plugstack_arguments_are_checked_and_an_unknown_one_is_named) {
     EXPECT_EQ(qrt_slurm_config_arg(&c, "socket=tcp://qpu1", msg, sizeof msg), -EINVAL);
     EXPECT_NE(std::string(msg).find("tcp://HOST:PORT"), std::string::npos) << msg;
     EXPECT_EQ(qrt_slurm_config_arg(&c, "state_dir=tcp://qpu1:7470", msg, sizeof msg), -EINVAL);
+    // The QPU node's isolated CPUs are not this node's: no cpuset check.
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "cpuset_check=yes", msg, sizeof msg), 0);
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "socket=tcp://qpu1:7470", msg, sizeof msg), 0);
+    EXPECT_EQ(qrt_slurm_checks_cpuset(&c), 0);
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "socket=/run/x/qrtd.sock", msg, sizeof msg), 0);
+    EXPECT_EQ(qrt_slurm_checks_cpuset(&c), 1);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "max_lease=10ms", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "cluster=a:b", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "noequals", msg, sizeof msg), -EINVAL);
