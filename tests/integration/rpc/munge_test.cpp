@@ -460,6 +460,7 @@ TEST_F(munge_listener, an_expired_credential_is_refused) {
 TEST_F(munge_listener, a_silent_peer_is_dropped_after_the_auth_timeout) {
     rpc::server_options so;
     so.auth_timeout = 100ms;
+    so.idle_timeout = 800ms;  // the sweep runs every idle_timeout / 4
     raw_tcp t(h(so).port);
     t.challenge();
     EXPECT_EQ(cause_of(t.next()), "unauthenticated/auth_timeout");
