@@ -27,6 +27,9 @@ void ledger::set_state(reservation& r, res_state to, std::string_view why, std::
                        std::string_view ev_type) {
     const res_state from = r.state;
     const std::size_t q = _qpu_index.at(r.qpu);
+    if (from == res_state::committed) {
+        _going_out.erase(r.id);
+    }
     if (from == res_state::held) {
         _leases.erase({r.lease_expires_ns, r.id});
     }
