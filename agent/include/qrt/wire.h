@@ -1,5 +1,5 @@
 /* QPU endpoint wire format: the ONE header shared by qrtd (agent/) and the
- * tools (qpu-sim, tests, benches).  See DESIGN.md, "QPU endpoint wire format".
+ * tools (qpu-sim, tests, benches).  See README.md, "The QPU endpoint wire format".
  *
  * A frame is a fixed 96-byte header followed by payload_len bytes of payload.
  * Every field is a fixed-width little-endian integer; the header is
