@@ -4,7 +4,7 @@
  * For Slurm SPANK plugins, prolog/epilog helpers and any other C caller.
  * The library speaks JSON-RPC 2.0 over the agent's AF_UNIX stream socket
  * (default /run/qrtd/qrtd.sock, or $QRT_SOCKET); see qrtctl(1) for the
- * methods and DESIGN.md for their parameters.  A path "tcp://HOST:PORT"
+ * methods and their parameters.  A path "tcp://HOST:PORT"
  * reaches an agent's network listener on another node instead: the
  * library has the local munged encode a MUNGE credential ($QRT_MUNGE_SOCKET
  * names munged's socket) and authenticates before qrt_connect returns;
