@@ -1,0 +1,552 @@
+"""qrt_client: a Python client for qrtd, the QPU host agent.
+
+Standard library only (socket, json, base64).  The agent speaks JSON-RPC 2.0
+over an AF_UNIX stream socket, one JSON object per line; see qrtctl(1) for
+the methods.
+
+    from qrt_client import Client, RpcError
+
+    with Client() as c:                      # $QRT_SOCKET or /run/qrtd/qrtd.sock
+        print(c.hello()["api_version"])
+        slots = c.slots_query(duration_ns=2_000_000, qpus=["qpu0"])
+        r = c.slots_reserve(duration_ns=2_000_000, qpus=["qpu0"],
+                            idempotency_key="slurm-1234")
+        c.jobs_submit(b"...", reservation_id=r["reservation_id"],
+                      fencing_token=r["fencing_token"])
+        try:
+            c.slots_query(duration_ns=2_000_000, qpus=["nope"])
+        except RpcError as e:
+            print(e.reason, e.exit_code)      # unknown_qpu 7
+
+Errors: RpcError for errors the agent sent (code, reason = the stable
+data.reason, message, data); ClientError for failures on this side
+(reason "unreachable", "timeout", "disconnected", "protocol_error").  Both
+carry exit_code, the status qrtctl exits with for the same reason.
+
+A Client is not thread-safe; use one per thread.  Events pushed by the
+agent (after subscribe()) are queued while a reply is awaited and read with
+events().
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import socket
+import time
+from typing import Any, Deque, Dict, Iterator, List, Optional
+
+__all__ = [
+    "Client",
+    "ClientError",
+    "QrtError",
+    "RpcError",
+    "DEFAULT_SOCKET",
+    "EXIT_CODES",
+    "REASONS",
+    "exit_code_for_reason",
+]
+
+DEFAULT_SOCKET = "/run/qrtd/qrtd.sock"
+
+# (reason, JSON-RPC code, qrtctl exit status).  The agent's rows mirror
+# agent/include/qrt/rpc/errors.hpp (the unit test checks they agree); the
+# local rows mirror tools/client/src/connection.hpp.
+REASONS = [
+    ("parse_error", -32700, 2),
+    ("invalid_request", -32600, 2),
+    ("line_too_long", -32600, 2),
+    ("too_deep", -32600, 2),
+    ("batch_too_large", -32600, 2),
+    ("method_not_found", -32601, 3),
+    ("invalid_params", -32602, 4),
+    ("internal_error", -32603, 5),
+    ("permission_denied", -32000, 6),
+    ("invalid_argument", -32001, 4),
+    ("not_found", -32002, 7),
+    ("no_fit", -32003, 8),
+    ("lease_expired", -32004, 9),
+    ("not_owner", -32005, 6),
+    ("calibration_changed", -32006, 10),
+    ("unknown_qpu", -32007, 7),
+    ("illegal_transition", -32008, 11),
+    ("bad_fencing_token", -32009, 12),
+    ("overloaded", -32010, 13),
+    ("unavailable", -32011, 14),
+    ("duplicate", -32012, 15),
+    ("deadline_passed", -32013, 8),
+    ("missed", -32014, 16),
+    ("idle_timeout", -32015, 13),
+    ("payload_too_large", -32016, 4),
+    ("conflict", -32017, 11),
+    ("not_ready", -32018, 17),
+    ("store_error", -32019, 14),
+    ("quota_exceeded", -32020, 19),
+    ("sent", -32021, 20),
+]
+LOCAL_REASONS = [
+    ("degraded", 18),
+    ("client_error", 64),
+    ("unreachable", 69),
+    ("disconnected", 69),
+    ("timeout", 75),
+    ("protocol_error", 76),
+]
+EXIT_CODES: Dict[str, int] = {r: e for r, _, e in REASONS}
+EXIT_CODES.update(dict(LOCAL_REASONS))
+
+# The reason to assume when a (foreign) server omits data.reason: the first
+# listed for the code.
+_DEFAULT_REASON: Dict[int, str] = {}
+for _r, _c, _ in REASONS:
+    _DEFAULT_REASON.setdefault(_c, _r)
+
+
+def exit_code_for_reason(reason: str) -> int:
+    """qrtctl's exit status for a reason (1 when unknown)."""
+    return EXIT_CODES.get(reason, 1)
+
+
+class QrtError(Exception):
+    """Base of every error this module raises."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{message} ({reason})")
+        self.reason = reason
+        self.message = message
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for_reason(self.reason)
+
+
+class RpcError(QrtError):
+    """An error the agent answered with."""
+
+    def __init__(self, code: int, reason: str, message: str, data: Any = None,
+                 method: str = "") -> None:
+        super().__init__(reason, f"{method}: {message}" if method else message)
+        self.code = code
+        self.data = data
+        self.method = method
+
+
+class ClientError(QrtError):
+    """A failure on this side of the socket (connect, timeout, bad reply)."""
+
+    def __init__(self, reason: str, message: str, errno: int = 0) -> None:
+        super().__init__(reason, message)
+        self.errno = errno
+
+
+class Client:
+    """One connection to the agent.
+
+    path: the socket (default $QRT_SOCKET, else /run/qrtd/qrtd.sock).
+    timeout: seconds for connecting and for each call's reply.
+    """
+
+    MAX_LINE = 64 << 20
+
+    def __init__(self, path: Optional[str] = None, timeout: float = 5.0,
+                 connect_timeout: float = 2.0) -> None:
+        self.path = path or os.environ.get("QRT_SOCKET") or DEFAULT_SOCKET
+        self.timeout = timeout
+        self._next_id = 1
+        self._buf = bytearray()
+        self._replies: Dict[Any, Dict[str, Any]] = {}
+        self._events: Deque[Dict[str, Any]] = collections.deque()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(connect_timeout)
+        try:
+            self._sock.connect(self.path)
+        except OSError as e:
+            self._sock.close()
+            hint = ""
+            if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+                hint = " (is qrtd running?)"
+            elif isinstance(e, PermissionError):
+                hint = " (is this user in the socket's group?)"
+            reason = "timeout" if isinstance(e, socket.timeout) else "unreachable"
+            raise ClientError(reason, f"cannot connect to {self.path}: "
+                              f"{e.strerror or e}{hint}", e.errno or 0) from None
+        self._sock.settimeout(None)
+
+    # ------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def _send(self, obj: Any) -> None:
+        data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+        self._sock.settimeout(self.timeout)
+        try:
+            self._sock.sendall(data)
+        except socket.timeout:
+            raise ClientError("timeout", f"the agent at {self.path} did not read "
+                              f"the request within {self.timeout}s") from None
+        except OSError as e:
+            raise ClientError("disconnected", f"send to {self.path}: {e}", e.errno or 0) from None
+
+    def _read_line(self, deadline: Optional[float]) -> Optional[bytes]:
+        """The next line (without newline), or None when the deadline passed."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[:nl])
+                del self._buf[:nl + 1]
+                return line.rstrip(b"\r")
+            if len(self._buf) > self.MAX_LINE:
+                raise ClientError("protocol_error", f"reply line from {self.path} "
+                                  f"exceeds {self.MAX_LINE} bytes")
+            if deadline is None:
+                self._sock.settimeout(None)
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(65536)
+            except socket.timeout:
+                return None
+            except OSError as e:
+                raise ClientError("disconnected", f"recv from {self.path}: {e}",
+                                  e.errno or 0) from None
+            if not chunk:
+                raise ClientError("disconnected",
+                                  f"the agent at {self.path} closed the connection")
+            self._buf += chunk
+
+    def _route(self, line: bytes) -> None:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise ClientError("protocol_error", f"reply from {self.path} is not JSON: "
+                              f"{line[:120]!r}") from None
+        items = obj if isinstance(obj, list) else [obj]
+        for item in items:
+            if not isinstance(item, dict):
+                raise ClientError("protocol_error", "reply is not a JSON object")
+            if "id" not in item:
+                if "method" in item:
+                    self._events.append(item)
+                    continue
+                raise ClientError("protocol_error", f"reply has no id: {line[:120]!r}")
+            self._replies[item["id"]] = item
+
+    def _wait(self, req_id: Any, method: str) -> Any:
+        deadline = time.monotonic() + self.timeout
+        while req_id not in self._replies and None not in self._replies:
+            line = self._read_line(deadline)
+            if line is None:
+                raise ClientError("timeout", f"{method}: no reply from {self.path} "
+                                  f"within {self.timeout}s")
+            self._route(line)
+        reply = self._replies.pop(req_id if req_id in self._replies else None)
+        return _result_of(reply, method)
+
+    # ---------------------------------------------------------------- calls
+
+    def call(self, method: str, params: Optional[Dict[str, Any]] = None) -> Any:
+        """Call one method and return its result; raise RpcError on error."""
+        req_id = self._next_id
+        self._next_id += 1
+        req: Dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+        if params is not None:
+            req["params"] = params
+        self._send(req)
+        return self._wait(req_id, method)
+
+    def call_many(self, calls: List[tuple]) -> List[Any]:
+        """Pipeline several (method, params) calls: every request is written
+        before the first reply is read.  Returns each result or, in its
+        place, the RpcError instance."""
+        ids = []
+        for method, params in calls:
+            req_id = self._next_id
+            self._next_id += 1
+            req = {"jsonrpc": "2.0", "id": req_id, "method": method}
+            if params is not None:
+                req["params"] = params
+            ids.append((req_id, method))
+            self._send(req)
+        out: List[Any] = []
+        for req_id, method in ids:
+            try:
+                out.append(self._wait(req_id, method))
+            except RpcError as e:
+                out.append(e)
+        return out
+
+    # -------------------------------------------------------- typed helpers
+
+    def hello(self, client: str = "qrt_client.py") -> Dict[str, Any]:
+        return self.call("agent.hello", {"client": client})
+
+    def status(self) -> Dict[str, Any]:
+        return self.call("agent.status", {})
+
+    def qpus(self) -> List[Dict[str, Any]]:
+        return self.call("qpus.list", {})["qpus"]
+
+    def calibration_get(self, qpu: str) -> List[Dict[str, Any]]:
+        return self.call("calibration.get", {"qpu": qpu})["windows"]
+
+    def calibration_update(self, qpu: str, windows: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return self.call("calibration.update", {"qpu": qpu, "windows": windows})
+
+    @staticmethod
+    def _request(duration_ns: int, qpus: Optional[List[str]], not_before_ns: Optional[int],
+                 deadline_ns: Optional[int], priority: Optional[int],
+                 min_fidelity: Optional[float]) -> Dict[str, Any]:
+        p: Dict[str, Any] = {"duration_ns": int(duration_ns)}
+        if qpus:
+            p["qpus"] = list(qpus)
+        if not_before_ns is not None:
+            p["not_before_ns"] = int(not_before_ns)
+        if deadline_ns is not None:
+            p["deadline_ns"] = int(deadline_ns)
+        if priority is not None:
+            p["priority"] = int(priority)
+        if min_fidelity is not None:
+            p["min_fidelity"] = float(min_fidelity)
+        return p
+
+    def slots_query(self, duration_ns: int, qpus: Optional[List[str]] = None,
+                    not_before_ns: Optional[int] = None, deadline_ns: Optional[int] = None,
+                    priority: Optional[int] = None, min_fidelity: Optional[float] = None,
+                    max_candidates: Optional[int] = None,
+                    gang_size: Optional[int] = None) -> Dict[str, Any]:
+        """{"candidates": [...]} and, when none fits, "why_none" and
+        "next_window".  With gang_size k > 1 the candidates are the k
+        members of the gang slots_reserve(gang_size=k) would take now."""
+        p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
+        if max_candidates is not None:
+            p["max_candidates"] = int(max_candidates)
+        if gang_size is not None:
+            p["gang_size"] = int(gang_size)
+        return self.call("slots.query", p)
+
+    def slots_reserve(self, duration_ns: int, idempotency_key: str,
+                      qpus: Optional[List[str]] = None, not_before_ns: Optional[int] = None,
+                      deadline_ns: Optional[int] = None, priority: Optional[int] = None,
+                      min_fidelity: Optional[float] = None, lease_ns: Optional[int] = None,
+                      gang_size: Optional[int] = None) -> Dict[str, Any]:
+        """A held reservation (reservation_id, fencing_token, start_ns, ...).
+        The same idempotency_key returns the same reservation."""
+        p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
+        p["idempotency_key"] = idempotency_key
+        if lease_ns is not None:
+            p["lease_ns"] = int(lease_ns)
+        if gang_size is not None:
+            p["gang_size"] = int(gang_size)
+        return self.call("slots.reserve", p)
+
+    def slots_heartbeat(self, reservation_id: int, fencing_token: int) -> Dict[str, Any]:
+        return self.call("slots.heartbeat", {"reservation_id": reservation_id,
+                                             "fencing_token": fencing_token})
+
+    def slots_release(self, reservation_id: int, fencing_token: int) -> Dict[str, Any]:
+        return self.call("slots.release", {"reservation_id": reservation_id,
+                                           "fencing_token": fencing_token})
+
+    def jobs_submit(self, payload: bytes, reservation_id: Optional[int] = None,
+                    fencing_token: Optional[int] = None, duration_ns: Optional[int] = None,
+                    idempotency_key: Optional[str] = None,
+                    qpus: Optional[List[str]] = None, not_before_ns: Optional[int] = None,
+                    deadline_ns: Optional[int] = None, priority: Optional[int] = None,
+                    min_fidelity: Optional[float] = None) -> Dict[str, Any]:
+        """Commit payload into a held reservation (reservation_id +
+        fencing_token), or place and commit in one step (duration_ns +
+        idempotency_key + request fields)."""
+        if isinstance(payload, str):
+            payload = payload.encode()
+        encoded = base64.b64encode(bytes(payload)).decode("ascii")
+        if reservation_id is not None:
+            if fencing_token is None:
+                raise ValueError("jobs_submit: reservation_id needs fencing_token")
+            return self.call("jobs.submit", {"reservation_id": reservation_id,
+                                             "fencing_token": fencing_token,
+                                             "payload": encoded})
+        if duration_ns is None or not idempotency_key:
+            raise ValueError("jobs_submit: give reservation_id + fencing_token, or "
+                             "duration_ns + idempotency_key")
+        p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
+        p["idempotency_key"] = idempotency_key
+        p["payload"] = encoded
+        return self.call("jobs.submit", p)
+
+    def jobs_status(self, job_id: int) -> Dict[str, Any]:
+        return self.call("jobs.status", {"job_id": job_id})
+
+    def jobs_result(self, job_id: int) -> Dict[str, Any]:
+        """The result record; "result" is decoded to bytes."""
+        r = self.call("jobs.result", {"job_id": job_id})
+        r["result"] = base64.b64decode(r.get("result", ""), validate=True)
+        return r
+
+    def jobs_cancel(self, job_id: int) -> Dict[str, Any]:
+        return self.call("jobs.cancel", {"job_id": job_id})
+
+    def telemetry(self, prefix: Optional[str] = None) -> Dict[str, Any]:
+        return self.call("telemetry.snapshot", {"prefix": prefix} if prefix else {})
+
+    def metrics(self) -> str:
+        return self.call("metrics", {})["text"]
+
+    # --------------------------------------------------------------- events
+
+    def subscribe(self, topics: Optional[List[str]] = None) -> Dict[str, Any]:
+        """Start events on this connection (all types when topics is None)."""
+        return self.call("events.subscribe", {"topics": list(topics)} if topics else {})
+
+    def next_event(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """The next event's params ({"seq", "type", "data"}), or None when
+        none came within timeout seconds (None: wait forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._events:
+            line = self._read_line(deadline)
+            if line is None:
+                return None
+            self._route(line)
+        note = self._events.popleft()
+        if note.get("method") == "events.event":
+            return note.get("params")
+        return note
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Dict[str, Any]]:
+        """Iterate over events; stops when none comes within timeout seconds
+        (None: never stops)."""
+        while True:
+            ev = self.next_event(timeout)
+            if ev is None:
+                return
+            yield ev
+
+
+def _slot_span(reservation: Dict[str, Any]) -> tuple:
+    """(start_ns, end_ns) of a slots.reserve result (a gang: its first member)."""
+    m = reservation["gang"][0] if "gang" in reservation else reservation
+    return (int(m["start_ns"]), int(m["end_ns"]))
+
+
+class Placement:
+    """What place_best did: chosen (index), reservation (the winner's
+    slots.reserve result), errors (per agent: None, or the QrtError its
+    reserve failed with) and release_errors (per agent)."""
+
+    def __init__(self, n: int) -> None:
+        self.chosen: Optional[int] = None
+        self.reservation: Optional[Dict[str, Any]] = None
+        self.errors: List[Optional[QrtError]] = [None] * n
+        self.release_errors: List[Optional[QrtError]] = [None] * n
+
+
+def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
+               **request: Any) -> Placement:
+    """Multi-agent placement (power-of-d, qrt-fleet-sim's limited-sharing
+    structure): ask every agent at once to hold a slot for one request under
+    one idempotency key, keep the hold that starts first (then ends first,
+    then comes first in agents), release the others.  request: the
+    keyword arguments of Client.slots_reserve (qpus, not_before_ns,
+    deadline_ns, priority, min_fidelity, lease_ns, gang_size).
+
+    Raises the first agent's RpcError (e.g. reason "no_fit"), else the first
+    ClientError, when no agent holds a slot.  A failed release is recorded
+    in release_errors, not raised: the loser's lease runs out by itself.
+    Retrying with the same key is safe: each agent returns the same hold."""
+    if not 1 <= len(agents) <= 16:
+        raise ClientError("client_error", "place_best: 1..16 agents, got %d" % len(agents))
+    if not idempotency_key:
+        raise ClientError("client_error", "place_best: idempotency_key is required")
+    lease_ns = request.pop("lease_ns", None)
+    gang_size = request.pop("gang_size", None)
+    params = Client._request(duration_ns, request.pop("qpus", None),
+                             request.pop("not_before_ns", None), request.pop("deadline_ns", None),
+                             request.pop("priority", None), request.pop("min_fidelity", None))
+    if request:
+        raise ClientError("client_error", "place_best: unknown arguments %s" % sorted(request))
+    params["idempotency_key"] = idempotency_key
+    if lease_ns is not None:
+        params["lease_ns"] = int(lease_ns)
+    if gang_size is not None:
+        params["gang_size"] = int(gang_size)
+    out = Placement(len(agents))
+    held: List[Optional[Dict[str, Any]]] = [None] * len(agents)
+    ids: List[Optional[int]] = [None] * len(agents)
+    # Every request out first, then the replies: about one round trip.
+    for i, a in enumerate(agents):
+        req_id = a._next_id
+        a._next_id += 1
+        try:
+            a._send({"jsonrpc": "2.0", "id": req_id, "method": "slots.reserve",
+                     "params": params})
+            ids[i] = req_id
+        except QrtError as e:
+            out.errors[i] = e
+    for i, a in enumerate(agents):
+        if ids[i] is None:
+            continue
+        try:
+            held[i] = a._wait(ids[i], "slots.reserve")
+            _slot_span(held[i])  # type: ignore[arg-type]
+            # A retried key returns what it got the first time, in its
+            # current state: a released or expired hold holds nothing.
+            h = held[i]
+            state = (h["gang"][0] if "gang" in h else h).get("state")  # type: ignore[index]
+            if state not in ("held", "committed", "dispatched", "completed", "sent"):
+                out.errors[i] = ClientError("not_held", "this idempotency key's "
+                                            f"reservation is {state}")
+                held[i] = None
+        except QrtError as e:
+            out.errors[i] = e
+            held[i] = None
+        except (KeyError, TypeError, ValueError, IndexError):
+            out.errors[i] = ClientError("protocol_error",
+                                        "slots.reserve reply has no start_ns/end_ns")
+            held[i] = None
+    for i, h in enumerate(held):
+        if h is not None and (out.chosen is None or
+                              _slot_span(h) < _slot_span(held[out.chosen])):  # type: ignore
+            out.chosen = i
+    if out.chosen is None:
+        remote = [e for e in out.errors if isinstance(e, RpcError)]
+        raise remote[0] if remote else next(e for e in out.errors if e is not None)
+    for i, h in enumerate(held):
+        if h is None or i == out.chosen:
+            continue
+        m = h["gang"][0] if "gang" in h else h
+        try:
+            agents[i].slots_release(m["reservation_id"], m["fencing_token"])
+        except QrtError as e:
+            out.release_errors[i] = e
+    out.reservation = held[out.chosen]
+    return out
+
+
+def _result_of(reply: Dict[str, Any], method: str) -> Any:
+    if "result" in reply:
+        return reply["result"]
+    err = reply.get("error")
+    if not isinstance(err, dict):
+        raise ClientError("protocol_error", f"{method}: reply has neither result nor error")
+    code = err.get("code") if isinstance(err.get("code"), int) else -32603
+    data = err.get("data")
+    reason = data.get("reason") if isinstance(data, dict) else None
+    if not isinstance(reason, str) or not reason:
+        reason = _DEFAULT_REASON.get(code, "internal_error")
+    raise RpcError(code, reason, str(err.get("message", "")), data, method)
