@@ -39,8 +39,16 @@ if [ "$(cat "$venv/.qrt-req-stamp" 2>/dev/null)" != "$req_stamp" ]; then
 fi
 if [ "$(cat "$venv/.qrt-pkg-stamp" 2>/dev/null)" != "$pkg_stamp" ]; then
   echo "[sdk-venv] installing qrt-client and qrtd-qiskit"
+  # From a copy: setuptools builds in the tree it is given (build/,
+  # *.egg-info), and the source tree stays as it was.
+  src=$(mktemp -d "$build/sdk-src.XXXXXX")
+  trap 'rm -rf "$src"' EXIT
+  mkdir "$src/qrt-client"
+  cp "$here/pyproject.toml" "$here/qrt_client.py" "$src/qrt-client/"
+  cp -r "$here/qrtd_qiskit" "$src/qrtd-qiskit"
+  find "$src" -name __pycache__ -prune -exec rm -rf {} +
   "$venv/bin/pip" install --disable-pip-version-check -q --no-deps --no-build-isolation --force-reinstall \
-    "$here" "$here/qrtd_qiskit"
+    "$src/qrt-client" "$src/qrtd-qiskit"
   echo "$pkg_stamp" > "$venv/.qrt-pkg-stamp"
 fi
 "$venv/bin/python" -c "import qiskit, qiskit_aer, qiskit_qasm3_import, qrt_client, qrtd_qiskit"

@@ -339,6 +339,8 @@ class QrtdJob(JobV1):
             detail = st.get("reason") or ""
             m = re.match(r"([a-z_]+):", detail)
             reason = m.group(1) if st["state"] == "failed" and m else st["state"]
+            if detail.startswith(st["state"] + ": "):
+                detail = detail[len(st["state"]) + 2:]
             raise QrtdJobError(reason, f"qrtd job {self.qrtd_job_id} ended {st['state']}"
                                + (f": {detail}" if detail else ""), st)
         try:
