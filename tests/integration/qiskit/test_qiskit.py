@@ -197,21 +197,31 @@ class Qiskit(unittest.TestCase):
 
     def test_qpus_list_shows_no_window_inside_a_blackout(self):
         c = self.client()
-        now = time.time_ns()
-        ws = sorted(c.calibration_get("qpu0"), key=lambda w: w["valid_from_ns"])
-        k = next(i for i in range(len(ws) - 1) if ws[i]["valid_until_ns"] > now + 50 * MS)
-        # The middle of the next blackout, then the middle of the window after it.
-        for t, inside in ((ws[k]["valid_until_ns"] + BLACKOUT // 2, False),
-                          ((ws[k + 1]["valid_from_ns"] + ws[k + 1]["valid_until_ns"]) // 2, True)):
-            time.sleep(max(0, t - time.time_ns()) / 1e9)
-            q = [q for q in c.qpus() if q["name"] == "qpu0"][0]
-            if inside:
-                self.assertEqual(q["window"]["calibration_id"], ws[k + 1]["calibration_id"], q)
-                # f0 = 0.99 at the window's start, decaying with the default tau.
-                self.assertTrue(0.9 < q["predicted_fidelity"] <= 0.99, q)
-            else:
-                self.assertIsNone(q["window"], q)
-                self.assertIsNone(q["predicted_fidelity"], q)
+        seen = {False: 0, True: 0}
+        # A reading counts only when the answer came back within the phase it
+        # was asked in (a loaded host may delay it); at most 5 periods.
+        for _ in range(5):
+            if all(seen.values()):
+                break
+            now = time.time_ns()
+            ws = sorted(c.calibration_get("qpu0"), key=lambda w: w["valid_from_ns"])
+            k = next(i for i in range(len(ws) - 1) if ws[i]["valid_until_ns"] > now + 50 * MS)
+            for lo, hi, inside in ((ws[k]["valid_until_ns"], ws[k + 1]["valid_from_ns"], False),
+                                   (ws[k + 1]["valid_from_ns"], ws[k + 1]["valid_until_ns"], True)):
+                time.sleep(max(0, (lo + hi) // 2 - time.time_ns()) / 1e9)
+                asked = time.time_ns()
+                q = [q for q in c.qpus() if q["name"] == "qpu0"][0]
+                if not (lo <= asked and time.time_ns() < hi):
+                    continue
+                seen[inside] += 1
+                if inside:
+                    self.assertEqual(q["window"]["calibration_id"], ws[k + 1]["calibration_id"], q)
+                    # f0 = 0.99 at the window's start, decaying with the default tau.
+                    self.assertTrue(0.9 < q["predicted_fidelity"] <= 0.99, q)
+                else:
+                    self.assertIsNone(q["window"], q)
+                    self.assertIsNone(q["predicted_fidelity"], q)
+        self.assertTrue(all(seen.values()), f"no timely reading inside and outside a window: {seen}")
 
     def test_inside_a_slurm_step_run_submits_into_the_steps_reservation(self):
         c = self.client()
