@@ -185,6 +185,40 @@ class QpuAerWire(unittest.TestCase):
             return
         self.skipTest("the host never answered within 200 ms of a phase: nothing to judge")
 
+    def test_connections_are_capped_at_16_and_freed_when_closed(self):
+        def hello_answered(s):
+            try:
+                s.sendall(frame(HELLO, b"test"))
+                return len(s.recv(96)) > 0
+            except OSError:
+                return False
+        socks = []
+        try:
+            answered = 0
+            for _ in range(17):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(10)
+                s.connect(self.path)
+                socks.append(s)
+                answered += hello_answered(s)
+            self.assertLessEqual(answered, 16)
+            self.assertLess(answered, 17, "the 17th connection was served")
+        finally:
+            for s in socks:
+                s.close()
+        # Closed connections give their places back.
+        give_up = time.monotonic() + 10
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(self.path)
+            ok = hello_answered(s)
+            s.close()
+            if ok or time.monotonic() > give_up:
+                break
+            time.sleep(0.1)
+        self.assertTrue(ok, "no connection served after the others closed")
+
     def test_the_first_frame_must_be_hello(self):
         s = self.connect(hello=False)
         s.sendall(frame(JOB, envelope(BELL), job_id=1))
