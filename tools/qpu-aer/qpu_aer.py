@@ -491,6 +491,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"qpu-aer: cannot import the simulator ({e}): install the pinned requirements "
               "(tools/qpu-aer/requirements.txt)", file=sys.stderr)
         return 1
+    # The reader threads stamp arrivals; the worker runs Python (the OpenQASM
+    # import) between aer's C++ runs.  A short switch interval bounds how long
+    # a reader waits for the interpreter lock: 0.5 ms, not the default 5 ms.
+    sys.setswitchinterval(0.0005)
     ep = Endpoint(opt, executor)
     listeners = []
     paths = []
