@@ -202,6 +202,9 @@ json ledger_methods::qpus_list(const json& params, call_context&) {
     json out = json::array();
     for (const auto& name : _ledger.qpu_names()) {
         json q{{"name", name}};
+        // Its queue: committed jobs waiting for their start (QDMI's queue
+        // length).
+        q["queued_jobs"] = _ledger.queued_jobs(name);
         if (_opts.qpu_details) {
             json extra = _opts.qpu_details(name);
             if (extra.is_object()) {
