@@ -678,6 +678,67 @@ int set_job_custom(QRTD_QDMI_Device_Job job, QDMI_Device_Job_Parameter param, st
     return QDMI_SUCCESS;
 }
 
+// A connection subscribed to the events that end a job (finished,
+// cancelled, displaced, expired), for QRTD_QDMI_device_job_wait.
+class event_feed {
+public:
+    explicit event_feed(const std::string& socket) {
+        qrt_error err{};
+        if (qrt_connect(socket.empty() ? nullptr : socket.c_str(), &_c, &err) != 0) {
+            _c = nullptr;
+            return;
+        }
+        const char* topics = R"({"topics":["job.finished","reservation.cancelled",)"
+                             R"("reservation.displaced","reservation.expired"]})";
+        if (qrt_call(_c, "events.subscribe", topics, nullptr, &err) != 0) {
+            qrt_close(_c);
+            _c = nullptr;
+        }
+    }
+    ~event_feed() { qrt_close(_c); }
+    event_feed(const event_feed&) = delete;
+    event_feed& operator=(const event_feed&) = delete;
+
+    bool ok() const noexcept { return _c != nullptr; }
+
+    // Until an event names job_id or the slice is over.
+    void wait_for(std::uint64_t job_id, std::chrono::milliseconds slice) {
+        if (_c == nullptr) {
+            std::this_thread::sleep_for(slice);
+            return;
+        }
+        const auto until = std::chrono::steady_clock::now() + slice;
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                until - std::chrono::steady_clock::now());
+            if (left.count() <= 0) {
+                return;
+            }
+            char* ev = nullptr;
+            qrt_error err{};
+            const int rc = qrt_next_event(_c, static_cast<int>(left.count()), &ev, &err);
+            if (rc == -ETIMEDOUT) {
+                return;
+            }
+            if (rc != 0) {
+                qrt_close(_c);  // the feed is gone: back to polling
+                _c = nullptr;
+                return;
+            }
+            char id[32] = {};
+            const bool ours = qrt_json_get(ev, "/data/job_id", id, sizeof id) == 0 &&
+                              number_of<std::uint64_t>(id) == job_id;
+            qrt_free(ev);
+            if (ours) {
+                return;
+            }
+        }
+    }
+
+private:
+    qrt_client* _c = nullptr;
+};
+
 }  // namespace
 
 extern "C" {
@@ -1302,27 +1363,35 @@ int QRTD_QDMI_device_job_wait(QRTD_QDMI_Device_Job job, size_t timeout) {
         if (job->job_id == 0) {
             return terminal(job->status) ? QDMI_SUCCESS : QDMI_ERROR_BADSTATE;  // never submitted
         }
+        if (const int rc = refresh(job); rc != QDMI_SUCCESS || terminal(job->status)) {
+            return rc;
+        }
         using clock = std::chrono::steady_clock;
         const auto until = clock::now() + std::chrono::seconds(timeout);
-        auto step = std::chrono::milliseconds(2);
+        // Woken by qrtd's events for the job on a connection of its own;
+        // jobs.status at least every second all the same (and every 100 ms
+        // when events cannot be had).
+        event_feed feed(job->session->socket);
+        if (const int rc = refresh(job); rc != QDMI_SUCCESS || terminal(job->status)) {
+            return rc;  // finished before the subscription took
+        }
         for (;;) {
+            const auto t = clock::now();
+            if (timeout != 0 && t >= until) {
+                return QDMI_ERROR_TIMEOUT;
+            }
+            auto slice = std::chrono::milliseconds(feed.ok() ? 1000 : 100);
+            if (timeout != 0) {
+                slice = std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(until - t) +
+                                            std::chrono::milliseconds(1));
+            }
+            feed.wait_for(job->job_id, slice);
             if (const int rc = refresh(job); rc != QDMI_SUCCESS) {
                 return rc;
             }
             if (terminal(job->status)) {
                 return QDMI_SUCCESS;
             }
-            const auto t = clock::now();
-            if (timeout != 0 && t >= until) {
-                return QDMI_ERROR_TIMEOUT;
-            }
-            auto nap = std::chrono::duration_cast<std::chrono::milliseconds>(step);
-            if (timeout != 0) {
-                nap = std::min(nap, std::chrono::duration_cast<std::chrono::milliseconds>(until - t) +
-                                        std::chrono::milliseconds(1));
-            }
-            std::this_thread::sleep_for(nap);
-            step = std::min(step * 2, std::chrono::milliseconds(100));
         }
     });
 }
