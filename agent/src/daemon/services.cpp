@@ -793,9 +793,16 @@ rtcore::status services::start_server() {
     rpc::timeline_options to;
     to.now_ns = [this] { return _clock.now_realtime_ns(); };
     to.qpu_details = [this](std::string_view name) {
+        std::optional<qpu_device> device;
+        for (const auto& qc : _cfg.qpus) {
+            if (qc.name == name) {
+                device = qc.device;
+            }
+        }
         for (const auto& q : _qpus) {
             if (q->name == name) {
-                return json{{"endpoint", q->endpoint},
+                return json{{"device", device_to_json(device)},
+                            {"endpoint", q->endpoint},
                             {"endpoint_up", q->link->endpoint_up()},
                             {"dispatch_cpu", q->dispatch_cpu},
                             {"calibration_id", q->calibration_id},
