@@ -101,7 +101,10 @@ double qdmi_job(QRTD_QDMI_Device_Session s, qrt_client* c) {
 // The same job with libqrt-client.
 double c_job(qrt_client* c, qrt_client* events, int n) {
     const std::string payload =
-        json{{"format", "qasm3"}, {"program", k_bell}, {"shots", 100}}.dump();
+        json{{"format", "qasm3"},
+             {"shots", 100},
+             {"circuits", json::array({{{"name", "bell"}, {"qubits", 2}, {"qasm", k_bell}}})}}
+            .dump();
     const json r = call(c, "jobs.submit",
                         {{"duration_ns", 10'000'000},
                          {"qpus", json::array({"qpu0"})},

@@ -13,6 +13,9 @@
 //   CUSTOM2  that reservation's fencing token (default $QRT_FENCING_TOKEN)
 //   CUSTOM3  the QPU's name (default: the reservation's QPU, else the first
 //            QPU qpus.list names)
+// Programs: 1 to 256 OpenQASM 3 texts per job (QASM3), sent as the circuits
+// of one qrtd job envelope (qrtd(8), "Job payloads"); results per program
+// are histograms (HIST_KEYS, HIST_VALUES).
 // Job parameters: SHOTSNUM (size_t) and, for a job placed by qrtd itself
 // (no reservation), text CUSTOM1 not_before_ns, CUSTOM2 deadline_ns,
 // CUSTOM3 duration_ns (default 10 ms), CUSTOM4 min_fidelity, CUSTOM5
@@ -86,6 +89,7 @@ constexpr std::int64_t k_default_duration_ns = 10'000'000;
 constexpr std::size_t k_default_shots = 1024;
 constexpr std::size_t k_max_shots = 1'000'000;  // qrtd's own ceiling (handover)
 constexpr int k_call_timeout_ms = 10'000;
+constexpr std::size_t k_max_programs = 256;  // circuits per qrtd job envelope
 
 std::atomic<bool> g_initialized{false};
 
@@ -329,7 +333,7 @@ int guarded(Fn&& fn) noexcept {
 struct QRTD_QDMI_Device_Job_impl_d {
     QRTD_QDMI_Device_Session session = nullptr;
     bool retrieved = false;
-    std::optional<std::string> program;  // without its NUL
+    std::vector<std::string> programs;  // without their NUL; empty: not set
     std::size_t shots = k_default_shots;
     std::optional<std::int64_t> not_before_ns;
     std::optional<std::int64_t> deadline_ns;
@@ -342,8 +346,11 @@ struct QRTD_QDMI_Device_Job_impl_d {
     std::string state;   // qrtd's
     std::string reason;  // qrtd's, for a job that ended without a result
     bool results_loaded = false;
-    std::string hist_keys;  // comma-separated
-    std::vector<std::size_t> hist_values;
+    struct histogram {
+        std::string keys;  // comma-separated
+        std::vector<std::size_t> values;
+    };
+    std::vector<histogram> results;  // per program, in input order
 };
 
 namespace {
@@ -389,29 +396,45 @@ int refresh(QRTD_QDMI_Device_Job job) {
     return QDMI_SUCCESS;
 }
 
-// The histogram of a result: a JSON object with "counts" {bits: n} (the
-// qpu-aer endpoint), or lines "bits count" (qpu-sim).
-bool parse_counts(std::string_view bytes, std::vector<std::pair<std::string, std::size_t>>& out) {
-    const json j = json::parse(bytes.begin(), bytes.end(), nullptr, false);
-    if (!j.is_discarded() && j.is_object()) {
-        const json* counts = nullptr;
-        if (j.contains("counts") && j["counts"].is_object()) {
-            counts = &j["counts"];
-        } else if (j.contains("results") && j["results"].is_array() && !j["results"].empty() &&
-                   j["results"][0].is_object() && j["results"][0].contains("counts")) {
-            counts = &j["results"][0]["counts"];
-        }
-        if (counts == nullptr || !counts->is_object()) {
+using counts_t = std::vector<std::pair<std::string, std::size_t>>;
+
+bool read_counts(const json& counts, counts_t& out) {
+    if (!counts.is_object()) {
+        return false;
+    }
+    for (const auto& [k, v] : counts.items()) {
+        if (!v.is_number_unsigned()) {
             return false;
         }
-        for (const auto& [k, v] : counts->items()) {
-            if (!v.is_number_unsigned()) {
-                return false;
+        out.emplace_back(k, v.get<std::size_t>());
+    }
+    return true;
+}
+
+// The histograms of a result, one per program: the envelope's answer
+// {"format": "qasm3-counts", "results": [{"name", "shots", "counts"}...]}
+// (qpu-aer), or lines "bits count" (qpu-sim: one histogram).
+bool parse_results(std::string_view bytes, std::vector<counts_t>& out) {
+    const json j = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    if (!j.is_discarded() && j.is_object()) {
+        if (j.contains("results") && j["results"].is_array()) {
+            for (const auto& r : j["results"]) {
+                counts_t c;
+                if (!r.is_object() || !r.contains("counts") || !read_counts(r["counts"], c)) {
+                    return false;
+                }
+                out.push_back(std::move(c));
             }
-            out.emplace_back(k, v.get<std::size_t>());
+            return !out.empty();
         }
+        counts_t c;
+        if (!j.contains("counts") || !read_counts(j["counts"], c)) {
+            return false;
+        }
+        out.push_back(std::move(c));
         return true;
     }
+    counts_t c;
     std::size_t pos = 0;
     while (pos < bytes.size()) {
         std::size_t eol = bytes.find('\n', pos);
@@ -432,8 +455,9 @@ bool parse_counts(std::string_view bytes, std::vector<std::pair<std::string, std
         if (!n || key.find_first_not_of("01") != std::string_view::npos) {
             return false;
         }
-        out.emplace_back(std::string(key), *n);
+        c.emplace_back(std::string(key), *n);
     }
+    out.push_back(std::move(c));
     return true;
 }
 
@@ -452,22 +476,25 @@ int load_results(QRTD_QDMI_Device_Job job) {
     if (rc != 0) {
         return fail_call("jobs.result", rc, err);
     }
-    std::vector<std::pair<std::string, std::size_t>> counts;
-    const bool ok = parse_counts(std::string_view(static_cast<const char*>(data), len), counts);
+    std::vector<counts_t> all;
+    const bool ok = parse_results(std::string_view(static_cast<const char*>(data), len), all);
     qrt_free(data);
     if (!ok) {
         say("job " + std::to_string(job->job_id) + ": the endpoint's result is not a histogram");
         return QDMI_ERROR_FATAL;
     }
-    std::sort(counts.begin(), counts.end());
-    job->hist_keys.clear();
-    job->hist_values.clear();
-    for (const auto& [k, n] : counts) {
-        if (!job->hist_keys.empty()) {
-            job->hist_keys += ',';
+    job->results.clear();
+    for (auto& counts : all) {
+        std::sort(counts.begin(), counts.end());
+        QRTD_QDMI_Device_Job_impl_d::histogram h;
+        for (const auto& [k, n] : counts) {
+            if (!h.keys.empty()) {
+                h.keys += ',';
+            }
+            h.keys += k;
+            h.values.push_back(n);
         }
-        job->hist_keys += k;
-        job->hist_values.push_back(n);
+        job->results.push_back(std::move(h));
     }
     job->results_loaded = true;
     return QDMI_SUCCESS;
@@ -494,17 +521,17 @@ std::size_t skip_blank(std::string_view t, std::size_t pos) {
 // What the program asks of the QPU before anything is sent: an OpenQASM 3
 // header, and no more qubits than the QPU has (declared qubit registers,
 // physical $k).  An empty string when it is acceptable, else why not.
-// qubits 0: the QPU states no qubit count.
-std::string check_program(std::string_view text, std::size_t qubits) {
+// qubits 0: the QPU states no qubit count.  *used: the qubits the program
+// declares (registers, or the highest physical $k + 1; at least 1).
+std::string check_program(std::string_view text, std::size_t qubits, std::size_t* used) {
+    *used = 1;
     const std::size_t start = skip_blank(text, 0);
     if (text.substr(start, 8) != "OPENQASM" ||
         text.substr(skip_blank(text, start + 8), 1) != "3") {
         return "the program is not OpenQASM 3 (it must begin with 'OPENQASM 3')";
     }
-    if (qubits == 0) {
-        return {};
-    }
     std::size_t declared = 0;
+    std::size_t physical = 0;
     std::size_t line_no = 1;
     for (std::size_t i = 0; i < text.size(); ++i) {
         if (text[i] == '\n') {
@@ -519,7 +546,8 @@ std::string check_program(std::string_view text, std::size_t qubits) {
                 ++j;
             }
             if (const auto k = number_of<std::size_t>(text.substr(i + 1, j - i - 1))) {
-                if (*k >= qubits) {
+                physical = std::max(physical, *k + 1);
+                if (qubits != 0 && *k >= qubits) {
                     return "line " + std::to_string(line_no) + ": physical qubit $" + std::to_string(*k) +
                            " does not exist (the QPU has " + std::to_string(qubits) + " qubits)";
                 }
@@ -541,18 +569,27 @@ std::string check_program(std::string_view text, std::size_t qubits) {
                 continue;  // not a declaration
             }
             declared += size;
-            if (declared > qubits) {
+            if (qubits != 0 && declared > qubits) {
                 return "line " + std::to_string(line_no) + ": the program declares " +
                        std::to_string(declared) + " qubits, the QPU has " + std::to_string(qubits);
             }
         }
     }
+    *used = std::max<std::size_t>({*used, declared, physical});
     return {};
 }
 
-// The payload qrtd hands to the endpoint: the program with its shot count.
-std::string make_payload(const std::string& program, std::size_t shots) {
-    return json{{"format", "qasm3"}, {"program", program}, {"shots", shots}}.dump();
+// The payload qrtd hands to the endpoint: the job envelope of qrtd(8)
+// ("Job payloads"), {"format": "qasm3", "shots": N, "circuits": [{"name",
+// "qubits", "qasm"}...]}, one circuit per program in input order.
+std::string make_payload(const std::vector<std::string>& programs, std::size_t shots) {
+    json circuits = json::array();
+    for (std::size_t i = 0; i < programs.size(); ++i) {
+        std::size_t used = 1;
+        (void)check_program(programs[i], 0, &used);
+        circuits.push_back({{"name", "qdmi-" + std::to_string(i)}, {"qubits", used}, {"qasm", programs[i]}});
+    }
+    return json{{"format", "qasm3"}, {"shots", shots}, {"circuits", std::move(circuits)}}.dump();
 }
 
 std::string idempotency_key() {
@@ -570,7 +607,7 @@ std::string idempotency_key() {
 
 int submit(QRTD_QDMI_Device_Job job) {
     auto* s = job->session;
-    const std::string payload = make_payload(*job->program, job->shots);
+    const std::string payload = make_payload(job->programs, job->shots);
     qrt_error err{};
     if (s->reservation_id) {
         if (s->reservation_used) {
@@ -1194,33 +1231,43 @@ int QRTD_QDMI_device_job_set_programs(QRTD_QDMI_Device_Job job, QDMI_Program_For
         if (job == nullptr || count == 0 || f < 0 || (f >= QDMI_PROGRAM_FORMAT_MAX && !is_custom(f))) {
             return QDMI_ERROR_INVALIDARGUMENT;
         }
-        if (format != QDMI_PROGRAM_FORMAT_QASM3 || count != 1) {
+        if (format != QDMI_PROGRAM_FORMAT_QASM3 || count > k_max_programs) {
             if (programs != nullptr) {
-                say(format != QDMI_PROGRAM_FORMAT_QASM3 ? "only OpenQASM 3 programs (QASM3) are accepted"
-                                                        : "one program per job (a qrtd job holds one payload)");
+                say(format != QDMI_PROGRAM_FORMAT_QASM3
+                        ? std::string("only OpenQASM 3 programs (QASM3) are accepted")
+                        : std::to_string(count) + " programs: a qrtd job holds at most " +
+                              std::to_string(k_max_programs));
             }
             return QDMI_ERROR_NOTSUPPORTED;
         }
         if (programs == nullptr) {
             return QDMI_SUCCESS;
         }
-        if (sizes == nullptr || programs[0] == nullptr || sizes[0] == 0) {
+        if (sizes == nullptr) {
             return QDMI_ERROR_INVALIDARGUMENT;
         }
-        const auto* text = static_cast<const char*>(programs[0]);
-        if (text[sizes[0] - 1] != '\0' || std::memchr(text, '\0', sizes[0] - 1) != nullptr) {
-            return QDMI_ERROR_INVALIDARGUMENT;  // a text program ends in exactly one NUL
+        for (std::size_t i = 0; i < count; ++i) {
+            const auto* text = static_cast<const char*>(programs[i]);
+            if (text == nullptr || sizes[i] == 0 || text[sizes[i] - 1] != '\0' ||
+                std::memchr(text, '\0', sizes[i] - 1) != nullptr) {
+                return QDMI_ERROR_INVALIDARGUMENT;  // a text program ends in exactly one NUL
+            }
         }
         if (job->retrieved || job->job_id != 0) {
             return QDMI_ERROR_BADSTATE;
         }
-        const std::string_view program(text, sizes[0] - 1);
         const std::size_t qubits = job->session->has_device ? job->session->sites.size() : 0;
-        if (const std::string why = check_program(program, qubits); !why.empty()) {
-            say(why);
-            return QDMI_ERROR_NOTSUPPORTED;
+        std::vector<std::string> list;
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::string_view program(static_cast<const char*>(programs[i]), sizes[i] - 1);
+            std::size_t used = 0;
+            if (const std::string why = check_program(program, qubits, &used); !why.empty()) {
+                say(count == 1 ? why : "program " + std::to_string(i) + ": " + why);
+                return QDMI_ERROR_NOTSUPPORTED;
+            }
+            list.emplace_back(program);
         }
-        job->program = std::string(program);
+        job->programs = std::move(list);  // the list changes only when all of it is good
         return QDMI_SUCCESS;
     });
 }
@@ -1232,15 +1279,15 @@ int QRTD_QDMI_device_job_get_program(QRTD_QDMI_Device_Job job, size_t program_in
             return QDMI_ERROR_INVALIDARGUMENT;
         }
         if (job->retrieved) {
-            return program_index == 0 ? QDMI_ERROR_NOTSUPPORTED : QDMI_ERROR_OUTOFRANGE;
+            return QDMI_ERROR_NOTSUPPORTED;  // qrtd does not give a job's payload back
         }
-        if (!job->program) {
+        if (job->programs.empty()) {
             return QDMI_ERROR_BADSTATE;
         }
-        if (program_index != 0) {
+        if (program_index >= job->programs.size()) {
             return QDMI_ERROR_OUTOFRANGE;
         }
-        return give_string(*job->program, size, data, size_ret);
+        return give_string(job->programs[program_index], size, data, size_ret);
     });
 }
 
@@ -1250,10 +1297,13 @@ int QRTD_QDMI_device_job_get_program_status(QRTD_QDMI_Device_Job job, size_t pro
     if (job == nullptr) {
         return QDMI_ERROR_INVALIDARGUMENT;
     }
-    if (!job->program && !job->retrieved) {
+    if (job->programs.empty() && !job->retrieved) {
         return QDMI_ERROR_BADSTATE;
     }
-    return program_index != 0 ? QDMI_ERROR_OUTOFRANGE : QDMI_ERROR_NOTSUPPORTED;  // one program: the job's
+    if (!job->retrieved && program_index >= job->programs.size()) {
+        return QDMI_ERROR_OUTOFRANGE;
+    }
+    return QDMI_ERROR_NOTSUPPORTED;  // the programs of a job share one outcome: the job's
 }
 
 int QRTD_QDMI_device_job_query_property(QRTD_QDMI_Device_Job job, QDMI_Device_Job_Property prop, size_t size,
@@ -1273,7 +1323,7 @@ int QRTD_QDMI_device_job_query_property(QRTD_QDMI_Device_Job job, QDMI_Device_Jo
                 if (job->retrieved) {
                     return QDMI_ERROR_NOTSUPPORTED;
                 }
-                if (!job->program) {
+                if (job->programs.empty()) {
                     return QDMI_ERROR_BADSTATE;
                 }
                 return give(QDMI_PROGRAM_FORMAT_QASM3, size, value, size_ret);
@@ -1283,10 +1333,23 @@ int QRTD_QDMI_device_job_query_property(QRTD_QDMI_Device_Job job, QDMI_Device_Jo
                 }
                 return give(job->shots, size, value, size_ret);
             case QDMI_DEVICE_JOB_PROPERTY_PROGRAMSNUM:
-                if (!job->program && !job->retrieved) {
+                if (job->retrieved) {
+                    // Known once its results are: one histogram per program.
+                    if (const int rc = refresh(job); rc != QDMI_SUCCESS) {
+                        return rc;
+                    }
+                    if (job->status != QDMI_JOB_STATUS_DONE) {
+                        return QDMI_ERROR_NOTSUPPORTED;
+                    }
+                    if (const int rc = load_results(job); rc != QDMI_SUCCESS) {
+                        return rc;
+                    }
+                    return give(job->results.size(), size, value, size_ret);
+                }
+                if (job->programs.empty()) {
                     return QDMI_ERROR_BADSTATE;
                 }
-                return give(std::size_t{1}, size, value, size_ret);
+                return give(job->programs.size(), size, value, size_ret);
             default:
                 return QDMI_ERROR_NOTSUPPORTED;  // queue position: qrtd places by time, not by queue
         }
@@ -1298,7 +1361,7 @@ int QRTD_QDMI_device_job_submit(QRTD_QDMI_Device_Job job) {
         if (job == nullptr) {
             return QDMI_ERROR_INVALIDARGUMENT;
         }
-        if (job->retrieved || job->job_id != 0 || !job->program) {
+        if (job->retrieved || job->job_id != 0 || job->programs.empty()) {
             return QDMI_ERROR_BADSTATE;
         }
         return submit(job);
@@ -1403,7 +1466,10 @@ int QRTD_QDMI_device_job_get_results(QRTD_QDMI_Device_Job job, size_t program_in
         if (job == nullptr || r < 0 || (r >= QDMI_JOB_RESULT_MAX && !is_custom(r))) {
             return QDMI_ERROR_INVALIDARGUMENT;
         }
-        if (program_index != 0) {
+        // The job's own programs say how many results there are (none set:
+        // one, not yet run); a retrieved job's results say it.
+        const std::size_t known = job->retrieved ? 0 : std::max<std::size_t>(job->programs.size(), 1);
+        if (!job->retrieved && program_index >= known) {
             return QDMI_ERROR_OUTOFRANGE;
         }
         if (result != QDMI_JOB_RESULT_HIST_KEYS && result != QDMI_JOB_RESULT_HIST_VALUES) {
@@ -1418,10 +1484,19 @@ int QRTD_QDMI_device_job_get_results(QRTD_QDMI_Device_Job job, size_t program_in
         if (const int rc = load_results(job); rc != QDMI_SUCCESS) {
             return rc;
         }
-        if (result == QDMI_JOB_RESULT_HIST_KEYS) {
-            return give_string(job->hist_keys, size, data, size_ret);
+        if (program_index >= job->results.size()) {
+            if (job->retrieved) {
+                return QDMI_ERROR_OUTOFRANGE;
+            }
+            say("job " + std::to_string(job->job_id) + ": the endpoint answered " +
+                std::to_string(job->results.size()) + " histogram(s) for " + std::to_string(known) + " programs");
+            return QDMI_ERROR_FATAL;
         }
-        return give_list(job->hist_values, size, data, size_ret);
+        const auto& h = job->results[program_index];
+        if (result == QDMI_JOB_RESULT_HIST_KEYS) {
+            return give_string(h.keys, size, data, size_ret);
+        }
+        return give_list(h.values, size, data, size_ret);
     });
 }
 

@@ -296,8 +296,10 @@ TEST(QdmiSpec, UnsupportedAndInvalidValues) {
     const void* programs[] = {k_bell};
     EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM2, 1, &size, programs),
               QDMI_ERROR_NOTSUPPORTED);
+    EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 257, nullptr, nullptr),
+              QDMI_ERROR_NOTSUPPORTED);  // at most 256 circuits per qrtd job
     EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 2, nullptr, nullptr),
-              QDMI_ERROR_NOTSUPPORTED);  // one program per qrtd job
+              QDMI_SUCCESS);
     EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 1, nullptr, nullptr),
               QDMI_SUCCESS);  // a support check
     EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, static_cast<QDMI_Program_Format>(6), 1, nullptr, nullptr),
@@ -633,6 +635,62 @@ TEST(QdmiSpec, AReservationBookedBeforeCarriesTheJob) {
     QRTD_QDMI_Device_Job second = bell_job(s, 10);
     EXPECT_EQ(QRTD_QDMI_device_job_submit(second), QDMI_ERROR_BADSTATE);
     QRTD_QDMI_device_job_free(second);
+    QRTD_QDMI_device_job_free(j);
+    QRTD_QDMI_device_session_free(s);
+}
+
+// Two programs in one job: one qrtd job whose envelope holds both circuits;
+// each program has its own histogram, in input order.
+TEST(QdmiSpec, TwoProgramsInOneJobEachGetTheirCounts) {
+    push_windows({{-1, 600}});
+    QRTD_QDMI_Device_Session s = open_session();
+    QRTD_QDMI_Device_Job j = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_create_device_job(s, &j), QDMI_SUCCESS);
+    const std::string x1 = "OPENQASM 3.0;\ninclude \"stdgates.inc\";\nqubit[2] q;\nbit[2] c;\nx q[1];\nc = measure q;\n";
+    const std::size_t sizes[] = {std::strlen(k_bell) + 1, x1.size() + 1};
+    const void* programs[] = {k_bell, x1.c_str()};
+    const std::size_t shots = 300;
+    ASSERT_EQ(QRTD_QDMI_device_job_set_parameter(j, QDMI_DEVICE_JOB_PARAMETER_SHOTSNUM, sizeof shots, &shots),
+              QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 2, sizes, programs), QDMI_SUCCESS);
+    std::size_t count = 0;
+    ASSERT_EQ(QRTD_QDMI_device_job_query_property(j, QDMI_DEVICE_JOB_PROPERTY_PROGRAMSNUM, sizeof count, &count,
+                                                  nullptr),
+              QDMI_SUCCESS);
+    EXPECT_EQ(count, 2U);
+    char back[256] = {};
+    ASSERT_EQ(QRTD_QDMI_device_job_get_program(j, 1, sizeof back, back, nullptr), QDMI_SUCCESS);
+    EXPECT_EQ(std::string(back), x1);
+    std::size_t n = 0;
+    EXPECT_EQ(QRTD_QDMI_device_job_get_program(j, 2, 0, nullptr, &n), QDMI_ERROR_OUTOFRANGE);
+    ASSERT_EQ(QRTD_QDMI_device_job_submit(j), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_wait(j, 60), QDMI_SUCCESS);
+    QDMI_Job_Status st{};
+    ASSERT_EQ(QRTD_QDMI_device_job_check(j, &st), QDMI_SUCCESS);
+    ASSERT_EQ(st, QDMI_JOB_STATUS_DONE);
+    EXPECT_EQ(QRTD_QDMI_device_job_get_results(j, 2, QDMI_JOB_RESULT_HIST_KEYS, 0, nullptr, &n),
+              QDMI_ERROR_OUTOFRANGE);
+    if (!with_aer()) {
+        QRTD_QDMI_device_job_free(j);
+        QRTD_QDMI_device_session_free(s);
+        GTEST_SKIP() << "qpu-sim answers one histogram per job; the per-program counts need qpu-aer";
+    }
+    const auto bell = histogram(j);
+    for (const auto& [k, v] : bell) {
+        EXPECT_TRUE(k == "00" || k == "11") << k;
+    }
+    // Program 1: X on qubit 1 reads "10" (qubit 0 is the rightmost bit).
+    std::size_t kn = 0;
+    ASSERT_EQ(QRTD_QDMI_device_job_get_results(j, 1, QDMI_JOB_RESULT_HIST_KEYS, 0, nullptr, &kn), QDMI_SUCCESS);
+    std::string keys(kn, '\0');
+    ASSERT_EQ(QRTD_QDMI_device_job_get_results(j, 1, QDMI_JOB_RESULT_HIST_KEYS, kn, keys.data(), nullptr),
+              QDMI_SUCCESS);
+    keys.pop_back();
+    EXPECT_EQ(keys, "10");
+    std::size_t v = 0;
+    ASSERT_EQ(QRTD_QDMI_device_job_get_results(j, 1, QDMI_JOB_RESULT_HIST_VALUES, sizeof v, &v, nullptr),
+              QDMI_SUCCESS);
+    EXPECT_EQ(v, 300U);
     QRTD_QDMI_device_job_free(j);
     QRTD_QDMI_device_session_free(s);
 }
