@@ -111,9 +111,18 @@ class Lab:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = tempfile.mkdtemp(prefix="qrt-qdmi-", dir=base)
         self.sock = os.path.join(self.dir, "qrtd.sock")
+        self.why_sim = ""
+        if self.aer and not os.access(shlex.split(self.aer)[0], os.X_OK):
+            # The SDK venv (sdk.venv fixture) is not there: the mechanics only.
+            self.why_sim = f"{shlex.split(self.aer)[0]} is missing (the SDK venv could not be made)"
+            print(f"qdmi_lab: qpu-aer cannot run: {self.why_sim}; using qpu-sim", file=sys.stderr)
+            self.aer = ""
+        if not self.aer and not self.sim:
+            raise RuntimeError("no endpoint: " + self.why_sim)
         self.endpoint = "aer" if self.aer else "sim"
         self.device = knows_device_section(self.qrtd)
         self.procs = []
+        self.logs = []
 
     def log_tail(self):
         try:
@@ -125,13 +134,16 @@ class Lab:
     def start(self):
         ep = f"unix://{self.dir}/qpu0.sock"
         if self.aer:
-            args = shlex.split(self.aer) + ["--listen", ep]
+            args = shlex.split(self.aer) + ["--listen", ep, "--qubits", str(QUBITS),
+                                            "--max-shots", str(MAX_SHOTS)]
         else:
             args = [self.sim, "--listen", ep, "--qubits", "2", "--duration-s", "300"]
-        self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                           stderr=open(os.path.join(self.dir, "endpoint.log"), "w")))
-        if not wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock"), 60):
-            raise RuntimeError(f"the endpoint ({self.endpoint}) did not listen")
+        self.logs.append(open(os.path.join(self.dir, "endpoint.log"), "w"))
+        self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.logs[-1]))
+        if not wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock") or self.procs[0].poll() is not None,
+                        90) or self.procs[0].poll() is not None:
+            with open(os.path.join(self.dir, "endpoint.log")) as f:
+                raise RuntimeError(f"the endpoint ({self.endpoint}) did not listen:\n" + f.read()[-2000:])
         cfg = os.path.join(self.dir, "qrtd.toml")
         with open(cfg, "w") as f:
             import pwd
@@ -141,9 +153,9 @@ class Lab:
             f.write(text)
         state = os.path.join(self.dir, "state")
         os.mkdir(state, 0o750)
-        log = open(os.path.join(self.dir, "qrtd.log"), "w")
+        self.logs.append(open(os.path.join(self.dir, "qrtd.log"), "w"))
         p = subprocess.Popen([self.qrtd, "run", "-c", cfg, "--state-dir", state],
-                             stdout=log, stderr=subprocess.STDOUT)
+                             stdout=self.logs[-1], stderr=subprocess.STDOUT)
         self.procs.append(p)
 
         def up():
@@ -156,7 +168,8 @@ class Lab:
                 return False
         if not wait_for(up, 30):
             raise RuntimeError("qrtd did not come up:\n" + self.log_tail())
-        self.client().status()
+        with self.client() as c:
+            c.status()  # served: every start-up step is done
         return self
 
     def client(self):
@@ -180,11 +193,15 @@ class Lab:
                     p.kill()
                     p.wait()
         self.procs = []
+        for f in self.logs:
+            f.close()
+        self.logs = []
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def env(self):
         e = dict(os.environ)
         e.update({"QRTD_QDMI_SOCKET": self.sock, "QRTD_QDMI_ENDPOINT": self.endpoint,
+                  "QRTD_QDMI_WHY_SIM": self.why_sim,
                   "QRTD_QDMI_DEVICE": "1" if self.device else "0"})
         return e
 

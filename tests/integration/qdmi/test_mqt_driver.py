@@ -108,8 +108,8 @@ class MqtDriver(unittest.TestCase):
         self.lab.push([(-1, 600, 21)])
         _, counts = self.run_bell(self.device())
         if self.lab.endpoint != "aer":
-            self.skipTest("the endpoint is qpu-sim (no qpu-aer in this tree): the counts are pseudo-random, "
-                          "so only the mechanics were checked")
+            self.skipTest("the endpoint is qpu-sim (" + (self.lab.why_sim or "no qpu-aer in this tree") +
+                          "): its counts are pseudo-random, so only the mechanics were checked")
         self.assertEqual(set(counts) - {"00", "11"}, set(), counts)
         for k in ("00", "11"):
             self.assertGreaterEqual(counts.get(k, 0), 350, counts)
