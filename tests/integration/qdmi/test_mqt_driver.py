@@ -15,7 +15,11 @@ tree has no qpu-aer, on qpu-sim (pseudo-random counts: the mechanics only):
     in the next window, with that window's calibration id;
   - a reservation booked beforehand, carried in the session's custom1 and
     custom2, takes the job into its slot;
-  - a program that is not OpenQASM 3 and shots 0 are refused at submit.
+  - a program that is not OpenQASM 3 and shots 0 are refused at submit;
+  - MQT Core's Qiskit backend (mqt.core.plugins.qiskit.QDMIBackend) on the
+    device: its target has the QPU's qubits and basis gates, and a Bell
+    circuit run through it gives 00/11 (needs Qiskit: run_mqt.sh runs this
+    file with the SDK venv's python when there is one).
 
 Run by ctest (qdmi.mqt_driver) with build/venv-qdmi's python.  Asserts
 behaviour, never timings.  Environment: QRTD, QPU_SIM (or QPU_AER),
@@ -157,6 +161,38 @@ class MqtDriver(unittest.TestCase):
             with self.assertRaises(Exception):
                 d.submit_job("OPENQASM 3.0;\nqubit[9] q;\n", qdmi.ProgramFormat.QASM3, 100)
         self.assertEqual(d.queue_length(), before)
+
+    def test_mqt_qiskit_backend_runs_bell(self):
+        try:
+            from mqt.core.plugins.qiskit import QDMIBackend
+            from qiskit import QuantumCircuit, transpile
+        except ImportError as e:
+            self.skipTest(f"Qiskit is not importable here ({e}): the SDK venv was not made")
+        if not self.lab.device:
+            self.skipTest("this qrtd serves no [qpu.device] facts: no target to build")
+        self.lab.push([(-1, 600, 61)])
+        backend = QDMIBackend(device=self.device(), device_id=DEVICE_ID)
+        self.assertEqual(backend.target.num_qubits, qdmi_lab.QUBITS)
+        self.assertEqual(set(backend.target.operation_names), {"rz", "sx", "x", "cx", "measure"})
+        if self.lab.endpoint != "aer":
+            self.skipTest("the endpoint is qpu-sim: a Bell distribution needs qpu-aer")
+        # MQT's OpenQASM 3 zeroes the classical bits first (`c = 0;`, a
+        # classical assignment); say so if the endpoint's parser cannot.
+        probe = self.device().submit_job('OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[1] q;\nbit[1] c;\n'
+                                         'c = 0;\nc[0] = measure q[0];\n', qdmi.ProgramFormat.QASM3, 10)
+        probe.wait(60)
+        if probe.check() != qdmi.Job.Status.DONE:
+            with self.lab.client() as c:
+                why = c.jobs_status(int(probe.id)).get("reason", "")
+            self.skipTest("qpu-aer cannot run the OpenQASM 3 that MQT's Qiskit backend writes "
+                          f"(a classical assignment): {why}")
+        qc = QuantumCircuit(2, 2)
+        qc.h(0)
+        qc.cx(0, 1)
+        qc.measure([0, 1], [0, 1])
+        counts = backend.run(transpile(qc, backend), shots=1000).result().get_counts()
+        self.assertEqual(set(counts) - {"00", "11"}, set(), counts)
+        self.assertEqual(sum(counts.values()), 1000)
 
 
 if __name__ == "__main__":
