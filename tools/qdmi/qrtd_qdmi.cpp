@@ -881,6 +881,15 @@ int QRTD_QDMI_device_session_init(QRTD_QDMI_Device_Session session) {
                 session->fencing_token = number_of<std::uint64_t>(e);
             }
         }
+        // A session whose init failed may try again: start from nothing.
+        qrt_close(session->client);
+        session->client = nullptr;
+        session->has_device = false;
+        session->sites.clear();
+        session->site_store.clear();
+        session->ops.clear();
+        session->op_store.clear();
+        session->coupling.clear();
         qrt_error err{};
         const int rc = qrt_connect(session->socket.empty() ? nullptr : session->socket.c_str(),
                                    &session->client, &err);

@@ -49,7 +49,10 @@ user = "{user}"
 apply_on_run = false
 [dispatch]
 mode = "untuned"
-miss_tolerance_ns = 20_000_000
+# A shared, unisolated test host (and qpu-aer's Python next to qrtd) can
+# hold the hand-over up by seconds when loaded; these tests are about QDMI, not
+# lateness, so a late job is still sent rather than missed.
+miss_tolerance_ns = 10_000_000_000
 [timeline]
 policy = "edf-backfill"
 horizon_ns = 600_000_000_000
