@@ -2,6 +2,10 @@
 # Configure and build qrtd into ./build (or $QRT_BUILD_DIR).  Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# Paths under the checkout hash relative to it, so that a fresh clone in
+# another directory (CI's mktemp -d) hits what an earlier clone cached.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 build=${QRT_BUILD_DIR:-$here/build}
 jobs=${QRT_JOBS:-$(nproc)}
 generator=()

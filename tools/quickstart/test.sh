@@ -15,6 +15,10 @@
 #   QRT_SANITIZERS=tsan|asan  run one half of the sanitizer stage (default both)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+# Paths under the checkout hash relative to it, so that a fresh clone in
+# another directory (CI's mktemp -d) hits what an earlier clone cached.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 build=${QRT_BUILD_DIR:-$here/build}
 start=$(date +%s)
 stage_t0=$start
