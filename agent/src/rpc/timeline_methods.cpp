@@ -398,9 +398,11 @@ json ledger_methods::qpus_list(const json& params, call_context&) {
 }
 
 json ledger_methods::calibration_get(const json& params, call_context&) {
-    params_reader p(params, {"qpu"});
+    params_reader p(params, {"qpu", "until_ns"});
     const std::string qpu = p.str("qpu", 128);
-    auto windows = take(_ledger.calibration(qpu, now()));
+    // until_ns: only the windows starting before it, and the first starting
+    // at or after it (what a caller looking up one time needs).
+    auto windows = take(_ledger.calibration(qpu, now(), p.opt_i64("until_ns", 0, i64_max).value_or(i64_max)));
     json out = json::array();
     for (const auto& w : windows) {
         out.push_back(window_json(w));

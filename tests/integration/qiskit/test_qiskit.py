@@ -195,6 +195,53 @@ class Qiskit(unittest.TestCase):
         self.assertNotIn((0, 2), t["cx"])
         self.assertIn("measure", t.operation_names)
 
+    def test_qpus_list_shows_no_window_inside_a_blackout(self):
+        c = self.client()
+        seen = {False: 0, True: 0}
+        # A reading counts only when the answer came back within the phase it
+        # was asked in (a loaded host may delay it); at most 5 periods.
+        for _ in range(5):
+            if all(seen.values()):
+                break
+            now = time.time_ns()
+            ws = sorted(c.calibration_get("qpu0"), key=lambda w: w["valid_from_ns"])
+            k = next(i for i in range(len(ws) - 1) if ws[i]["valid_until_ns"] > now + 50 * MS)
+            for lo, hi, inside in ((ws[k]["valid_until_ns"], ws[k + 1]["valid_from_ns"], False),
+                                   (ws[k + 1]["valid_from_ns"], ws[k + 1]["valid_until_ns"], True)):
+                time.sleep(max(0, (lo + hi) // 2 - time.time_ns()) / 1e9)
+                asked = time.time_ns()
+                q = [q for q in c.qpus() if q["name"] == "qpu0"][0]
+                if not (lo <= asked and time.time_ns() < hi):
+                    continue
+                seen[inside] += 1
+                if inside:
+                    self.assertEqual(q["window"]["calibration_id"], ws[k + 1]["calibration_id"], q)
+                    # f0 = 0.99 at the window's start, decaying with the default tau.
+                    self.assertTrue(0.9 < q["predicted_fidelity"] <= 0.99, q)
+                else:
+                    self.assertIsNone(q["window"], q)
+                    self.assertIsNone(q["predicted_fidelity"], q)
+        self.assertTrue(all(seen.values()), f"no timely reading inside and outside a window: {seen}")
+
+    def test_inside_a_slurm_step_run_submits_into_the_steps_reservation(self):
+        c = self.client()
+        r = c.slots_reserve(duration_ns=2 * MS, idempotency_key="slurm-step-1", qpus=["qpu0"],
+                            not_before_ns=time.time_ns() + 300 * MS)
+        env = {"QRT_RESERVATION_ID": str(r["reservation_id"]), "QRT_FENCING_TOKEN": str(r["fencing_token"])}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            job = self.backend.run(bell(), shots=300)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.assertEqual(job.qrtd_job_id, r["reservation_id"])
+        self.assertEqual(job.ack["start_ns"], r["start_ns"])
+        self.assertEqual(set(self.counts(job)), {"00", "11"})
+
     # ------------------------------------------------------------ counts
 
     def test_bell_1000_shots_gives_only_00_and_11_each_at_least_35_percent(self):

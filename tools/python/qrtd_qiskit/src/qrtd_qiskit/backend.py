@@ -233,7 +233,7 @@ class QrtdBackend(BackendV2):
                 params["min_fidelity"] = float(opt["min_fidelity"])
         params["payload"] = base64.b64encode(payload).decode("ascii")
         try:
-            ack = self._call("jobs.submit", params)
+            ack = self._submit(params)
         except qrt_client.RpcError as e:
             err = _refusal(e, "jobs.submit")
             if e.reason == "no_fit" and not rid:
@@ -245,6 +245,19 @@ class QrtdBackend(BackendV2):
         except qrt_client.QrtError as e:
             raise _refusal(e, "jobs.submit") from None
         return QrtdJob(self, ack, circuits, shots)
+
+    def _submit(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """jobs.submit, tried again (at most 3 times in all, same idempotency
+        key) when qrtd answers "unavailable": it kept nothing (e.g. the job
+        became durable too late for its start) and says to retry."""
+        for attempt in range(3):
+            try:
+                return self._call("jobs.submit", params)
+            except qrt_client.RpcError as e:
+                if e.reason != "unavailable" or attempt == 2:
+                    raise
+                time.sleep(0.005 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _next_start(self, params: Dict[str, Any]) -> Optional[int]:
         q = {k: params[k] for k in ("duration_ns", "qpus", "not_before_ns", "priority", "min_fidelity")
@@ -261,7 +274,7 @@ class QrtdBackend(BackendV2):
     def window_of(self, start_ns: int) -> Optional[Dict[str, Any]]:
         """The calibration window holding start_ns (calibration.get), or None."""
         try:
-            ws = self._call("calibration.get", {"qpu": self.qpu})["windows"]
+            ws = self._call("calibration.get", {"qpu": self.qpu, "until_ns": int(start_ns) + 1})["windows"]
         except qrt_client.QrtError:
             return None
         return next((w for w in ws if w["valid_from_ns"] <= start_ns < w["valid_until_ns"]), None)
