@@ -173,6 +173,11 @@ class Lab:
             raise RuntimeError("qrtd did not come up:\n" + self.log_tail())
         with self.client() as c:
             c.status()  # served: every start-up step is done
+
+            def endpoint_up():
+                return all(q.get("endpoint_up") for q in c.qpus())
+            if not wait_for(endpoint_up, 60, 0.1):
+                raise RuntimeError(f"qrtd never reached the endpoint ({self.endpoint}):\n" + self.log_tail())
         return self
 
     def client(self):
