@@ -38,7 +38,7 @@ import time
 
 from qiskit import QuantumCircuit
 import qrt_client
-from qrtd_qiskit import QrtdBackend, make_envelope
+from qrtd_qiskit import QrtdBackend, QrtdJobError, make_envelope
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, "../.."))
@@ -101,6 +101,8 @@ def c_job(cc, payload_b64, key):
         time.sleep(max(step, until_start - 0.001))
         step = min(step * 2, 0.05)
         st = cc.call("jobs.status", {"job_id": ack["job_id"]})
+    if st["state"] == "missed":
+        return None   # the loaded host missed the hand-over: no figure, counted
     r = cc.call("jobs.result", {"job_id": ack["job_id"]})
     counts = json.loads(base64.b64decode(r["result"]))["results"][0]["counts"]
     t_done = time.time_ns()
@@ -112,7 +114,12 @@ def qiskit_job(backend, qc):
     t0 = time.time_ns()
     job = backend.run(qc, shots=100)
     t_ack = time.time_ns()
-    counts = job.result(timeout=30).get_counts()
+    try:
+        counts = job.result(timeout=30).get_counts()
+    except QrtdJobError as e:
+        if e.reason == "missed":
+            return None
+        raise
     t_done = time.time_ns()
     assert set(counts) <= {"00", "11"}, counts
     return (t_ack - t0) + (t_done - job.ack["start_ns"])
@@ -175,9 +182,14 @@ def main():
         qiskit_job(backend, qc)   # warm both paths
         c_job(cc, payload, "warm")
         qk, cv = [], []
+        missed = 0
         for i in range(opt.n):
-            qk.append(qiskit_job(backend, qc))
-            cv.append(c_job(cc, payload, f"c-{i}"))
+            for x, fn in ((qk, lambda: qiskit_job(backend, qc)), (cv, lambda: c_job(cc, payload, f"c-{i}"))):
+                v = fn()
+                if v is None:
+                    missed += 1
+                else:
+                    x.append(v)
         cc.close()
         backend.close()
     finally:
@@ -189,13 +201,14 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
         shutil.rmtree(d, ignore_errors=True)
-    out = {"bench": "qiskit_overhead", "n": opt.n,
+    out = {"bench": "qiskit_overhead", "n": opt.n, "missed": missed,
            "qiskit_ns": {"p50": pct(qk, 0.5), "p99": pct(qk, 0.99)},
            "c_ns": {"p50": pct(cv, 0.5), "p99": pct(cv, 0.99)}}
     out["added_p50_ns"] = out["qiskit_ns"]["p50"] - out["c_ns"]["p50"]
     out["goal_ns"] = GOAL_NS
     out["pass"] = out["added_p50_ns"] <= GOAL_NS
-    print(f"run -> result minus the slot wait, {opt.n} jobs each (2-qubit Bell, 100 shots, qpu-aer):")
+    print(f"run -> result minus the slot wait, {opt.n} jobs each (2-qubit Bell, 100 shots, qpu-aer; "
+          f"{missed} missed by the host, left out):")
     print(f"  qiskit backend  p50 {out['qiskit_ns']['p50'] / 1e6:7.2f} ms  p99 {out['qiskit_ns']['p99'] / 1e6:7.2f} ms")
     print(f"  C client        p50 {out['c_ns']['p50'] / 1e6:7.2f} ms  p99 {out['c_ns']['p99'] / 1e6:7.2f} ms")
     print(f"  added at p50    {out['added_p50_ns'] / 1e6:7.2f} ms (goal <= 5 ms): {'PASS' if out['pass'] else 'FAIL'}")

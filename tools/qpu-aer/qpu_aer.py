@@ -55,6 +55,7 @@ FIELDS = ("magic", "version", "type", "flags", "header_len", "status", "payload_
           "duration_ns", "arrival_ns", "shots", "reserved", "tolerance_ns")
 
 MAX_CIRCUITS = 256
+MAX_CONNECTIONS = 16
 MAX_MEMORY_SHOTS = 100_000   # per-shot bitstrings kept under the wire's 1 MiB
 
 
@@ -490,6 +491,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"qpu-aer: cannot import the simulator ({e}): install the pinned requirements "
               "(tools/qpu-aer/requirements.txt)", file=sys.stderr)
         return 1
+    # The reader threads stamp arrivals; the worker runs Python (the OpenQASM
+    # import) between aer's C++ runs.  A short switch interval bounds how long
+    # a reader waits for the interpreter lock: 0.5 ms, not the default 5 ms.
+    sys.setswitchinterval(0.0005)
     ep = Endpoint(opt, executor)
     listeners = []
     paths = []
@@ -508,6 +513,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    # One reader thread per connection, at most MAX_CONNECTIONS at once (qrtd
+    # keeps one per QPU); one more is closed at once, its HELLO unanswered.
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def serve(conn: socket.socket) -> None:
+        try:
+            ep.serve_connection(conn)
+        finally:
+            slots.release()
+
     def accept(ls: socket.socket) -> None:
         ls.settimeout(0.2)
         while not ep.stop.is_set():
@@ -517,8 +532,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue
             except OSError:
                 return
+            if not slots.acquire(blocking=False):
+                print(f"qpu-aer: refusing a connection: {MAX_CONNECTIONS} already open", file=sys.stderr,
+                      flush=True)
+                conn.close()
+                continue
             conn.settimeout(None)
-            threading.Thread(target=ep.serve_connection, args=(conn,), daemon=True).start()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     for ls in listeners:
         threading.Thread(target=accept, args=(ls,), daemon=True).start()

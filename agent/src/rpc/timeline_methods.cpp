@@ -742,6 +742,7 @@ rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engi
 
 // The method table: name, role, summary, handler.
 void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options opts) {
+    auto on_calibration = opts.on_calibration;
     auto methods = std::make_shared<ledger_methods>(ledger, std::move(opts));
     using json_method = json (ledger_methods::*)(const json&, call_context&);
     using raw_method = void (ledger_methods::*)(const json&, call_context&, std::string&);
@@ -762,7 +763,17 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     rpc.set_commit_tracker([&ledger] { return ledger.latest_seq(); },
                            [&ledger] { return ledger.durable_seq(); });
 
-    rpc.add_event_source([methods] { return to_rpc_events(methods->ledger().drain_events()); });
+    rpc.add_event_source([methods, on_calibration = std::move(on_calibration)] {
+        auto evs = methods->ledger().drain_events();
+        if (on_calibration) {
+            for (const auto& ev : evs) {
+                if (ev.type == tl::event_type::calibration) {
+                    on_calibration(ev.qpu);
+                }
+            }
+        }
+        return to_rpc_events(evs);
+    });
 
     reg.add({"qpus.list", role::reader,
              "the QPUs of this host",

@@ -166,6 +166,23 @@ class Qiskit(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
+    def start(self, duration_ns=10 * MS):
+        """A start at least 300 ms ahead and 150 ms inside a window from both
+        its ends: a send late by up to the tolerance still ends inside the
+        window (as test_e2e plans its jobs with MARGIN)."""
+        margin = 150 * MS
+        t = time.time_ns() + 300 * MS
+        for w in sorted(self.client().calibration_get("qpu0", until_ns=t + 3 * PERIOD),
+                        key=lambda w: w["valid_from_ns"]):
+            s = max(t, w["valid_from_ns"] + margin)
+            if s + duration_ns + margin <= w["valid_until_ns"]:
+                return s
+        self.fail("no window ahead")
+
+    def run_job(self, circuits, **kw):
+        kw.setdefault("not_before_ns", self.start())
+        return self.backend.run(circuits, **kw)
+
     def assert_never_sent(self, job_id):
         st = self.client().jobs_status(job_id)
         self.assertEqual(st["sent_ns"], 0, st)
@@ -226,7 +243,7 @@ class Qiskit(unittest.TestCase):
     def test_inside_a_slurm_step_run_submits_into_the_steps_reservation(self):
         c = self.client()
         r = c.slots_reserve(duration_ns=2 * MS, idempotency_key="slurm-step-1", qpus=["qpu0"],
-                            not_before_ns=time.time_ns() + 300 * MS)
+                            not_before_ns=self.start())
         env = {"QRT_RESERVATION_ID": str(r["reservation_id"]), "QRT_FENCING_TOKEN": str(r["fencing_token"])}
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -245,7 +262,7 @@ class Qiskit(unittest.TestCase):
     # ------------------------------------------------------------ counts
 
     def test_bell_1000_shots_gives_only_00_and_11_each_at_least_35_percent(self):
-        job = self.backend.run(bell(), shots=1000)
+        job = self.run_job(bell(), shots=1000)
         counts = self.counts(job)
         self.assertEqual(set(counts), {"00", "11"}, counts)
         self.assertEqual(sum(counts.values()), 1000)
@@ -269,15 +286,15 @@ class Qiskit(unittest.TestCase):
         qc.cx(0, 1)
         qc.cx(1, 2)
         qc.measure(range(3), range(3))
-        counts = self.counts(self.backend.run(qc, shots=500))
+        counts = self.counts(self.run_job(qc, shots=500))
         self.assertEqual(set(counts), {"000", "111"}, counts)
         self.assertEqual(sum(counts.values()), 500)
 
     def test_x_on_qubit_1_gives_10(self):
-        self.assertEqual(self.counts(self.backend.run(x_on_1(), shots=200)), {"10": 200})
+        self.assertEqual(self.counts(self.run_job(x_on_1(), shots=200)), {"10": 200})
 
     def test_two_circuits_in_one_run_each_get_their_own_counts(self):
-        job = self.backend.run([x_on_1(), bell()], shots=400)
+        job = self.run_job([x_on_1(), bell()], shots=400)
         r = job.result(timeout=30)
         self.assertEqual(r.get_counts(0), {"10": 400})
         self.assertEqual(set(r.get_counts(1)), {"00", "11"})
@@ -285,7 +302,8 @@ class Qiskit(unittest.TestCase):
         self.assertEqual(len(r.results), 2)
 
     def test_backend_sampler_v2_gives_the_bell_distribution(self):
-        sampler = BackendSamplerV2(backend=self.backend)
+        sampler = BackendSamplerV2(backend=self.backend,
+                                   options={"run_options": {"not_before_ns": self.start()}})
         res = sampler.run([bell()], shots=1000).result()
         counts = res[0].data.c.get_counts()
         self.assertEqual(set(counts), {"00", "11"}, counts)
@@ -374,10 +392,12 @@ class Qiskit(unittest.TestCase):
             self.assertIn(text, str(cm.exception))
             # Nothing was placed under that key: the same key with a good
             # payload is a new job, not the refused one.
-        ok = c.jobs_submit(envelope(BELL_QASM), duration_ns=1 * MS, idempotency_key="bad-0", qpus=["qpu0"])
+        ok = c.jobs_submit(envelope(BELL_QASM), duration_ns=1 * MS, idempotency_key="bad-0", qpus=["qpu0"],
+                           not_before_ns=self.start())
         self.assertEqual(ok["state"], "committed", ok)
         # A held reservation refuses it too, and stays held.
-        r = c.slots_reserve(duration_ns=1 * MS, idempotency_key="held-bad", qpus=["qpu0"])
+        r = c.slots_reserve(duration_ns=1 * MS, idempotency_key="held-bad", qpus=["qpu0"],
+                            not_before_ns=self.start())
         with self.assertRaises(qrt_client.RpcError) as cm:
             c.jobs_submit(envelope(BELL_QASM, qubits=4), reservation_id=r["reservation_id"],
                           fencing_token=r["fencing_token"])
@@ -388,7 +408,8 @@ class Qiskit(unittest.TestCase):
     def test_a_program_qpu_aer_cannot_parse_fails_the_job_naming_the_line(self):
         c = self.client()
         bad = BELL_QASM.replace("cx q[0], q[1];", "cx q[0] q[1];")   # line 6
-        ack = c.jobs_submit(envelope(bad), duration_ns=1 * MS, idempotency_key="unparsable", qpus=["qpu0"])
+        ack = c.jobs_submit(envelope(bad), duration_ns=1 * MS, idempotency_key="unparsable", qpus=["qpu0"],
+                            not_before_ns=self.start())
         st = base.wait_for(lambda: c.jobs_status(ack["job_id"])["state"] in ("failed", "completed"), 20)
         self.assertTrue(st)
         s = c.jobs_status(ack["job_id"])
@@ -410,7 +431,8 @@ class Qiskit(unittest.TestCase):
         from qrtd_qiskit import QrtdJob
         c = self.client()
         bad = BELL_QASM.replace("h q[0];", "hadamard q[0];")   # line 5: no such gate
-        ack = c.jobs_submit(envelope(bad), duration_ns=1 * MS, idempotency_key="failing", qpus=["qpu0"])
+        ack = c.jobs_submit(envelope(bad), duration_ns=1 * MS, idempotency_key="failing", qpus=["qpu0"],
+                            not_before_ns=self.start())
         job = QrtdJob(self.backend, ack, [bell()], 100)
         with self.assertRaises(QrtdJobError) as cm:
             job.result(timeout=30)

@@ -139,6 +139,86 @@ class QpuAerWire(unittest.TestCase):
         h, _ = self.job(s, envelope(BELL), 200)
         self.assertEqual(h["type"], RESULT)
 
+    def test_a_periodic_schedule_decides_which_calibration_id_is_current(self):
+        # A second qpu-aer following qrtd's periodic schedule: 1 s cycles, the
+        # first 500 ms calibration; window k + 1 from k s + 500 ms to (k + 1) s.
+        path = os.path.join(self.dir, "p.sock")
+        p = subprocess.Popen([sys.executable, QPU_AER, "--listen", "unix://" + path, "--qubits", "2",
+                              "--period-ns", "1000000000", "--blackout-ns", "500000000", "--duration-s", "60"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (p.send_signal(signal.SIGTERM), p.wait(15)))
+        give_up = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < give_up and p.poll() is None:
+            time.sleep(0.05)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(path)
+        self.addCleanup(s.close)
+        s.sendall(frame(HELLO, b"test"))
+        self.read(s)
+
+        def at(offset_ns):
+            """Sleep to offset_ns into the next cycle; that cycle's window id."""
+            now = time.time_ns()
+            k = now // 10**9 + 1
+            time.sleep((k * 10**9 + offset_ns - now) / 1e9)
+            return k + 1
+        # Each reading counts only if it was answered within its phase (a
+        # loaded host may delay it); three tries.
+        for _ in range(3):
+            want = at(750_000_000)
+            t0 = time.time_ns()
+            ok, _ = self.job(s, envelope(BELL), 1, calibration_id=want)
+            stale, why = self.job(s, envelope(BELL), 2, calibration_id=want - 1)
+            if time.time_ns() - t0 > 200_000_000:
+                continue
+            self.assertEqual(ok["type"], RESULT)
+            self.assertEqual((stale["type"], stale["status"]), (ERROR, 4))
+            self.assertIn(f"is not current ({want})", why.decode())
+            want = at(250_000_000)   # inside the blackout before window `want`
+            t0 = time.time_ns()
+            blackout, why = self.job(s, envelope(BELL), 3, calibration_id=want)
+            if time.time_ns() - t0 > 200_000_000:
+                continue
+            self.assertEqual((blackout["type"], blackout["status"]), (ERROR, 4))
+            self.assertIn("inside a calibration blackout", why.decode())
+            return
+        self.skipTest("the host never answered within 200 ms of a phase: nothing to judge")
+
+    def test_connections_are_capped_at_16_and_freed_when_closed(self):
+        def hello_answered(s):
+            try:
+                s.sendall(frame(HELLO, b"test"))
+                return len(s.recv(96)) > 0
+            except OSError:
+                return False
+        socks = []
+        try:
+            answered = 0
+            for _ in range(17):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(10)
+                s.connect(self.path)
+                socks.append(s)
+                answered += hello_answered(s)
+            self.assertLessEqual(answered, 16)
+            self.assertLess(answered, 17, "the 17th connection was served")
+        finally:
+            for s in socks:
+                s.close()
+        # Closed connections give their places back.
+        give_up = time.monotonic() + 10
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(self.path)
+            ok = hello_answered(s)
+            s.close()
+            if ok or time.monotonic() > give_up:
+                break
+            time.sleep(0.1)
+        self.assertTrue(ok, "no connection served after the others closed")
+
     def test_the_first_frame_must_be_hello(self):
         s = self.connect(hello=False)
         s.sendall(frame(JOB, envelope(BELL), job_id=1))
