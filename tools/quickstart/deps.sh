@@ -31,6 +31,11 @@ QRT_PACKAGES=(
   libmunge-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   rt-tests libbpf-tools stress-ng systemd python3
+  # `python3 -m venv` for the pinned PyPI packages under the build tree: the
+  # SDK tests' build/venv (tools/python/sdk_venv.sh: qiskit, qiskit-aer) and
+  # build/venv-qdmi (tools/qdmi/venv.sh: mqt.core, whose QDMI headers build
+  # libqrtd-qdmi.so); never the system Python.
+  python3-venv
   # setfacl: .ci/run grants the test users (nobody, qrtd) search on a 0700
   # checkout by ACL instead of opening it to every local user.
   acl
