@@ -62,7 +62,7 @@ type Client struct {
 }
 
 // PoolSize is how many connections one Client keeps open at most.
-const PoolSize = 8
+const PoolSize = 12
 
 // New returns a client of the socket at path; every call is bounded by
 // timeout (and by its context).
