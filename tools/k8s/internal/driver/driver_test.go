@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -527,4 +528,49 @@ func TestBenchNodePrepareResources(t *testing.T) {
 	ok := p(one, 0.99) <= 20 && p(many, 0.99) <= 20
 	fmt.Printf(`{"bench":"k8s_node_prepare","one_p50_ms":%.2f,"one_p99_ms":%.2f,"c32_p50_ms":%.2f,"c32_p99_ms":%.2f,"goal_p99_ms":20,"pass":%t}`+"\n",
 		p(one, 0.5), p(one, 0.99), p(many, 0.5), p(many, 0.99), ok)
+}
+
+// An endpoint that goes down and comes back is republished (endpointUp)
+// and reported to the kubelet's health service.
+func TestEndpointDownAndUpIsRepublishedAndReportedAsHealth(t *testing.T) {
+	l := newLab(t, periodic)
+	kube := newFakeAPI()
+	rc := l.startDriver("d", kube)
+	k := newKubelet(t, rc)
+	up := func(want bool) func(map[string]resourceapi.Device) bool {
+		return func(d map[string]resourceapi.Device) bool {
+			a, ok := d["qpu0"].Attributes["endpointUp"]
+			return ok && a.BoolValue != nil && *a.BoolValue == want
+		}
+	}
+	waitSlice(t, kube, "qpu0 endpoint up", up(true))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := drahealthv1.NewDRAResourceHealthClient(k.cc).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := func(want drahealthv1.HealthStatus) {
+		t.Helper()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("health stream: %v (waiting for %s)", err, want)
+			}
+			for _, d := range r.Devices {
+				if d.Device.GetDeviceName() == "qpu0" && d.Device.GetPoolName() == nodeName && d.Health == want {
+					return
+				}
+			}
+		}
+	}
+	health(drahealthv1.HealthStatus_HEALTHY)
+
+	stopProc(l.sim) // the control electronics go away
+	waitSlice(t, kube, "qpu0 endpoint down", up(false))
+	health(drahealthv1.HealthStatus_UNHEALTHY)
+	l.sim = l.startSim()
+	waitSlice(t, kube, "qpu0 endpoint up again", up(true))
+	health(drahealthv1.HealthStatus_HEALTHY)
 }

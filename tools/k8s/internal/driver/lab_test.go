@@ -61,6 +61,7 @@ type lab struct {
 	client *qrtd.Client
 	qrtd   *exec.Cmd
 	sim    *exec.Cmd
+	qpus   []string
 }
 
 const qrtdConfig = `
@@ -175,32 +176,49 @@ func newLab(t *testing.T, kind qpus) *lab {
 	switch kind {
 	case periodic:
 		cfg += periodicQPU
+		l.qpus = []string{"qpu0"}
 	case pushed:
 		cfg += pushedQPU("qpu0")
+		l.qpus = []string{"qpu0"}
 	case periodicPushed:
 		if n := qpusHere(); n < 2 {
 			t.Skipf("needs 2 QPUs, and qrtd can dispatch %d here (one isolated core per QPU, one for housekeeping)", n)
 		}
 		cfg += periodicQPU + pushedQPU("qpu1")
+		l.qpus = []string{"qpu0", "qpu1"}
 	}
 	if err := os.WriteFile(l.cfg, []byte(fmt.Sprintf(cfg, dir, os.Getuid())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--listen", "unix://" + dir + "/qpu0.sock", "--listen", "unix://" + dir + "/qpu1.sock",
-		"--duration-s", "600"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--socket-group", "qrt", "--socket-mode", "0660")
-	}
-	l.sim = exec.Command(simBin, args...)
-	if err := l.sim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"qpu0.sock", "qpu1.sock"} {
-		waitFor(t, "qpu-sim's "+s, 10*time.Second, func() bool { _, err := os.Stat(filepath.Join(dir, s)); return err == nil })
-	}
+	l.sim = l.startSim()
 	l.startQrtd()
 	l.client = qrtd.New(l.sock, 10*time.Second)
 	return l
+}
+
+func (l *lab) startSim() *exec.Cmd {
+	args := []string{"--duration-s", "600"}
+	socks, _ := filepath.Glob(filepath.Join(l.dir, "qpu*.sock"))
+	for _, s := range socks {
+		_ = os.Remove(s) // left by a stopped qpu-sim
+	}
+	for _, q := range l.qpus {
+		args = append(args, "--listen", "unix://"+filepath.Join(l.dir, q+".sock"))
+	}
+	if os.Geteuid() == 0 {
+		args = append(args, "--socket-group", "qrt", "--socket-mode", "0660")
+	}
+	sim := exec.Command(os.Getenv("QPU_SIM"), args...)
+	if err := sim.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	for _, q := range l.qpus {
+		waitFor(l.t, "qpu-sim's "+q, 10*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(l.dir, q+".sock"))
+			return err == nil
+		})
+	}
+	return sim
 }
 
 func (l *lab) startQrtd() {
