@@ -85,6 +85,7 @@ REASONS = [
     ("store_error", -32019, 14),
     ("quota_exceeded", -32020, 19),
     ("sent", -32021, 20),
+    ("endpoint_down", -32022, 21),
 ]
 LOCAL_REASONS = [
     ("degraded", 18),

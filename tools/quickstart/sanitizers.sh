@@ -44,13 +44,6 @@
 #   rpc_tenants.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast
 #     asserts a victim's p99 under a stated 500 ms during a 2,000-connection
 #     flood: a timing promise, measured in the plain build's ctest.
-#   dispatch_with_qpu_sim.disconnects_* / garbage_answers_*  found a race in
-#     fault attribution under ASan: the loop can handle qpu-sim's EOF before
-#     the dispatch record of the job qpu-sim read last; that job then waits
-#     for a result on a connection that is gone and ends endpoint_timeout
-#     (after the tests' 2 s result timeout, so not slowness) instead of
-#     endpoint_disconnected.  Open (issue 15 note); both pass in the plain
-#     build, where the record comes first.
 #   rt_thread.real*  check what the kernel did (memory locked by mlockall,
 #     SCHED_FIFO granted or refused); every sanitizer turns mlockall into a
 #     no-op, so they cannot pass and test no threading.
@@ -76,7 +69,7 @@ asan_targets=(test_rtcore_base test_rtcore_util test_rtcore_topology test_rtcore
               test_event_loop test_dispatch_unit
               test_rpc_server test_dispatch_integration test_clients_integration)
 # Python regex (re.search) of the tests kept out of both sanitized runs (see above).
-san_exclude='^rpc_tenants\.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast$|^rt_thread\.real|^dispatch_with_qpu_sim\.(disconnects|garbage)_'
+san_exclude='^rpc_tenants\.a_tenant_flooding_the_socket_is_throttled_and_the_others_queries_stay_fast$|^rt_thread\.real'
 
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}"
 export ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 detect_stack_use_after_return=1 strict_string_checks=1 ${ASAN_OPTIONS:-}"

@@ -197,6 +197,7 @@ struct timeline_config {
     std::uint32_t commit_group_max = 0;      // changes per transaction (1: commit each at once)
     std::uint32_t commit_group_wait_us = 0;  // how long a group may wait to fill
     std::uint32_t commit_queue_max = 0;      // changes waiting for their commit before refusing
+    std::int64_t endpoint_down_horizon_ns = 0;  // endpoint down: no start sooner than this
     bool operator==(const timeline_config&) const = default;
 };
 

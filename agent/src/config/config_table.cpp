@@ -550,6 +550,19 @@ std::vector<config_option> build_table() {
                     "still answered (a lease is never lost to the backlog) and the agent's own "
                     "changes (leases, dispatch) are never refused.",
          QRT_FIELD(timeline, commit_queue_max)},
+        {.section = "timeline", .key = "endpoint_down_horizon_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{30 * sec}, .min = 0, .max = 24 * hour,
+         .meaning = "While a QPU's endpoint is not connected, no start on it sooner than "
+                    "this from now is offered, and a slots.reserve, jobs.submit or commit "
+                    "into a held reservation that asks for one is refused with "
+                    "`endpoint_down` (data: since_ns, error, remedy, not_before_ns): a job "
+                    "acknowledged there could not be dispatched.  A request further ahead "
+                    "is accepted and its reply carries `endpoint_down`.  Jobs committed "
+                    "before the endpoint went down stay; at their start each is sent if "
+                    "the endpoint is back, or ends `failed: endpoint_down`.  The events "
+                    "qpu.endpoint_down and qpu.endpoint_up tell subscribers at once.  0 "
+                    "ignores the endpoint's state.",
+         QRT_FIELD(timeline, endpoint_down_horizon_ns)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,

@@ -233,6 +233,27 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
         req.near_device = device;
     }
     auto plan = rtcore::plan_partition(topo, req);
+    // Untuned dispatch threads are plain threads, and isolation = "none"
+    // isolates nothing: there a QPU needs no isolated CPU of its own.  When
+    // the host cannot spare one per QPU, they share as many as it can
+    // (QPU i on dispatch CPU i mod n), so that a small lab host, or one node
+    // of a test cluster, runs more QPUs than it has spare cores.
+    const bool may_share = cfg.dispatch.mode == dispatch_mode::untuned || cfg.host.isolation == isolation_mode::none;
+    if (!plan && may_share && req.rt_cpus.empty() && !req.isolated && req.rt_cpu_count > 1) {
+        const unsigned wanted = req.rt_cpu_count;
+        for (unsigned n = wanted - 1; n >= 1 && !plan; --n) {
+            req.rt_cpu_count = n;
+            plan = rtcore::plan_partition(topo, req);
+        }
+        if (plan) {
+            plan->reasons.push_back(fmt::format(
+                "{} QPUs share {} dispatch CPU{} ({}): the host cannot spare a core per QPU, and "
+                "{} needs none of its own",
+                wanted, plan->rt_cpus.size(), plan->rt_cpus.size() == 1 ? "" : "s", plan->isolated.to_list(),
+                cfg.dispatch.mode == dispatch_mode::untuned ? "dispatch.mode = \"untuned\""
+                                                            : "host.isolation = \"none\""));
+        }
+    }
     if (!plan && plan.err().message.find("RT thread") != std::string::npos) {
         // rtcore numbers the RT threads; the operator knows them as QPUs.
         return rtcore::error{plan.err().code,

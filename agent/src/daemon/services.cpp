@@ -104,6 +104,7 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
         lo.commit_group_max = cfg.timeline.commit_group_max;
     }
     lo.commit_group_wait = std::chrono::microseconds(cfg.timeline.commit_group_wait_us);
+    lo.endpoint_down_horizon_ns = cfg.timeline.endpoint_down_horizon_ns;
     if (cfg.timeline.commit_queue_max > 0) {
         lo.commit_queue_max = cfg.timeline.commit_queue_max;
     }
@@ -131,6 +132,23 @@ std::vector<timeline::qpu_spec> qpu_specs_for(const config& cfg) {
     return out;
 }
 
+
+// What an operator can do about an endpoint qrtd cannot reach, from the
+// error the connect gave (stated in the endpoint_down refusal and the log).
+std::string endpoint_remedy(const std::string& error, const std::string& uri, const std::string& user) {
+    const std::string who = user.empty() ? std::string("qrtd's user") : "user " + user;
+    if (error.find("Permission denied") != std::string::npos) {
+        return fmt::format("{} may not connect to {}: give the endpoint's socket a group {} is in "
+                           "(qpu-sim --socket-group {} --socket-mode 0660); qrtd reconnects by itself",
+                           who, uri, who, user.empty() ? "qrtd" : user);
+    }
+    if (error.find("No such file") != std::string::npos ||
+        error.find("Connection refused") != std::string::npos) {
+        return fmt::format("nothing listens on {}: start the QPU endpoint; qrtd reconnects by itself", uri);
+    }
+    return fmt::format("check the QPU endpoint {} (agent.status qpus[].endpoint_state); qrtd "
+                       "reconnects by itself", uri);
+}
 
 }  // namespace
 
@@ -403,15 +421,23 @@ std::string services::placement_text() const {
                        _facts.isolation, _facts.rt_reach.empty() ? "no partition applied" : _facts.rt_reach);
 }
 
+// The plan's dispatch CPU for QPU i: its own, or, where QPUs share (untuned
+// or host.isolation = "none" on a host with fewer spare cores than QPUs,
+// see plan_for), CPU i mod n of the plan's n.  -1: no plan.
+int services::shared_dispatch_cpu(std::uint32_t i) const {
+    if (_facts.dispatch_cpus.empty()) {
+        return -1;
+    }
+    return static_cast<int>(_facts.dispatch_cpus[i % _facts.dispatch_cpus.size()]);
+}
+
 rtcore::status services::start_links() {
     // dispatch.submit_mode = "auto" places SQPOLL pollers on spare isolated
     // CPUs (qrt/dispatch/submit_choice.hpp); it needs every QPU's dispatch
     // CPU and, for SMT siblings, the topology of the real host.
     std::vector<unsigned> dispatch_cpus;
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
-        const int c = _cfg.qpus[i].dispatch_cpu >= 0 ? _cfg.qpus[i].dispatch_cpu
-                      : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
-                                                        : -1;
+        const int c = _cfg.qpus[i].dispatch_cpu >= 0 ? _cfg.qpus[i].dispatch_cpu : shared_dispatch_cpu(i);
         dispatch_cpus.push_back(c >= 0 ? static_cast<unsigned>(c) : rtcore::cpu_set::max_cpus);
     }
     std::optional<rtcore::topology> topology;
@@ -445,9 +471,7 @@ rtcore::status services::start_links() {
         q->name = qc.name;
         q->endpoint = qc.target.uri;
         q->tolerance_ns = qc.effective_job_tolerance_ns(_cfg);
-        q->dispatch_cpu = qc.dispatch_cpu >= 0 ? qc.dispatch_cpu
-                          : i < _facts.dispatch_cpus.size() ? static_cast<int>(_facts.dispatch_cpus[i])
-                                                            : -1;
+        q->dispatch_cpu = qc.dispatch_cpu >= 0 ? qc.dispatch_cpu : shared_dispatch_cpu(i);
 
         dispatch::qpu_link_config lc;
         lc.endpoint = qc.target.uri;
@@ -522,13 +546,18 @@ rtcore::status services::start_links() {
         dispatch::qpu_link_callbacks cb;
         cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
         cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) { on_outcome(*qp, o); };
-        cb.on_endpoint_state = [qp](bool up, const std::string& reason) {
+        cb.on_endpoint_state = [this, qp](bool up, const std::string& reason) {
             qp->endpoint_state = up ? "up" : "down (" + reason + ")";
+            const std::string remedy = up ? std::string() : endpoint_remedy(reason, qp->endpoint, _cfg.agent.user);
             if (up) {
                 log::info("dispatch", "{}: endpoint {} up", qp->name, qp->endpoint);
             } else {
-                log::warn("dispatch", "{}: endpoint {} down: {}", qp->name, qp->endpoint, reason);
+                log::warn("dispatch", "{}: endpoint {} down: {}; {}", qp->name, qp->endpoint, reason, remedy);
             }
+            // Requests within timeline.endpoint_down_horizon_ns are refused
+            // while it is down; subscribers hear of it now.
+            _ledger->set_endpoint_state(qp->name, up, reason, remedy, _clock.now_realtime_ns());
+            publish_ledger_events();
         };
         try {
             q->link = std::make_unique<dispatch::qpu_link>(_loop, _clock, lc, std::move(cb));

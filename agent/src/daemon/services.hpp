@@ -139,6 +139,7 @@ private:
 
     rtcore::status open_ledger();
     rtcore::status start_step_watch();
+    int shared_dispatch_cpu(std::uint32_t i) const;
     rtcore::status start_links();
     rtcore::status start_timers();
     rtcore::status start_loop_stall_hook();

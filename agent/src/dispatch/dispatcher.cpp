@@ -561,9 +561,12 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
                                                   " (endpoint fd " + std::to_string(fd) + ")");
     };
     if (!_loop_running.load(std::memory_order_acquire)) {
+        const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
         if (const int rc = register_endpoint(fd); rc < 0) {
             return failed(-rc, "io_uring_register_files_update");
         }
+        _fd_done_gen.store(gen, std::memory_order_release);
+        _registered_gen.store(gen, std::memory_order_release);
         _endpoint_up.store(true, std::memory_order_release);
         return rtcore::ok();
     }
@@ -594,7 +597,10 @@ rtcore::status dispatcher::set_endpoint_fd(int fd) {
 void dispatcher::clear_endpoint() noexcept {
     _endpoint_up.store(false, std::memory_order_release);  // the guard sends nothing from now on
     if (!_loop_running.load(std::memory_order_acquire)) {
+        const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
         (void)register_endpoint(-1);
+        _fd_done_gen.store(gen, std::memory_order_release);
+        _registered_gen.store(gen, std::memory_order_release);
         return;
     }
     request_endpoint(-1);  // applied at once: nothing is sent while the endpoint is down
@@ -609,6 +615,7 @@ void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head)
     }
     const std::uint32_t want = _fd_req_gen.load(std::memory_order_acquire);
     _fd_update_rc.store(register_endpoint(_pending_fd.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    _registered_gen.store(want, std::memory_order_release);
     _fd_done_gen.store(want, std::memory_order_release);
     _st_endpoint_updates.fetch_add(1, std::memory_order_relaxed);
 }
@@ -803,6 +810,7 @@ void dispatcher::emit(const queued_job& j, dispatch_status st, std::int64_t dead
     r.wakeup_latency_ns = wakeup_latency;
     r.spin_ns = spin_ns;
     r.lead_ns = _lead_ns_pub.load(std::memory_order_relaxed);
+    r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
     _records.try_push(r);  // capacity == slots: cannot be full
 }
 
@@ -1212,6 +1220,7 @@ void dispatcher::run_loop() noexcept {
         r.wakeup_latency_ns = wakeup_latency;
         r.spin_ns = spin_ns;
         r.lead_ns = lead;
+        r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
         const auto consumed = [&]() noexcept {
             const unsigned head = io_uring_smp_load_acquire(ring->sq.khead);
             return static_cast<int>(head - write_pos) > 0;

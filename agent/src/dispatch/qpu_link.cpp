@@ -133,6 +133,7 @@ void qpu_link::try_connect() {
                          att.err().message);
         }
         _last_error = att.err().message;
+        report_down(att.err().message);
         schedule_connect();
         return;
     }
@@ -218,6 +219,8 @@ void qpu_link::send_hello() {
             return;
         }
         _state = conn_state::up;
+        _live_gen = _dispatcher.endpoint_generation();
+        _reported_down = false;
         _backoff = _cfg.backoff_initial;
         log::info("dispatch", "qpu {}: endpoint {} open (write-only: no results, its jobs end `sent`)", _cfg.dispatch.qpu_index,
                      _addr.uri);
@@ -312,6 +315,8 @@ void qpu_link::handle_frame(wire::frame&& f) {
             return;
         }
         _state = conn_state::up;
+        _live_gen = _dispatcher.endpoint_generation();
+        _reported_down = false;
         _backoff = _cfg.backoff_initial;
         _consecutive_timeouts = 0;
         _last_error.clear();
@@ -370,13 +375,23 @@ void qpu_link::answer(pending_job& p, wire::frame&& f) {
     finish(id, job_state::failed, reason_for_qpu_error(f.hdr.status), std::string(f.payload_text()), &f.hdr);
 }
 
+void qpu_link::report_down(const std::string& why) {
+    if (_reported_down) {
+        return;
+    }
+    _reported_down = true;
+    if (_cb.on_endpoint_state) {
+        _cb.on_endpoint_state(false, why);
+    }
+}
+
 void qpu_link::drop_connection(const std::string& reason, const std::string& detail) {
     const bool was_up = _state == conn_state::up;
     _dispatcher.clear_endpoint();
+    _live_gen = 0;
     // Frames the dispatch thread sent before this point went to the old
     // connection: their records may still be in the ring, so remember when
     // and why the connection went (on_record fails them on arrival).
-    _last_drop_mono_ns = _clock.now_monotonic_ns();
     _last_drop_reason = reason;
     _last_drop_detail = detail;
     if (_fd.valid()) {
@@ -398,10 +413,8 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
         ++_counters.endpoint_disconnects;
         log::warn("dispatch", "qpu {}: endpoint {} lost: {} ({})", _cfg.dispatch.qpu_index, _addr.uri, reason,
                      detail);
-        if (_cb.on_endpoint_state) {
-            _cb.on_endpoint_state(false, reason + ": " + detail);
-        }
     }
+    report_down(reason + ": " + detail);
     // Jobs already on the wire cannot be answered on a new connection.
     std::vector<std::uint64_t> lost;
     for (const auto& [id, p] : _pending) {
@@ -510,8 +523,9 @@ void qpu_link::on_record(const dispatch_record& r) {
         p.phase = job_phase::sent;
         p.sent_ns = r.sent_ns;
         p.lateness_ns = r.lateness_ns;
-        if (r.deadline_ns + r.lateness_ns <= _last_drop_mono_ns && !p.early_answer) {
-            // Sent on a connection that has since been dropped: no answer can come.
+        if (r.endpoint_gen != _live_gen && !p.early_answer) {
+            // Sent on a connection that has since been dropped (the loop may
+            // have handled its EOF before this record): no answer can come.
             if (_cb.on_dispatched) {
                 _cb.on_dispatched(p.job.job_id, r.sent_ns);
             }
@@ -586,7 +600,7 @@ void qpu_link::on_record(const dispatch_record& r) {
         finish(r.job_id, job_state::failed, std::string(outcome::send_failed), detail);
         // Drop the connection only when the failed write went to the current
         // one (a write to a connection dropped since then fails with EPIPE).
-        if (!stream_intact && _state == conn_state::up && r.deadline_ns + r.lateness_ns > _last_drop_mono_ns) {
+        if (!stream_intact && _state == conn_state::up && r.endpoint_gen == _live_gen) {
             drop_connection(std::string(outcome::send_failed), detail);  // the stream may be out of sync
         }
         return;

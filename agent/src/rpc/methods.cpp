@@ -15,7 +15,8 @@ const std::vector<std::string_view>& event_types() {
         "reservation.reserved",  "reservation.committed", "reservation.released",
         "reservation.cancelled", "reservation.expired",   "reservation.replaced",
         "reservation.displaced", "calibration.changed",   "job.dispatched",
-        "job.finished",          "outlier",
+        "job.finished",          "outlier",               "qpu.endpoint_down",
+        "qpu.endpoint_up",
     };
     return types;
 }

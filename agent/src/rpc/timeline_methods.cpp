@@ -132,6 +132,37 @@ private:
 
     std::int64_t now() const { return _opts.now_ns ? _opts.now_ns() : rtcore::realtime_now_ns(); }
 
+    // take() for the booking calls: an endpoint_down refusal carries, in
+    // data, since when the endpoint is down, its last error, the remedy and
+    // the earliest start that would be accepted.
+    template <typename T>
+    T take_booking(tl::result<T> r) const {
+        if (!r) {
+            const tl::error& e = r.err();
+            if (e.reason == tl::reason::endpoint_down) {
+                if (const auto* st = _ledger.endpoint_down(e.qpu); st != nullptr) {
+                    json data = endpoint_json(*st, e.qpu);
+                    data["not_before_ns"] = now() + _ledger.options().endpoint_down_horizon_ns;
+                    throw rpc_failure(e.reason, e.message, std::move(data));
+                }
+            }
+            fail(e);
+        }
+        return std::move(r).value();
+    }
+    static json endpoint_json(const tl::ledger::endpoint_state& st, std::string_view qpu) {
+        return json{{"qpu", qpu}, {"since_ns", st.since_ns}, {"error", st.error}, {"remedy", st.remedy}};
+    }
+    // An accepted booking on a QPU whose endpoint is down (its start is past
+    // the horizon) says so in its reply.
+    json booked(const tl::reservation& r) const {
+        json out = to_json(r);
+        if (const auto* st = _ledger.endpoint_down(r.qpu); st != nullptr) {
+            out["endpoint_down"] = endpoint_json(*st, r.qpu);
+        }
+        return out;
+    }
+
     void check_priority(const call_context& ctx, const tl::request& req) const {
         if (_opts.limits) {
             _opts.limits->check_priority(ctx.caller, req.priority);
@@ -334,16 +365,16 @@ json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
     check_booking(ctx, key, static_cast<std::size_t>(gang), req.duration_ns, 0);
     check_near_term(ctx, key, static_cast<std::size_t>(gang), req);
     if (gang > 1) {
-        auto members = take(_ledger.reserve_gang(ctx.caller.tenant, req,
-                                               static_cast<std::size_t>(gang), key,
-                                               lease, now()));
+        auto members = take_booking(_ledger.reserve_gang(ctx.caller.tenant, req,
+                                                       static_cast<std::size_t>(gang), key,
+                                                       lease, now()));
         json out = json::array();
         for (const auto& member : members) {
-            out.push_back(to_json(member));
+            out.push_back(booked(member));
         }
         return json{{"gang", std::move(out)}};
     }
-    return to_json(take(_ledger.reserve(ctx.caller.tenant, req, key, lease, now())));
+    return booked(take_booking(_ledger.reserve(ctx.caller.tenant, req, key, lease, now())));
 }
 
 json ledger_methods::slots_heartbeat(const json& params, call_context& ctx) {
@@ -396,8 +427,8 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
         static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
     check_booking(ctx, {}, 0, 0, payload.size());
-    return to_json(take(_ledger.commit(tenant_for(ctx, id), id, token,
-                                       std::move(payload), now())));
+    return booked(take_booking(_ledger.commit(tenant_for(ctx, id), id, token,
+                                              std::move(payload), now())));
 }
 
 // jobs.submit with request fields + idempotency_key + payload: place and
@@ -416,7 +447,7 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
     check_priority(ctx, req);
     check_booking(ctx, key, 1, req.duration_ns, payload.size());
     check_near_term(ctx, key, 1, req);
-    return to_json(take(
+    return booked(take_booking(
         _ledger.submit(ctx.caller.tenant, req, key, std::move(payload), now())));
 }
 
@@ -482,6 +513,8 @@ std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
         event pushed;
         if (ev.type == tl::event_type::calibration) {
             pushed.type = "calibration.changed";
+        } else if (ev.type == tl::event_type::endpoint_down || ev.type == tl::event_type::endpoint_up) {
+            pushed.type = "qpu." + ev.type;  // every subscriber: like calibration, no tenant
         } else if (ev.type == tl::event_type::dispatched) {
             pushed.type = "job.dispatched";
             pushed.tenant = ev.tenant;

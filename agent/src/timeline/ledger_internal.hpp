@@ -76,6 +76,10 @@ struct ledger::qpu_state {
     std::map<std::int64_t, std::uint64_t> busy;     // active reservations by start
     std::map<std::int64_t, std::uint64_t> pending;  // committed jobs by start
     std::int64_t pruned_before_ns = std::numeric_limits<std::int64_t>::min();
+    endpoint_state endpoint;
+    // No placement starts earlier (now + endpoint_down_horizon_ns while the
+    // endpoint is down; set by advance() and set_endpoint_state()).
+    std::int64_t placeable_from_ns = std::numeric_limits<std::int64_t>::min();
 };
 
 struct ledger::slot {

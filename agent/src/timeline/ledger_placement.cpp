@@ -78,6 +78,9 @@ void ledger::advance(std::int64_t now_ns) {
                 prune_windows(q, std::numeric_limits<std::int64_t>::min(), now_ns);
             }
         }
+        qs.placeable_from_ns = !qs.endpoint.up && _opts.endpoint_down_horizon_ns > 0
+                                   ? sat_add(now_ns, _opts.endpoint_down_horizon_ns)
+                                   : std::numeric_limits<std::int64_t>::min();
         // Free time in the past can never be used again.
         if (now_ns <= qs.pruned_before_ns) {
             continue;
@@ -326,6 +329,85 @@ std::int64_t ledger::earliest_start(const request& req, std::int64_t now_ns) con
     return std::max(now_ns + _opts.min_lead_ns + commit_lead_ns(), req.not_before_ns);
 }
 
+// ------------------------------------------------------------ endpoints
+
+bool ledger::set_endpoint_state(std::string_view qpu, bool up, std::string error,
+                                std::string remedy, std::int64_t now_ns) {
+    const auto it = _qpu_index.find(std::string(qpu));
+    if (it == _qpu_index.end()) {
+        return false;
+    }
+    qpu_state& qs = _qpus[it->second];
+    const bool changed = qs.endpoint.up != up;
+    if (changed) {
+        qs.endpoint.since_ns = now_ns;
+    }
+    qs.endpoint.up = up;
+    qs.endpoint.error = up ? std::string() : std::move(error);
+    qs.endpoint.remedy = up ? std::string() : std::move(remedy);
+    qs.placeable_from_ns = !up && _opts.endpoint_down_horizon_ns > 0
+                               ? sat_add(now_ns, _opts.endpoint_down_horizon_ns)
+                               : std::numeric_limits<std::int64_t>::min();
+    if (changed) {
+        event ev;
+        ev.type = std::string(up ? event_type::endpoint_up : event_type::endpoint_down);
+        ev.qpu = qs.spec.name;
+        ev.reason = qs.endpoint.error;
+        ev.time_ns = now_ns;
+        // Not a durable change: out at once, not behind commits in flight.
+        _events.push_back(std::move(ev));
+    }
+    return true;
+}
+
+const ledger::endpoint_state* ledger::endpoint_down(std::string_view qpu) const {
+    const auto it = _qpu_index.find(std::string(qpu));
+    if (it == _qpu_index.end() || _qpus[it->second].endpoint.up) {
+        return nullptr;
+    }
+    return &_qpus[it->second].endpoint;
+}
+
+error ledger::endpoint_down_error(std::size_t q, std::string_view what, std::int64_t now_ns) const {
+    const qpu_state& qs = _qpus[q];
+    error e = make_error(reason::endpoint_down,
+                         std::string(what) + ": the endpoint of qpu \"" + qs.spec.name +
+                             "\" is not connected (since " + n2s(qs.endpoint.since_ns) + ": " +
+                             (qs.endpoint.error.empty() ? std::string("no connection yet")
+                                                        : qs.endpoint.error) +
+                             "); a start before " +
+                             n2s(sat_add(now_ns, _opts.endpoint_down_horizon_ns)) +
+                             " (timeline.endpoint_down_horizon_ns " +
+                             n2s(_opts.endpoint_down_horizon_ns) +
+                             ") could not be dispatched" +
+                             (qs.endpoint.remedy.empty() ? std::string() : "; " + qs.endpoint.remedy));
+    e.qpu = qs.spec.name;
+    return e;
+}
+
+timeline::status ledger::check_endpoints(const request& req, const std::vector<std::size_t>& qs,
+                                         const std::vector<std::size_t>& placed,
+                                         std::int64_t now_ns) const {
+    if (_opts.endpoint_down_horizon_ns <= 0 ||
+        earliest_start(req, now_ns) >= sat_add(now_ns, _opts.endpoint_down_horizon_ns)) {
+        return {};  // asked further ahead: accepted (the reply says the endpoint is down)
+    }
+    const auto down = [&](std::size_t q) { return !_qpus[q].endpoint.up; };
+    for (const std::size_t q : placed) {
+        if (down(q)) {
+            return endpoint_down_error(q, "no slot on a connected QPU within the horizon", now_ns);
+        }
+    }
+    if (placed.empty()) {
+        for (const std::size_t q : qs) {
+            if (down(q)) {
+                return endpoint_down_error(q, "no slot on a connected QPU", now_ns);
+            }
+        }
+    }
+    return {};
+}
+
 std::int64_t ledger::deadline_of(const request& req) const {
     return req.deadline_ns > 0 ? req.deadline_ns : k_no_deadline_ns;
 }
@@ -397,7 +479,7 @@ std::optional<ledger::slot> ledger::earliest_fit(std::size_t q, std::int64_t fro
     const qpu_state& qs = _qpus[q];
     const std::int64_t d = req.duration_ns;
     const std::int64_t latest_start = deadline_of(req) - d;
-    std::int64_t t = from_ns;
+    std::int64_t t = std::max(from_ns, qs.placeable_from_ns);  // endpoint down: past the horizon
     if (!backfill && !qs.busy.empty()) {
         t = std::max(t, _res.at(qs.busy.rbegin()->second).end_ns());
     }

@@ -186,6 +186,15 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
             break;
         }
     }
+    {
+        std::vector<std::size_t> placed;
+        if (chosen) {
+            placed.push_back(chosen->q);
+        }
+        if (auto ep = check_endpoints(req, *qs, placed, now_ns); !ep) {
+            return std::move(ep).err();
+        }
+    }
     if (!chosen) {
         return no_fit_error(req, *qs, now_ns);
     }
@@ -276,6 +285,19 @@ result<std::vector<reservation>> ledger::reserve_gang(std::string_view tenant, c
     }
     advance(now_ns);
     const auto slots = gang_fit(req, *qs, k, earliest_start(req, now_ns));
+    {
+        std::vector<std::size_t> placed;
+        if (slots) {
+            for (const slot& s : *slots) {
+                placed.push_back(s.q);
+            }
+        }
+        if (auto ep = check_endpoints(req, *qs, placed, now_ns); !ep) {
+            error e = std::move(ep).err();
+            e.message = "gang of " + std::to_string(k) + ": " + e.message;
+            return e;
+        }
+    }
     if (!slots) {
         error e = no_fit_error(req, *qs, now_ns);
         e.message = "gang of " + std::to_string(k) + ": " + e.message;
@@ -483,6 +505,18 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
                               "longer be dispatched on time");
     }
     const auto group = members(r);
+    // Acknowledged means dispatchable: not while the endpoint is down and
+    // the start is within the horizon (the reservation stays held).
+    for (const std::uint64_t m : group) {
+        const reservation& mr = _res.at(m);
+        const std::size_t q = _qpu_index.at(mr.qpu);
+        if (_opts.endpoint_down_horizon_ns > 0 && !_qpus[q].endpoint.up &&
+            mr.start_ns < sat_add(now_ns, _opts.endpoint_down_horizon_ns)) {
+            return endpoint_down_error(q, "commit of reservation " + u2s(mr.id) + " (start_ns " +
+                                              n2s(mr.start_ns) + ")",
+                                       now_ns);
+        }
+    }
     for (const std::uint64_t m : group) {
         reservation& mr = _res.at(m);
         account(mr, -1);

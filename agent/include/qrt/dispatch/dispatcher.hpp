@@ -190,6 +190,11 @@ struct dispatch_record {
     std::int64_t wakeup_latency_ns = -1;    // timer wake - requested wake (-1: no timed wake)
     std::int64_t spin_ns = 0;               // time spent spinning for this job
     std::int64_t lead_ns = 0;               // lead in force for this job
+    // The endpoint registration the frame was written on (endpoint_generation()
+    // when it went out): the QPU link fails a job sent on a connection it has
+    // since dropped at once, whatever the order its EOF and this record
+    // reach the loop in.
+    std::uint32_t endpoint_gen = 0;
 };
 
 // Counters the dispatch thread keeps (relaxed atomics, read any time).
@@ -282,6 +287,11 @@ public:
     // The endpoint's connected fd (not owned) goes into registered file 0.
     rtcore::status set_endpoint_fd(int fd);
     void clear_endpoint() noexcept;
+    // The registration now in force: after a successful set_endpoint_fd(),
+    // that fd's generation (each set and clear makes a new one; never 0).
+    std::uint32_t endpoint_generation() const noexcept {
+        return _registered_gen.load(std::memory_order_acquire);
+    }
     // Calls f(const dispatch_record&) for each record and frees the slots.
     template <typename F>
     std::size_t drain_records(F&& f) {
@@ -473,6 +483,9 @@ private:
     std::atomic<int> _pending_fd{-1};
     std::atomic<std::uint32_t> _fd_req_gen{0};
     std::atomic<std::uint32_t> _fd_done_gen{0};
+    // The generation of what registered file 0 holds (written by whoever
+    // registers: the dispatch thread, or any thread while it is not running).
+    std::atomic<std::uint32_t> _registered_gen{0};
     std::atomic<int> _fd_update_rc{0};
     // Seqlock over the calibration plan (odd sequence = write in progress).
     std::atomic<std::uint32_t> _cal_seq{0};

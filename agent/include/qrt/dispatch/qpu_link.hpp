@@ -146,6 +146,14 @@ private:
     unique_fd _fd;
     bool _fd_watched = false;
     bool _write_only = false;
+    // The dispatcher's endpoint generation of the connection that is up (0:
+    // none): a record of a frame written on another one was sent on a
+    // connection since dropped (dispatch_record::endpoint_gen).
+    std::uint32_t _live_gen = 0;
+    // on_endpoint_state(false) said once per outage, also when the first
+    // connect never succeeded.
+    bool _reported_down = false;
+    void report_down(const std::string& why);
     wire::frame_reader _reader;
     std::chrono::milliseconds _backoff;
     std::optional<event_loop::timer_id> _connect_timer;
@@ -153,7 +161,6 @@ private:
     std::optional<event_loop::timer_id> _poll_timer;
     std::string _last_error;
     std::uint32_t _consecutive_timeouts = 0;
-    std::int64_t _last_drop_mono_ns = INT64_MIN;
     std::string _last_drop_reason;
     std::string _last_drop_detail;
 

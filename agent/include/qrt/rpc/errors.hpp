@@ -41,7 +41,7 @@ struct reason_entry {
 };
 
 // clang-format off
-inline constexpr std::array<reason_entry, 30> reason_table{{
+inline constexpr std::array<reason_entry, 31> reason_table{{
     // standard errors
     {"parse_error",          code_parse_error,      2, "the line is not valid JSON (or not valid UTF-8)"},
     {"invalid_request",      code_invalid_request,  2, "not a valid JSON-RPC 2.0 request object"},
@@ -76,6 +76,7 @@ inline constexpr std::array<reason_entry, 30> reason_table{{
     // A job's end state, like missed: it went out on time to a write-only
     // endpoint, which gives no result back (no error is raised with it).
     {"sent",                 -32021, 20, "the job was written on time to a write-only endpoint; no result comes back"},
+    {"endpoint_down",        -32022, 21, "the QPU's endpoint is not connected and the start is within timeline.endpoint_down_horizon_ns (data: since_ns, error, remedy)"},
 }};
 // clang-format on
 
@@ -113,13 +114,14 @@ inline constexpr std::string_view not_ready = "not_ready";
 inline constexpr std::string_view store_error = "store_error";
 inline constexpr std::string_view quota_exceeded = "quota_exceeded";
 inline constexpr std::string_view sent = "sent";
+inline constexpr std::string_view endpoint_down = "endpoint_down";
 
-inline constexpr std::array<std::string_view, 30> all{
+inline constexpr std::array<std::string_view, 31> all{
     parse_error, invalid_request, line_too_long, too_deep, batch_too_large, method_not_found,
     invalid_params, internal_error, permission_denied, invalid_argument, not_found, no_fit,
     lease_expired, not_owner, calibration_changed, unknown_qpu, illegal_transition,
     bad_fencing_token, overloaded, unavailable, duplicate, deadline_passed, missed, idle_timeout,
-    payload_too_large, conflict, not_ready, store_error, quota_exceeded, sent};
+    payload_too_large, conflict, not_ready, store_error, quota_exceeded, sent, endpoint_down};
 }  // namespace reason
 
 // A job's outcome reasons: the stable first word of the `reason` of a job

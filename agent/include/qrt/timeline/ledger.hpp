@@ -117,6 +117,12 @@ struct ledger_options {
     // hand-over never waits for a separate mark write (the daemon: the
     // hand-over plan horizon).  0: never.
     std::int64_t dispatch_mark_reach_ns = 0;
+    // While a QPU's endpoint is not connected (set_endpoint_state), no start
+    // on it earlier than now + this is offered, and a reserve, submit or
+    // commit asking for one is refused with endpoint_down: a job
+    // acknowledged there could not be dispatched.  Further ahead is
+    // accepted.  0: endpoint state is ignored.
+    std::int64_t endpoint_down_horizon_ns = 30'000'000'000;
     // Test seam for the writer (commit_writer.hpp, writer_options).
     std::function<status(std::size_t changes)> commit_hook;
 };
@@ -253,6 +259,26 @@ public:
                                                   std::vector<calibration_window> windows,
                                                   std::int64_t now_ns);
 
+    // A QPU's endpoint connection, as the daemon's QPU link sees it.  While
+    // it is down, placement on that QPU starts no earlier than now +
+    // options().endpoint_down_horizon_ns, and a reserve, submit or commit
+    // whose start the client asked within that horizon is refused with
+    // endpoint_down (error.qpu names the QPU; endpoint_down() says since
+    // when, why and what to do).  Each change emits an endpoint_down or
+    // endpoint_up event.  Not persisted: the link reports again after a
+    // restart.  False for an unknown QPU.
+    struct endpoint_state {
+        bool up = true;
+        std::int64_t since_ns = 0;  // CLOCK_REALTIME of the last change
+        std::string error;          // the connection's last error ("connect: Permission denied")
+        std::string remedy;         // what the operator can do about it
+    };
+    bool set_endpoint_state(std::string_view qpu, bool up, std::string error, std::string remedy,
+                            std::int64_t now_ns);
+    // The state of a QPU whose endpoint is down; nullptr when it is up (or
+    // the QPU is unknown).
+    const endpoint_state* endpoint_down(std::string_view qpu) const;
+
     // Housekeeping.  Return how many reservations changed.
     result<std::size_t> expire_leases(std::int64_t now_ns);
     // Committed jobs with start + tolerance < now_ns become missed.
@@ -387,6 +413,12 @@ private:
     timeline::status check_booking(std::string_view tenant, const request& req, std::int64_t lease_ns,
                                    std::int64_t now_ns) const;
     std::int64_t earliest_start(const request& req, std::int64_t now_ns) const;
+    // endpoint_down for a request the client asked to start before now +
+    // the horizon when its placement is none, or on a QPU whose endpoint is
+    // down; `placed` are the chosen QPUs.
+    timeline::status check_endpoints(const request& req, const std::vector<std::size_t>& qs,
+                                     const std::vector<std::size_t>& placed, std::int64_t now_ns) const;
+    error endpoint_down_error(std::size_t q, std::string_view what, std::int64_t now_ns) const;
     std::int64_t deadline_of(const request& req) const;
     std::optional<slot> earliest_fit(std::size_t q, std::int64_t from_ns, const request& req,
                                      bool backfill) const;

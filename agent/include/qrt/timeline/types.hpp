@@ -47,22 +47,26 @@ inline constexpr std::string_view store_error = "store_error";
 // Retryable: the start is too close for the hand-over (the lead and the
 // commit backlog ahead of the change).
 inline constexpr std::string_view unavailable = "unavailable";
+// The QPU's endpoint is not connected and the start would fall within
+// timeline.endpoint_down_horizon_ns: the job could not be dispatched.
+inline constexpr std::string_view endpoint_down = "endpoint_down";
 
 // Every one of them: each must have its row in qrt::rpc::reason_table
 // (static_assert in qrt/reasons.hpp).
-inline constexpr std::array<std::string_view, 13> all{
+inline constexpr std::array<std::string_view, 14> all{
     no_fit,    unknown_qpu, invalid_argument, lease_expired, not_owner,  bad_fencing_token,
     calibration_changed, illegal_transition, not_found, duplicate, not_ready, store_error,
-    unavailable};
+    unavailable, endpoint_down};
 }  // namespace reason
 
 struct error {
     std::string reason;   // one of qrt::timeline::reason::*
     std::string message;  // names the field and the value
+    std::string qpu;      // the QPU it is about, when one (endpoint_down)
 };
 
 inline error make_error(std::string_view why, std::string message) {
-    return error{std::string(why), std::move(message)};
+    return error{std::string(why), std::move(message), {}};
 }
 
 // rtcore's result storage, with the timeline's error (it carries a stable
@@ -271,6 +275,10 @@ inline constexpr std::string_view completed = "completed";
 inline constexpr std::string_view sent = "sent";  // written to a write-only endpoint, no result
 inline constexpr std::string_view failed = "failed";
 inline constexpr std::string_view calibration = "calibration";  // windows changed
+// A QPU's endpoint went down or came back (qpu set, reservation_id 0,
+// reason: the connection's last error).
+inline constexpr std::string_view endpoint_down = "endpoint_down";
+inline constexpr std::string_view endpoint_up = "endpoint_up";
 }  // namespace event_type
 
 struct event {
