@@ -22,6 +22,11 @@ if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; th
   exit 77
 fi
 cd "$here"
+# Without HOME (a bare CI environment) the go command has no default cache
+# directories: keep them in one place that later runs reuse.
+if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then
+  export GOCACHE=/var/cache/qrt-go/build GOMODCACHE=${GOMODCACHE:-/var/cache/qrt-go/mod}
+fi
 export GOFLAGS="-mod=readonly ${GOFLAGS:-}"
 go mod download
 go vet ./...

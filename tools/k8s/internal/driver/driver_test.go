@@ -162,7 +162,7 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 	}
 
 	// Two pods' claims, in two namespaces, for the same window.
-	T := slotStart(5 * time.Second)
+	T := slotStart(8 * time.Second)
 	params := slotParams(fmt.Sprintf(`"duration":"50ms","notBefore":%q,"deadline":%q,"minFidelity":0.9`,
 		rfc(T), rfc(T.Add(time.Second))))
 	a := newClaim("team-a", "claim-a", params, "qpu0")
@@ -251,7 +251,7 @@ func TestRefusedClaimsNameTheFieldOrQrtdsReasonAndTheNextStart(t *testing.T) {
 	k := newKubelet(t, rc)
 	waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
 
-	T := slotStart(5 * time.Second)
+	T := slotStart(8 * time.Second)
 	// Inside the blackout [T, T+100ms): qrtd cannot fit it.
 	impossible := newClaim("team-a", "too-tight", slotParams(fmt.Sprintf(`"duration":"50ms","notBefore":%q,"deadline":%q`,
 		rfc(T), rfc(T.Add(90*time.Millisecond)))), "qpu0")
@@ -300,7 +300,7 @@ func TestAGangOnOneNodeIsReservedTogether(t *testing.T) {
 	k := newKubelet(t, rc)
 	waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
 	// qpu1 is pushed: give it the same window as qpu0's next one.
-	T := slotStart(5 * time.Second)
+	T := slotStart(8 * time.Second)
 	if err := l.call("calibration.update", map[string]any{"qpu": "qpu1", "windows": []map[string]any{{
 		"calibration_id": 7, "valid_from_ns": T.UnixNano() + blackoutNS, "valid_until_ns": T.UnixNano() + periodNS,
 		"f0": 0.97}}}, nil); err != nil {
@@ -353,7 +353,7 @@ func TestKubeletRestartRegistersAgainAndTheSliceIsRepublished(t *testing.T) {
 	})
 	k := newKubelet(t, rc) // dial again, GetInfo, NotifyRegistrationStatus(true)
 	waitSlice(t, kube, "the republished ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
-	T := slotStart(5 * time.Second)
+	T := slotStart(8 * time.Second)
 	c := newClaim("team-a", "after-restart", slotParams(fmt.Sprintf(`"duration":"5ms","notBefore":%q`, rfc(T))), "qpu0")
 	createClaims(t, kube, c)
 	requireOK(t, "prepare after the restart", k.prepare(c), c)
@@ -362,8 +362,7 @@ func TestKubeletRestartRegistersAgainAndTheSliceIsRepublished(t *testing.T) {
 
 func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) {
 	l := newLab(t, periodic)
-	T := slotStart(4 * time.Second)
-	params := slotParams(fmt.Sprintf(`"duration":"10ms","notBefore":"2s","deadline":%q`, rfc(T.Add(time.Second))))
+	params := slotParams(`"duration":"10ms","notBefore":"2s","deadline":"60s"`)
 	x := newClaim("team-a", "x", params, "qpu0")
 	y := newClaim("team-a", "y", params, "qpu0")
 	child, rc := l.startChild("c", x, y)
@@ -483,7 +482,7 @@ func TestBenchNodePrepareResources(t *testing.T) {
 	rc := l.startDriver("d", kube)
 	k := newKubelet(t, rc)
 	waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
-	T := slotStart(5 * time.Second)
+	T := slotStart(8 * time.Second)
 	params := slotParams(fmt.Sprintf(`"duration":"1ms","notBefore":%q,"deadline":%q`, rfc(T), rfc(T.Add(30*time.Second))))
 	n := 0
 	claim := func() *resourceapi.ResourceClaim {
