@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -75,5 +76,38 @@ func TestDeviceNamesAreDNSLabels(t *testing.T) {
 		if got := DeviceName(in); got != want {
 			t.Errorf("DeviceName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// qpus.list's "device" facts (qrtd.toml [qpu.device]) become attributes.
+func TestQrtdsDeviceFactsBecomeAttributes(t *testing.T) {
+	reply := `{"qpus":[{"name":"ibm_A","endpoint_up":true,"calibration_id":18446744073709551615,"min_lead_ns":12500000,
+	  "device":{"qubits":27,"technology":"superconducting","basis_gates":["cx","rz","sx","x"],
+	  "coupling_map":[[0,1]],"gate_durations_ns":{"cx":300},"max_shots":100000}},
+	 {"name":"q2","endpoint_up":false,"calibration_id":4,"min_lead_ns":1,"device":null}]}`
+	var list struct {
+		QPUs []QPU `json:"qpus"`
+	}
+	if err := json.Unmarshal([]byte(reply), &list); err != nil {
+		t.Fatal(err)
+	}
+	ws := []window{{CalibrationID: 9, F0: 0.985, ValidFromNS: 100, ValidUntilNS: 200}, {CalibrationID: 10, F0: 0.99, ValidFromNS: 1100, ValidUntilNS: 1200}}
+	d := deviceOf(list.QPUs[0], ws, 150)
+	want := map[string]int64{"qubits": 27, "maxShots": 100000, "minLeadNs": 12500000, "windowCalibrationId": 9,
+		"predictedFidelityPpm": 985000, "windowPeriodNs": 1000, "windowUntilNs": 200}
+	for k, v := range want {
+		if got := intOf(d, k); got != v {
+			t.Errorf("%s = %d, want %d", k, got, v)
+		}
+	}
+	if d.Name != "ibm-a" || *d.Attributes["qpu"].StringValue != "ibm_A" || *d.Attributes["technology"].StringValue != "superconducting" {
+		t.Errorf("device %+v", d)
+	}
+	if _, ok := d.Attributes["calibrationId"]; ok {
+		t.Error("no calibration yet (MaxUint64) published as an id")
+	}
+	d2 := deviceOf(list.QPUs[1], nil, 0)
+	if _, ok := d2.Attributes["qubits"]; ok || intOf(d2, "calibrationId") != 4 || *d2.Attributes["endpointUp"].BoolValue {
+		t.Errorf("device without facts %+v", d2)
 	}
 }

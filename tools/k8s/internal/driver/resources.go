@@ -120,53 +120,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		}
 		byDevice[name] = q.Name
 		health[name] = q.EndpointUp
-		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"qpu":        strAttr(q.Name),
-			"minLeadNs":  intAttr(q.MinLeadNS),
-			"endpointUp": boolAttr(q.EndpointUp),
-		}
-		if q.CalibrationID <= math.MaxInt64 {
-			attrs["calibrationId"] = intAttr(int64(q.CalibrationID))
-		}
-		if q.Device != nil {
-			if q.Device.Qubits != nil {
-				attrs["qubits"] = intAttr(*q.Device.Qubits)
-			}
-			if q.Device.Technology != "" {
-				attrs["technology"] = strAttr(q.Device.Technology)
-			}
-			if q.Device.MaxShots != nil {
-				attrs["maxShots"] = intAttr(*q.Device.MaxShots)
-			}
-		}
-		// The current (or next) window: its id, predicted fidelity (f0,
-		// in parts per million: attributes hold no floats), and the
-		// period between window starts.
-		var cur *window
-		for i := range cal.Windows {
-			if cal.Windows[i].ValidUntilNS > now {
-				cur = &cal.Windows[i]
-				break
-			}
-		}
-		if cur != nil {
-			if cur.CalibrationID <= math.MaxInt64 {
-				attrs["windowCalibrationId"] = intAttr(int64(cur.CalibrationID))
-			}
-			attrs["predictedFidelityPpm"] = intAttr(int64(math.Round(cur.F0 * 1e6)))
-			attrs["windowUntilNs"] = intAttr(cur.ValidUntilNS)
-		}
-		if len(cal.Windows) >= 2 {
-			attrs["windowPeriodNs"] = intAttr(cal.Windows[1].ValidFromNS - cal.Windows[0].ValidFromNS)
-		}
-		devices = append(devices, resourceapi.Device{
-			Name:       name,
-			Attributes: attrs,
-			// A QPU is shared in time: many claims are allocated to one
-			// device, and qrtd keeps their slots apart
-			// (DRAConsumableCapacity).
-			AllowMultipleAllocations: ptr.To(true),
-		})
+		devices = append(devices, deviceOf(q, cal.Windows, now))
 	}
 	d.res.mu.Lock()
 	d.res.byDevice = byDevice
@@ -175,6 +129,57 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
 	}}, nil
+}
+
+// deviceOf is the DRA device of one QPU: qrtd's facts as attributes.
+func deviceOf(q QPU, windows []window, now int64) resourceapi.Device {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"qpu":        strAttr(q.Name),
+		"minLeadNs":  intAttr(q.MinLeadNS),
+		"endpointUp": boolAttr(q.EndpointUp),
+	}
+	if q.CalibrationID <= math.MaxInt64 {
+		attrs["calibrationId"] = intAttr(int64(q.CalibrationID))
+	}
+	if q.Device != nil {
+		if q.Device.Qubits != nil {
+			attrs["qubits"] = intAttr(*q.Device.Qubits)
+		}
+		if q.Device.Technology != "" {
+			attrs["technology"] = strAttr(q.Device.Technology)
+		}
+		if q.Device.MaxShots != nil {
+			attrs["maxShots"] = intAttr(*q.Device.MaxShots)
+		}
+	}
+	// The current (or next) window: its id, predicted fidelity (f0, in
+	// parts per million: attributes hold no floats), and the period
+	// between window starts.
+	var cur *window
+	for i := range windows {
+		if windows[i].ValidUntilNS > now {
+			cur = &windows[i]
+			break
+		}
+	}
+	if cur != nil {
+		if cur.CalibrationID <= math.MaxInt64 {
+			attrs["windowCalibrationId"] = intAttr(int64(cur.CalibrationID))
+		}
+		attrs["predictedFidelityPpm"] = intAttr(int64(math.Round(cur.F0 * 1e6)))
+		attrs["windowUntilNs"] = intAttr(cur.ValidUntilNS)
+	}
+	if len(windows) >= 2 {
+		attrs["windowPeriodNs"] = intAttr(windows[1].ValidFromNS - windows[0].ValidFromNS)
+	}
+	return resourceapi.Device{
+		Name:       DeviceName(q.Name),
+		Attributes: attrs,
+		// A QPU is shared in time: many claims are allocated to one
+		// device, and qrtd keeps their slots apart
+		// (DRAConsumableCapacity).
+		AllowMultipleAllocations: ptr.To(true),
+	}
 }
 
 // Publisher is what publishes the pool (the kubeletplugin Helper).
