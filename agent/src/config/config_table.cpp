@@ -733,7 +733,7 @@ std::vector<config_option> build_table() {
          .meaning = "Peers (PRINCIPAL as in [roles]) that may pass on_behalf_of=NAME to "
                     "slots.query, slots.reserve, slots.heartbeat, slots.release and the jobs.* "
                     "methods: the call then acts as tenant \"DELEGATE/NAME\" (the delegate's own "
-                    "tenant, a slash, NAME: 1 to 63 of [a-z0-9.-], as a Kubernetes namespace), "
+                    "tenant, a slash, NAME: 1 to 63 of [a-z0-9-], as a Kubernetes namespace), "
                     "with the delegate's roles less admin, so every quota and the scheduler's "
                     "priority ceiling apply to NAME, not to the delegate.  The delegate still "
                     "needs the scheduler role.  For qrt-dra-driver (tools/k8s).",

@@ -174,12 +174,11 @@ session tenant_limits::delegated(const session& s, std::string_view name) const 
     const bool label = !name.empty() && name.size() <= 63 && name.front() != '-' &&
                        name.back() != '-' &&
                        std::all_of(name.begin(), name.end(), [](char c) {
-                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                                  c == '.';
+                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
                        });
     if (!label) {
         throw invalid_params("on_behalf_of",
-                             fmt::format("on_behalf_of must be 1 to 63 of [a-z0-9.-], not starting "
+                             fmt::format("on_behalf_of must be 1 to 63 of [a-z0-9-], not starting "
                                          "or ending with '-' (a Kubernetes namespace); got '{}'",
                                          name.substr(0, 80)));
     }
