@@ -17,7 +17,11 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -88,6 +92,9 @@ type Driver struct {
 	cfg    Config
 	client *qrtd.Client
 	cdi    *cdiapi.Cache
+	// Where the reservation is written into the claim's device status
+	// (nil: not written).
+	kube kubernetes.Interface
 
 	mu     sync.Mutex
 	claims map[types.UID]*Checkpoint
@@ -355,7 +362,67 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, err
 	}
 	logger.V(2).Info("Prepared", "reservations", next.Slots)
+	d.recordStatus(ctx, claim, &next)
 	return next.Devices, nil
+}
+
+// SlotStatus is what the claim's status.devices[].data says of the slot
+// (kubectl get resourceclaim -o yaml), when the API server keeps device
+// status (DRAResourceClaimDeviceStatus).
+type SlotStatus struct {
+	ReservationID uint64 `json:"reservationID"`
+	QPU           string `json:"qpu"`
+	StartNS       int64  `json:"startNs"`
+	EndNS         int64  `json:"endNs"`
+	Start         string `json:"start"`
+	Tenant        string `json:"tenant"`
+}
+
+// recordStatus writes each slot into the claim's device status.  A
+// failure is logged, not returned: the slot is held and the pod can run.
+func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint) {
+	if d.kube == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := d.kube.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.UID != claim.UID || cur.Status.Allocation == nil {
+			return nil
+		}
+		var keep []resourceapi.AllocatedDeviceStatus
+		for _, st := range cur.Status.Devices {
+			if st.Driver != DriverName {
+				keep = append(keep, st)
+			}
+		}
+		i := 0
+		for _, r := range cur.Status.Allocation.Devices.Results {
+			if r.Driver != DriverName || i >= len(cp.Slots) {
+				continue
+			}
+			s := cp.Slots[i]
+			i++
+			data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
+				EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
+			st := resourceapi.AllocatedDeviceStatus{Driver: DriverName, Pool: r.Pool, Device: r.Device,
+				Data: &runtime.RawExtension{Raw: data}}
+			if r.ShareID != nil {
+				id := string(*r.ShareID)
+				st.ShareID = &id
+			}
+			keep = append(keep, st)
+		}
+		cur.Status.Devices = keep
+		_, err = d.kube.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		logger.Info("Could not write the reservation into the claim's status", "claim", klog.KObj(claim), "err", err)
+	}
 }
 
 type reserveParams struct {
