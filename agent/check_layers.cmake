@@ -1,7 +1,9 @@
 # The layer check (cmake -P): every #include "x/..." of rtcore, bpf and
 # the agent libraries names a header of the including library or of one it
-# reaches through its links; the links form no cycle; every file under
-# agent/src and agent/include/qrt belongs to one library.
+# reaches through its links; every link runs down the declared layer order
+# (QRT_LAYER_ORDER in agent/layers.cmake: a library links only libraries of
+# a lower rank, so peers never link each other); the links form no cycle;
+# every file under agent/src and agent/include/qrt belongs to one library.
 #
 #   cmake -DQRT_LAYERS_FILE=<build>/qrt_layers.cmake -P agent/check_layers.cmake
 #
@@ -43,6 +45,24 @@ foreach(l ${QRT_LAYERS})
   set(_direct_${l} ${_direct})
 endforeach()
 
+# The declared order: every layer has a rank, and links only lower ranks.
+foreach(l ${QRT_LAYERS})
+  if(NOT DEFINED QRT_LAYER_${l}_RANK)
+    _problem("${l} has no place in the layer order: add it to QRT_LAYER_ORDER in agent/layers.cmake, above every library it links and below every one that links it")
+    continue()
+  endif()
+  foreach(d ${_direct_${l}})
+    if(NOT DEFINED QRT_LAYER_${d}_RANK OR d STREQUAL l)
+      continue()
+    endif()
+    if(QRT_LAYER_${d}_RANK EQUAL QRT_LAYER_${l}_RANK)
+      _problem("${l} links ${d}, its peer in the layer order (both rank ${QRT_LAYER_${l}_RANK}): peers never link each other. Drop the link and join the two in a library above both (agent/layers.cmake QRT_LAYER_ORDER)")
+    elseif(QRT_LAYER_${d}_RANK GREATER QRT_LAYER_${l}_RANK)
+      _problem("${l} (rank ${QRT_LAYER_${l}_RANK}) links ${d} (rank ${QRT_LAYER_${d}_RANK}), a link up the layer order. Drop it, or move what ${l} needs down (agent/layers.cmake QRT_LAYER_ORDER)")
+    endif()
+  endforeach()
+endforeach()
+
 # Reach (transitive links) of every layer, and cycles.
 foreach(l ${QRT_LAYERS})
   set(_reach "")
@@ -62,7 +82,13 @@ foreach(l ${QRT_LAYERS})
   set(_reach_${l} ${_reach})
 endforeach()
 
-# The layers lowest first (each after everything it links), for the message.
+# The layers lowest first, for the message: the declared ranks (peers
+# joined by ", "), and after them any layer with no rank in link order.
+set(_ranked "")
+foreach(level ${QRT_LAYER_ORDER})
+  string(REPLACE "," ";" _peers "${level}")
+  list(APPEND _ranked ${_peers})
+endforeach()
 set(_order "")
 set(_left ${QRT_LAYERS})
 while(_left)
@@ -227,7 +253,17 @@ foreach(l ${QRT_LAYERS})
 endforeach()
 
 list(LENGTH _problems _n)
-list(JOIN _order " < " _order_text)
+set(_levels "")
+foreach(level ${QRT_LAYER_ORDER})
+  string(REPLACE "," ", " level "${level}")
+  list(APPEND _levels "${level}")
+endforeach()
+foreach(l ${_order})
+  if(NOT l IN_LIST _ranked)
+    list(APPEND _levels "${l} (no rank)")
+  endif()
+endforeach()
+list(JOIN _levels " < " _order_text)
 if(_n GREATER 0)
   foreach(p ${_problems})
     message("layers: ${p}")
@@ -235,5 +271,5 @@ if(_n GREATER 0)
   message(FATAL_ERROR "layers: ${_n} problem(s) above; the layers, lowest first: ${_order_text}")
 endif()
 if(NOT QRT_LAYERS_QUIET)
-  message("layers: ${_nincludes} includes of qrt/, rtcore/ and qrt_bpf/ headers in ${_nfiles} files follow the links: ${_order_text}")
+  message("layers: ${_nincludes} includes of qrt/, rtcore/ and qrt_bpf/ headers in ${_nfiles} files follow the links and the layer order, lowest first: ${_order_text}")
 endif()

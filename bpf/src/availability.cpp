@@ -1,9 +1,8 @@
 #include "qrt_bpf/availability.hpp"
 
-#include <sys/capability.h>
-
-#include <memory>
 #include <string>
+
+#include "feature_probe.hpp"
 
 #ifndef QRT_BPF_HAVE_PROBES
 #define QRT_BPF_HAVE_PROBES 0
@@ -25,20 +24,6 @@ const char* built_without_reason() noexcept {
 #endif
 }
 
-namespace {
-
-// Effective capability check through libcap; unknown capability numbers
-// (old libcap) count as absent.
-bool has_effective(cap_t caps, cap_value_t cap) {
-    cap_flag_value_t value = CAP_CLEAR;
-    if (cap_get_flag(caps, cap, CAP_EFFECTIVE, &value) != 0) {
-        return false;
-    }
-    return value == CAP_SET;
-}
-
-}  // namespace
-
 availability preflight(const rtcore::host_fs& fs) {
     if (!built_with_probes()) {
         return availability::unavailable(built_without_reason());
@@ -47,23 +32,8 @@ availability preflight(const rtcore::host_fs& fs) {
         return availability::unavailable(std::string("no kernel BTF at ") + kernel_btf_path +
                                          " (kernel built without CONFIG_DEBUG_INFO_BTF)");
     }
-    std::unique_ptr<std::remove_pointer_t<cap_t>, int (*)(void*)> caps(cap_get_proc(), cap_free);
-    if (!caps) {
-        return availability::unavailable("cap_get_proc failed");
-    }
-    if (has_effective(caps.get(), CAP_SYS_ADMIN)) {
-        return availability::ok();
-    }
-    const bool bpf = has_effective(caps.get(), CAP_BPF);
-    const bool perfmon = has_effective(caps.get(), CAP_PERFMON);
-    if (!bpf && !perfmon) {
-        return availability::unavailable("missing capability CAP_BPF and CAP_PERFMON");
-    }
-    if (!bpf) {
-        return availability::unavailable("missing capability CAP_BPF");
-    }
-    if (!perfmon) {
-        return availability::unavailable("missing capability CAP_PERFMON");
+    if (const std::string missing = detail::missing_bpf_capabilities(); !missing.empty()) {
+        return availability::unavailable("missing capability " + missing);
     }
     return availability::ok();
 }

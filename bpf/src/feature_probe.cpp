@@ -11,9 +11,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <type_traits>
 #include <vector>
 
+#include "rtcore/capabilities.hpp"
 #include "rtcore/unique_fd.hpp"
 
 namespace qrt_bpf::detail {
@@ -220,16 +220,6 @@ int libbpf_print(enum libbpf_print_level level, const char* format, va_list args
 #pragma GCC diagnostic pop
 }
 
-// Effective capability check through libcap; unknown capability numbers
-// (old libcap) count as absent.
-bool has_effective(cap_t caps, cap_value_t cap) {
-    cap_flag_value_t value = CAP_CLEAR;
-    if (cap_get_flag(caps, cap, CAP_EFFECTIVE, &value) != 0) {
-        return false;
-    }
-    return value == CAP_SET;
-}
-
 }  // namespace
 
 void install_libbpf_logger() noexcept {
@@ -238,15 +228,13 @@ void install_libbpf_logger() noexcept {
 }
 
 std::string missing_bpf_capabilities() {
-    std::unique_ptr<std::remove_pointer_t<cap_t>, int (*)(void*)> caps(cap_get_proc(), cap_free);
-    if (!caps) {
-        return "CAP_BPF and CAP_PERFMON (cap_get_proc failed)";
-    }
-    if (has_effective(caps.get(), CAP_SYS_ADMIN)) {
+    // rtcore::has_capability: the effective set through libcap; a number
+    // libcap does not know (an old libcap) counts as absent.
+    if (rtcore::has_capability(CAP_SYS_ADMIN)) {
         return "";
     }
-    const bool bpf = has_effective(caps.get(), CAP_BPF);
-    const bool perfmon = has_effective(caps.get(), CAP_PERFMON);
+    const bool bpf = rtcore::has_capability(CAP_BPF);
+    const bool perfmon = rtcore::has_capability(CAP_PERFMON);
     if (!bpf && !perfmon) {
         return "CAP_BPF and CAP_PERFMON";
     }

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore {
 
 cpu_set::cpu_set(std::initializer_list<unsigned> cpus) {
@@ -19,16 +21,6 @@ cpu_set cpu_set::first_n(unsigned n) {
 }
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
-        s.remove_suffix(1);
-    }
-    return s;
-}
 
 result<unsigned> parse_cpu_number(std::string_view tok, std::string_view whole) {
     unsigned v = 0;

@@ -27,16 +27,6 @@ constexpr std::string_view fair_server_dir = "/sys/kernel/debug/sched/fair_serve
 
 constexpr std::size_t max_names = 16;
 
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-        s.remove_suffix(1);
-    }
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    return s;
-}
-
 // One component of a workqueue name as sysfs shows it.
 bool wq_name(std::string_view s) {
     if (s.empty() || s.size() > 64 || s.front() == '.' || s == "power" || s == "subsystem") {

@@ -180,13 +180,6 @@ result<irq_outcome> write_irq(host_fs& fs, restore_journal& journal, unsigned ir
     return o;
 }
 
-std::string trim_copy(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) {
-        s.pop_back();
-    }
-    return s;
-}
-
 // default_smp_affinity: journaled and moved when it reaches an isolated CPU.
 status pin_default(host_fs& fs, restore_journal& journal, const cpu_set& isolated, const cpu_set& housekeeping,
                    irq_report& rep, bool journal_first) {
@@ -202,7 +195,7 @@ status pin_default(host_fs& fs, restore_journal& journal, const cpu_set& isolate
     if (!mask) {
         return error::invalid("read " + std::string(default_path) + ": " + mask.err().message);
     }
-    rep.default_before = trim_copy(*text);
+    rep.default_before = std::string(trim(*text));
     rep.default_after = rep.default_before;
     if (!mask->intersects(isolated)) {
         rep.lines.push_back("irq: default_smp_affinity " + rep.default_before +
@@ -249,8 +242,8 @@ std::string irq_outcome::line() const {
     s += ": ";
     s += to_string(act);
     if (!before.empty() || !after.empty()) {
-        s += " " + (before.empty() ? std::string("-") : trim_copy(before)) + " -> " +
-             (after.empty() ? std::string("-") : trim_copy(after));
+        s += " " + (before.empty() ? std::string("-") : std::string(trim(before))) + " -> " +
+             (after.empty() ? std::string("-") : std::string(trim(after)));
     }
     if (!detail.empty()) {
         s += "; " + detail;

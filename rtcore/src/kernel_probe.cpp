@@ -7,6 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include "rtcore/text.hpp"
+
 namespace rtcore {
 
 const char* to_string(tristate t) {
@@ -49,19 +51,9 @@ std::optional<std::string> read_opt(const host_fs& fs, const std::string& path) 
     return std::move(r).value();
 }
 
-std::string trim(std::string_view s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())) != 0) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())) != 0) {
-        s.remove_suffix(1);
-    }
-    return std::string(s);
-}
-
 template <typename T>
 std::optional<T> parse_num(std::string_view s) {
-    const std::string t = trim(s);
+    const std::string t(trim(s));
     T v{};
     const char* b = t.data();
     const char* e = t.data() + t.size();
@@ -96,7 +88,7 @@ std::optional<cpu_set> parse_sys_list(const std::optional<std::string>& text) {
     if (!text) {
         return std::nullopt;
     }
-    const std::string t = trim(*text);
+    const std::string t(trim(*text));
     if (t.empty() || t == "(null)") {
         return cpu_set{};
     }
@@ -197,7 +189,7 @@ cmdline_params parse_cmdline(std::string_view cmdline) {
 
 // A CPU-list kernel parameter value; "all" means every online CPU.
 std::optional<cpu_set> parse_param_cpus(std::string_view value, const std::optional<cpu_set>& online) {
-    const std::string v = trim(value);
+    const std::string v(trim(value));
     if (v == "all") {
         return online;
     }
@@ -214,10 +206,10 @@ std::optional<cpu_set> parse_param_cpus(std::string_view value, const std::optio
 void probe_boot_knobs(const host_fs& fs, kernel_report& rep) {
     if (auto raw = read_opt(fs, "/proc/cmdline")) {
         // Kernel parameters only: what follows " -- " is for init.
-        std::string line = trim(*raw);
+        std::string line(trim(*raw));
         const auto dd = (" " + line + " ").find(" -- ");
         if (dd != std::string::npos) {
-            line = trim(line.substr(0, dd));
+            line = std::string(trim(std::string_view(line).substr(0, dd)));
         }
         rep.cmdline = line;
         const auto params = parse_cmdline(line);

@@ -4,6 +4,15 @@
 
 namespace rtcore {
 
+std::string_view trim(std::string_view s) noexcept {
+    constexpr std::string_view blanks = " \t\n\r\v\f";
+    const auto first = s.find_first_not_of(blanks);
+    if (first == std::string_view::npos) {
+        return {};
+    }
+    return s.substr(first, s.find_last_not_of(blanks) - first + 1);
+}
+
 bool decimal_id(std::string_view s) noexcept {
     return !s.empty() && s.size() <= 7 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -38,14 +47,7 @@ bool has_word(std::string_view text, std::string_view word) noexcept {
 }
 
 std::string one_line(std::string_view bytes) {
-    while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == ' ' || bytes.back() == '\t' ||
-                              bytes.back() == '\r')) {
-        bytes.remove_suffix(1);
-    }
-    while (!bytes.empty() && (bytes.front() == ' ' || bytes.front() == '\t')) {
-        bytes.remove_prefix(1);
-    }
-    std::string s(bytes);
+    std::string s(trim(bytes));
     std::replace(s.begin(), s.end(), '\n', ' ');
     if (s.size() > 60) {
         s = s.substr(0, 57) + "...";

@@ -330,11 +330,8 @@ private:
     }
 
     void send_error(client& c, const wire::header& job, qrt_wire_error code, const std::string& why) {
-        wire::header h = wire::make_header(wire::frame_type::error);
+        wire::header h = wire::header_for(job, wire::frame_type::error);
         h.status = static_cast<std::uint16_t>(code);
-        h.job_id = job.job_id;
-        h.calibration_id = job.calibration_id;
-        h.scheduled_ns = job.scheduled_ns;
         h.arrival_ns = job.arrival_ns;
         h.sent_ns = rtcore::realtime_now_ns();
         send_now(c, wire::encode_frame(h, why));
@@ -452,16 +449,8 @@ private:
             start_mono = _busy_until_mono;
         }
         _busy_until_mono = start_mono + std::max<std::int64_t>(job.duration_ns, 0);
-        wire::header r = wire::make_header(wire::frame_type::result);
-        r.job_id = job.job_id;
-        r.calibration_id = job.calibration_id;
-        r.scheduled_ns = job.scheduled_ns;
-        r.window_start_ns = job.window_start_ns;
-        r.window_end_ns = job.window_end_ns;
-        r.duration_ns = job.duration_ns;
+        wire::header r = wire::header_for(job, wire::frame_type::result);
         r.arrival_ns = arrival_ns;
-        r.shots = job.shots;
-        r.tolerance_ns = job.tolerance_ns;
         if (job.tolerance_ns > 0 && lateness_ns > job.tolerance_ns) {
             r.flags |= QRT_WIRE_FLAG_LATE;
             ++_c.late;

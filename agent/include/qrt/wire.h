@@ -1,5 +1,5 @@
 /* QPU endpoint wire format: the ONE header shared by qrtd (agent/) and the
- * tools (qpu-sim, tests, benches).  See DESIGN.md, "QPU endpoint wire format".
+ * tools (qpu-sim, tests, benches).  See README.md, "The QPU endpoint wire format".
  *
  * A frame is a fixed 96-byte header followed by payload_len bytes of payload.
  * Every field is a fixed-width little-endian integer; the header is
@@ -16,12 +16,14 @@
  *           window_end_ns (the job must start at or after window_start_ns
  *           and end by window_end_ns), duration_ns, shots, tolerance_ns
  *           (largest acceptable arrival lateness).  payload: the program.
- *   RESULT  QPU -> agent.  Echoes job_id, calibration_id and scheduled_ns;
- *           arrival_ns is when the QPU received the JOB, sent_ns when it
- *           answered.  payload: result data (qpu-sim: "<bitstring> <count>\n"
+ *   RESULT  QPU -> agent.  Echoes the JOB's job fields (job_id,
+ *           calibration_id, scheduled_ns, window, duration_ns, shots,
+ *           tolerance_ns; qrt::wire::header_for); arrival_ns is when the
+ *           QPU received the JOB, sent_ns when it answered.  payload: result data (qpu-sim: "<bitstring> <count>\n"
  *           lines for the shots).
- *   ERROR   QPU -> agent (or either side on a protocol error).  status holds
- *           a qrt_wire_error code, payload a UTF-8 reason.
+ *   ERROR   QPU -> agent (or either side on a protocol error).  Echoes the
+ *           JOB it answers as RESULT does (zeros when it answers none);
+ *           status holds a qrt_wire_error code, payload a UTF-8 reason.
  *
  * C and C++ compatible: C code includes this file; C++ code includes
  * qrt/wire.hpp for the validating encode/decode helpers.

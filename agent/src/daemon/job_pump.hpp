@@ -1,6 +1,6 @@
 #pragma once
 // The job pump: the thread that moves committed jobs into each QPU's dispatch
-// ring (DESIGN: "Threads and cores").
+// ring (README.md, "Threads and cores" and "The path of a job").
 //
 // Threads of the housekeeping side, and what each may touch:
 //

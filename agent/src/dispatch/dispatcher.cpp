@@ -386,17 +386,9 @@ submit_refusal dispatcher::try_submit(const dispatch_job& job, std::span<const s
     const std::uint32_t slot = _free.back();
     _free.pop_back();
 
-    wire::header h = wire::make_header(wire::frame_type::job);
+    wire::header h = wire::header_for(job);
     h.flags = _cfg.frame_flags;
     h.payload_len = static_cast<std::uint32_t>(payload.size());
-    h.job_id = job.job_id;
-    h.calibration_id = job.calibration_id;
-    h.scheduled_ns = job.scheduled_ns;
-    h.window_start_ns = job.window_start_ns;
-    h.window_end_ns = job.window_end_ns;
-    h.duration_ns = job.duration_ns;
-    h.shots = job.shots;
-    h.tolerance_ns = job.tolerance_ns;
     std::uint8_t* buf = slot_buffer(slot);
     wire::encode_header(h, buf);
     if (!payload.empty()) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "rtcore/text.hpp"
 
 namespace qrt::rpc {
 
@@ -21,19 +22,6 @@ bool valid_id(const json& id) {
         return true;
     }
     return id.is_number_float() && std::isfinite(id.get<double>());
-}
-
-std::string_view trim_line(std::string_view line) {
-    if (!line.empty() && line.back() == '\r') {
-        line.remove_suffix(1);
-    }
-    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) {
-        line.remove_prefix(1);
-    }
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) {
-        line.remove_suffix(1);
-    }
-    return line;
 }
 
 }  // namespace
@@ -220,7 +208,7 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
         _held_lines.erase(_held_lines.begin(), _held_lines.upper_bound(d));
         _refused_lines.erase(_refused_lines.begin(), _refused_lines.upper_bound(d));
     }
-    const std::string_view line = trim_line(raw);
+    const std::string_view line = rtcore::trim(raw);
     if (line.empty()) {
         return 0;  // blank lines are keep-alives
     }

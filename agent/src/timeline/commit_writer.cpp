@@ -2,21 +2,12 @@
 #include "qrt/timeline/commit_writer.hpp"
 
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 
+#include "rtcore/clock.hpp"
+
 namespace qrt::timeline {
-
-namespace {
-
-std::int64_t monotonic_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-}  // namespace
 
 status write_change(store& st, const change_set& c) {
     for (const reservation& r : c.puts) {
@@ -186,7 +177,7 @@ void commit_writer::run() {
         out.first_seq = group.front().seq;
         out.last_seq = group.back().seq;
         out.changes = n;
-        const std::int64_t t0 = monotonic_ns();
+        const std::int64_t t0 = rtcore::monotonic_now_ns();
         status st = _store->begin();
         for (std::size_t i = 0; st && i < group.size(); ++i) {
             st = write_change(*_store, group[i]);
@@ -197,7 +188,7 @@ void commit_writer::run() {
         if (st) {
             st = _store->commit();
         }
-        out.commit_ns = monotonic_ns() - t0;
+        out.commit_ns = rtcore::monotonic_now_ns() - t0;
         if (!st) {
             _store->rollback();
             out.ok = false;

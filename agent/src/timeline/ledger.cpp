@@ -229,6 +229,7 @@ status ledger::reload_from(stored_state state) {
     _dirty.clear();
     _dirty_windows.clear();
     _pending_events.clear();
+    _going_out.clear();
     _next_id = std::max<std::uint64_t>(1, loaded->next_id);
     _next_token = std::max<std::uint64_t>(1, loaded->next_token);
     _next_gang = std::max<std::uint64_t>(1, loaded->next_gang);
@@ -449,6 +450,7 @@ ledger_stats ledger::stats() const {
     ledger_stats s;
     s.reservations = _res.size();
     s.preemptions = _preemptions;
+    s.calibration_pinned = _calibration_pinned;
     for (const qpu_state& qs : _qpus) {
         s.active += qs.busy.size();
         s.windows += qs.windows.size();

@@ -167,7 +167,11 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
         return &qs.windows.at(k->second);
     };
     // Reservations whose window changed: gone, moved off them, or no longer
-    // predicted good enough at their start.
+    // predicted good enough at their start.  A committed job goes through
+    // the dispatch gate first, as for a cancel or a preemption: one whose
+    // frame is already going out stays where it is (with its gang), and
+    // what happened on the wire decides its outcome; it is never re-placed
+    // and then marked dispatched.
     std::vector<std::uint64_t> affected;
     std::set<std::uint64_t> seen;
     for (const auto& [start, id] : qs.busy) {
@@ -183,6 +187,18 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
         if (!ok) {
             const std::vector<std::uint64_t> group =
                 gang_movable(r) ? members(r) : std::vector<std::uint64_t>{r.id};
+            if (std::any_of(group.begin(), group.end(), [&](std::uint64_t m) { return seen.count(m) != 0; })) {
+                continue;  // taken with an earlier member
+            }
+            if (take_all(group).has_value()) {
+                ++_calibration_pinned;  // going out: left in place
+                for (const std::uint64_t m : group) {
+                    if (_res.at(m).state == res_state::committed) {
+                        _going_out.insert(m);
+                    }
+                }
+                continue;
+            }
             for (const std::uint64_t m : group) {
                 if (seen.insert(m).second) {
                     affected.push_back(m);

@@ -41,7 +41,7 @@ std::vector<std::string> ledger::check_invariants() const {
         if (in_leases != (r.state == res_state::held)) {
             fail(who + ": lease index membership is " + (in_leases ? "set" : "unset"));
         }
-        if (r.state == res_state::held || r.state == res_state::committed) {
+        if ((r.state == res_state::held || r.state == res_state::committed) && _going_out.count(id) == 0) {
             const auto w = window_at(qit->second, r.start_ns);
             if (!w) {
                 fail(who + ": start " + n2s(r.start_ns) + " is in no window (blackout)");

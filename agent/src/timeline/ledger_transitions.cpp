@@ -1,9 +1,8 @@
 // The ledger's state changes (reserve, heartbeat, release, commit, cancel,
 // housekeeping, the dispatcher's transitions, forgetting) and their
 // durability: every public mutating operation ends with persist().
-#include <time.h>
-
 #include "ledger_internal.hpp"
+#include "rtcore/clock.hpp"
 
 namespace qrt::timeline {
 
@@ -27,6 +26,9 @@ void ledger::set_state(reservation& r, res_state to, std::string_view why, std::
                        std::string_view ev_type) {
     const res_state from = r.state;
     const std::size_t q = _qpu_index.at(r.qpu);
+    if (from == res_state::committed) {
+        _going_out.erase(r.id);
+    }
     if (from == res_state::held) {
         _leases.erase({r.lease_expires_ns, r.id});
     }
@@ -93,13 +95,6 @@ void ledger::account(const reservation& r, int sign) {
 // ---------------------------------------------------------- reservations
 
 namespace {
-
-// For the commit latency histogram only (no decision reads a clock here).
-std::int64_t monotonic_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 bool same_request(const reservation& r, const request& req) {
     const std::int64_t deadline = req.deadline_ns > 0 ? req.deadline_ns : k_no_deadline_ns;
@@ -828,7 +823,8 @@ status ledger::persist() {
         _writer->enqueue(std::move(c));
         return {};
     }
-    const std::int64_t t0 = monotonic_ns();
+    // For the commit latency histogram only (no decision reads a clock here).
+    const std::int64_t t0 = rtcore::monotonic_now_ns();
     auto fail_with = [&](error e) -> timeline::status {
         ++_commits_failed;
         _store->rollback();
@@ -847,7 +843,7 @@ status ledger::persist() {
     if (auto s = _store->commit(); !s) {
         return fail_with(std::move(s).err());
     }
-    _commit_ns.record(monotonic_ns() - t0);
+    _commit_ns.record(rtcore::monotonic_now_ns() - t0);
     _durable_seq = c.seq;
     _new_commits.clear();
     if (c.dispatch_mark) {

@@ -3,7 +3,7 @@
 //
 // The housekeeping side pushes job descriptors to a dispatch thread and the
 // dispatch thread pushes its records back through a second ring (see
-// DESIGN.md, "Threads and cores").  Exactly one thread may call the producer
+// README.md, "Threads and cores").  Exactly one thread may call the producer
 // side (try_push, free_approx) and exactly one thread the consumer side
 // (try_pop, peek, pop_front); any thread may read capacity().
 //

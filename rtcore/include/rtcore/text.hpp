@@ -1,7 +1,8 @@
 #pragma once
-// Small text helpers that rtcore's host code shares: a whole field read as
-// a number, host paths joined, a word looked up in a kernel list, a value
-// shown on one line of a report.  Pure functions; none touches the host.
+// Small text helpers that qrtd's code shares: white space trimmed, a whole
+// field read as a number, host paths joined, a word looked up in a kernel
+// list, a value shown on one line of a report.  Pure functions; none
+// touches the host.
 
 #include <charconv>
 #include <optional>
@@ -10,6 +11,11 @@
 #include <system_error>
 
 namespace rtcore {
+
+// s without the ASCII white space (space, \t, \n, \r, \v, \f) at either
+// end: a kernel file's "3\n", a config word, a request line's "\r".  A view
+// into s, never a copy.
+std::string_view trim(std::string_view s) noexcept;
 
 // The whole of s as a decimal number of type T.  nullopt for an empty text,
 // a sign where T is unsigned, anything after the digits, or a value that

@@ -62,7 +62,7 @@ protected:
 
     static bool have_cpu1() { return ::sysconf(_SC_NPROCESSORS_ONLN) >= 2; }
 
-    // What the probes need (DESIGN.md, "eBPF probes"): a build with BPF,
+    // What the probes need (README.md, "eBPF measurement"): a build with BPF,
     // kernel BTF, and CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).  With all of
     // them the report must say "available"; without, "unavailable (why)".
     static std::string probes_missing() {

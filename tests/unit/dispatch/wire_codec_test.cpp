@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "qrt/dispatch/job.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 
 extern "C" size_t qrt_wire_c_header_size(void);
@@ -181,4 +182,58 @@ TEST(frame_reader, garbage_after_a_good_frame_is_a_sticky_error) {
     EXPECT_EQ(r.error(), wire::decode_status::bad_magic);
     r.feed(wire::encode_frame(sample_job(), std::string("ok")));
     EXPECT_FALSE(r.next().has_value()) << "after an error the stream is out of sync";
+}
+
+// The agent's JOB and qpu-sim's RESULT/ERROR are built by the one
+// header_for: every job field of the JOB comes back in the answer, and what
+// only the sender knows is left zero for it to fill in.
+TEST(wire, header_for_builds_a_job_from_a_dispatch_job_and_the_answer_echoes_it) {
+    qrt::dispatch::dispatch_job j;
+    j.job_id = 77;
+    j.qpu_index = 3;
+    j.scheduled_ns = 1'767'225'600'000'000'123;
+    j.window_start_ns = 1'767'225'600'000'000'000;
+    j.window_end_ns = 1'767'225'601'000'000'000;
+    j.duration_ns = 250'000;
+    j.calibration_id = 42;
+    j.tolerance_ns = 50'000;
+    j.shots = 1000;
+    const wire::header job = wire::header_for(j);
+    EXPECT_EQ(job.type, static_cast<std::uint8_t>(wire::frame_type::job));
+    EXPECT_EQ(job.magic, QRT_WIRE_MAGIC);
+    EXPECT_EQ(job.job_id, 77U);
+    EXPECT_EQ(job.calibration_id, 42U);
+    EXPECT_EQ(job.scheduled_ns, j.scheduled_ns);
+    EXPECT_EQ(job.window_start_ns, j.window_start_ns);
+    EXPECT_EQ(job.window_end_ns, j.window_end_ns);
+    EXPECT_EQ(job.duration_ns, 250'000);
+    EXPECT_EQ(job.shots, 1000U);
+    EXPECT_EQ(job.tolerance_ns, 50'000);
+    EXPECT_EQ(job.flags, 0U);
+    EXPECT_EQ(job.payload_len, 0U);
+    EXPECT_EQ(job.sent_ns, 0);
+    EXPECT_EQ(job.arrival_ns, 0);
+    EXPECT_EQ(wire::decode_header(encoded(job)).status, wire::decode_status::ok);
+
+    // The QPU's side: the JOB as decoded, answered.
+    const wire::header got = wire::decode_header(encoded(sample_job())).hdr;
+    for (const auto type : {wire::frame_type::result, wire::frame_type::error}) {
+        wire::header a = wire::header_for(got, type);
+        EXPECT_EQ(a.type, static_cast<std::uint8_t>(type));
+        EXPECT_EQ(a.job_id, got.job_id);
+        EXPECT_EQ(a.calibration_id, got.calibration_id);
+        EXPECT_EQ(a.scheduled_ns, got.scheduled_ns);
+        EXPECT_EQ(a.window_start_ns, got.window_start_ns);
+        EXPECT_EQ(a.window_end_ns, got.window_end_ns);
+        EXPECT_EQ(a.duration_ns, got.duration_ns);
+        EXPECT_EQ(a.shots, got.shots);
+        EXPECT_EQ(a.tolerance_ns, got.tolerance_ns);
+        EXPECT_EQ(a.flags, 0U) << "the JOB's flags are not the answer's";
+        EXPECT_EQ(a.sent_ns, 0);
+        EXPECT_EQ(a.arrival_ns, 0);
+        if (type == wire::frame_type::error) {
+            a.status = QRT_WIRE_ERR_BUSY;
+        }
+        EXPECT_EQ(wire::decode_header(encoded(a)).status, wire::decode_status::ok);
+    }
 }

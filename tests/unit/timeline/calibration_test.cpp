@@ -226,5 +226,40 @@ TEST(calibration, dispatched_jobs_are_left_to_the_dispatcher_guard) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(calibration, a_job_whose_frame_is_going_out_is_left_in_place_and_the_others_move) {
+    // The update goes through the dispatch gate as a cancel does: a's frame
+    // is on its way (the take is refused), b is withdrawn in time.  a stays
+    // where it is and is then marked dispatched; b is re-placed.
+    auto l = pushed();
+    ASSERT_TRUE(l->update_calibration("p0", {win(1, 100, 200)}, t0_ns));
+    auto a = l->submit("t", on("p0", 10), "", {1}, t0_ns);
+    auto b = l->submit("t", on("p0", 10), "", {2}, t0_ns);
+    ASSERT_TRUE(a && b);
+    std::vector<std::uint64_t> asked;
+    ledger::dispatch_gate gate;
+    gate.take = [&](std::uint64_t id) {
+        asked.push_back(id);
+        return id != a->id;
+    };
+    l->set_dispatch_gate(gate);
+    auto u = l->update_calibration("p0", {win(2, 300, 400)}, t0_ns);
+    ASSERT_TRUE(u) << u.err().message;
+    EXPECT_EQ(asked, (std::vector<std::uint64_t>{a->id, b->id}));
+    EXPECT_EQ(u->replaced, 1U);
+    const auto sa = l->status("t", a->id);
+    EXPECT_EQ(sa->state, res_state::committed);
+    EXPECT_EQ(sa->start_ns, a->start_ns) << "never re-placed while its frame goes out";
+    EXPECT_EQ(sa->calibration_id, 1U);
+    const auto sb = l->status("t", b->id);
+    EXPECT_EQ(sb->calibration_id, 2U);
+    EXPECT_GE(sb->start_ns, t0_ns + 300 * s_ns);
+    EXPECT_EQ(l->stats().calibration_pinned, 1U);
+    EXPECT_INVARIANTS(*l);
+    // What happened on the wire decides a's outcome.
+    ASSERT_TRUE(l->mark_dispatched(a->id, a->start_ns));
+    ASSERT_TRUE(l->complete(a->id, {}, a->start_ns + 11 * s_ns));
+    EXPECT_EQ(l->status("t", a->id)->state, res_state::completed);
+}
+
 }  // namespace
 }  // namespace qrt::timeline

@@ -8,10 +8,13 @@
 #include <fmt/format.h>
 
 #include "rtcore/duration_parse.hpp"
+#include "rtcore/text.hpp"
 
 namespace qrt::jitter {
 
 namespace {
+
+using rtcore::trim;
 
 struct stat_key {
     std::string_view key;
@@ -28,16 +31,6 @@ constexpr std::array<stat_key, 8> stat_keys{{
     {"mean", "mean"},
     {"stddev", "stddev"},
 }};
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-        s.remove_prefix(1);
-    }
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-        s.remove_suffix(1);
-    }
-    return s;
-}
 
 std::string known_stats() {
     return "p50, p95, p99, p99.9, max, mean, stddev";

@@ -1,6 +1,6 @@
 #pragma once
 // The per-QPU dispatcher: one real-time thread that sends each job's frame at
-// its start time T (DESIGN.md, "Threads and cores").
+// its start time T (README.md, "Threads and cores" and "The path of a job").
 //
 // Housekeeping thread (one, the owner)            dispatch thread (RT)
 // -------------------------------------           ----------------------------

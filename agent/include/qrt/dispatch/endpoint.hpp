@@ -1,7 +1,7 @@
 #pragma once
 // QPU endpoint addresses and sockets: unix:///path, tcp://host:port and
-// file:///dev/... (see DESIGN.md, "QPU model").  Shared by the agent's
-// endpoint_client and by qpu-sim (listen side).
+// file:///dev/... (README.md, "The QPU endpoint wire format").  Shared by
+// the agent's endpoint_client and by qpu-sim (listen side).
 
 #include <cstdint>
 #include <string>

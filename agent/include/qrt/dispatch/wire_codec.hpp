@@ -103,6 +103,37 @@ inline header make_header(frame_type type) noexcept {
     return h;
 }
 
+// The header of a frame about one job, with every field that describes the
+// job copied from `job`: job_id, calibration_id, scheduled_ns, the window,
+// duration_ns, shots and tolerance_ns.  The agent builds its JOB from a
+// dispatch_job (qrt/dispatch/job.hpp); a QPU builds its RESULT or ERROR from
+// the JOB header it answers, so the answer echoes what was asked.  Whatever
+// only the sender knows (flags, payload_len, sent_ns, arrival_ns, status) is
+// left to the caller.
+template <typename Job>
+    requires requires(const Job& j) {
+        j.job_id;
+        j.calibration_id;
+        j.scheduled_ns;
+        j.window_start_ns;
+        j.window_end_ns;
+        j.duration_ns;
+        j.shots;
+        j.tolerance_ns;
+    }
+inline header header_for(const Job& job, frame_type type = frame_type::job) noexcept {
+    header h = make_header(type);
+    h.job_id = job.job_id;
+    h.calibration_id = job.calibration_id;
+    h.scheduled_ns = job.scheduled_ns;
+    h.window_start_ns = job.window_start_ns;
+    h.window_end_ns = job.window_end_ns;
+    h.duration_ns = job.duration_ns;
+    h.shots = job.shots;
+    h.tolerance_ns = job.tolerance_ns;
+    return h;
+}
+
 // Writes h as 96 little-endian bytes at out (out must hold header_len bytes).
 inline void encode_header(const header& h, std::uint8_t* out) noexcept {
     using detail::store_le;

@@ -1,7 +1,7 @@
 #pragma once
 // Group commit: the ledger's writer thread.
 //
-// Threading (DESIGN "Housekeeping threads"):
+// Threading (README.md, "Durability: group commit"):
 //   event loop   owns the ledger.  A mutating operation changes memory at
 //                once (so validation and errors are immediate), gets the
 //                next sequence number and queues its rows here as one

@@ -72,6 +72,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "qrt/timeline/commit_writer.hpp"
@@ -163,6 +164,7 @@ struct ledger_stats {
     std::size_t reservations = 0;  // every record, terminal ones included
     std::size_t active = 0;        // held + committed + dispatched
     std::size_t preemptions = 0;   // reservations displaced or moved by preemption
+    std::size_t calibration_pinned = 0;  // committed jobs a calibration update left in place: already going out
     std::size_t windows = 0;
     std::size_t gaps = 0;
     std::size_t reservation_buckets = 0;  // hash buckets behind the records
@@ -492,6 +494,12 @@ private:
     timeline::status reload_from(stored_state loaded);
 
     std::vector<qpu_state> _qpus;
+    // Committed jobs a calibration update left in place because their
+    // frame was already going out (the dispatch gate refused the take).
+    std::uint64_t _calibration_pinned = 0;
+    // Those jobs, until they leave `committed` (their start may lie in no
+    // window now; check_invariants knows why).  At most the jobs in flight.
+    std::unordered_set<std::uint64_t> _going_out;
     std::unordered_map<std::string, std::size_t> _qpu_index;
     ledger_options _opts;
     std::unique_ptr<placement_policy> _policy;

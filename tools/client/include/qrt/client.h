@@ -4,7 +4,7 @@
  * For Slurm SPANK plugins, prolog/epilog helpers and any other C caller.
  * The library speaks JSON-RPC 2.0 over the agent's AF_UNIX stream socket
  * (default /run/qrtd/qrtd.sock, or $QRT_SOCKET); see qrtctl(1) for the
- * methods and DESIGN.md for their parameters.
+ * methods and their parameters.
  *
  *   qrt_client *c = NULL;
  *   qrt_error err;
