@@ -93,8 +93,11 @@ type Driver struct {
 	client *qrtd.Client
 	cdi    *cdiapi.Cache
 	// Where the reservation is written into the claim's device status
-	// (nil: not written).
-	kube kubernetes.Interface
+	// (nil: not written), off the prepare's path, at most statusWriters at
+	// once, until bg ends.
+	kube     kubernetes.Interface
+	bg       context.Context
+	statusWr chan struct{}
 
 	mu     sync.Mutex
 	claims map[types.UID]*Checkpoint
@@ -133,7 +136,7 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)
 	}
 	d := &Driver{cfg: cfg, client: client, cdi: cache, claims: map[types.UID]*Checkpoint{},
-		claimLocks: map[types.UID]*sync.Mutex{}}
+		claimLocks: map[types.UID]*sync.Mutex{}, statusWr: make(chan struct{}, statusWriters)}
 	entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "claims"))
 	if err != nil {
 		return nil, err
@@ -240,6 +243,9 @@ func (d *Driver) dropCheckpoint(uid types.UID) error {
 	d.mu.Unlock()
 	return nil
 }
+
+// statusWriters bounds the claim status writes in flight.
+const statusWriters = 4
 
 // IdempotencyKey is the key of a claim's slots.reserve: its UID, so a
 // retried prepare (after a driver or kubelet restart) is the same booking.
@@ -362,7 +368,18 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, err
 	}
 	logger.V(2).Info("Prepared", "reservations", next.Slots)
-	d.recordStatus(ctx, claim, &next)
+	if d.kube != nil && d.bg != nil {
+		// The kubelet needs none of it: written after the answer.
+		go func(claim *resourceapi.ResourceClaim, cp Checkpoint) {
+			select {
+			case d.statusWr <- struct{}{}:
+			case <-d.bg.Done():
+				return
+			}
+			defer func() { <-d.statusWr }()
+			d.recordStatus(klog.NewContext(d.bg, logger), claim, &cp)
+		}(claim, next)
+	}
 	return next.Devices, nil
 }
 

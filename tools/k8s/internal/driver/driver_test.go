@@ -199,11 +199,11 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 	}
 
 	// The reservation is in the claim's device status.
-	got, err := kube.ResourceV1().ResourceClaims("team-a").Get(context.Background(), a.Name, metav1.GetOptions{})
-	if err != nil || len(got.Status.Devices) != 1 || got.Status.Devices[0].Data == nil ||
-		!strings.Contains(string(got.Status.Devices[0].Data.Raw), fmt.Sprintf(`"reservationID":%d`, sa.ReservationID)) {
-		t.Errorf("claim a's device status: %v %+v", err, got.Status.Devices)
-	}
+	waitFor(t, "claim a's device status", 10*time.Second, func() bool {
+		got, err := kube.ResourceV1().ResourceClaims("team-a").Get(context.Background(), a.Name, metav1.GetOptions{})
+		return err == nil && len(got.Status.Devices) == 1 && got.Status.Devices[0].Data != nil &&
+			strings.Contains(string(got.Status.Devices[0].Data.Raw), fmt.Sprintf(`"reservationID":%d`, sa.ReservationID))
+	})
 
 	// Repeated prepare (kubelet retry), over v1 and v1beta1: the same.
 	again := requireOK(t, "prepare again", k.prepare(a), a)

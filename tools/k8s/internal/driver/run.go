@@ -78,7 +78,7 @@ func Run(ctx context.Context, rc RunConfig, client *qrtd.Client) error {
 	if err != nil {
 		return err
 	}
-	d.kube = rc.KubeClient
+	d.kube, d.bg = rc.KubeClient, ctx
 	kick := make(chan struct{}, 1)
 	// After every successful registration the kubelet has (re)started and
 	// deleted this node's ResourceSlices: publish again.
