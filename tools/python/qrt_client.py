@@ -304,8 +304,13 @@ class Client:
     def qpus(self) -> List[Dict[str, Any]]:
         return self.call("qpus.list", {})["qpus"]
 
-    def calibration_get(self, qpu: str) -> List[Dict[str, Any]]:
-        return self.call("calibration.get", {"qpu": qpu})["windows"]
+    def calibration_get(self, qpu: str, until_ns: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The QPU's windows ending after now; with until_ns only those
+        starting before it and the first starting at or after it."""
+        p: Dict[str, Any] = {"qpu": qpu}
+        if until_ns is not None:
+            p["until_ns"] = int(until_ns)
+        return self.call("calibration.get", p)["windows"]
 
     def calibration_update(self, qpu: str, windows: List[Dict[str, Any]]) -> Dict[str, Any]:
         return self.call("calibration.update", {"qpu": qpu, "windows": windows})

@@ -721,9 +721,32 @@ constexpr command_help qpus_list_help{
     "the QPUs of this host and the placement policy",
     "  qrtctl qpus list\n  qrtctl qpus list --json | jq -r '.qpus[].name'\n"};
 
+// One row per QPU: its scalars, with the device facts and the window in
+// force folded into a column each (--json keeps the objects).
+json qpu_rows(const json& qpus) {
+    json rows = json::array();
+    for (const auto& q : qpus) {
+        if (!q.is_object()) {
+            continue;
+        }
+        json row = json::object();
+        for (const auto& [k, v] : q.items()) {
+            if (!v.is_object() && !v.is_array() && k != "window" && k != "device") {
+                row[k] = v;
+            }
+        }
+        const json& dev = q.contains("device") ? q.at("device") : json();
+        row["qubits"] = dev.is_object() ? dev.value("qubits", json()) : json("-");
+        const json& w = q.contains("window") ? q.at("window") : json();
+        row["window"] = w.is_object() ? json("id " + std::to_string(w.value("calibration_id", std::uint64_t{0}))) : json("blackout");
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
 int qpus_list(context& ctx) {
     return ctx.call_and_show("qpus.list", json::object(), [&](const json& r) {
-        ctx.out() << make_table_auto(r.value("qpus", json::array())).render();
+        ctx.out() << make_table_auto(qpu_rows(r.value("qpus", json::array()))).render();
         ctx.out() << "policy: " << show(r.value("policy", json()), shown_as::text) << '\n';
     });
 }

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -250,6 +251,31 @@ struct probes_config {
     bool operator==(const probes_config&) const = default;
 };
 
+// What a QPU is, for SDKs ([qpu.device], optional): served by qpus.list as
+// "device" so a Qiskit backend or a QDMI device can build its target.  The
+// limits are in device_limits below and in qrtd.toml(5).
+struct qpu_device {
+    std::uint32_t qubits = 0;
+    std::string technology;
+    std::vector<std::string> basis_gates;
+    std::vector<std::array<std::uint32_t, 2>> coupling_map;
+    // In file order; a gate named once.
+    std::vector<std::pair<std::string, std::int64_t>> gate_durations_ns;
+    std::uint32_t max_shots = 100000;
+    bool operator==(const qpu_device&) const = default;
+};
+
+struct device_limits {
+    static constexpr std::uint32_t max_qubits = 1024;
+    static constexpr std::size_t max_technology_chars = 64;
+    static constexpr std::size_t max_basis_gates = 64;
+    static constexpr std::size_t max_gate_name_chars = 32;
+    static constexpr std::size_t max_coupling_pairs = 4096;
+    static constexpr std::int64_t max_gate_duration_ns = 3'600'000'000'000;  // an hour
+    static constexpr std::uint32_t default_max_shots = 100000;
+    static constexpr std::uint32_t max_shots_limit = 1'000'000;  // what the dispatch path carries
+};
+
 struct qpu_config {
     std::string name;
     endpoint target;
@@ -262,6 +288,7 @@ struct qpu_config {
     double fidelity_f0 = 0;
     std::int64_t fidelity_tau_ns = 0;      // 0: no decay
     std::int64_t job_tolerance_ns = -1;    // -1 inherits dispatch.miss_tolerance_ns
+    std::optional<qpu_device> device;      // [qpu.device]; nullopt: not stated
 
     // The tolerance that applies to this QPU's jobs.
     std::int64_t effective_job_tolerance_ns(const struct config& cfg) const;
@@ -332,6 +359,10 @@ std::string reference_toml();
 
 // The option list of qrtd.toml(5) in roff (.SS per section, .TP per option).
 std::string reference_roff();
+
+// [qpu.device] as qpus.list and check-config --json serve it: an object
+// with exactly the keys of the sub-table, or null when absent.
+nlohmann::json device_to_json(const std::optional<qpu_device>& device);
 
 // The configuration as JSON, one member per section, keyed like the TOML
 // (for `qrtd check-config --json`).

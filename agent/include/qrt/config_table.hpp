@@ -75,6 +75,20 @@ std::string_view section_meaning(std::string_view section);
 // nullptr when there is no such option.
 const config_option* find_option(std::string_view section, std::string_view key);
 
+// The keys of the optional [qpu.device] sub-table of a [[qpu]] (its values
+// are nested: arrays of pairs, a table of durations, so they have a parser
+// of their own in config.cpp; this table documents them for the reference,
+// the man page and the loader's messages).
+struct device_option {
+    std::string_view key{};
+    std::string_view type{};      // "integer, 1..1024", as the reference shows it
+    std::string_view example{};   // TOML, for the commented example
+    bool required = false;
+    std::string_view meaning{};
+};
+const std::vector<device_option>& device_table();
+std::string_view device_section_meaning();
+
 // TOML rendering of a value ("80", "\"auto\"", "[\"group:qrt\"]",
 // "30_000_000_000" for long durations).
 std::string render_value(const config_option& opt, const option_value& value);

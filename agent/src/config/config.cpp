@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -255,6 +256,10 @@ private:
         for (const auto& [key, node] : tbl) {
             const std::string name = fmt::format("{}.{}", prefix, key.str());
             const unsigned line = line_of(key.source());
+            if (section == "qpu" && key.str() == "device") {
+                walk_device(node, name, line, qpu);
+                continue;
+            }
             const config_option* opt = find_option(section, key.str());
             if (opt == nullptr) {
                 error(line, name,
@@ -266,6 +271,178 @@ private:
                 opt->store(_cfg, qpu, *value);
                 _lines[name] = line;
             }
+        }
+    }
+
+    // [qpu.device]: nested values the option kinds do not cover, checked
+    // here with messages in the same form ("qpu[0].device.qubits = 0 is out
+    // of range 1..1024").
+    void walk_device(const toml::node& node, const std::string& name, unsigned line, qpu_config& qpu) {
+        using L = device_limits;
+        const auto* tbl = node.as_table();
+        if (tbl == nullptr) {
+            error(line, name, fmt::format("{} must be a table [qpu.device], not {}", name, type_name(node)));
+            return;
+        }
+        qpu_device d;
+        bool ok = true;
+        bool have_qubits = false;
+        auto fail = [&](unsigned l, const std::string& opt, std::string msg) {
+            error(l, opt, std::move(msg));
+            ok = false;
+        };
+        auto gate_name_ok = [](std::string_view g) {
+            return !g.empty() && g.size() <= L::max_gate_name_chars &&
+                   std::all_of(g.begin(), g.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+                   });
+        };
+        unsigned coupling_line = line;
+        unsigned durations_line = line;
+        for (const auto& [key, v] : *tbl) {
+            const std::string k(key.str());
+            const std::string opt = fmt::format("{}.{}", name, k);
+            const unsigned l = line_of(key.source());
+            const bool known = std::any_of(device_table().begin(), device_table().end(),
+                                           [&](const device_option& o) { return o.key == k; });
+            if (!known) {
+                std::string keys;
+                for (const auto& o : device_table()) {
+                    keys += (keys.empty() ? "" : ", ") + std::string(o.key);
+                }
+                fail(l, opt, fmt::format("unknown option {} (known: {})", opt, keys));
+                continue;
+            }
+            if (k == "qubits" || k == "max_shots") {
+                const auto* i = v.as_integer();
+                const std::int64_t hi = k == "qubits" ? L::max_qubits : L::max_shots_limit;
+                if (i == nullptr) {
+                    fail(l, opt, fmt::format("{} = {}: expected an integer (1..{}), got {}", opt, show(v), hi,
+                                             type_name(v)));
+                } else if (i->get() < 1 || i->get() > hi) {
+                    fail(l, opt, fmt::format("{} = {} is out of range 1..{}", opt, show(v), hi));
+                } else if (k == "qubits") {
+                    d.qubits = static_cast<std::uint32_t>(i->get());
+                    have_qubits = true;
+                } else {
+                    d.max_shots = static_cast<std::uint32_t>(i->get());
+                }
+            } else if (k == "technology") {
+                const auto* t = v.as_string();
+                if (t == nullptr) {
+                    fail(l, opt, fmt::format("{} = {}: expected a string, got {}", opt, show(v), type_name(v)));
+                } else if (t->get().size() > L::max_technology_chars) {
+                    fail(l, opt, fmt::format("{} is {} characters, at most {}", opt, t->get().size(),
+                                             L::max_technology_chars));
+                } else {
+                    d.technology = t->get();
+                }
+            } else if (k == "basis_gates") {
+                const auto* arr = v.as_array();
+                if (arr == nullptr) {
+                    fail(l, opt, fmt::format("{} = {}: expected an array of gate names, got {}", opt, show(v),
+                                             type_name(v)));
+                    continue;
+                }
+                if (arr->size() > L::max_basis_gates) {
+                    fail(l, opt, fmt::format("{} has {} gates, at most {}", opt, arr->size(), L::max_basis_gates));
+                    continue;
+                }
+                for (std::size_t i = 0; i < arr->size(); ++i) {
+                    const auto* g = (*arr)[i].as_string();
+                    const std::string el = fmt::format("{}[{}]", opt, i);
+                    if (g == nullptr || !gate_name_ok(g->get())) {
+                        fail(l, opt, fmt::format("{} = {} is not a gate name (1..{} characters of [A-Za-z0-9_])",
+                                                 el, show((*arr)[i]), L::max_gate_name_chars));
+                    } else if (std::find(d.basis_gates.begin(), d.basis_gates.end(), g->get()) !=
+                               d.basis_gates.end()) {
+                        fail(l, opt, fmt::format("{} = {} is listed twice", el, show((*arr)[i])));
+                    } else {
+                        d.basis_gates.push_back(g->get());
+                    }
+                }
+            } else if (k == "coupling_map") {
+                coupling_line = l;
+                const auto* arr = v.as_array();
+                if (arr == nullptr) {
+                    fail(l, opt, fmt::format("{} = {}: expected an array of [control, target] pairs, got {}", opt,
+                                             show(v), type_name(v)));
+                    continue;
+                }
+                if (arr->size() > L::max_coupling_pairs) {
+                    fail(l, opt, fmt::format("{} has {} pairs, at most {}", opt, arr->size(), L::max_coupling_pairs));
+                    continue;
+                }
+                for (std::size_t i = 0; i < arr->size(); ++i) {
+                    const auto* pr = (*arr)[i].as_array();
+                    const std::string el = fmt::format("{}[{}]", opt, i);
+                    bool good = pr != nullptr && pr->size() == 2;
+                    std::array<std::uint32_t, 2> pair{};
+                    for (std::size_t j = 0; good && j < 2; ++j) {
+                        const auto* q = (*pr)[j].as_integer();
+                        good = q != nullptr && q->get() >= 0 && q->get() < L::max_qubits;
+                        if (good) {
+                            pair[j] = static_cast<std::uint32_t>(q->get());
+                        }
+                    }
+                    if (!good) {
+                        fail(l, opt, fmt::format("{} = {} is not a pair [control, target] of qubit indices", el,
+                                                 show((*arr)[i])));
+                    } else if (pair[0] == pair[1]) {
+                        fail(l, opt, fmt::format("{} = {} couples a qubit to itself", el, show((*arr)[i])));
+                    } else {
+                        d.coupling_map.push_back(pair);
+                    }
+                }
+            } else if (k == "gate_durations_ns") {
+                durations_line = l;
+                const auto* t = v.as_table();
+                if (t == nullptr) {
+                    fail(l, opt, fmt::format("{} = {}: expected a table of gate = nanoseconds, got {}", opt,
+                                             show(v), type_name(v)));
+                    continue;
+                }
+                for (const auto& [gk, gv] : *t) {
+                    const std::string el = fmt::format("{}.{}", opt, gk.str());
+                    const auto* ns = gv.as_integer();
+                    if (!gate_name_ok(gk.str())) {
+                        fail(l, opt, fmt::format("{} is not a gate name", el));
+                    } else if (ns == nullptr || ns->get() < 0 || ns->get() > L::max_gate_duration_ns) {
+                        fail(l, opt, fmt::format("{} = {} is not an integer of nanoseconds in 0..{}", el, show(gv),
+                                                 L::max_gate_duration_ns));
+                    } else {
+                        d.gate_durations_ns.emplace_back(std::string(gk.str()), ns->get());
+                    }
+                }
+            }
+        }
+        if (!have_qubits) {
+            const bool reported = !ok && tbl->contains("qubits");
+            if (!reported) {
+                fail(line, name + ".qubits", fmt::format("{}: missing required option qubits", name));
+            }
+        }
+        if (!ok) {
+            return;
+        }
+        for (std::size_t i = 0; i < d.coupling_map.size(); ++i) {
+            const auto& pr = d.coupling_map[i];
+            if (pr[0] >= d.qubits || pr[1] >= d.qubits) {
+                fail(coupling_line, name + ".coupling_map",
+                     fmt::format("{}.coupling_map[{}] = [{}, {}] names a qubit not below {}.qubits = {}", name, i,
+                                 pr[0], pr[1], name, d.qubits));
+            }
+        }
+        for (const auto& [gate, ns] : d.gate_durations_ns) {
+            if (!d.basis_gates.empty() &&
+                std::find(d.basis_gates.begin(), d.basis_gates.end(), gate) == d.basis_gates.end()) {
+                fail(durations_line, name + ".gate_durations_ns",
+                     fmt::format("{}.gate_durations_ns.{} names a gate that is not in {}.basis_gates", name, gate,
+                                 name));
+            }
+        }
+        if (ok) {
+            qpu.device = std::move(d);
         }
     }
 
@@ -575,6 +752,45 @@ void render_option(std::string& out, const config_option& opt, const option_valu
     out += fmt::format("{}{} = {}\n\n", commented ? "#" : "", opt.key, render_value(opt, value));
 }
 
+// [qpu.device]: the QPU's values, or (absent) a commented example.
+void render_device(std::string& out, const std::optional<qpu_device>& device, bool commented) {
+    const bool example = commented || !device;
+    out += fmt::format("{}[qpu.device]\n", example ? "#" : "");
+    for (const auto& l : wrap(device_section_meaning(), 76)) {
+        out += fmt::format("# {}\n", l);
+    }
+    out += "\n";
+    const nlohmann::json j = device_to_json(device);
+    for (const auto& o : device_table()) {
+        for (const auto& l : wrap(o.meaning, 76)) {
+            out += fmt::format("# {}\n", l);
+        }
+        out += fmt::format("# ({}{})\n", o.type, o.required ? "; required" : "");
+        std::string value(o.example);
+        if (!example) {
+            const std::string k(o.key);
+            const auto& v = j.at(k);
+            if (k == "gate_durations_ns") {
+                if (v.empty()) {
+                    continue;
+                }
+                value = "{ ";
+                bool first = true;
+                for (const auto& [g, ns] : v.items()) {
+                    value += fmt::format("{}{} = {}", first ? "" : ", ", g, ns.get<std::int64_t>());
+                    first = false;
+                }
+                value += " }";
+            } else if (k == "technology") {
+                value = toml_quote(v.get<std::string>());
+            } else {
+                value = v.dump();
+            }
+        }
+        out += fmt::format("{}{} = {}\n\n", example ? "#" : "", o.key, value);
+    }
+}
+
 std::string roff_escape(std::string_view text) {
     std::string out;
     for (const char c : text) {
@@ -722,6 +938,7 @@ std::string render_config(const config& cfg) {
                 render_option(out, opt, opt.load(cfg, q), example);
             }
         }
+        render_device(out, q.device, example);
     }
     while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n') {
         out.pop_back();
@@ -749,8 +966,39 @@ std::string reference_roff() {
             out += ".br\n";
             out += roff_escape(opt.meaning) + "\n";
         }
+        if (section == "qpu") {
+            out += ".SS \"[qpu.device]\"\n";
+            out += roff_escape(device_section_meaning()) + "\n";
+            for (const auto& o : device_table()) {
+                out += fmt::format(".TP\n.B {}\n", roff_escape(o.key));
+                out += fmt::format("({}; {}, for example {})\n", roff_escape(o.type),
+                                   o.required ? "required" : "optional", roff_escape(o.example));
+                out += ".br\n";
+                out += roff_escape(o.meaning) + "\n";
+            }
+        }
     }
     return out;
+}
+
+nlohmann::json device_to_json(const std::optional<qpu_device>& device) {
+    if (!device) {
+        return nullptr;
+    }
+    nlohmann::json durations = nlohmann::json::object();
+    for (const auto& [g, ns] : device->gate_durations_ns) {
+        durations[g] = ns;
+    }
+    nlohmann::json coupling = nlohmann::json::array();
+    for (const auto& pr : device->coupling_map) {
+        coupling.push_back({pr[0], pr[1]});
+    }
+    return nlohmann::json{{"qubits", device->qubits},
+                          {"technology", device->technology},
+                          {"basis_gates", device->basis_gates},
+                          {"coupling_map", std::move(coupling)},
+                          {"gate_durations_ns", std::move(durations)},
+                          {"max_shots", device->max_shots}};
 }
 
 nlohmann::json config_to_json(const config& cfg) {
@@ -772,6 +1020,7 @@ nlohmann::json config_to_json(const config& cfg) {
                 jq[std::string(opt.key)] = to_json(opt.load(cfg, q));
             }
         }
+        jq["device"] = device_to_json(q.device);
         j["qpu"].push_back(std::move(jq));
     }
     return j;

@@ -951,6 +951,39 @@ const std::vector<config_option>& config_table() {
     return table;
 }
 
+const std::vector<device_option>& device_table() {
+    static const std::vector<device_option> table{
+        {.key = "qubits", .type = "integer, 1..1024", .example = "3", .required = true,
+         .meaning = "How many qubits the QPU has.  A job whose envelope asks for more is refused at "
+                    "jobs.submit."},
+        {.key = "technology", .type = "string, at most 64 characters", .example = "\"superconducting\"",
+         .meaning = "What the qubits are made of (\"superconducting\", \"ion-trap\", "
+                    "\"neutral-atom\", ...), for the SDKs to show."},
+        {.key = "basis_gates", .type = "array of at most 64 gate names ([A-Za-z0-9_], 1..32 characters)",
+         .example = "[\"rz\", \"sx\", \"x\", \"cx\", \"measure\"]",
+         .meaning = "The native operations, in OpenQASM 3 / Qiskit spelling; the SDK backends "
+                    "transpile to them."},
+        {.key = "coupling_map", .type = "array of at most 4096 [control, target] pairs of qubit indices",
+         .example = "[[0, 1], [1, 0], [1, 2], [2, 1]]",
+         .meaning = "Which qubit pairs a two-qubit basis gate may act on, directed.  Every index "
+                    "is less than qubits.  Empty or absent: all pairs."},
+        {.key = "gate_durations_ns", .type = "table of gate name = integer nanoseconds (0..3600 s)",
+         .example = "{ cx = 300, sx = 35, x = 35, rz = 0, measure = 1000 }",
+         .meaning = "How long each basis gate takes, for the SDKs' schedulers.  Every name is in "
+                    "basis_gates.  Optional."},
+        {.key = "max_shots", .type = "integer, 1..1000000", .example = "100000",
+         .meaning = "The most shots one circuit may ask for; a job whose envelope asks for more is "
+                    "refused at jobs.submit.  Default 100000."},
+    };
+    return table;
+}
+
+std::string_view device_section_meaning() {
+    return "Optional sub-table of a [[qpu]]: what the QPU is, for quantum SDKs (the Qiskit "
+           "backend builds its target from it, the QDMI device library its sites and "
+           "operations).  qpus.list serves it as \"device\" (null when absent).";
+}
+
 const std::vector<std::string_view>& section_order() {
     static const std::vector<std::string_view> order{
         "agent", "host", "dispatch", "timeline", "rpc", "roles", "tenants", "probes", "qpu"};

@@ -822,9 +822,16 @@ rtcore::status services::start_server() {
     rpc::timeline_options to;
     to.now_ns = [this] { return _clock.now_realtime_ns(); };
     to.qpu_details = [this](std::string_view name) {
+        std::optional<qpu_device> device;
+        for (const auto& qc : _cfg.qpus) {
+            if (qc.name == name) {
+                device = qc.device;
+            }
+        }
         for (const auto& q : _qpus) {
             if (q->name == name) {
-                return json{{"endpoint", q->endpoint},
+                return json{{"device", device_to_json(device)},
+                            {"endpoint", q->endpoint},
                             {"endpoint_up", q->link->endpoint_up()},
                             {"dispatch_cpu", q->dispatch_cpu},
                             {"calibration_id", q->calibration_id},
@@ -864,6 +871,14 @@ rtcore::status services::start_server() {
     }
     auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
     to.limits = shared_limits;
+    // A calibration change re-reads the windows the links' guards follow.
+    to.on_calibration = [this](std::string_view qpu) {
+        for (auto& q : _qpus) {
+            if (q->name == qpu) {
+                q->calibration_dirty = true;
+            }
+        }
+    };
     _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
         shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
     });
@@ -874,21 +889,6 @@ rtcore::status services::start_server() {
         hand_over_now();
         return std::vector<rpc::event>{};
     });
-
-    // An internal subscriber: a calibration change re-reads the windows
-    // the links' guards follow.
-    _internal.id = UINT64_MAX;
-    _internal.tenant = "qrtd";
-    _internal.roles = rpc::role_set().with(rpc::role::admin);
-    _internal.subscribed = true;
-    _internal.topics = {"calibration.changed"};
-    _internal.push = [this](std::string_view) {
-        for (auto& q : _qpus) {
-            q->calibration_dirty = true;
-        }
-    };
-    _engine->attach(_internal);
-    _internal_attached = true;
 
     // A group that does not exist on this host grants nothing (a fresh host
     // has no `qrt` group until the package's sysusers.d runs): it is left
@@ -986,10 +986,7 @@ void services::stop() noexcept {
                 q->link->stop();  // unfinished jobs get outcomes (on_outcome)
             }
         }
-        if (_internal_attached && _engine) {
-            _engine->detach(_internal);
-            _internal_attached = false;
-        }
+
         _server.reset();
         for (auto& q : _qpus) {
             q->link.reset();

@@ -203,8 +203,6 @@ private:
     std::unique_ptr<rpc::authorizer> _auth;
     std::unique_ptr<rpc::server> _server;
     rpc::prebound_socket _prebound;
-    rpc::session _internal;  // sees calibration.changed to re-read windows
-    bool _internal_attached = false;
 
     std::uint64_t _handed_total = 0;
     std::uint64_t _refused_total = 0;

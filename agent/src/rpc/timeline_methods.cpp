@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -129,6 +131,8 @@ public:
 private:
     json submit_into_held(const params_reader& p, call_context& ctx);
     json submit_one_shot(const params_reader& p, call_context& ctx);
+    // qpus.list's "device" of one QPU (null when it states none).
+    json device_of(std::string_view qpu) const;
 
     std::int64_t now() const { return _opts.now_ns ? _opts.now_ns() : rtcore::realtime_now_ns(); }
 
@@ -232,13 +236,158 @@ std::uint64_t read_id(const params_reader& p, std::string_view name) {
     return static_cast<std::uint64_t>(p.i64(name, 1, i64_max));
 }
 
+// The job envelope of qrtd(8), "Job payloads": a JSON object whose "format"
+// is "qasm3", with "shots" and "circuits" [{"name", "qubits", "qasm"}].  What
+// the agent can check without parsing OpenQASM: the envelope's shape, that
+// each program says it is OpenQASM 3, and (envelope_fits) that its qubits and
+// shots fit a QPU's [qpu.device].  A payload that is not a JSON object with
+// "format" is opaque and passes unchecked.
+constexpr std::size_t max_envelope_circuits = 256;
+constexpr std::uint64_t max_wire_shots = 1'000'000;
+
+struct envelope_needs {
+    std::uint64_t qubits = 0;   // the widest circuit's
+    std::uint64_t shots = 0;
+};
+
+[[noreturn]] void bad_envelope(const std::string& field, const std::string& why) {
+    throw rpc_failure("invalid_argument", fmt::format("payload: {}", why), json{{"field", field}});
+}
+
+// "OPENQASM 3" after blanks and // or /* */ comments.
+bool says_openqasm3(const std::string& text) {
+    std::size_t i = 0;
+    while (i < text.size()) {
+        if (std::isspace(static_cast<unsigned char>(text[i])) != 0) {
+            ++i;
+        } else if (text.compare(i, 2, "//") == 0) {
+            const auto nl = text.find('\n', i);
+            i = nl == std::string::npos ? text.size() : nl + 1;
+        } else if (text.compare(i, 2, "/*") == 0) {
+            const auto end = text.find("*/", i + 2);
+            i = end == std::string::npos ? text.size() : end + 2;
+        } else {
+            break;
+        }
+    }
+    if (text.compare(i, 8, "OPENQASM") != 0) {
+        return false;
+    }
+    i += 8;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) {
+        ++i;
+    }
+    return i < text.size() && text[i] == '3';
+}
+
+std::optional<envelope_needs> read_envelope(const tl::blob& payload) {
+    if (payload.empty() || payload.front() != '{') {
+        return std::nullopt;
+    }
+    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
+    if (!j.is_object() || !j.contains("format")) {
+        return std::nullopt;
+    }
+    const json& format = j["format"];
+    if (!format.is_string() || format.get<std::string>() != "qasm3") {
+        bad_envelope("payload.format", fmt::format("format = {} is not one qrtd knows (\"qasm3\")",
+                                                   format.dump()));
+    }
+    envelope_needs out;
+    const auto shots = j.find("shots");
+    if (shots == j.end() || !shots->is_number_integer()) {
+        bad_envelope("payload.shots", "shots must be an integer of 1 or more");
+    }
+    if (shots->is_number_unsigned()) {
+        out.shots = shots->get<std::uint64_t>();
+    }
+    if (out.shots == 0) {
+        bad_envelope("payload.shots", fmt::format("shots = {} is not 1 or more", shots->dump()));
+    }
+    const auto circuits = j.find("circuits");
+    if (circuits == j.end() || !circuits->is_array() || circuits->empty()) {
+        bad_envelope("payload.circuits", "circuits must be a non-empty array of {name, qubits, qasm}");
+    }
+    if (circuits->size() > max_envelope_circuits) {
+        bad_envelope("payload.circuits", fmt::format("{} circuits, at most {} per job", circuits->size(),
+                                                     max_envelope_circuits));
+    }
+    for (std::size_t i = 0; i < circuits->size(); ++i) {
+        const json& c = (*circuits)[i];
+        const std::string at = fmt::format("payload.circuits[{}]", i);
+        if (!c.is_object()) {
+            bad_envelope(at, fmt::format("circuits[{}] is not an object", i));
+        }
+        const auto q = c.find("qubits");
+        if (q == c.end() || !q->is_number_unsigned() || q->get<std::uint64_t>() == 0) {
+            bad_envelope(at + ".qubits", fmt::format("circuits[{}].qubits must be an integer of 1 or more", i));
+        }
+        out.qubits = std::max(out.qubits, q->get<std::uint64_t>());
+        const auto qasm = c.find("qasm");
+        if (qasm == c.end() || !qasm->is_string()) {
+            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm must be a string of OpenQASM 3", i));
+        }
+        if (!says_openqasm3(qasm->get<std::string>())) {
+            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm is not OpenQASM 3: it must begin with "
+                                                   "\"OPENQASM 3\"",
+                                                   i));
+        }
+    }
+    return out;
+}
+
+// Why the envelope does not fit qpu's device (qpus.list's "device"), or "".
+std::string envelope_misfit(const envelope_needs& n, std::string_view qpu, const json& device,
+                            std::string& field) {
+    std::uint64_t max_shots = max_wire_shots;
+    if (device.is_object()) {
+        const std::uint64_t qubits = device.value("qubits", std::uint64_t{0});
+        if (n.qubits > qubits) {
+            field = "payload.circuits";
+            return fmt::format("a circuit needs {} qubits; {} has {}", n.qubits, qpu, qubits);
+        }
+        max_shots = device.value("max_shots", max_wire_shots);
+    }
+    if (n.shots > max_shots) {
+        field = "payload.shots";
+        return fmt::format("shots = {} is more than {} takes ({})", n.shots, qpu, max_shots);
+    }
+    return {};
+}
+
 }  // namespace
+
+json ledger_methods::device_of(std::string_view qpu) const {
+    if (!_opts.qpu_details) {
+        return nullptr;
+    }
+    json d = _opts.qpu_details(qpu);
+    return d.is_object() && d.contains("device") ? d["device"] : json(nullptr);
+}
 
 json ledger_methods::qpus_list(const json& params, call_context&) {
     params_reader p(params, {});
     json out = json::array();
+    const std::int64_t t = now();
     for (const auto& name : _ledger.qpu_names()) {
         json q{{"name", name}};
+        // The window in force now and its predicted fidelity; null inside a
+        // blackout (or before any window), which is how an SDK tells that the
+        // QPU is calibrating.
+        json current = nullptr;
+        json fidelity = nullptr;
+        if (auto windows = _ledger.calibration(name, t, t + 1)) {
+            for (const auto& w : *windows) {
+                if (w.contains(t)) {
+                    current = window_json(w);
+                    fidelity = w.predicted_fidelity(t);
+                    break;
+                }
+            }
+        }
+        q["window"] = std::move(current);
+        q["predicted_fidelity"] = std::move(fidelity);
+        q["device"] = nullptr;
         if (_opts.qpu_details) {
             json extra = _opts.qpu_details(name);
             if (extra.is_object()) {
@@ -252,9 +401,11 @@ json ledger_methods::qpus_list(const json& params, call_context&) {
 }
 
 json ledger_methods::calibration_get(const json& params, call_context&) {
-    params_reader p(params, {"qpu"});
+    params_reader p(params, {"qpu", "until_ns"});
     const std::string qpu = p.str("qpu", 128);
-    auto windows = take(_ledger.calibration(qpu, now()));
+    // until_ns: only the windows starting before it, and the first starting
+    // at or after it (what a caller looking up one time needs).
+    auto windows = take(_ledger.calibration(qpu, now(), p.opt_i64("until_ns", 0, i64_max).value_or(i64_max)));
     json out = json::array();
     for (const auto& w : windows) {
         out.push_back(window_json(w));
@@ -426,6 +577,14 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
     const auto token =
         static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
+    if (const auto needs = read_envelope(payload)) {
+        const tl::reservation r = take(_ledger.status(tenant_for(ctx, id), id));
+        std::string field;
+        const std::string why = envelope_misfit(*needs, r.qpu, device_of(r.qpu), field);
+        if (!why.empty()) {
+            bad_envelope(field, why);
+        }
+    }
     check_booking(ctx, {}, 0, 0, payload.size());
     return booked(take_booking(_ledger.commit(tenant_for(ctx, id), id, token,
                                               std::move(payload), now())));
@@ -438,12 +597,35 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
         throw invalid_params("fencing_token",
                              "'fencing_token' needs 'reservation_id'");
     }
-    const tl::request req = read_request(p);
+    tl::request req = read_request(p);
     const std::string key = p.str("idempotency_key", 128);
     if (key.empty()) {
         throw invalid_params("idempotency_key", "idempotency_key must not be empty");
     }
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
+    if (const auto needs = read_envelope(payload)) {
+        // Place only onto the QPUs the envelope fits; none: refuse, naming
+        // the first candidate's misfit.
+        std::vector<std::string> fit;
+        std::string why;
+        std::string field;
+        for (const auto& q : req.qpus.empty() ? _ledger.qpu_names() : req.qpus) {
+            std::string f;
+            const std::string w = envelope_misfit(*needs, q, device_of(q), f);
+            if (w.empty()) {
+                fit.push_back(q);
+            } else if (why.empty()) {
+                why = w;
+                field = f;
+            }
+        }
+        if (fit.empty() && !why.empty()) {
+            bad_envelope(field, why);
+        }
+        if (!fit.empty()) {
+            req.qpus = std::move(fit);
+        }
+    }
     check_priority(ctx, req);
     check_booking(ctx, key, 1, req.duration_ns, payload.size());
     check_near_term(ctx, key, 1, req);
@@ -586,6 +768,7 @@ auto on_behalf_of(const ledger_methods& m, const json& params, call_context& ctx
 
 // The method table: name, role, summary, handler.
 void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options opts) {
+    auto on_calibration = opts.on_calibration;
     auto methods = std::make_shared<ledger_methods>(ledger, std::move(opts));
     using json_method = json (ledger_methods::*)(const json&, call_context&);
     using raw_method = void (ledger_methods::*)(const json&, call_context&, std::string&);
@@ -621,7 +804,17 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     rpc.set_commit_tracker([&ledger] { return ledger.latest_seq(); },
                            [&ledger] { return ledger.durable_seq(); });
 
-    rpc.add_event_source([methods] { return to_rpc_events(methods->ledger().drain_events()); });
+    rpc.add_event_source([methods, on_calibration = std::move(on_calibration)] {
+        auto evs = methods->ledger().drain_events();
+        if (on_calibration) {
+            for (const auto& ev : evs) {
+                if (ev.type == tl::event_type::calibration) {
+                    on_calibration(ev.qpu);
+                }
+            }
+        }
+        return to_rpc_events(evs);
+    });
 
     reg.add({"qpus.list", role::reader,
              "the QPUs of this host",

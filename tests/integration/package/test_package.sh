@@ -58,7 +58,9 @@ for f in /usr/sbin/qrtd /usr/bin/qrtctl /usr/bin/qrt-jitter-report /usr/bin/qpu-
          /usr/share/man/man8/qrtd.8.gz /usr/share/man/man5/qrtd.toml.5.gz \
          /usr/share/man/man1/qrtctl.1.gz /usr/share/man/man1/qrt-jitter-report.1.gz \
          /usr/share/man/man1/qpu-sim.1.gz /usr/share/qrtd/demo.toml \
-         /usr/share/qrtd/python/qrt_client.py /usr/share/doc/qrtd/copyright; do
+         /usr/share/qrtd/python/qrt_client.py /usr/share/doc/qrtd/copyright \
+         /usr/bin/qpu-aer /usr/share/man/man1/qpu-aer.1.gz /usr/share/qrtd/qpu-line3.toml \
+         /usr/share/qrtd/python/requirements-sdk.txt /usr/share/qrtd/python/qrtd_qiskit/pyproject.toml; do
   has qrtd "$f"
 done
 has libqrt-client1 /usr/lib/x86_64-linux-gnu/libqrt-client.so.1

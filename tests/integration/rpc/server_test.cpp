@@ -67,6 +67,8 @@ struct harness_options {
     std::optional<rpc::tenant_policy> tenants;
     // The request-rate bucket on CLOCK_MONOTONIC instead (it refills).
     bool tenants_real_clock = false;
+    // qpus.list's extra per-QPU details ("device", as the daemon serves it).
+    std::function<json(std::string_view)> qpu_details;
 };
 
 // Ledger + engine + server + loop thread.
@@ -114,6 +116,7 @@ public:
         rpc::timeline_options to;
         to.now_ns = [this] { return now(); };
         to.max_payload_bytes = 4096;
+        to.qpu_details = o.qpu_details;
         if (o.tenants) {
             auto t = rpc::tenant_limits::compile(*o.tenants);
             if (!t) {
@@ -1849,4 +1852,149 @@ TEST(rpc_tenants, on_behalf_of_from_a_peer_that_is_no_delegate_is_permission_den
                   std::string::npos)
             << refused.dump();
     }
+}
+
+// ------------------------------------------- device facts and job envelopes
+
+namespace {
+
+// q0 states a 2-qubit device taking at most 100 shots; q1 and qp state none.
+harness_options device_options() {
+    harness_options o = admin_options();
+    o.qpu_details = [](std::string_view qpu) {
+        if (qpu != "q0") {
+            return json{{"device", nullptr}};
+        }
+        return json{{"device", {{"qubits", 2}, {"technology", "superconducting"},
+                                {"basis_gates", {"x", "cx", "measure"}}, {"coupling_map", {{0, 1}}},
+                                {"gate_durations_ns", {{"cx", 300}}}, {"max_shots", 100}}}};
+    };
+    return o;
+}
+
+std::string envelope(int qubits, std::int64_t shots, const std::string& qasm = "OPENQASM 3.0;\nqubit[2] q;\n") {
+    return json{{"format", "qasm3"}, {"shots", shots},
+                {"circuits", {{{"name", "c"}, {"qubits", qubits}, {"qasm", qasm}}}}}
+        .dump();
+}
+
+json one_shot(const std::string& key, const std::string& payload, std::optional<std::string> qpu = "q0") {
+    json r{{"duration_ns", 1'000'000}, {"idempotency_key", key}, {"payload", rpc::base64_encode(payload)}};
+    if (qpu) {
+        r["qpus"] = {*qpu};
+    }
+    return r;
+}
+
+std::string message_of(const json& reply) { return reply.at("error").at("message").get<std::string>(); }
+
+}  // namespace
+
+TEST(rpc_device, qpus_list_serves_the_device_and_the_window_in_force) {
+    harness h(device_options());
+    client c(h.socket_path);
+    // Now inside a window: 5 s into a 10 s cycle whose first second is calibration.
+    h.skew_ns = 0;
+    const std::int64_t real = h.now();
+    h.skew_ns = (real / period_ns + 1) * period_ns + 5 * s_ns - real;
+    json qpus = c.ok("qpus.list").at("qpus");
+    ASSERT_EQ(qpus.size(), 3U);
+    for (const auto& q : qpus) {
+        ASSERT_TRUE(q.contains("device")) << q.dump();
+        ASSERT_TRUE(q.contains("window")) << q.dump();
+        // qp is pushed and has no window yet: null, like a blackout.
+        EXPECT_EQ(q.at("window").is_null(), q.at("name") == "qp") << q.dump();
+        if (q.at("name") == "q0") {
+            EXPECT_EQ(q.at("device").at("qubits"), 2);
+            EXPECT_EQ(q.at("device").at("max_shots"), 100);
+            EXPECT_DOUBLE_EQ(q.at("predicted_fidelity").get<double>(), 0.99);
+            const std::int64_t t = h.now();
+            EXPECT_LE(q.at("window").at("valid_from_ns").get<std::int64_t>(), t);
+            EXPECT_GT(q.at("window").at("valid_until_ns").get<std::int64_t>(), t);
+        } else if (q.at("name") == "q1") {
+            EXPECT_TRUE(q.at("device").is_null());
+        }
+    }
+    // Inside a blackout: no window in force and no predicted fidelity.
+    h.skew_ns = h.skew_ns.load() + 5 * s_ns + s_ns / 2;
+    qpus = c.ok("qpus.list").at("qpus");
+    for (const auto& q : qpus) {
+        if (q.at("name") == "q0") {
+            EXPECT_TRUE(q.at("window").is_null()) << q.dump();
+            EXPECT_TRUE(q.at("predicted_fidelity").is_null()) << q.dump();
+        }
+    }
+}
+
+TEST(rpc_device, calibration_get_until_ns_stops_after_the_window_holding_it) {
+    harness h(admin_options());
+    client c(h.socket_path);
+    const std::size_t all = c.ok("calibration.get", {{"qpu", "q0"}}).at("windows").size();
+    const std::int64_t t = h.window_start(30 * s_ns) + s_ns;
+    const json ws = c.ok("calibration.get", {{"qpu", "q0"}, {"until_ns", t + 1}}).at("windows");
+    ASSERT_FALSE(ws.empty());
+    EXPECT_LT(ws.size(), all);
+    const json& last = ws.back();
+    EXPECT_LE(last.at("valid_from_ns").get<std::int64_t>(), t + period_ns);
+    bool holds = false;
+    for (const auto& w : ws) {
+        holds = holds || (w.at("valid_from_ns").get<std::int64_t>() <= t && t < w.at("valid_until_ns").get<std::int64_t>());
+    }
+    EXPECT_TRUE(holds) << ws.dump();
+}
+
+TEST(rpc_device, jobs_submit_refuses_an_envelope_the_qpu_cannot_take_naming_the_field) {
+    harness h(device_options());
+    client c(h.socket_path);
+    struct bad {
+        std::string payload;
+        std::optional<std::string> qpu;
+        std::string field;
+        std::string text;
+    };
+    const std::vector<bad> cases = {
+        {envelope(3, 10), "q0", "payload.circuits", "payload: a circuit needs 3 qubits; q0 has 2"},
+        {envelope(2, 101), "q0", "payload.shots", "payload: shots = 101 is more than q0 takes (100)"},
+        {envelope(2, 1'000'001), "q1", "payload.shots", "payload: shots = 1000001 is more than q1 takes (1000000)"},
+        {envelope(2, 0), "q0", "payload.shots", "payload: shots = 0 is not 1 or more"},
+        {envelope(2, -3), "q0", "payload.shots", "payload: shots = -3 is not 1 or more"},
+        {envelope(2, 10, "OPENQASM 2.0;\nqreg q[2];\n"), "q0", "payload.circuits[0].qasm",
+         "payload: circuits[0].qasm is not OpenQASM 3: it must begin with \"OPENQASM 3\""},
+        {R"({"format":"qasm3","shots":5,"circuits":[]})", "q0", "payload.circuits",
+         "payload: circuits must be a non-empty array of {name, qubits, qasm}"},
+        {R"({"format":"qasm3","shots":5,"circuits":[{"qasm":"OPENQASM 3;"}]})", "q0", "payload.circuits[0].qubits",
+         "payload: circuits[0].qubits must be an integer of 1 or more"},
+        {R"({"format":"quil","shots":5})", "q0", "payload.format",
+         "payload: format = \"quil\" is not one qrtd knows (\"qasm3\")"},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const json reply = c.call("jobs.submit", one_shot(fmt::format("bad-{}", i), cases[i].payload, cases[i].qpu));
+        EXPECT_EQ(reason_of(reply), rpc::reason::invalid_argument) << reply.dump();
+        EXPECT_EQ(reply.at("error").at("data").value("field", ""), cases[i].field) << reply.dump();
+        EXPECT_NE(message_of(reply).find(cases[i].text), std::string::npos) << message_of(reply);
+    }
+    // Nothing was kept under a refused key: the same key with a good payload
+    // is a new job holding that payload (a kept one would come back instead).
+    const std::string good = envelope(2, 100);
+    const json again = c.ok("jobs.submit", one_shot("bad-0", good));
+    EXPECT_EQ(again.at("payload_bytes"), good.size()) << again.dump();
+    // Comments and blanks before the version line are fine; an opaque payload is not read.
+    const std::string commented = envelope(2, 100, "// Bell\n/* two */\n  OPENQASM 3.0;\nqubit[2] q;\n");
+    EXPECT_EQ(c.ok("jobs.submit", one_shot("good", commented)).at("qpu"), "q0");
+    EXPECT_EQ(c.ok("jobs.submit", one_shot("opaque", R"({"shots": 5000})")).at("state"), "committed");
+    EXPECT_EQ(c.ok("jobs.submit", one_shot("pulse", "PULSE")).at("state"), "committed");
+    // Without qpus, a wide circuit goes only where it fits (not q0).
+    for (int i = 0; i < 4; ++i) {
+        const json r = c.ok("jobs.submit", one_shot(fmt::format("wide-{}", i), envelope(3, 10), std::nullopt));
+        EXPECT_NE(r.at("qpu"), "q0") << r.dump();
+    }
+    // A held reservation on q0 refuses it and stays held.
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "held";
+    const json held = c.ok("slots.reserve", req);
+    const json reply = c.call("jobs.submit", {{"reservation_id", held.at("reservation_id")},
+                                              {"fencing_token", held.at("fencing_token")},
+                                              {"payload", rpc::base64_encode(envelope(3, 10))}});
+    EXPECT_EQ(reason_of(reply), rpc::reason::invalid_argument) << reply.dump();
+    EXPECT_EQ(c.ok("jobs.status", {{"job_id", held.at("reservation_id")}}).at("state"), "held");
 }

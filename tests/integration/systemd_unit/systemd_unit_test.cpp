@@ -109,10 +109,15 @@ TEST_F(installed, puts_every_file_where_debian_expects_it) {
                           "usr/lib/tmpfiles.d/qrtd.conf", "etc/qrtd/qrtd.toml",
                           "usr/share/qrtd/demo.toml", "usr/share/qrtd/profiles/low-latency.toml",
                           "usr/share/qrtd/profiles/two-qpus.toml", "usr/share/man/man8/qrtd.8",
-                          "usr/share/man/man5/qrtd.toml.5"}) {
+                          "usr/share/man/man5/qrtd.toml.5", "usr/share/qrtd/qpu-line3.toml",
+                          "usr/bin/qpu-aer", "usr/share/man/man1/qpu-aer.1",
+                          "usr/share/qrtd/python/requirements-sdk.txt", "usr/share/qrtd/python/pyproject.toml",
+                          "usr/share/qrtd/python/qrtd_qiskit/pyproject.toml",
+                          "usr/share/qrtd/python/qrtd_qiskit/src/qrtd_qiskit/backend.py"}) {
         EXPECT_TRUE(fs::exists(_root / p)) << p;
     }
     EXPECT_EQ(::access((_root / "usr/sbin/qrtd").c_str(), X_OK), 0);
+    EXPECT_EQ(::access((_root / "usr/bin/qpu-aer").c_str(), X_OK), 0);
 }
 
 TEST_F(installed, etc_config_is_the_reference_and_passes_check_config) {

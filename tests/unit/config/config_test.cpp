@@ -403,3 +403,103 @@ TEST(config_tenants, priority_ceilings_parse_and_a_bad_entry_names_what_is_wrong
     const std::string big = only_error("[tenants]\npriority_ceilings = [\"uid:5=99999999999\"]\n" + qpu);
     EXPECT_NE(big.find("is not a priority"), std::string::npos) << big;
 }
+
+// ---- [qpu.device] (issue 27: the per-QPU facts the SDKs build on) --------
+
+constexpr const char* device_qpu =
+    "[[qpu]]\nname = \"q0\"\nendpoint = \"unix:///run/q0.sock\"\n"
+    "[qpu.device]\n";
+
+TEST(config_device, absent_sub_table_is_no_device_and_serves_null) {
+    auto res = parse_config(one_qpu, "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    EXPECT_FALSE(res.cfg.qpus[0].device.has_value());
+    EXPECT_TRUE(qrt::device_to_json(res.cfg.qpus[0].device).is_null());
+    EXPECT_TRUE(qrt::config_to_json(res.cfg)["qpu"][0]["device"].is_null());
+}
+
+TEST(config_device, a_full_sub_table_is_stored_and_served_with_exactly_its_keys) {
+    auto res = parse_config(std::string(device_qpu) +
+                                "qubits = 3\ntechnology = \"superconducting\"\n"
+                                "basis_gates = [\"rz\", \"sx\", \"x\", \"cx\", \"measure\"]\n"
+                                "coupling_map = [[0, 1], [1, 0], [1, 2], [2, 1]]\n"
+                                "gate_durations_ns = { cx = 300, sx = 35, x = 35, rz = 0, measure = 1000 }\n"
+                                "max_shots = 20000\n",
+                            "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    ASSERT_TRUE(res.cfg.qpus[0].device.has_value());
+    const auto& d = *res.cfg.qpus[0].device;
+    EXPECT_EQ(d.qubits, 3u);
+    EXPECT_EQ(d.technology, "superconducting");
+    EXPECT_EQ(d.basis_gates, (std::vector<std::string>{"rz", "sx", "x", "cx", "measure"}));
+    ASSERT_EQ(d.coupling_map.size(), 4u);
+    EXPECT_EQ(d.coupling_map[2], (std::array<std::uint32_t, 2>{1, 2}));
+    EXPECT_EQ(d.max_shots, 20000u);
+    const nlohmann::json j = qrt::device_to_json(d);
+    EXPECT_EQ(j, nlohmann::json::parse(R"({"qubits":3,"technology":"superconducting",
+        "basis_gates":["rz","sx","x","cx","measure"],"coupling_map":[[0,1],[1,0],[1,2],[2,1]],
+        "gate_durations_ns":{"cx":300,"sx":35,"x":35,"rz":0,"measure":1000},"max_shots":20000})"));
+    // A rendered config with a device parses back to the same config.
+    auto again = parse_config(qrt::render_config(res.cfg), "again.toml");
+    ASSERT_TRUE(again.ok()) << again.error_text();
+    EXPECT_EQ(again.cfg, res.cfg);
+}
+
+TEST(config_device, only_qubits_is_required_and_max_shots_defaults) {
+    auto res = parse_config(std::string(device_qpu) + "qubits = 2\n", "qrtd.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    EXPECT_EQ(res.cfg.qpus[0].device->max_shots, 100000u);
+    EXPECT_EQ(only_error(std::string(device_qpu) + "technology = \"ion-trap\"\n"),
+              "qrtd.toml:4: qpu[0].device: missing required option qubits");
+}
+
+TEST(config_device, bad_values_are_refused_naming_the_key) {
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 0\n"),
+              "qrtd.toml:5: qpu[0].device.qubits = 0 is out of range 1..1024");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 1025\n"),
+              "qrtd.toml:5: qpu[0].device.qubits = 1025 is out of range 1..1024");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = \"two\"\n"),
+              "qrtd.toml:5: qpu[0].device.qubits = \"two\": expected an integer (1..1024), got a string");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\nmax_shots = 0\n"),
+              "qrtd.toml:6: qpu[0].device.max_shots = 0 is out of range 1..1000000");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\ncoupling_map = [[0, 2]]\n"),
+              "qrtd.toml:6: qpu[0].device.coupling_map[0] = [0, 2] names a qubit not below "
+              "qpu[0].device.qubits = 2");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\ncoupling_map = [[0, 1, 2]]\n"),
+              "qrtd.toml:6: qpu[0].device.coupling_map[0] = [0, 1, 2] is not a pair [control, target] of "
+              "qubit indices");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\ncoupling_map = [[1, 1]]\n"),
+              "qrtd.toml:6: qpu[0].device.coupling_map[0] = [1, 1] couples a qubit to itself");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\nbasis_gates = [\"c x\"]\n"),
+              "qrtd.toml:6: qpu[0].device.basis_gates[0] = \"c x\" is not a gate name (1..32 characters of "
+              "[A-Za-z0-9_])");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\nbasis_gates = [\"x\"]\n"
+                                                   "gate_durations_ns = { cx = 300 }\n"),
+              "qrtd.toml:7: qpu[0].device.gate_durations_ns.cx names a gate that is not in "
+              "qpu[0].device.basis_gates");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\ngate_durations_ns = { x = -1 }\n"),
+              "qrtd.toml:6: qpu[0].device.gate_durations_ns.x = -1 is not an integer of nanoseconds in "
+              "0..3600000000000");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\ntechnology = \"" + std::string(65, 't') + "\"\n"),
+              "qrtd.toml:6: qpu[0].device.technology is 65 characters, at most 64");
+    EXPECT_EQ(only_error(std::string(device_qpu) + "qubits = 2\nqbits = 2\n"),
+              "qrtd.toml:6: unknown option qpu[0].device.qbits (known: qubits, technology, basis_gates, "
+              "coupling_map, gate_durations_ns, max_shots)");
+    std::string many = "qubits = 2\nbasis_gates = [";
+    for (int i = 0; i < 65; ++i) {
+        many += (i != 0 ? ", \"g" : "\"g") + std::to_string(i) + "\"";
+    }
+    EXPECT_EQ(only_error(std::string(device_qpu) + many + "]\n"),
+              "qrtd.toml:6: qpu[0].device.basis_gates has 65 gates, at most 64");
+    EXPECT_EQ(only_error("[[qpu]]\nname = \"q0\"\nendpoint = \"unix:///run/q0.sock\"\ndevice = 3\n"),
+              "qrtd.toml:4: qpu[0].device must be a table [qpu.device], not an integer");
+}
+
+TEST(config_device, the_shipped_three_qubit_example_loads) {
+    auto res = qrt::load_config_file(QRT_SOURCE_DIR "/config/qpu-line3.toml");
+    ASSERT_TRUE(res.ok()) << res.error_text();
+    ASSERT_EQ(res.cfg.qpus.size(), 1u);
+    ASSERT_TRUE(res.cfg.qpus[0].device.has_value());
+    EXPECT_EQ(res.cfg.qpus[0].device->qubits, 3u);
+    EXPECT_EQ(res.cfg.qpus[0].device->coupling_map.size(), 4u);
+}

@@ -52,6 +52,9 @@ struct timeline_options {
     std::function<json(std::string_view qpu)> qpu_details;
     // Priority ceilings and per-tenant quotas ([tenants]); null: none.
     std::shared_ptr<const tenant_limits> limits;
+    // Told of every calibration change, per QPU, as its event is drained
+    // (the daemon re-reads the windows its dispatch guards follow).
+    std::function<void(std::string_view qpu)> on_calibration;
 };
 
 // Registers the methods above and an event source draining the ledger.
