@@ -157,6 +157,11 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 	if intOf(q0, "minLeadNs") <= 0 || q0.Attributes["qpu"].StringValue == nil || *q0.Attributes["qpu"].StringValue != "qpu0" {
 		t.Errorf("qpu0 attributes %v", q0.Attributes)
 	}
+	// qrtd.toml's [qpu.device] facts, through qpus.list.
+	if intOf(q0, "qubits") != 5 || intOf(q0, "maxShots") != 100000 || q0.Attributes["technology"].StringValue == nil ||
+		*q0.Attributes["technology"].StringValue != "superconducting" {
+		t.Errorf("qpu0's device facts: %v", q0.Attributes)
+	}
 	if q0.AllowMultipleAllocations == nil || !*q0.AllowMultipleAllocations {
 		t.Errorf("qpu0 is not shared in time (allowMultipleAllocations)")
 	}

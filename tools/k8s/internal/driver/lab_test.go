@@ -97,6 +97,12 @@ calibration = "periodic"
 period_ns = 1_000_000_000
 blackout_ns = 100_000_000
 fidelity_f0 = 0.99
+[qpu.device]
+qubits = 5
+technology = "superconducting"
+basis_gates = ["rz", "sx", "x", "cx", "measure"]
+coupling_map = [[0, 1], [1, 2], [2, 3], [3, 4]]
+max_shots = 100000
 `
 
 func pushedQPU(name string) string {
