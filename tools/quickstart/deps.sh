@@ -28,8 +28,10 @@ QRT_PACKAGES=(
   nlohmann-json3-dev libsqlite3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   rt-tests libbpf-tools stress-ng systemd python3
-  # The SDK tests' virtual environment (tools/python/sdk_venv.sh: pinned
-  # qiskit and qiskit-aer from PyPI into build/venv, never the system Python).
+  # `python3 -m venv` for the pinned PyPI packages under the build tree: the
+  # SDK tests' build/venv (tools/python/sdk_venv.sh: qiskit, qiskit-aer) and
+  # build/venv-qdmi (tools/qdmi/venv.sh: mqt.core, whose QDMI headers build
+  # libqrtd-qdmi.so); never the system Python.
   python3-venv
   # setfacl: .ci/run grants the test users (nobody, qrtd) search on a 0700
   # checkout by ACL instead of opening it to every local user.

@@ -388,6 +388,9 @@ json ledger_methods::qpus_list(const json& params, call_context&) {
         q["window"] = std::move(current);
         q["predicted_fidelity"] = std::move(fidelity);
         q["device"] = nullptr;
+        // Its queue: committed jobs waiting for their start (QDMI's queue
+        // length).
+        q["queued_jobs"] = _ledger.queued_jobs(name);
         if (_opts.qpu_details) {
             json extra = _opts.qpu_details(name);
             if (extra.is_object()) {

@@ -312,6 +312,11 @@ std::vector<std::string> ledger::qpu_names() const {
     return out;
 }
 
+std::size_t ledger::queued_jobs(std::string_view qpu) const {
+    const auto it = _qpu_index.find(std::string(qpu));
+    return it == _qpu_index.end() ? 0 : _qpus[it->second].pending.size();
+}
+
 tenant_usage ledger::usage_of(std::string_view tenant) const {
     const auto it = _usage.find(std::string(tenant));
     return it == _usage.end() ? tenant_usage{} : it->second;

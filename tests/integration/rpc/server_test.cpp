@@ -288,9 +288,21 @@ TEST(rpc_server, every_method_answers_an_admin) {
     json oneshot = request_at(start + 2'000'000, 1'000'000);
     oneshot["idempotency_key"] = "k2";
     oneshot["payload"] = rpc::base64_encode(std::string("\x00\x01\x02", 3));
+    const auto queued = [&](const char* qpu) {
+        const json list = c.ok("qpus.list");
+        for (const auto& entry : list.at("qpus")) {
+            if (entry.at("name") == qpu) {
+                return entry.at("queued_jobs").get<std::size_t>();
+            }
+        }
+        return std::size_t{999};
+    };
+    EXPECT_EQ(queued("q0"), 0U);
     const json j = c.ok("jobs.submit", oneshot);
     const auto job = j.at("job_id").get<std::uint64_t>();
     EXPECT_EQ(j.at("state"), "committed");
+    // The QPU's queue (QDMI's queue length): committed jobs not yet started.
+    EXPECT_EQ(queued(j.at("qpu").get<std::string>().c_str()), 1U);
     h.on_loop([&] {
         EXPECT_TRUE(h.ledger->mark_dispatched(job, h.now()));
         EXPECT_TRUE(h.ledger->complete(job, tl::blob{'o', 'k'}, h.now()));
@@ -299,6 +311,7 @@ TEST(rpc_server, every_method_answers_an_admin) {
     });
     const json res = c.ok("jobs.result", {{"job_id", job}});
     EXPECT_EQ(res.at("state"), "completed");
+    EXPECT_EQ(queued(j.at("qpu").get<std::string>().c_str()), 0U);
     EXPECT_EQ(rpc::base64_decode_strict(res.at("result").get<std::string>()), std::string("ok"));
 
     // A second held reservation, released.

@@ -210,6 +210,9 @@ public:
     const placement_policy& policy() const noexcept { return *_policy; }
     const ledger_options& options() const noexcept { return _opts; }
     std::vector<std::string> qpu_names() const;
+    // Committed jobs of a QPU waiting for their start (its queue: what
+    // qpus.list serves as queued_jobs); 0 for an unknown QPU.
+    std::size_t queued_jobs(std::string_view qpu) const;
 
     // slots.query: the best max_candidates slots, or the next window that
     // could hold the request when none fits.  With req.gang_size k > 1: the
