@@ -244,6 +244,8 @@ struct tenants_config {
     std::uint32_t max_requests_per_s = 0;   // 0: unlimited
     std::uint32_t request_burst = 0;
     std::uint32_t request_bytes = 0;        // a line costs one request per started this many bytes
+    std::vector<principal> delegates;       // may book on_behalf_of a named tenant
+    std::uint32_t max_delegated_tenants = 0;  // tenants one delegate may hold bookings for
     bool operator==(const tenants_config&) const = default;
 };
 

@@ -800,6 +800,23 @@ std::vector<config_option> build_table() {
                     "long line (a large payload) uses up the rate like the many short ones "
                     "it costs as much to read and parse as.",
          QRT_FIELD(tenants, request_bytes)},
+        {.section = "tenants", .key = "delegates", .kind = k::string_list,
+         .default_value = strings{},
+         .meaning = "Peers (PRINCIPAL as in [roles]) that may pass on_behalf_of=NAME to "
+                    "slots.query, slots.reserve, slots.heartbeat, slots.release and the jobs.* "
+                    "methods: the call then acts as tenant \"DELEGATE/NAME\" (the delegate's own "
+                    "tenant, a slash, NAME: 1 to 63 of [a-z0-9-], as a Kubernetes namespace), "
+                    "with the delegate's roles less admin, so every quota and the scheduler's "
+                    "priority ceiling apply to NAME, not to the delegate.  The delegate still "
+                    "needs the scheduler role.  For qrt-dra-driver (tools/k8s).",
+         .check = check_principal, QRT_FIELD(tenants, delegates)},
+        {.section = "tenants", .key = "max_delegated_tenants", .kind = k::integer,
+         .default_value = std::int64_t{256}, .min = 1, .max = 65536,
+         .meaning = "Tenants one delegate may hold reservations for at once (each with its own "
+                    "quotas); a booking for one more is refused with quota_exceeded (quota "
+                    "\"delegated_tenants\"), so a delegate cannot multiply its quota by "
+                    "inventing names.",
+         QRT_FIELD(tenants, max_delegated_tenants)},
 
         // --------------------------------------------------------------- probes
         {.section = "probes", .key = "enabled", .kind = k::boolean, .default_value = true,

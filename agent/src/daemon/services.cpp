@@ -868,6 +868,10 @@ rtcore::status services::start_server() {
     tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
     tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
     tp.request_burst = _cfg.tenants.request_burst;
+    for (const auto& d : _cfg.tenants.delegates) {
+        tp.delegates.push_back(d.text);
+    }
+    tp.max_delegated_tenants = _cfg.tenants.max_delegated_tenants;
     tp.request_bytes = static_cast<std::uint32_t>(_engine->limits().request_bytes);
     auto limits = rpc::tenant_limits::compile(tp);
     if (!limits) {

@@ -28,6 +28,14 @@ rtcore::result<tenant_limits> tenant_limits::compile(const tenant_policy& policy
         }
         t._ceilings.emplace_back(std::move(*p), max);
     }
+    for (const auto& text : policy.delegates) {
+        auto p = resolve_principal(text);
+        if (!p) {
+            return rtcore::error::invalid(fmt::format("tenants.delegates: {}", p.err().message));
+        }
+        t._delegates.push_back(std::move(*p));
+    }
+    t._policy.max_delegated_tenants = std::max<std::size_t>(1, policy.max_delegated_tenants);
     return t;
 }
 
@@ -152,6 +160,55 @@ void tenant_limits::admit(const session& s, std::int64_t now_ns, std::uint64_t r
                _policy.max_requests_per_s, nullptr);
     }
     b.tokens -= cost;
+}
+
+bool tenant_limits::may_delegate(const session& s) const noexcept {
+    return std::any_of(_delegates.begin(), _delegates.end(),
+                       [&](const principal& who) { return principal_matches(who, s.peer); });
+}
+
+session tenant_limits::delegated(const session& s, std::string_view name) const {
+    // A Kubernetes namespace is a DNS label: what it may hold is all a
+    // tenant named here may hold, so that the name cannot reach into
+    // another delegate's tenants, a user's, or a log line.
+    const bool label = !name.empty() && name.size() <= 63 && name.front() != '-' &&
+                       name.back() != '-' &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                       });
+    if (!label) {
+        throw invalid_params("on_behalf_of",
+                             fmt::format("on_behalf_of must be 1 to 63 of [a-z0-9-], not starting "
+                                         "or ending with '-' (a Kubernetes namespace); got '{}'",
+                                         name.substr(0, 80)));
+    }
+    if (!s.delegate.empty() || !may_delegate(s)) {
+        throw rpc_failure("permission_denied",
+                          fmt::format("on_behalf_of needs the caller in tenants.delegates; uid {} "
+                                      "({}) is not",
+                                      s.peer.uid, s.tenant),
+                          json{{"field", "on_behalf_of"}});
+    }
+    session acting;
+    acting.id = s.id;
+    acting.peer = s.peer;
+    acting.roles = role_set(static_cast<std::uint8_t>(s.roles.bits() &
+                                                      ~static_cast<std::uint8_t>(role::admin)));
+    acting.tenant = fmt::format("{}/{}", s.tenant, name);
+    acting.delegate = s.tenant;
+    return acting;
+}
+
+void tenant_limits::check_delegated_tenants(const session& s, std::size_t holding,
+                                            bool holds_self) const {
+    if (s.delegate.empty() || holds_self || holding < _policy.max_delegated_tenants) {
+        return;
+    }
+    refuse(quota_delegated_tenants,
+           fmt::format("delegate {} holds bookings for {} tenants; {} would pass its limit of {} "
+                       "(tenants.max_delegated_tenants)",
+                       s.delegate, holding, s.tenant, _policy.max_delegated_tenants),
+           _policy.max_delegated_tenants, holding);
 }
 
 void tenant_limits::prune(std::int64_t now_ns) {

@@ -114,6 +114,7 @@ public:
         : _ledger(ledger), _opts(std::move(opts)) {}
 
     tl::ledger& ledger() noexcept { return _ledger; }
+    const tenant_limits* limits() const noexcept { return _opts.limits.get(); }
 
     json qpus_list(const json& params, call_context&);
     json calibration_get(const json& params, call_context&);
@@ -176,6 +177,11 @@ private:
                        std::int64_t duration_ns, std::uint64_t payload_bytes) const {
         if (!_opts.limits || _ledger.has_idempotency_key(ctx.caller.tenant, key)) {
             return;
+        }
+        if (!ctx.caller.delegate.empty() && count > 0) {
+            _opts.limits->check_delegated_tenants(
+                ctx.caller, _ledger.tenants_with_prefix(ctx.caller.delegate + "/"),
+                _ledger.usage_of(ctx.caller.tenant).reservations > 0);
         }
         _opts.limits->check_booking(ctx.caller, _ledger.usage_of(ctx.caller.tenant), count,
                                     duration_ns, payload_bytes);
@@ -740,6 +746,29 @@ rtcore::result<event_loop::timer_id> install_housekeeping(event_loop& loop, engi
     });
 }
 
+// tenants.delegates: a call with on_behalf_of=NAME from a delegate runs as
+// tenant "DELEGATE/NAME", without admin (tenant_limits::delegated); the
+// method sees its params without on_behalf_of.
+template <class Call>
+auto on_behalf_of(const ledger_methods& m, const json& params, call_context& ctx, Call&& call) {
+    const auto it = params.is_object() ? params.find("on_behalf_of") : params.end();
+    if (!params.is_object() || it == params.end()) {
+        return call(params, ctx);
+    }
+    if (!it->is_string()) {
+        throw invalid_params("on_behalf_of", "parameter 'on_behalf_of' must be a string");
+    }
+    if (m.limits() == nullptr) {
+        throw rpc_failure("permission_denied", "on_behalf_of: this daemon has no tenants.delegates",
+                          json{{"field", "on_behalf_of"}});
+    }
+    session acting = m.limits()->delegated(ctx.caller, it->get_ref<const std::string&>());
+    json rest = params;
+    rest.erase("on_behalf_of");
+    call_context inner{acting};
+    return call(rest, inner);
+}
+
 // The method table: name, role, summary, handler.
 void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options opts) {
     auto on_calibration = opts.on_calibration;
@@ -754,6 +783,21 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     const auto raw = [methods](raw_method fn) -> raw_handler {
         return [methods, fn](const json& params, call_context& ctx, std::string& out) {
             ((*methods).*fn)(params, ctx, out);
+        };
+    };
+    // The methods a delegate may call on_behalf_of a tenant.
+    const auto delegable = [methods](json_method fn) -> handler {
+        return [methods, fn](const json& params, call_context& ctx) {
+            return on_behalf_of(*methods, params, ctx, [&](const json& p, call_context& c) {
+                return ((*methods).*fn)(p, c);
+            });
+        };
+    };
+    const auto delegable_raw = [methods](raw_method fn) -> raw_handler {
+        return [methods, fn](const json& params, call_context& ctx, std::string& out) {
+            on_behalf_of(*methods, params, ctx, [&](const json& p, call_context& c) {
+                ((*methods).*fn)(p, c, out);
+            });
         };
     };
     auto& reg = rpc.methods();
@@ -786,30 +830,30 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
              bind(&ledger_methods::calibration_update), acknowledged_when_durable});
     reg.add({"slots.query", role::reader,
              "candidate slots for a request, or the next window when none fits", {}},
-            raw(&ledger_methods::slots_query));
+            delegable_raw(&ledger_methods::slots_query));
     reg.add({"slots.reserve", role::scheduler,
              "hold a slot under a lease (idempotency key, fencing token)",
-             bind(&ledger_methods::slots_reserve), acknowledged_when_durable});
+             delegable(&ledger_methods::slots_reserve), acknowledged_when_durable});
     reg.add({"slots.heartbeat", role::scheduler,
              "extend a held reservation's lease",
-             bind(&ledger_methods::slots_heartbeat), acknowledged_when_durable});
+             delegable(&ledger_methods::slots_heartbeat), acknowledged_when_durable});
     reg.add({"slots.release", role::scheduler,
              "give a held reservation back",
-             bind(&ledger_methods::slots_release), acknowledged_when_durable});
+             delegable(&ledger_methods::slots_release), acknowledged_when_durable});
     reg.add({"jobs.submit", role::scheduler,
              "commit a payload into a held reservation, or place and commit in one step",
-             bind(&ledger_methods::jobs_submit), acknowledged_when_durable});
+             delegable(&ledger_methods::jobs_submit), acknowledged_when_durable});
     // A read: a reader may see its own tenant's jobs (tenant_for: only an
     // admin sees another's).
     reg.add({"jobs.status", role::reader,
              "a job's (reservation's) state",
-             bind(&ledger_methods::jobs_status)});
+             delegable(&ledger_methods::jobs_status)});
     reg.add({"jobs.result", role::scheduler,
              "a finished job's result (base64)",
-             bind(&ledger_methods::jobs_result)});
+             delegable(&ledger_methods::jobs_result)});
     reg.add({"jobs.cancel", role::scheduler,
              "cancel a committed job before dispatch",
-             bind(&ledger_methods::jobs_cancel), acknowledged_when_durable});
+             delegable(&ledger_methods::jobs_cancel), acknowledged_when_durable});
 }
 
 }  // namespace qrt::rpc

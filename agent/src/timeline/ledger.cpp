@@ -322,6 +322,12 @@ tenant_usage ledger::usage_of(std::string_view tenant) const {
     return it == _usage.end() ? tenant_usage{} : it->second;
 }
 
+std::size_t ledger::tenants_with_prefix(std::string_view prefix) const {
+    return static_cast<std::size_t>(std::count_if(_usage.begin(), _usage.end(), [&](const auto& kv) {
+        return kv.second.reservations > 0 && std::string_view(kv.first).starts_with(prefix);
+    }));
+}
+
 bool ledger::has_idempotency_key(std::string_view tenant, std::string_view key) const {
     return !key.empty() && _idem.count(idem_key(tenant, key)) != 0;
 }

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1759,6 +1760,111 @@ TEST(rpc_tenants, a_tenant_booking_as_fast_as_it_can_leaves_the_near_term_to_the
                 "100 ms slot starts %.1f s ahead\n",
                 booked, stopped_by.c_str(), static_cast<double>(start - t0) / 1e9);
     EXPECT_LT(start - t0, 600 * s_ns) << "the other tenant's earliest slot is past the near term";
+}
+
+// tenants.delegates: the Kubernetes driver (tools/k8s) books on_behalf_of a
+// namespace, whose quotas are its own and not the driver's.
+TEST(rpc_tenants, a_delegate_books_on_behalf_of_a_namespace_under_that_namespaces_quotas) {
+    rpc::tenant_policy p;
+    p.max_reservations = 1;
+    p.max_delegated_tenants = 2;
+    p.delegates = {me()};
+    harness_options o;
+    o.roles.scheduler = {me()};
+    o.tenants = p;
+    harness h(o);
+    client c(h.socket_path);
+    const std::int64_t t0 = h.window_start(30 * s_ns);
+    const auto reserve = [&](const std::string& ns, std::int64_t at, const std::string& key) {
+        json r = request_at(at, 1'000'000);
+        r["idempotency_key"] = key;
+        r["lease_ns"] = 30 * s_ns;
+        if (!ns.empty()) {
+            r["on_behalf_of"] = ns;
+        }
+        return c.call("slots.reserve", r);
+    };
+    // The delegate's tenant: its user name (peer_identity::tenant).
+    const passwd* pw = ::getpwuid(::getuid());
+    const std::string self = pw != nullptr ? pw->pw_name : fmt::format("uid:{}", ::getuid());
+
+    const json a = reserve("team-a", t0, "claim-1");
+    ASSERT_TRUE(a.contains("result")) << a.dump();
+    EXPECT_EQ(a.at("result").at("tenant"), self + "/team-a");
+    // team-a's own quota of one reservation; the same key is a retry.
+    EXPECT_EQ(quota_of(reserve("team-a", t0 + 10'000'000, "claim-2")), "reservations");
+    EXPECT_EQ(reserve("team-a", t0, "claim-1").at("result").at("reservation_id"),
+              a.at("result").at("reservation_id"));
+    // team-b has a quota of its own, and its keys are its own too.
+    const json b = reserve("team-b", t0 + 10'000'000, "claim-1");
+    ASSERT_TRUE(b.contains("result")) << b.dump();
+    EXPECT_NE(b.at("result").at("reservation_id"), a.at("result").at("reservation_id"));
+    // A third namespace passes the delegate's max_delegated_tenants.
+    const json third = reserve("team-c", t0 + 20'000'000, "claim-1");
+    EXPECT_EQ(quota_of(third), "delegated_tenants");
+    EXPECT_NE(third.at("error").at("message").get<std::string>().find("max_delegated_tenants"),
+              std::string::npos);
+    // The delegate's own tenant is not team-a's: it can neither see nor
+    // release team-a's reservation without naming it.
+    const json id_a = a.at("result").at("reservation_id");
+    const json tok_a = a.at("result").at("fencing_token");
+    EXPECT_FALSE(c.call("slots.release", {{"reservation_id", id_a}, {"fencing_token", tok_a}})
+                     .contains("result"));
+    EXPECT_EQ(c.ok("slots.heartbeat", {{"reservation_id", id_a}, {"fencing_token", tok_a},
+                                       {"on_behalf_of", "team-a"}})
+                  .at("state"),
+              "held");
+    EXPECT_EQ(c.ok("jobs.status", {{"job_id", id_a}, {"on_behalf_of", "team-a"}}).at("state"),
+              "held");
+    c.ok("slots.release",
+         {{"reservation_id", id_a}, {"fencing_token", tok_a}, {"on_behalf_of", "team-a"}});
+    // Released: team-a holds nothing, so team-c now fits.
+    EXPECT_TRUE(reserve("team-c", t0 + 20'000'000, "claim-1").contains("result"));
+    // slots.query runs as the namespace too (its priority ceiling).
+    json q = request_at(t0 + 30'000'000, 1'000'000);
+    q["on_behalf_of"] = "team-a";
+    q["priority"] = 1;
+    EXPECT_EQ(quota_of(c.call("slots.query", q)), "priority");
+    q["priority"] = 0;
+    EXPECT_EQ(c.ok("slots.query", q).at("candidates").size(), 1U);
+
+    // Bad names are refused naming the field.
+    for (const std::string& bad : std::vector<std::string>{"Team_A", "-a", std::string(64, 'a'), "a/b", "a b"}) {
+        const json r = reserve(bad, t0, "k");
+        EXPECT_EQ(reason_of(r), rpc::reason::invalid_params) << bad << ": " << r.dump();
+        EXPECT_EQ(r.at("error").at("data").at("field"), "on_behalf_of") << r.dump();
+    }
+    json not_string = request_at(t0, 1'000'000);
+    not_string["idempotency_key"] = "k";
+    not_string["on_behalf_of"] = 7;
+    EXPECT_EQ(c.call("slots.reserve", not_string).at("error").at("data").at("field"),
+              "on_behalf_of");
+    // Only the delegable methods take it.
+    EXPECT_EQ(reason_of(c.call("qpus.list", {{"on_behalf_of", "team-a"}})),
+              rpc::reason::invalid_params);
+}
+
+TEST(rpc_tenants, on_behalf_of_from_a_peer_that_is_no_delegate_is_permission_denied) {
+    for (const bool admin : {false, true}) {
+        rpc::tenant_policy p;
+        harness_options o;
+        if (admin) {
+            o.roles.admin = {me()};
+        } else {
+            o.roles.scheduler = {me()};
+        }
+        o.tenants = p;
+        harness h(o);
+        client c(h.socket_path);
+        json r = request_at(h.window_start(30 * s_ns), 1'000'000);
+        r["idempotency_key"] = "k";
+        r["on_behalf_of"] = "team-a";
+        const json refused = c.call("slots.reserve", r);
+        EXPECT_EQ(reason_of(refused), rpc::reason::permission_denied) << refused.dump();
+        EXPECT_NE(refused.at("error").at("message").get<std::string>().find("tenants.delegates"),
+                  std::string::npos)
+            << refused.dump();
+    }
 }
 
 // ------------------------------------------- device facts and job envelopes

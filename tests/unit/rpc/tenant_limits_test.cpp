@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -178,4 +179,53 @@ TEST(tenant_limits, the_near_term_share_refuses_past_it_and_names_the_start_to_a
     const session root = peer("root", 0, role::admin);
     EXPECT_FALSE(t->near_term_applies(root, 0, now));
     EXPECT_EQ(refused_quota([&] { t->check_near_term(root, 600 * sec, 10, 60 * sec, now); }), "admitted");
+}
+
+TEST(tenant_limits, a_delegated_session_is_the_named_tenant_without_admin_and_under_its_quotas) {
+    tenant_policy p;
+    p.delegates = {"uid:0", "user:k8s"};
+    p.max_reservations = 1;
+    p.max_delegated_tenants = 2;
+    auto t = tenant_limits::compile(p);
+    ASSERT_TRUE(t);
+    const session root = peer("root", 0, role::admin);
+    const session driver = peer("k8s", 1500, role::scheduler);
+    const session bob = peer("bob", 1002, role::scheduler);
+    EXPECT_TRUE(t->may_delegate(root));
+    EXPECT_TRUE(t->may_delegate(driver));
+    EXPECT_FALSE(t->may_delegate(bob));
+
+    const session a = t->delegated(root, "team-a");
+    EXPECT_EQ(a.tenant, "root/team-a");
+    EXPECT_EQ(a.delegate, "root");
+    EXPECT_FALSE(a.roles.holds(role::admin));
+    // The admin's exemption is gone: the namespace's quota applies.
+    qrt::timeline::tenant_usage used{.reservations = 1};
+    EXPECT_EQ(refused_quota([&] { t->check_booking(a, used, 1, sec, 0); }), "reservations");
+    EXPECT_EQ(refused_quota([&] { t->check_booking(root, used, 1, sec, 0); }), "admitted");
+    EXPECT_EQ(t->priority_ceiling(a), p.scheduler_max_priority);
+    // max_delegated_tenants: a third tenant, not one already holding.
+    EXPECT_EQ(refused_quota([&] { t->check_delegated_tenants(a, 2, false); }), "delegated_tenants");
+    EXPECT_EQ(refused_quota([&] { t->check_delegated_tenants(a, 2, true); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->check_delegated_tenants(a, 1, false); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->check_delegated_tenants(bob, 9, false); }), "admitted");
+
+    // Names: a Kubernetes namespace (DNS label) and nothing else.
+    EXPECT_EQ(t->delegated(driver, std::string(63, 'a')).tenant, "k8s/" + std::string(63, 'a'));
+    EXPECT_EQ(t->delegated(driver, "a-b-0").tenant, "k8s/a-b-0");
+    const auto refusal = [&](const session& s, const std::string& name) {
+        try {
+            (void)t->delegated(s, name);
+        } catch (const rpc_failure& e) {
+            return e.reason() + ":" + e.details().value("field", std::string());
+        }
+        return std::string("accepted");
+    };
+    for (const std::string& bad :
+         std::vector<std::string>{"", std::string(64, 'a'), "A", "a_b", "a/b", "-a", "a-", "a.b", "..", "a b"}) {
+        EXPECT_EQ(refusal(driver, bad), "invalid_params:on_behalf_of") << bad;
+    }
+    EXPECT_EQ(refusal(bob, "team-a"), "permission_denied:on_behalf_of");
+    // No delegation of a delegated session.
+    EXPECT_EQ(refusal(a, "team-b"), "permission_denied:on_behalf_of");
 }

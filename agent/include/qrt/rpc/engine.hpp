@@ -42,6 +42,9 @@ struct session {
     peer_identity peer;
     role_set roles;
     std::string tenant;
+    // Set on a call a delegate makes on_behalf_of another tenant
+    // (tenants.delegates): the delegate's own tenant.
+    std::string delegate;
     bool subscribed = false;
     std::vector<std::string> topics;  // empty = every type
     std::uint64_t event_seq = 0;

@@ -40,6 +40,7 @@ inline constexpr std::string_view quota_booked_time = "booked_time";
 inline constexpr std::string_view quota_near_term = "near_term";
 inline constexpr std::string_view quota_payload_bytes = "payload_bytes";
 inline constexpr std::string_view quota_requests = "requests";
+inline constexpr std::string_view quota_delegated_tenants = "delegated_tenants";
 
 struct tenant_policy {
     std::int32_t scheduler_max_priority = 0;
@@ -57,6 +58,11 @@ struct tenant_policy {
     // A request line costs one request per started request_bytes bytes
     // (the engine's engine_limits::request_bytes; here for the message).
     std::uint32_t request_bytes = 16384;
+    // tenants.delegates: principals that may act on_behalf_of a tenant
+    // named in the call, and how many such tenants each may hold bookings
+    // for at once.
+    std::vector<std::string> delegates;
+    std::size_t max_delegated_tenants = 256;
 };
 
 class tenant_limits {
@@ -95,6 +101,19 @@ public:
 
     std::size_t tracked_tenants() const noexcept { return _buckets.size(); }
 
+    // Is this caller one of tenants.delegates?
+    bool may_delegate(const session& s) const noexcept;
+    // The session a delegate's call with on_behalf_of=name runs as: tenant
+    // "DELEGATE/name", the delegate's roles less admin, delegate set.
+    // Throws invalid_params (field on_behalf_of) on a bad name and
+    // permission_denied when the caller is no delegate.
+    session delegated(const session& s, std::string_view name) const;
+    // Throws quota_exceeded (quota "delegated_tenants") when a delegated
+    // session would book for one tenant more than max_delegated_tenants;
+    // holding is how many of the delegate's tenants hold bookings, and
+    // holds_self whether the session's tenant is one of them.
+    void check_delegated_tenants(const session& s, std::size_t holding, bool holds_self) const;
+
 private:
     struct bucket {
         double tokens = 0;
@@ -104,6 +123,7 @@ private:
 
     tenant_policy _policy;
     std::vector<std::pair<principal, std::int32_t>> _ceilings;
+    std::vector<principal> _delegates;
     std::unordered_map<std::string, bucket> _buckets;
 };
 

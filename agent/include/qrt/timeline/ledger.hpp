@@ -347,6 +347,9 @@ public:
     // whether a reserve/submit with this key would return an existing
     // reservation (or fail as a duplicate) rather than place a new one.
     tenant_usage usage_of(std::string_view tenant) const;
+    // How many tenants whose name starts with prefix hold live
+    // reservations (tenants.max_delegated_tenants; O(tenants)).
+    std::size_t tenants_with_prefix(std::string_view prefix) const;
     bool has_idempotency_key(std::string_view tenant, std::string_view key) const;
     // The tenant's live (held, committed, dispatched) reservations' time
     // inside [from_ns, until_ns), summed over the QPUs (the near-term share

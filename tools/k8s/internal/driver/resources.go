@@ -1,0 +1,302 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// QPU is one entry of qrtd's qpus.list (with the device facts of
+// qpus.list's "device" object when the daemon has them).
+type QPU struct {
+	Name          string      `json:"name"`
+	EndpointUp    bool        `json:"endpoint_up"`
+	CalibrationID uint64      `json:"calibration_id"` // MaxUint64: none yet
+	MinLeadNS     int64       `json:"min_lead_ns"`
+	Device        *DeviceInfo `json:"device"`
+}
+
+// DeviceInfo: the QPU's facts, when qrtd.toml gives them.
+type DeviceInfo struct {
+	Qubits     *int64   `json:"qubits"`
+	Technology string   `json:"technology"`
+	BasisGates []string `json:"basis_gates"`
+	MaxShots   *int64   `json:"max_shots"`
+}
+
+type window struct {
+	CalibrationID uint64  `json:"calibration_id"`
+	F0            float64 `json:"f0"`
+	TauNS         int64   `json:"tau_ns"`
+	ValidFromNS   int64   `json:"valid_from_ns"`
+	ValidUntilNS  int64   `json:"valid_until_ns"`
+}
+
+type resourcesState struct {
+	mu        sync.Mutex
+	byDevice  map[string]string // device name -> qrtd QPU name
+	health    map[string]bool   // device name -> endpoint up
+	published *resourceslice.DriverResources
+	changed   chan struct{} // health watchers wake on a change
+}
+
+// DeviceName is the DRA device of a QPU: a DNS label (lower case,
+// [a-z0-9-]), the QPU's own name in the attribute "qpu".
+func DeviceName(qpu string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(qpu) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	s := strings.Trim(b.String(), "-")
+	if s == "" {
+		s = "qpu"
+	}
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return s
+}
+
+func (d *Driver) qpuOfDevice(ctx context.Context, device string) (string, bool) {
+	d.res.mu.Lock()
+	q, ok := d.res.byDevice[device]
+	d.res.mu.Unlock()
+	if ok {
+		return q, true
+	}
+	// Not published yet (a prepare right after a restart): ask qrtd.
+	if _, err := d.Resources(ctx); err != nil {
+		return "", false
+	}
+	d.res.mu.Lock()
+	defer d.res.mu.Unlock()
+	q, ok = d.res.byDevice[device]
+	return q, ok
+}
+
+func intAttr(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
+func strAttr(v string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: &v}
+}
+func boolAttr(v bool) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{BoolValue: &v} }
+
+// Resources asks qrtd for its QPUs and their calibration windows and
+// builds the node's pool: one device per QPU.
+func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources, error) {
+	var list struct {
+		QPUs []QPU `json:"qpus"`
+	}
+	if err := d.client.Call(ctx, "qpus.list", nil, &list); err != nil {
+		return nil, err
+	}
+	now := d.cfg.Now().UnixNano()
+	byDevice := map[string]string{}
+	health := map[string]bool{}
+	var devices []resourceapi.Device
+	for _, q := range list.QPUs {
+		var cal struct {
+			Windows []window `json:"windows"`
+		}
+		if err := d.client.Call(ctx, "calibration.get", map[string]any{"qpu": q.Name}, &cal); err != nil {
+			return nil, err
+		}
+		name := DeviceName(q.Name)
+		if other, dup := byDevice[name]; dup {
+			return nil, fmt.Errorf("QPUs %q and %q map to one device name %q", other, q.Name, name)
+		}
+		byDevice[name] = q.Name
+		health[name] = q.EndpointUp
+		devices = append(devices, deviceOf(q, cal.Windows, now))
+	}
+	d.res.mu.Lock()
+	d.res.byDevice = byDevice
+	d.res.health = health
+	d.res.mu.Unlock()
+	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
+	}}, nil
+}
+
+// deviceOf is the DRA device of one QPU: qrtd's facts as attributes.
+func deviceOf(q QPU, windows []window, now int64) resourceapi.Device {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"qpu":        strAttr(q.Name),
+		"minLeadNs":  intAttr(q.MinLeadNS),
+		"endpointUp": boolAttr(q.EndpointUp),
+	}
+	if q.CalibrationID <= math.MaxInt64 {
+		attrs["calibrationId"] = intAttr(int64(q.CalibrationID))
+	}
+	if q.Device != nil {
+		if q.Device.Qubits != nil {
+			attrs["qubits"] = intAttr(*q.Device.Qubits)
+		}
+		if q.Device.Technology != "" {
+			attrs["technology"] = strAttr(q.Device.Technology)
+		}
+		if q.Device.MaxShots != nil {
+			attrs["maxShots"] = intAttr(*q.Device.MaxShots)
+		}
+	}
+	// The current (or next) window: its id, predicted fidelity (f0, in
+	// parts per million: attributes hold no floats), and the period
+	// between window starts.
+	var cur *window
+	for i := range windows {
+		if windows[i].ValidUntilNS > now {
+			cur = &windows[i]
+			break
+		}
+	}
+	if cur != nil {
+		if cur.CalibrationID <= math.MaxInt64 {
+			attrs["windowCalibrationId"] = intAttr(int64(cur.CalibrationID))
+		}
+		attrs["predictedFidelityPpm"] = intAttr(int64(math.Round(cur.F0 * 1e6)))
+		attrs["windowUntilNs"] = intAttr(cur.ValidUntilNS)
+	}
+	if len(windows) >= 2 {
+		attrs["windowPeriodNs"] = intAttr(windows[1].ValidFromNS - windows[0].ValidFromNS)
+	}
+	return resourceapi.Device{
+		Name:       DeviceName(q.Name),
+		Attributes: attrs,
+		// A QPU is shared in time: many claims are allocated to one
+		// device, and qrtd keeps their slots apart
+		// (DRAConsumableCapacity).
+		AllowMultipleAllocations: ptr.To(true),
+	}
+}
+
+// Publisher is what publishes the pool (the kubeletplugin Helper).
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// Publish builds the pool and hands it to p when it changed (or always,
+// with force: after a kubelet registration, which deletes the node's
+// slices).
+func (d *Driver) Publish(ctx context.Context, p Publisher, force bool) error {
+	res, err := d.Resources(ctx)
+	if err != nil {
+		return err
+	}
+	d.res.mu.Lock()
+	same := d.res.published != nil && reflect.DeepEqual(d.res.published, res)
+	if !same {
+		d.res.published = res
+		if d.res.changed != nil {
+			close(d.res.changed)
+			d.res.changed = nil
+		}
+	}
+	d.res.mu.Unlock()
+	if same && !force {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Publishing ResourceSlice", "devices", len(res.Pools[d.cfg.NodeName].Slices[0].Devices), "force", force)
+	return p.PublishResources(ctx, *res)
+}
+
+// WatchHealthStatus reports each QPU's health to the kubelet: healthy
+// while qrtd's link to its endpoint is up.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	for {
+		d.res.mu.Lock()
+		if d.res.changed == nil {
+			d.res.changed = make(chan struct{})
+		}
+		changed := d.res.changed
+		var rep kubeletplugin.DeviceHealthReport
+		for dev, up := range d.res.health {
+			h := kubeletplugin.HealthStatusUnhealthy
+			msg := "qrtd: QPU endpoint down"
+			if up {
+				h, msg = kubeletplugin.HealthStatusHealthy, "qrtd: QPU endpoint up"
+			}
+			rep.Devices = append(rep.Devices, kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName,
+				DeviceName: dev, Health: h, LastUpdated: d.cfg.Now(), Message: msg,
+				HealthCheckTimeout: 3 * d.cfg.Poll})
+		}
+		d.res.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- rep:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(d.cfg.Poll):
+		}
+	}
+}
+
+// PublishLoop publishes on every calibration change qrtd pushes, every
+// Poll (endpoint up/down), and whenever kick fires (a kubelet
+// registration: force).  It resubscribes when qrtd restarts.
+func (d *Driver) PublishLoop(ctx context.Context, p Publisher, kick <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(d.cfg.Poll)
+	defer t.Stop()
+	var events <-chan struct{}
+	resubscribe := func() {
+		ch, err := d.client.Subscribe(ctx, []string{"calibration.changed"})
+		if err != nil {
+			logger.Info("Cannot subscribe to qrtd's events; polling", "err", err)
+			events = nil
+			return
+		}
+		out := make(chan struct{}, 1)
+		go func() {
+			defer close(out)
+			for range ch {
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		events = out
+	}
+	resubscribe()
+	publish := func(force bool) {
+		if err := d.Publish(ctx, p, force); err != nil {
+			logger.Error(err, "Publishing the QPUs failed")
+		}
+	}
+	publish(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				resubscribe()
+			}
+			publish(false)
+		case <-kick:
+			publish(true)
+		case <-t.C:
+			if events == nil {
+				resubscribe()
+			}
+			publish(false)
+		}
+	}
+}

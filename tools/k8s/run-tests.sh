@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# ctest k8s.dra_driver: `go test ./...` of the DRA driver (tools/k8s), once,
+# against the qrtd and qpu-sim ctest passes in QRTD and QPU_SIM.  Modules
+# come from the Go module proxy as go.mod/go.sum pin them (-mod=readonly:
+# nothing is changed, only fetched into the module cache); the build cache
+# (GOCACHE) is reused between runs.  Exit 77 (ctest SKIP) without Go.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if ! command -v go >/dev/null 2>&1; then
+  for g in /usr/local/go/bin/go /usr/lib/go/bin/go; do
+    if [ -x "$g" ]; then PATH=$(dirname "$g"):$PATH; break; fi
+  done
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "SKIP: no go command (Go 1.26 or newer builds tools/k8s; see tools/k8s/README.md)"
+  exit 77
+fi
+need=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$here/go.mod")
+have=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+  echo "SKIP: go $have is older than go.mod's go $need"
+  exit 77
+fi
+cd "$here"
+# Without HOME (a bare CI environment) the go command has no default cache
+# directories: keep them in one place that later runs reuse.
+if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then
+  export GOCACHE=/var/cache/qrt-go/build GOMODCACHE=${GOMODCACHE:-/var/cache/qrt-go/mod}
+fi
+export GOFLAGS="-mod=readonly ${GOFLAGS:-}"
+go mod download
+go vet ./...
+exec go test -count=1 ./... "$@"
