@@ -31,6 +31,7 @@ import grp
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import struct
@@ -118,6 +119,35 @@ class Refused(Exception):
         self.reason = reason
 
 
+_BIT_DECL = re.compile(r"^\s*bit(?:\[\s*\d+\s*\])?\s+([A-Za-z_]\w*)\s*;\s*(//.*)?$")
+_ZERO_ASSIGN = re.compile(r'^\s*([A-Za-z_]\w*)\s*=\s*(?:0|"0+")\s*;\s*(//.*)?$')
+
+
+def drop_zero_init(text: str) -> str:
+    """The circuit with `c = 0;` dropped where c is a bit register not used
+    before: the classical assignment MQT's OpenQASM 3 writer puts after each
+    declaration, which the importer cannot take.  Aer starts every classical
+    bit at 0, so dropping it changes nothing; any other assignment is left
+    for the importer to refuse.  Lines are kept (blanked), so an error still
+    names the line the client wrote."""
+    lines = text.split("\n")
+    declared = set()
+    used = set()
+    for i, line in enumerate(lines):
+        d = _BIT_DECL.match(line)
+        if d:
+            declared.add(d.group(1))
+            continue
+        z = _ZERO_ASSIGN.match(line)
+        if z and z.group(1) in declared and z.group(1) not in used:
+            lines[i] = ""
+            continue
+        for name in declared:
+            if re.search(r"\b" + re.escape(name) + r"\b", line):
+                used.add(name)
+    return "\n".join(lines)
+
+
 def qasm_error_text(exc: BaseException) -> str:
     """Where an OpenQASM 3 program failed to import: 'line L, column C: ...'."""
     import re
@@ -187,7 +217,7 @@ class Executor:
                 raise Refused(ERR_INTERNAL, f"payload: circuits[{i}] has no qasm string")
             name = str(c.get("name", f"circuit-{i}"))[:128]
             try:
-                qc = self._loads(c["qasm"])
+                qc = self._loads(drop_zero_init(c["qasm"]))
             except Exception as e:  # the importer's errors are of several types
                 raise Refused(ERR_INTERNAL, f"circuits[{i}] ({name}) is not OpenQASM 3 this QPU can run: "
                                             f"{qasm_error_text(e)}") from None

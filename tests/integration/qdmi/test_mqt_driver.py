@@ -201,6 +201,8 @@ class MqtDriver(unittest.TestCase):
         counts = backend.run(transpile(qc, backend), shots=1000).result().get_counts()
         self.assertEqual(set(counts) - {"00", "11"}, set(), counts)
         self.assertEqual(sum(counts.values()), 1000)
+        self.assertGreaterEqual(counts.get("00", 0), 350, counts)
+        self.assertGreaterEqual(counts.get("11", 0), 350, counts)
 
 
 if __name__ == "__main__":

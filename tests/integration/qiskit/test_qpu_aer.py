@@ -119,6 +119,20 @@ class QpuAerWire(unittest.TestCase):
         self.assertEqual(set(counts), {"00", "11"}, counts)
         self.assertEqual(sum(counts.values()), 200)
 
+    def test_a_register_zeroed_after_its_declaration_runs_as_mqt_writes_it(self):
+        # MQT Core's OpenQASM 3 writer zeroes each bit register (`c = 0;`),
+        # which the importer cannot take; Aer starts bits at 0, so it runs.
+        s = self.connect()
+        zeroed = BELL.replace("bit[2] c;\n", "bit[2] c;\nc = 0;\n")
+        h, p = self.job(s, envelope(zeroed), 12)
+        self.assertEqual(h["type"], RESULT, p)
+        counts = json.loads(p)["results"][0]["counts"]
+        self.assertEqual(set(counts), {"00", "11"}, counts)
+        # Any other classical assignment is still refused, naming the line.
+        later = BELL + "c = 1;\n"
+        h, p = self.job(s, envelope(later), 13)
+        self.assertNotEqual(h["type"], RESULT, p)
+
     def test_refusals_are_wire_errors_with_their_code_and_reason(self):
         s = self.connect()
         now = time.time_ns()
