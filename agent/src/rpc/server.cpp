@@ -506,11 +506,19 @@ void server::stop() noexcept {
     }
 }
 
-void server::on_accept() {
+// Takes what the listening socket holds, up to accepts_per_event a wakeup,
+// handing each descriptor (and its peer address) to `take`.  Out of
+// descriptors, it frees the spare, accepts and drops one peer so the
+// listening socket does not stay readable forever.
+void server::accept_pending(int listen_fd, std::string_view what,
+                            const std::function<void(int, const sockaddr_storage&)>& take) {
     for (int i = 0; i < accepts_per_event; ++i) {
-        const int fd = ::accept4(_listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            accept_one(fd);
+            take(fd, ss);
             continue;
         }
         const int e = errno;
@@ -518,25 +526,27 @@ void server::on_accept() {
             continue;
         }
         if (e == EMFILE || e == ENFILE) {
-            // Out of descriptors: free the spare, accept and drop one peer so
-            // the listening socket does not stay readable forever.
             ++_rejected_cap;
             if (_spare_fd >= 0) {
                 ::close(_spare_fd);
-                const int victim = ::accept4(_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+                const int victim = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
                 if (victim >= 0) {
                     ::close(victim);
                 }
                 _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
-            log::warn("rpc", "accept4: {}; dropped a connection", std::strerror(e));
+            log::warn("rpc", "accept4 ({}): {}; dropped a connection", what, std::strerror(e));
             return;
         }
         if (e != EAGAIN && e != EWOULDBLOCK) {
-            log::warn("rpc", "accept4 on fd {}: {}", _listen_fd, std::strerror(e));
+            log::warn("rpc", "accept4 on fd {} ({}): {}", listen_fd, what, std::strerror(e));
         }
         return;
     }
+}
+
+void server::on_accept() {
+    accept_pending(_listen_fd, "UNIX socket", [this](int fd, const sockaddr_storage&) { accept_one(fd); });
 }
 
 void server::accept_one(int fd) {
@@ -610,37 +620,8 @@ void server::start_identity(connection& conn) {
 }
 
 void server::on_accept_tcp() {
-    for (int i = 0; i < accepts_per_event; ++i) {
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        const int fd = ::accept4(_tcp_fd, reinterpret_cast<sockaddr*>(&ss), &len,
-                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            accept_remote(fd, host_of(ss));
-            continue;
-        }
-        const int e = errno;
-        if (e == EINTR || e == ECONNABORTED) {
-            continue;
-        }
-        if (e == EMFILE || e == ENFILE) {
-            ++_rejected_cap;
-            if (_spare_fd >= 0) {
-                ::close(_spare_fd);
-                const int victim = ::accept4(_tcp_fd, nullptr, nullptr, SOCK_CLOEXEC);
-                if (victim >= 0) {
-                    ::close(victim);
-                }
-                _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-            }
-            log::warn("rpc", "accept4 (network listener): {}; dropped a connection", std::strerror(e));
-            return;
-        }
-        if (e != EAGAIN && e != EWOULDBLOCK) {
-            log::warn("rpc", "accept4 on fd {}: {}", _tcp_fd, std::strerror(e));
-        }
-        return;
-    }
+    accept_pending(_tcp_fd, "network listener",
+                   [this](int fd, const sockaddr_storage& ss) { accept_remote(fd, host_of(ss)); });
 }
 
 void server::accept_remote(int fd, const std::string& host) {

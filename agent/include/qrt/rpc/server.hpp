@@ -80,12 +80,15 @@
 // the same connection wait behind it (order), replies on other connections
 // do not.  Held replies count as in flight (max_inflight back-pressure).
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "qrt/event_loop.hpp"
 #include "qrt/rpc/auth.hpp"
@@ -190,6 +193,8 @@ public:
 
 private:
     struct connection;
+    void accept_pending(int listen_fd, std::string_view what,
+                        const std::function<void(int, const sockaddr_storage&)>& take);
     void on_accept();
     void accept_one(int fd);
     void on_accept_tcp();
