@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "rtcore/irq.hpp"
-#include "rtcore/isolation.hpp"
+#include "rtcore/task_move.hpp"
 #include "rtcore/text.hpp"
 
 namespace rtcore {
@@ -233,30 +233,27 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
         return st;
     }
     for (const auto& c : todo) {
-        if (fs.dry_run()) {
-            ++out.moved;
-            add_name(out.moved_names, c.task);
-            continue;
-        }
-        auto st = tasks.set_affinity(c.task.tid, c.to);
-        if (st) {
-            ++out.moved;
-            add_name(out.moved_names, c.task);
-            continue;
-        }
-        const int e = st.err().code;
-        if (e == ESRCH) {
-            ++out.gone;
-        } else if (e == EINVAL) {
-            // The kernel fixed it although its flags did not say so: never again.
-            ++out.not_movable;
-            add_name(out.not_movable_names, c.task);
-            recs.emplace_back(rec::nomove{c.task.tid, c.task.start_ticks});
-        } else {
-            ++out.failed;
-            if (out.failure.empty()) {
-                out.failure = st.err().message + " (" + name_of(c.task) + ")";
-            }
+        error why;
+        switch (make_move(fs, tasks, c, why)) {
+            case move_outcome::moved:
+                ++out.moved;
+                add_name(out.moved_names, c.task);
+                break;
+            case move_outcome::gone:
+                ++out.gone;
+                break;
+            case move_outcome::refused:
+                // The kernel fixed it although its flags did not say so: never again.
+                ++out.not_movable;
+                add_name(out.not_movable_names, c.task);
+                recs.emplace_back(rec::nomove{c.task.tid, c.task.start_ticks});
+                break;
+            case move_outcome::failed:
+                ++out.failed;
+                if (out.failure.empty()) {
+                    out.failure = why.message + " (" + name_of(c.task) + ")";
+                }
+                break;
         }
     }
     return append_batch(journal, recs);
