@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "rtcore/host_knobs.hpp"
+#include "rtcore/knob_catalogue.hpp"
 
 namespace qrt {
 namespace {

@@ -93,6 +93,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rtcore/cgroup_mounts.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
@@ -102,14 +103,6 @@
 #include "rtcore/task_ops.hpp"
 
 namespace rtcore {
-
-
-struct cgroup_mounts {
-    std::string v2_root;         // "" when no cgroup2 mount
-    std::string v1_cpuset_root;  // "" when no v1 cpuset mount
-};
-// From /proc/mounts, or the usual places when it cannot be read.
-cgroup_mounts find_cgroup_mounts(const host_fs& fs);
 
 // The caller's own real-time threads, which the affinity fence leaves where
 // they pinned themselves.  On a fence host a dispatch thread reaches its
