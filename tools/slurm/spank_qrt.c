@@ -108,6 +108,17 @@ static struct node_hold {
 static int n_nodes;
 static int local_reserved;
 
+/* What slurmstepd logs at info goes to slurmd's log; in srun, info is the
+ * user's terminal: there the plugin's notes wait for srun -v. */
+#define note(...)                                                                                  \
+	do {                                                                                       \
+		if (spank_context() == S_CTX_LOCAL) {                                              \
+			slurm_verbose(__VA_ARGS__);                                                \
+		} else {                                                                           \
+			slurm_info(__VA_ARGS__);                                                   \
+		}                                                                                  \
+	} while (0)
+
 static int64_t realtime_ns(void)
 {
 	struct timespec ts;
@@ -195,7 +206,7 @@ static void fail_with(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(failure, sizeof(failure), fmt, ap);
 	va_end(ap);
-	slurm_info("qrt: %s: %s", key[0] != '\0' ? key : "step", failure);
+	note("qrt: %s: %s", key[0] != '\0' ? key : "step", failure);
 }
 
 static int set_env(spank_t sp, const char *name, const char *value)
@@ -355,7 +366,7 @@ static int reserve_into(qrt_client *c, int64_t not_before_ns, int64_t deadline_n
 	snprintf(h->key, sizeof(h->key), "%s", key);
 	char ids[256];
 	qrt_slurm_ids_text(h, ids, sizeof(ids));
-	slurm_info("qrt: %s: reserved %s (%d QPU%s) start_ns %" PRId64 " end_ns %" PRId64
+	note("qrt: %s: reserved %s (%d QPU%s) start_ns %" PRId64 " end_ns %" PRId64
 		   " lease until %" PRId64,
 		   k, ids, n, n == 1 ? "" : "s", h->start_ns, h->end_ns, h->lease_expires_ns);
 	return 0;
@@ -393,10 +404,10 @@ static int give_back_at(const char *url, const qrt_slurm_held *h, const char *wh
 	int rc = 0;
 	const uint64_t id = h->member[0].id; /* a gang acts as one */
 	if (qrt_slots_release(c, id, h->fencing_token, &err) == 0) {
-		slurm_info("qrt: %s: %s: released reservation %" PRIu64, who, h->key, id);
+		note("qrt: %s: %s: released reservation %" PRIu64, who, h->key, id);
 	} else if (strcmp(err.reason, "illegal_transition") == 0) {
 		if (qrt_jobs_cancel(c, id, &err) == 0) {
-			slurm_info("qrt: %s: %s: cancelled committed job %" PRIu64, who, h->key, id);
+			note("qrt: %s: %s: cancelled committed job %" PRIu64, who, h->key, id);
 		} else if (strcmp(err.reason, "illegal_transition") != 0) {
 			slurm_error("qrt: %s: %s: jobs.cancel %" PRIu64 ": %s (%s)", who, h->key, id,
 				    err.message, err.reason);
@@ -831,7 +842,7 @@ static void common_start(qrt_client *const *c)
 			if (reserve_into(c[i], s, s + req.duration_ns, k, &nodes[i].h, &err) < 0) {
 				snprintf(why, sizeof(why), "%s refused the hold at %" PRId64 ": %s "
 					 "(reason %s)", nodes[i].name, s, err.message, err.reason);
-				slurm_info("qrt: %s: round %d: %s", key, round + 1, why);
+				note("qrt: %s: round %d: %s", key, round + 1, why);
 				ok = 0;
 			} else if (nodes[i].h.start_ns != s) {
 				snprintf(why, sizeof(why), "%s placed the hold at %" PRId64 ", not %"
@@ -969,7 +980,7 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 	setenv("QRT_SUBMIT_BY_NS", num, 1);
 	snprintf(num, sizeof(num), "%" PRId64, held.lease_expires_ns);
 	setenv("QRT_LEASE_EXPIRES_NS", num, 1);
-	slurm_info("qrt: %s: common start %" PRId64 " on %d nodes", key, held.start_ns, n_nodes);
+	note("qrt: %s: common start %" PRId64 " on %d nodes", key, held.start_ns, n_nodes);
 	return 0;
 }
 

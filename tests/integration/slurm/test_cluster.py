@@ -16,6 +16,14 @@ serves every case, in order:
      from cn1 over TCP (MUNGE), the job completes at qpu1's qpu-sim, task 1
      reads the reservation's status from cn2; a step whose tasks do not
      submit has its slot released when srun ends.
+  3. a -N2 step on the two QPU nodes (qrtd_node=tcp://%n:7071
+     qrtd_nodes=qpu[1-2], in the same plugstack.conf line): qpu2 is booked
+     up so its earliest start is later than qpu1's; both nodes'
+     reservations still have the same start (the later one), each task
+     gets its own node's reservation and socket, and both are released
+     after the step.  With qpu2 booked past --qpu-deadline the step fails
+     before any task runs (its marker file never appears), with the
+     reason, and no hold is left on either node.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 network namespaces cannot be made, or Slurm, munge, root or the plugin are
@@ -26,6 +34,7 @@ import json
 import os
 import re
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +88,12 @@ class Cluster(unittest.TestCase):
         except Exception:
             cls.cl.stop()
             raise
+        # One plugstack.conf line for the whole cluster: steps on the QPU
+        # nodes use their own qrtd with a common start, steps elsewhere the
+        # QPU node qpu1.
+        cls.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"),
+                             "qrtd_node=tcp://%n:7071", "qrtd_nodes=qpu[1-2]",
+                             "setup_margin=2s"])
 
     @classmethod
     def tearDownClass(cls):
@@ -135,7 +150,6 @@ class Cluster(unittest.TestCase):
         self.assertIn("10.77.0.99", r.stdout + r.stderr)
 
     def test_2_compute_nodes_reserve_on_the_qpu_node(self):
-        self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"), "setup_margin=2s"])
         task = self.task_script()
         # Task 1 submits after task 0 has ended: the slot is the step's,
         # not a node's, and outlives the first node's end.
@@ -171,6 +185,87 @@ class Cluster(unittest.TestCase):
         rid = int(env[0]["QRT_RESERVATION_ID"])
         self.assertEqual(env[1]["QRT_RESERVATION_ID"], str(rid))
         self.assertEqual(self.status("qpu1", rid)["state"], "released")
+
+    def book_up(self, node, until_ns):
+        """Hold every free gap of node's QPU from now until until_ns (as
+        root): its earliest start for a short slot is then past until_ns."""
+        held = []
+        with self.cl.client(node) as c:
+            for i in range(200):
+                cands = c.slots_query(5 * MS, max_candidates=1)["candidates"]
+                if not cands or cands[0]["start_ns"] >= until_ns:
+                    return held
+                # A gap starting now begins past qrtd's minimum lead by the
+                # time the hold arrives: from a little later (the part in
+                # between is past before any step asks).
+                start = max(cands[0]["start_ns"], self.now_ns() + 50 * MS)
+                # Blocks of at most 200 ms, halved where one does not fit
+                # (the window's end is not always usable to the last ns).
+                length = min(cands[0]["window_until_ns"] - start, 200 * MS)
+                while length >= 5 * MS:
+                    try:
+                        r = c.slots_reserve(length, f"block-{node}-{until_ns}-{i}-{length}",
+                                            not_before_ns=start, deadline_ns=start + length)
+                        held.append((r["reservation_id"], r["fencing_token"]))
+                        break
+                    except slurm_cluster.qrt_client.RpcError:
+                        length //= 2
+        self.fail(f"could not book {node} up to {until_ns}")
+
+    def unbook(self, node, held):
+        with self.cl.client(node) as c:
+            for rid, token in held:
+                c.slots_release(rid, token)
+
+    def now_ns(self):
+        return time.time_ns()
+
+    def test_3_common_start_on_two_qpu_nodes(self):
+        task = self.task_script()
+        blocks = self.book_up("qpu2", self.now_ns() + 5_000_000_000)
+        try:
+            with self.cl.client("qpu2") as c:
+                later = c.slots_query(5 * MS, max_candidates=1)["candidates"][0]["start_ns"]
+            r = self.srun("-N2", "-p", "qpu", "-t", "2", "--qpu-duration=5ms", task, "look")
+        finally:
+            self.unbook("qpu2", blocks)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.cl.tail("slurmd-qpu1.log"))
+        env = env_by_task(r.stdout)
+        self.assertEqual({env[0]["host"], env[1]["host"]}, {"qpu1", "qpu2"})
+        starts = {}
+        for t in (0, 1):
+            node = env[t]["host"]
+            self.assertEqual(env[t]["QRT_SOCKET"], f"tcp://{node}:7071", env[t])
+            rid = int(env[t]["QRT_RESERVATION_ID"])
+            self.assertRegex(r.stdout, rf"{t}: seen {rid} held")
+            st = self.status(node, rid)
+            self.assertEqual(st["idempotency_key"].split("#")[0], env[t]["QRT_IDEMPOTENCY_KEY"])
+            starts[node] = st["start_ns"]
+            self.assertEqual(str(st["start_ns"]), env[t]["QRT_SLOT_START_NS"])
+            # Released after the step, by its node or by srun.
+            self.assertEqual(st["state"], "released", st)
+        self.assertEqual(starts["qpu1"], starts["qpu2"], starts)
+        # The common start is qpu2's (the later one), not qpu1's earliest.
+        self.assertGreaterEqual(starts["qpu1"], later)
+
+        # qpu2 booked past the deadline: the step fails before any task.
+        marker = os.path.join(self.cl.jobs, "ran")
+        blocks = self.book_up("qpu2", self.now_ns() + 8_000_000_000)
+        try:
+            r = self.srun("-N2", "-p", "qpu", "-t", "2", "--qpu-duration=5ms",
+                          "--qpu-deadline=+4s", "sh", "-c", f"touch {marker}")
+        finally:
+            self.unbook("qpu2", blocks)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(marker), "a task ran although the step had no slot")
+        self.assertIn("no common start", r.stderr)
+        self.assertIn("qpu2", r.stderr)
+        # No hold on either node: every reservation either qrtd has is over
+        # (the blocks were released above, the earlier steps' ended).
+        for node in ("qpu1", "qpu2"):
+            left = {i: (st["state"], st.get("idempotency_key"))
+                    for i, st in self.ledger(node).items() if st["state"] not in FINAL}
+            self.assertEqual(left, {}, f"holds left on {node}")
 
 
 if __name__ == "__main__":
