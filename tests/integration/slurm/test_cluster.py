@@ -24,6 +24,12 @@ serves every case, in order:
      after the step.  With qpu2 booked past --qpu-deadline the step fails
      before any task runs (its marker file never appears), with the
      reason, and no hold is left on either node.
+  4. the link between cn1 and the QPU node cut during a batch step (`ip
+     link set cn1 down` on the switch): the task's submit fails with an
+     error naming tcp://qpu1:7071; the acknowledged reservation is still
+     on qpu1, held; the step's release cannot reach qpu1 either, and the
+     slot ends by its lease (max_lease=8s here), expired.  The link is
+     restored in a finally.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 network namespaces cannot be made, or Slurm, munge, root or the plugin are
@@ -266,6 +272,66 @@ class Cluster(unittest.TestCase):
             left = {i: (st["state"], st.get("idempotency_key"))
                     for i, st in self.ledger(node).items() if st["state"] not in FINAL}
             self.assertEqual(left, {}, f"holds left on {node}")
+
+    def test_4_link_cut_leaves_the_slot_to_its_lease(self):
+        j = self.cl.jobs
+        script = os.path.join(self.cl.scripts, "cut.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"env | grep '^QRT_' > {j}/cut.env\n"
+                    f"i=0; while [ ! -e {j}/cut.go ] && [ $i -lt 300 ]; do sleep 0.1; "
+                    "i=$((i+1)); done\n"
+                    f"{JOB_C} > {j}/cut.out 2>&1\n"
+                    f"echo rc=$? >> {j}/cut.out\n")
+        os.chmod(script, 0o755)
+        self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"), "setup_margin=2s",
+                              "max_lease=8s", "timeout=2s"])
+        cut = False
+        try:
+            r = self.cl.run("ctl", ["sbatch", "--parsable", "-p", "compute", "-w", "cn1", "-t",
+                                    "2", "-o", f"{j}/cut.slurm", "--qpu-duration=5ms", script],
+                            timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job = int(r.stdout.strip().split(";")[0])
+            env = wait_for(lambda: "QRT_RESERVATION_ID=" in self.read(f"{j}/cut.env") and
+                           dict(line.split("=", 1) for line in
+                                self.read(f"{j}/cut.env").splitlines() if "=" in line), 60, 0.2)
+            self.assertTrue(env, self.read(f"{j}/cut.slurm") + self.cl.tail("slurmd-cn1.log"))
+            rid = int(env["QRT_RESERVATION_ID"])
+            self.assertEqual(self.status("qpu1", rid)["state"], "held")
+            self.cl.link("cn1", up=False)
+            cut = True
+            with open(f"{j}/cut.go", "w"):
+                pass
+            out = wait_for(lambda: "rc=" in self.read(f"{j}/cut.out") and
+                           self.read(f"{j}/cut.out"), 60, 0.2)
+            self.assertTrue(out, "the task never finished its submit attempt")
+            self.assertNotIn("rc=0", out)
+            self.assertIn("qpu1", out)  # the error names the host it could not reach
+            # Acknowledged, so still there: held on qpu1 until its lease.
+            st = self.status("qpu1", rid)
+            self.assertIn(st["state"], ("held", "expired"), st)
+            st = wait_for(lambda: self.status("qpu1", rid)["state"] != "held" and
+                          self.status("qpu1", rid), 30, 0.5)
+            self.assertTrue(st, "the slot outlived its lease")
+            self.assertEqual(st["state"], "expired", st)
+            self.assertIn("lease", st.get("reason", ""), st)
+        finally:
+            if cut:
+                self.cl.link("cn1", up=True)
+            self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"),
+                                  "qrtd_node=tcp://%n:7071", "qrtd_nodes=qpu[1-2]",
+                                  "setup_margin=2s"])
+        done = wait_for(lambda: self.cl.job_state(job) not in (None, "RUNNING", "PENDING",
+                                                               "COMPLETING"), 60, 0.5)
+        self.assertTrue(done, f"job {job} did not end after the link came back")
+
+    def read(self, path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return ""
 
 
 if __name__ == "__main__":
