@@ -30,6 +30,9 @@ serves every case, in order:
      on qpu1, held; the step's release cannot reach qpu1 either, and the
      slot ends by its lease (max_lease=8s here), expired.  The link is
      restored in a finally.
+  5. kill -9 of qpu1's qrtd during a pipelined burst of slots.reserve that
+     cn1 sends over TCP: after the restart every reservation qrtd
+     acknowledged on the wire is there, held, with its start.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 network namespaces cannot be made, or Slurm, munge, root or the plugin are
@@ -39,6 +42,7 @@ missing.
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import unittest
@@ -72,6 +76,43 @@ rid = int(os.environ["QRT_RESERVATION_ID"].split(",")[0])
 with qrt_client.Client(os.environ["QRT_SOCKET"], timeout=10) as c:
     print("seen", rid, c.jobs_status(rid)["state"])
 '
+"""
+
+# cn1's side of the burst: every reply line as it arrives, flushed, into
+# argv[2] (requests are pipelined: half written up front, the rest once the
+# first reply is in); ends when qrtd's side of the connection goes away.
+BURST = r"""
+import json, os, sys, time
+sys.path.insert(0, os.environ["QRT_PYTHON_DIR"])
+import qrt_client
+n = 300
+c = qrt_client.Client(sys.argv[1], timeout=20)
+base = time.time_ns() + 20_000_000_000
+reqs = b"".join(json.dumps({
+    "jsonrpc": "2.0", "id": 1000 + i, "method": "slots.reserve",
+    "params": {"duration_ns": 1_000_000, "idempotency_key": f"burst-{i}",
+               "not_before_ns": base + i * 2_000_000, "lease_ns": 120_000_000_000}}).encode()
+    + b"\n" for i in range(n))
+c._sock.sendall(reqs[:len(reqs) // 2])
+rest = reqs[len(reqs) // 2:]
+with open(sys.argv[2], "w") as out:
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up:
+        try:
+            line = c._read_line(give_up)
+        except qrt_client.QrtError:
+            break
+        if line is None:
+            break
+        out.write(line.decode() if isinstance(line, bytes) else line)
+        out.write("\n")
+        out.flush()
+        if rest:
+            try:
+                c._sock.sendall(rest)
+            except OSError:
+                pass
+            rest = b""
 """
 
 
@@ -325,6 +366,40 @@ class Cluster(unittest.TestCase):
         done = wait_for(lambda: self.cl.job_state(job) not in (None, "RUNNING", "PENDING",
                                                                "COMPLETING"), 60, 0.5)
         self.assertTrue(done, f"job {job} did not end after the link came back")
+
+    def test_5_kill_9_during_a_remote_burst(self):
+        script = os.path.join(self.cl.scripts, "burst.py")
+        with open(script, "w") as f:
+            f.write(BURST)
+        replies = os.path.join(self.cl.jobs, "burst.out")
+        argv = self.cl.in_node("cn1", ["python3", script, slurm_cluster.qrtd_url("qpu1"),
+                                       replies], user=True)
+        p = subprocess.Popen(argv, env=self.cl.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        try:
+            some = wait_for(lambda: self.read(replies).count("\n") >= 40, 60, 0.02)
+            self.assertTrue(some, self.read(replies)[-2000:])
+            self.cl.kill_qrtd("qpu1")
+            out, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        acked = {}
+        for line in self.read(replies).splitlines():
+            obj = json.loads(line)
+            if "result" in obj:
+                acked[obj["id"]] = obj["result"]
+        self.assertGreaterEqual(len(acked), 40, out)
+        print(f"kill -9 after {len(acked)} of 300 remote reservations acknowledged",
+              file=sys.stderr)
+        self.cl.start_qrtd("qpu1")
+        with self.cl.client("qpu1") as c:
+            for _, res in sorted(acked.items()):
+                st = c.jobs_status(res["reservation_id"])
+                self.assertEqual(st["state"], "held", st)
+                self.assertEqual(st["start_ns"], res["start_ns"], st)
+                self.assertEqual(st["tenant"], "nobody", st)
 
     def read(self, path):
         try:
