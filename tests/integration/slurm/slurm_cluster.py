@@ -208,6 +208,10 @@ class Cluster:
                     "PYTHONDONTWRITEBYTECODE": "1"}
         self.qrtd_starts = {}
         self._stopped = False
+        # ctest's timeout sends SIGTERM: exit through atexit, which stops
+        # the cluster, instead of dying with its namespaces up.
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         # slurmd makes no cgroup here (proctrack/pgid, task/none); should
         # one appear all the same, stop() removes it.
         self.cgroups_before = slurm_lab.Lab._slurm_cgroups(self)
