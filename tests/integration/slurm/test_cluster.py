@@ -15,7 +15,8 @@ serves every case, in order:
      get QRT_SOCKET=tcp://qpu1:7071 and its id; task 0 submits the payload
      from cn1 over TCP (MUNGE), the job completes at qpu1's qpu-sim, task 1
      reads the reservation's status from cn2; a step whose tasks do not
-     submit has its slot released when srun ends.
+     submit has its slot released when srun ends, and so does one that is
+     scancel'ed while its tasks run.
   3. a -N2 step on the two QPU nodes (qrtd_node=tcp://%n:7071
      qrtd_nodes=qpu[1-2], in the same plugstack.conf line): qpu2 is booked
      up so its earliest start is later than qpu1's; both nodes'
@@ -232,6 +233,35 @@ class Cluster(unittest.TestCase):
         rid = int(env[0]["QRT_RESERVATION_ID"])
         self.assertEqual(env[1]["QRT_RESERVATION_ID"], str(rid))
         self.assertEqual(self.status("qpu1", rid)["state"], "released")
+
+    def test_2b_scancel_releases_the_step_slot(self):
+        out = os.path.join(self.cl.jobs, "cancel.out")
+        script = os.path.join(self.cl.scripts, "long.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nenv | grep '^QRT_' > " + out + ".$SLURM_PROCID\nsleep 120\n")
+        os.chmod(script, 0o755)
+        argv = self.cl.in_node("ctl", ["srun", "-N2", "-p", "compute", "-t", "2",
+                                       "--qpu-duration=5ms", "--qpu-not-before=+30s", script],
+                               user=True)
+        p = subprocess.Popen(argv, env=self.cl.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=self.cl.jobs)
+        try:
+            env = wait_for(lambda: all("QRT_RESERVATION_ID=" in self.read(f"{out}.{t}")
+                                       for t in (0, 1)) and self.read(f"{out}.0"), 60, 0.2)
+            self.assertTrue(env, "the step's tasks never started")
+            rid = int(re.search(r"^QRT_RESERVATION_ID=(\d+)$", env, re.M).group(1))
+            self.assertEqual(self.status("qpu1", rid)["state"], "held")
+            r = self.cl.run("ctl", ["scancel", "-u", "nobody"], user=False, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        st = wait_for(lambda: self.status("qpu1", rid)["state"] != "held" and
+                      self.status("qpu1", rid), 30, 0.2)
+        self.assertTrue(st, "the slot is still held after scancel")
+        self.assertEqual(st["state"], "released", st)
 
     def book_up(self, node, until_ns):
         """Hold every free gap of node's QPU from now until until_ns (as
