@@ -234,6 +234,17 @@ class Cluster(unittest.TestCase):
         self.assertEqual(env[1]["QRT_RESERVATION_ID"], str(rid))
         self.assertEqual(self.status("qpu1", rid)["state"], "released")
 
+        # One qrtd cannot meet the step's deadline: every node refuses its
+        # tasks with srun's reason, and none runs.
+        marker = os.path.join(self.cl.jobs, "ran-compute")
+        r = self.srun("-N2", "-p", "compute", "-t", "2", "--qpu-duration=5ms",
+                      "--qpu-not-before=+3s", "--qpu-deadline=+2s", "sh", "-c", f"touch {marker}")
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(marker), "a task ran although the step had no slot")
+        self.assertIn("no QPU slot for this step", r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"(?m)^\s*0: qrt: no QPU slot")
+        self.assertRegex(r.stderr, r"(?m)^\s*1: qrt: no QPU slot")
+
     def test_2b_scancel_releases_the_step_slot(self):
         out = os.path.join(self.cl.jobs, "cancel.out")
         script = os.path.join(self.cl.scripts, "long.sh")
