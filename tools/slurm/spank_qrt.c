@@ -886,6 +886,10 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
 		return 0; /* the remote side decides */
 	}
+	const int tcp = strncmp(cfg.socket, "tcp://", 6) == 0;
+	if (cfg.node_url[0] == '\0' && !tcp) {
+		return 0; /* a local qrtd on each node: slurmstepd reserves, as before */
+	}
 	prepare_request(sp);
 	const char *env_key = getenv("QRT_IDEMPOTENCY_KEY");
 	const char *env_req = getenv("QRT_REQUEST");
@@ -894,10 +898,14 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 		return 0; /* an outer step (the batch script) holds it */
 	}
 	static char names[MAX_NODES][64];
-	const int n = step_nodes(names, MAX_NODES);
+	const int n = cfg.node_url[0] != '\0' ? step_nodes(names, MAX_NODES) : 0;
+	if (cfg.node_url[0] != '\0' && n < 0) {
+		slurm_error("qrt: %s: cannot list the step's nodes (at most %d for a common start); "
+			    "qrtd_node= not used", key, MAX_NODES);
+	}
 	const int per_node = nodes_have_qrtd(names, n);
-	if (!per_node && strncmp(cfg.socket, "tcp://", 6) != 0) {
-		return 0; /* a local qrtd on each node: slurmstepd reserves, as before */
+	if (!per_node && !tcp) {
+		return 0; /* nodes outside qrtd_nodes with a local qrtd each */
 	}
 	snprintf(step_socket, sizeof(step_socket), "%s", cfg.socket);
 	local_reserved = 1;
