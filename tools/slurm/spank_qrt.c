@@ -27,6 +27,20 @@
  *   job_epilog     root   (slurmd, job_script context) release whatever a
  *                         step left behind (slurmstepd killed, qrtd down)
  *
+ * and in srun (local context), only for socket=tcp:// (a QPU node reached
+ * from compute nodes) or qrtd_node= (each node its own qrtd):
+ *
+ *   local_user_init  user  after the allocation, before any task: ONE
+ *                         reservation for the step on the remote qrtd, or
+ *                         one per node at a common start; QRT_* (or
+ *                         QRT_FAILURE) into the environment the tasks get
+ *   exit             user  release what srun made, after every node's tasks
+ *
+ * The nodes then inherit (MODE_INHERIT) or take their own part of a
+ * common start (MODE_NODE).  Leases are not heartbeaten: they end by the
+ * job's time limit (at most max_lease), so a dead srun or node leaves the
+ * slot to expiry.
+ *
  * Why failures surface in task_init and not in user_init: a non-zero
  * user_init is ignored for srun and DRAINS THE NODE for sbatch (spank(7),
  * "Errors"); task_init fails the step at once (exit 1) without draining,
