@@ -851,6 +851,7 @@ static void common_start(qrt_client *const *c)
 			snprintf(k, sizeof(k), "%s#%d", key, round);
 		}
 		int ok = 1;
+		int again = 1;
 		for (int i = 0; i < n_nodes && ok; ++i) {
 			qrt_error err;
 			if (reserve_into(c[i], s, s + req.duration_ns, k, &nodes[i].h, &err) < 0) {
@@ -858,6 +859,9 @@ static void common_start(qrt_client *const *c)
 					 "(reason %s)", nodes[i].name, s, err.message, err.reason);
 				note("qrt: %s: round %d: %s", key, round + 1, why);
 				ok = 0;
+				/* Only a slot taken since the query is worth another
+				 * round; a quota, a role or a bad request is not. */
+				again = strcmp(err.reason, "no_fit") == 0;
 			} else if (nodes[i].h.start_ns != s) {
 				snprintf(why, sizeof(why), "%s placed the hold at %" PRId64 ", not %"
 					 PRId64, nodes[i].name, nodes[i].h.start_ns, s);
@@ -870,7 +874,7 @@ static void common_start(qrt_client *const *c)
 		if (ok) {
 			return;
 		}
-		release_local("common start retry");
+		release_local(again ? "common start retry" : "common start refused");
 		for (int i = 0; i < n_nodes; ++i) {
 			if (nodes[i].have) {
 				fail_with("qrt: no common start for this step, and the hold on %s could "
@@ -878,6 +882,11 @@ static void common_start(qrt_client *const *c)
 					  nodes[i].name, why);
 				return;
 			}
+		}
+		if (!again) {
+			fail_with("qrt: no common start for this step: %s; every hold made was "
+				  "released", why);
+			return;
 		}
 	}
 	fail_with("qrt: no common start for this step after %d rounds: %s; nothing is held",

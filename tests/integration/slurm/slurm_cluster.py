@@ -65,6 +65,9 @@ NODES = {  # name -> (last octet, role)
     "qpu2": (22, "qpu"),
 }
 QRTD_PORT = 7071
+# qpu2's tenants.max_reservations (admins are exempt): small, so a test can
+# fill a user's quota there and see a common start refused on one node.
+QPU2_MAX_RESERVATIONS = 3
 
 QRTD_CONFIG = """
 [agent]
@@ -93,6 +96,8 @@ reader = ["group:nogroup"]
 scheduler = ["group:nogroup", "uid:0"]
 calibration = ["uid:0"]
 admin = ["uid:0"]
+[tenants]
+max_reservations = {max_reservations}
 [probes]
 enabled = false
 
@@ -341,7 +346,9 @@ class Cluster:
         cfg = os.path.join(nd, "qrtd.toml")
         with open(cfg, "w") as f:
             f.write(QRTD_CONFIG.format(ndir=nd, addr=addr(node), port=QRTD_PORT,
-                                       munge=self.munge, node=node))
+                                       munge=self.munge, node=node,
+                                       max_reservations=QPU2_MAX_RESERVATIONS
+                                       if node == "qpu2" else 1000))
         for d in ("state", "journal"):
             os.makedirs(os.path.join(nd, d), 0o750, exist_ok=True)
         n = self.qrtd_starts[node] = self.qrtd_starts.get(node, 0) + 1

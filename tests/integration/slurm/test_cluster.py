@@ -24,7 +24,10 @@ serves every case, in order:
      gets its own node's reservation and socket, and both are released
      after the step.  With qpu2 booked past --qpu-deadline the step fails
      before any task runs (its marker file never appears), with the
-     reason, and no hold is left on either node.
+     reason, and no hold is left on either node.  With the user's quota
+     full on qpu2 (tenants.max_reservations), qpu1's hold is made, qpu2
+     refuses its own (quota_exceeded), and the step fails before any task
+     with qpu2's reason, qpu1's hold released.
   4. the link between cn1 and the QPU node cut during a batch step (`ip
      link set cn1 down` on the switch): the task's submit fails with an
      error naming tcp://qpu1:7071; the acknowledged reservation is still
@@ -354,6 +357,34 @@ class Cluster(unittest.TestCase):
             left = {i: (st["state"], st.get("idempotency_key"))
                     for i, st in self.ledger(node).items() if st["state"] not in FINAL}
             self.assertEqual(left, {}, f"holds left on {node}")
+
+    def test_3b_a_refused_hold_undoes_the_others(self):
+        fills = []
+        try:
+            for i in range(slurm_cluster.QPU2_MAX_RESERVATIONS):
+                r = self.qrtctl("cn1", "--socket", slurm_cluster.qrtd_url("qpu2"), "slots",
+                                "reserve", "--duration", "1ms", "--not-before", "+60s",
+                                "-k", f"fill-{i}", "--lease", "60s")
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                got = json.loads(r.stdout)
+                fills.append((got["reservation_id"], got["fencing_token"]))
+            before = set(self.ledger("qpu1"))
+            marker = os.path.join(self.cl.jobs, "ran-quota")
+            r = self.srun("-N2", "-p", "qpu", "-t", "2", "--qpu-duration=5ms", "sh", "-c",
+                          f"touch {marker}")
+        finally:
+            with self.cl.client("qpu2") as c:
+                for rid, token in fills:
+                    c.slots_release(rid, token)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(marker), "a task ran although the step had no slot")
+        self.assertIn("no common start", r.stderr)
+        self.assertIn("qpu2 refused the hold", r.stderr)
+        self.assertIn("quota_exceeded", r.stderr)
+        # qpu1 held its part first; srun gave it back.
+        made = {i: st for i, st in self.ledger("qpu1").items() if i not in before}
+        self.assertEqual(len(made), 1, made)
+        self.assertEqual([st["state"] for st in made.values()], ["released"])
 
     def test_4_link_cut_leaves_the_slot_to_its_lease(self):
         j = self.cl.jobs
