@@ -49,7 +49,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slurm_lab  # noqa: E402
@@ -181,7 +180,8 @@ def why_not_here():
                             "--uts", "--", "true"],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            return "cannot make mount and UTS namespaces (unshare --mount --uts): " + r.stderr.strip()
+            return ("cannot make mount and UTS namespaces (unshare --mount --uts): " +
+                    r.stderr.strip())
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None

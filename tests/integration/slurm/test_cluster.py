@@ -12,11 +12,13 @@ serves every case, in order:
   2. a compute-node step reserves on the QPU node (plugstack.conf
      socket=tcp://qpu1:7071): `srun -N2 --qpu-duration` on cn1 and cn2 makes
      ONE reservation on qpu1 (srun makes it, before any task); both tasks
-     get QRT_SOCKET=tcp://qpu1:7071 and its id; task 0 submits the payload
-     from cn1 over TCP (MUNGE), the job completes at qpu1's qpu-sim, task 1
-     reads the reservation's status from cn2; a step whose tasks do not
+     get QRT_SOCKET=tcp://qpu1:7071 and its id; task 0 reads the
+     reservation's status over TCP and ends, then task 1 submits the
+     payload over TCP (MUNGE) into the slot that outlived task 0's node,
+     and the job completes at qpu1's qpu-sim; a step whose tasks do not
      submit has its slot released when srun ends, and so does one that is
-     scancel'ed while its tasks run.
+     scancel'ed while its tasks run; a step whose slot cannot be had runs
+     no task on either node, each refusing with srun's reason.
   3. a -N2 step on the two QPU nodes (qrtd_node=tcp://%n:7071
      qrtd_nodes=qpu[1-2], in the same plugstack.conf line): qpu2 is booked
      up so its earliest start is later than qpu1's; both nodes'
