@@ -338,7 +338,7 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		return say(msg, msg_len, -EINVAL,
 			   "plugstack.conf argument '%s' is not key=value (keys: socket, state_dir, "
 			   "cluster, setup_margin, max_lease, submit_lead, timeout, cpuset_check, qrtd_node, "
-			   "qrtd_nodes)",
+			   "qrtd_nodes, lease)",
 			   arg);
 	}
 	const size_t klen = (size_t)(eq - arg);
@@ -397,6 +397,18 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		}
 		return 0;
 	}
+	if (KEY("lease")) {
+		int64_t ns = 0;
+		if (qrt_slurm_parse_duration(v, &ns, inner, sizeof(inner)) < 0) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf lease: %s", inner);
+		}
+		if (ns < 3 * NS_PER_S) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf lease='%s': at least 3s "
+				   "(srun renews it every third)", v);
+		}
+		cfg->heartbeat_lease_ns = ns;
+		return 0;
+	}
 	if (KEY("setup_margin") || KEY("max_lease") || KEY("timeout") || KEY("submit_lead")) {
 		int64_t ns = 0;
 		if (qrt_slurm_parse_duration(v, &ns, inner, sizeof(inner)) < 0) {
@@ -433,7 +445,7 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 	return say(msg, msg_len, -EINVAL,
 		   "plugstack.conf: unknown argument '%.*s' (keys: socket, state_dir, cluster, "
 		   "setup_margin, max_lease, submit_lead, timeout, cpuset_check, qrtd_node, "
-		   "qrtd_nodes)",
+		   "qrtd_nodes, lease)",
 		   (int)klen, arg);
 }
 

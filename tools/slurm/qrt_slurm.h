@@ -47,6 +47,10 @@ typedef struct qrt_slurm_config {
 				* step one common start on all of them */
 	char node_list[256];   /* qrtd_nodes=HOSTLIST; default "" (every node): the
 				* nodes qrtd_node= applies to */
+	int64_t heartbeat_lease_ns; /* lease=DUR; default 0 (off): what srun reserves
+				     * gets this lease, renewed by srun every third
+				     * of it until the step ends, instead of a lease
+				     * to the job's time limit */
 } qrt_slurm_config;
 
 /* The job's --qpu-* options, parsed.  *_set say whether the user gave

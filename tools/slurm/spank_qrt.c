@@ -37,9 +37,9 @@
  *   exit             user  release what srun made, after every node's tasks
  *
  * The nodes then inherit (MODE_INHERIT) or take their own part of a
- * common start (MODE_NODE).  Leases are not heartbeaten: they end by the
- * job's time limit (at most max_lease), so a dead srun or node leaves the
- * slot to expiry.
+ * common start (MODE_NODE).  Leases end by the job's time limit (at most
+ * max_lease); with lease= srun's are that short instead and a thread in
+ * srun renews them, so a dead srun leaves its slots to expiry soon.
  *
  * Why failures surface in task_init and not in user_init: a non-zero
  * user_init is ignored for srun and DRAINS THE NODE for sbatch (spank(7),
@@ -57,6 +57,7 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -121,6 +122,12 @@ static struct node_hold {
 } nodes[MAX_NODES];
 static int n_nodes;
 static int local_reserved;
+/* srun's heartbeat thread (lease=): renews nodes[] until stop is set. */
+static pthread_t heartbeat_thread;
+static int heartbeat_running;
+static pthread_mutex_t heartbeat_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t heartbeat_cv = PTHREAD_COND_INITIALIZER;
+static int heartbeat_stop;
 
 /* What slurmstepd logs at info goes to slurmd's log; in srun, info is the
  * user's terminal: there the plugin's notes wait for srun -v. */
@@ -893,6 +900,70 @@ static void common_start(qrt_client *const *c)
 		  COMMON_START_ROUNDS, why);
 }
 
+/* srun's heartbeat (lease=): every third of the lease, slots.heartbeat on
+ * every hold srun made that is still held; a committed one has no lease
+ * and is left alone.  Ends when srun's exit sets heartbeat_stop. */
+static void *heartbeat_main(void *arg)
+{
+	(void)arg;
+	const int64_t every = cfg.heartbeat_lease_ns / 3;
+	int done[MAX_NODES] = {0};
+	pthread_mutex_lock(&heartbeat_mu);
+	while (!heartbeat_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		const int64_t t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + every;
+		until.tv_sec = (time_t)(t / 1000000000);
+		until.tv_nsec = (long)(t % 1000000000);
+		while (!heartbeat_stop &&
+		       pthread_cond_timedwait(&heartbeat_cv, &heartbeat_mu, &until) == 0) {
+		}
+		if (heartbeat_stop) {
+			break;
+		}
+		pthread_mutex_unlock(&heartbeat_mu);
+		for (int i = 0; i < n_nodes; ++i) {
+			if (!nodes[i].have || done[i]) {
+				continue;
+			}
+			qrt_error err;
+			qrt_reservation r;
+			qrt_client *c = connect_to(nodes[i].url, &err);
+			if (c == NULL) {
+				note("qrt: %s: heartbeat: cannot reach %s: %s", key, nodes[i].url,
+				     err.message);
+				continue;
+			}
+			if (qrt_slots_heartbeat(c, nodes[i].h.member[0].id, nodes[i].h.fencing_token,
+						&r, &err) == 0) {
+				nodes[i].h.lease_expires_ns = r.lease_expires_ns;
+			} else if (strcmp(err.reason, "illegal_transition") == 0) {
+				done[i] = 1; /* committed (or over): no lease to renew */
+			} else {
+				note("qrt: %s: heartbeat of %" PRIu64 " on %s: %s (%s)", key,
+				     nodes[i].h.member[0].id, nodes[i].name, err.message, err.reason);
+			}
+			qrt_close(c);
+		}
+		pthread_mutex_lock(&heartbeat_mu);
+	}
+	pthread_mutex_unlock(&heartbeat_mu);
+	return NULL;
+}
+
+static void heartbeat_end(void)
+{
+	if (!heartbeat_running) {
+		return;
+	}
+	pthread_mutex_lock(&heartbeat_mu);
+	heartbeat_stop = 1;
+	pthread_cond_signal(&heartbeat_cv);
+	pthread_mutex_unlock(&heartbeat_mu);
+	pthread_join(heartbeat_thread, NULL);
+	heartbeat_running = 0;
+}
+
 /* srun, once per step after the allocation, before any task: for a tcp://
  * qrtd (a QPU node reached from compute nodes) one reservation for the
  * whole step; with qrtd_node= one reservation per node at one common
@@ -935,6 +1006,10 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 	unsetenv("QRT_NODE_RESERVATIONS");
 	unsetenv("QRT_FAILURE");
 	build_request();
+	if (cfg.heartbeat_lease_ns > 0 && cfg.heartbeat_lease_ns < req.lease_ns) {
+		/* srun renews it: the slot may still end as late as the job. */
+		req.lease_ns = cfg.heartbeat_lease_ns;
+	}
 	qrt_client *c[MAX_NODES] = {NULL};
 	if (failure[0] == '\0' && per_node) {
 		n_nodes = n;
@@ -980,6 +1055,13 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 		slurm_error("%s", failure);
 		setenv("QRT_FAILURE", failure, 1);
 		return 0;
+	}
+	if (cfg.heartbeat_lease_ns > 0 &&
+	    pthread_create(&heartbeat_thread, NULL, heartbeat_main, NULL) == 0) {
+		heartbeat_running = 1;
+	} else if (cfg.heartbeat_lease_ns > 0) {
+		slurm_error("qrt: %s: cannot start the heartbeat thread; the lease may end "
+			    "before the step", key);
 	}
 	if (!per_node) {
 		export_held(sp);
@@ -1141,6 +1223,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 		release_once("step end");
 	} else if (spank_context() == S_CTX_LOCAL && local_reserved) {
 		/* srun: the step is over on every node. */
+		heartbeat_end();
 		release_local("srun exit");
 	}
 	return 0;

@@ -39,6 +39,10 @@ serves every case, in order:
   5. kill -9 of qpu1's qrtd during a pipelined burst of slots.reserve that
      cn1 sends over TCP: after the restart every reservation qrtd
      acknowledged on the wire is there, held, with its start.
+  6. lease=4s: srun renews the step's hold while the step runs past the
+     lease (still held, its lease later than the first), and srun killed
+     -9 leaves it to expire within that lease, though the job's time limit
+     is minutes away.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 network namespaces cannot be made, or Slurm, munge, root or the plugin are
@@ -474,6 +478,46 @@ class Cluster(unittest.TestCase):
                 self.assertEqual(st["state"], "held", st)
                 self.assertEqual(st["start_ns"], res["start_ns"], st)
                 self.assertEqual(st["tenant"], "nobody", st)
+
+    def test_6_srun_heartbeats_a_short_lease(self):
+        out = os.path.join(self.cl.jobs, "hb.out")
+        script = os.path.join(self.cl.scripts, "hb.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nenv | grep '^QRT_' > " + out + ".$SLURM_PROCID\nsleep 60\n")
+        os.chmod(script, 0o755)
+        self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"), "setup_margin=2s",
+                              "lease=4s"])
+        argv = self.cl.in_node("ctl", ["srun", "-N2", "-p", "compute", "-t", "5",
+                                       "--qpu-duration=5ms", "--qpu-not-before=+60s", script],
+                               user=True)
+        p = subprocess.Popen(argv, env=self.cl.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, cwd=self.cl.jobs)
+        try:
+            env = wait_for(lambda: all("QRT_RESERVATION_ID=" in self.read(f"{out}.{t}")
+                                       for t in (0, 1)) and self.read(f"{out}.0"), 60, 0.2)
+            self.assertTrue(env, "the step's tasks never started")
+            rid = int(re.search(r"^QRT_RESERVATION_ID=(\d+)$", env, re.M).group(1))
+            first = int(re.search(r"^QRT_LEASE_EXPIRES_NS=(\d+)$", env, re.M).group(1))
+            # Past the first lease's end: still held, renewed by srun.
+            wait_for(lambda: time.time_ns() > first + 2_000_000_000, 15, 0.2)
+            st = self.status("qpu1", rid)
+            self.assertEqual(st["state"], "held", st)
+            self.assertGreater(st["lease_expires_ns"], first, st)
+            # srun dies: nobody renews, the hold expires by its short lease.
+            p.kill()
+            p.wait(10)
+            st = wait_for(lambda: self.status("qpu1", rid)["state"] != "held" and
+                          self.status("qpu1", rid), 20, 0.5)
+            self.assertTrue(st, "the hold outlived srun by more than its lease")
+            self.assertEqual(st["state"], "expired", st)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            self.cl.run("ctl", ["scancel", "-u", "nobody"], user=False, timeout=30)
+            self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"),
+                                  "qrtd_node=tcp://%n:7071", "qrtd_nodes=qpu[1-2]",
+                                  "setup_margin=2s"])
 
     def read(self, path):
         try:

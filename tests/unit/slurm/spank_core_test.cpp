@@ -301,6 +301,10 @@ TEST(spank_core, qrtd_node_names_each_nodes_qrtd_and_entries_round_trip) {
     EXPECT_NE(std::string(msg).find("%n"), std::string::npos) << msg;
     EXPECT_EQ(qrt_slurm_config_arg(&c, "qrtd_node=/run/%n.sock", msg, sizeof msg), -EINVAL);
     EXPECT_EQ(qrt_slurm_config_arg(&c, "qrtd_nodes=", msg, sizeof msg), -EINVAL);
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "lease=30s", msg, sizeof msg), 0) << msg;
+    EXPECT_EQ(c.heartbeat_lease_ns, 30'000'000'000);
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "lease=1s", msg, sizeof msg), -EINVAL);
+    EXPECT_NE(std::string(msg).find("at least 3s"), std::string::npos) << msg;
 
     qrt_slurm_held a{};
     a.n = 1;
