@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <cstdint>
 #include <ostream>
 
@@ -26,9 +27,6 @@ constexpr std::array<column, 7> hello_fields{{
     {"max_line_bytes", "limits.max_line_bytes"},
 }};
 
-}  // namespace
-
-
 constexpr command_help agent_hello_help{
     "API version, agent version, your roles and the methods",
     "  qrtctl agent hello\n  qrtctl agent hello --json | jq .allowed\n"};
@@ -49,12 +47,9 @@ int agent_status(context& ctx) {
                              [&](const json& r) { ctx.out() << render_flat(r); });
 }
 
-
 constexpr command_help qpus_list_help{
     "the QPUs of this host and the placement policy",
     "  qrtctl qpus list\n  qrtctl qpus list --json | jq -r '.qpus[].name'\n"};
-
-namespace {
 
 // One row per QPU: its scalars, with the device facts and the window in
 // force folded into a column each (--json keeps the objects).
@@ -79,13 +74,21 @@ json qpu_rows(const json& qpus) {
     return rows;
 }
 
-}  // namespace
-
 int qpus_list(context& ctx) {
     return ctx.call_and_show("qpus.list", json::object(), [&](const json& r) {
         ctx.out() << make_table_auto(qpu_rows(r.value("qpus", json::array()))).render();
         ctx.out() << "policy: " << show(r.value("policy", json()), shown_as::text) << '\n';
     });
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 3> agent_commands{{
+    {"agent",       "hello",     agent_hello_help,        no_options,                 agent_hello},
+    {"agent",       "status",    agent_status_help,       no_options,                 agent_status},
+    {"qpus",        "list",      qpus_list_help,          no_options,                 qpus_list},
+}};
+// clang-format on
 
 }  // namespace qrtctl

@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <exception>
 #include <ostream>
 #include <sstream>
@@ -67,9 +68,6 @@ std::optional<json> parse_window(const std::string& text, std::string& problem) 
     return w;
 }
 
-}  // namespace
-
-
 constexpr command_help calibration_get_help{"a QPU's calibration windows from now on",
                                             "  qrtctl calibration get --qpu qpu0\n"};
 
@@ -125,5 +123,14 @@ int calibration_update(context& ctx) {
     return ctx.call_and_show("calibration.update", json{{"qpu", ctx.opt.qpu}, {"windows", windows}},
                              [&](const json& r) { ctx.out() << render_flat(r); });
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 2> calibration_commands{{
+    {"calibration", "get",       calibration_get_help,    calibration_get_options,    calibration_get},
+    {"calibration", "update",    calibration_update_help, calibration_update_options, calibration_update},
+}};
+// clang-format on
 
 }  // namespace qrtctl

@@ -2,12 +2,15 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <chrono>
 #include <ostream>
 
 #include "units.hpp"
 
 namespace qrtctl {
+
+namespace {
 
 
 constexpr command_help events_help{
@@ -25,8 +28,6 @@ void events_options(CLI::App& app, options& o, given& g) {
     g.add("--for", app.add_option("--for", o.for_duration,
                                      "without --follow: wait this long (default 1s)"));
 }
-
-namespace {
 
 // One event, one line: SEQ TIME TYPE key=value...
 std::string event_line(const json& ev) {
@@ -83,8 +84,6 @@ int print_events(context& ctx, connection& c, std::int64_t window_ns) {
     }
 }
 
-}  // namespace
-
 int events(context& ctx) {
     auto window = parse_duration_ns(ctx.opt.for_duration);
     if (!window.value) {
@@ -110,5 +109,13 @@ int events(context& ctx) {
     ctx.out().flush();
     return print_events(ctx, *ctx.conn(rc), *window.value);
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 1> events_commands{{
+    {"",            "events",    events_help,             events_options,             events},
+}};
+// clang-format on
 
 }  // namespace qrtctl

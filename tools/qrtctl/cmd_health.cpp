@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -64,9 +65,6 @@ std::pair<bool, std::vector<std::string>> judge_health(const json& status) {
     return {false, {"agent.status 'health' has an unexpected form: " + h.dump()}};
 }
 
-}  // namespace
-
-
 constexpr command_help health_help{
     "exit 0 when the agent answers and reports itself healthy; otherwise print why and "
     "exit non-zero (Slurm HealthCheckProgram, Kubernetes probes)",
@@ -115,5 +113,13 @@ int health(context& ctx) {
     }
     return ok ? exit_ok : qrt::client::exit_code_for(qrt::client::local_reason::degraded);
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 1> health_commands{{
+    {"",            "health",    health_help,             health_options,             health},
+}};
+// clang-format on
 
 }  // namespace qrtctl

@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,9 +24,6 @@ constexpr std::array<column, 7> result_fields{{
     {"result", "result"},
 }};
 
-}  // namespace
-
-
 constexpr command_help jobs_submit_help{
     "commit a payload into a held reservation, or place and commit in one step",
     "  qrtctl jobs submit --reservation 42 --fencing-token 7 --payload-file circuit.bin\n"
@@ -40,8 +38,6 @@ void jobs_submit_options(CLI::App& app, options& o, given& g) {
           app.add_option("--payload-file,-f", o.payload_file, "payload bytes ('-': stdin)"));
     g.add("--payload", app.add_option("--payload", o.payload_text, "payload as text"));
 }
-
-namespace {
 
 // jobs.submit's target: the held reservation, or a one-shot request.
 std::optional<json> submit_target(context& ctx, int& rc) {
@@ -71,8 +67,6 @@ std::optional<json> submit_target(context& ctx, int& rc) {
     }
     return req;
 }
-
-}  // namespace
 
 int jobs_submit(context& ctx) {
     std::string problem;
@@ -113,8 +107,6 @@ void jobs_result_options(CLI::App& app, options& o, given& g) {
                                         "write the decoded result here ('-': stdout)"));
 }
 
-namespace {
-
 // Writes the decoded result to --output; nullopt when the caller goes on.
 std::optional<int> write_result(context& ctx, const json& res) {
     auto bytes = qrt::client::base64_decode(res.value("result", std::string()));
@@ -135,8 +127,6 @@ std::optional<int> write_result(context& ctx, const json& res) {
     }
     return std::nullopt;
 }
-
-}  // namespace
 
 int jobs_result(context& ctx) {
     int rc = exit_ok;
@@ -161,5 +151,16 @@ constexpr command_help jobs_cancel_help{"cancel a committed job before dispatch"
                                         "  qrtctl jobs cancel 42\n"};
 
 int jobs_cancel(context& ctx) { return call_on_job(ctx, "jobs.cancel"); }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 4> jobs_commands{{
+    {"jobs",        "submit",    jobs_submit_help,        jobs_submit_options,        jobs_submit},
+    {"jobs",        "status",    jobs_status_help,        job_option,                 jobs_status},
+    {"jobs",        "result",    jobs_result_help,        jobs_result_options,        jobs_result},
+    {"jobs",        "cancel",    jobs_cancel_help,        job_option,                 jobs_cancel},
+}};
+// clang-format on
 
 }  // namespace qrtctl

@@ -2,11 +2,14 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <ostream>
 
 #include "qrtctl.hpp"
 
 namespace qrtctl {
+
+namespace {
 
 
 constexpr command_help raw_help{
@@ -21,8 +24,6 @@ void raw_options(CLI::App& app, options& o, given& g) {
     g.add("--line", app.add_option("--line", o.raw_line,
                                       "send this line verbatim and print the reply line"));
 }
-
-namespace {
 
 // raw --line: the line as given, the reply line as it came.
 int raw_line(context& ctx) {
@@ -47,8 +48,6 @@ int raw_line(context& ctx) {
     }
     return exit_ok;
 }
-
-}  // namespace
 
 int raw(context& ctx) {
     if (ctx.has.has("--line")) {
@@ -84,5 +83,14 @@ int exit_codes(context& ctx) {
     ctx.print_json(rows);
     return exit_ok;
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 2> raw_commands{{
+    {"",            "raw",       raw_help,                raw_options,                raw},
+    {"",            "exit-codes", exit_codes_help,        no_options,                 exit_codes},
+}};
+// clang-format on
 
 }  // namespace qrtctl

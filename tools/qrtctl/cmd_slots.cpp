@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <array>
 #include <ostream>
 
 namespace qrtctl {
@@ -18,8 +19,15 @@ constexpr std::array<column, 7> candidate_columns{{
     {"SCORE", "score", shown_as::fixed3},
 }};
 
-}  // namespace
-
+// The request fields of slots query and reserve: request_params, and
+// --gang-size when given.
+std::optional<json> slot_request(context& ctx, int& rc) {
+    auto p = request_params(ctx, rc);
+    if (p && ctx.has.has("--gang-size")) {
+        (*p)["gang_size"] = ctx.opt.gang_size;
+    }
+    return p;
+}
 
 constexpr command_help slots_query_help{
     "candidate slots for a request (or the next window when none fits)",
@@ -38,15 +46,12 @@ void slots_query_options(CLI::App& app, options& o, given& g) {
 
 int slots_query(context& ctx) {
     int rc = exit_ok;
-    auto p = request_params(ctx, rc);
+    auto p = slot_request(ctx, rc);
     if (!p) {
         return rc;
     }
     if (ctx.has.has("--max-candidates")) {
         (*p)["max_candidates"] = ctx.opt.max_candidates;
-    }
-    if (ctx.has.has("--gang-size")) {
-        (*p)["gang_size"] = ctx.opt.gang_size;
     }
     return ctx.call_and_show("slots.query", *p, [&](const json& r) {
         const json& cands = r.value("candidates", json::array());
@@ -81,7 +86,7 @@ void slots_reserve_options(CLI::App& app, options& o, given& g) {
 
 int slots_reserve(context& ctx) {
     int rc = exit_ok;
-    auto p = request_params(ctx, rc);
+    auto p = slot_request(ctx, rc);
     if (!p) {
         return rc;
     }
@@ -90,9 +95,6 @@ int slots_reserve(context& ctx) {
     if (ctx.has.has("--lease") &&
         !put_duration(ctx, *p, "lease_ns", "--lease", ctx.opt.lease, problem)) {
         return ctx.usage(problem);
-    }
-    if (ctx.has.has("--gang-size")) {
-        (*p)["gang_size"] = ctx.opt.gang_size;
     }
     if (ctx.opt.sockets.size() > 1) {
         ctx.show_reserved = [&](const json& r) { show_reservation(ctx, r); };
@@ -111,5 +113,16 @@ constexpr command_help slots_release_help{
     "give a held reservation back", "  qrtctl slots release --reservation 42 --fencing-token 7\n"};
 
 int slots_release(context& ctx) { return call_on_reservation(ctx, "slots.release"); }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 4> slots_commands{{
+    {"slots",       "query",     slots_query_help,        slots_query_options,        slots_query},
+    {"slots",       "reserve",   slots_reserve_help,      slots_reserve_options,      slots_reserve},
+    {"slots",       "heartbeat", slots_heartbeat_help,    held_reservation_options,   slots_heartbeat},
+    {"slots",       "release",   slots_release_help,      held_reservation_options,   slots_release},
+}};
+// clang-format on
 
 }  // namespace qrtctl

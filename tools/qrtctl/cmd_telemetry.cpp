@@ -7,6 +7,8 @@
 
 namespace qrtctl {
 
+namespace {
+
 
 constexpr command_help telemetry_help{
     "histograms, counters and gauges (telemetry.snapshot)",
@@ -54,5 +56,14 @@ int metrics(context& ctx) {
     return ctx.call_and_show("metrics", json::object(),
                              [&](const json& r) { ctx.out() << r.value("text", std::string()); });
 }
+
+}  // namespace
+
+// clang-format off
+constexpr std::array<command, 2> telemetry_commands{{
+    {"",            "telemetry", telemetry_help,          telemetry_options,          telemetry},
+    {"",            "metrics",   metrics_help,            no_options,                 metrics},
+}};
+// clang-format on
 
 }  // namespace qrtctl

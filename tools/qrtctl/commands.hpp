@@ -1,7 +1,7 @@
 #pragma once
 // qrtctl's commands: what a row of the command table is (qrtctl.cpp), the
 // pieces several commands share (command_common.cpp), and each command's
-// help, options and handler, one file a concern (cmd_*.cpp).
+// rows (help, options, handler), one file a concern (cmd_*.cpp).
 
 #include <CLI/CLI.hpp>
 
@@ -71,70 +71,18 @@ int call_on_job(context& ctx, std::string_view method);
 // The key given with --idempotency-key, or a generated one.
 std::string idempotency_key(const context& ctx);
 
-// ------------------------------------------------------------------ commands
+// ------------------------------------------------------------------ rows
 
-// cmd_agent.cpp: agent hello|status, qpus list
-extern const command_help agent_hello_help;
-int agent_hello(context& ctx);
-extern const command_help agent_status_help;
-int agent_status(context& ctx);
-extern const command_help qpus_list_help;
-int qpus_list(context& ctx);
-
-// cmd_calibration.cpp: calibration get|update
-extern const command_help calibration_get_help;
-void calibration_get_options(CLI::App& app, options& o, given&);
-int calibration_get(context& ctx);
-extern const command_help calibration_update_help;
-void calibration_update_options(CLI::App& app, options& o, given& g);
-int calibration_update(context& ctx);
-
-// cmd_slots.cpp: slots query|reserve|heartbeat|release
-extern const command_help slots_query_help;
-void slots_query_options(CLI::App& app, options& o, given& g);
-int slots_query(context& ctx);
-extern const command_help slots_reserve_help;
-void slots_reserve_options(CLI::App& app, options& o, given& g);
-int slots_reserve(context& ctx);
-extern const command_help slots_heartbeat_help;
-int slots_heartbeat(context& ctx);
-extern const command_help slots_release_help;
-int slots_release(context& ctx);
-
-// cmd_jobs.cpp: jobs submit|status|result|cancel
-extern const command_help jobs_submit_help;
-void jobs_submit_options(CLI::App& app, options& o, given& g);
-int jobs_submit(context& ctx);
-extern const command_help jobs_status_help;
-int jobs_status(context& ctx);
-extern const command_help jobs_result_help;
-void jobs_result_options(CLI::App& app, options& o, given& g);
-int jobs_result(context& ctx);
-extern const command_help jobs_cancel_help;
-int jobs_cancel(context& ctx);
-
-// cmd_events.cpp: events
-extern const command_help events_help;
-void events_options(CLI::App& app, options& o, given& g);
-int events(context& ctx);
-
-// cmd_telemetry.cpp: telemetry, metrics
-extern const command_help telemetry_help;
-void telemetry_options(CLI::App& app, options& o, given& g);
-int telemetry(context& ctx);
-extern const command_help metrics_help;
-int metrics(context& ctx);
-
-// cmd_health.cpp: health
-extern const command_help health_help;
-void health_options(CLI::App& app, options& o, given&);
-int health(context& ctx);
-
-// cmd_raw.cpp: raw, exit-codes
-extern const command_help raw_help;
-void raw_options(CLI::App& app, options& o, given& g);
-int raw(context& ctx);
-extern const command_help exit_codes_help;
-int exit_codes(context& ctx);
+// Each file's rows of the command table (a command's help, options and
+// handler are that file's own), run by qrtctl.cpp in this order, which is
+// --help's.
+extern const std::array<command, 3> agent_commands;        // cmd_agent.cpp: agent hello|status, qpus list
+extern const std::array<command, 2> calibration_commands;  // cmd_calibration.cpp: calibration get|update
+extern const std::array<command, 4> slots_commands;        // cmd_slots.cpp: query|reserve|heartbeat|release
+extern const std::array<command, 4> jobs_commands;         // cmd_jobs.cpp: submit|status|result|cancel
+extern const std::array<command, 1> events_commands;       // cmd_events.cpp: events
+extern const std::array<command, 2> telemetry_commands;    // cmd_telemetry.cpp: telemetry, metrics
+extern const std::array<command, 1> health_commands;       // cmd_health.cpp: health
+extern const std::array<command, 2> raw_commands;          // cmd_raw.cpp: raw, exit-codes
 
 }  // namespace qrtctl

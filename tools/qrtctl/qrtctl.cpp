@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <ostream>
+#include <span>
 
 #include "commands.hpp"
 #include "connection.hpp"
@@ -25,31 +26,11 @@ namespace qrtctl {
 
 namespace {
 
-// ---- the table: one row a command, in --help order
-
-// clang-format off
-const std::array<command, 19> command_table{{
-    {"agent",       "hello",     agent_hello_help,        no_options,                 agent_hello},
-    {"agent",       "status",    agent_status_help,       no_options,                 agent_status},
-    {"qpus",        "list",      qpus_list_help,          no_options,                 qpus_list},
-    {"calibration", "get",       calibration_get_help,    calibration_get_options,    calibration_get},
-    {"calibration", "update",    calibration_update_help, calibration_update_options, calibration_update},
-    {"slots",       "query",     slots_query_help,        slots_query_options,        slots_query},
-    {"slots",       "reserve",   slots_reserve_help,      slots_reserve_options,      slots_reserve},
-    {"slots",       "heartbeat", slots_heartbeat_help,    held_reservation_options,   slots_heartbeat},
-    {"slots",       "release",   slots_release_help,      held_reservation_options,   slots_release},
-    {"jobs",        "submit",    jobs_submit_help,        jobs_submit_options,        jobs_submit},
-    {"jobs",        "status",    jobs_status_help,        job_option,                 jobs_status},
-    {"jobs",        "result",    jobs_result_help,        jobs_result_options,        jobs_result},
-    {"jobs",        "cancel",    jobs_cancel_help,        job_option,                 jobs_cancel},
-    {"",            "events",    events_help,             events_options,             events},
-    {"",            "telemetry", telemetry_help,          telemetry_options,          telemetry},
-    {"",            "metrics",   metrics_help,            no_options,                 metrics},
-    {"",            "health",    health_help,             health_options,             health},
-    {"",            "raw",       raw_help,                raw_options,                raw},
-    {"",            "exit-codes", exit_codes_help,        no_options,                 exit_codes},
+// ---- the table: each file's rows (commands.hpp), in --help order
+const std::array<std::span<const command>, 8> command_table{{
+    agent_commands, calibration_commands, slots_commands, jobs_commands,
+    events_commands, telemetry_commands, health_commands, raw_commands,
 }};
-// clang-format on
 
 constexpr std::string_view main_description =
     "qrtctl - control and query qrtd, the QPU host agent, over its UNIX socket\n";
@@ -124,7 +105,6 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
     app.add_option("--connect-timeout", opt.connect_timeout, "connect timeout (default 2s)");
     app.set_version_flag("--version", "qrtctl " QRTCTL_VERSION);
 
-    const auto& cmds = command_table;
     std::map<std::string, CLI::App*, std::less<>> groups;
     const std::map<std::string_view, std::string_view> group_summary{
         {"agent", "the agent itself: hello, status"},
@@ -134,30 +114,34 @@ int run(const std::vector<std::string>& argv, std::ostream& out, std::ostream& e
         {"jobs", "jobs: submit, status, result, cancel"},
     };
     const command* chosen = nullptr;
-    for (const auto& c : cmds) {
-        CLI::App* parent = &app;
-        if (!c.group.empty()) {
-            auto it = groups.find(c.group);
-            if (it == groups.end()) {
-                CLI::App* g = app.add_subcommand(std::string(c.group),
-                                                 std::string(group_summary.at(c.group)));
-                g->require_subcommand(1);
-                g->fallthrough();
-                it = groups.emplace(std::string(c.group), g).first;
+    for (const auto& rows : command_table) {
+        for (const auto& c : rows) {
+            CLI::App* parent = &app;
+            if (!c.group.empty()) {
+                auto it = groups.find(c.group);
+                if (it == groups.end()) {
+                    CLI::App* g = app.add_subcommand(std::string(c.group),
+                                                     std::string(group_summary.at(c.group)));
+                    g->require_subcommand(1);
+                    g->fallthrough();
+                    it = groups.emplace(std::string(c.group), g).first;
+                }
+                parent = it->second;
             }
-            parent = it->second;
+            CLI::App* sub = parent->add_subcommand(std::string(c.name), std::string(c.help.summary));
+            sub->footer("EXAMPLES\n" + std::string(c.help.examples));
+            sub->fallthrough();
+            c.setup(*sub, opt, has);
+            sub->callback([&chosen, &c] { chosen = &c; });
         }
-        CLI::App* sub = parent->add_subcommand(std::string(c.name), std::string(c.help.summary));
-        sub->footer("EXAMPLES\n" + std::string(c.help.examples));
-        sub->fallthrough();
-        c.setup(*sub, opt, has);
-        sub->callback([&chosen, &c] { chosen = &c; });
     }
     for (auto& [name, g] : groups) {
         std::string ex;
-        for (const auto& c : cmds) {
-            if (c.group == name) {
-                ex += c.help.examples;
+        for (const auto& rows : command_table) {
+            for (const auto& c : rows) {
+                if (c.group == name) {
+                    ex += c.help.examples;
+                }
             }
         }
         g->footer("EXAMPLES\n" + ex);
