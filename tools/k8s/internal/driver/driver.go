@@ -44,11 +44,16 @@ const (
 // Config is what the driver is started with (qrt-dra-driver's flags).
 type Config struct {
 	NodeName string
-	// qrtd's socket as the driver reaches it, and as the containers see it
-	// (the CDI bind mount's source is HostSocket).
+	// qrtd's socket as the driver reaches it, and where the containers
+	// find their claim's socket (QRT_SOCKET; its directory is the bind
+	// mount of the claim's directory, HostStateDir/claims/<uid>).
 	Socket          string
-	HostSocket      string
 	ContainerSocket string
+	// The state directory as the host (the container runtime) sees it,
+	// when the driver's container mounts it elsewhere (default StateDir).
+	HostStateDir string
+	// The limits of each claim's socket.
+	Proxy ProxyLimits
 	// Where the CDI specs go (the runtime reads them) and the claims'
 	// checkpoints (plugin data directory).
 	CDIDir   string
@@ -104,6 +109,8 @@ type Driver struct {
 	// Locks per claim, so that one claim's prepare and unprepare never
 	// interleave while other claims go on.
 	claimLocks map[types.UID]*sync.Mutex
+	// The claim sockets being served.
+	proxies map[types.UID]*claimProxy
 
 	res resourcesState
 }
@@ -120,9 +127,10 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.HostSocket == "" {
-		cfg.HostSocket = cfg.Socket
+	if cfg.HostStateDir == "" {
+		cfg.HostStateDir = cfg.StateDir
 	}
+	cfg.Proxy = cfg.Proxy.withDefaults()
 	if cfg.ContainerSocket == "" {
 		cfg.ContainerSocket = "/run/qrtd/qrtd.sock"
 	}
@@ -136,7 +144,7 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)
 	}
 	d := &Driver{cfg: cfg, client: client, cdi: cache, claims: map[types.UID]*Checkpoint{},
-		claimLocks: map[types.UID]*sync.Mutex{}, statusWr: make(chan struct{}, statusWriters)}
+		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, statusWr: make(chan struct{}, statusWriters)}
 	entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "claims"))
 	if err != nil {
 		return nil, err
@@ -311,6 +319,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	d.mu.Unlock()
 	if cp != nil && len(cp.Slots) > 0 {
 		// Prepared before (kubelet retry or restart): the same devices.
+		if err := d.serveClaim(cp); err != nil {
+			return nil, err
+		}
 		if err := d.writeCDISpec(cp); err != nil {
 			return nil, err
 		}
@@ -361,6 +372,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	next := *cp
 	next.Slots = slots
 	next.Devices = devices // from the allocation, whatever a crash left
+	if err := d.serveClaim(&next); err != nil {
+		return nil, err
+	}
 	if err := d.writeCDISpec(&next); err != nil {
 		return nil, err
 	}
@@ -548,9 +562,11 @@ func (d *Driver) writeCDISpec(cp *Checkpoint) error {
 					"QRT_TENANT=" + first.Tenant,
 					"QRT_IDEMPOTENCY_KEY=" + IdempotencyKey(cp.UID),
 				},
+				// The claim's directory, not its socket: a restarted
+				// driver's new socket is seen by a running container.
 				Mounts: []*cdispec.Mount{{
-					HostPath:      d.cfg.HostSocket,
-					ContainerPath: d.cfg.ContainerSocket,
+					HostPath:      filepath.Join(d.cfg.HostStateDir, "claims", string(cp.UID)),
+					ContainerPath: filepath.Dir(d.cfg.ContainerSocket),
 					Options:       []string{"bind", "rw"},
 				}},
 			},
@@ -604,7 +620,11 @@ func (d *Driver) unprepare(ctx context.Context, uid types.UID) error {
 	cp := d.claims[uid]
 	d.mu.Unlock()
 	if cp == nil {
-		return nil
+		return d.stopClaim(uid, true) // nothing of it may stay
+	}
+	// The pod is gone: its socket goes before its slot.
+	if err := d.stopClaim(uid, true); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
 	for _, s := range cp.Slots {
 		err := d.client.Call(ctx, "slots.release", map[string]any{

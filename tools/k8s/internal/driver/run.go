@@ -120,6 +120,9 @@ func Run(ctx context.Context, rc RunConfig, client *qrtd.Client) error {
 	if err != nil {
 		return fmt.Errorf("start the kubelet plugin: %w", err)
 	}
+	// Claims prepared before a restart: their pods' sockets again.
+	d.ServeClaims(ctx)
+	defer d.stopAllClaims()
 	pub := &helperPublisher{h: helper}
 	var wg sync.WaitGroup
 	wg.Add(2)
