@@ -73,6 +73,7 @@ func run() int {
 	idle := fs.Duration("claim-idle-timeout", def.IdleTimeout, "a claim socket's connection silent this long is closed")
 	rps := fs.Float64("claim-requests-per-s", def.RequestsPerS, "requests per second one claim may send (more: quota_exceeded, quota claim_requests)")
 	burst := fs.Int("claim-request-burst", def.RequestBurst, "requests one claim may send at once after being idle")
+	binding := fs.Bool("binding-conditions", true, "publish the devices with binding conditions and reserve before the pod binds (KEP-5007: gates DRADeviceBindingConditions, DRAResourceClaimDeviceStatus); false: reserve at NodePrepareResources")
 	registryDir := fs.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
 	lease := fs.Duration("lease", 30*time.Second, "each reservation's lease, heartbeated every lease/3")
 	poll := fs.Duration("poll", 5*time.Second, "how often qpus.list is read for endpoint up/down")
@@ -115,7 +116,8 @@ func run() int {
 	rc := driver.RunConfig{
 		Config: driver.Config{NodeName: *node, Socket: *sock, HostStateDir: *hostPluginDir,
 			ContainerSocket: *ctrSock, Proxy: driver.ProxyLimits{MaxLineBytes: *maxLine, MaxConns: *maxConns,
-				IdleTimeout: *idle, RequestsPerS: *rps, RequestBurst: *burst}, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
+				IdleTimeout: *idle, RequestsPerS: *rps, RequestBurst: *burst},
+			BindingConditions: *binding, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
 		KubeClient: kube, PluginDir: *pluginDir, RegistryDir: *registryDir,
 	}
 	if err := driver.Run(ctx, rc, client); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,6 +55,9 @@ type Config struct {
 	HostStateDir string
 	// The limits of each claim's socket.
 	Proxy ProxyLimits
+	// Publish the devices with binding conditions and reserve before the
+	// pod binds (binding.go); false: reserve at NodePrepareResources.
+	BindingConditions bool
 	// Where the CDI specs go (the runtime reads them) and the claims'
 	// checkpoints (plugin data directory).
 	CDIDir   string
@@ -90,6 +94,9 @@ type Checkpoint struct {
 	Request   Request                `json:"request"`
 	Slots     []Slot                 `json:"slots,omitempty"`
 	Devices   []kubeletplugin.Device `json:"devices"`
+	// Booked by the binding controller before the pod bound, and not yet
+	// prepared: released by the controller when the claim goes first.
+	Binding bool `json:"binding,omitempty"`
 }
 
 // Driver implements kubeletplugin.DRAPlugin over a qrtd client.
@@ -318,7 +325,16 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	cp := d.claims[claim.UID]
 	d.mu.Unlock()
 	if cp != nil && len(cp.Slots) > 0 {
-		// Prepared before (kubelet retry or restart): the same devices.
+		// Prepared before (kubelet retry or restart), or reserved before
+		// the pod bound (binding conditions): the same devices.
+		if cp.Binding {
+			c := *cp
+			c.Binding = false
+			if err := d.saveCheckpoint(&c); err != nil {
+				return nil, err
+			}
+			cp = &c
+		}
 		if err := d.serveClaim(cp); err != nil {
 			return nil, err
 		}
@@ -330,23 +346,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
-	var devices []kubeletplugin.Device
-	var qpus []string
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != DriverName {
-			continue
-		}
-		qpu, ok := d.qpuOfDevice(ctx, r.Device)
-		if !ok {
-			return nil, fmt.Errorf("claim %s/%s: device %s/%s is no QPU of this node's qrtd", claim.Namespace, claim.Name, r.Pool, r.Device)
-		}
-		qpus = append(qpus, qpu)
-		devices = append(devices, kubeletplugin.Device{
-			Requests:     []string{r.Request},
-			PoolName:     r.Pool,
-			DeviceName:   r.Device,
-			CDIDeviceIDs: []string{CDIDeviceID(claim.UID)},
-		})
+	qpus, devices, err := d.devicesOf(ctx, claim)
+	if err != nil {
+		return nil, err
 	}
 	if cp == nil {
 		params, err := parametersOf(claim)
@@ -371,6 +373,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	next := *cp
 	next.Slots = slots
+	next.Binding = false
 	next.Devices = devices // from the allocation, whatever a crash left
 	if err := d.serveClaim(&next); err != nil {
 		return nil, err
@@ -391,7 +394,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 				return
 			}
 			defer func() { <-d.statusWr }()
-			d.recordStatus(klog.NewContext(d.bg, logger), claim, &cp)
+			if err := d.recordStatus(klog.NewContext(d.bg, logger), claim, &cp, nil); err != nil {
+				logger.Info("Could not write the reservation into the claim's status", "err", err)
+			}
 		}(claim, next)
 	}
 	return next.Devices, nil
@@ -409,14 +414,15 @@ type SlotStatus struct {
 	Tenant        string `json:"tenant"`
 }
 
-// recordStatus writes each slot into the claim's device status.  A
-// failure is logged, not returned: the slot is held and the pod can run.
-func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint) {
+// recordStatus writes each slot (cp nil: none) into the claim's device
+// status, and sets conds on each of the driver's devices (the conditions
+// already there are kept).  The prepare logs a failure rather than fail:
+// the slot is held and the pod can run.
+func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition) error {
 	if d.kube == nil {
-		return
+		return nil
 	}
-	logger := klog.FromContext(ctx)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := d.kube.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -425,22 +431,33 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 			return nil
 		}
 		var keep []resourceapi.AllocatedDeviceStatus
+		old := map[string]resourceapi.AllocatedDeviceStatus{}
 		for _, st := range cur.Status.Devices {
 			if st.Driver != DriverName {
 				keep = append(keep, st)
+			} else {
+				old[st.Pool+"/"+st.Device] = st
 			}
 		}
 		i := 0
 		for _, r := range cur.Status.Allocation.Devices.Results {
-			if r.Driver != DriverName || i >= len(cp.Slots) {
+			if r.Driver != DriverName {
 				continue
 			}
-			s := cp.Slots[i]
+			st := resourceapi.AllocatedDeviceStatus{Driver: DriverName, Pool: r.Pool, Device: r.Device}
+			if prev, ok := old[r.Pool+"/"+r.Device]; ok {
+				st.Conditions, st.Data = prev.Conditions, prev.Data
+			}
+			if cp != nil && i < len(cp.Slots) {
+				s := cp.Slots[i]
+				data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
+					EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
+				st.Data = &runtime.RawExtension{Raw: data}
+			}
 			i++
-			data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
-				EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
-			st := resourceapi.AllocatedDeviceStatus{Driver: DriverName, Pool: r.Pool, Device: r.Device,
-				Data: &runtime.RawExtension{Raw: data}}
+			for _, c := range conds {
+				meta.SetStatusCondition(&st.Conditions, c)
+			}
 			if r.ShareID != nil {
 				id := string(*r.ShareID)
 				st.ShareID = &id
@@ -451,9 +468,6 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 		_, err = d.kube.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		logger.Info("Could not write the reservation into the claim's status", "claim", klog.KObj(claim), "err", err)
-	}
 }
 
 type reserveParams struct {
@@ -616,6 +630,10 @@ func finalRelease(err error) bool {
 
 func (d *Driver) unprepare(ctx context.Context, uid types.UID) error {
 	defer d.lockClaim(uid)()
+	return d.unprepareLocked(ctx, uid)
+}
+
+func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 	d.mu.Lock()
 	cp := d.claims[uid]
 	d.mu.Unlock()

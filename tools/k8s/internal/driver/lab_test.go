@@ -298,7 +298,7 @@ func (l *lab) dirs(name string) driverDirs {
 func runConfig(sock string, d driverDirs, kube kubernetes.Interface) RunConfig {
 	return RunConfig{
 		Config: Config{NodeName: nodeName, Socket: sock, CDIDir: d.CDIDir, StateDir: d.PluginDir,
-			Lease: 3 * time.Second, Poll: 500 * time.Millisecond,
+			Lease: 3 * time.Second, Poll: 500 * time.Millisecond, BindingConditions: true,
 			Proxy: ProxyLimits{MaxLineBytes: 4096, MaxConns: 4, IdleTimeout: 3 * time.Second, RequestsPerS: 10000, RequestBurst: 10000}},
 		KubeClient: kube, PluginDir: d.PluginDir, RegistryDir: d.RegistryDir,
 		Watchdog: 100 * time.Millisecond,

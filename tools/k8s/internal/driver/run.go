@@ -125,6 +125,10 @@ func Run(ctx context.Context, rc RunConfig, client *qrtd.Client) error {
 	defer d.stopAllClaims()
 	pub := &helperPublisher{h: helper}
 	var wg sync.WaitGroup
+	if rc.BindingConditions && rc.KubeClient != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.BindingController(ctx) }()
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); d.HeartbeatLoop(ctx) }()
 	go func() { defer wg.Done(); d.PublishLoop(ctx, pub, kick) }()
