@@ -249,8 +249,24 @@ func hasCondition(claim *resourceapi.ResourceClaim, typ string) bool {
 }
 
 func reserved(claim *resourceapi.ResourceClaim) bool { return hasCondition(claim, ConditionReserved) }
+
+// failed: the failure condition is set for this allocation (one set before
+// the claim was allocated again is stale: the new allocation is tried).
 func failed(claim *resourceapi.ResourceClaim) bool {
-	return hasCondition(claim, ConditionReserveFailed)
+	if !hasCondition(claim, ConditionReserveFailed) {
+		return false
+	}
+	at := claim.Status.Allocation.AllocationTimestamp
+	if at == nil {
+		return true
+	}
+	for _, st := range claim.Status.Devices {
+		if c := meta.FindStatusCondition(st.Conditions, ConditionReserveFailed); st.Driver == DriverName && c != nil &&
+			c.LastTransitionTime.Before(at) {
+			return false
+		}
+	}
+	return true
 }
 
 type bindingFailure struct {

@@ -146,6 +146,11 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
+	// The claim sockets (claims/<uid>/) are for the pods' bind mounts
+	// alone: no host user may reach them by their path.
+	if err := os.Chmod(filepath.Join(cfg.StateDir, "claims"), 0o750); err != nil {
+		return nil, err
+	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cfg.CDIDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)

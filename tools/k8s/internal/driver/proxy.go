@@ -385,6 +385,8 @@ func replyLine(id json.RawMessage, result json.RawMessage, e *qrtd.Error) []byte
 // handle answers one request line (nil: a notification, no answer).
 func (p *claimProxy) handle(line []byte) []byte {
 	trimmed := bytes.TrimSpace(line)
+	// Every line is charged before it is parsed, as qrtd does.
+	allowed := p.lim.Allow()
 	if trimmed[0] == '[' {
 		return errorLine(nil, "invalid_request", "the claim socket forwards one request per line: batches are not accepted", nil)
 	}
@@ -404,13 +406,13 @@ func (p *claimProxy) handle(line []byte) []byte {
 		}
 		return b
 	}
-	if req.JSONRPC != "2.0" || req.Method == "" {
-		return answer(errorLine(req.ID, "invalid_request", `a request needs "jsonrpc": "2.0" and a "method"`, nil))
-	}
-	if !p.lim.Allow() {
+	if !allowed {
 		return answer(errorLine(req.ID, "quota_exceeded", fmt.Sprintf("claim %s/%s sends more than %g requests per second (burst %d)",
 			p.namespace, p.name, p.d.cfg.Proxy.RequestsPerS, p.d.cfg.Proxy.RequestBurst),
 			map[string]any{"quota": "claim_requests", "limit": p.d.cfg.Proxy.RequestsPerS}))
+	}
+	if req.JSONRPC != "2.0" || req.Method == "" {
+		return answer(errorLine(req.ID, "invalid_request", `a request needs "jsonrpc": "2.0" and a "method"`, nil))
 	}
 	rule, ok := proxiedMethods[req.Method]
 	if !ok {
