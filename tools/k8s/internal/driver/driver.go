@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -110,6 +111,9 @@ type Driver struct {
 	kube     kubernetes.Interface
 	bg       context.Context
 	statusWr chan struct{}
+	// NodePrepareResources calls in flight: the status writes wait for
+	// none to be.
+	preparing atomic.Int64
 
 	mu     sync.Mutex
 	claims map[types.UID]*Checkpoint
@@ -264,8 +268,13 @@ func (d *Driver) dropCheckpoint(uid types.UID) error {
 	return nil
 }
 
-// statusWriters bounds the claim status writes in flight.
-const statusWriters = 4
+// statusWriters bounds the claim status writes in flight; a prepare's
+// write waits up to statusQuietMax for no prepare to be in flight.
+const (
+	statusWriters   = 4
+	statusQuietMax  = 2 * time.Second
+	statusQuietPoll = 5 * time.Millisecond
+)
 
 // IdempotencyKey is the key of a claim's slots.reserve: its UID, so a
 // retried prepare (after a driver or kubelet restart) is the same booking.
@@ -281,6 +290,8 @@ func cdiSpecName(uid types.UID) string {
 // PrepareResourceClaims reserves each claim's slot (concurrently; one
 // claim failing fails only itself) and writes its CDI spec.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.preparing.Add(1)
+	defer d.preparing.Add(-1)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -391,8 +402,18 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	logger.V(2).Info("Prepared", "reservations", next.Slots)
 	if d.kube != nil && d.bg != nil {
-		// The kubelet needs none of it: written after the answer.
+		// The kubelet needs none of it: written after the answer, once
+		// no prepare is in flight (at most statusQuietMax later), so
+		// that a burst of pods' prepares does not share the node's CPU
+		// with API writes nobody waits for.
 		go func(claim *resourceapi.ResourceClaim, cp Checkpoint) {
+			for i := 0; i < int(statusQuietMax/statusQuietPoll) && d.preparing.Load() > 0; i++ {
+				select {
+				case <-time.After(statusQuietPoll):
+				case <-d.bg.Done():
+					return
+				}
+			}
 			select {
 			case d.statusWr <- struct{}{}:
 			case <-d.bg.Done():
