@@ -131,3 +131,35 @@ func TestBindingConditionsReserveBeforeThePodBinds(t *testing.T) {
 		t.Errorf("after unprepare: %s", st.State)
 	}
 }
+
+// A claim the controller reserved for, deleted while the driver was down
+// (SIGKILL): the restarted driver finds its checkpoint, no such claim in
+// the API, and releases the reservation.
+func TestAReservationOfAClaimDeletedWhileTheDriverWasDownIsReleased(t *testing.T) {
+	l := newLab(t, periodic)
+	T := slotStart(8 * time.Second)
+	c := bindingClaim("team-a", "orphan", slotParams(fmt.Sprintf(`"duration":"10ms","notBefore":%q`, rfc(T))), "qpu0")
+	child, rc := l.startChild("c", c)
+	path := filepath.Join(rc.PluginDir, "claims", string(c.UID)+".json")
+	var cp Checkpoint
+	waitFor(t, "the controller's reservation in the checkpoint", 20*time.Second, func() bool {
+		data, err := os.ReadFile(path)
+		return err == nil && json.Unmarshal(data, &cp) == nil && len(cp.Slots) == 1 && cp.Binding
+	})
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	id := cp.Slots[0].ReservationID
+	if st := l.status("team-a", id); st.State != "held" {
+		t.Fatalf("reservation %d before the restart: %s", id, st.State)
+	}
+	l.startChild("c") // the same directories; the claim is gone from the API
+	waitFor(t, "the orphan's reservation released", 20*time.Second, func() bool {
+		return l.status("team-a", id).State == "released"
+	})
+	waitFor(t, "the orphan's checkpoint removed", 5*time.Second, func() bool {
+		_, err := os.Stat(path)
+		return os.IsNotExist(err)
+	})
+}
