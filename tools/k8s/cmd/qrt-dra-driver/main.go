@@ -35,7 +35,8 @@ Each prepared claim gets a socket of its own, served by this driver in
 containers (QRT_SOCKET): it forwards to qrtd, on behalf of the claim's
 namespace, only agent.hello, qpus.list, slots.query, jobs.submit,
 jobs.status, jobs.result and jobs.cancel, with jobs.submit's reservation_id
-and the others' job_id pinned to the claim's own reservations.  Its
+and the others' job_id pinned to the claim's own reservations, and serves
+events.subscribe itself (job.finished of the claim's reservations).  Its
 limits are the --claim-* flags.
 
 Examples:

@@ -82,6 +82,7 @@ func (l ProxyLimits) withDefaults() ProxyLimits {
 type methodRule struct {
 	onBehalf bool   // add on_behalf_of = the claim's namespace
 	pin      string // the parameter that must name one of the claim's reservations
+	events   bool   // served by the driver (job.finished of the claim's reservations)
 }
 
 var proxiedMethods = map[string]methodRule{
@@ -92,9 +93,13 @@ var proxiedMethods = map[string]methodRule{
 	"jobs.status": {onBehalf: true, pin: "job_id"},
 	"jobs.result": {onBehalf: true, pin: "job_id"},
 	"jobs.cancel": {onBehalf: true, pin: "job_id"},
+	// qrtd would not push root/<namespace>'s events to the driver: served
+	// here (pollJobs).
+	"events.subscribe":   {events: true},
+	"events.unsubscribe": {events: true},
 }
 
-// ProxiedMethods is the sorted list of methods a claim socket forwards.
+// ProxiedMethods is the sorted list of methods a claim socket serves.
 func ProxiedMethods() []string {
 	var out []string
 	for m := range proxiedMethods {
@@ -137,9 +142,12 @@ type claimProxy struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	subs     map[*proxyConn]struct{}
+	finished map[uint64]bool
+	polling  bool
+	wg       sync.WaitGroup
 }
 
 // maxUnixPath: sun_path holds 108 bytes with the terminating NUL.
@@ -181,7 +189,8 @@ func (d *Driver) serveClaim(cp *Checkpoint) error {
 	}
 	lim := d.cfg.Proxy
 	p := &claimProxy{d: d, uid: cp.UID, namespace: cp.Namespace, name: cp.Name, ids: map[uint64]bool{},
-		ln: ln, lim: rate.NewLimiter(rate.Limit(lim.RequestsPerS), lim.RequestBurst), conns: map[net.Conn]struct{}{}}
+		ln: ln, lim: rate.NewLimiter(rate.Limit(lim.RequestsPerS), lim.RequestBurst), conns: map[net.Conn]struct{}{},
+		subs: map[*proxyConn]struct{}{}, finished: map[uint64]bool{}}
 	for _, s := range cp.Slots {
 		p.ids[s.ReservationID] = true
 	}
@@ -287,22 +296,47 @@ func (p *claimProxy) acceptLoop() {
 	}
 }
 
+// proxyConn is one pod connection: replies and pushed events share it.
+type proxyConn struct {
+	c          net.Conn
+	mu         sync.Mutex // one line at a time
+	seq        uint64     // events.event seq, under the proxy's mu
+	subscribed bool       // under the proxy's mu
+}
+
+func (pc *proxyConn) write(line []byte) error {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	_ = pc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := pc.c.Write(line)
+	return err
+}
+
 func (p *claimProxy) serveConn(c net.Conn) {
 	defer p.wg.Done()
+	pc := &proxyConn{c: c}
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, c)
+		delete(p.subs, pc)
 		p.mu.Unlock()
 		_ = c.Close()
 	}()
 	lim := p.d.cfg.Proxy
 	rd := bufio.NewReaderSize(c, 64<<10)
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
+		// A subscribed connection may stay silent (as at qrtd).
+		p.mu.Lock()
+		sub := pc.subscribed
+		p.mu.Unlock()
+		if sub {
+			_ = c.SetReadDeadline(time.Time{})
+		} else {
+			_ = c.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
+		}
 		line, err := readLine(rd, lim.MaxLineBytes)
 		if errors.Is(err, errLineTooLong) {
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write(errorLine(nil, "line_too_long", fmt.Sprintf("request line over %d bytes", lim.MaxLineBytes),
+			_ = pc.write(errorLine(nil, "line_too_long", fmt.Sprintf("request line over %d bytes", lim.MaxLineBytes),
 				map[string]any{"limit": lim.MaxLineBytes}))
 			return
 		}
@@ -312,15 +346,134 @@ func (p *claimProxy) serveConn(c net.Conn) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		out := p.handle(line)
+		out := p.handle(pc, line)
 		if out == nil {
 			continue
 		}
-		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(out); err != nil {
+		if err := pc.write(out); err != nil {
 			return
 		}
 	}
+}
+
+// Events.  qrtd pushes a tenant's events only to that tenant's own
+// connections (and admins'), and the driver's connection is not
+// root/<namespace>'s: so a claim socket serves events.subscribe itself,
+// with job.finished only, for the claim's own reservations, found by
+// polling jobs.status (on behalf of the namespace) every eventPoll while a
+// connection is subscribed, each reservation until it has finished.
+const eventPoll = 200 * time.Millisecond
+
+var finishedStates = map[string]bool{"completed": true, "failed": true, "missed": true}
+
+func (p *claimProxy) subscribe(pc *proxyConn, on bool) (was bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was = pc.subscribed
+	pc.subscribed = on
+	if on {
+		p.subs[pc] = struct{}{}
+		if !p.polling {
+			p.polling = true
+			p.wg.Add(1)
+			go p.pollJobs()
+		}
+	} else {
+		delete(p.subs, pc)
+	}
+	return was
+}
+
+func (p *claimProxy) pollJobs() {
+	defer p.wg.Done()
+	t := time.NewTicker(eventPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		if len(p.subs) == 0 {
+			p.polling = false
+			p.mu.Unlock()
+			return
+		}
+		var ids []uint64
+		for id := range p.ids {
+			if !p.finished[id] {
+				ids = append(ids, id)
+			}
+		}
+		p.mu.Unlock()
+		for _, id := range ids {
+			var st struct {
+				State   string `json:"state"`
+				Reason  string `json:"reason"`
+				QPU     string `json:"qpu"`
+				Tenant  string `json:"tenant"`
+				StartNS int64  `json:"start_ns"`
+				Updated int64  `json:"updated_ns"`
+			}
+			if err := p.d.client.Call(p.ctx, "jobs.status", map[string]any{"job_id": id, "on_behalf_of": p.namespace}, &st); err != nil ||
+				!finishedStates[st.State] {
+				continue
+			}
+			p.mu.Lock()
+			p.finished[id] = true
+			subs := make([]*proxyConn, 0, len(p.subs))
+			for pc := range p.subs {
+				pc.seq++
+				subs = append(subs, pc)
+			}
+			seqs := make([]uint64, len(subs))
+			for i, pc := range subs {
+				seqs[i] = pc.seq
+			}
+			p.mu.Unlock()
+			for i, pc := range subs {
+				line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
+					"seq": seqs[i], "type": "job.finished", "tenant": st.Tenant, "data": map[string]any{
+						"qpu": st.QPU, "state": st.State, "reason": st.Reason, "time_ns": st.Updated, "ledger_event": st.State,
+						"reservation_id": id, "job_id": id, "start_ns": st.StartNS}}})
+				_ = pc.write(append(line, '\n'))
+			}
+		}
+	}
+}
+
+func (p *claimProxy) handleEvents(pc *proxyConn, method string, params map[string]json.RawMessage) ([]byte, *qrtd.Error) {
+	if pc == nil {
+		return nil, &qrtd.Error{Code: -32603, Message: "no connection", Data: map[string]any{"reason": "internal_error"}}
+	}
+	if method == "events.unsubscribe" {
+		was := p.subscribe(pc, false)
+		out, _ := json.Marshal(map[string]any{"subscribed": false, "was_subscribed": was})
+		return out, nil
+	}
+	for k := range params {
+		if k != "topics" {
+			return nil, &qrtd.Error{Code: -32602, Message: fmt.Sprintf("unknown parameter '%s' (accepted: topics)", truncate(k, 64)),
+				Data: map[string]any{"reason": "invalid_params", "field": truncate(k, 64)}}
+		}
+	}
+	if raw, ok := params["topics"]; ok {
+		var topics []string
+		if err := json.Unmarshal(raw, &topics); err != nil {
+			return nil, &qrtd.Error{Code: -32602, Message: "topics must be an array of strings",
+				Data: map[string]any{"reason": "invalid_params", "field": "topics"}}
+		}
+		for _, t := range topics {
+			if t != "job.finished" {
+				return nil, &qrtd.Error{Code: -32602, Message: fmt.Sprintf("a claim socket pushes only job.finished, of the claim's own reservations, not %q", truncate(t, 64)),
+					Data: map[string]any{"reason": "invalid_params", "field": "topics"}}
+			}
+		}
+	}
+	p.subscribe(pc, true)
+	out, _ := json.Marshal(map[string]any{"subscribed": true, "topics": []string{"job.finished"}, "next_seq": 1, "scope": "claim"})
+	return out, nil
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -383,7 +536,7 @@ func replyLine(id json.RawMessage, result json.RawMessage, e *qrtd.Error) []byte
 }
 
 // handle answers one request line (nil: a notification, no answer).
-func (p *claimProxy) handle(line []byte) []byte {
+func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 	trimmed := bytes.TrimSpace(line)
 	// Every line is charged before it is parsed, as qrtd does.
 	allowed := p.lim.Allow()
@@ -416,7 +569,7 @@ func (p *claimProxy) handle(line []byte) []byte {
 	}
 	rule, ok := proxiedMethods[req.Method]
 	if !ok {
-		return answer(errorLine(req.ID, "permission_denied", fmt.Sprintf("the claim socket does not forward %s; it forwards %s",
+		return answer(errorLine(req.ID, "permission_denied", fmt.Sprintf("the claim socket does not serve %s; it serves %s",
 			truncate(req.Method, 128), strings.Join(ProxiedMethods(), ", ")),
 			map[string]any{"method": truncate(req.Method, 128), "allowed": ProxiedMethods()}))
 	}
@@ -446,6 +599,10 @@ func (p *claimProxy) handle(line []byte) []byte {
 			return answer(errorLine(req.ID, "permission_denied", fmt.Sprintf("%s %d is not a reservation of claim %s/%s (%s)",
 				rule.pin, id, p.namespace, p.name, p.idList()), map[string]any{"field": rule.pin}))
 		}
+	}
+	if rule.events {
+		res, e := p.handleEvents(pc, req.Method, params)
+		return answer(replyLine(req.ID, res, e))
 	}
 	if rule.onBehalf {
 		ns, _ := json.Marshal(p.namespace)

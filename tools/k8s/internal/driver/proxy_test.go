@@ -89,6 +89,16 @@ type podConn struct {
 	// What connecting by the host path gave the pod's uid.
 	directErr string
 	id        int
+	events    []pushedEvent
+}
+
+type pushedEvent struct {
+	Seq  uint64 `json:"seq"`
+	Type string `json:"type"`
+	Data struct {
+		ReservationID uint64 `json:"reservation_id"`
+		State         string `json:"state"`
+	} `json:"data"`
 }
 
 type rpcError struct {
@@ -142,22 +152,38 @@ func (p *podConn) call(method string, params any) (json.RawMessage, *rpcError) {
 	if _, err := p.in.Write(append(line, '\n')); err != nil {
 		p.t.Fatalf("pod %s: send %s: %v", p.name, method, err)
 	}
-	return readReplyOf(p.t, p.out, p.id, p.name+" "+method)
+	return readReplyOf(p.t, p.out, p.id, p.name+" "+method, &p.events)
 }
 
-func readReplyOf(t *testing.T, rd *bufio.Reader, id int, what string) (json.RawMessage, *rpcError) {
+// readReplyOf reads the reply to request id (0: any), keeping the
+// events.event notifications met on the way in events.
+func readReplyOf(t *testing.T, rd *bufio.Reader, id int, what string, events ...*[]pushedEvent) (json.RawMessage, *rpcError) {
 	t.Helper()
-	line, err := rd.ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("%s: no reply: %v", what, err)
-	}
 	var r struct {
 		ID     *int            `json:"id"`
+		Method string          `json:"method"`
+		Params pushedEvent     `json:"params"`
 		Result json.RawMessage `json:"result"`
 		Error  *rpcError       `json:"error"`
 	}
-	if err := json.Unmarshal(line, &r); err != nil {
-		t.Fatalf("%s: reply %q: %v", what, line, err)
+	var line []byte
+	for {
+		var err error
+		line, err = rd.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("%s: no reply: %v", what, err)
+		}
+		r.ID, r.Method, r.Result, r.Error = nil, "", nil, nil
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("%s: reply %q: %v", what, line, err)
+		}
+		if r.Method == "" {
+			break
+		}
+		if r.Method != "events.event" || len(events) == 0 {
+			t.Fatalf("%s: unexpected notification %q", what, line)
+		}
+		*events[0] = append(*events[0], r.Params)
 	}
 	if id != 0 && (r.ID == nil || *r.ID != id) {
 		t.Fatalf("%s: reply %q does not carry id %d", what, line, id)
@@ -209,10 +235,11 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 	a := newClaim("team-a", "a", params, "qpu0")
 	a2 := newClaim("team-a", "a2", params, "qpu0")
 	b := newClaim("team-b", "b", params, "qpu0")
-	createClaims(t, kube, a, a2, b)
-	resp := k.prepare(a, a2, b)
+	ex := newClaim("team-c", "ex", params, "qpu0")
+	createClaims(t, kube, a, a2, b, ex)
+	resp := k.prepare(a, a2, b, ex)
 	slot := map[string]slotEnv{}
-	for _, c := range []*resourceapi.ResourceClaim{a, a2, b} {
+	for _, c := range []*resourceapi.ResourceClaim{a, a2, b, ex} {
 		s := slotOf(t, rc.CDIDir, requireOK(t, "prepare", resp, c).Devices[0].CdiDeviceIds[0])
 		if s.Env["QRT_SOCKET"] != "/run/qrtd/qrtd.sock" || s.Mount == nil || s.Mount.Source != filepath.Join(rc.PluginDir, "claims", string(c.UID)) {
 			t.Fatalf("claim %s: the container does not get its claim socket: env %v mount %+v", c.Name, s.Env, s.Mount)
@@ -222,6 +249,31 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 			t.Fatalf("claim %s: claim socket %v %v", c.Name, st, err)
 		}
 		slot[c.Name] = s
+	}
+
+	// A container's own program: the job example of the Slurm plugin
+	// (libqrt-client: events.subscribe, jobs.submit, job.finished,
+	// jobs.status, jobs.result), with the claim's CDI environment and its
+	// claim socket as QRT_SOCKET.  It runs while the rest goes on.
+	exDone := make(chan error, 1)
+	var exOut []byte
+	if bin := os.Getenv("QRT_JOB_EXAMPLE"); bin != "" {
+		cmd := exec.Command(bin, "--timeout-s", "30", "--payload", "hello from a pod")
+		cmd.Env = os.Environ()
+		for k, v := range slot["ex"].Env {
+			if k == "QRT_SOCKET" {
+				v = filepath.Join(slot["ex"].Mount.Source, "qrtd.sock")
+			}
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		go func() {
+			var err error
+			exOut, err = cmd.CombinedOutput()
+			exDone <- err
+		}()
+	} else {
+		t.Log("QRT_JOB_EXAMPLE not given (ctest gives it): the job example is not run")
+		close(exDone)
 	}
 
 	pa := startPod(t, rc, a)
@@ -267,6 +319,18 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 		"payload": payload("a"), "on_behalf_of": "team-b"}, "invalid_params", "on_behalf_of")
 	if st := l.status("team-b", sb.ReservationID); st.State != "held" {
 		t.Fatalf("b's reservation after a's refused calls: %s", st.State)
+	}
+
+	// Subscribed first, as qrt-slurm-job-example does: job.finished of its
+	// own reservations only.
+	var sub0 struct {
+		Subscribed bool     `json:"subscribed"`
+		Topics     []string `json:"topics"`
+	}
+	pa.refused("events.subscribe", map[string]any{"topics": []string{"calibration.changed"}}, "invalid_params", "topics")
+	pa.ok("events.subscribe", map[string]any{"topics": []string{"job.finished"}}, &sub0)
+	if !sub0.Subscribed || len(sub0.Topics) != 1 {
+		t.Fatalf("events.subscribe: %+v", sub0)
 	}
 
 	// Its own reservation: committed, for the namespace's tenant.
@@ -326,11 +390,29 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		return done
 	})
+	// The subscribed pod hears its job finish, and nothing of b's.
+	waitFor(t, "a's job.finished event", 10*time.Second, func() bool {
+		pa.ok("agent.hello", nil, nil)
+		return len(pa.events) > 0
+	})
+	if ev := pa.events[0]; len(pa.events) != 1 || ev.Type != "job.finished" || ev.Data.ReservationID != sa.ReservationID ||
+		ev.Data.State != "completed" || ev.Seq != 1 {
+		t.Errorf("a's events: %+v", pa.events)
+	}
 	for _, pc := range pods {
 		res, e := pc.p.call("jobs.result", map[string]any{"job_id": pc.id})
 		if e != nil || len(res) < 3 {
 			t.Errorf("job %s: result %s %+v", pc.p.name, res, e)
 		}
+	}
+
+	if err, ran := <-exDone; ran {
+		if err != nil {
+			t.Errorf("the job example through its claim socket: %v\n%s", err, exOut)
+		} else if !strings.Contains(string(exOut), "committed") {
+			t.Errorf("the job example's output: %s", exOut)
+		}
+		t.Logf("the job example: %s", strings.TrimSpace(string(exOut)))
 	}
 
 	// The limits: line length, connections per claim, idle timeout.
@@ -379,7 +461,7 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 	}
 
 	// Unprepare: the socket goes, and the pod's connection with it.
-	for uid, r := range k.unprepare(a, a2, b) {
+	for uid, r := range k.unprepare(a, a2, b, ex) {
 		if r.Error != "" {
 			t.Fatalf("unprepare %s: %s", uid, r.Error)
 		}
@@ -404,8 +486,12 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 		Jobs    int `json:"jobs"`
 		Results int `json:"results"`
 	}
-	if err := json.Unmarshal(data, &sum); err != nil || sum.Jobs != 2 || sum.Results != 2 {
-		t.Errorf("qpu-sim counted %s, want the 2 jobs submitted through the claim sockets", data)
+	want := 2
+	if os.Getenv("QRT_JOB_EXAMPLE") != "" {
+		want = 3
+	}
+	if err := json.Unmarshal(data, &sum); err != nil || sum.Jobs != want || sum.Results != want {
+		t.Errorf("qpu-sim counted %s, want the %d jobs submitted through the claim sockets", data, want)
 	}
 }
 

@@ -18,7 +18,7 @@ func TestTheClaimSocketRefusesBatchesGarbageAndFloods(t *testing.T) {
 		lim: rate.NewLimiter(rate.Limit(1), 2)}
 	reply := func(line string) map[string]any {
 		t.Helper()
-		out := p.handle([]byte(line))
+		out := p.handle(nil, []byte(line))
 		if out == nil {
 			return nil
 		}
