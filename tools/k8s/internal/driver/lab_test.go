@@ -76,9 +76,11 @@ watchdog = false
 apply_on_run = false
 [dispatch]
 mode = "untuned"
-# Untuned on a shared 2-core host: a wake-up may be late by more than the
-# 100 us default; the pods' jobs are to complete, not to test jitter.
-miss_tolerance_ns = 20_000_000
+# Untuned on a shared 2-core host (other builds and tests beside): the
+# pump and the dispatch thread may be late by tens of ms, far over the
+# 100 us default; the pods' jobs are to complete here, not to test jitter
+# (their slots end well inside the window, which lasts 900 ms).
+miss_tolerance_ns = 500_000_000
 [timeline]
 policy = "edf-backfill"
 horizon_ns = 600_000_000_000
