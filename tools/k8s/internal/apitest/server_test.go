@@ -191,7 +191,6 @@ func TestTheClientsetSeesAnAPIServersSemantics(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-
 func equal(a, b []watch.EventType) bool {
 	if len(a) != len(b) {
 		return false
