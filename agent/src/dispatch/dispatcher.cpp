@@ -21,6 +21,7 @@
 #include <thread>
 #include <tuple>
 
+#include "dispatcher_uring.hpp"
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 #include "qrt/log.hpp"
@@ -141,16 +142,6 @@ std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept {
     }
     return std::nullopt;
 }
-
-struct dispatcher::uring {
-    io_uring ring{};
-    bool inited = false;
-    ~uring() {
-        if (inited) {
-            io_uring_queue_exit(&ring);
-        }
-    }
-};
 
 dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock)
     : _cfg(cfg),
@@ -312,6 +303,10 @@ std::uint8_t* dispatcher::slot_buffer(std::uint32_t slot) const noexcept {
 }
 
 rtcore::status dispatcher::start() {
+    if (_group != nullptr) {
+        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) +
+                                      ": served by a dispatch group: start the group");
+    }
     if (_thread.joinable()) {
         return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": already running");
     }
@@ -336,7 +331,7 @@ void dispatcher::stop() noexcept {
         return;
     }
     _stop.store(true, std::memory_order_release);
-    rtcore::wake_sleepers(_wake);
+    rtcore::wake_sleepers(*_wakeup);
     _thread.join();
 }
 
@@ -427,7 +422,7 @@ submit_refusal dispatcher::try_submit(const dispatch_job& job, std::span<const s
     // (the wake word makes this race-free against it going to sleep).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (before_queued || _idle.load(std::memory_order_relaxed)) {
-        rtcore::wake_sleepers(_wake);
+        rtcore::wake_sleepers(*_wakeup);
     }
     return submit_refusal::none;
 }
@@ -451,7 +446,7 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
         }
     }
     if (n != 0) {
-        rtcore::wake_sleepers(_wake);  // a deadline may now be earlier than the thread's wake-up
+        rtcore::wake_sleepers(*_wakeup);  // a deadline may now be earlier than the thread's wake-up
     }
     return n;
 }
@@ -543,7 +538,7 @@ int dispatcher::register_endpoint(int fd) noexcept {
 std::uint32_t dispatcher::request_endpoint(int fd) noexcept {
     _pending_fd.store(fd, std::memory_order_relaxed);
     const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
-    rtcore::wake_sleepers(_wake);
+    rtcore::wake_sleepers(*_wakeup);
     return gen;
 }
 

@@ -120,6 +120,8 @@
 
 namespace qrt::dispatch {
 
+class dispatch_group;
+
 // Why a submit was refused, as a code: the job pump's SCHED_FIFO thread
 // submits through try_submit() and builds no text; the event loop turns the
 // code into words (describe_refusal) when it records the refusal.
@@ -324,7 +326,7 @@ public:
     // `cancelled` now (otherwise at its next look, within
     // max_sleep_chunk_ns).  Call it once the withdrawals are final: a job
     // reported cannot be restored.
-    void report_withdrawn() noexcept { rtcore::wake_sleepers(_wake); }
+    void report_withdrawn() noexcept { rtcore::wake_sleepers(*_wakeup); }
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
@@ -371,7 +373,14 @@ public:
     // not an intrusion on the dispatch CPU.
     pid_t sqpoll_tid() const noexcept { return _sqpoll_tid; }
 
+    // The group whose one thread serves this dispatcher (dispatch_group.hpp),
+    // or nullptr: then start() runs its own thread.
+    const dispatch_group* group() const noexcept { return _group; }
+
 private:
+    // A dispatch group runs this dispatcher's RT state on its own thread
+    // (dispatch_group.cpp), through the same private helpers as run_loop.
+    friend class dispatch_group;
     using queued_job = detail::queued_job;
     struct alignas(64) slot_state {
         std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
@@ -397,6 +406,11 @@ private:
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
+    // The send path of the group loop (dispatch_group.cpp): guard, the
+    // withdraw race, the write at T, the record; pops j and reaps.  Syscall
+    // submission only (a group refuses sqpoll members).
+    void group_send(const queued_job& j, std::int64_t deadline, std::int64_t now, std::int64_t wakeup_latency,
+                    std::int64_t spin_ns, std::int64_t lead) noexcept;
     // Registered file 0 := fd (-1 empties it) and the RWF_NOWAIT choice for
     // it; 0 or -errno.  The dispatch thread's, or anyone's while it is not
     // running.
@@ -479,6 +493,10 @@ private:
     std::atomic<bool> _loop_running{false};
     std::atomic<bool> _idle{false};  // the thread sleeps with nothing queued
     rtcore::wake_word _wake{0};
+    // The word the housekeeping side bumps to wake the thread serving this
+    // dispatcher: its own _wake, or its group's (dispatch_group).
+    rtcore::wake_word* _wakeup = &_wake;
+    dispatch_group* _group = nullptr;
     // Endpoint hand-over to the RT thread (it alone calls register_files_update).
     std::atomic<int> _pending_fd{-1};
     std::atomic<std::uint32_t> _fd_req_gen{0};
