@@ -697,7 +697,16 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     } else {
         out << "topology: " << topo.source() << '\n'
             << topo.describe() << '\n'
-            << rtcore::format_plan(plan, [](std::size_t q) { return fmt::format("qpu {} dispatch cpu", q); })
+            << rtcore::format_plan(plan,
+                                   [&](std::size_t q) {
+                                       // QPUs sharing a CPU (plan_for): QPU i is on CPU i mod n.
+                                       std::string who = fmt::format("qpu {}", q);
+                                       for (std::size_t i = q + plan.rt_cpus.size(); i < cfg.qpus.size();
+                                            i += plan.rt_cpus.size()) {
+                                           who += fmt::format("+{}", i);
+                                       }
+                                       return who + " dispatch cpu";
+                                   })
             << '\n';
         const std::string report = rtcore::format_kernel_report(kernel);
         out << report << (report.empty() || report.back() == '\n' ? "" : "\n");
