@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "dispatcher_uring.hpp"
+#include "dispatcher_internal.hpp"
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/dispatch/wire_codec.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
@@ -32,25 +32,18 @@ namespace qrt::dispatch {
 
 namespace {
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield" ::: "memory");
-#endif
-}
+using detail::cpu_relax;
+using detail::phase_dropped;
+using detail::phase_queued;
+using detail::phase_sending;
+using detail::phase_withdrawn;
 
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};
-// As in dispatcher.cpp: the lead's quantile only when the next send is this
+// As in dispatcher_rt.cpp: the lead's quantile only when the next send is this
 // far away, endpoint registrations only when the next send is further than
 // lead + this.
 constexpr std::int64_t adapt_guard_ns = 50'000;
 constexpr std::int64_t endpoint_update_guard_ns = 200'000;
-// slot_state::phase values (dispatcher.cpp).
-constexpr std::uint8_t phase_queued = 0;
-constexpr std::uint8_t phase_withdrawn = 1;
-constexpr std::uint8_t phase_sending = 2;
-constexpr std::uint8_t phase_dropped = 3;
 
 std::string qpu_name(const dispatcher& d) { return "qpu " + std::to_string(d.config().qpu_index); }
 
