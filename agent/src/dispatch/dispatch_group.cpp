@@ -136,7 +136,6 @@ void dispatch_group::thread_main() noexcept {
     std::optional<rtcore::scoped_rt_thread> rt;
     rtcore::cpu_dma_latency_hold dma;
     int setup_err = 0;
-    bool rt_on = false;
     try {
         if (cfg.mode == dispatch_mode::tuned) {
             rtcore::rt_thread_config rc;
@@ -155,7 +154,6 @@ void dispatch_group::thread_main() noexcept {
             }();
             if (entered) {
                 rt.emplace(std::move(*entered));
-                rt_on = true;
                 for (dispatcher* m : _members) {
                     m->_st_rt.store(true, std::memory_order_relaxed);
                     if (setup_err != 0) {
@@ -218,7 +216,6 @@ void dispatch_group::thread_main() noexcept {
     if (!will_run) {
         return;
     }
-    (void)rt_on;
     const std::int64_t now = _clock.now_monotonic_ns();
     for (dispatcher* m : _members) {
         m->check_placement(now, true);

@@ -92,6 +92,11 @@
 //   lock, and a housekeeping thread holding it would stall the RT thread's
 //   next submit (priority inversion).  set_endpoint_fd() hands the fd over
 //   and waits for the thread to apply it.
+// - Several tuned QPUs on one CPU (dispatch.qpus_per_cpu) are served by
+//   one thread: a dispatch_group (dispatch_group.hpp) runs this class's RT
+//   helpers for each member and sends the earliest start among them next.
+//   A member is not start()ed itself; the housekeeping side is unchanged
+//   except that it wakes the group's word (_wakeup).
 // - Sleeps are futex waits with an absolute CLOCK_MONOTONIC timeout on a
 //   wake word: a realtime step, a new job on an idle thread, an endpoint
 //   change or stop() cut them short, so a deadline re-converted earlier is
