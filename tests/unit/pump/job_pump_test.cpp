@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "job_pump.hpp"
+#include "qrt/handover/job_pump.hpp"
 #include "qrt/dispatch/qpu_link.hpp"
 #include "qrt/event_loop.hpp"
 #include "rtcore/clock.hpp"

@@ -1,6 +1,6 @@
 // The job pump's thread: see job_pump.hpp.
 
-#include "job_pump.hpp"
+#include "qrt/handover/job_pump.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -13,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include "qrt/reasons.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt {
