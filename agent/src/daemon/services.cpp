@@ -284,10 +284,10 @@ rtcore::status services::open_ledger() {
     // job (a hand-over in progress on the pump's thread is either done and
     // withdrawn, or not begun and withheld).
     timeline::ledger::dispatch_gate gate;
-    gate.take = [this](std::uint64_t id) {
+    gate.withdraw = [this](std::uint64_t id) {
         return !_room || _room->withdraw(id) != dispatch::dispatcher::withdraw_result::too_late;
     };
-    gate.give_back = [this](std::uint64_t id) {
+    gate.restore = [this](std::uint64_t id) {
         if (_room) {
             _room->restore(id);
         }

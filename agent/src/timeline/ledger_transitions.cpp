@@ -172,7 +172,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
             if (!plan) {
                 break;
             }
-            if (const auto refused = take_all(plan->victims)) {
+            if (const auto refused = withdraw_all(plan->victims)) {
                 pinned.insert(*refused);
                 continue;
             }
@@ -547,7 +547,7 @@ result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
                                   " is already " + std::string(to_string(mr.state)));
         }
     }
-    if (const auto refused = take_all(members(r))) {
+    if (const auto refused = withdraw_all(members(r))) {
         return make_error(reason::illegal_transition,
                           "cancel of job " + u2s(id) + ": job " + u2s(*refused) +
                               " is already being sent to the QPU; its outcome will follow the send");
@@ -977,7 +977,7 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
         for (const std::uint64_t m : ids) {
             all_committed = all_committed && _res.at(m).state == res_state::committed;
         }
-        if (!all_committed || take_all(ids)) {
+        if (!all_committed || withdraw_all(ids)) {
             continue;  // a member went on, or the dispatcher already sends one
         }
         late_job lj;

@@ -331,15 +331,17 @@ public:
     std::uint64_t generation() const noexcept { return _generation; }
 
     // The dispatcher's say in changing a committed job it may hold (cancel,
-    // or displacement by a preempting request).  take(id) withdraws the job
-    // from the dispatcher (a compare-and-swap with its send) and returns
-    // false when the frame is already out or going out: the job is then not
-    // changed, and what happened on the wire decides its outcome
-    // (mark_dispatched, complete, fail).  give_back(id) undoes a take whose
-    // change was abandoned.  Unset: every committed job may be changed.
+    // displacement by a preempting request, a calibration update).
+    // withdraw(id) pulls the job back from the dispatcher (a compare-and-swap
+    // with its send) and returns false when the frame is already out or
+    // going out: the job is then not changed, and what happened on the wire
+    // decides its outcome (mark_dispatched, complete, fail).  restore(id)
+    // undoes a withdraw whose change was abandoned.  The same verb pair runs
+    // down to the dispatcher (handover::room, job_pump, dispatcher).  Unset:
+    // every committed job may be changed.
     struct dispatch_gate {
-        std::function<bool(std::uint64_t id)> take;
-        std::function<void(std::uint64_t id)> give_back;
+        std::function<bool(std::uint64_t id)> withdraw;
+        std::function<void(std::uint64_t id)> restore;
     };
     void set_dispatch_gate(dispatch_gate g) { _gate = std::move(g); }
 
@@ -436,9 +438,9 @@ private:
                                                const std::vector<std::size_t>& qs,
                                                std::int64_t now_ns,
                                                const std::set<std::uint64_t>& pinned) const;
-    // take() every id through the gate, all or nothing: on a refusal the ones
-    // taken are given back and the refused id is returned.
-    std::optional<std::uint64_t> take_all(const std::vector<std::uint64_t>& ids);
+    // withdraw() every id through the gate, all or nothing: on a refusal the
+    // ones withdrawn are restored and the refused id is returned.
+    std::optional<std::uint64_t> withdraw_all(const std::vector<std::uint64_t>& ids);
     std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
