@@ -12,7 +12,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/log.hpp"
@@ -24,23 +23,8 @@ constexpr std::int64_t k_ms = 1'000'000;
 
 std::string tl_error(const timeline::error& e) { return e.reason + ": " + e.message; }
 
-// jobs.submit carries no shot count; a JSON payload may say {"shots": N}.
+// The frame's shot count when the request stated none (qrtd(8), jobs.submit).
 constexpr std::uint32_t k_default_shots = 1000;
-constexpr std::uint32_t k_max_shots = 1'000'000;
-
-std::uint32_t shots_of(const timeline::blob& payload) {
-    if (payload.empty() || payload.front() != '{') {
-        return k_default_shots;
-    }
-    const auto j = nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false);
-    if (j.is_object()) {
-        const auto it = j.find("shots");
-        if (it != j.end() && it->is_number_unsigned()) {
-            return static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), k_max_shots));
-        }
-    }
-    return k_default_shots;
-}
 
 }  // namespace
 
@@ -320,7 +304,7 @@ void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         j.duration_ns = r.duration_ns;
         j.calibration_id = r.calibration_id;
         j.tolerance_ns = q.target.tolerance_ns;
-        j.shots = shots_of(r.payload);
+        j.shots = r.shots != 0 ? r.shots : k_default_shots;  // from the request, never the payload
         e.payload = r.payload;
         if (r.start_ns + q.target.tolerance_ns >= now_ns) {  // else the pump reports it missed
             if (const auto* w = window_of(q, r.start_ns, now_ns); w == nullptr) {

@@ -214,6 +214,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
     if (payload != nullptr) {
         r.state = res_state::committed;
         r.payload = std::move(*payload);
+        r.shots = req.shots;
         r.lease_expires_ns = 0;
     } else {
         r.state = res_state::held;
@@ -469,7 +470,7 @@ result<reservation> ledger::release(std::string_view tenant, std::uint64_t id,
 
 result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
                                    std::uint64_t fencing_token, blob payload,
-                                   std::int64_t now_ns) {
+                                   std::int64_t now_ns, std::uint32_t shots) {
     auto o = checked(tenant, id, fencing_token, lease_check::must_be_live, now_ns);
     if (!o) {
         return std::move(o).err();
@@ -516,6 +517,7 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
         reservation& mr = _res.at(m);
         account(mr, -1);
         mr.payload = payload;
+        mr.shots = shots;
         account(mr, +1);
         set_state(mr, res_state::committed, "", now_ns, event_type::committed);
         mark_with_commit(mr, now_ns);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -61,18 +62,26 @@ TEST_F(store_test, everything_survives_a_restart_unchanged) {
             "p0", {calibration_window{5, t0_ns + 50 * s_ns, t0_ns + 150 * s_ns, 0.97, 500 * s_ns}},
             t0_ns));
         auto a = l->reserve("alice", req(10), "key-a", 0, t0_ns);
-        auto b = l->submit("bob", req(20), "", {1, 2, 3}, t0_ns);
+        auto with_shots = req(20);
+        with_shots.shots = 300;  // the request's shot count is kept with the job
+        auto b = l->submit("bob", with_shots, "", {1, 2, 3}, t0_ns);
         auto g = l->reserve_gang("carol", req(5), 3, "g", 0, t0_ns);
         auto c = l->reserve("alice", req(10), "", 0, t0_ns);
         ASSERT_TRUE(a && b && g && c);
         ASSERT_TRUE(l->release("alice", c->id, c->fencing_token, t0_ns));
-        ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {0, 255}, t0_ns));
+        ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {0, 255}, t0_ns, 7));
         before = snapshot(*l);
         windows = *l->calibration("p0", t0_ns);
     }
     auto l = open_at(t0_ns);
     ASSERT_TRUE(l);
     EXPECT_EQ(snapshot(*l), before);
+    for (const auto& r : before) {
+        ASSERT_NE(l->find(r.id), nullptr);
+        EXPECT_EQ(l->find(r.id)->shots, r.shots) << "reservation " << r.id;
+    }
+    EXPECT_EQ(std::count_if(before.begin(), before.end(), [](const reservation& r) { return r.shots == 300; }), 1);
+    EXPECT_EQ(std::count_if(before.begin(), before.end(), [](const reservation& r) { return r.shots == 7; }), 1);
     EXPECT_EQ(*l->calibration("p0", t0_ns), windows);
     EXPECT_INVARIANTS(*l);
     // Idempotency and counters continue across the restart.
@@ -135,12 +144,14 @@ TEST_F(store_test, schema_is_versioned_and_migrated) {
         ASSERT_TRUE(s);
         EXPECT_EQ((*s)->schema_version(), store::k_schema_version);
     }
-    // Pretend the file was written by schema 1 (before the index existed).
-    sql("DROP INDEX reservations_idempotency; UPDATE schema_version SET version = 1;");
+    // Pretend the file was written by schema 1 (before the index and the
+    // shots column existed).
+    sql("DROP INDEX reservations_idempotency; ALTER TABLE reservations DROP COLUMN shots;"
+        " UPDATE schema_version SET version = 1;");
     {
         auto s = store::open(_db);
         ASSERT_TRUE(s);
-        EXPECT_EQ((*s)->schema_version(), 2);
+        EXPECT_EQ((*s)->schema_version(), 3);
     }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(_db.c_str(), &db), SQLITE_OK);
@@ -375,6 +386,28 @@ TEST(store_failure, an_operation_whose_commit_fails_is_not_applied) {
     l.reset();
     std::error_code ec;
     std::filesystem::remove_all(tmpl, ec);
+}
+
+// A ledger written before the shot count was kept (schema 2) opens with
+// its jobs intact and shots 0 for each: not stated, the hand-over's default.
+TEST_F(store_test, a_schema_2_ledger_is_migrated_and_its_jobs_state_no_shot_count) {
+    std::uint64_t id = 0;
+    {
+        auto l = open_at(t0_ns);
+        ASSERT_TRUE(l);
+        auto r = req(20);
+        r.shots = 300;
+        auto b = l->submit("bob", r, "", {1, 2, 3}, t0_ns);
+        ASSERT_TRUE(b);
+        id = b->id;
+    }
+    sql("ALTER TABLE reservations DROP COLUMN shots; UPDATE schema_version SET version = 2;");
+    auto l = open_at(t0_ns);
+    ASSERT_TRUE(l);
+    ASSERT_NE(l->find(id), nullptr);
+    EXPECT_EQ(l->find(id)->state, res_state::committed);
+    EXPECT_EQ(l->find(id)->shots, 0U);
+    EXPECT_EQ(l->find(id)->payload, blob({1, 2, 3}));
 }
 
 }  // namespace

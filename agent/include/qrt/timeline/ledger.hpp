@@ -236,9 +236,11 @@ public:
                                   std::uint64_t fencing_token, std::int64_t now_ns);
     result<reservation> release(std::string_view tenant, std::uint64_t id,
                                 std::uint64_t fencing_token, std::int64_t now_ns);
-    // jobs.submit on a held reservation: attach the payload, held -> committed.
+    // jobs.submit on a held reservation: attach the payload (and the shot
+    // count the request states, 0: none), held -> committed.
     result<reservation> commit(std::string_view tenant, std::uint64_t id,
-                               std::uint64_t fencing_token, blob payload, std::int64_t now_ns);
+                               std::uint64_t fencing_token, blob payload, std::int64_t now_ns,
+                               std::uint32_t shots = 0);
     // jobs.submit one-shot: place and commit in one step.
     result<reservation> submit(std::string_view tenant, const request& req,
                                std::string_view idempotency_key, blob payload,
