@@ -1,7 +1,9 @@
 // rpc-remote-vs-echo: what the network listener (rpc.listen) costs, in one run.
 //
-//   1. the floor: a raw TCP echo server and client on 127.0.0.1 (one line
-//      out, the same line back);
+//   1. the floor: a raw TCP echo server and client on 127.0.0.1, or with
+//      --veth across a veth pair between two network namespaces the bench
+//      makes (server side 10.78.0.1, client side 10.78.0.2; needs root and
+//      iproute2), one line out, the same line back;
 //   2. qrtd's socket side (the real rpc server, engine and methods, in this
 //      process on its own event-loop thread, as bench/rpc/rpc-vs-echo) on
 //      its network listener, the connection authenticated with MUNGE first,
@@ -10,17 +12,24 @@
 //   3. the cost of authentication per connection: connect + auth.challenge
 //      + munge_encode + auth.munge (munged decodes, NSS, roles) until the
 //      result is read, against a bare TCP connect that reads the challenge;
-//      and munge_encode and munge_decode alone.
+//      and munge_encode and munge_decode alone;
+//   4. --reserve-clients K (default 4) authenticated connections, each
+//      pipelining --reserves slots.reserve (a window of 32 in flight) into
+//      a second agent whose ledger is durable (SQLite, group commit): the
+//      acknowledged reservations per second over TCP.
 // Round trips are one request at a time, the same raw line client for the
 // echo floor and the agent (it never parses replies).  Goal: remote p50 <=
 // 2x the TCP echo.  Needs a running munged (--munge-socket, default
-// libmunge's).  Prints a table and ends with ONE JSON line.
+// libmunge's).  Prints the load average, a table and ends with ONE JSON
+// line.
 //
 //   build/bench/rpc/rpc-remote-vs-echo [--munge-socket PATH] [--rtt-count 5000]
-//       [--connections 200] [--reservations 1000]
+//       [--connections 200] [--reservations 1000] [--veth]
+//       [--reserve-clients 4] [--reserves 500]
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <munge.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,8 +41,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -65,28 +76,98 @@ std::int64_t ns_since(clk::time_point t0) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - t0).count();
 }
 
+// Where the servers listen: 127.0.0.1, or the veth's server side.
+std::string g_server_addr = "127.0.0.1";
+
 int connect_tcp(std::uint16_t port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)::inet_pton(AF_INET, g_server_addr.c_str(), &a.sin_addr);
     if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        throw std::runtime_error(std::string("connect 127.0.0.1: ") + std::strerror(errno));
+        throw std::runtime_error("connect " + g_server_addr + ": " + std::strerror(errno));
     }
     const int one = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
 }
 
-// A TCP echo on 127.0.0.1, one connection at a time.
+// Two network namespaces joined by a veth pair, made with ip(8) and
+// removed at the end; enter() moves the calling thread (sockets keep the
+// namespace they were made in).
+class veth_pair {
+public:
+    veth_pair() {
+        const std::string tag = "qrtb" + std::to_string(::getpid());
+        _a = tag + "-srv";
+        _b = tag + "-cli";
+        _orig = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        const std::string cmds[] = {
+            "ip netns add " + _a, "ip netns add " + _b,
+            "ip -n " + _a + " link add eth0 type veth peer name eth0 netns " + _b,
+            "ip -n " + _a + " addr add 10.78.0.1/24 dev eth0",
+            "ip -n " + _b + " addr add 10.78.0.2/24 dev eth0",
+            "ip -n " + _a + " link set eth0 up", "ip -n " + _b + " link set eth0 up",
+            "ip -n " + _a + " link set lo up", "ip -n " + _b + " link set lo up"};
+        for (const auto& c : cmds) {
+            if (std::system((c + " 2>&1").c_str()) != 0) {
+                remove();
+                throw std::runtime_error("--veth: `" + c + "` failed (root and iproute2 needed)");
+            }
+        }
+        _fa = ::open(("/run/netns/" + _a).c_str(), O_RDONLY | O_CLOEXEC);
+        _fb = ::open(("/run/netns/" + _b).c_str(), O_RDONLY | O_CLOEXEC);
+        if (_orig < 0 || _fa < 0 || _fb < 0) {
+            remove();
+            throw std::runtime_error("--veth: cannot open the namespaces");
+        }
+    }
+    ~veth_pair() { remove(); }
+    veth_pair(const veth_pair&) = delete;
+    veth_pair& operator=(const veth_pair&) = delete;
+    void enter_server() const { enter(_fa); }
+    void enter_client() const { enter(_fb); }
+
+private:
+    static void enter(int fd) {
+        if (::setns(fd, CLONE_NEWNET) != 0) {
+            throw std::runtime_error(std::string("setns: ") + std::strerror(errno));
+        }
+    }
+    void remove() {
+        if (_orig >= 0) {
+            (void)::setns(_orig, CLONE_NEWNET);
+        }
+        for (int* fd : {&_fa, &_fb, &_orig}) {
+            if (*fd >= 0) {
+                ::close(*fd);
+                *fd = -1;
+            }
+        }
+        for (const auto& ns : {_a, _b}) {
+            if (!ns.empty()) {
+                (void)std::system(("ip netns del " + ns + " 2>/dev/null").c_str());
+            }
+        }
+        _a.clear();
+        _b.clear();
+    }
+    std::string _a;
+    std::string _b;
+    int _orig = -1;
+    int _fa = -1;
+    int _fb = -1;
+};
+
+// A TCP echo on the server address, one connection at a time.
 class echo_server {
 public:
     echo_server() {
         _listen = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        (void)::inet_pton(AF_INET, g_server_addr.c_str(), &a.sin_addr);
         socklen_t len = sizeof a;
         if (_listen < 0 || ::bind(_listen, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
             ::listen(_listen, 16) != 0 || ::getsockname(_listen, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
@@ -165,7 +246,7 @@ rtt measure(int fd, const std::string& line, int count) {
 std::unique_ptr<qrt::client::connection> open_remote(std::uint16_t port, const std::string& munge_socket) {
     qrt::client::connect_options co;
     co.munge_socket = munge_socket;
-    auto r = qrt::client::connection::open("tcp://127.0.0.1:" + std::to_string(port), co);
+    auto r = qrt::client::connection::open("tcp://" + g_server_addr + ":" + std::to_string(port), co);
     if (auto* e = std::get_if<qrt::client::call_error>(&r)) {
         throw std::runtime_error(e->message);
     }
@@ -173,6 +254,43 @@ std::unique_ptr<qrt::client::connection> open_remote(std::uint16_t port, const s
     const int flags = ::fcntl(c->fd(), F_GETFL);
     (void)::fcntl(c->fd(), F_SETFL, flags & ~O_NONBLOCK);
     return c;
+}
+
+// n slots.reserve pipelined on fd, `window` in flight; returns when every
+// reply is in.  Each its own key and not-before, so none collide.
+void pipelined_reserves(int fd, int client, int n, int window, std::int64_t base_ns) {
+    std::vector<char> buf(1 << 16);
+    int sent = 0;
+    int got = 0;
+    auto send_one = [&] {
+        const std::int64_t nb = base_ns + (static_cast<std::int64_t>(client) * n + sent) * 2'000'000;
+        const std::string line = R"({"jsonrpc":"2.0","id":)" + std::to_string(sent) +
+                                 R"(,"method":"slots.reserve","params":{"duration_ns":1000000,"qpus":["qpu0"],)"
+                                 R"("idempotency_key":"bench-)" +
+                                 std::to_string(client) + "-" + std::to_string(sent) +
+                                 R"(","not_before_ns":)" + std::to_string(nb) + "}}\n";
+        if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+            throw std::runtime_error("send");
+        }
+        ++sent;
+    };
+    while (sent < std::min(window, n)) {
+        send_one();
+    }
+    while (got < n) {
+        const ssize_t r = ::recv(fd, buf.data(), buf.size(), 0);
+        if (r <= 0) {
+            throw std::runtime_error("recv: closed");
+        }
+        for (ssize_t i = 0; i < r; ++i) {
+            if (buf[static_cast<std::size_t>(i)] == '\n') {
+                ++got;
+                if (sent < n) {
+                    send_one();
+                }
+            }
+        }
+    }
 }
 
 }  // namespace
@@ -187,7 +305,24 @@ int main(int argc, char** argv) {
     app.add_option("--rtt-count", count, "round trips per measurement");
     app.add_option("--connections", connections, "connections for the authentication cost");
     app.add_option("--reservations", reservations, "reservations in the ledger for slots.query");
+    bool veth = false;
+    int reserve_clients = 4;
+    int reserves = 500;
+    app.add_flag("--veth", veth, "across a veth pair between two network namespaces (root)");
+    app.add_option("--reserve-clients", reserve_clients, "connections for the durable reserve rate");
+    app.add_option("--reserves", reserves, "slots.reserve per connection");
+    app.footer("EXAMPLES\n  rpc-remote-vs-echo --munge-socket /tmp/m/sock\n"
+               "  rpc-remote-vs-echo --munge-socket /tmp/m/sock --veth --rtt-count 2000");
     CLI11_PARSE(app, argc, argv);
+    double load[3] = {0, 0, 0};
+    (void)::getloadavg(load, 3);
+    std::printf("load average %.2f %.2f %.2f\n", load[0], load[1], load[2]);
+    std::unique_ptr<veth_pair> pair;
+    if (veth) {
+        pair = std::make_unique<veth_pair>();
+        g_server_addr = "10.78.0.1";
+        pair->enter_server();
+    }
     spdlog::set_level(spdlog::level::warn);
 
     const auto dir = std::filesystem::temp_directory_path() / ("qrt-remote-bench-" + std::to_string(::getpid()));
@@ -195,15 +330,25 @@ int main(int argc, char** argv) {
     qrt::testing::test_agent_options ao;
     ao.socket_path = (dir / "qrtd.sock").string();
     ao.roles.scheduler = {"uid:" + std::to_string(::geteuid())};
-    ao.listen = "tcp://127.0.0.1:0";
+    ao.listen = "tcp://" + g_server_addr + ":0";
     ao.munge_socket = munge_socket;
     ao.max_connections = 4096;
     qrt::testing::test_agent agent(ao);
     const std::size_t placed = agent.prefill(reservations, 1'000'000, "qpu0");
     const std::uint16_t port = agent.tcp_port();
     std::thread loop_thread([&] { agent.loop().run(); });
+    // The durable one, for the reserve rate.
+    qrt::testing::test_agent_options dao = ao;
+    dao.socket_path = (dir / "durable.sock").string();
+    dao.store_path = (dir / "ledger.db").string();
+    qrt::testing::test_agent durable(dao);
+    const std::uint16_t dport = durable.tcp_port();
+    std::thread durable_thread([&] { durable.loop().run(); });
 
     echo_server echo;
+    if (pair) {
+        pair->enter_client();
+    }
     const std::string hello = R"({"jsonrpc":"2.0","id":1,"method":"agent.hello"})"
                               "\n";
     const std::string query = R"({"jsonrpc":"2.0","id":2,"method":"slots.query","params":{"duration_ns":1000000,"qpus":["qpu0"]}})"
@@ -262,13 +407,43 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    // Durable slots.reserve, K connections pipelining at once.
+    std::vector<std::unique_ptr<qrt::client::connection>> conns;
+    for (int i = 0; i < reserve_clients; ++i) {
+        conns.push_back(open_remote(dport, munge_socket));
+    }
+    const std::int64_t base_ns = rtcore::realtime_now_ns() + 10'000'000'000;
+    std::atomic<int> errors{0};
+    const auto r0 = clk::now();
+    {
+        std::vector<std::thread> ts;
+        for (int i = 0; i < reserve_clients; ++i) {
+            ts.emplace_back([&, i] {
+                try {
+                    pipelined_reserves(conns[static_cast<std::size_t>(i)]->fd(), i, reserves, 32, base_ns);
+                } catch (const std::exception& ex) {
+                    std::fprintf(stderr, "reserve client %d: %s\n", i, ex.what());
+                    ++errors;
+                }
+            });
+        }
+        for (auto& t : ts) {
+            t.join();
+        }
+    }
+    const double reserve_s = static_cast<double>(ns_since(r0)) / 1e9;
+    conns.clear();
+    const double reserve_rate = static_cast<double>(reserve_clients) * reserves / reserve_s;
+    durable.loop().stop();
+    durable_thread.join();
     agent.loop().stop();
     loop_thread.join();
     std::filesystem::remove_all(dir);
 
     const double a50 = quantile(auth_ns, 0.5);
     const double b50 = quantile(bare_ns, 0.5);
-    std::printf("%-34s %12s %12s %8s\n", "round trip (127.0.0.1)", "p50 us", "p99 us", "x echo");
+    const std::string where = pair ? "veth 10.78.0.2 -> .1" : "127.0.0.1";
+    std::printf("%-34s %12s %12s %8s\n", ("round trip (" + where + ")").c_str(), "p50 us", "p99 us", "x echo");
     std::printf("%-34s %12.1f %12.1f %8.2f\n", "TCP echo", e.p50 / 1e3, e.p99 / 1e3, 1.0);
     std::printf("%-34s %12.1f %12.1f %8.2f\n", "agent.hello (authenticated TCP)", h.p50 / 1e3, h.p99 / 1e3,
                 h.p50 / e.p50);
@@ -282,7 +457,14 @@ int main(int argc, char** argv) {
                 quantile(enc_ns, 0.99) / 1e3);
     std::printf("%-34s %12.1f %12.1f\n", "munge_decode + payload (server)", quantile(dec_ns, 0.5) / 1e3,
                 quantile(dec_ns, 0.99) / 1e3);
+    std::printf("\n%d clients x %d pipelined durable slots.reserve over TCP: %.0f acknowledged/s (%.2f s)\n",
+                reserve_clients, reserves, reserve_rate, reserve_s);
     const json out{{"bench", "rpc-remote-vs-echo"},
+                   {"path", pair ? "veth" : "loopback"},
+                   {"loadavg", {load[0], load[1], load[2]}},
+                   {"durable_reserve_clients", reserve_clients},
+                   {"durable_reserves_per_s", reserve_rate},
+                   {"durable_reserve_errors", errors.load()},
                    {"rtt_count", count},
                    {"echo_p50_ns", e.p50},
                    {"hello_p50_ns", h.p50},

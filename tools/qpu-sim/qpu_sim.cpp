@@ -61,6 +61,9 @@ struct options {
     bool busy_poll = false;
     bool json = false;
     std::string summary_file;
+    // One JSON line per job frame received, for tests that count what
+    // reached the QPU (job id, calibration id); written as jobs arrive.
+    std::string arrivals_file;
     // faults, for every N-th job (0 = never)
     std::uint64_t stall_every = 0;
     double stall_ms = 2000;
@@ -192,6 +195,14 @@ public:
     explicit simulator(options opt) : _opt(std::move(opt)) {}
 
     int run() {
+        if (!_opt.arrivals_file.empty()) {
+            _arrivals.reset(std::fopen(_opt.arrivals_file.c_str(), "we"));
+            if (_arrivals == nullptr) {
+                std::fprintf(stderr, "qpu-sim: --arrivals-file %s: %s\n", _opt.arrivals_file.c_str(),
+                             std::strerror(errno));
+                return 2;
+            }
+        }
         for (const auto& uri : _opt.listen) {
             auto addr = qrt::dispatch::parse_endpoint(uri);
             if (!addr) {
@@ -277,6 +288,7 @@ public:
             }
         }
         report();
+        _arrivals.reset();  // flushed and closed before the caller reads it
         return 0;
     }
 
@@ -397,6 +409,7 @@ private:
         const std::uint64_t seq = ++_c.jobs;
         wire::header job = f.hdr;
         job.arrival_ns = arrival_ns;
+        record_arrival(seq, job);
         const std::int64_t lateness_ns = arrival_ns - job.scheduled_ns;
         _lateness.record(lateness_ns);
         if (lateness_ns < 0) {
@@ -474,6 +487,18 @@ private:
         return true;
     }
 
+    // After the arrival stamp, so the stamp does not pay for the write.
+    void record_arrival(std::uint64_t seq, const wire::header& job) {
+        if (_arrivals == nullptr) {
+            return;
+        }
+        std::fprintf(_arrivals.get(),
+                     "{\"seq\":%" PRIu64 ",\"job_id\":%" PRIu64 ",\"calibration_id\":%" PRIu64
+                     ",\"scheduled_ns\":%" PRId64 ",\"arrival_ns\":%" PRId64 "}\n",
+                     seq, static_cast<std::uint64_t>(job.job_id), static_cast<std::uint64_t>(job.calibration_id),
+                     static_cast<std::int64_t>(job.scheduled_ns), static_cast<std::int64_t>(job.arrival_ns));
+    }
+
     void report() const {
         const rtcore::histogram_summary s = _lateness.summary();
         nlohmann::json j = {
@@ -527,7 +552,12 @@ private:
                     static_cast<double>(s.max_ns) / 1e3, s.stddev_ns / 1e3);
     }
 
+    struct file_closer {
+        void operator()(std::FILE* f) const { std::fclose(f); }
+    };
+
     options _opt;
+    std::unique_ptr<std::FILE, file_closer> _arrivals;
     counters _c;
     rtcore::histogram _lateness;
     std::vector<unique_fd> _listeners;
@@ -587,6 +617,9 @@ int main(int argc, char** argv) {
     app.add_flag("--busy-poll", opt.busy_poll, "spin on the sockets for tighter arrival stamps (burns a CPU)");
     app.add_flag("--json", opt.json, "print the exit summary as one JSON line");
     app.add_option("--summary-file", opt.summary_file, "also write the JSON summary to this file");
+    app.add_option("--arrivals-file", opt.arrivals_file,
+                   "write one JSON line per job frame received (seq, job_id, calibration_id, scheduled_ns, "
+                   "arrival_ns); complete once qpu-sim has exited");
     app.add_option("--stall-every", opt.stall_every, "hold back the RESULT of every N-th job for --stall-ms");
     app.add_option("--stall-ms", opt.stall_ms, "stall length in ms (default 2000)");
     app.add_option("--drop-every", opt.drop_every, "never answer every N-th job");

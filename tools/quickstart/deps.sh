@@ -42,6 +42,9 @@ QRT_PACKAGES=(
   # Slurm integration (tools/slurm, tests/integration/slurm): spank.h to
   # build spank_qrt.so, and the daemons the test runs on loopback.
   libslurm-dev slurmctld slurmd slurm-client munge
+  # The multi-node Slurm test (tests/integration/slurm/slurm_cluster.py):
+  # ip netns, veth and a bridge (iproute2), nsenter and unshare (util-linux).
+  iproute2 util-linux
   # Packaging (tools/package/build-deb.sh, ctest package_deb): build-time
   # only, never a dependency of the packages themselves.
   debhelper lintian

@@ -240,6 +240,92 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 	return say(msg, msg_len, -EINVAL, "unknown option --%s", name);
 }
 
+int qrt_slurm_node_url(const qrt_slurm_config *cfg, const char *node, char *buf, size_t len)
+{
+	size_t at = 0;
+	for (const char *p = cfg->node_url; *p != '\0'; ++p) {
+		const char *piece = p;
+		size_t n = 1;
+		if (p[0] == '%' && p[1] == 'n') {
+			piece = node;
+			n = strlen(node);
+			++p;
+		}
+		if (at + n >= len) {
+			return -ENOSPC;
+		}
+		memcpy(buf + at, piece, n);
+		at += n;
+	}
+	if (len == 0) {
+		return -ENOSPC;
+	}
+	buf[at] = '\0';
+	return 0;
+}
+
+int qrt_slurm_node_entry_format(const char *node, const qrt_slurm_held *h, char *buf, size_t len)
+{
+	char ids[QRT_SLURM_MAX_GANG * 21];
+	char qpus[QRT_SLURM_MAX_GANG * 65];
+	if (strpbrk(node, "|;") != NULL || qrt_slurm_ids_text(h, ids, sizeof(ids)) < 0 ||
+	    qrt_slurm_qpus_text(h, qpus, sizeof(qpus)) < 0) {
+		return -EINVAL;
+	}
+	return put(buf, len, "%s|%s|%" PRIu64 "|%s", node, ids, h->fencing_token, qpus);
+}
+
+int qrt_slurm_node_entry_parse(const char *text, int index, char *node, size_t node_len,
+			       qrt_slurm_held *out)
+{
+	const char *p = text;
+	for (int i = 0; i < index; ++i) {
+		p = strchr(p, ';');
+		if (p == NULL) {
+			return -ENOENT;
+		}
+		++p;
+	}
+	const char *end = strchr(p, ';');
+	const size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+	char entry[QRT_SLURM_MAX_GANG * 90 + 128];
+	if (n == 0 || n >= sizeof(entry)) {
+		return -EINVAL;
+	}
+	memcpy(entry, p, n);
+	entry[n] = '\0';
+	char *field[4];
+	char *save = NULL;
+	int k = 0;
+	for (char *t = strtok_r(entry, "|", &save); t != NULL && k < 4; t = strtok_r(NULL, "|", &save)) {
+		field[k++] = t;
+	}
+	if (k != 4 || copy(node, node_len, field[0]) < 0) {
+		return -EINVAL;
+	}
+	memset(out, 0, sizeof(*out));
+	uint64_t token = 0;
+	if (parse_u64(field[2], strlen(field[2]), &token) < 0) {
+		return -EINVAL;
+	}
+	out->fencing_token = token;
+	save = NULL;
+	for (char *t = strtok_r(field[1], ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		uint64_t id = 0;
+		if (out->n >= QRT_SLURM_MAX_GANG || parse_u64(t, strlen(t), &id) < 0 || id == 0) {
+			return -EINVAL;
+		}
+		out->member[out->n++].id = id;
+	}
+	int i = 0;
+	save = NULL;
+	for (char *t = strtok_r(field[3], ",", &save); t != NULL && i < out->n;
+	     t = strtok_r(NULL, ",", &save), ++i) {
+		copy(out->member[i].qpu, sizeof(out->member[i].qpu), t);
+	}
+	return out->n > 0 ? 0 : -EINVAL;
+}
+
 int qrt_slurm_checks_cpuset(const qrt_slurm_config *cfg)
 {
 	return cfg->cpuset_check && strncmp(cfg->socket, "tcp://", 6) != 0;
@@ -251,7 +337,8 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 	if (eq == NULL || eq == arg) {
 		return say(msg, msg_len, -EINVAL,
 			   "plugstack.conf argument '%s' is not key=value (keys: socket, state_dir, "
-			   "cluster, setup_margin, max_lease, submit_lead, timeout, cpuset_check)",
+			   "cluster, setup_margin, max_lease, submit_lead, timeout, cpuset_check, qrtd_node, "
+			   "qrtd_nodes, lease)",
 			   arg);
 	}
 	const size_t klen = (size_t)(eq - arg);
@@ -279,12 +366,47 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		}
 		return 0;
 	}
+	if (KEY("qrtd_node")) {
+		const char *colon = strrchr(v, ':');
+		if (strncmp(v, "tcp://", 6) != 0 || strstr(v, "%n") == NULL || colon == NULL ||
+		    colon < v + 6) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf qrtd_node='%s': "
+				   "tcp://HOST:PORT with %%n for the node's name is required "
+				   "(e.g. tcp://%%n:7071)", v);
+		}
+		if (copy(cfg->node_url, sizeof(cfg->node_url), v) < 0) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf qrtd_node: longer than %zu "
+				   "bytes", sizeof(cfg->node_url) - 1);
+		}
+		return 0;
+	}
+	if (KEY("qrtd_nodes")) {
+		if (v[0] == '\0' || strpbrk(v, " \t") != NULL ||
+		    copy(cfg->node_list, sizeof(cfg->node_list), v) < 0) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf qrtd_nodes='%s': a Slurm "
+				   "host list (e.g. qpu[1-4]) of 1 to %zu characters", v,
+				   sizeof(cfg->node_list) - 1);
+		}
+		return 0;
+	}
 	if (KEY("cluster")) {
 		if (v[0] == '\0' || copy(cfg->cluster, sizeof(cfg->cluster), v) < 0 ||
 		    strpbrk(v, ": \t") != NULL) {
 			return say(msg, msg_len, -EINVAL, "plugstack.conf cluster='%s': 1 to %zu "
 				   "characters without ':' or spaces", v, sizeof(cfg->cluster) - 1);
 		}
+		return 0;
+	}
+	if (KEY("lease")) {
+		int64_t ns = 0;
+		if (qrt_slurm_parse_duration(v, &ns, inner, sizeof(inner)) < 0) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf lease: %s", inner);
+		}
+		if (ns < 3 * NS_PER_S) {
+			return say(msg, msg_len, -EINVAL, "plugstack.conf lease='%s': at least 3s "
+				   "(srun renews it every third)", v);
+		}
+		cfg->heartbeat_lease_ns = ns;
 		return 0;
 	}
 	if (KEY("setup_margin") || KEY("max_lease") || KEY("timeout") || KEY("submit_lead")) {
@@ -322,7 +444,8 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 #undef KEY
 	return say(msg, msg_len, -EINVAL,
 		   "plugstack.conf: unknown argument '%.*s' (keys: socket, state_dir, cluster, "
-		   "setup_margin, max_lease, submit_lead, timeout, cpuset_check)",
+		   "setup_margin, max_lease, submit_lead, timeout, cpuset_check, qrtd_node, "
+		   "qrtd_nodes, lease)",
 		   (int)klen, arg);
 }
 

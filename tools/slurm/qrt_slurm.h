@@ -42,6 +42,15 @@ typedef struct qrt_slurm_config {
 				 * in start order) */
 	int timeout_ms;        /* timeout=DUR; default 5 s, per call */
 	int cpuset_check;      /* cpuset_check=yes|no; default yes */
+	char node_url[256];    /* qrtd_node=tcp://%n:PORT; default "" (off): every node of
+				* a step has its own qrtd there, and srun gives the
+				* step one common start on all of them */
+	char node_list[256];   /* qrtd_nodes=HOSTLIST; default "" (every node): the
+				* nodes qrtd_node= applies to */
+	int64_t heartbeat_lease_ns; /* lease=DUR; default 0 (off): what srun reserves
+				     * gets this lease, renewed by srun every third
+				     * of it until the step ends, instead of a lease
+				     * to the job's time limit */
 } qrt_slurm_config;
 
 /* The job's --qpu-* options, parsed.  *_set say whether the user gave
@@ -96,6 +105,19 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
  * reports: with cpuset_check=yes and a local socket only.  A tcp:// qrtd is
  * another node's, whose dispatch CPUs say nothing about this node's. */
 int qrt_slurm_checks_cpuset(const qrt_slurm_config *cfg);
+
+/* qrtd_node='s URL for one node: every %n replaced by node. */
+int qrt_slurm_node_url(const qrt_slurm_config *cfg, const char *node, char *buf, size_t len);
+
+/* The per-node reservations of a common-start step, as srun passes them to
+ * every node (QRT_NODE_RESERVATIONS): "node|ids|token|qpus" entries joined
+ * by ';', in the step's node order (ids and qpus comma-separated). */
+int qrt_slurm_node_entry_format(const char *node, const qrt_slurm_held *h, char *buf,
+                                size_t len);
+/* Entry number index (the step's relative node id) of text: its node name
+ * and reservation (key, times and lease are left to the caller). */
+int qrt_slurm_node_entry_parse(const char *text, int index, char *node, size_t node_len,
+                               qrt_slurm_held *out);
 
 void qrt_slurm_options_default(qrt_slurm_options *o);
 

@@ -150,6 +150,7 @@ class E2E(unittest.TestCase):
             f.write((CONFIG + qpu).format(dir=self.dir, uid=os.getuid(), submit=self.submit_mode,
                                           mode="tuned" if os.geteuid() == 0 else "untuned"))
         self.summary = os.path.join(self.dir, "sim.json")
+        self.arrivals = os.path.join(self.dir, "arrivals.jsonl")  # one line per job frame at qpu-sim
         self.procs = []
         self.sim = self.start_sim()
         self.qrtd = None
@@ -168,7 +169,8 @@ class E2E(unittest.TestCase):
     def start_sim(self):
         args = [QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock",
                 "--listen", f"unix://{self.dir}/qpu1.sock", "--json",
-                "--summary-file", self.summary, "--duration-s", "110"]
+                "--summary-file", self.summary, "--duration-s", "110",
+                "--arrivals-file", self.arrivals]
         if os.geteuid() == 0:
             # Prompt arrival stamps on a loaded host; the control
             # electronics' endpoint for group qrt (the daemon), set by
@@ -218,6 +220,11 @@ class E2E(unittest.TestCase):
         self.sim.wait(15)
         with open(self.summary) as f:
             return json.load(f)
+
+    def arrived(self):
+        """qpu-sim's arrivals (after stop_sim): one dict per job frame."""
+        with open(self.arrivals) as f:
+            return [json.loads(line) for line in f if line.strip()]
 
     def require_tuned(self, c):
         """These runs assert that every job completes: that holds for the

@@ -84,6 +84,25 @@ def wait_for(pred, timeout_s, step_s=0.1):
     return pred()
 
 
+def stepds_under(directory):
+    """The slurmstepd processes holding a file under directory open (the
+    spool of a slurmd that a lab started): its own, to be killed by PID."""
+    pids = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                if not f.read().startswith(b"slurmstepd:"):
+                    continue
+            fds = os.listdir(f"/proc/{e}/fd")
+            if any(os.readlink(f"/proc/{e}/fd/{fd}").startswith(directory) for fd in fds):
+                pids.append(int(e))
+        except OSError:
+            continue
+    return pids
+
+
 QPU_CONFIG = """
 [[qpu]]
 name = "qpu{i}"
@@ -464,20 +483,7 @@ class Lab:
             p.wait()
 
     def _our_stepds(self):
-        pids = []
-        for e in os.listdir("/proc"):
-            if not e.isdigit():
-                continue
-            try:
-                with open(f"/proc/{e}/cmdline", "rb") as f:
-                    if not f.read().startswith(b"slurmstepd:"):
-                        continue
-                fds = os.listdir(f"/proc/{e}/fd")
-                if any(os.readlink(f"/proc/{e}/fd/{fd}").startswith(self.dir) for fd in fds):
-                    pids.append(int(e))
-            except OSError:
-                continue
-        return pids
+        return stepds_under(self.dir)
 
     @staticmethod
     def _qrt_cgroups():

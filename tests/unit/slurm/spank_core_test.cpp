@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -283,3 +284,59 @@ TEST(spank_core, the_failure_message_says_why_what_was_asked_and_the_next_start)
 }
 
 }  // namespace
+
+TEST(spank_core, qrtd_node_names_each_nodes_qrtd_and_entries_round_trip) {
+    auto c = config();
+    char msg[QRT_SLURM_MSG];
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "qrtd_node=tcp://%n:7470", msg, sizeof msg), 0) << msg;
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "qrtd_nodes=qpu[1-2]", msg, sizeof msg), 0) << msg;
+    EXPECT_STREQ(c.node_list, "qpu[1-2]");
+    char url[256];
+    ASSERT_EQ(qrt_slurm_node_url(&c, "qpu2", url, sizeof url), 0);
+    EXPECT_STREQ(url, "tcp://qpu2:7470");
+    char tiny[8];
+    EXPECT_EQ(qrt_slurm_node_url(&c, "qpu2", tiny, sizeof tiny), -ENOSPC);
+    // Without %n every node would share one qrtd: that is socket=.
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "qrtd_node=tcp://qpu1:7470", msg, sizeof msg), -EINVAL);
+    EXPECT_NE(std::string(msg).find("%n"), std::string::npos) << msg;
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "qrtd_node=/run/%n.sock", msg, sizeof msg), -EINVAL);
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "qrtd_nodes=", msg, sizeof msg), -EINVAL);
+    ASSERT_EQ(qrt_slurm_config_arg(&c, "lease=30s", msg, sizeof msg), 0) << msg;
+    EXPECT_EQ(c.heartbeat_lease_ns, 30'000'000'000);
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "lease=1s", msg, sizeof msg), -EINVAL);
+    EXPECT_NE(std::string(msg).find("at least 3s"), std::string::npos) << msg;
+
+    qrt_slurm_held a{};
+    a.n = 1;
+    a.member[0].id = 12;
+    std::snprintf(a.member[0].qpu, sizeof a.member[0].qpu, "qpu1-q0");
+    a.fencing_token = 7;
+    qrt_slurm_held b{};
+    b.n = 2;
+    b.member[0].id = 3;
+    b.member[1].id = 4;
+    std::snprintf(b.member[0].qpu, sizeof b.member[0].qpu, "q0");
+    std::snprintf(b.member[1].qpu, sizeof b.member[1].qpu, "q1");
+    b.fencing_token = 9;
+    char e1[256];
+    char e2[256];
+    ASSERT_EQ(qrt_slurm_node_entry_format("qpu1", &a, e1, sizeof e1), 0);
+    ASSERT_EQ(qrt_slurm_node_entry_format("qpu2", &b, e2, sizeof e2), 0);
+    EXPECT_STREQ(e1, "qpu1|12|7|qpu1-q0");
+    const std::string both = std::string(e1) + ";" + e2;
+    char node[64];
+    qrt_slurm_held got{};
+    ASSERT_EQ(qrt_slurm_node_entry_parse(both.c_str(), 1, node, sizeof node, &got), 0);
+    EXPECT_STREQ(node, "qpu2");
+    EXPECT_EQ(got.n, 2);
+    EXPECT_EQ(got.member[1].id, 4u);
+    EXPECT_STREQ(got.member[1].qpu, "q1");
+    EXPECT_EQ(got.fencing_token, 9u);
+    ASSERT_EQ(qrt_slurm_node_entry_parse(both.c_str(), 0, node, sizeof node, &got), 0);
+    EXPECT_STREQ(node, "qpu1");
+    EXPECT_EQ(got.member[0].id, 12u);
+    EXPECT_EQ(qrt_slurm_node_entry_parse(both.c_str(), 2, node, sizeof node, &got), -ENOENT);
+    EXPECT_EQ(qrt_slurm_node_entry_parse("qpu1|x|7|q", 0, node, sizeof node, &got), -EINVAL);
+    EXPECT_EQ(qrt_slurm_node_entry_parse("qpu1|1|7", 0, node, sizeof node, &got), -EINVAL);
+    EXPECT_EQ(qrt_slurm_node_entry_format("a|b", &a, e1, sizeof e1), -EINVAL);
+}
