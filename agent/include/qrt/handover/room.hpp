@@ -51,20 +51,17 @@ struct qpu_target {
 };
 
 // What agent.status and the metrics show of one QPU's hand-over.
+// Outcomes by kind (sent: written to a write-only endpoint, no result).
 struct qpu_counts {
     std::uint64_t calibration_id = 0;  // what the link's guard holds
     std::size_t in_flight = 0;         // handed over, no outcome yet
-    std::uint64_t completed = 0;
-    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
-    std::uint64_t failed = 0;
-    std::uint64_t missed = 0;
+    std::uint64_t completed = 0, sent = 0, failed = 0, missed = 0;
 };
 
+// The pump's reports as the room took them; ledger_errors: transitions the
+// outcomes could not make; max_plan_publish_ns: the longest sync().
 struct room_counts {
-    std::uint64_t handed = 0;
-    std::uint64_t refused_by_dispatcher = 0;
-    std::uint64_t missed_before_handover = 0;
-    std::uint64_t ledger_errors = 0;  // ledger transitions the outcomes could not make
+    std::uint64_t handed = 0, refused_by_dispatcher = 0, missed_before_handover = 0, ledger_errors = 0;
     std::int64_t max_plan_publish_ns = 0;
 };
 
