@@ -377,14 +377,16 @@ pump_stats job_pump::stats() const {
         std::lock_guard<rtcore::pi_mutex> lk(_sched_mu);
         s.sched = _sched;
     }
-    s.ticks = _ticks.load(std::memory_order_relaxed);
-    s.ticks_skipped = _ticks_skipped.load(std::memory_order_relaxed);
-    s.max_lateness_ns = _max_lateness_ns.load(std::memory_order_relaxed);
-    s.max_work_ns = _max_work_ns.load(std::memory_order_relaxed);
-    s.plan_jobs = _plan_jobs.load(std::memory_order_relaxed);
-    s.plans_taken = _plans_taken.load(std::memory_order_relaxed);
-    s.deferred = _deferred.load(std::memory_order_relaxed);
-    s.refused_transitions = _refused_transitions.load(std::memory_order_relaxed);
+    // Counters only: each is read on its own (relaxed), none orders another.
+    const auto now = [](const auto& counter) { return counter.load(std::memory_order_relaxed); };
+    s.ticks = now(_ticks);
+    s.ticks_skipped = now(_ticks_skipped);
+    s.max_lateness_ns = now(_max_lateness_ns);
+    s.max_work_ns = now(_max_work_ns);
+    s.plan_jobs = now(_plan_jobs);
+    s.plans_taken = now(_plans_taken);
+    s.deferred = now(_deferred);
+    s.refused_transitions = now(_refused_transitions);
     return s;
 }
 
