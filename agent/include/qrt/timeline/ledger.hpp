@@ -521,6 +521,10 @@ private:
     std::uint64_t _latest_seq = 0;
     std::uint64_t _durable_seq = 0;
     // Changes queued to the writer, in order: their reservations and events.
+    // The group commit's own record, before a job is planned at all: it
+    // stays here, not in the hand-over table (qrt/handover/handover_table.hpp),
+    // because it tracks changes to rows, not jobs on their way to a QPU, and
+    // the writer thread's answers resolve it.
     struct in_flight {
         std::uint64_t seq = 0;
         std::vector<std::uint64_t> ids;
@@ -561,7 +565,10 @@ private:
     void on_mark(std::int64_t mark_ns, bool ok);
     rtcore::histogram _commit_ns;
     std::uint64_t _commits_failed = 0;
-    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change
+    // id -> seq of its last change not yet durable (change_seq_of): the
+    // hand-over plans only what is absent here.  Durability, not hand-over
+    // state, so not in the hand-over table.
+    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;
     // Shared with the writer's posted callbacks: false once the ledger is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 
