@@ -1,6 +1,6 @@
 // The daemon's services, wired: start-up in order, stop in reverse (see
-// services.hpp).  The hand-over is in handover.cpp, status in
-// services_status.cpp.
+// services.hpp).  The hand-over is agent/src/handover (handover::room),
+// status in services_status.cpp.
 
 #include "services.hpp"
 #include "services_internal.hpp"
