@@ -9,43 +9,16 @@
 #include <utility>
 
 #include "rtcore/irq.hpp"
-#include "rtcore/isolation.hpp"
+#include "rtcore/task_move.hpp"
 #include "rtcore/text.hpp"
 
 namespace rtcore {
 
 namespace {
 
-constexpr std::string_view wq_dir = "/sys/devices/virtual/workqueue";
-constexpr std::string_view wq_global = "/sys/devices/virtual/workqueue/cpumask";
-constexpr std::string_view stat_interval = "/proc/sys/vm/stat_interval";
-constexpr std::string_view timer_migration = "/proc/sys/kernel/timer_migration";
-constexpr std::string_view watchdog_cpumask = "/proc/sys/kernel/watchdog_cpumask";
-constexpr std::string_view rt_runtime = "/proc/sys/kernel/sched_rt_runtime_us";
-constexpr std::string_view mce_dir = "/sys/devices/system/machinecheck";
-constexpr std::string_view fair_server_dir = "/sys/kernel/debug/sched/fair_server";
+using namespace knob_path;
 
 constexpr std::size_t max_names = 16;
-
-// One component of a workqueue name as sysfs shows it.
-bool wq_name(std::string_view s) {
-    if (s.empty() || s.size() > 64 || s.front() == '.' || s == "power" || s == "subsystem") {
-        return false;
-    }
-    return std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-               c == '-' || c == '.' || c == ':';
-    });
-}
-
-// "<prefix><middle><suffix>" with middle accepted by ok.
-bool shaped(std::string_view p, std::string_view prefix, std::string_view suffix, bool (*ok)(std::string_view)) {
-    if (p.size() <= prefix.size() + suffix.size() || p.substr(0, prefix.size()) != prefix ||
-        p.substr(p.size() - suffix.size()) != suffix) {
-        return false;
-    }
-    return ok(p.substr(prefix.size(), p.size() - prefix.size() - suffix.size()));
-}
 
 // One knob file to set: what it is, where, the value isolation wants.
 struct instance {
@@ -85,7 +58,7 @@ std::vector<instance> instances(const host_fs& fs, const cpu_set& isolated, cons
         if (auto ents = fs.list(wq_dir)) {
             for (const auto& e : *ents) {
                 const std::string f = join_path(join_path(wq_dir, e), "cpumask");
-                if (wq_name(e) && fs.is_dir(join_path(wq_dir, e)) && fs.exists(f)) {
+                if (workqueue_name(e) && fs.is_dir(join_path(wq_dir, e)) && fs.exists(f)) {
                     out.push_back({"workqueue " + e + " cpumask", f, knob_form::cpumask, mask,
                                    "its unbound workers run on housekeeping CPUs only", false, ""});
                 }
@@ -233,112 +206,33 @@ status move_kthreads(host_fs& fs, task_ops& tasks, restore_journal& journal, con
         return st;
     }
     for (const auto& c : todo) {
-        if (fs.dry_run()) {
-            ++out.moved;
-            add_name(out.moved_names, c.task);
-            continue;
-        }
-        auto st = tasks.set_affinity(c.task.tid, c.to);
-        if (st) {
-            ++out.moved;
-            add_name(out.moved_names, c.task);
-            continue;
-        }
-        const int e = st.err().code;
-        if (e == ESRCH) {
-            ++out.gone;
-        } else if (e == EINVAL) {
-            // The kernel fixed it although its flags did not say so: never again.
-            ++out.not_movable;
-            add_name(out.not_movable_names, c.task);
-            recs.emplace_back(rec::nomove{c.task.tid, c.task.start_ticks});
-        } else {
-            ++out.failed;
-            if (out.failure.empty()) {
-                out.failure = st.err().message + " (" + name_of(c.task) + ")";
-            }
+        error why;
+        switch (make_move(fs, tasks, c, why)) {
+            case move_outcome::moved:
+                ++out.moved;
+                add_name(out.moved_names, c.task);
+                break;
+            case move_outcome::gone:
+                ++out.gone;
+                break;
+            case move_outcome::refused:
+                // The kernel fixed it although its flags did not say so: never again.
+                ++out.not_movable;
+                add_name(out.not_movable_names, c.task);
+                recs.emplace_back(rec::nomove{c.task.tid, c.task.start_ticks});
+                break;
+            case move_outcome::failed:
+                ++out.failed;
+                if (out.failure.empty()) {
+                    out.failure = why.message + " (" + name_of(c.task) + ")";
+                }
+                break;
         }
     }
     return append_batch(journal, recs);
 }
 
 }  // namespace
-
-bool enable_knob(knob_options& o, std::string_view name) {
-    if (name == "workqueues") {
-        o.workqueues = true;
-    } else if (name == "kthreads") {
-        o.kthreads = true;
-    } else if (name == "vm_stat_interval") {
-        o.vm_stat_interval = true;
-    } else if (name == "timer_migration") {
-        o.timer_migration = true;
-    } else if (name == "watchdog_cpumask") {
-        o.watchdog_cpumask = true;
-    } else if (name == "mce_ignore_ce") {
-        o.mce_ignore_ce = true;
-    } else {
-        return false;
-    }
-    return true;
-}
-
-std::optional<knob_path_info> knob_at(std::string_view p) {
-    if (p == wq_global) {
-        return knob_path_info{"workqueue cpumask", knob_form::cpumask};
-    }
-    if (shaped(p, "/sys/devices/virtual/workqueue/", "/cpumask", wq_name)) {
-        return knob_path_info{"workqueue cpumask", knob_form::cpumask};
-    }
-    if (p == stat_interval) {
-        return knob_path_info{"vm.stat_interval", knob_form::integer};
-    }
-    if (p == timer_migration) {
-        return knob_path_info{"kernel.timer_migration", knob_form::integer};
-    }
-    if (p == watchdog_cpumask) {
-        return knob_path_info{"kernel.watchdog_cpumask", knob_form::cpulist};
-    }
-    if (p == rt_runtime) {
-        return knob_path_info{"kernel.sched_rt_runtime_us", knob_form::integer};
-    }
-    if (shaped(p, "/sys/devices/system/machinecheck/machinecheck", "/ignore_ce", decimal_id)) {
-        return knob_path_info{"machinecheck ignore_ce", knob_form::integer};
-    }
-    if (shaped(p, "/sys/kernel/debug/sched/fair_server/cpu", "/runtime", decimal_id)) {
-        return knob_path_info{"fair server runtime", knob_form::integer};
-    }
-    return std::nullopt;
-}
-
-bool same_knob_value(knob_form form, std::string_view a, std::string_view b) {
-    a = trim(a);
-    b = trim(b);
-    if (a == b) {
-        return true;
-    }
-    switch (form) {
-        case knob_form::cpumask: {
-            auto x = cpu_set::parse_mask(a);
-            auto y = cpu_set::parse_mask(b);
-            return x && y && *x == *y;
-        }
-        case knob_form::cpulist: {
-            auto x = cpu_set::parse_list(a);
-            auto y = cpu_set::parse_list(b);
-            return x && y && *x == *y;
-        }
-        case knob_form::integer: {
-            long long x = 0;
-            long long y = 0;
-            auto [pa, ea] = std::from_chars(a.data(), a.data() + a.size(), x);
-            auto [pb, eb] = std::from_chars(b.data(), b.data() + b.size(), y);
-            return ea == std::errc{} && eb == std::errc{} && pa == a.data() + a.size() &&
-                   pb == b.data() + b.size() && x == y;
-        }
-    }
-    return false;
-}
 
 const char* to_string(knob_outcome::action a) {
     switch (a) {

@@ -283,22 +283,6 @@ status apply_v1(host_fs& fs, task_ops& tasks, restore_journal& journal, const cg
 
 // ------------------------------------------------------------ fence
 
-}  // namespace
-
-affinity_move plan_move_off(const restore_journal& journal, const task_info& t, const cpu_set& from,
-                            const cpu_set& isolated, const cpu_set& housekeeping, std::vector<journal_record>& recs) {
-    cpu_set to = from - isolated;
-    if (to.empty()) {
-        to = housekeeping;
-    }
-    if (!journal.has_task(t.tid, t.start_ticks)) {
-        recs.emplace_back(rec::aff{t.tid, t.start_ticks, from, to});
-    }
-    return affinity_move{t, from, to};
-}
-
-namespace {
-
 // Whether t is one of the caller's own real-time threads, on the CPU planned
 // for it (rt_exemption); claimed holds the CPUs already taken in this sweep.
 bool own_rt_thread(const host_fs& fs, task_ops& tasks, const rt_exemption& own, const task_info& t,
@@ -360,28 +344,26 @@ status sweep_fence(host_fs& fs, task_ops& tasks, restore_journal& journal, const
     }
     std::string refused_example;
     for (const auto& c : todo) {
-        if (fs.dry_run()) {
-            rep.lines.push_back("isolation: would set affinity of task " + std::to_string(c.task.tid) + " (" +
-                                c.task.comm + ") " + c.from.to_list() + " -> " + c.to.to_list());
-            ++rep.tasks_moved;
-            continue;
-        }
-        auto st = tasks.set_affinity(c.task.tid, c.to);
-        if (st) {
-            ++rep.tasks_moved;
-            continue;
-        }
-        const int e = st.err().code;
-        if (e == ESRCH) {
-            ++rep.tasks_gone;
-        } else if (e == EINVAL) {
-            ++rep.tasks_refused;
-            if (refused_example.empty()) {
-                refused_example =
-                    "task " + std::to_string(c.task.tid) + " (" + c.task.comm + "): " + st.err().message;
-            }
-        } else {
-            return error{e, st.err().message + " (fencing task " + c.task.comm + ")"};
+        error why;
+        switch (make_move(fs, tasks, c, why)) {
+            case move_outcome::moved:
+                if (fs.dry_run()) {
+                    rep.lines.push_back("isolation: would set affinity of task " + std::to_string(c.task.tid) +
+                                        " (" + c.task.comm + ") " + c.from.to_list() + " -> " + c.to.to_list());
+                }
+                ++rep.tasks_moved;
+                break;
+            case move_outcome::gone:
+                ++rep.tasks_gone;
+                break;
+            case move_outcome::refused:
+                ++rep.tasks_refused;
+                if (refused_example.empty()) {
+                    refused_example = "task " + std::to_string(c.task.tid) + " (" + c.task.comm + "): " + why.message;
+                }
+                break;
+            case move_outcome::failed:
+                return error{why.code, why.message + " (fencing task " + c.task.comm + ")"};
         }
     }
     rep.lines.push_back("isolation: fenced " + std::to_string(rep.tasks_moved) + " tasks off CPUs " +
@@ -458,55 +440,6 @@ std::string why_unavailable(const host_fs& fs, const restore_journal* journal, c
 }
 
 }  // namespace
-
-cgroup_mounts find_cgroup_mounts(const host_fs& fs) {
-    cgroup_mounts m;
-    if (auto text = fs.read("/proc/mounts")) {
-        std::string_view rest = *text;
-        while (!rest.empty()) {
-            const auto nl = rest.find('\n');
-            const auto line = rest.substr(0, nl);
-            rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-            // device mountpoint type options dump pass
-            std::vector<std::string_view> f;
-            std::size_t pos = 0;
-            while (pos < line.size() && f.size() < 4) {
-                const auto sp = line.find(' ', pos);
-                f.push_back(line.substr(pos, sp == std::string_view::npos ? std::string_view::npos : sp - pos));
-                if (sp == std::string_view::npos) {
-                    break;
-                }
-                pos = sp + 1;
-            }
-            if (f.size() < 4) {
-                continue;
-            }
-            if (f[2] == "cgroup2" && m.v2_root.empty()) {
-                m.v2_root = std::string(f[1]);
-            } else if (f[2] == "cgroup" && m.v1_cpuset_root.empty()) {
-                std::string opts(f[3]);
-                for (auto& ch : opts) {
-                    if (ch == ',') {
-                        ch = ' ';
-                    }
-                }
-                if (has_word(opts, "cpuset")) {
-                    m.v1_cpuset_root = std::string(f[1]);
-                }
-            }
-        }
-        return m;
-    }
-    if (fs.exists("/sys/fs/cgroup/cgroup.controllers")) {
-        m.v2_root = "/sys/fs/cgroup";
-    } else if (fs.exists("/sys/fs/cgroup/unified/cgroup.controllers")) {
-        m.v2_root = "/sys/fs/cgroup/unified";
-    }
-    if (fs.exists("/sys/fs/cgroup/cpuset/cpuset.cpus")) {
-        m.v1_cpuset_root = "/sys/fs/cgroup/cpuset";
-    }
-    return m;
-}
 
 result<isolation_report> apply_isolation(host_fs& fs, task_ops& tasks, restore_journal& journal,
                                          const cpu_set& isolated, const cpu_set& housekeeping,

@@ -2,7 +2,7 @@
 
 #include "rtcore/journal_undo.hpp"
 
-#include "rtcore/host_knobs.hpp"
+#include "rtcore/knob_catalogue.hpp"
 #include "rtcore/text.hpp"
 
 #include <unistd.h>

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "rtcore/host_knobs.hpp"
-#include "rtcore/isolation.hpp"
+#include "rtcore/cgroup_mounts.hpp"
+#include "rtcore/knob_catalogue.hpp"
 #include "rtcore/text.hpp"
 
 namespace rtcore {

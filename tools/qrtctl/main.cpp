@@ -1,5 +1,6 @@
-// qrtctl: the scheduler/admin client of qrtd.  All logic is in qrtctl.cpp
-// (a library, so tests run it in-process); only this file exits.
+// qrtctl: the scheduler/admin client of qrtd.  All logic is in qrtctl_lib
+// (qrtctl.cpp and the cmd_*.cpp it runs; a library, so tests run it
+// in-process); only this file exits.
 #include <iostream>
 #include <string>
 #include <vector>

@@ -163,7 +163,7 @@ struct host_config {
     unsigned lock_wait_s = 0;             // wait for the host lock
     std::string locality_device;          // PCI bus id or interface; "" none
     // The runtime knobs of tuned's cpu-partitioning profile to apply
-    // (rtcore/host_knobs.hpp names), and whether to turn RT throttling off.
+    // (rtcore/knob_catalogue.hpp names), and whether to turn RT throttling off.
     std::vector<std::string> runtime_knobs;
     bool disable_rt_throttling = false;
     bool operator==(const host_config&) const = default;

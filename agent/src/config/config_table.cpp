@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "rtcore/host_knobs.hpp"
+#include "rtcore/knob_catalogue.hpp"
 
 namespace qrt {
 namespace {
@@ -903,119 +903,8 @@ std::vector<config_option> build_table() {
 
 }  // namespace
 
-std::string toml_quote(std::string_view s) {
-    std::string out = "\"";
-    for (const char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            case '\r': out += "\\r"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-                    out += fmt::format("\\u{:04X}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-                } else {
-                    out += c;
-                }
-        }
-    }
-    out += '"';
-    return out;
-}
-
-namespace {
-
-// 30000000000 -> "30_000_000_000"; short numbers stay as they are.
-std::string group_digits(std::int64_t v) {
-    std::string digits = std::to_string(v < 0 ? -v : v);
-    if (digits.size() <= 4) {
-        return v < 0 ? "-" + digits : digits;
-    }
-    std::string out;
-    const std::size_t lead = digits.size() % 3 == 0 ? 3 : digits.size() % 3;
-    out += digits.substr(0, lead);
-    for (std::size_t i = lead; i < digits.size(); i += 3) {
-        out += '_';
-        out += digits.substr(i, 3);
-    }
-    return v < 0 ? "-" + out : out;
-}
-
-std::string duration_words(std::int64_t ns) {
-    struct unit {
-        std::int64_t ns;
-        const char* name;
-    };
-    static constexpr unit units[] = {{24 * hour, "d"}, {hour, "h"}, {60 * sec, "min"},
-                                     {sec, "s"},       {ms, "ms"},  {us, "us"}};
-    if (ns <= 0) {
-        return {};
-    }
-    for (const auto& u : units) {
-        if (ns >= u.ns && ns % u.ns == 0) {
-            return fmt::format("{} {}", ns / u.ns, u.name);
-        }
-    }
-    return {};
-}
-
-}  // namespace
-
-std::string_view to_string(option_kind kind) noexcept {
-    switch (kind) {
-        case option_kind::boolean: return "boolean";
-        case option_kind::integer: return "integer";
-        case option_kind::duration_ns: return "duration";
-        case option_kind::real: return "float";
-        case option_kind::string: return "string";
-        case option_kind::enumeration: return "string";
-        case option_kind::cpu_list: return "string";
-        case option_kind::string_list: return "array of strings";
-    }
-    return "?";
-}
-
 std::string config_option::full_name() const {
     return fmt::format("{}.{}", section, key);
-}
-
-std::string config_option::range_text() const {
-    switch (kind) {
-        case option_kind::integer:
-        case option_kind::duration_ns:
-            return fmt::format("{}..{}", min, max);
-        case option_kind::real:
-            return fmt::format("{}..{}", min_real, max_real);
-        case option_kind::enumeration:
-            return fmt::format("{}", fmt::join(allowed, ", "));
-        case option_kind::cpu_list:
-            return "\"auto\" or a CPU list such as \"2-3,6\"";
-        default:
-            return {};
-    }
-}
-
-std::string config_option::type_text() const {
-    switch (kind) {
-        case option_kind::boolean: return "boolean";
-        case option_kind::integer: return fmt::format("integer, {}", range_text());
-        case option_kind::duration_ns: {
-            std::string text = fmt::format("nanoseconds, {}", range_text());
-            const std::string lo = duration_words(min);
-            const std::string hi = duration_words(max);
-            if (!hi.empty()) {
-                text += fmt::format(" ({}..{})", lo.empty() ? std::to_string(min) : lo, hi);
-            }
-            return text;
-        }
-        case option_kind::real: return fmt::format("float, {}", range_text());
-        case option_kind::string: return required ? "string, required" : "string";
-        case option_kind::enumeration: return fmt::format("one of {}", range_text());
-        case option_kind::cpu_list: return range_text();
-        case option_kind::string_list: return "array of strings";
-    }
-    return {};
 }
 
 const std::vector<config_option>& config_table() {
@@ -1102,34 +991,6 @@ const config_option* find_option(std::string_view section, std::string_view key)
         }
     }
     return nullptr;
-}
-
-std::string render_value(const config_option& opt, const option_value& value) {
-    return std::visit(
-        [&opt](const auto& v) -> std::string {
-            using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, bool>) {
-                return v ? "true" : "false";
-            } else if constexpr (std::is_same_v<T, std::int64_t>) {
-                return opt.kind == option_kind::duration_ns ? group_digits(v) : std::to_string(v);
-            } else if constexpr (std::is_same_v<T, double>) {
-                std::string s = fmt::format("{}", v);
-                if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos &&
-                    s.find("nan") == std::string::npos) {
-                    s += ".0";
-                }
-                return s;
-            } else if constexpr (std::is_same_v<T, std::string>) {
-                return toml_quote(v);
-            } else {
-                std::vector<std::string> quoted;
-                for (const auto& s : v) {
-                    quoted.push_back(toml_quote(s));
-                }
-                return fmt::format("[{}]", fmt::join(quoted, ", "));
-            }
-        },
-        value);
 }
 
 }  // namespace qrt

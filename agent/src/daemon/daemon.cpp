@@ -3,14 +3,11 @@
 #include "qrt/daemon.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -26,6 +23,7 @@
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
 #include "qrt/sd_notify.hpp"
+#include "restore_helper.hpp"
 #include "services.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/kernel_probe.hpp"
@@ -68,181 +66,6 @@ private:
 struct run_identity {
     bool switch_user = false;           // started as root and agent.user is not root
     std::optional<rtcore::user_ids> ids;
-};
-
-// What the restore helper needs, copied before the fork.
-struct helper_settings {
-    std::filesystem::path root;
-    std::filesystem::path state_dir;
-    rtcore::host_partition::apply_options opts;
-    unsigned verify_interval_s = 0;  // re-pin drifted IRQs this often (0: never)
-};
-
-// The host partition this process owns, and the root helper that restores
-// it.
-//
-// Restoring needs root (rmdir of a cgroup v1 cpuset needs CAP_SYS_ADMIN, and
-// the journal directory is root's), and `qrtd run` drops to agent.user, so
-// right after the apply, while still root and single-threaded, the daemon
-// forks a helper that keeps root and does nothing but wait on a pipe: it
-// inherits the journal directory and its lock (so no other qrtd changes the
-// host until it is done, and a command that wants the lock waits for it),
-// and the daemon closes its own copies.  Every irq_verify_interval_s it
-// re-pins IRQs that drifted.  When the pipe closes -- restore() at shutdown,
-// an early return, or the daemon dying by SIGKILL -- it restores from the
-// journal, leaves a report of what it restored in the journal directory,
-// removes the partition summary, and exits 0 when everything was put back.
-// It reads nothing the daemon's user can write.  It inherits the blocked
-// signals (a terminal's Ctrl-C does not kill it before it has restored), and
-// a daemon running as agent.user cannot signal or trace it.
-class owned_partition {
-public:
-    ~owned_partition() {
-        if (_pid > 0) {
-            (void)restore();
-        }
-    }
-    owned_partition() = default;
-    owned_partition(const owned_partition&) = delete;
-    owned_partition& operator=(const owned_partition&) = delete;
-
-    // Call right after a successful apply, before dropping privileges.
-    // dir is released here (the helper keeps it); close_in_child are fds
-    // the helper must not keep (the state directory's lock).
-    rtcore::status start_helper(rtcore::journal_dir& dir, helper_settings hs, std::vector<int> close_in_child) {
-        int fds[2];
-        if (::pipe2(fds, O_CLOEXEC) < 0) {
-            const int err = errno;
-            return rtcore::error::from_errno(err, "pipe2");
-        }
-        unique_fd read_end(fds[0]);
-        unique_fd write_end(fds[1]);
-        const pid_t parent = ::getpid();
-        const pid_t pid = ::fork();
-        if (pid < 0) {
-            const int err = errno;
-            return rtcore::error::from_errno(err, "fork (restore helper)");
-        }
-        if (pid == 0) {
-            // The child leaves by _exit, so no destructor runs: it closes by
-            // hand the parent's end and what it must not keep.
-            ::close(fds[1]);
-            for (int fd : close_in_child) {
-                ::close(fd);
-            }
-            ::_exit(helper_main(fds[0], dir, hs, parent));
-        }
-        read_end.reset();
-        _pid = pid;
-        _pipe = std::move(write_end);
-        dir.release_lock();  // the helper holds it now
-        log::debug("host", "restore helper is pid {}", pid);
-        return rtcore::ok();
-    }
-    bool running() const { return _pid > 0; }
-
-    // Tells the helper to restore and waits for it.  true when everything
-    // was put back.
-    bool restore() {
-        if (_pid <= 0) {
-            return true;
-        }
-        _pipe.reset();
-        int wstatus = 0;
-        pid_t r = -1;
-        do {
-            r = ::waitpid(_pid, &wstatus, 0);
-        } while (r < 0 && errno == EINTR);
-        const int err = errno;
-        const pid_t pid = std::exchange(_pid, -1);
-        if (r < 0) {
-            log::error("host", "waitpid {} (restore helper): {}; run `qrtd host restore`", pid, std::strerror(err));
-            return false;
-        }
-        if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-            log::error("host", "restore helper {} {} {}; run `qrtd host restore`", pid,
-                       WIFEXITED(wstatus) ? "exited with" : "killed by signal",
-                       WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
-            return false;
-        }
-        return true;
-    }
-
-private:
-    // The helper: wait for EOF on the pipe (re-pinning drifted IRQs on the
-    // way), restore, report, exit.  Never returns to the daemon's code (the
-    // caller _exit()s with the result).
-    static int helper_main(int pipe_fd, rtcore::journal_dir& dir, const helper_settings& hs, pid_t parent) {
-        ::prctl(PR_SET_NAME, "qrtd-restore", 0, 0, 0);
-        const std::string who =
-            fmt::format("qrtd-restore (pid {}), the restore helper of qrtd run pid {}", ::getpid(), parent);
-        if (const auto* l = dir.lock()) {
-            l->set_holder(fmt::format("pid {}: {}", ::getpid(), who));
-        }
-        rtcore::host_fs fs(hs.root);
-        rtcore::real_task_ops tasks;
-        const int timeout_ms = hs.verify_interval_s > 0 ? static_cast<int>(hs.verify_interval_s) * 1000 : -1;
-        for (;;) {
-            pollfd p{pipe_fd, POLLIN, 0};
-            const int n = ::poll(&p, 1, timeout_ms);
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            if (n == 0) {
-                // The IRQ drift watch: root's, like the journal it writes.
-                static log::rate_limiter rl{std::chrono::minutes(1)};
-                auto rep = rtcore::host_partition::verify(fs, tasks, dir, hs.opts);
-                if (!rep) {
-                    log::warn_rl(rl, "irq", "verify: {}", rep.err().message);
-                } else if (!rep->clean) {
-                    for (const auto& l : rep->irqs.lines) {
-                        log::warn("irq", "verify: {}", l);
-                    }
-                    for (const auto& k : rep->knobs.knobs) {
-                        if (k.act == rtcore::knob_outcome::action::reset ||
-                            k.act == rtcore::knob_outcome::action::set) {
-                            log::warn("knob", "verify: {}", k.line().substr(6));
-                        }
-                    }
-                    if (rep->knobs.kthreads.moved > 0) {
-                        log::warn("knob", "verify: {} kernel threads had reached the isolated CPUs: moved off",
-                                  rep->knobs.kthreads.moved);
-                    }
-                }
-                continue;
-            }
-            char buf[64];
-            const ssize_t r = ::read(pipe_fd, buf, sizeof buf);
-            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
-                break;
-            }
-        }
-        rtcore::host_partition::restore_options ro;
-        ro.cgroup_prefix = hs.opts.isolation.cgroup_prefix;
-        auto rep = rtcore::host_partition::restore(fs, tasks, &dir, ro);
-        if (!rep) {
-            log::error("host", "restore failed: {}; run `qrtd host restore`", rep.err().message);
-            return 1;
-        }
-        write_restore_report(dir, who, rtcore::current_boot_id(fs), *rep);
-        for (const auto& l : rep->lines) {
-            log::debug("host", "{}", l);
-        }
-        for (const auto& p : rep->problems) {
-            log::error("host", "{}", p);
-        }
-        if (!rep->complete) {
-            log::error("host", "restore incomplete ({} failed); the journal in {} is kept: run `qrtd host restore`",
-                       rep->count(rtcore::restore_item::outcome::failed), dir.path().string());
-            return 1;
-        }
-        remove_partition_summary(hs.state_dir);
-        log::info("host", "restored: {}", rep->summary());
-        return 0;
-    }
-
-    pid_t _pid = -1;
-    unique_fd _pipe;
 };
 
 const char* signal_name(std::uint32_t sig) {

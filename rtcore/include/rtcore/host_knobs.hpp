@@ -2,39 +2,9 @@
 // The runtime knobs of tuned's cpu-partitioning profile that can change
 // without a reboot, applied for the isolated CPUs, journaled and restored.
 //
-// What tuned's cpu-partitioning profile sets (with network-latency, its
-// parent), and what qrtd does with each:
-//
-//   /sys/devices/virtual/workqueue/cpumask            set: housekeeping mask
-//   /sys/devices/virtual/workqueue/<wq>/cpumask       set: housekeeping mask
-//     (tuned also names /sys/bus/workqueue/devices/writeback/cpumask: the
-//     same file through a symlink; qrtd writes the canonical path)
-//       Unbound kworkers (kworker/uN:M) run where these masks say; nothing
-//       else moves them (they refuse sched_setaffinity).
-//   [scheduler] isolated_cores                        kernel threads: movable
-//       ones get the housekeeping CPUs; per-CPU ones (PF_NO_SETAFFINITY in
-//       /proc/<tid>/stat, as tuned checks) are recorded, never retried.
-//   vm.stat_interval = 10                             set: 10 s
-//       The per-CPU vmstat_update work runs on every CPU once per interval;
-//       10 s wakes the isolated CPU's kworker a tenth as often.
-//   kernel.timer_migration = 0                        set: 0
-//       With migration on, a busy CPU (an isolated one spinning a dispatch
-//       thread) is where idle CPUs' timers are sent to expire; 0 keeps
-//       every timer on the CPU that armed it.
-//   kernel.nmi_watchdog = 0 (and nosoftlockup, boot)  not set; instead
-//   kernel.watchdog_cpumask                           set: housekeeping list
-//       The watchdog's hrtimer, stopper-thread work and perf NMI then stay
-//       off the isolated CPUs, and lockup detection keeps running on the
-//       others (nmi_watchdog=0 would turn it off for the whole host).
-//   machinecheck*/ignore_ce = 1                       opt-in (mce_ignore_ce)
-//       Stops the corrected-error poll timer (every 5 min per CPU), but
-//       also corrected-memory-error reporting for the whole host.
-//   kernel.hung_task_timeout_secs = 600               not set: only quiets
-//       warnings; khungtaskd runs on housekeeping CPUs anyway.
-//   kernel.sched_rt_runtime_us = -1 (the realtime profile, not this one)
-//   and, on kernels with a fair server, its runtime on the isolated CPUs
-//       (/sys/kernel/debug/sched/fair_server/cpuN/runtime): reported;
-//       changed (to -1 and 0) only with knob_options::rt_throttling_off.
+// What each knob is, its file and how its values compare: the catalogue,
+// knob_catalogue.hpp (which the journal's restore and allow-list read
+// without the applier).  This is the applier.
 //
 // A knob whose file the kernel lacks (older kernel, no debugfs, no MCE) is
 // reported absent and skipped.  A knob the kernel refuses is reported with
@@ -45,7 +15,6 @@
 // and leaves a value someone else changed since (reported as skipped).
 
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,41 +22,11 @@
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
+#include "rtcore/knob_catalogue.hpp"
 #include "rtcore/restore_journal.hpp"
 #include "rtcore/task_ops.hpp"
 
 namespace rtcore {
-
-struct knob_options {
-    bool workqueues = true;        // the unbound workqueue cpumasks
-    bool kthreads = true;          // movable kernel threads off the isolated CPUs
-    bool vm_stat_interval = true;  // vm.stat_interval = 10
-    bool timer_migration = true;   // kernel.timer_migration = 0
-    bool watchdog_cpumask = true;  // kernel.watchdog_cpumask = housekeeping
-    bool mce_ignore_ce = false;    // machinecheck*/ignore_ce = 1
-    bool rt_throttling_off = false;  // sched_rt_runtime_us = -1, fair server runtime 0 on isolated CPUs
-    bool operator==(const knob_options&) const = default;
-};
-
-// The names of knob_options' switches, as host.runtime_knobs spells them
-// (rt throttling has its own option).
-inline constexpr std::string_view knob_names[] = {"workqueues", "kthreads", "vm_stat_interval",
-                                                  "timer_migration", "watchdog_cpumask", "mce_ignore_ce"};
-// Sets the switch named; false when the name is not a knob.
-bool enable_knob(knob_options& o, std::string_view name);
-
-enum class knob_form { cpumask, cpulist, integer };
-
-// A path a knob record may name, and how its values compare; nullopt for
-// any other path (the restore allow-list admits exactly these).
-struct knob_path_info {
-    std::string_view name;  // "workqueue cpumask", "vm.stat_interval", ...
-    knob_form form;
-};
-std::optional<knob_path_info> knob_at(std::string_view path);
-
-// Equal as the kernel means them: "00000001" and "1\n" are the same mask.
-bool same_knob_value(knob_form form, std::string_view a, std::string_view b);
 
 struct knob_outcome {
     enum class action {

@@ -93,22 +93,16 @@
 #include <string_view>
 #include <vector>
 
+#include "rtcore/cgroup_mounts.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/error.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/isolation_method.hpp"
 #include "rtcore/restore_journal.hpp"
+#include "rtcore/task_move.hpp"
 #include "rtcore/task_ops.hpp"
 
 namespace rtcore {
-
-
-struct cgroup_mounts {
-    std::string v2_root;         // "" when no cgroup2 mount
-    std::string v1_cpuset_root;  // "" when no v1 cpuset mount
-};
-// From /proc/mounts, or the usual places when it cannot be read.
-cgroup_mounts find_cgroup_mounts(const host_fs& fs);
 
 // The caller's own real-time threads, which the affinity fence leaves where
 // they pinned themselves.  On a fence host a dispatch thread reaches its
@@ -195,20 +189,6 @@ std::string v2_cgroup_of(std::string_view proc_cgroup);
 // line says what was done; a dry run only says what would be.
 status delegate_rt_cgroup(host_fs& fs, const isolation_report& rep, uid_t uid, gid_t gid, const std::string& user,
                           std::vector<std::string>& lines);
-
-// One task moved off the isolated CPUs (the affinity fence, and the knobs'
-// kernel threads): from its affinity now to its CPUs outside isolated, or
-// to housekeeping when none of its CPUs is left.
-struct affinity_move {
-    task_info task;
-    cpu_set from;
-    cpu_set to;
-};
-// The move for t, whose affinity is from.  Its original affinity is added to
-// recs (an aff record, to be appended before the move is made) unless the
-// journal already holds one for t.
-affinity_move plan_move_off(const restore_journal& journal, const task_info& t, const cpu_set& from,
-                            const cpu_set& isolated, const cpu_set& housekeeping, std::vector<journal_record>& recs);
 
 // Checks the method in use still holds and sweeps tasks that arrived since
 // (v1: new tasks in the root cpuset; fence: tasks whose affinity reaches an

@@ -21,7 +21,7 @@
 //   mkcg <dir> <parent>                     restore: move stragglers, rmdir
 //   cg <tid> <start> <from dir> <affinity>  restore: attach to from, set affinity
 //   aff <tid> <start> <original> <set>      restore: set original if still set
-//   knob <path> <original> <set>            a runtime knob (host_knobs.hpp):
+//   knob <path> <original> <set>            a runtime knob (knob_catalogue.hpp):
 //                                           restore writes original back if
 //                                           the file still reads set
 //   nomove <tid> <start>                    a kernel thread whose affinity the
@@ -115,7 +115,7 @@ struct aff {
 
 struct knob {
     static constexpr std::string_view kind = "knob";
-    std::string path;      // one of the knob paths (host_knobs.hpp)
+    std::string path;      // one of the knob paths (knob_catalogue.hpp)
     std::string original;  // the bytes read before the first change
     std::string set;       // what qrtd wrote; restore leaves a file that changed since
     bool operator==(const knob&) const = default;

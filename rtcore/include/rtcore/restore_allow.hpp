@@ -15,7 +15,7 @@
 //     the knobs qrtd will manage; the journal holds their canonical paths:
 //     /sys/bus/workqueue/devices/writeback is a symlink to
 //     /sys/devices/virtual/workqueue/writeback);
-//   - knob records (runtime_knobs): only the knob paths of host_knobs.hpp
+//   - knob records (runtime_knobs): only the knob paths of knob_catalogue.hpp
 //     (knob_at): the workqueue cpumasks, vm.stat_interval,
 //     kernel.timer_migration, kernel.watchdog_cpumask,
 //     kernel.sched_rt_runtime_us, machinecheck<n>/ignore_ce and
@@ -46,7 +46,7 @@ struct restore_allow_list {
     std::vector<std::string> cgroup_roots;  // mount points: the v2 root, the v1 cpuset root
     std::string cgroup_prefix = "qrt";
     bool workqueue_cpumasks = false;
-    bool runtime_knobs = true;  // knob records (host_knobs.hpp)
+    bool runtime_knobs = true;  // knob records (knob_catalogue.hpp)
 
     // The cgroup roots of the host (or tree) fs describes.
     static restore_allow_list for_host(const host_fs& fs, std::string cgroup_prefix = "qrt");

@@ -30,6 +30,15 @@ ResourceSlice, and reserves a QPU time slot for each ResourceClaim the
 kubelet prepares on this node, on behalf of the claim's namespace
 (qrtd.toml [tenants] delegates must name this driver's uid).
 
+Each prepared claim gets a socket of its own, served by this driver in
+<plugin-dir>/claims/<claim UID>/ and bind-mounted into the pod's
+containers (QRT_SOCKET): it forwards to qrtd, on behalf of the claim's
+namespace, only agent.hello, qpus.list, slots.query, jobs.submit,
+jobs.status, jobs.result and jobs.cancel, with jobs.submit's reservation_id
+and the others' job_id pinned to the claim's own reservations, and serves
+events.subscribe itself (job.finished of the claim's reservations).  Its
+limits are the --claim-* flags.
+
 Examples:
   # In the DaemonSet (tools/k8s/deploy/driver.yaml): in-cluster credentials.
   qrt-dra-driver --node-name=$(NODE_NAME)
@@ -38,6 +47,9 @@ Examples:
   qrt-dra-driver --kubeconfig ~/.kube/config --node-name n1 \
       --qrtd-socket /run/qrtd/qrtd.sock --cdi-dir /tmp/cdi \
       --plugin-dir /tmp/plugins/qpu.qrtd.io --registry-dir /tmp/plugins_registry
+
+  # Pods that may hold 8 connections each to their claim's socket.
+  qrt-dra-driver --node-name=$(NODE_NAME) --claim-max-connections 8
 
 Flags:
 `
@@ -52,10 +64,17 @@ func run() int {
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster credentials)")
 	sock := fs.String("qrtd-socket", "/run/qrtd/qrtd.sock", "qrtd's socket, as this driver reaches it")
-	hostSock := fs.String("host-qrtd-socket", "", "qrtd's socket on the host, the CDI bind mount's source (default: --qrtd-socket)")
-	ctrSock := fs.String("container-qrtd-socket", "/run/qrtd/qrtd.sock", "where containers find qrtd's socket (QRT_SOCKET)")
+	ctrSock := fs.String("container-qrtd-socket", "/run/qrtd/qrtd.sock", "where containers find their claim's socket (QRT_SOCKET; its directory is the bind mount)")
 	cdiDir := fs.String("cdi-dir", "/var/run/cdi", "where CDI specs are written for the container runtime")
 	pluginDir := fs.String("plugin-dir", "/var/lib/kubelet/plugins/"+driver.DriverName, "the plugin's directory: DRA socket and claim checkpoints")
+	hostPluginDir := fs.String("host-plugin-dir", "", "--plugin-dir as the host's container runtime sees it, the claim sockets' bind mount source (default: --plugin-dir)")
+	def := driver.DefaultProxyLimits
+	maxLine := fs.Int("claim-max-line-bytes", def.MaxLineBytes, "longest request line on a claim socket (more: line_too_long, connection closed)")
+	maxConns := fs.Int("claim-max-connections", def.MaxConns, "connections one claim's socket serves at once (more: overloaded, closed)")
+	idle := fs.Duration("claim-idle-timeout", def.IdleTimeout, "a claim socket's connection silent this long is closed")
+	rps := fs.Float64("claim-requests-per-s", def.RequestsPerS, "requests per second one claim may send (more: quota_exceeded, quota claim_requests)")
+	burst := fs.Int("claim-request-burst", def.RequestBurst, "requests one claim may send at once after being idle")
+	binding := fs.Bool("binding-conditions", true, "publish the devices with binding conditions and reserve before the pod binds (KEP-5007: gates DRADeviceBindingConditions, DRAResourceClaimDeviceStatus); false: reserve at NodePrepareResources")
 	registryDir := fs.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
 	lease := fs.Duration("lease", 30*time.Second, "each reservation's lease, heartbeated every lease/3")
 	poll := fs.Duration("poll", 5*time.Second, "how often qpus.list is read for endpoint up/down")
@@ -65,6 +84,10 @@ func run() int {
 		if err == flag.ErrHelp {
 			return 0
 		}
+		return 2
+	}
+	if *maxLine < 1024 || *maxConns < 1 || *idle <= 0 || *rps <= 0 || *burst < 1 {
+		fmt.Fprintln(os.Stderr, "qrt-dra-driver: --claim-max-line-bytes must be at least 1024, --claim-max-connections, --claim-request-burst at least 1, --claim-idle-timeout and --claim-requests-per-s positive")
 		return 2
 	}
 	if fs.NArg() != 0 {
@@ -92,8 +115,10 @@ func run() int {
 	client := qrtd.New(*sock, *timeout)
 	defer client.Close()
 	rc := driver.RunConfig{
-		Config: driver.Config{NodeName: *node, Socket: *sock, HostSocket: *hostSock,
-			ContainerSocket: *ctrSock, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
+		Config: driver.Config{NodeName: *node, Socket: *sock, HostStateDir: *hostPluginDir,
+			ContainerSocket: *ctrSock, Proxy: driver.ProxyLimits{MaxLineBytes: *maxLine, MaxConns: *maxConns,
+				IdleTimeout: *idle, RequestsPerS: *rps, RequestBurst: *burst},
+			BindingConditions: *binding, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
 		KubeClient: kube, PluginDir: *pluginDir, RegistryDir: *registryDir,
 	}
 	if err := driver.Run(ctx, rc, client); err != nil {

@@ -14,9 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,11 +46,19 @@ const (
 // Config is what the driver is started with (qrt-dra-driver's flags).
 type Config struct {
 	NodeName string
-	// qrtd's socket as the driver reaches it, and as the containers see it
-	// (the CDI bind mount's source is HostSocket).
+	// qrtd's socket as the driver reaches it, and where the containers
+	// find their claim's socket (QRT_SOCKET; its directory is the bind
+	// mount of the claim's directory, HostStateDir/claims/<uid>).
 	Socket          string
-	HostSocket      string
 	ContainerSocket string
+	// The state directory as the host (the container runtime) sees it,
+	// when the driver's container mounts it elsewhere (default StateDir).
+	HostStateDir string
+	// The limits of each claim's socket.
+	Proxy ProxyLimits
+	// Publish the devices with binding conditions and reserve before the
+	// pod binds (binding.go); false: reserve at NodePrepareResources.
+	BindingConditions bool
 	// Where the CDI specs go (the runtime reads them) and the claims'
 	// checkpoints (plugin data directory).
 	CDIDir   string
@@ -85,6 +95,9 @@ type Checkpoint struct {
 	Request   Request                `json:"request"`
 	Slots     []Slot                 `json:"slots,omitempty"`
 	Devices   []kubeletplugin.Device `json:"devices"`
+	// Booked by the binding controller before the pod bound, and not yet
+	// prepared: released by the controller when the claim goes first.
+	Binding bool `json:"binding,omitempty"`
 }
 
 // Driver implements kubeletplugin.DRAPlugin over a qrtd client.
@@ -98,12 +111,17 @@ type Driver struct {
 	kube     kubernetes.Interface
 	bg       context.Context
 	statusWr chan struct{}
+	// NodePrepareResources calls in flight: the status writes wait for
+	// none to be.
+	preparing atomic.Int64
 
 	mu     sync.Mutex
 	claims map[types.UID]*Checkpoint
 	// Locks per claim, so that one claim's prepare and unprepare never
 	// interleave while other claims go on.
 	claimLocks map[types.UID]*sync.Mutex
+	// The claim sockets being served.
+	proxies map[types.UID]*claimProxy
 
 	res resourcesState
 }
@@ -120,9 +138,10 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.HostSocket == "" {
-		cfg.HostSocket = cfg.Socket
+	if cfg.HostStateDir == "" {
+		cfg.HostStateDir = cfg.StateDir
 	}
+	cfg.Proxy = cfg.Proxy.withDefaults()
 	if cfg.ContainerSocket == "" {
 		cfg.ContainerSocket = "/run/qrtd/qrtd.sock"
 	}
@@ -131,12 +150,17 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
+	// The claim sockets (claims/<uid>/) are for the pods' bind mounts
+	// alone: no host user may reach them by their path.
+	if err := os.Chmod(filepath.Join(cfg.StateDir, "claims"), 0o750); err != nil {
+		return nil, err
+	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cfg.CDIDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)
 	}
 	d := &Driver{cfg: cfg, client: client, cdi: cache, claims: map[types.UID]*Checkpoint{},
-		claimLocks: map[types.UID]*sync.Mutex{}, statusWr: make(chan struct{}, statusWriters)}
+		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, statusWr: make(chan struct{}, statusWriters)}
 	entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "claims"))
 	if err != nil {
 		return nil, err
@@ -244,8 +268,13 @@ func (d *Driver) dropCheckpoint(uid types.UID) error {
 	return nil
 }
 
-// statusWriters bounds the claim status writes in flight.
-const statusWriters = 4
+// statusWriters bounds the claim status writes in flight; a prepare's
+// write waits up to statusQuietMax for no prepare to be in flight.
+const (
+	statusWriters   = 4
+	statusQuietMax  = 2 * time.Second
+	statusQuietPoll = 5 * time.Millisecond
+)
 
 // IdempotencyKey is the key of a claim's slots.reserve: its UID, so a
 // retried prepare (after a driver or kubelet restart) is the same booking.
@@ -261,6 +290,8 @@ func cdiSpecName(uid types.UID) string {
 // PrepareResourceClaims reserves each claim's slot (concurrently; one
 // claim failing fails only itself) and writes its CDI spec.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.preparing.Add(1)
+	defer d.preparing.Add(-1)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -310,7 +341,19 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	cp := d.claims[claim.UID]
 	d.mu.Unlock()
 	if cp != nil && len(cp.Slots) > 0 {
-		// Prepared before (kubelet retry or restart): the same devices.
+		// Prepared before (kubelet retry or restart), or reserved before
+		// the pod bound (binding conditions): the same devices.
+		if cp.Binding {
+			c := *cp
+			c.Binding = false
+			if err := d.saveCheckpoint(&c); err != nil {
+				return nil, err
+			}
+			cp = &c
+		}
+		if err := d.serveClaim(cp); err != nil {
+			return nil, err
+		}
 		if err := d.writeCDISpec(cp); err != nil {
 			return nil, err
 		}
@@ -319,23 +362,9 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
-	var devices []kubeletplugin.Device
-	var qpus []string
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != DriverName {
-			continue
-		}
-		qpu, ok := d.qpuOfDevice(ctx, r.Device)
-		if !ok {
-			return nil, fmt.Errorf("claim %s/%s: device %s/%s is no QPU of this node's qrtd", claim.Namespace, claim.Name, r.Pool, r.Device)
-		}
-		qpus = append(qpus, qpu)
-		devices = append(devices, kubeletplugin.Device{
-			Requests:     []string{r.Request},
-			PoolName:     r.Pool,
-			DeviceName:   r.Device,
-			CDIDeviceIDs: []string{CDIDeviceID(claim.UID)},
-		})
+	qpus, devices, err := d.devicesOf(ctx, claim)
+	if err != nil {
+		return nil, err
 	}
 	if cp == nil {
 		params, err := parametersOf(claim)
@@ -360,7 +389,11 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	next := *cp
 	next.Slots = slots
+	next.Binding = false
 	next.Devices = devices // from the allocation, whatever a crash left
+	if err := d.serveClaim(&next); err != nil {
+		return nil, err
+	}
 	if err := d.writeCDISpec(&next); err != nil {
 		return nil, err
 	}
@@ -369,15 +402,27 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	logger.V(2).Info("Prepared", "reservations", next.Slots)
 	if d.kube != nil && d.bg != nil {
-		// The kubelet needs none of it: written after the answer.
+		// The kubelet needs none of it: written after the answer, once
+		// no prepare is in flight (at most statusQuietMax later), so
+		// that a burst of pods' prepares does not share the node's CPU
+		// with API writes nobody waits for.
 		go func(claim *resourceapi.ResourceClaim, cp Checkpoint) {
+			for i := 0; i < int(statusQuietMax/statusQuietPoll) && d.preparing.Load() > 0; i++ {
+				select {
+				case <-time.After(statusQuietPoll):
+				case <-d.bg.Done():
+					return
+				}
+			}
 			select {
 			case d.statusWr <- struct{}{}:
 			case <-d.bg.Done():
 				return
 			}
 			defer func() { <-d.statusWr }()
-			d.recordStatus(klog.NewContext(d.bg, logger), claim, &cp)
+			if err := d.recordStatus(klog.NewContext(d.bg, logger), claim, &cp, nil); err != nil {
+				logger.Info("Could not write the reservation into the claim's status", "err", err)
+			}
 		}(claim, next)
 	}
 	return next.Devices, nil
@@ -395,14 +440,15 @@ type SlotStatus struct {
 	Tenant        string `json:"tenant"`
 }
 
-// recordStatus writes each slot into the claim's device status.  A
-// failure is logged, not returned: the slot is held and the pod can run.
-func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint) {
+// recordStatus writes each slot (cp nil: none) into the claim's device
+// status, and sets conds on each of the driver's devices (the conditions
+// already there are kept).  The prepare logs a failure rather than fail:
+// the slot is held and the pod can run.
+func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition) error {
 	if d.kube == nil {
-		return
+		return nil
 	}
-	logger := klog.FromContext(ctx)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := d.kube.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -411,22 +457,33 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 			return nil
 		}
 		var keep []resourceapi.AllocatedDeviceStatus
+		old := map[string]resourceapi.AllocatedDeviceStatus{}
 		for _, st := range cur.Status.Devices {
 			if st.Driver != DriverName {
 				keep = append(keep, st)
+			} else {
+				old[st.Pool+"/"+st.Device] = st
 			}
 		}
 		i := 0
 		for _, r := range cur.Status.Allocation.Devices.Results {
-			if r.Driver != DriverName || i >= len(cp.Slots) {
+			if r.Driver != DriverName {
 				continue
 			}
-			s := cp.Slots[i]
+			st := resourceapi.AllocatedDeviceStatus{Driver: DriverName, Pool: r.Pool, Device: r.Device}
+			if prev, ok := old[r.Pool+"/"+r.Device]; ok {
+				st.Conditions, st.Data = prev.Conditions, prev.Data
+			}
+			if cp != nil && i < len(cp.Slots) {
+				s := cp.Slots[i]
+				data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
+					EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
+				st.Data = &runtime.RawExtension{Raw: data}
+			}
 			i++
-			data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
-				EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
-			st := resourceapi.AllocatedDeviceStatus{Driver: DriverName, Pool: r.Pool, Device: r.Device,
-				Data: &runtime.RawExtension{Raw: data}}
+			for _, c := range conds {
+				meta.SetStatusCondition(&st.Conditions, c)
+			}
 			if r.ShareID != nil {
 				id := string(*r.ShareID)
 				st.ShareID = &id
@@ -437,9 +494,6 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 		_, err = d.kube.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		logger.Info("Could not write the reservation into the claim's status", "claim", klog.KObj(claim), "err", err)
-	}
 }
 
 type reserveParams struct {
@@ -548,9 +602,11 @@ func (d *Driver) writeCDISpec(cp *Checkpoint) error {
 					"QRT_TENANT=" + first.Tenant,
 					"QRT_IDEMPOTENCY_KEY=" + IdempotencyKey(cp.UID),
 				},
+				// The claim's directory, not its socket: a restarted
+				// driver's new socket is seen by a running container.
 				Mounts: []*cdispec.Mount{{
-					HostPath:      d.cfg.HostSocket,
-					ContainerPath: d.cfg.ContainerSocket,
+					HostPath:      filepath.Join(d.cfg.HostStateDir, "claims", string(cp.UID)),
+					ContainerPath: filepath.Dir(d.cfg.ContainerSocket),
 					Options:       []string{"bind", "rw"},
 				}},
 			},
@@ -600,11 +656,19 @@ func finalRelease(err error) bool {
 
 func (d *Driver) unprepare(ctx context.Context, uid types.UID) error {
 	defer d.lockClaim(uid)()
+	return d.unprepareLocked(ctx, uid)
+}
+
+func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 	d.mu.Lock()
 	cp := d.claims[uid]
 	d.mu.Unlock()
 	if cp == nil {
-		return nil
+		return d.stopClaim(uid, true) // nothing of it may stay
+	}
+	// The pod is gone: its socket goes before its slot.
+	if err := d.stopClaim(uid, true); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
 	for _, s := range cp.Slots {
 		err := d.client.Call(ctx, "slots.release", map[string]any{

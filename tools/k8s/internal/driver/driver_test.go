@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,7 +96,7 @@ func slotOf(t *testing.T, cdiDir, id string) slotEnv {
 	s.Token, _ = strconv.ParseUint(s.Env["QRT_FENCING_TOKEN"], 10, 64)
 	s.QPUs = s.Env["QRT_QPUS"]
 	for i := range spec.Mounts {
-		if spec.Mounts[i].Destination == "/run/qrtd/qrtd.sock" {
+		if spec.Mounts[i].Destination == "/run/qrtd" {
 			s.Mount = &spec.Mounts[i]
 		}
 	}
@@ -181,8 +182,8 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 		if s.ReservationID == 0 || s.Token == 0 || s.QPUs != "qpu0" || s.Env["QRT_SOCKET"] != "/run/qrtd/qrtd.sock" {
 			t.Fatalf("claim %s: container env %v", name, s.Env)
 		}
-		if s.Mount == nil || s.Mount.Source != l.sock {
-			t.Fatalf("claim %s: no bind mount of qrtd's socket: %+v", name, s.Mount)
+		if s.Mount == nil || s.Mount.Source != rc.PluginDir+"/claims/"+s.Env["QRT_IDEMPOTENCY_KEY"][len("k8s-claim-"):] {
+			t.Fatalf("claim %s: no bind mount of the claim's socket directory: %+v", name, s.Mount)
 		}
 		// Inside the calibration window after T's blackout.
 		if s.Start < T.UnixNano()+blackoutNS || s.End > T.UnixNano()+periodNS || s.End-s.Start != 50*ms {
@@ -420,6 +421,19 @@ func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) 
 	for _, id := range []uint64{first.ReservationID, booked.ReservationID} {
 		if st := l.status("team-a", id); st.State != "held" {
 			t.Errorf("reservation %d is %s", id, st.State)
+		}
+	}
+	// The restarted driver serves the pods' claim sockets again (a pod's
+	// bind mount of the claim's directory sees the new socket).
+	for _, c := range []struct {
+		claim *resourceapi.ResourceClaim
+		id    uint64
+	}{{x, first.ReservationID}, {y, booked.ReservationID}} {
+		var st status
+		claimCall(t, filepath.Join(rc2.PluginDir, "claims", string(c.claim.UID), "qrtd.sock"), "jobs.status",
+			map[string]any{"job_id": c.id}, &st)
+		if st.State != "held" || !strings.HasSuffix(st.Tenant, "/team-a") {
+			t.Errorf("claim %s's socket after the restart: %+v", c.claim.Name, st)
 		}
 	}
 	for uid, r := range k2.unprepare(x, y) {

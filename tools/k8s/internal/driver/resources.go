@@ -120,7 +120,15 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		}
 		byDevice[name] = q.Name
 		health[name] = q.EndpointUp
-		devices = append(devices, deviceOf(q, cal.Windows, now))
+		dev := deviceOf(q, cal.Windows, now)
+		if d.cfg.BindingConditions {
+			// The scheduler holds the pod until the controller reserved
+			// (binding.go).  The slice is the node's: BindsToNode is not
+			// needed.
+			dev.BindingConditions = []string{ConditionReserved}
+			dev.BindingFailureConditions = []string{ConditionReserveFailed}
+		}
+		devices = append(devices, dev)
 	}
 	d.res.mu.Lock()
 	d.res.byDevice = byDevice

@@ -120,8 +120,15 @@ func Run(ctx context.Context, rc RunConfig, client *qrtd.Client) error {
 	if err != nil {
 		return fmt.Errorf("start the kubelet plugin: %w", err)
 	}
+	// Claims prepared before a restart: their pods' sockets again.
+	d.ServeClaims(ctx)
+	defer d.stopAllClaims()
 	pub := &helperPublisher{h: helper}
 	var wg sync.WaitGroup
+	if rc.BindingConditions && rc.KubeClient != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.BindingController(ctx) }()
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); d.HeartbeatLoop(ctx) }()
 	go func() { defer wg.Done(); d.PublishLoop(ctx, pub, kick) }()

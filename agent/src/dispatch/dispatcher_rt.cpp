@@ -1,0 +1,559 @@
+// The dispatch thread's side of the dispatcher: run_loop and everything it
+// calls once the thread is set up (thread_main in dispatcher.cpp does the
+// setup, which may allocate, before the loop starts).
+//
+// Everything in this file runs on the real-time dispatch thread, on its
+// isolated CPU, between a job's wake-up and its frame on the wire:
+//
+//     NO ALLOCATION, NO LOCK, NO LOG.
+//
+// No new, no growing container, no std::string, no exception (every
+// function is noexcept); no mutex (the priority-inheriting _hk_mutex is the
+// housekeeping threads', never this thread's: it reads their state through
+// atomics, the SPSC job ring and seqlocks); no qrt::log, and no system call
+// but the io_uring ring's, the futex sleep, the vDSO clock reads and
+// check_placement's affinity calls.  What the thread has to say goes out as
+// records (the record ring) and relaxed counters (thread_stats()).  A change
+// here that needs any of these belongs on the housekeeping side
+// (dispatcher.cpp, qpu_link.cpp).
+
+#include <liburing.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <optional>
+
+#include "dispatcher_internal.hpp"
+#include "qrt/dispatch/dispatcher.hpp"
+#include "qrt/dispatch/guard.hpp"
+#include "qrt/dispatch/wire_codec.hpp"
+
+namespace qrt::dispatch {
+
+using detail::cpu_relax;
+using detail::phase_dropped;
+using detail::phase_queued;
+using detail::phase_sending;
+using detail::phase_withdrawn;
+
+namespace {
+
+constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
+// sqpoll: after a send, wait for the poller to take the write when the next
+// job's wake-up is closer than this (the thread would not sleep before it).
+constexpr std::int64_t sqpoll_yield_below_ns = 200'000;
+// The lead's window quantile is taken after a send only when the next job's
+// wake-up is at least this far away.
+constexpr std::int64_t adapt_guard_ns = 50'000;
+// The thread applies an endpoint update only when its next send is further
+// away than lead + this (the io_uring_register call takes microseconds).
+constexpr std::int64_t endpoint_update_guard_ns = 200'000;
+
+}  // namespace
+
+void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept {
+    if (head != nullptr && _endpoint_up.load(std::memory_order_acquire)) {
+        const std::int64_t deadline = _slots[head->slot].deadline_ns.load(std::memory_order_acquire);
+        if (deadline - now <= _lead.lead_ns() + endpoint_update_guard_ns) {
+            return;  // a send is close: after it
+        }
+    }
+    const std::uint32_t want = _fd_req_gen.load(std::memory_order_acquire);
+    _fd_update_rc.store(register_endpoint(_pending_fd.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    _registered_gen.store(want, std::memory_order_release);
+    _fd_done_gen.store(want, std::memory_order_release);
+    _st_endpoint_updates.fetch_add(1, std::memory_order_relaxed);
+}
+
+void dispatcher::emit(const queued_job& j, dispatch_status st, std::int64_t deadline, std::int64_t now,
+                      std::int64_t wakeup_latency, std::int64_t spin_ns) noexcept {
+    dispatch_record r;
+    r.job_id = j.job_id;
+    r.slot = j.slot;
+    r.status = st;
+    r.deadline_ns = deadline;
+    r.lateness_ns = now - deadline;
+    r.wakeup_latency_ns = wakeup_latency;
+    r.spin_ns = spin_ns;
+    r.lead_ns = _lead_ns_pub.load(std::memory_order_relaxed);
+    r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
+    _records.try_push(r);  // capacity == slots: cannot be full
+}
+
+void dispatcher::reap_completions() noexcept {
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(&_uring->ring, &cqe) == 0 && cqe != nullptr) {
+        const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+        if (cqe->res == -EAGAIN) {
+            _st_send_blocked.fetch_add(1, std::memory_order_relaxed);  // RWF_NOWAIT: buffer full at T
+        } else if (cqe->res == -EOPNOTSUPP && _nowait_writes.load(std::memory_order_relaxed)) {
+            // A file without FMODE_NOWAIT refuses RWF_NOWAIT: this job
+            // fails, the next writes go without it.
+            _nowait_writes.store(false, std::memory_order_relaxed);
+        }
+        if (const auto slot = static_cast<std::uint32_t>(data); slot < _slot_count) {
+            dispatch_record r = _inflight[slot];
+            if (r.status == dispatch_status::sent) {
+                const std::int32_t expected = r.io_result;
+                r.io_result = cqe->res;
+                if (cqe->res != expected) {
+                    r.status = dispatch_status::send_failed;
+                }
+            }  // else: voided after a failed submit (a NOP): keep the submit error
+            _records.try_push(r);
+        }
+        io_uring_cqe_seen(&_uring->ring, cqe);
+    }
+}
+
+void dispatcher::void_unsubmitted() noexcept {
+    // Syscall mode only: nobody but this thread makes the kernel consume
+    // SQEs, so the ones between the kernel's head and our tail stay put
+    // while we rewrite them.  Each becomes a NOP with the same user_data:
+    // its CQE still arrives (and frees the slot), the frame is never sent.
+    io_uring_sq* sq = &_uring->ring.sq;
+    const unsigned head = io_uring_smp_load_acquire(sq->khead);
+    const unsigned tail = *sq->ktail;
+    for (unsigned pos = head; pos != tail; ++pos) {
+        io_uring_sqe* sqe = &sq->sqes[sq->array[pos & sq->ring_mask]];
+        if (sqe->opcode == IORING_OP_NOP) {
+            continue;  // voided by an earlier failure
+        }
+        const std::uint64_t data = sqe->user_data;
+        io_uring_prep_nop(sqe);
+        sqe->user_data = data;
+        _st_voided.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void dispatcher::pull_jobs() noexcept {
+    const std::size_t capacity = 2 * _slot_count;
+    std::optional<std::int64_t> offset;  // sampled once, for the first job the ring brings
+    bool sampled = false;
+    while (const queued_job* q = _jobs.peek()) {
+        if (_pending_tail == capacity) {
+            // At most slots jobs are pending (each holds a slot), so the
+            // head has moved by at least slots: compact, rarely.
+            std::copy(&_pending[_pending_head], &_pending[_pending_tail], &_pending[0]);
+            _pending_tail -= _pending_head;
+            _pending_head = 0;
+        }
+        std::int64_t d = _slots[q->slot].deadline_ns.load(std::memory_order_acquire);
+        // Converted with a time base older than a step (the housekeeping
+        // side has not re-sampled yet): convert it with the clocks as they
+        // are, so it is sorted where it belongs.
+        if (!sampled) {
+            offset = sample_offset();
+            sampled = true;
+        }
+        if (offset) {
+            const std::int64_t now_conv = q->scheduled_rt_ns - *offset;
+            if (d - now_conv > _cfg.step_follow_ns || now_conv - d > _cfg.step_follow_ns) {
+                d = now_conv;
+                _slots[q->slot].deadline_ns.store(d, std::memory_order_release);
+            }
+        }
+        // After every job with the same or an earlier deadline: equal starts
+        // keep submit order.
+        std::size_t i = _pending_tail;
+        while (i > _pending_head && _slots[_pending[i - 1].slot].deadline_ns.load(std::memory_order_relaxed) > d) {
+            _pending[i] = _pending[i - 1];
+            --i;
+        }
+        _pending[i] = *q;
+        ++_pending_tail;
+        _jobs.pop_front();
+    }
+}
+
+std::optional<std::int64_t> dispatcher::sample_offset() const noexcept {
+    // One monotonic/realtime/monotonic bracket (vDSO reads); one preempted
+    // between its reads is not trusted (the caller looks again later).
+    constexpr std::int64_t max_bracket_ns = 50'000;
+    const std::int64_t m1 = _clock.now_monotonic_ns();
+    const std::int64_t r = _clock.now_realtime_ns();
+    const std::int64_t m2 = _clock.now_monotonic_ns();
+    if (m2 - m1 < 0 || m2 - m1 > max_bracket_ns) {
+        return std::nullopt;
+    }
+    return r - (m1 + (m2 - m1) / 2);
+}
+
+bool dispatcher::follow_realtime_step(const queued_job& j, std::int64_t deadline) noexcept {
+    const std::optional<std::int64_t> offset = sample_offset();
+    if (!offset) {
+        return false;
+    }
+    const std::int64_t converted = j.scheduled_rt_ns - deadline;  // the offset j's deadline was made with
+    if (*offset - converted <= _cfg.step_follow_ns && converted - *offset <= _cfg.step_follow_ns) {
+        return false;
+    }
+    // A step nobody has re-converted for yet.  Every pending job is
+    // converted again with the clocks as they are (one atomic store each;
+    // the housekeeping side's re-conversion, when it comes, writes the same
+    // deadlines within its sampling error), then the pending array is
+    // sorted again: jobs converted with different stale bases may have been
+    // out of order.  Insertion sort in place: nearly sorted, no allocation.
+    for (std::size_t i = _pending_head; i < _pending_tail; ++i) {
+        const queued_job& p = _pending[i];
+        _slots[p.slot].deadline_ns.store(p.scheduled_rt_ns - *offset, std::memory_order_release);
+    }
+    const auto deadline_of = [this](const queued_job& q) noexcept {
+        return _slots[q.slot].deadline_ns.load(std::memory_order_relaxed);
+    };
+    for (std::size_t i = _pending_head + 1; i < _pending_tail; ++i) {
+        const queued_job q = _pending[i];
+        const std::int64_t d = deadline_of(q);
+        std::size_t k = i;
+        while (k > _pending_head && deadline_of(_pending[k - 1]) > d) {
+            _pending[k] = _pending[k - 1];
+            --k;
+        }
+        _pending[k] = q;
+    }
+    _st_steps_followed.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+void dispatcher::drop_withdrawn(std::int64_t now) noexcept {
+    std::size_t kept = _pending_head;
+    for (std::size_t i = _pending_head; i < _pending_tail; ++i) {
+        const queued_job j = _pending[i];
+        slot_state& s = _slots[j.slot];
+        std::uint8_t expected = phase_withdrawn;
+        if (s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
+            emit(j, dispatch_status::cancelled, s.deadline_ns.load(std::memory_order_relaxed), now, -1, 0);
+            continue;
+        }
+        _pending[kept++] = j;  // order kept
+    }
+    _pending_tail = kept;
+    if (_pending_head == _pending_tail) {
+        _pending_head = _pending_tail = 0;
+    }
+}
+
+void dispatcher::check_placement(std::int64_t now, bool force) noexcept {
+    if (!_st_rt.load(std::memory_order_relaxed) || _cfg.dispatch_cpu < 0 ||
+        _cfg.dispatch_cpu >= CPU_SETSIZE) {
+        return;
+    }
+    if (!force && now - _placement_checked_ns < placement_check_ns) {
+        return;
+    }
+    _placement_checked_ns = now;
+    const int want = _cfg.dispatch_cpu;
+    const auto want_bit = static_cast<std::size_t>(want);
+    cpu_set_t cur;
+    CPU_ZERO(&cur);
+    const bool pinned = ::sched_getaffinity(0, sizeof cur, &cur) == 0 && CPU_COUNT(&cur) == 1 && CPU_ISSET(want_bit, &cur);
+    bool fixed = pinned;
+    if (!pinned) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(want_bit, &one);
+        fixed = ::sched_setaffinity(0, sizeof one, &one) == 0;  // migrates this thread before it returns
+        if (fixed) {
+            _st_repinned.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    const int on = ::sched_getcpu();
+    const bool fifo = (::sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+    if (!pinned || !fifo) {
+        _st_placement_lost.fetch_add(1, std::memory_order_relaxed);
+    }
+    _st_cpu_seen.store(on, std::memory_order_relaxed);
+    _st_placement_ok.store(fixed && fifo && on == want, std::memory_order_relaxed);
+    _st_placement_checks.fetch_add(1, std::memory_order_relaxed);
+}
+
+void dispatcher::run_loop() noexcept {
+    const bool tuned = _cfg.mode == dispatch_mode::tuned;
+    io_uring* ring = &_uring->ring;
+    const bool sqpoll = _submit_mode == submit_mode::sqpoll;
+    const auto poller_asleep = [ring]() noexcept {
+        return (io_uring_smp_load_acquire(ring->sq.kflags) & IORING_SQ_NEED_WAKEUP) != 0;
+    };
+    std::uint32_t cur_slot = UINT32_MAX;
+    std::int64_t first_seen = 0;
+    std::uint32_t withdrawals_seen = 0;
+    while (true) {
+        // Read before looking at any state, _stop included: a change after
+        // this makes the next sleep return at once.
+        const std::uint32_t seen = _wake.load(std::memory_order_acquire);
+        if (_stop.load(std::memory_order_acquire)) {
+            break;
+        }
+        _st_loops.fetch_add(1, std::memory_order_relaxed);
+        reap_completions();
+        if (io_uring_sq_ready(ring) != 0) {
+            // SQEs a failed submit left (voided NOPs, or, in sqpoll mode,
+            // entries a failed poller wake-up left waiting).
+            if (!sqpoll || poller_asleep()) {
+                io_uring_submit(ring);
+            }
+        }
+        // The count first: a job withdrawn by then was pushed before, so
+        // pull_jobs() brings it into the pending array that is scanned.
+        const std::uint32_t withdrawals = _withdrawals.load(std::memory_order_acquire);
+        pull_jobs();
+        std::int64_t now = _clock.now_monotonic_ns();
+        if (withdrawals != withdrawals_seen) {
+            withdrawals_seen = withdrawals;
+            drop_withdrawn(now);
+        }
+        const queued_job* j = pending_head();
+        if (_fd_req_gen.load(std::memory_order_acquire) != _fd_done_gen.load(std::memory_order_relaxed)) {
+            apply_endpoint_update(now, j);
+        }
+        if (j == nullptr) {
+            check_placement(now, false);
+            _idle.store(true, std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with submit()'s fence
+            if (_jobs.peek() == nullptr &&
+                _clock.sleep_until_or_woken(now + _cfg.idle_sleep_ns, _wake, seen) == -EAGAIN) {
+                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
+            }
+            _idle.store(false, std::memory_order_relaxed);
+            continue;
+        }
+        slot_state& s = _slots[j->slot];
+        const std::int64_t deadline = s.deadline_ns.load(std::memory_order_acquire);
+        // Before the missed check: a time base older than a step makes a
+        // job look missed (or not) by the size of the step.
+        if (follow_realtime_step(*j, deadline)) {
+            continue;
+        }
+        if (now - deadline > j->tolerance_ns) {
+            emit(*j, dispatch_status::missed, deadline, now, -1, 0);
+            pending_pop();
+            continue;
+        }
+        if (j->slot != cur_slot) {  // first look at this job: the gap it leaves to T
+            cur_slot = j->slot;
+            first_seen = now;
+        }
+        std::int64_t lead = tuned ? _lead.lead_ns() : 0;
+        // Spin budget: never spin more than max_spin_fraction of the gap
+        // before T, so the thread always sleeps between jobs (a SCHED_FIFO
+        // spin that never sleeps runs into RT throttling and starves the CPU).
+        const auto budget = static_cast<std::int64_t>(static_cast<double>(deadline - first_seen) * _cfg.max_spin_fraction);
+        if (lead > budget) {
+            lead = std::max<std::int64_t>(budget, 0);
+            _st_lead_capped.fetch_add(1, std::memory_order_relaxed);
+        }
+        const std::int64_t wake = deadline - lead;
+        std::int64_t wakeup_latency = -1;
+        if (now < wake) {
+            const bool chunk = wake - now > _cfg.max_sleep_chunk_ns;
+            const std::int64_t target = chunk ? now + _cfg.max_sleep_chunk_ns : wake;
+            if (!chunk && sqpoll && poller_asleep()) {
+                // Wake the poller before the last sleep, not at T: it runs
+                // (and clears NEED_WAKEUP) while this thread sleeps, even on
+                // the same CPU, so the send at T is a plain store to the SQ
+                // tail.  The sleep is <= max_sleep_chunk_ns, below any
+                // sensible sqpoll_idle_ms, so it is still awake at T.
+                io_uring_enter(static_cast<unsigned>(ring->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
+                _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
+            }
+            const int rc = _clock.sleep_until_or_woken(target, _wake, seen);
+            _st_sleeps.fetch_add(1, std::memory_order_relaxed);
+            if (rc == -EAGAIN) {  // a step, an endpoint change or stop(): look again
+                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
+                continue;
+            }
+            if (chunk) {
+                continue;  // re-check stop, completions and the deadline
+            }
+            now = _clock.now_monotonic_ns();
+            if (s.deadline_ns.load(std::memory_order_acquire) != deadline) {
+                _st_reloads.fetch_add(1, std::memory_order_relaxed);
+                continue;  // re-converted while asleep (realtime step)
+            }
+            if (follow_realtime_step(*j, deadline)) {
+                continue;  // stepped while asleep, and nobody re-converted it yet
+            }
+            wakeup_latency = now - target;
+            if (tuned) {
+                _lead.observe(wakeup_latency);  // O(1); the quantile is taken after the send
+                _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+            }
+        }
+        std::int64_t spin_ns = 0;
+        if (tuned && now < deadline) {
+            const std::int64_t spin_start = now;
+            bool moved = false;
+            while (now < deadline) {
+                cpu_relax();
+                now = _clock.now_monotonic_ns();
+                if (s.deadline_ns.load(std::memory_order_relaxed) != deadline) {
+                    moved = true;
+                    break;
+                }
+            }
+            spin_ns = now - spin_start;
+            if (moved) {
+                _st_reloads.fetch_add(1, std::memory_order_relaxed);
+                continue;
+            }
+        }
+        guard_input g;
+        g.now_ns = now;
+        g.deadline_ns = deadline;
+        g.window_end_ns = deadline + j->window_end_rel_ns;
+        g.duration_ns = j->duration_ns;
+        g.tolerance_ns = j->tolerance_ns;
+        g.job_calibration_id = j->calibration_id;
+        // Bounded: a housekeeping writer preempted inside set_calibration()
+        // must not hold the send; without a clean read the job is refused
+        // as a calibration change (it cannot be proven current).
+        const calibration_plan cal = calibration(64);
+        g.current_calibration_id = cal.consistent ? cal.current : no_window_calibration_id;
+        g.next_calibration_id = cal.consistent ? cal.next : no_window_calibration_id;
+        g.calibration_switch_ns = cal.switch_mono_ns;
+        g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
+        dispatch_status verdict = check_before_send(g);
+        if (verdict == dispatch_status::sent) {
+            // The send and a withdraw() race through one compare-and-swap:
+            // whichever wins decides, and the loser can tell.  (A restore()
+            // flipping withdrawn back may make the first exchange fail
+            // spuriously: bounded retries, then the job counts as withdrawn.)
+            verdict = dispatch_status::cancelled;
+            for (int tries = 0; tries < 4; ++tries) {
+                std::uint8_t expected = phase_queued;
+                if (s.phase.compare_exchange_strong(expected, phase_sending, std::memory_order_acq_rel)) {
+                    verdict = dispatch_status::sent;
+                    break;
+                }
+                if (expected == phase_withdrawn &&
+                    s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
+                    break;  // withdrawn by the housekeeping side
+                }
+                if (expected == phase_dropped) {
+                    break;
+                }
+            }
+            if (verdict != dispatch_status::sent) {
+                s.phase.store(phase_dropped, std::memory_order_release);
+            }
+        }
+        if (verdict != dispatch_status::sent) {
+            emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
+            pending_pop();
+            continue;
+        }
+        // The ring has 64 SQEs and at most one is ever unconsumed, so this
+        // cannot fail; counted if it does.
+        io_uring_sqe* sqe = io_uring_get_sqe(ring);
+        if (sqe == nullptr) {
+            _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
+            emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
+            pending_pop();
+            continue;
+        }
+        std::uint8_t* buf = slot_buffer(j->slot);
+        const std::int64_t sent_rt = _clock.now_realtime_ns();
+        wire::patch_sent_ns(buf, sent_rt);
+        if (_fixed_buffers) {
+            io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
+        } else {
+            io_uring_prep_write(sqe, 0, buf, j->frame_len, no_offset);  // untuned without locked memory
+        }
+        sqe->flags |= IOSQE_FIXED_FILE;
+        if (_nowait_writes.load(std::memory_order_relaxed)) {
+            sqe->rw_flags = RWF_NOWAIT;  // a full endpoint buffer fails now, never later
+        }
+        io_uring_sqe_set_data64(sqe, j->slot);
+        if (sqpoll && poller_asleep()) {
+            _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
+        }
+        // Where this write sits in the SQ ring: after the submit, the kernel
+        // has consumed it iff its head moved past this position.
+        const unsigned write_pos = ring->sq.sqe_tail - 1;
+        // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
+        // syscall unless the poller sleeps.
+        const int rc = io_uring_submit(ring);
+        _st_submits.fetch_add(1, std::memory_order_relaxed);
+        const std::int64_t after = _clock.now_monotonic_ns();
+        dispatch_record r;
+        r.job_id = j->job_id;
+        r.slot = j->slot;
+        r.status = dispatch_status::sent;
+        r.io_result = static_cast<std::int32_t>(j->frame_len);  // expected, until the CQE
+        r.deadline_ns = deadline;
+        r.lateness_ns = after - deadline;
+        r.sent_ns = sent_rt;
+        r.wakeup_latency_ns = wakeup_latency;
+        r.spin_ns = spin_ns;
+        r.lead_ns = lead;
+        r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
+        const auto consumed = [&]() noexcept {
+            const unsigned head = io_uring_smp_load_acquire(ring->sq.khead);
+            return static_cast<int>(head - write_pos) > 0;
+        };
+        if (!sqpoll && (rc < 0 || !consumed())) {
+            // The enter failed or stopped short of this write (it may have
+            // consumed older voided NOPs first): whatever it did not consume
+            // must never go out with a later submit.
+            _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
+            if (!consumed()) {
+                void_unsubmitted();
+                r.status = dispatch_status::send_failed;
+                r.submit_error = rc < 0 ? rc : -EBUSY;
+                r.io_result = r.submit_error;
+            }
+        } else if (rc < 0) {
+            // sqpoll: the SQEs are published but the poller could not be
+            // woken; the loop retries the wake-up.
+            _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
+        }
+        _inflight[j->slot] = r;
+        pending_pop();
+        if (sqpoll && rc >= 0) {
+            // The poller (on this CPU by default) only runs while this
+            // thread sleeps.  When the next job is too close for a sleep,
+            // block until the poller has taken this write (bounded), or the
+            // frame would wait for that next job's spin to end.
+            if (const queued_job* nx = pending_head(); nx != nullptr) {
+                const std::int64_t gap = _slots[nx->slot].deadline_ns.load(std::memory_order_relaxed) -
+                                         _lead.lead_ns() - after;
+                if (gap < sqpoll_yield_below_ns) {
+                    __kernel_timespec ts{};
+                    ts.tv_nsec = std::clamp<std::int64_t>(gap, 10'000, sqpoll_yield_below_ns);
+                    io_uring_cqe* cqe = nullptr;
+                    io_uring_wait_cqe_timeout(ring, &cqe, &ts);  // leaves the CQE for reap
+                    _st_sqpoll_yields.fetch_add(1, std::memory_order_relaxed);
+                }
+            }
+        }
+        reap_completions();  // inline completions (the usual case on a socket)
+        // The window's quantile (a few us of nth_element) only when the next
+        // job leaves time for it, never just before a back-to-back T.
+        const queued_job* next = pending_head();
+        if (tuned && (next == nullptr || _slots[next->slot].deadline_ns.load(std::memory_order_relaxed) - after >
+                                             _lead.lead_ns() + adapt_guard_ns)) {
+            if (_lead.adapt()) {
+                _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+            }
+        }
+    }
+    // Stopping: queued jobs are cancelled; in-flight writes get a bounded
+    // wait, then the ring teardown cancels them.
+    pull_jobs();
+    while (const queued_job* j = pending_head()) {
+        const std::int64_t now = _clock.now_monotonic_ns();
+        emit(*j, dispatch_status::cancelled, _slots[j->slot].deadline_ns.load(std::memory_order_relaxed), now, -1,
+             0);
+        pending_pop();
+    }
+    io_uring_submit(ring);  // voided NOPs still in the SQ ring complete too
+    __kernel_timespec ts{0, 200'000'000};
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_wait_cqe_timeout(ring, &cqe, &ts) == 0) {
+        reap_completions();
+    }
+}
+
+}  // namespace qrt::dispatch
