@@ -44,8 +44,16 @@ constexpr std::array<std::string_view, store::k_schema_version> k_migrations = {
     "CREATE INDEX reservations_idempotency ON reservations(tenant, idempotency_key)"
     " WHERE idempotency_key <> '';",
     // 2 -> 3: the shot count travels in the request (jobs.submit), not in the
-    // payload; 0 for a job stored before: the hand-over's default.
-    "ALTER TABLE reservations ADD COLUMN shots INTEGER NOT NULL DEFAULT 0;",
+    // payload.  A job stored before keeps the count the hand-over used to
+    // read from its payload (a JSON object's positive integer "shots", at
+    // most 1,000,000), read once here; else 0: the hand-over's default.
+    "ALTER TABLE reservations ADD COLUMN shots INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE reservations SET shots = CASE WHEN json_valid(CAST(payload AS TEXT)) THEN"
+    " (CASE WHEN json_type(CAST(payload AS TEXT)) = 'object'"
+    " AND json_type(CAST(payload AS TEXT), '$.shots') = 'integer'"
+    " AND json_extract(CAST(payload AS TEXT), '$.shots') > 0"
+    " THEN MIN(json_extract(CAST(payload AS TEXT), '$.shots'), 1000000) ELSE 0 END) ELSE 0 END"
+    " WHERE payload IS NOT NULL AND substr(payload, 1, 1) = CAST('{' AS BLOB);",
 };
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }

@@ -13,6 +13,9 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "helpers.hpp"
@@ -390,24 +393,43 @@ TEST(store_failure, an_operation_whose_commit_fails_is_not_applied) {
 
 // A ledger written before the shot count was kept (schema 2) opens with
 // its jobs intact and shots 0 for each: not stated, the hand-over's default.
-TEST_F(store_test, a_schema_2_ledger_is_migrated_and_its_jobs_state_no_shot_count) {
-    std::uint64_t id = 0;
+TEST_F(store_test, a_schema_2_ledger_is_migrated_and_its_jobs_keep_the_shot_count_their_payload_stated) {
+    // Before schema 3 the hand-over read "shots" from a JSON payload at
+    // dispatch; the migration reads it once, so an acknowledged job is sent
+    // with the count it was acknowledged with.
+    const auto text = [](std::string_view s) { return blob(s.begin(), s.end()); };
+    const std::vector<std::pair<blob, std::uint32_t>> cases = {
+        {blob({1, 2, 3}), 0},                      // opaque: the default
+        {text(R"({"shots": 300, "x": 1})"), 300},  // what the hand-over read
+        {text(R"({"shots": 5000000})"), 1000000},  // capped as it was
+        {text(R"({"shots": -3})"), 0},             // not a count
+        {text(R"({"shots": 2.5})"), 0},
+        {text(R"({"shots": 7)"), 0},               // malformed JSON
+        {text(R"([{"shots": 9}])"), 0},            // not an object
+    };
+    std::vector<std::uint64_t> ids;
     {
         auto l = open_at(t0_ns);
         ASSERT_TRUE(l);
-        auto r = req(20);
-        r.shots = 300;
-        auto b = l->submit("bob", r, "", {1, 2, 3}, t0_ns);
-        ASSERT_TRUE(b);
-        id = b->id;
+        for (std::size_t i = 0; i < cases.size(); ++i) {
+            auto r = req(20);
+            r.not_before_ns = t0_ns + static_cast<std::int64_t>(i) * 1'000'000'000;
+            r.shots = 300;
+            auto b = l->submit("bob", r, "k" + std::to_string(i), cases[i].first, t0_ns);
+            ASSERT_TRUE(b) << i;
+            ids.push_back(b->id);
+        }
     }
     sql("ALTER TABLE reservations DROP COLUMN shots; UPDATE schema_version SET version = 2;");
     auto l = open_at(t0_ns);
     ASSERT_TRUE(l);
-    ASSERT_NE(l->find(id), nullptr);
-    EXPECT_EQ(l->find(id)->state, res_state::committed);
-    EXPECT_EQ(l->find(id)->shots, 0U);
-    EXPECT_EQ(l->find(id)->payload, blob({1, 2, 3}));
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const auto* r = l->find(ids[i]);
+        ASSERT_NE(r, nullptr) << i;
+        EXPECT_EQ(r->state, res_state::committed) << i;
+        EXPECT_EQ(r->shots, cases[i].second) << i;
+        EXPECT_EQ(r->payload, cases[i].first) << i;
+    }
 }
 
 }  // namespace
