@@ -1,6 +1,6 @@
 // The daemon's services, wired: start-up in order, stop in reverse (see
-// services.hpp).  The hand-over is in handover.cpp, status in
-// services_status.cpp.
+// services.hpp).  The hand-over is agent/src/handover (handover::room),
+// status in services_status.cpp.
 
 #include "services.hpp"
 #include "services_internal.hpp"
@@ -279,34 +279,18 @@ rtcore::status services::open_ledger() {
         return rtcore::error::invalid(fmt::format("ledger: open {}: {}", path, tl_error(l.err())));
     }
     _ledger = std::move(*l);
-    // Cancel and preemption change a handed-over job only when its
-    // withdrawal from the dispatch thread wins the race with the send.
+    // Cancel, preemption and calibration updates change a handed-over job
+    // only when its withdrawal from the dispatch thread wins the race with
+    // the send: through the hand-over room, to the one QPU that holds the
+    // job (a hand-over in progress on the pump's thread is either done and
+    // withdrawn, or not begun and withheld).
     timeline::ledger::dispatch_gate gate;
-    // Through the pump's lane, so a hand-over in progress on the pump's
-    // thread is either done (and withdrawn here) or not begun (and revoked).
-    gate.take = [this](std::uint64_t id) {
-        if (!_pump) {
-            return true;  // nothing handed over
-        }
-        for (auto& q : _qpus) {
-            const auto w = _pump->revoke(q->index, id);
-            if (w == dispatch::dispatcher::withdraw_result::too_late) {
-                return false;
-            }
-            q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
-        }
-        return true;
+    gate.withdraw = [this](std::uint64_t id) {
+        return !_room || _room->withdraw(id) != dispatch::dispatcher::withdraw_result::too_late;
     };
-    gate.give_back = [this](std::uint64_t id) {
-        if (!_pump) {
-            return;
-        }
-        for (auto& q : _qpus) {
-            if (!_pump->give_back(q->index, id) && q->handed.count(id) != 0) {
-                // Already dropped by the dispatch thread: its `cancelled`
-                // record comes back and the pump hands the job over again.
-                log::debug("dispatch", "{}: job {} could not be restored after a withdrawal", q->name, id);
-            }
+    gate.restore = [this](std::uint64_t id) {
+        if (_room) {
+            _room->restore(id);
         }
     };
     _ledger->set_dispatch_gate(std::move(gate));
@@ -325,11 +309,9 @@ rtcore::status services::open_ledger() {
                        "ledger reloaded the database) and their clients got store_error",
                        n.failed_from, n.failed_to, n.why);
         }
-        if (n.failed_to != 0) {
+        if (n.failed_to != 0 && _room) {
             // The reload may have changed the windows the guards follow.
-            for (auto& q : _qpus) {
-                q->calibration_dirty = true;
-            }
+            _room->on_calibration_all();
         }
         // Acknowledged means dispatchable: a job whose commit became durable
         // too late for its start is withdrawn, and its line is answered with
@@ -367,6 +349,10 @@ rtcore::status services::open_ledger() {
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
         }
         publish_ledger_events();
+        // What this group made durable is dispatchable: plan it now.
+        if (_room) {
+            _room->on_durable();
+        }
     });
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.
@@ -650,8 +636,16 @@ rtcore::status services::start_links() {
 
         qpu_runtime* qp = q.get();
         dispatch::qpu_link_callbacks cb;
-        cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
-        cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) { on_outcome(*qp, o); };
+        cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) {
+            if (_room) {
+                _room->on_dispatched(qp->index, id, sent_ns);
+            }
+        };
+        cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) {
+            if (_room) {
+                _room->on_outcome(qp->index, o);
+            }
+        };
         cb.on_endpoint_state = [this, qp](bool up, const std::string& reason) {
             qp->endpoint_state = up ? "up" : "down (" + reason + ")";
             const std::string remedy = up ? std::string() : endpoint_remedy(reason, qp->endpoint, _cfg.agent.user);
@@ -721,14 +715,20 @@ rtcore::status services::start_links() {
 }
 
 rtcore::status services::start_timers() {
-    // The job pump on its own thread (job_pump.hpp), and its plan on the
-    // loop: every pump period, and after every request line that changed
-    // the ledger (hand_over_now), the loop takes the pump's reports and
-    // publishes each QPU's plan; the pump hands over from the newest plan.
-    std::vector<dispatch::qpu_link*> links;
+    // The hand-over room (qrt/handover/room.hpp): the job pump on its own
+    // thread (job_pump.hpp), and its plan on the loop: every pump period,
+    // and whenever the commit listener makes changes durable (on_durable),
+    // the room takes the pump's reports and publishes each QPU's plan; the
+    // pump hands over from the newest plan.
+    std::vector<handover::qpu_target> targets;
     for (auto& q : _qpus) {
-        links.push_back(q->link.get());
+        targets.push_back({q->index, q->name, q->link.get(), q->tolerance_ns});
     }
+    handover::room::options ro;
+    ro.plan_horizon_ns = _handover.plan_horizon_ns;
+    ro.plan_max_jobs = _handover.plan_max_jobs;
+    _room = std::make_unique<handover::room>(_loop, *_ledger, _clock, ro, std::move(targets),
+                                             [this] { publish_ledger_events(); });
     job_pump::options po;
     po.period_ns = _handover.pump_period_ns;
     po.horizon_ns = _handover.horizon_ns;
@@ -741,12 +741,15 @@ rtcore::status services::start_timers() {
             po.cpus.reset(static_cast<unsigned>(q->dispatch_cpu));
         }
     }
-    _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
-    if (auto st = _pump->start(); !st) {
+    // Each QPU's hand-over table: the current and the next plan, what was
+    // released and not yet forgotten, and what the gate withheld
+    // (qrtd.toml(5) LIMITS, dispatch.plan_max_jobs).
+    po.max_jobs = 4 * _handover.plan_max_jobs;
+    if (auto st = _room->start(po); !st) {
         return st;
     }
     const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
-    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { sync_pump(); });
+    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { _room->sync(); });
     if (!plan_timer) {
         return std::move(plan_timer).err();
     }
@@ -808,9 +811,6 @@ rtcore::status services::start_timers() {
     }
     _timers.push_back(*tel);
 
-    for (auto& q : _qpus) {
-        refresh_calibration(*q, _clock.now_realtime_ns());
-    }
     return rtcore::ok();
 }
 
@@ -929,7 +929,7 @@ rtcore::status services::start_server() {
                             {"endpoint", q->endpoint},
                             {"endpoint_up", q->link->endpoint_up()},
                             {"dispatch_cpu", q->dispatch_cpu},
-                            {"calibration_id", q->calibration_id},
+                            {"calibration_id", _room ? _room->counts(q->index).calibration_id : 0},
                             {"min_lead_ns", _handover.min_lead_ns}};
             }
         }
@@ -968,22 +968,14 @@ rtcore::status services::start_server() {
     to.limits = shared_limits;
     // A calibration change re-reads the windows the links' guards follow.
     to.on_calibration = [this](std::string_view qpu) {
-        for (auto& q : _qpus) {
-            if (q->name == qpu) {
-                q->calibration_dirty = true;
-            }
+        if (_room) {
+            _room->on_calibration(qpu);
         }
     };
     _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
         shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
     });
     rpc::register_timeline_methods(*_engine, *_ledger, to);
-    // Drained after every handled line, after the ledger's events: hand what
-    // the line committed to the dispatch threads now (handover_timing).
-    _engine->add_event_source([this] {
-        hand_over_now();
-        return std::vector<rpc::event>{};
-    });
 
     // A group that does not exist on this host grants nothing (a fresh host
     // has no `qrt` group until the package's sysusers.d runs): it is left
@@ -1066,11 +1058,8 @@ void services::stop() noexcept {
         }
         // The pump first: once its thread is joined nothing else produces
         // into the rings; its last reports go into the ledger.
-        if (_pump) {
-            _pump->stop();
-            for (auto& q : _qpus) {
-                apply_pump_reports(*q);
-            }
+        if (_room) {
+            _room->stop();
         }
         // Shared dispatch threads first: their members' records are then
         // drained by each link's stop.
@@ -1078,10 +1067,6 @@ void services::stop() noexcept {
             g->stop();
         }
         for (auto& q : _qpus) {
-            if (q->switch_timer) {
-                _loop.cancel_timer(*q->switch_timer);
-                q->switch_timer.reset();
-            }
             if (q->link) {
                 q->link->stop();  // unfinished jobs get outcomes (on_outcome)
             }
@@ -1089,10 +1074,10 @@ void services::stop() noexcept {
         _groups.clear();  // before the dispatchers they serve go
 
         _server.reset();
+        _room.reset();  // before the links it points at
         for (auto& q : _qpus) {
             q->link.reset();
         }
-        _pump.reset();
         if (_ledger) {
             // Every outcome is recorded: a clean stop (ledger::close).
             _ledger->close();
@@ -1101,6 +1086,32 @@ void services::stop() noexcept {
     } catch (const std::exception& e) {
         log::error("daemon", "stopping services: {}", e.what());
     }
+}
+
+void services::publish_ledger_events() {
+    if (_engine) {
+        _engine->drain_event_sources();
+    }
+}
+
+void services::on_realtime_step() {
+    auto step = _step_watch->check();
+    if (!step) {
+        log::warn("clock", "realtime step watch: {}", step.err().message);
+        return;
+    }
+    if (!*step) {
+        return;
+    }
+    const auto& s = **step;
+    std::size_t n = 0;
+    for (auto& q : _qpus) {
+        n += q->link->on_realtime_step(s.after);
+    }
+    if (_room) {
+        _room->on_calibration_all();
+    }
+    log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
 }
 
 }  // namespace qrt
