@@ -411,6 +411,22 @@ private:
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
+    // The send, in steps shared by run_loop and the group loop
+    // (dispatcher_rt.cpp), all on the dispatch thread:
+    // claim_send: the guard, then the send/withdraw compare-and-swap;
+    //   dispatch_status::sent when this thread now owns the slot's frame.
+    dispatch_status claim_send(const queued_job& j, std::int64_t deadline, std::int64_t now) noexcept;
+    // prep_write: the write's SQE (fixed buffer, registered file, RWF_NOWAIT
+    //   where chosen) with sent_ns stamped into the frame; false (counted)
+    //   when the ring has no SQE.
+    bool prep_write(const queued_job& j, std::int64_t& sent_rt) noexcept;
+    // sent_record: the record of a submitted write; settle_submit marks it
+    //   send_failed (voiding what the kernel did not consume) when the
+    //   enter failed or stopped short of write_pos.
+    dispatch_record sent_record(const queued_job& j, std::int64_t deadline, std::int64_t after,
+                                std::int64_t sent_rt, std::int64_t wakeup_latency, std::int64_t spin_ns,
+                                std::int64_t lead) const noexcept;
+    void settle_submit(dispatch_record& r, int rc, unsigned write_pos, bool sqpoll) noexcept;
     // The send path of the group loop (dispatch_group.cpp): guard, the
     // withdraw race, the write at T, the record; pops j and reaps.  Syscall
     // submission only (a group refuses sqpoll members).
