@@ -127,31 +127,14 @@ void dispatch_group::stop() noexcept {
 void dispatch_group::thread_main() noexcept {
     // Setup (may allocate), as dispatcher::thread_main, once for the thread
     // and the memory locks once per member.
-    sigset_t pipe_set;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
-    ::pthread_setname_np(::pthread_self(), "qrt-dispatch");
+    detail::begin_dispatch_thread();
     const dispatcher_config& cfg = _members.front()->config();
     std::optional<rtcore::scoped_rt_thread> rt;
     rtcore::cpu_dma_latency_hold dma;
     int setup_err = 0;
     try {
         if (cfg.mode == dispatch_mode::tuned) {
-            rtcore::rt_thread_config rc;
-            rc.cpu = cfg.dispatch_cpu;
-            rc.policy = rtcore::sched_policy::fifo;
-            rc.priority = cfg.rt_priority;
-            rc.timer_slack_ns = 1;
-            rc.lock_memory = false;
-            auto entered = [&]() -> rtcore::result<rtcore::scoped_rt_thread> {
-                if (cfg.before_rt_setup) {
-                    if (auto joined = cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
-                        return std::move(joined).err();
-                    }
-                }
-                return rtcore::scoped_rt_thread::enter(rc);
-            }();
+            auto entered = detail::enter_tuned(cfg, [] {});
             if (entered) {
                 rt.emplace(std::move(*entered));
                 for (dispatcher* m : _members) {
@@ -159,7 +142,7 @@ void dispatch_group::thread_main() noexcept {
                     if (setup_err != 0) {
                         continue;
                     }
-                    if (auto st = m->lock_dispatch_path(rc.prefault_stack_bytes); st) {
+                    if (auto st = m->lock_dispatch_path(rtcore::rt_thread_config{}.prefault_stack_bytes); st) {
                         m->_st_mlocked.store(true, std::memory_order_relaxed);
                     } else {
                         setup_err = st.err().code != 0 ? st.err().code : EPERM;
