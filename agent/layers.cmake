@@ -22,7 +22,8 @@ set(QRT_LAYER_ORDER
   qrt_bpf,qrt_log                 # the probes' loaders; logging
   qrt_event_loop,qrt_telemetry    # the housekeeping loop; histograms, metrics
   qrt_timeline,qrt_dispatch       # the ledger; the RT dispatcher and QPU link
-  qrt_config,qrt_rpc              # the option table; the socket and methods
+  qrt_config,qrt_handover,qrt_rpc # the option table; the pump and hand-over
+                                  # table; the socket and methods
   qrt_daemon)                     # qrtd run / qrtd host: wires the rest
 
 # The two libraries below the agent.  Their headers have their own roots.

@@ -1,6 +1,6 @@
 // The daemon's services, wired: start-up in order, stop in reverse (see
-// services.hpp).  The hand-over is in handover.cpp, status in
-// services_status.cpp.
+// services.hpp).  The hand-over is agent/src/handover (handover::room),
+// status in services_status.cpp.
 
 #include "services.hpp"
 #include "services_internal.hpp"
@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/submit_choice.hpp"
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
@@ -278,34 +279,18 @@ rtcore::status services::open_ledger() {
         return rtcore::error::invalid(fmt::format("ledger: open {}: {}", path, tl_error(l.err())));
     }
     _ledger = std::move(*l);
-    // Cancel and preemption change a handed-over job only when its
-    // withdrawal from the dispatch thread wins the race with the send.
+    // Cancel, preemption and calibration updates change a handed-over job
+    // only when its withdrawal from the dispatch thread wins the race with
+    // the send: through the hand-over room, to the one QPU that holds the
+    // job (a hand-over in progress on the pump's thread is either done and
+    // withdrawn, or not begun and withheld).
     timeline::ledger::dispatch_gate gate;
-    // Through the pump's lane, so a hand-over in progress on the pump's
-    // thread is either done (and withdrawn here) or not begun (and revoked).
-    gate.take = [this](std::uint64_t id) {
-        if (!_pump) {
-            return true;  // nothing handed over
-        }
-        for (auto& q : _qpus) {
-            const auto w = _pump->revoke(q->index, id);
-            if (w == dispatch::dispatcher::withdraw_result::too_late) {
-                return false;
-            }
-            q->withdrawals_pending = q->withdrawals_pending || w == dispatch::dispatcher::withdraw_result::withdrawn;
-        }
-        return true;
+    gate.withdraw = [this](std::uint64_t id) {
+        return !_room || _room->withdraw(id) != dispatch::dispatcher::withdraw_result::too_late;
     };
-    gate.give_back = [this](std::uint64_t id) {
-        if (!_pump) {
-            return;
-        }
-        for (auto& q : _qpus) {
-            if (!_pump->give_back(q->index, id) && q->handed.count(id) != 0) {
-                // Already dropped by the dispatch thread: its `cancelled`
-                // record comes back and the pump hands the job over again.
-                log::debug("dispatch", "{}: job {} could not be restored after a withdrawal", q->name, id);
-            }
+    gate.restore = [this](std::uint64_t id) {
+        if (_room) {
+            _room->restore(id);
         }
     };
     _ledger->set_dispatch_gate(std::move(gate));
@@ -324,11 +309,9 @@ rtcore::status services::open_ledger() {
                        "ledger reloaded the database) and their clients got store_error",
                        n.failed_from, n.failed_to, n.why);
         }
-        if (n.failed_to != 0) {
+        if (n.failed_to != 0 && _room) {
             // The reload may have changed the windows the guards follow.
-            for (auto& q : _qpus) {
-                q->calibration_dirty = true;
-            }
+            _room->on_calibration_all();
         }
         // Acknowledged means dispatchable: a job whose commit became durable
         // too late for its start is withdrawn, and its line is answered with
@@ -366,6 +349,10 @@ rtcore::status services::open_ledger() {
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
         }
         publish_ledger_events();
+        // What this group made durable is dispatchable: plan it now.
+        if (_room) {
+            _room->on_durable();
+        }
     });
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.
@@ -472,6 +459,96 @@ rtcore::status services::start_links() {
             said_pool_shortfall = true;
         }
     }
+    // Tuned QPUs on one dispatch CPU (dispatch.qpus_per_cpu > 1, host plan)
+    // share one dispatch thread there (qrt/dispatch/dispatch_group.hpp):
+    // group_of[i] = the [[qpu]] indices on QPU i's CPU, when more than one.
+    std::vector<std::vector<std::uint32_t>> group_of(_cfg.qpus.size());
+    if (_cfg.dispatch.mode != dispatch_mode::untuned && _cfg.dispatch.qpus_per_cpu > 1) {
+        for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
+            for (std::uint32_t k = 0; k < _cfg.qpus.size(); ++k) {
+                if (dispatch_cpus[i] != rtcore::cpu_set::max_cpus && dispatch_cpus[k] == dispatch_cpus[i]) {
+                    group_of[i].push_back(k);
+                }
+            }
+            if (group_of[i].size() > _cfg.dispatch.qpus_per_cpu) {
+                return rtcore::error::invalid(fmt::format(
+                    "dispatch: {} QPUs on dispatch CPU {}, dispatch.qpus_per_cpu = {} allows {}: give them "
+                    "more CPUs (qpu.dispatch_cpu) or raise dispatch.qpus_per_cpu",
+                    group_of[i].size(), dispatch_cpus[i], _cfg.dispatch.qpus_per_cpu, _cfg.dispatch.qpus_per_cpu));
+            }
+            if (group_of[i].size() < 2) {
+                group_of[i].clear();
+            }
+        }
+    }
+    // Starts QPU qr's link (its dispatcher's thread too, unless its group
+    // runs it) and says how it runs; before: the process's threads before
+    // the dispatch thread started.
+    const auto start_qpu = [&](qpu_runtime& qr, const std::set<pid_t>& before) -> rtcore::status {
+        const auto& qc = _cfg.qpus[qr.index];
+        const auto& disp = qr.link->dispatch();
+        const auto& dc = disp.config();
+        auto started = qr.link->start();
+        if (!started) {
+            if (dc.mode == dispatch::dispatch_mode::tuned && dc.require_rt) {
+                _refused_not_realtime = true;
+                return rtcore::error{started.err().code,
+                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
+                                                 "cannot run SCHED_FIFO on isolated CPU {}: {}; {}", qc.name,
+                                                 _facts.require_rt_why, qr.dispatch_cpu,
+                                                 disp.setup_error(), placement_text())};
+            }
+            return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
+        }
+        for (const pid_t t : own_tids()) {
+            if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
+                if (_qpu_of_tid.count(t) == 0) {
+                    _dispatch_tids.push_back(t);
+                    _qpu_of_tid[t] = qc.name;
+                } else {
+                    _qpu_of_tid[t] += "+" + qc.name;  // one thread serving the QPUs of a dispatch group
+                }
+            }
+        }
+        const auto ts = disp.thread_stats();
+        std::string submit = dispatch::to_string(disp.effective_submit_mode());
+        if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
+            _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
+            const int poller_cpu = dc.sqpoll_cpu >= 0 ? dc.sqpoll_cpu : qr.dispatch_cpu;
+            submit += fmt::format(" (poller tid {}, CPU {})", disp.sqpoll_tid(), poller_cpu);
+            if (poller_cpu < 0 || !_facts.isolated.test(static_cast<unsigned>(poller_cpu))) {
+                // A SCHED_OTHER poller on a shared CPU waits for its CFS turn:
+                // arrival p95 of 1 ms and worse was measured (bench/README.md).
+                log::warn("dispatch",
+                          "{}: the SQPOLL poller runs on CPU {}, which is not isolated: other tasks there "
+                          "delay every write by up to a scheduler slice; isolate it or use submit_mode = "
+                          "\"syscall\"",
+                          qc.name, poller_cpu < 0 ? std::string("(any)") : std::to_string(poller_cpu));
+            }
+        } else if (!disp.submit_fallback_reason().empty()) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
+        }
+        if (!disp.fixed_buffers() && !said_pool_shortfall) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.buffers_fallback_reason());
+        }
+        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}{}", qc.name, qc.target.uri,
+                  to_string(_cfg.dispatch.mode), qr.dispatch_cpu,
+                  ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
+                                : std::string("not real-time"),
+                  submit,
+                  disp.group() != nullptr ? fmt::format(", dispatch thread shared by {} QPUs on this CPU",
+                                                        group_of[qr.index].size())
+                                          : std::string());
+        if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
+            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned ({}; dispatch.require_rt = "
+                                  "\"always\" refuses to start instead)",
+                      qc.name, disp.setup_error(), placement_text());
+        } else if (dc.mode == dispatch::dispatch_mode::tuned) {
+            log::info("dispatch", "{}: dispatch thread tid {} is SCHED_FIFO on CPU {} ({})", qc.name,
+                      _dispatch_tids.empty() ? 0 : _dispatch_tids.back(), qr.dispatch_cpu, _facts.rt_reach);
+        }
+        return rtcore::ok();
+    };
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
         auto q = std::make_unique<qpu_runtime>();
@@ -501,7 +578,14 @@ rtcore::status services::start_links() {
             _facts.isolated, topology ? &*topology : nullptr);
         dc.submit = choice.mode;
         dc.sqpoll_cpu = choice.poller_cpu;  // -1: the dispatch CPU
-        log::info("dispatch", "{}: submit mode {}: {}", qc.name, dispatch::to_string(choice.mode), choice.why);
+        if (!group_of[i].empty() && dc.submit != dispatch::submit_mode::syscall) {
+            dc.submit = dispatch::submit_mode::syscall;
+            log::info("dispatch", "{}: submit mode syscall: its dispatch thread serves {} QPUs on CPU {} "
+                                  "(dispatch.qpus_per_cpu), which sqpoll does not support",
+                      qc.name, group_of[i].size(), q->dispatch_cpu);
+        } else {
+            log::info("dispatch", "{}: submit mode {}: {}", qc.name, dispatch::to_string(choice.mode), choice.why);
+        }
         if (_cfg.dispatch.sqpoll_idle_ms > 0) {
             dc.sqpoll_idle_ms = _cfg.dispatch.sqpoll_idle_ms;
         }
@@ -552,8 +636,16 @@ rtcore::status services::start_links() {
 
         qpu_runtime* qp = q.get();
         dispatch::qpu_link_callbacks cb;
-        cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) { on_dispatched(*qp, id, sent_ns); };
-        cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) { on_outcome(*qp, o); };
+        cb.on_dispatched = [this, qp](std::uint64_t id, std::int64_t sent_ns) {
+            if (_room) {
+                _room->on_dispatched(qp->index, id, sent_ns);
+            }
+        };
+        cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) {
+            if (_room) {
+                _room->on_outcome(qp->index, o);
+            }
+        };
         cb.on_endpoint_state = [this, qp](bool up, const std::string& reason) {
             qp->endpoint_state = up ? "up" : "down (" + reason + ")";
             const std::string remedy = up ? std::string() : endpoint_remedy(reason, qp->endpoint, _cfg.agent.user);
@@ -574,74 +666,69 @@ rtcore::status services::start_links() {
         }
         // The dispatch thread's TID (for the probes): the task that appears
         // while start() runs, io_uring workers (iou-*) aside.
-        const auto before = own_tids();
-        auto started = q->link->start();
-        if (!started) {
-            if (dc.mode == dispatch::dispatch_mode::tuned && dc.require_rt) {
-                _refused_not_realtime = true;
-                return rtcore::error{started.err().code,
-                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
-                                                 "cannot run SCHED_FIFO on isolated CPU {}: {}; {}", qc.name,
-                                                 _facts.require_rt_why, q->dispatch_cpu,
-                                                 q->link->dispatch().setup_error(), placement_text())};
-            }
-            return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
-        }
-        for (const pid_t t : own_tids()) {
-            if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
-                _dispatch_tids.push_back(t);
-                _qpu_of_tid[t] = qc.name;
-            }
-        }
-        const auto& disp = q->link->dispatch();
-        const auto ts = disp.thread_stats();
-        std::string submit = dispatch::to_string(disp.effective_submit_mode());
-        if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
-            _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
-            const int poller_cpu = dc.sqpoll_cpu >= 0 ? dc.sqpoll_cpu : q->dispatch_cpu;
-            submit += fmt::format(" (poller tid {}, CPU {})", disp.sqpoll_tid(), poller_cpu);
-            if (poller_cpu < 0 || !_facts.isolated.test(static_cast<unsigned>(poller_cpu))) {
-                // A SCHED_OTHER poller on a shared CPU waits for its CFS turn:
-                // arrival p95 of 1 ms and worse was measured (bench/README.md).
-                log::warn("dispatch",
-                          "{}: the SQPOLL poller runs on CPU {}, which is not isolated: other tasks there "
-                          "delay every write by up to a scheduler slice; isolate it or use submit_mode = "
-                          "\"syscall\"",
-                          qc.name, poller_cpu < 0 ? std::string("(any)") : std::to_string(poller_cpu));
-            }
-        } else if (!disp.submit_fallback_reason().empty()) {
-            log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
-        }
-        if (!disp.fixed_buffers() && !said_pool_shortfall) {
-            log::warn("dispatch", "{}: {}", qc.name, disp.buffers_fallback_reason());
-        }
-        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}", qc.name, lc.endpoint,
-                  to_string(_cfg.dispatch.mode), q->dispatch_cpu,
-                  ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
-                                : std::string("not real-time"),
-                  submit);
-        if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
-            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned ({}; dispatch.require_rt = "
-                                  "\"always\" refuses to start instead)",
-                      qc.name, q->link->dispatch().setup_error(), placement_text());
-        } else if (dc.mode == dispatch::dispatch_mode::tuned) {
-            log::info("dispatch", "{}: dispatch thread tid {} is SCHED_FIFO on CPU {} ({})", qc.name,
-                      _dispatch_tids.empty() ? 0 : _dispatch_tids.back(), q->dispatch_cpu, _facts.rt_reach);
-        }
+        qpu_runtime& qr = *q;
         _qpus.push_back(std::move(q));
+        if (group_of[i].empty()) {
+            if (auto st = start_qpu(qr, own_tids()); !st) {
+                return st;
+            }
+            continue;
+        }
+        if (group_of[i].back() != i) {
+            continue;  // started with the last QPU of its group
+        }
+        // The group's members, in [[qpu]] order, all created by now.
+        std::vector<dispatch::dispatcher*> members;
+        std::vector<qpu_runtime*> runtimes;
+        for (const std::uint32_t k : group_of[i]) {
+            for (auto& other : _qpus) {
+                if (other->index == k) {
+                    members.push_back(&other->link->dispatch_for_group());
+                    runtimes.push_back(other.get());
+                }
+            }
+        }
+        try {
+            _groups.push_back(std::make_unique<dispatch::dispatch_group>(std::move(members)));
+        } catch (const std::exception& e) {
+            return rtcore::error::invalid(fmt::format("qpu {}: {}", qc.name, e.what()));
+        }
+        const auto before = own_tids();
+        if (auto st = _groups.back()->start(); !st) {
+            if (dc.require_rt) {
+                _refused_not_realtime = true;
+                return rtcore::error{st.err().code,
+                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
+                                                 "of its group cannot run SCHED_FIFO on isolated CPU {}: {}; {}",
+                                                 qc.name, _facts.require_rt_why, qr.dispatch_cpu,
+                                                 _groups.back()->setup_error(), placement_text())};
+            }
+            return rtcore::error{st.err().code, fmt::format("qpu {}: {}", qc.name, st.err().message)};
+        }
+        for (qpu_runtime* r : runtimes) {
+            if (auto st = start_qpu(*r, before); !st) {
+                return st;
+            }
+        }
     }
     return rtcore::ok();
 }
 
 rtcore::status services::start_timers() {
-    // The job pump on its own thread (job_pump.hpp), and its plan on the
-    // loop: every pump period, and after every request line that changed
-    // the ledger (hand_over_now), the loop takes the pump's reports and
-    // publishes each QPU's plan; the pump hands over from the newest plan.
-    std::vector<dispatch::qpu_link*> links;
+    // The hand-over room (qrt/handover/room.hpp): the job pump on its own
+    // thread (job_pump.hpp), and its plan on the loop: every pump period,
+    // and whenever the commit listener makes changes durable (on_durable),
+    // the room takes the pump's reports and publishes each QPU's plan; the
+    // pump hands over from the newest plan.
+    std::vector<handover::qpu_target> targets;
     for (auto& q : _qpus) {
-        links.push_back(q->link.get());
+        targets.push_back({q->index, q->name, q->link.get(), q->tolerance_ns});
     }
+    handover::room::options ro;
+    ro.plan_horizon_ns = _handover.plan_horizon_ns;
+    ro.plan_max_jobs = _handover.plan_max_jobs;
+    _room = std::make_unique<handover::room>(_loop, *_ledger, _clock, ro, std::move(targets),
+                                             [this] { publish_ledger_events(); });
     job_pump::options po;
     po.period_ns = _handover.pump_period_ns;
     po.horizon_ns = _handover.horizon_ns;
@@ -654,12 +741,15 @@ rtcore::status services::start_timers() {
             po.cpus.reset(static_cast<unsigned>(q->dispatch_cpu));
         }
     }
-    _pump = std::make_unique<job_pump>(std::move(links), _clock, po);
-    if (auto st = _pump->start(); !st) {
+    // Each QPU's hand-over table: the current and the next plan, what was
+    // released and not yet forgotten, and what the gate withheld
+    // (qrtd.toml(5) LIMITS, dispatch.plan_max_jobs).
+    po.max_jobs = 4 * _handover.plan_max_jobs;
+    if (auto st = _room->start(po); !st) {
         return st;
     }
     const std::chrono::nanoseconds pump_period(_handover.pump_period_ns);
-    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { sync_pump(); });
+    auto plan_timer = _loop.add_timer(pump_period, pump_period, [this] { _room->sync(); });
     if (!plan_timer) {
         return std::move(plan_timer).err();
     }
@@ -721,9 +811,6 @@ rtcore::status services::start_timers() {
     }
     _timers.push_back(*tel);
 
-    for (auto& q : _qpus) {
-        refresh_calibration(*q, _clock.now_realtime_ns());
-    }
     return rtcore::ok();
 }
 
@@ -842,7 +929,7 @@ rtcore::status services::start_server() {
                             {"endpoint", q->endpoint},
                             {"endpoint_up", q->link->endpoint_up()},
                             {"dispatch_cpu", q->dispatch_cpu},
-                            {"calibration_id", q->calibration_id},
+                            {"calibration_id", _room ? _room->counts(q->index).calibration_id : 0},
                             {"min_lead_ns", _handover.min_lead_ns}};
             }
         }
@@ -881,22 +968,14 @@ rtcore::status services::start_server() {
     to.limits = shared_limits;
     // A calibration change re-reads the windows the links' guards follow.
     to.on_calibration = [this](std::string_view qpu) {
-        for (auto& q : _qpus) {
-            if (q->name == qpu) {
-                q->calibration_dirty = true;
-            }
+        if (_room) {
+            _room->on_calibration(qpu);
         }
     };
     _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
         shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
     });
     rpc::register_timeline_methods(*_engine, *_ledger, to);
-    // Drained after every handled line, after the ledger's events: hand what
-    // the line committed to the dispatch threads now (handover_timing).
-    _engine->add_event_source([this] {
-        hand_over_now();
-        return std::vector<rpc::event>{};
-    });
 
     // A group that does not exist on this host grants nothing (a fresh host
     // has no `qrt` group until the package's sysusers.d runs): it is left
@@ -979,27 +1058,26 @@ void services::stop() noexcept {
         }
         // The pump first: once its thread is joined nothing else produces
         // into the rings; its last reports go into the ledger.
-        if (_pump) {
-            _pump->stop();
-            for (auto& q : _qpus) {
-                apply_pump_reports(*q);
-            }
+        if (_room) {
+            _room->stop();
+        }
+        // Shared dispatch threads first: their members' records are then
+        // drained by each link's stop.
+        for (auto& g : _groups) {
+            g->stop();
         }
         for (auto& q : _qpus) {
-            if (q->switch_timer) {
-                _loop.cancel_timer(*q->switch_timer);
-                q->switch_timer.reset();
-            }
             if (q->link) {
                 q->link->stop();  // unfinished jobs get outcomes (on_outcome)
             }
         }
+        _groups.clear();  // before the dispatchers they serve go
 
         _server.reset();
+        _room.reset();  // before the links it points at
         for (auto& q : _qpus) {
             q->link.reset();
         }
-        _pump.reset();
         if (_ledger) {
             // Every outcome is recorded: a clean stop (ledger::close).
             _ledger->close();
@@ -1008,6 +1086,32 @@ void services::stop() noexcept {
     } catch (const std::exception& e) {
         log::error("daemon", "stopping services: {}", e.what());
     }
+}
+
+void services::publish_ledger_events() {
+    if (_engine) {
+        _engine->drain_event_sources();
+    }
+}
+
+void services::on_realtime_step() {
+    auto step = _step_watch->check();
+    if (!step) {
+        log::warn("clock", "realtime step watch: {}", step.err().message);
+        return;
+    }
+    if (!*step) {
+        return;
+    }
+    const auto& s = **step;
+    std::size_t n = 0;
+    for (auto& q : _qpus) {
+        n += q->link->on_realtime_step(s.after);
+    }
+    if (_room) {
+        _room->on_calibration_all();
+    }
+    log::warn("clock", "CLOCK_REALTIME stepped by {} ns: {} queued deadlines re-converted", s.step_ns, n);
 }
 
 }  // namespace qrt

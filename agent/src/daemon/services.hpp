@@ -1,8 +1,9 @@
 #pragma once
 // The daemon's services (step 9 of daemon::run): the durable ledger, one
-// qpu_link (dispatch thread + endpoint) per QPU, the job pump that feeds the
-// links from the ledger, the housekeeping timers, the eBPF probes and the
-// control socket.  Everything runs on the housekeeping event loop except the
+// qpu_link (dispatch thread + endpoint) per QPU, the hand-over room that
+// feeds the links from the ledger (qrt/handover/room.hpp: the job pump and
+// its tables), the housekeeping timers, the eBPF probes and the control
+// socket.  Everything runs on the housekeeping event loop except the
 // dispatch threads (one per QPU, SCHED_FIFO on an isolated CPU) and the job
 // pump (one thread, SCHED_FIFO 1 on the housekeeping CPUs; job_pump.hpp says
 // what it shares with the loop and the bound it keeps).
@@ -29,14 +30,15 @@
 #include <nlohmann/json.hpp>
 
 #include "qrt/config.hpp"
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/qpu_link.hpp"
 #include "qrt/event_loop.hpp"
+#include "qrt/handover/room.hpp"
 #include "qrt/rpc/engine.hpp"
 #include "qrt/rpc/methods.hpp"
 #include "qrt/rpc/server.hpp"
 #include "qrt/telemetry.hpp"
 #include "qrt/timeline/ledger.hpp"
-#include "job_pump.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/cpu_set.hpp"
 #include "rtcore/kernel_probe.hpp"
@@ -148,21 +150,6 @@ private:
     std::string placement_text() const;
     rtcore::status start_server();
 
-    // The loop's side of the pump (handover.cpp): take the pump's reports
-    // into the ledger, build and publish each QPU's plan.
-    void sync_pump() noexcept;
-    // sync_pump, right after a request line that changed the ledger: a job
-    // is planned as soon as it is acknowledged, so a burst of requests (each
-    // one commit) delays no hand-over past the next line.
-    void hand_over_now() noexcept;
-    void apply_pump_reports(qpu_runtime& q);
-    void publish_plan(qpu_runtime& q, std::int64_t now_ns);
-    bool durable(const timeline::reservation& r) const;
-    void refresh_calibration(qpu_runtime& q, std::int64_t now_ns);
-    const timeline::calibration_window* window_of(qpu_runtime& q, std::int64_t start_ns,
-                                                  std::int64_t now_ns);
-    void on_dispatched(qpu_runtime& q, std::uint64_t id, std::int64_t sent_ns);
-    void on_outcome(qpu_runtime& q, const dispatch::dispatch_outcome& o);
     void publish_ledger_events();
     void on_realtime_step();
     // Probe 3's ring buffer is readable: log, keep, count and publish.
@@ -180,14 +167,16 @@ private:
 
     std::unique_ptr<timeline::ledger> _ledger;
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
+    // Dispatch threads shared by the QPUs on one CPU (dispatch.qpus_per_cpu);
+    // stopped and destroyed before the links whose dispatchers they serve.
+    std::vector<std::unique_ptr<dispatch::dispatch_group>> _groups;
     std::vector<pid_t> _dispatch_tids;
     std::map<pid_t, std::string> _qpu_of_tid;  // dispatch TID -> QPU name (outlier events)
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)
     handover_timing _handover;
-    std::unique_ptr<job_pump> _pump;
-    bool _pumping = false;                 // sync_pump() is running (no re-entry through the event sources)
-    std::uint64_t _pumped_generation = 0;  // ledger generation the last plan saw
-    std::int64_t _max_plan_publish_ns = 0; // longest sync_pump (reports in, plans out)
+    // The hand-over (agent/src/handover): the job pump, the per-QPU
+    // hand-over tables, the plans, the outcomes, the guards' calibration.
+    std::unique_ptr<handover::room> _room;
     std::int64_t _missed_backstop_ns = 0;
 
     std::optional<rtcore::realtime_step_watch> _step_watch;
@@ -204,10 +193,7 @@ private:
     std::unique_ptr<rpc::server> _server;
     rpc::prebound_socket _prebound;
 
-    std::uint64_t _handed_total = 0;
-    std::uint64_t _refused_total = 0;
-    std::uint64_t _missed_before_handover = 0;
-    std::uint64_t _ledger_errors = 0;
+    std::uint64_t _ledger_errors = 0;  // the commit listener's; the room counts its own
     std::uint64_t _late_commits = 0;  // jobs durable too late for their start (withdrawn)
     bool _stopped = false;
     bool _refused_not_realtime = false;

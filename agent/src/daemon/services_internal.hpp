@@ -1,9 +1,9 @@
 #pragma once
-// What the three parts of the services share (private to agent/src/daemon):
+// What the two parts of the services share (private to agent/src/daemon):
 //   services.cpp         wiring: start-up in order, stop in reverse
-//   handover.cpp         the hand-over between the ledger and the dispatch
-//                        threads (the job pump, outcomes, calibration)
 //   services_status.cpp  agent.status, telemetry.snapshot, the probes' feed
+// The hand-over between the ledger and the dispatch threads (the job pump,
+// outcomes, calibration) is agent/src/handover's room.
 
 #include <cstdint>
 #include <map>
@@ -39,23 +39,7 @@ struct services::qpu_runtime {
     int dispatch_cpu = -1;
     std::int64_t tolerance_ns = 0;
     std::unique_ptr<dispatch::qpu_link> link;
-    // Handed to the link by the pump (its reports), no outcome yet:
-    // id -> (start, calibration id) as handed.
-    std::map<std::uint64_t, std::pair<std::int64_t, std::uint64_t>> handed;
-    // Outcomes (and refusals) taken since the last plan: the pump forgets
-    // these ids with the next plan it takes.
-    std::vector<std::uint64_t> released;
-    bool withdrawals_pending = false;  // the dispatch gate withdrew since the last plan (report_withdrawn)
-    std::vector<timeline::calibration_window> windows;  // ending after the last refresh
-    std::int64_t current_until_ns = 0;  // refresh when now reaches this
-    std::uint64_t calibration_id = 0;   // what the link's guard holds
-    bool calibration_dirty = true;
-    std::optional<event_loop::timer_id> switch_timer;
     std::string endpoint_state = "connecting";
-    std::uint64_t completed = 0;
-    std::uint64_t sent = 0;  // written to a write-only endpoint: no result
-    std::uint64_t failed = 0;
-    std::uint64_t missed = 0;
     std::uint64_t placement_lost_logged = 0;  // the dispatch thread's found_moved count last logged
 };
 

@@ -196,6 +196,7 @@ nlohmann::json services::status_json() {
     for (const auto& q : _qpus) {
         const auto ts = q->link->dispatch().thread_stats();
         const auto tel = q->link->telemetry();
+        const auto hc = _room ? _room->counts(q->index) : handover::qpu_counts{};
         json j{{"name", q->name},
                {"endpoint", q->endpoint},
                {"endpoint_up", q->link->endpoint_up()},
@@ -219,12 +220,12 @@ nlohmann::json services::status_json() {
                {"submit_mode", dispatch::to_string(q->link->dispatch().effective_submit_mode())},
                {"send_blocked", ts.send_blocked},
                {"submit_errors", ts.submit_errors},
-               {"calibration_id", q->calibration_id},
-               {"in_flight", q->handed.size()},
-               {"completed", q->completed},
-               {"sent", q->sent},
-               {"failed", q->failed},
-               {"missed", q->missed}};
+               {"calibration_id", hc.calibration_id},
+               {"in_flight", hc.in_flight},
+               {"completed", hc.completed},
+               {"sent", hc.sent},
+               {"failed", hc.failed},
+               {"missed", hc.missed}};
         {
             // Dispatch lateness, lifetime next to the recent windows.
             telemetry::snapshot one;
@@ -270,30 +271,34 @@ nlohmann::json services::status_json() {
                       {"handover_horizon_ns", _handover.horizon_ns},
                       {"lead_max_ns", _handover.lead_max_ns},
                       {"handover_margin_ns", _handover.margin_ns}};
-    if (_pump) {
+    const auto rc = _room ? _room->counts() : handover::room_counts{};
+    if (const auto pst = _room ? _room->pump_state() : std::nullopt) {
         // The job pump's own thread (job_pump.hpp): how late its ticks came
         // and how long a pass took, at most, since the start.
-        const auto ps = _pump->stats();
+        const auto& ps = *pst;
         st["dispatch"]["pump"] = {{"thread", ps.sched},
                                   {"ticks", ps.ticks},
                                   {"ticks_skipped", ps.ticks_skipped},
                                   {"max_tick_lateness_ns", ps.max_lateness_ns},
                                   {"max_pass_ns", ps.max_work_ns},
-                                  {"max_plan_publish_ns", _max_plan_publish_ns},
+                                  {"max_plan_publish_ns", rc.max_plan_publish_ns},
                                   {"plan_jobs", ps.plan_jobs},
                                   {"plan_max_jobs_per_qpu", _handover.plan_max_jobs},
                                   {"plan_horizon_ns", _handover.plan_horizon_ns},
                                   {"plans_taken", ps.plans_taken},
-                                  {"handed", _handed_total},
+                                  {"handed", rc.handed},
                                   // Jobs whose start (+ tolerance) had passed when the pump
                                   // came to hand them over: the housekeeping side was late.
                                   // A job missed by the dispatch thread itself (it woke
                                   // past T + tolerance) counts in the QPU's "missed" only.
-                                  {"missed_before_handover", _missed_before_handover},
-                                  {"refused_by_dispatcher", _refused_total},
+                                  {"missed_before_handover", rc.missed_before_handover},
+                                  {"refused_by_dispatcher", rc.refused_by_dispatcher},
                                   // Jobs left to the next pass (2 ms) because the storage the
                                   // loop sized for the pump was full (it never allocates).
-                                  {"deferred", ps.deferred}};
+                                  {"deferred", ps.deferred},
+                                  // Hand-over table transitions refused (handover_table.hpp): 0
+                                  // unless the loop and the pump disagree on a job, a bug.
+                                  {"refused_transitions", ps.refused_transitions}};
         if (_cfg.dispatch.mode != dispatch_mode::untuned && ps.sched.rfind("SCHED_FIFO", 0) != 0 && ps.ticks > 0) {
             degraded.push_back("job pump not real-time: " + ps.sched);
         }
@@ -303,8 +308,8 @@ nlohmann::json services::status_json() {
                     {"active", ls.active},
                     {"windows", ls.windows},
                     {"policy", std::string(_ledger->policy().name())},
-                    {"handed_to_dispatch", _handed_total},
-                    {"store_errors", _ledger_errors}};
+                    {"handed_to_dispatch", rc.handed},
+                    {"store_errors", _ledger_errors + rc.ledger_errors}};
     if (_server) {
         st["rpc"] = {{"socket", _server->options().socket_path},
                      {"listen_source", _server->listen_source()},
@@ -364,12 +369,12 @@ telemetry::snapshot services::telemetry_snapshot() {
         s.add_gauge("qrt_dispatch_endpoint_up", "1 when the QPU endpoint is connected", l,
                     tel.endpoint_up ? 1.0 : 0.0);
         s.add_gauge("qrt_dispatch_in_flight", "jobs handed over without an outcome yet", l,
-                    static_cast<double>(q->handed.size()));
+                    static_cast<double>(_room ? _room->counts(q->index).in_flight : 0));
     }
     s.add_counter("qrt_event_loop_callback_errors_total", "exceptions caught from event-loop callbacks", {},
                   _loop.callback_errors());
-    if (_pump) {
-        const auto ps = _pump->stats();
+    if (const auto pst = _room ? _room->pump_state() : std::nullopt) {
+        const auto& ps = *pst;
         s.add_counter("qrt_pump_ticks_total", "job pump ticks (one per pump period)", {}, ps.ticks);
         s.add_gauge("qrt_pump_max_tick_lateness_seconds", "job pump: the latest a tick woke after its absolute time, "
                     "since the start", {}, static_cast<double>(ps.max_lateness_ns) / 1e9);

@@ -336,6 +336,37 @@ std::optional<envelope_needs> read_envelope(const tl::blob& payload) {
     return out;
 }
 
+// The shot count a jobs.submit states, read once here so that it travels
+// in the request to the ledger and the hand-over (which never reads the
+// payload): "shots" in the params; else the envelope's; else, as before
+// there was an envelope, the "shots" of a payload that is an opaque JSON
+// object; else 0 (not stated: the hand-over sends its default, 1000).
+std::uint32_t shots_of_request(const params_reader& p, const tl::blob& payload,
+                               const std::optional<envelope_needs>& needs) {
+    if (p.has("shots")) {
+        const auto v = static_cast<std::uint64_t>(p.i64("shots", 1, static_cast<std::int64_t>(max_wire_shots)));
+        if (needs && needs->shots != v) {
+            throw invalid_params("shots", fmt::format("shots = {} but the payload's envelope says shots = {}", v,
+                                                      needs->shots));
+        }
+        return static_cast<std::uint32_t>(v);
+    }
+    if (needs) {
+        return static_cast<std::uint32_t>(std::min(needs->shots, max_wire_shots));
+    }
+    if (payload.empty() || payload.front() != '{') {
+        return 0;
+    }
+    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
+    if (j.is_object()) {
+        const auto it = j.find("shots");
+        if (it != j.end() && it->is_number_unsigned()) {
+            return static_cast<std::uint32_t>(std::min(it->get<std::uint64_t>(), max_wire_shots));
+        }
+    }
+    return 0;
+}
+
 // Why the envelope does not fit qpu's device (qpus.list's "device"), or "".
 std::string envelope_misfit(const envelope_needs& n, std::string_view qpu, const json& device,
                             std::string& field) {
@@ -557,7 +588,7 @@ json ledger_methods::jobs_submit(const json& params, call_context& ctx) {
     const params_reader p(params, {"reservation_id", "fencing_token", "payload",
                                    "duration_ns", "not_before_ns", "deadline_ns",
                                    "priority", "min_fidelity", "qpus",
-                                   "idempotency_key"});
+                                   "idempotency_key", "shots"});
     return p.has("reservation_id") ? submit_into_held(p, ctx) : submit_one_shot(p, ctx);
 }
 
@@ -580,7 +611,9 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
     const auto token =
         static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
-    if (const auto needs = read_envelope(payload)) {
+    const auto needs = read_envelope(payload);
+    const std::uint32_t shots = shots_of_request(p, payload, needs);
+    if (needs) {
         const tl::reservation r = take(_ledger.status(tenant_for(ctx, id), id));
         std::string field;
         const std::string why = envelope_misfit(*needs, r.qpu, device_of(r.qpu), field);
@@ -590,7 +623,7 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
     }
     check_booking(ctx, {}, 0, 0, payload.size());
     return booked(take_booking(_ledger.commit(tenant_for(ctx, id), id, token,
-                                              std::move(payload), now())));
+                                              std::move(payload), now(), shots)));
 }
 
 // jobs.submit with request fields + idempotency_key + payload: place and
@@ -606,7 +639,9 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
         throw invalid_params("idempotency_key", "idempotency_key must not be empty");
     }
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
-    if (const auto needs = read_envelope(payload)) {
+    const auto needs = read_envelope(payload);
+    req.shots = shots_of_request(p, payload, needs);
+    if (needs) {
         // Place only onto the QPUs the envelope fits; none: refuse, naming
         // the first candidate's misfit.
         std::vector<std::string> fit;
@@ -679,6 +714,7 @@ json to_json(const tl::reservation& r) {
                 {"priority", r.priority},
                 {"min_fidelity", r.min_fidelity},
                 {"calibration_id", r.calibration_id},
+                {"shots", r.shots},  // as the request stated it; 0: not stated (1000 are sent)
                 {"idempotency_key", r.idempotency_key},
                 {"lease_ns", r.lease_ns},
                 {"lease_expires_ns", r.lease_expires_ns},

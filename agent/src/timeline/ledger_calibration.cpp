@@ -188,9 +188,9 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
             const std::vector<std::uint64_t> group =
                 gang_movable(r) ? members(r) : std::vector<std::uint64_t>{r.id};
             if (std::any_of(group.begin(), group.end(), [&](std::uint64_t m) { return seen.count(m) != 0; })) {
-                continue;  // taken with an earlier member
+                continue;  // withdrawn with an earlier member
             }
-            if (take_all(group).has_value()) {
+            if (withdraw_all(group).has_value()) {
                 ++_calibration_pinned;  // going out: left in place
                 for (const std::uint64_t m : group) {
                     if (_res.at(m).state == res_state::committed) {

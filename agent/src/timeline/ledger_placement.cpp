@@ -670,24 +670,24 @@ std::optional<ledger::preempt_plan> ledger::preemption_fit(const request& req,
     return best;
 }
 
-std::optional<std::uint64_t> ledger::take_all(const std::vector<std::uint64_t>& ids) {
-    if (!_gate.take) {
+std::optional<std::uint64_t> ledger::withdraw_all(const std::vector<std::uint64_t>& ids) {
+    if (!_gate.withdraw) {
         return std::nullopt;
     }
-    std::vector<std::uint64_t> taken;
+    std::vector<std::uint64_t> withdrawn;
     for (const std::uint64_t id : ids) {
         if (_res.at(id).state != res_state::committed) {
             continue;  // held: never handed over
         }
-        if (!_gate.take(id)) {
-            for (const std::uint64_t t : taken) {
-                if (_gate.give_back) {
-                    _gate.give_back(t);
+        if (!_gate.withdraw(id)) {
+            for (const std::uint64_t w : withdrawn) {
+                if (_gate.restore) {
+                    _gate.restore(w);
                 }
             }
             return id;
         }
-        taken.push_back(id);
+        withdrawn.push_back(id);
     }
     return std::nullopt;
 }

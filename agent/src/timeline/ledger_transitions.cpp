@@ -172,7 +172,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
             if (!plan) {
                 break;
             }
-            if (const auto refused = take_all(plan->victims)) {
+            if (const auto refused = withdraw_all(plan->victims)) {
                 pinned.insert(*refused);
                 continue;
             }
@@ -214,6 +214,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
     if (payload != nullptr) {
         r.state = res_state::committed;
         r.payload = std::move(*payload);
+        r.shots = req.shots;
         r.lease_expires_ns = 0;
     } else {
         r.state = res_state::held;
@@ -469,7 +470,7 @@ result<reservation> ledger::release(std::string_view tenant, std::uint64_t id,
 
 result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
                                    std::uint64_t fencing_token, blob payload,
-                                   std::int64_t now_ns) {
+                                   std::int64_t now_ns, std::uint32_t shots) {
     auto o = checked(tenant, id, fencing_token, lease_check::must_be_live, now_ns);
     if (!o) {
         return std::move(o).err();
@@ -516,6 +517,7 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
         reservation& mr = _res.at(m);
         account(mr, -1);
         mr.payload = payload;
+        mr.shots = shots;
         account(mr, +1);
         set_state(mr, res_state::committed, "", now_ns, event_type::committed);
         mark_with_commit(mr, now_ns);
@@ -547,7 +549,7 @@ result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
                                   " is already " + std::string(to_string(mr.state)));
         }
     }
-    if (const auto refused = take_all(members(r))) {
+    if (const auto refused = withdraw_all(members(r))) {
         return make_error(reason::illegal_transition,
                           "cancel of job " + u2s(id) + ": job " + u2s(*refused) +
                               " is already being sent to the QPU; its outcome will follow the send");
@@ -977,7 +979,7 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
         for (const std::uint64_t m : ids) {
             all_committed = all_committed && _res.at(m).state == res_state::committed;
         }
-        if (!all_committed || take_all(ids)) {
+        if (!all_committed || withdraw_all(ids)) {
             continue;  // a member went on, or the dispatcher already sends one
         }
         late_job lj;

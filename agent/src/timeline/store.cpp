@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "rtcore/unique_fd.hpp"
 
@@ -41,6 +43,17 @@ constexpr std::array<std::string_view, store::k_schema_version> k_migrations = {
     // 1 -> 2: idempotency lookups by (tenant, key) for tools reading the db.
     "CREATE INDEX reservations_idempotency ON reservations(tenant, idempotency_key)"
     " WHERE idempotency_key <> '';",
+    // 2 -> 3: the shot count travels in the request (jobs.submit), not in the
+    // payload.  A job stored before keeps the count the hand-over used to
+    // read from its payload (a JSON object's positive integer "shots", at
+    // most 1,000,000), read once here; else 0: the hand-over's default.
+    "ALTER TABLE reservations ADD COLUMN shots INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE reservations SET shots = CASE WHEN json_valid(CAST(payload AS TEXT)) THEN"
+    " (CASE WHEN json_type(CAST(payload AS TEXT)) = 'object'"
+    " AND json_type(CAST(payload AS TEXT), '$.shots') = 'integer'"
+    " AND json_extract(CAST(payload AS TEXT), '$.shots') > 0"
+    " THEN MIN(json_extract(CAST(payload AS TEXT), '$.shots'), 1000000) ELSE 0 END) ELSE 0 END"
+    " WHERE payload IS NOT NULL AND substr(payload, 1, 1) = CAST('{' AS BLOB);",
 };
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
@@ -152,8 +165,8 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
          "INSERT OR REPLACE INTO reservations(id, tenant, qpu, start_ns, duration_ns,"
          " not_before_ns, deadline_ns, priority, min_fidelity, calibration_id,"
          " idempotency_key, lease_ns, lease_expires_ns, fencing_token, state, reason,"
-         " gang_id, payload, result, sent_ns, created_ns, updated_ns)"
-         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+         " gang_id, payload, result, sent_ns, created_ns, updated_ns, shots)"
+         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
         {&st->_erase, "DELETE FROM reservations WHERE id = ?"},
         {&st->_put_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)"},
         {&st->_del_windows, "DELETE FROM windows WHERE qpu = ?"},
@@ -348,6 +361,9 @@ status store::put(const reservation& r) {
     b(r.sent_ns);
     b(r.created_ns);
     b(r.updated_ns);
+    if (rc == SQLITE_OK) {
+        rc = u.bind_u(++i, r.shots);
+    }
     if (rc != SQLITE_OK) {
         return sql_error("bind reservation " + std::to_string(r.id));
     }
@@ -473,7 +489,7 @@ result<stored_state> store::load() {
             "SELECT id, tenant, qpu, start_ns, duration_ns, not_before_ns, deadline_ns,"
             " priority, min_fidelity, calibration_id, idempotency_key, lease_ns,"
             " lease_expires_ns, fencing_token, state, reason, gang_id, payload, result,"
-            " sent_ns, created_ns, updated_ns FROM reservations ORDER BY id");
+            " sent_ns, created_ns, updated_ns, shots FROM reservations ORDER BY id");
         if (!sel) {
             return std::move(sel).err();
         }
@@ -510,6 +526,7 @@ result<stored_state> store::load() {
             r.sent_ns = sqlite3_column_int64(s, 19);
             r.created_ns = sqlite3_column_int64(s, 20);
             r.updated_ns = sqlite3_column_int64(s, 21);
+            r.shots = static_cast<std::uint32_t>(std::clamp<std::int64_t>(sqlite3_column_int64(s, 22), 0, UINT32_MAX));
             out.reservations.push_back(std::move(r));
         }
         if (rc != SQLITE_DONE) {

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -2010,4 +2011,47 @@ TEST(rpc_device, jobs_submit_refuses_an_envelope_the_qpu_cannot_take_naming_the_
                                               {"payload", rpc::base64_encode(envelope(3, 10))}});
     EXPECT_EQ(reason_of(reply), rpc::reason::invalid_argument) << reply.dump();
     EXPECT_EQ(c.ok("jobs.status", {{"job_id", held.at("reservation_id")}}).at("state"), "held");
+}
+
+// The shot count travels in the request (the hand-over never reads the
+// payload): the "shots" parameter, else the envelope's, else an opaque JSON
+// payload's "shots", else 0 (not stated: 1000 are sent).  It is kept with
+// the job, so jobs.status says what the frame will carry.
+TEST(rpc_device, jobs_submit_keeps_the_shot_count_the_request_states) {
+    harness h(device_options());
+    client c(h.socket_path);
+    const auto shots_of = [&](const json& booked) {
+        return c.ok("jobs.status", {{"job_id", booked.at("job_id")}}).at("shots").get<std::uint64_t>();
+    };
+    json p = one_shot("param", "PULSE", "q1");
+    p["shots"] = 250;
+    EXPECT_EQ(shots_of(c.ok("jobs.submit", p)), 250U);
+    EXPECT_EQ(shots_of(c.ok("jobs.submit", one_shot("envelope", envelope(2, 40)))), 40U);
+    json agree = one_shot("agree", envelope(2, 60));
+    agree["shots"] = 60;
+    EXPECT_EQ(shots_of(c.ok("jobs.submit", agree)), 60U);
+    EXPECT_EQ(shots_of(c.ok("jobs.submit", one_shot("opaque", R"({"shots": 5000})", "q1"))), 5000U);
+    EXPECT_EQ(shots_of(c.ok("jobs.submit", one_shot("pulse", "PULSE", "q1"))), 0U);
+    // Refused, naming the parameter: out of range, or not what the envelope says.
+    for (const auto& [key, shots, payload] :
+         std::vector<std::tuple<std::string, json, std::string>>{{"zero", 0, "PULSE"},
+                                                                 {"huge", 1'000'001, "PULSE"},
+                                                                 {"text", "many", "PULSE"},
+                                                                 {"differs", 70, envelope(2, 60)}}) {
+        json bad = one_shot(key, payload);
+        bad["shots"] = shots;
+        const json reply = c.call("jobs.submit", bad);
+        EXPECT_EQ(reason_of(reply), "invalid_params") << reply.dump();
+        EXPECT_EQ(reply.at("error").at("data").value("field", ""), "shots") << reply.dump();
+    }
+    // Into a held reservation too.
+    json req = request_at(h.window_start(30 * s_ns), 1'000'000);
+    req["idempotency_key"] = "held-shots";
+    req["qpus"] = {"q1"};
+    const json held = c.ok("slots.reserve", req);
+    const json sub = c.ok("jobs.submit", {{"reservation_id", held.at("reservation_id")},
+                                          {"fencing_token", held.at("fencing_token")},
+                                          {"payload", rpc::base64_encode("PULSE")},
+                                          {"shots", 12}});
+    EXPECT_EQ(shots_of(sub), 12U);
 }

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "job_pump.hpp"
+#include "qrt/handover/job_pump.hpp"
 #include "qrt/dispatch/qpu_link.hpp"
 #include "qrt/event_loop.hpp"
 #include "rtcore/clock.hpp"
@@ -153,7 +153,7 @@ TEST_F(job_pump_fixture, planned_jobs_reach_the_dispatch_ring_while_the_loop_doe
         jobs.push_back(entry(i, now + 400 * ms + static_cast<std::int64_t>(i) * 5 * ms));
         ids.push_back(i);
     }
-    _pump->publish(0, plan_of(std::move(jobs)), {});
+    _pump->publish(0, plan_of(std::move(jobs)));
     ASSERT_TRUE(_pump->start());
     // The loop stays stalled: nothing here runs it.  The jobs enter the
     // hand-over horizon (250 ms) about 150 ms from now; wait until the pump
@@ -189,12 +189,12 @@ TEST_F(job_pump_fixture, planned_jobs_reach_the_dispatch_ring_while_the_loop_doe
 TEST_F(job_pump_fixture, a_job_no_longer_planned_is_withdrawn_and_a_moved_one_is_handed_over_again_once_released) {
     make_pump();
     const std::int64_t now = _clock.now_realtime_ns();
-    _pump->publish(0, plan_of({entry(1, now + 200 * ms), entry(2, now + 220 * ms)}), {});
+    _pump->publish(0, plan_of({entry(1, now + 200 * ms), entry(2, now + 220 * ms)}));
     _pump->pass(now);
     EXPECT_TRUE(_link->dispatch().queued_deadline_ns(1).has_value());
     EXPECT_TRUE(_link->dispatch().queued_deadline_ns(2).has_value());
     // Job 1 moved 30 ms later, job 2 cancelled: both stale copies withdrawn.
-    _pump->publish(0, plan_of({entry(1, now + 230 * ms)}), {});
+    _pump->publish(0, plan_of({entry(1, now + 230 * ms)}));
     _pump->pass(now);
     run_loop_until_outcomes({1, 2}, std::chrono::seconds(5));
     ASSERT_EQ(_outcomes.count(1), 1U);
@@ -207,7 +207,11 @@ TEST_F(job_pump_fixture, a_job_no_longer_planned_is_withdrawn_and_a_moved_one_is
     _pump->pass(now);
     EXPECT_FALSE(_link->dispatch().queued_deadline_ns(1).has_value());
     // ...and handed over at its new start once it is.
-    _pump->publish(0, plan_of({entry(1, now + 230 * ms)}), {1, 2});
+    EXPECT_TRUE(_pump->release(0, 1));
+    EXPECT_TRUE(_pump->release(0, 2));
+    EXPECT_TRUE(_pump->releases_pending(0));
+    _pump->publish(0, plan_of({entry(1, now + 230 * ms)}));
+    EXPECT_FALSE(_pump->releases_pending(0));
     _pump->pass(now);
     const auto deadline = _link->dispatch().queued_deadline_ns(1);
     ASSERT_TRUE(deadline.has_value());
@@ -217,21 +221,32 @@ TEST_F(job_pump_fixture, a_job_no_longer_planned_is_withdrawn_and_a_moved_one_is
     EXPECT_EQ(_outcomes[1].scheduled_ns, now + 230 * ms);
 }
 
-TEST_F(job_pump_fixture, a_revoked_job_is_not_handed_over_from_the_plan_it_was_in_until_given_back) {
+TEST_F(job_pump_fixture, a_withdrawn_job_is_not_handed_over_from_the_plan_it_was_in_until_restored) {
     make_pump();
     const std::int64_t now = _clock.now_realtime_ns();
-    _pump->publish(0, plan_of({entry(7, now + 200 * ms)}), {});
+    _pump->publish(0, plan_of({entry(7, now + 200 * ms)}));
     // The ledger's gate, before the pump's pass: nothing handed, nothing to race.
-    EXPECT_EQ(_pump->revoke(0, 7), dispatch::dispatcher::withdraw_result::not_queued);
+    EXPECT_EQ(_pump->withdraw(0, 7), dispatch::dispatcher::withdraw_result::not_queued);
     _pump->pass(now);
     EXPECT_FALSE(_link->dispatch().queued_deadline_ns(7).has_value());
     EXPECT_TRUE(_pump->take_reports(0).empty());
     // The change was abandoned: the job goes out from the same plan.
-    EXPECT_FALSE(_pump->give_back(0, 7));  // nothing to restore in the dispatcher
+    EXPECT_TRUE(_pump->restore(0, 7));  // nothing was in the dispatcher: the hold ends
     _pump->pass(now);
     EXPECT_TRUE(_link->dispatch().queued_deadline_ns(7).has_value());
-    // Handed, then revoked: withdrawn (the cancel wins the race).
-    EXPECT_EQ(_pump->revoke(0, 7), dispatch::dispatcher::withdraw_result::withdrawn);
+    EXPECT_EQ(_pump->in_flight(0), 1U);
+    ASSERT_TRUE(_pump->handed_as(0, 7).has_value());
+    EXPECT_EQ(_pump->handed_as(0, 7)->first, now + 200 * ms);
+    // Handed, then withdrawn: the cancel wins the race; abandoned, the
+    // dispatcher takes it back; withdrawn again, it comes back cancelled.
+    EXPECT_EQ(_pump->withdraw(0, 7), dispatch::dispatcher::withdraw_result::withdrawn);
+    // (restore is false only when the dispatch thread dropped the withdrawn
+    // job at its look in between: its `cancelled` record comes back anyway.)
+    const bool back = _pump->restore(0, 7);
+    EXPECT_EQ(back, _link->dispatch().queued_deadline_ns(7).has_value());
+    if (back) {
+        EXPECT_EQ(_pump->withdraw(0, 7), dispatch::dispatcher::withdraw_result::withdrawn);
+    }
     _link->report_withdrawn();
     run_loop_until_outcomes({7}, std::chrono::seconds(5));
     ASSERT_EQ(_outcomes.count(7), 1U);
@@ -244,7 +259,7 @@ TEST_F(job_pump_fixture, a_start_passed_before_the_hand_over_is_reported_missed_
     auto late = entry(3, now - 400 * ms);  // beyond its 300 ms tolerance
     auto refused = entry(4, now + 100 * ms);
     refused.refuse = std::make_shared<const std::string>("calibration_changed: no calibration window holds start");
-    _pump->publish(0, plan_of({late, refused}), {});
+    _pump->publish(0, plan_of({late, refused}));
     _pump->pass(now);
     EXPECT_FALSE(_link->dispatch().queued_deadline_ns(3).has_value());
     EXPECT_FALSE(_link->dispatch().queued_deadline_ns(4).has_value());
@@ -259,7 +274,7 @@ TEST_F(job_pump_fixture, a_start_passed_before_the_hand_over_is_reported_missed_
 }
 
 // For ThreadSanitizer: the pump thread hands over and withdraws while this
-// thread (the loop) publishes, revokes, drains records and releases.
+// thread (the loop) publishes, withdraws, drains records and releases.
 TEST_F(job_pump_fixture, the_pump_thread_and_a_busy_loop_share_the_link_without_losing_a_job) {
     make_pump(50 * ms);
     ASSERT_TRUE(_pump->start());
@@ -273,19 +288,20 @@ TEST_F(job_pump_fixture, the_pump_thread_and_a_busy_loop_share_the_link_without_
         std::erase_if(planned, [&](const handover_entry& e) { return e.job.scheduled_ns < now; });
         if (next_id % 7 == 0 && planned.size() > 1) {
             // A cancel racing the hand-over: the job leaves the plan.
-            (void)_pump->revoke(0, planned.front().job.job_id);
+            (void)_pump->withdraw(0, planned.front().job.job_id);
             planned.erase(planned.begin());
         }
-        std::vector<std::uint64_t> released(_outcome_log.begin() + static_cast<std::ptrdiff_t>(outcomes_seen),
-                                            _outcome_log.end());
+        for (std::size_t i = outcomes_seen; i < _outcome_log.size(); ++i) {
+            (void)_pump->release(0, _outcome_log[i]);
+        }
         outcomes_seen = _outcome_log.size();
-        _pump->publish(0, plan_of(planned, 200 * ms), std::move(released));
+        _pump->publish(0, plan_of(planned, 200 * ms));
         (void)_pump->take_reports(0);
         (void)_pump->stats();
         _loop.run_once(std::chrono::milliseconds(1));
     }
     // Stop planning: what is queued finishes.
-    _pump->publish(0, plan_of(planned, 200 * ms), {});
+    _pump->publish(0, plan_of(planned, 200 * ms));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     _pump->stop();
     run_loop_until_outcomes({}, std::chrono::seconds(1));
@@ -317,7 +333,7 @@ TEST_F(job_pump_fixture, a_pass_allocates_and_frees_nothing) {
     auto second = jobs;  // the next plan: job 5 cancelled, job 6 moved
     second.erase(second.begin() + 4);
     second[4].job.scheduled_ns += 3 * ms;
-    _pump->publish(0, plan_of(std::move(jobs)), {});
+    _pump->publish(0, plan_of(std::move(jobs)));
 
     t_allocations = t_frees = 0;
     _pump->pass(now);
@@ -331,7 +347,7 @@ TEST_F(job_pump_fixture, a_pass_allocates_and_frees_nothing) {
         EXPECT_EQ(reports[i].what, pump_report::kind::handed) << "job " << reports[i].id;
     }
 
-    _pump->publish(0, plan_of(std::move(second)), {});
+    _pump->publish(0, plan_of(std::move(second)));
     t_allocations = t_frees = 0;
     _pump->pass(now);  // takes the plan: withdraws 5 and 6, hands nothing new
     EXPECT_EQ(t_allocations, 0U) << "taking a plan and withdrawing allocated";
@@ -352,7 +368,7 @@ TEST_F(job_pump_fixture, an_allocation_failure_in_a_pass_loses_no_decision) {
     for (std::uint64_t i = 1; i <= 10; ++i) {
         jobs.push_back(entry(i, now + 100 * ms + static_cast<std::int64_t>(i) * ms));
     }
-    _pump->publish(0, plan_of(std::move(jobs)), {});
+    _pump->publish(0, plan_of(std::move(jobs)));
     t_fail_allocations = true;
     _pump->pass(now);
     _pump->pass(now + ms);

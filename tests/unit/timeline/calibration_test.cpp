@@ -237,7 +237,7 @@ TEST(calibration, a_job_whose_frame_is_going_out_is_left_in_place_and_the_others
     ASSERT_TRUE(a && b);
     std::vector<std::uint64_t> asked;
     ledger::dispatch_gate gate;
-    gate.take = [&](std::uint64_t id) {
+    gate.withdraw = [&](std::uint64_t id) {
         asked.push_back(id);
         return id != a->id;
     };

@@ -659,7 +659,7 @@ TEST(ledger, cancel_of_a_job_whose_frame_is_going_out_is_refused_and_changes_not
     ASSERT_TRUE(a && b);
     std::vector<std::uint64_t> asked;
     ledger::dispatch_gate gate;
-    gate.take = [&](std::uint64_t id) {
+    gate.withdraw = [&](std::uint64_t id) {
         asked.push_back(id);
         return id != a->id;  // a's frame is on the wire; b is withdrawn in time
     };

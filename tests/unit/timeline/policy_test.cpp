@@ -185,7 +185,7 @@ TEST(policy, priority_preempt_never_displaces_a_job_whose_frame_is_going_out) {
     ASSERT_TRUE(a && b);
     ASSERT_EQ(b->start_ns, w0 + 45 * s_ns);
     ledger::dispatch_gate gate;
-    gate.take = [&](std::uint64_t id) { return id != a->id; };
+    gate.withdraw = [&](std::uint64_t id) { return id != a->id; };
     l->set_dispatch_gate(gate);
     auto high = l->submit("high", on_q0(30, 0, w0 + 90 * s_ns, 5), "", {1}, t0_ns);
     ASSERT_TRUE(high) << high.err().message;
@@ -205,15 +205,15 @@ TEST(policy, priority_preempt_gives_back_the_victims_it_took_when_another_is_goi
     auto b = l->submit("low", on_q0(45, 0, 0, 1), "", {1}, t0_ns);
     ASSERT_TRUE(a && b);
     const auto before = snapshot(*l);
-    std::vector<std::uint64_t> given_back;
+    std::vector<std::uint64_t> restored;
     ledger::dispatch_gate gate;
-    gate.take = [&](std::uint64_t id) { return id != b->id; };
-    gate.give_back = [&](std::uint64_t id) { given_back.push_back(id); };
+    gate.withdraw = [&](std::uint64_t id) { return id != b->id; };
+    gate.restore = [&](std::uint64_t id) { restored.push_back(id); };
     l->set_dispatch_gate(gate);
     auto high = l->submit("high", on_q0(60, 0, w0 + 90 * s_ns, 5), "", {1}, t0_ns);
     ASSERT_FALSE(high);
     EXPECT_EQ(high.err().reason, reason::no_fit);
-    EXPECT_EQ(given_back, (std::vector<std::uint64_t>{a->id}));
+    EXPECT_EQ(restored, (std::vector<std::uint64_t>{a->id}));
     EXPECT_EQ(snapshot(*l), before);
     EXPECT_INVARIANTS(*l);
 }

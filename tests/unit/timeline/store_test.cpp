@@ -7,11 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "helpers.hpp"
@@ -61,18 +65,26 @@ TEST_F(store_test, everything_survives_a_restart_unchanged) {
             "p0", {calibration_window{5, t0_ns + 50 * s_ns, t0_ns + 150 * s_ns, 0.97, 500 * s_ns}},
             t0_ns));
         auto a = l->reserve("alice", req(10), "key-a", 0, t0_ns);
-        auto b = l->submit("bob", req(20), "", {1, 2, 3}, t0_ns);
+        auto with_shots = req(20);
+        with_shots.shots = 300;  // the request's shot count is kept with the job
+        auto b = l->submit("bob", with_shots, "", {1, 2, 3}, t0_ns);
         auto g = l->reserve_gang("carol", req(5), 3, "g", 0, t0_ns);
         auto c = l->reserve("alice", req(10), "", 0, t0_ns);
         ASSERT_TRUE(a && b && g && c);
         ASSERT_TRUE(l->release("alice", c->id, c->fencing_token, t0_ns));
-        ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {0, 255}, t0_ns));
+        ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {0, 255}, t0_ns, 7));
         before = snapshot(*l);
         windows = *l->calibration("p0", t0_ns);
     }
     auto l = open_at(t0_ns);
     ASSERT_TRUE(l);
     EXPECT_EQ(snapshot(*l), before);
+    for (const auto& r : before) {
+        ASSERT_NE(l->find(r.id), nullptr);
+        EXPECT_EQ(l->find(r.id)->shots, r.shots) << "reservation " << r.id;
+    }
+    EXPECT_EQ(std::count_if(before.begin(), before.end(), [](const reservation& r) { return r.shots == 300; }), 1);
+    EXPECT_EQ(std::count_if(before.begin(), before.end(), [](const reservation& r) { return r.shots == 7; }), 1);
     EXPECT_EQ(*l->calibration("p0", t0_ns), windows);
     EXPECT_INVARIANTS(*l);
     // Idempotency and counters continue across the restart.
@@ -135,12 +147,14 @@ TEST_F(store_test, schema_is_versioned_and_migrated) {
         ASSERT_TRUE(s);
         EXPECT_EQ((*s)->schema_version(), store::k_schema_version);
     }
-    // Pretend the file was written by schema 1 (before the index existed).
-    sql("DROP INDEX reservations_idempotency; UPDATE schema_version SET version = 1;");
+    // Pretend the file was written by schema 1 (before the index and the
+    // shots column existed).
+    sql("DROP INDEX reservations_idempotency; ALTER TABLE reservations DROP COLUMN shots;"
+        " UPDATE schema_version SET version = 1;");
     {
         auto s = store::open(_db);
         ASSERT_TRUE(s);
-        EXPECT_EQ((*s)->schema_version(), 2);
+        EXPECT_EQ((*s)->schema_version(), 3);
     }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(_db.c_str(), &db), SQLITE_OK);
@@ -375,6 +389,47 @@ TEST(store_failure, an_operation_whose_commit_fails_is_not_applied) {
     l.reset();
     std::error_code ec;
     std::filesystem::remove_all(tmpl, ec);
+}
+
+// A ledger written before the shot count was kept (schema 2) opens with
+// its jobs intact and shots 0 for each: not stated, the hand-over's default.
+TEST_F(store_test, a_schema_2_ledger_is_migrated_and_its_jobs_keep_the_shot_count_their_payload_stated) {
+    // Before schema 3 the hand-over read "shots" from a JSON payload at
+    // dispatch; the migration reads it once, so an acknowledged job is sent
+    // with the count it was acknowledged with.
+    const auto text = [](std::string_view s) { return blob(s.begin(), s.end()); };
+    const std::vector<std::pair<blob, std::uint32_t>> cases = {
+        {blob({1, 2, 3}), 0},                      // opaque: the default
+        {text(R"({"shots": 300, "x": 1})"), 300},  // what the hand-over read
+        {text(R"({"shots": 5000000})"), 1000000},  // capped as it was
+        {text(R"({"shots": -3})"), 0},             // not a count
+        {text(R"({"shots": 2.5})"), 0},
+        {text(R"({"shots": 7)"), 0},               // malformed JSON
+        {text(R"([{"shots": 9}])"), 0},            // not an object
+    };
+    std::vector<std::uint64_t> ids;
+    {
+        auto l = open_at(t0_ns);
+        ASSERT_TRUE(l);
+        for (std::size_t i = 0; i < cases.size(); ++i) {
+            auto r = req(20);
+            r.not_before_ns = t0_ns + static_cast<std::int64_t>(i) * 1'000'000'000;
+            r.shots = 300;
+            auto b = l->submit("bob", r, "k" + std::to_string(i), cases[i].first, t0_ns);
+            ASSERT_TRUE(b) << i;
+            ids.push_back(b->id);
+        }
+    }
+    sql("ALTER TABLE reservations DROP COLUMN shots; UPDATE schema_version SET version = 2;");
+    auto l = open_at(t0_ns);
+    ASSERT_TRUE(l);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const auto* r = l->find(ids[i]);
+        ASSERT_NE(r, nullptr) << i;
+        EXPECT_EQ(r->state, res_state::committed) << i;
+        EXPECT_EQ(r->shots, cases[i].second) << i;
+        EXPECT_EQ(r->payload, cases[i].first) << i;
+    }
 }
 
 }  // namespace

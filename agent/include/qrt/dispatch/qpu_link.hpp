@@ -104,6 +104,9 @@ public:
     dispatch_telemetry telemetry() const;
     const dispatch_histograms& histograms() const noexcept { return *_hist; }
     const dispatcher& dispatch() const noexcept { return _dispatcher; }
+    // For a dispatch_group to serve (before start(); the group then runs
+    // the dispatch thread and start() leaves it alone).
+    dispatcher& dispatch_for_group() noexcept { return _dispatcher; }
 
     // Drain records and expire timeouts now (the loop timer does this too).
     void poll();
@@ -173,6 +176,13 @@ private:
     // slot count of capacity and the pump's push never allocates.
     std::vector<dispatch_job> _submitted;
     std::vector<dispatch_job> _adopting;  // the loop's side of the swap
+    // The ring's duplicate guard, for whoever submits: the link's own
+    // invariant (a job id is in the ring or the dispatcher at most once),
+    // checked on the submit path under _submit_mutex and cleared by the
+    // loop when the record comes back.  The hand-over table
+    // (qrt/handover/handover_table.hpp) says where a job stands; this says
+    // only that the link holds it, and a link used without the pump (its
+    // tests, tools) needs it too.
     std::unordered_set<std::uint64_t> _ids_in_flight;
     std::atomic<std::uint64_t> _submitted_total{0};
     std::atomic<std::uint64_t> _rejected_submits{0};

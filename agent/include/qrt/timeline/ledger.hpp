@@ -236,9 +236,11 @@ public:
                                   std::uint64_t fencing_token, std::int64_t now_ns);
     result<reservation> release(std::string_view tenant, std::uint64_t id,
                                 std::uint64_t fencing_token, std::int64_t now_ns);
-    // jobs.submit on a held reservation: attach the payload, held -> committed.
+    // jobs.submit on a held reservation: attach the payload (and the shot
+    // count the request states, 0: none), held -> committed.
     result<reservation> commit(std::string_view tenant, std::uint64_t id,
-                               std::uint64_t fencing_token, blob payload, std::int64_t now_ns);
+                               std::uint64_t fencing_token, blob payload, std::int64_t now_ns,
+                               std::uint32_t shots = 0);
     // jobs.submit one-shot: place and commit in one step.
     result<reservation> submit(std::string_view tenant, const request& req,
                                std::string_view idempotency_key, blob payload,
@@ -331,15 +333,17 @@ public:
     std::uint64_t generation() const noexcept { return _generation; }
 
     // The dispatcher's say in changing a committed job it may hold (cancel,
-    // or displacement by a preempting request).  take(id) withdraws the job
-    // from the dispatcher (a compare-and-swap with its send) and returns
-    // false when the frame is already out or going out: the job is then not
-    // changed, and what happened on the wire decides its outcome
-    // (mark_dispatched, complete, fail).  give_back(id) undoes a take whose
-    // change was abandoned.  Unset: every committed job may be changed.
+    // displacement by a preempting request, a calibration update).
+    // withdraw(id) pulls the job back from the dispatcher (a compare-and-swap
+    // with its send) and returns false when the frame is already out or
+    // going out: the job is then not changed, and what happened on the wire
+    // decides its outcome (mark_dispatched, complete, fail).  restore(id)
+    // undoes a withdraw whose change was abandoned.  The same verb pair runs
+    // down to the dispatcher (handover::room, job_pump, dispatcher).  Unset:
+    // every committed job may be changed.
     struct dispatch_gate {
-        std::function<bool(std::uint64_t id)> take;
-        std::function<void(std::uint64_t id)> give_back;
+        std::function<bool(std::uint64_t id)> withdraw;
+        std::function<void(std::uint64_t id)> restore;
     };
     void set_dispatch_gate(dispatch_gate g) { _gate = std::move(g); }
 
@@ -436,9 +440,9 @@ private:
                                                const std::vector<std::size_t>& qs,
                                                std::int64_t now_ns,
                                                const std::set<std::uint64_t>& pinned) const;
-    // take() every id through the gate, all or nothing: on a refusal the ones
-    // taken are given back and the refused id is returned.
-    std::optional<std::uint64_t> take_all(const std::vector<std::uint64_t>& ids);
+    // withdraw() every id through the gate, all or nothing: on a refusal the
+    // ones withdrawn are restored and the refused id is returned.
+    std::optional<std::uint64_t> withdraw_all(const std::vector<std::uint64_t>& ids);
     std::optional<calibration_window> window_at(std::size_t q, std::int64_t t_ns) const;
     candidate to_candidate(const slot& s, const request& req, std::int64_t earliest_ns) const;
     result<const reservation*> owned(std::string_view tenant, std::uint64_t id) const;
@@ -517,6 +521,10 @@ private:
     std::uint64_t _latest_seq = 0;
     std::uint64_t _durable_seq = 0;
     // Changes queued to the writer, in order: their reservations and events.
+    // The group commit's own record, before a job is planned at all: it
+    // stays here, not in the hand-over table (qrt/handover/handover_table.hpp),
+    // because it tracks changes to rows, not jobs on their way to a QPU, and
+    // the writer thread's answers resolve it.
     struct in_flight {
         std::uint64_t seq = 0;
         std::vector<std::uint64_t> ids;
@@ -557,7 +565,10 @@ private:
     void on_mark(std::int64_t mark_ns, bool ok);
     rtcore::histogram _commit_ns;
     std::uint64_t _commits_failed = 0;
-    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;  // id -> seq of last change
+    // id -> seq of its last change not yet durable (change_seq_of): the
+    // hand-over plans only what is absent here.  Durability, not hand-over
+    // state, so not in the hand-over table.
+    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;
     // Shared with the writer's posted callbacks: false once the ledger is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 

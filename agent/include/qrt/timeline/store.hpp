@@ -82,7 +82,7 @@ struct stored_state {
 
 class store {
 public:
-    static constexpr int k_schema_version = 2;
+    static constexpr int k_schema_version = 3;
 
     // Opens or creates the database and applies pending migrations.
     static result<std::unique_ptr<store>> open(const std::string& path, int busy_timeout_ms = 2000);

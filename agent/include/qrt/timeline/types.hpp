@@ -153,6 +153,10 @@ struct request {
     // query only: > 1 asks for a gang, one start on gang_size distinct QPUs
     // (what reserve_gang would take now); the candidates are its members.
     std::size_t gang_size = 1;
+    // submit only: the shot count the hand-over sends in the frame header
+    // (jobs.submit's "shots", or its envelope's); 0: not stated (the
+    // hand-over's default, 1000).
+    std::uint32_t shots = 0;
 };
 
 // An immutable byte buffer that copies share.  A reservation is copied
@@ -212,6 +216,7 @@ struct reservation {
     std::string reason;          // why it is in its state (missed, displaced, failed ...)
     std::uint64_t gang_id = 0;   // 0 = not part of a gang
     blob payload;
+    std::uint32_t shots = 0;     // from the request (request::shots); 0: not stated
     blob result;
     std::int64_t sent_ns = 0;
     std::int64_t created_ns = 0;

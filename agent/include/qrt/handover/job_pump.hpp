@@ -18,14 +18,17 @@
 //     (handed / refused) into the           (qpu_link::submit: the only
 //     ledger (take_reports)                 producer of the SPSC job ring)
 //   the ledger's dispatch gate (cancel,
-//     preemption) withdraws through
-//     revoke / give_back
-//   dispatch outcomes (qpu_link, as before) --> ledger, and "released" ids
-//     back to the pump with the next plan
+//     preemption, calibration update)
+//     withdraws and restores through
+//     withdraw / restore
+//   dispatch outcomes (qpu_link) --> ledger, and release(id) in the lane's
+//     hand-over table (forgotten once the pump takes the next plan)
 //
-// Each QPU's lane is one priority-inheriting mutex: the pump holds it for its
-// pass over that QPU (bounded by plan_max_jobs), the loop for a pointer swap
-// (publish), a vector swap (take_reports) or one withdraw (revoke).  The
+// Where each job stands is the lane's hand-over table (handover_table.hpp),
+// the one record of it on this side of the ledger.  Each QPU's lane is one
+// priority-inheriting mutex: the pump holds it for its pass over that QPU
+// (bounded by plan_max_jobs), the loop for a pointer swap (publish), a
+// vector swap (take_reports), one withdraw or restore, or one release.  The
 // pump never waits on anything else of the loop's: a stalled loop (a burst
 // of commits, a slow scrape) delays no hand-over of a job already planned.
 //
@@ -52,12 +55,12 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "qrt/dispatch/job.hpp"
 #include "qrt/dispatch/qpu_link.hpp"
+#include "qrt/handover/handover_table.hpp"
 #include "qrt/timeline/types.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/cpu_set.hpp"
@@ -84,6 +87,7 @@ struct handover_plan {
     // (job id, index in jobs), by id: built by publish() on the loop, so
     // the pump looks jobs up without building anything.
     std::vector<std::pair<std::uint64_t, std::uint32_t>> by_id;
+    std::uint64_t seq = 0;  // set by publish(): the lane table's publish count
 };
 
 // What the pump did with a job (pump -> loop).  Plain data: the pump fills
@@ -114,6 +118,7 @@ struct pump_stats {
     std::uint64_t plan_jobs = 0;       // jobs in the plans the pump holds now
     std::uint64_t plans_taken = 0;
     std::uint64_t deferred = 0;        // jobs left to the next pass because the storage the loop sized was full
+    std::uint64_t refused_transitions = 0;  // hand-over table transitions refused (0 unless a bug)
 };
 
 class job_pump {
@@ -126,6 +131,8 @@ public:
         // Never a dispatch CPU: the SCHED_FIFO 80 thread spinning there
         // would hold a tick back for its whole spin.
         rtcore::cpu_set cpus;
+        // Entries of each QPU's hand-over table at most (handover_table.hpp).
+        std::size_t max_jobs = 4096;
     };
 
     job_pump(std::vector<dispatch::qpu_link*> links, rtcore::clock_source& clock, options opts);
@@ -138,19 +145,29 @@ public:
     void stop() noexcept;
 
     // ---- the event loop ----
-    // The newest plan of QPU qpu, and the ids whose outcome the loop has
-    // taken since its last publish (the pump forgets them: a released id
-    // still planned is handed over again, as for a re-placed job).  Builds
-    // the plan's by_id index and grows the lane's storage here, on the loop,
-    // so that the pump's pass never allocates.
-    void publish(std::uint32_t qpu, handover_plan plan, std::vector<std::uint64_t> released);
+    // The newest plan of QPU qpu.  Builds the plan's by_id index and grows
+    // the lane's storage here, on the loop, so that the pump's pass never
+    // allocates.  The jobs released since the last publish are forgotten
+    // when the pump takes this plan (a released job still planned is then
+    // handed over again, as for a re-placed job).
+    void publish(std::uint32_t qpu, handover_plan plan);
     std::vector<pump_report> take_reports(std::uint32_t qpu);
-    // The ledger's dispatch gate: withdraw job id (if handed) and keep the
-    // pump from handing it over from a plan older than the next publish.
-    dispatch::dispatcher::withdraw_result revoke(std::uint32_t qpu, std::uint64_t id);
-    // Undo a revoke whose change was abandoned; false when the dispatch
-    // thread had already dropped the job (its `cancelled` record comes back).
-    bool give_back(std::uint32_t qpu, std::uint64_t id);
+    // The ledger's dispatch gate, the one verb pair to the dispatcher:
+    // withdraw job id (if handed; else keep the pump from handing it over
+    // from a plan older than the next publish), and undo that for a change
+    // that was abandoned (restore: false when the dispatch thread had
+    // already dropped the job, whose `cancelled` record then comes back).
+    // An unknown qpu or a full table: too_late (the gate refuses the change).
+    dispatch::dispatcher::withdraw_result withdraw(std::uint32_t qpu, std::uint64_t id);
+    bool restore(std::uint32_t qpu, std::uint64_t id);
+    // The loop took the outcome (or the pump's refusal) of job id.  False
+    // when the table had no hand-over of it to release (counted).
+    bool release(std::uint32_t qpu, std::uint64_t id);
+    // The job as handed over (start, calibration id), while the link holds it.
+    std::optional<std::pair<std::int64_t, std::uint64_t>> handed_as(std::uint32_t qpu, std::uint64_t id) const;
+    std::size_t in_flight(std::uint32_t qpu) const;
+    // Released since the last publish (the loop publishes again soon).
+    bool releases_pending(std::uint32_t qpu) const;
     pump_stats stats() const;
 
     // One pass over every QPU at realtime now (the thread's tick; tests call
@@ -159,26 +176,16 @@ public:
     void pass(std::int64_t now_rt_ns) noexcept;
 
 private:
-    // What the pump decided for a job, before it calls submit (so a job is
-    // never queued without its decision recorded).
-    struct decided {
-        std::uint64_t id = 0;
-        std::int64_t start_ns = 0;
-        std::uint64_t calibration_id = 0;
-        bool handed = false;     // false: refused, waiting for its release
-        bool withdrawn = false;  // withdraw() called for this hand-over
-    };
     struct lane {
         dispatch::qpu_link* link = nullptr;
-        rtcore::pi_mutex mu;  // everything below
+        mutable rtcore::pi_mutex mu;  // everything below
         std::optional<handover_plan> next;
-        std::vector<std::uint64_t> released;
-        std::unordered_set<std::uint64_t> revoked;  // the loop's (revoke, give_back, publish)
-        // Grown by the loop to hold what the current and the next plan can
-        // still add (each job is decided and reported at most once a plan).
-        std::vector<pump_report> reports;
+        // Where each job stands (handover_table.hpp); its storage is grown
+        // by the loop to hold what the current and the next plan can still
+        // add (each job is claimed at most once until it is released).
+        handover::handover_table table;
+        std::vector<pump_report> reports;  // grown like the table
         handover_plan plan;
-        std::vector<decided> decisions;  // sorted by id
         // The plan the pump replaced, for the loop to free (the pump frees
         // nothing): empty whenever a new plan arrives, since only publish()
         // brings one and publish() takes this.
@@ -206,6 +213,7 @@ private:
     std::atomic<std::uint64_t> _plan_jobs{0};
     std::atomic<std::uint64_t> _plans_taken{0};
     std::atomic<std::uint64_t> _deferred{0};  // decisions put off to the next pass: storage was full
+    mutable std::atomic<std::uint64_t> _refused_transitions{0};  // the table refused a transition: a bug
 };
 
 }  // namespace qrt

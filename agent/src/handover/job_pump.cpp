@@ -1,10 +1,9 @@
 // The job pump's thread: see job_pump.hpp.
 
-#include "job_pump.hpp"
+#include "qrt/handover/job_pump.hpp"
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <exception>
@@ -13,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "qrt/reasons.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt {
@@ -26,10 +24,6 @@ void raise_max(std::atomic<std::int64_t>& m, std::int64_t v) noexcept {
     }
 }
 
-timespec to_timespec(std::int64_t ns) noexcept {
-    return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
-
 }  // namespace
 
 job_pump::job_pump(std::vector<dispatch::qpu_link*> links, rtcore::clock_source& clock, options opts)
@@ -37,6 +31,7 @@ job_pump::job_pump(std::vector<dispatch::qpu_link*> links, rtcore::clock_source&
     for (auto* l : links) {
         auto ln = std::make_unique<lane>();
         ln->link = l;
+        ln->table = handover::handover_table(opts.max_jobs);
         _lanes.push_back(std::move(ln));
     }
 }
@@ -104,9 +99,9 @@ void job_pump::thread_main() noexcept {
     const std::int64_t period = std::max<std::int64_t>(_opts.period_ns, 100'000);
     std::int64_t next = _clock.now_monotonic_ns() + period;
     while (!_stop.load(std::memory_order_relaxed)) {
-        const timespec ts = to_timespec(next);
-        while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-        }
+        // An absolute CLOCK_MONOTONIC sleep (rtcore::clock_source: EINTR
+        // retried with the same absolute time).
+        (void)_clock.sleep_until_monotonic_ns(next);
         if (_stop.load(std::memory_order_relaxed)) {
             break;
         }
@@ -137,34 +132,22 @@ void job_pump::pass(std::int64_t now_rt_ns) noexcept {
     _plan_jobs.store(planned, std::memory_order_relaxed);
 }
 
-namespace {
-
-// The decision for id in the sorted vector, or its end.
-template <typename V>
-auto find_decision(V& decisions, std::uint64_t id) noexcept {
-    auto it = std::lower_bound(decisions.begin(), decisions.end(), id,
-                               [](const auto& d, std::uint64_t v) { return d.id < v; });
-    return it != decisions.end() && it->id == id ? it : decisions.end();
-}
-
-}  // namespace
-
 // Under l.mu.  Allocates nothing: every vector it grows was given its
 // capacity by the loop (publish, take_reports); when one is full anyway the
 // job waits for the next pass (counted as deferred) instead.
 void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
+    auto& t = l.table;
+    const auto refused = [this](handover::refusal r) {
+        if (r != handover::refusal::none) {
+            _refused_transitions.fetch_add(1, std::memory_order_relaxed);
+        }
+    };
     if (l.next && !l.spent) {
         // Moves only: the old plan waits in spent for the loop to free.
         l.spent.emplace(std::move(l.plan));
         l.plan = std::move(*l.next);
         l.next.reset();  // a moved-from plan: nothing left to free
-        for (const auto id : l.released) {
-            const auto it = find_decision(l.decisions, id);
-            if (it != l.decisions.end()) {
-                l.decisions.erase(it);  // shifts down: never allocates
-            }
-        }
-        l.released.clear();
+        t.forget_released(l.plan.seq);  // erases within the vector: never allocates
         _plans_taken.fetch_add(1, std::memory_order_relaxed);
     }
     const auto planned_at = [&](std::uint64_t id) -> const handover_entry* {
@@ -181,19 +164,19 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
     // complete for (a backward realtime step moved now back) is left: the
     // dispatcher re-converts its deadline.
     bool withdrew = false;
-    for (auto& d : l.decisions) {
-        if (!d.handed || d.withdrawn) {
+    for (const auto& e : t.entries()) {
+        if (e.state != handover::job_state::handed) {
             continue;
         }
-        if (const auto* e = planned_at(d.id)) {
-            if (e->job.scheduled_ns == d.start_ns && e->job.calibration_id == d.calibration_id) {
+        if (const auto* p = planned_at(e.id)) {
+            if (p->job.scheduled_ns == e.start_ns && p->job.calibration_id == e.calibration_id) {
                 continue;
             }
-        } else if (d.start_ns >= l.plan.complete_until_ns) {
+        } else if (e.start_ns >= l.plan.complete_until_ns) {
             continue;
         }
-        d.withdrawn = true;
-        withdrew = l.link->withdraw(d.id) == dispatch::dispatcher::withdraw_result::withdrawn || withdrew;
+        refused(t.withdraw(e.id, false));  // changes the state only: the entries stay in place
+        withdrew = l.link->withdraw(e.id) == dispatch::dispatcher::withdraw_result::withdrawn || withdrew;
     }
     // The stale copies come back `cancelled` now rather than at their old
     // start, so a re-placed job is handed over again in time.
@@ -206,18 +189,16 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
         if (j.scheduled_ns >= horizon_end) {
             break;  // start order
         }
-        const auto at = std::lower_bound(l.decisions.begin(), l.decisions.end(), j.job_id,
-                                         [](const decided& d, std::uint64_t v) { return d.id < v; });
-        if ((at != l.decisions.end() && at->id == j.job_id) || l.revoked.count(j.job_id) != 0) {
-            continue;
+        if (t.find(j.job_id) != nullptr) {
+            continue;  // decided, withheld by the gate, or released and not yet forgotten
         }
-        if (l.decisions.size() == l.decisions.capacity() || l.reports.size() == l.reports.capacity()) {
+        if (!t.has_room() || l.reports.size() == l.reports.capacity()) {
             _deferred.fetch_add(1, std::memory_order_relaxed);
             break;  // the loop grows them with its next publish or take_reports
         }
-        // Decided first, then submitted: the decision is on record before
+        // Claimed first, then submitted: the decision is on record before
         // the job is in the ring, whatever happens next.
-        auto& d = *l.decisions.insert(at, decided{j.job_id, j.scheduled_ns, j.calibration_id, false, false});
+        refused(t.claim(j.job_id, j.scheduled_ns, j.calibration_id));
         pump_report r;
         r.what = pump_report::kind::refused;
         r.id = j.job_id;
@@ -231,11 +212,11 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
             r.loop_reason = e.refuse;  // a reference count, no copy
         } else if (const auto why = l.link->try_submit(j, e.payload); why == dispatch::submit_refusal::none) {
             r.what = pump_report::kind::handed;
-            d.handed = true;
         } else {
             r.dispatch_refused = true;
             r.refusal = why;
         }
+        refused(r.what == pump_report::kind::handed ? t.hand(j.job_id) : t.refuse(j.job_id));
         l.reports.push_back(std::move(r));  // within the capacity checked above
     }
 }
@@ -258,15 +239,15 @@ std::string pump_report::reason_text(const dispatch::qpu_link& link) const {
 }
 
 void job_pump::reserve_for_plans(lane& l) {
-    // Each job of the current and of the next plan is decided and reported
+    // Each job of the current and of the next plan is claimed and reported
     // at most once, so this much room is all the pump can use before the
     // loop comes back.
     const std::size_t may_add = l.plan.jobs.size() + (l.next ? l.next->jobs.size() : 0);
-    l.decisions.reserve(l.decisions.size() + may_add);
+    l.table.reserve(may_add);
     l.reports.reserve(l.reports.size() + may_add);
 }
 
-void job_pump::publish(std::uint32_t qpu, handover_plan plan, std::vector<std::uint64_t> released) {
+void job_pump::publish(std::uint32_t qpu, handover_plan plan) {
     if (qpu >= _lanes.size()) {
         return;
     }
@@ -282,10 +263,9 @@ void job_pump::publish(std::uint32_t qpu, handover_plan plan, std::vector<std::u
     std::lock_guard<rtcore::pi_mutex> lk(l.mu);
     untaken.swap(l.next);
     spent.swap(l.spent);
+    // Built after every change the withheld jobs stood for.
+    plan.seq = l.table.on_publish();
     l.next = std::move(plan);
-    l.released.insert(l.released.end(), released.begin(), released.end());
-    // Built after every change the revocations stood for.
-    l.revoked.clear();
     reserve_for_plans(l);
 }
 
@@ -301,18 +281,94 @@ std::vector<pump_report> job_pump::take_reports(std::uint32_t qpu) {
     return out;
 }
 
-dispatch::dispatcher::withdraw_result job_pump::revoke(std::uint32_t qpu, std::uint64_t id) {
-    lane& l = *_lanes.at(qpu);
+dispatch::dispatcher::withdraw_result job_pump::withdraw(std::uint32_t qpu, std::uint64_t id) {
+    using wr = dispatch::dispatcher::withdraw_result;
+    if (qpu >= _lanes.size()) {
+        return wr::too_late;
+    }
+    lane& l = *_lanes[qpu];
     std::lock_guard<rtcore::pi_mutex> lk(l.mu);
-    l.revoked.insert(id);
-    return l.link->withdraw(id);
+    const auto* e = l.table.find(id);
+    if (e == nullptr || e->state == handover::job_state::released || e->state == handover::job_state::withheld) {
+        // Not in the link: keep the pump from handing it over from a plan
+        // built before the change.  A full table refuses the change.
+        return l.table.withhold(id) == handover::refusal::none ? wr::not_queued : wr::too_late;
+    }
+    if (e->state != handover::job_state::handed) {
+        return l.link->withdraw(id);  // refused or withdrawn already: nothing queued, or its record is on its way
+    }
+    const auto w = l.link->withdraw(id);
+    if (w == wr::withdrawn && l.table.withdraw(id, true) != handover::refusal::none) {
+        _refused_transitions.fetch_add(1, std::memory_order_relaxed);
+    }
+    return w;
 }
 
-bool job_pump::give_back(std::uint32_t qpu, std::uint64_t id) {
-    lane& l = *_lanes.at(qpu);
+bool job_pump::restore(std::uint32_t qpu, std::uint64_t id) {
+    if (qpu >= _lanes.size()) {
+        return false;
+    }
+    lane& l = *_lanes[qpu];
     std::lock_guard<rtcore::pi_mutex> lk(l.mu);
-    l.revoked.erase(id);
-    return l.link->restore(id);
+    const auto* e = l.table.find(id);
+    if (e == nullptr) {
+        return false;
+    }
+    if (e->state == handover::job_state::withheld) {
+        (void)l.table.restore(id);
+        return true;  // nothing was in the dispatcher to put back
+    }
+    if (e->state != handover::job_state::withdrawn || !e->by_gate) {
+        return false;
+    }
+    if (!l.link->restore(id)) {
+        return false;  // dropped already: its `cancelled` record comes back, then release()
+    }
+    return l.table.restore(id) == handover::refusal::none;
+}
+
+bool job_pump::release(std::uint32_t qpu, std::uint64_t id) {
+    if (qpu >= _lanes.size()) {
+        return false;
+    }
+    lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    if (l.table.release(id) != handover::refusal::none) {
+        _refused_transitions.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+    return true;
+}
+
+std::optional<std::pair<std::int64_t, std::uint64_t>> job_pump::handed_as(std::uint32_t qpu, std::uint64_t id) const {
+    if (qpu >= _lanes.size()) {
+        return std::nullopt;
+    }
+    const lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    const auto* e = l.table.find(id);
+    if (e == nullptr || (e->state != handover::job_state::handed && e->state != handover::job_state::withdrawn)) {
+        return std::nullopt;
+    }
+    return std::make_pair(e->start_ns, e->calibration_id);
+}
+
+std::size_t job_pump::in_flight(std::uint32_t qpu) const {
+    if (qpu >= _lanes.size()) {
+        return 0;
+    }
+    const lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    return l.table.in_flight();
+}
+
+bool job_pump::releases_pending(std::uint32_t qpu) const {
+    if (qpu >= _lanes.size()) {
+        return false;
+    }
+    const lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    return l.table.released_unpublished() != 0;
 }
 
 pump_stats job_pump::stats() const {
@@ -321,13 +377,16 @@ pump_stats job_pump::stats() const {
         std::lock_guard<rtcore::pi_mutex> lk(_sched_mu);
         s.sched = _sched;
     }
-    s.ticks = _ticks.load(std::memory_order_relaxed);
-    s.ticks_skipped = _ticks_skipped.load(std::memory_order_relaxed);
-    s.max_lateness_ns = _max_lateness_ns.load(std::memory_order_relaxed);
-    s.max_work_ns = _max_work_ns.load(std::memory_order_relaxed);
-    s.plan_jobs = _plan_jobs.load(std::memory_order_relaxed);
-    s.plans_taken = _plans_taken.load(std::memory_order_relaxed);
-    s.deferred = _deferred.load(std::memory_order_relaxed);
+    // Counters only: each is read on its own (relaxed), none orders another.
+    const auto now = [](const auto& counter) { return counter.load(std::memory_order_relaxed); };
+    s.ticks = now(_ticks);
+    s.ticks_skipped = now(_ticks_skipped);
+    s.max_lateness_ns = now(_max_lateness_ns);
+    s.max_work_ns = now(_max_work_ns);
+    s.plan_jobs = now(_plan_jobs);
+    s.plans_taken = now(_plans_taken);
+    s.deferred = now(_deferred);
+    s.refused_transitions = now(_refused_transitions);
     return s;
 }
 
