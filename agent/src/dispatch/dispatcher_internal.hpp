@@ -9,10 +9,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
 #include "qrt/dispatch/dispatcher.hpp"
+#include "rtcore/clock.hpp"
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt::dispatch::detail {
@@ -58,6 +60,26 @@ rtcore::result<rtcore::scoped_rt_thread> enter_tuned(const dispatcher_config& cf
     }
     std::forward<InCpuset>(in_cpuset)();
     return rtcore::scoped_rt_thread::enter(rc);
+}
+
+// The last stretch to T: spin until `deadline`, updating now, unless the
+// job's deadline word moves meanwhile (a re-conversion or a withdraw):
+// then false, and the caller looks at its queue again.  spin_ns: how long
+// it spun.  No syscall beyond the vDSO clock reads.
+inline bool spin_to(rtcore::clock_source& clock, const std::atomic<std::int64_t>& deadline_word,
+                    std::int64_t deadline, std::int64_t& now, std::int64_t& spin_ns) noexcept {
+    const std::int64_t spin_start = now;
+    bool moved = false;
+    while (now < deadline) {
+        cpu_relax();
+        now = clock.now_monotonic_ns();
+        if (deadline_word.load(std::memory_order_relaxed) != deadline) {
+            moved = true;
+            break;
+        }
+    }
+    spin_ns = now - spin_start;
+    return !moved;
 }
 
 // slot_state::phase values.

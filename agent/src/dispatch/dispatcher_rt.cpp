@@ -33,6 +33,7 @@
 namespace qrt::dispatch {
 
 using detail::cpu_relax;
+using detail::spin_to;
 using detail::phase_dropped;
 using detail::phase_queued;
 using detail::phase_sending;
@@ -382,22 +383,9 @@ void dispatcher::run_loop() noexcept {
             }
         }
         std::int64_t spin_ns = 0;
-        if (tuned && now < deadline) {
-            const std::int64_t spin_start = now;
-            bool moved = false;
-            while (now < deadline) {
-                cpu_relax();
-                now = _clock.now_monotonic_ns();
-                if (s.deadline_ns.load(std::memory_order_relaxed) != deadline) {
-                    moved = true;
-                    break;
-                }
-            }
-            spin_ns = now - spin_start;
-            if (moved) {
-                _st_reloads.fetch_add(1, std::memory_order_relaxed);
-                continue;
-            }
+        if (tuned && now < deadline && !spin_to(_clock, s.deadline_ns, deadline, now, spin_ns)) {
+            _st_reloads.fetch_add(1, std::memory_order_relaxed);
+            continue;
         }
         if (const dispatch_status verdict = claim_send(*j, deadline, now); verdict != dispatch_status::sent) {
             emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
