@@ -494,9 +494,10 @@ private:
         }
         std::fprintf(_arrivals.get(),
                      "{\"seq\":%" PRIu64 ",\"job_id\":%" PRIu64 ",\"calibration_id\":%" PRIu64
-                     ",\"scheduled_ns\":%" PRId64 ",\"arrival_ns\":%" PRId64 "}\n",
+                     ",\"scheduled_ns\":%" PRId64 ",\"sent_ns\":%" PRId64 ",\"arrival_ns\":%" PRId64 "}\n",
                      seq, static_cast<std::uint64_t>(job.job_id), static_cast<std::uint64_t>(job.calibration_id),
-                     static_cast<std::int64_t>(job.scheduled_ns), static_cast<std::int64_t>(job.arrival_ns));
+                     static_cast<std::int64_t>(job.scheduled_ns), static_cast<std::int64_t>(job.sent_ns),
+                     static_cast<std::int64_t>(job.arrival_ns));
     }
 
     void report() const {

@@ -184,6 +184,9 @@ struct dispatch_config {
     submit_mode submit = submit_mode::automatic;
     int sqpoll_cpu = -1;                 // -1: each QPU's dispatch CPU
     std::uint32_t sqpoll_idle_ms = 0;
+    // tuned: QPUs that may share one isolated CPU and one dispatch thread
+    // when the host cannot spare a core per QPU (1: never share).
+    std::uint32_t qpus_per_cpu = 1;
     require_rt_mode require_rt = require_rt_mode::automatic;  // auto: always when systemd started us
     bool operator==(const dispatch_config&) const = default;
 };

@@ -518,6 +518,20 @@ std::vector<config_option> build_table() {
                     "write, then sleeps; the dispatch thread wakes it at T - lead, before the "
                     "send, so a sleeping poller costs one system call ahead of T.",
          QRT_FIELD(dispatch, sqpoll_idle_ms)},
+        {.section = "dispatch", .key = "qpus_per_cpu", .kind = k::integer,
+         .default_value = std::int64_t{1}, .min = 1, .max = 4,
+         .meaning = "mode = \"tuned\": how many QPUs may share one isolated CPU and one dispatch "
+                    "thread when the host cannot spare an isolated core per QPU.  1 (the default): "
+                    "every QPU has its own CPU and thread, and a host without enough cores is "
+                    "refused.  2..4: `qrtd host plan` gives the QPUs as few CPUs as it must (at "
+                    "most this many QPUs on each, in [[qpu]] order) and says so in its reasons; "
+                    "the QPUs on one CPU are served by one SCHED_FIFO thread that always sends "
+                    "the earliest start among them next (equal starts in [[qpu]] order), each "
+                    "QPU keeping its own ring, endpoint, guard and records.  A send waits for "
+                    "the one before it on the same CPU: jobs on QPUs sharing a CPU less than a "
+                    "send apart (tens of us) go out that much later.  Shared threads use "
+                    "submit_mode = \"syscall\".",
+         QRT_FIELD(dispatch, qpus_per_cpu)},
         {.section = "dispatch", .key = "require_rt", .kind = k::enumeration,
          .default_value = std::string("auto"), .allowed = names_of<require_rt_mode>(),
          .meaning = "\"always\": refuse to start (exit status 3) when a dispatch thread cannot run "

@@ -237,21 +237,43 @@ rtcore::result<rtcore::partition_plan> plan_for(const config& cfg, const rtcore:
     // isolates nothing: there a QPU needs no isolated CPU of its own.  When
     // the host cannot spare one per QPU, they share as many as it can
     // (QPU i on dispatch CPU i mod n), so that a small lab host, or one node
-    // of a test cluster, runs more QPUs than it has spare cores.
-    const bool may_share = cfg.dispatch.mode == dispatch_mode::untuned || cfg.host.isolation == isolation_mode::none;
+    // of a test cluster, runs more QPUs than it has spare cores.  Tuned
+    // QPUs share only with dispatch.qpus_per_cpu > 1, at most that many on
+    // one isolated CPU, where one dispatch thread serves them in start
+    // order (services.cpp, qrt/dispatch/dispatch_group.hpp).
+    const bool needs_none = cfg.dispatch.mode == dispatch_mode::untuned || cfg.host.isolation == isolation_mode::none;
+    const unsigned per_cpu = needs_none ? 0U : std::max<unsigned>(1U, cfg.dispatch.qpus_per_cpu);
+    const bool may_share = needs_none || per_cpu > 1;
     if (!plan && may_share && req.rt_cpus.empty() && !req.isolated && req.rt_cpu_count > 1) {
         const unsigned wanted = req.rt_cpu_count;
-        for (unsigned n = wanted - 1; n >= 1 && !plan; --n) {
+        const unsigned fewest = needs_none ? 1U : (wanted + per_cpu - 1) / per_cpu;
+        for (unsigned n = wanted - 1; n >= fewest && n >= 1 && !plan; --n) {
             req.rt_cpu_count = n;
             plan = rtcore::plan_partition(topo, req);
         }
-        if (plan) {
+        if (plan && needs_none) {
             plan->reasons.push_back(fmt::format(
                 "{} QPUs share {} dispatch CPU{} ({}): the host cannot spare a core per QPU, and "
                 "{} needs none of its own",
                 wanted, plan->rt_cpus.size(), plan->rt_cpus.size() == 1 ? "" : "s", plan->isolated.to_list(),
                 cfg.dispatch.mode == dispatch_mode::untuned ? "dispatch.mode = \"untuned\""
                                                             : "host.isolation = \"none\""));
+        } else if (plan) {
+            const std::size_t n = plan->rt_cpus.size();
+            plan->reasons.push_back(fmt::format(
+                "{} QPUs share {} isolated dispatch CPU{} ({}), up to {} on each (dispatch.qpus_per_cpu = {}; "
+                "QPU i on the plan's CPU i mod {}): the host cannot spare a core per QPU; the QPUs on one "
+                "CPU are served by one SCHED_FIFO dispatch thread, which sends their jobs in start order",
+                wanted, n, n == 1 ? "" : "s", plan->isolated.to_list(), (wanted + n - 1) / n, per_cpu, n));
+        } else {
+            req.rt_cpu_count = wanted;
+            plan = rtcore::plan_partition(topo, req);  // the error for one CPU per QPU
+            if (!plan) {
+                plan = rtcore::error{plan.err().code,
+                                     plan.err().message + fmt::format(" (even with {} QPUs on each isolated CPU, "
+                                                                      "dispatch.qpus_per_cpu = {})",
+                                                                      per_cpu, per_cpu)};
+            }
         }
     }
     if (!plan && plan.err().message.find("RT thread") != std::string::npos) {
@@ -294,7 +316,9 @@ rtcore::rt_exemption own_dispatch_threads(const config& cfg, const rtcore::parti
     }
     for (std::size_t i = 0; i < cfg.qpus.size(); ++i) {
         const int cpu = cfg.qpus[i].dispatch_cpu >= 0  ? cfg.qpus[i].dispatch_cpu
-                        : i < plan.rt_cpus.size()      ? static_cast<int>(plan.rt_cpus[i])
+                        // QPUs sharing a CPU (plan_for) share one thread
+                        // there: the fence exempts "qrt-dispatch" per CPU.
+                        : !plan.rt_cpus.empty()        ? static_cast<int>(plan.rt_cpus[i % plan.rt_cpus.size()])
                                                        : -1;
         if (cpu >= 0) {
             own.cpus.set(static_cast<unsigned>(cpu));
@@ -673,7 +697,16 @@ exit_code host_plan(const config& cfg, const host_context& ctx, std::ostream& ou
     } else {
         out << "topology: " << topo.source() << '\n'
             << topo.describe() << '\n'
-            << rtcore::format_plan(plan, [](std::size_t q) { return fmt::format("qpu {} dispatch cpu", q); })
+            << rtcore::format_plan(plan,
+                                   [&](std::size_t q) {
+                                       // QPUs sharing a CPU (plan_for): QPU i is on CPU i mod n.
+                                       std::string who = fmt::format("qpu {}", q);
+                                       for (std::size_t i = q + plan.rt_cpus.size(); i < cfg.qpus.size();
+                                            i += plan.rt_cpus.size()) {
+                                           who += fmt::format("+{}", i);
+                                       }
+                                       return who + " dispatch cpu";
+                                   })
             << '\n';
         const std::string report = rtcore::format_kernel_report(kernel);
         out << report << (report.empty() || report.back() == '\n' ? "" : "\n");

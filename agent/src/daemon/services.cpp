@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/submit_choice.hpp"
 #include "qrt/log.hpp"
 #include "qrt/rpc/auth.hpp"
@@ -458,6 +459,96 @@ rtcore::status services::start_links() {
             said_pool_shortfall = true;
         }
     }
+    // Tuned QPUs on one dispatch CPU (dispatch.qpus_per_cpu > 1, host plan)
+    // share one dispatch thread there (qrt/dispatch/dispatch_group.hpp):
+    // group_of[i] = the [[qpu]] indices on QPU i's CPU, when more than one.
+    std::vector<std::vector<std::uint32_t>> group_of(_cfg.qpus.size());
+    if (_cfg.dispatch.mode != dispatch_mode::untuned && _cfg.dispatch.qpus_per_cpu > 1) {
+        for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
+            for (std::uint32_t k = 0; k < _cfg.qpus.size(); ++k) {
+                if (dispatch_cpus[i] != rtcore::cpu_set::max_cpus && dispatch_cpus[k] == dispatch_cpus[i]) {
+                    group_of[i].push_back(k);
+                }
+            }
+            if (group_of[i].size() > _cfg.dispatch.qpus_per_cpu) {
+                return rtcore::error::invalid(fmt::format(
+                    "dispatch: {} QPUs on dispatch CPU {}, dispatch.qpus_per_cpu = {} allows {}: give them "
+                    "more CPUs (qpu.dispatch_cpu) or raise dispatch.qpus_per_cpu",
+                    group_of[i].size(), dispatch_cpus[i], _cfg.dispatch.qpus_per_cpu, _cfg.dispatch.qpus_per_cpu));
+            }
+            if (group_of[i].size() < 2) {
+                group_of[i].clear();
+            }
+        }
+    }
+    // Starts QPU qr's link (its dispatcher's thread too, unless its group
+    // runs it) and says how it runs; before: the process's threads before
+    // the dispatch thread started.
+    const auto start_qpu = [&](qpu_runtime& qr, const std::set<pid_t>& before) -> rtcore::status {
+        const auto& qc = _cfg.qpus[qr.index];
+        const auto& disp = qr.link->dispatch();
+        const auto& dc = disp.config();
+        auto started = qr.link->start();
+        if (!started) {
+            if (dc.mode == dispatch::dispatch_mode::tuned && dc.require_rt) {
+                _refused_not_realtime = true;
+                return rtcore::error{started.err().code,
+                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
+                                                 "cannot run SCHED_FIFO on isolated CPU {}: {}; {}", qc.name,
+                                                 _facts.require_rt_why, qr.dispatch_cpu,
+                                                 disp.setup_error(), placement_text())};
+            }
+            return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
+        }
+        for (const pid_t t : own_tids()) {
+            if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
+                if (_qpu_of_tid.count(t) == 0) {
+                    _dispatch_tids.push_back(t);
+                    _qpu_of_tid[t] = qc.name;
+                } else {
+                    _qpu_of_tid[t] += "+" + qc.name;  // one thread serving the QPUs of a dispatch group
+                }
+            }
+        }
+        const auto ts = disp.thread_stats();
+        std::string submit = dispatch::to_string(disp.effective_submit_mode());
+        if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
+            _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
+            const int poller_cpu = dc.sqpoll_cpu >= 0 ? dc.sqpoll_cpu : qr.dispatch_cpu;
+            submit += fmt::format(" (poller tid {}, CPU {})", disp.sqpoll_tid(), poller_cpu);
+            if (poller_cpu < 0 || !_facts.isolated.test(static_cast<unsigned>(poller_cpu))) {
+                // A SCHED_OTHER poller on a shared CPU waits for its CFS turn:
+                // arrival p95 of 1 ms and worse was measured (bench/README.md).
+                log::warn("dispatch",
+                          "{}: the SQPOLL poller runs on CPU {}, which is not isolated: other tasks there "
+                          "delay every write by up to a scheduler slice; isolate it or use submit_mode = "
+                          "\"syscall\"",
+                          qc.name, poller_cpu < 0 ? std::string("(any)") : std::to_string(poller_cpu));
+            }
+        } else if (!disp.submit_fallback_reason().empty()) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
+        }
+        if (!disp.fixed_buffers() && !said_pool_shortfall) {
+            log::warn("dispatch", "{}: {}", qc.name, disp.buffers_fallback_reason());
+        }
+        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}{}", qc.name, qc.target.uri,
+                  to_string(_cfg.dispatch.mode), qr.dispatch_cpu,
+                  ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
+                                : std::string("not real-time"),
+                  submit,
+                  disp.group() != nullptr ? fmt::format(", dispatch thread shared by {} QPUs on this CPU",
+                                                        group_of[qr.index].size())
+                                          : std::string());
+        if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
+            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned ({}; dispatch.require_rt = "
+                                  "\"always\" refuses to start instead)",
+                      qc.name, disp.setup_error(), placement_text());
+        } else if (dc.mode == dispatch::dispatch_mode::tuned) {
+            log::info("dispatch", "{}: dispatch thread tid {} is SCHED_FIFO on CPU {} ({})", qc.name,
+                      _dispatch_tids.empty() ? 0 : _dispatch_tids.back(), qr.dispatch_cpu, _facts.rt_reach);
+        }
+        return rtcore::ok();
+    };
     for (std::uint32_t i = 0; i < _cfg.qpus.size(); ++i) {
         const auto& qc = _cfg.qpus[i];
         auto q = std::make_unique<qpu_runtime>();
@@ -487,7 +578,14 @@ rtcore::status services::start_links() {
             _facts.isolated, topology ? &*topology : nullptr);
         dc.submit = choice.mode;
         dc.sqpoll_cpu = choice.poller_cpu;  // -1: the dispatch CPU
-        log::info("dispatch", "{}: submit mode {}: {}", qc.name, dispatch::to_string(choice.mode), choice.why);
+        if (!group_of[i].empty() && dc.submit != dispatch::submit_mode::syscall) {
+            dc.submit = dispatch::submit_mode::syscall;
+            log::info("dispatch", "{}: submit mode syscall: its dispatch thread serves {} QPUs on CPU {} "
+                                  "(dispatch.qpus_per_cpu), which sqpoll does not support",
+                      qc.name, group_of[i].size(), q->dispatch_cpu);
+        } else {
+            log::info("dispatch", "{}: submit mode {}: {}", qc.name, dispatch::to_string(choice.mode), choice.why);
+        }
         if (_cfg.dispatch.sqpoll_idle_ms > 0) {
             dc.sqpoll_idle_ms = _cfg.dispatch.sqpoll_idle_ms;
         }
@@ -568,61 +666,50 @@ rtcore::status services::start_links() {
         }
         // The dispatch thread's TID (for the probes): the task that appears
         // while start() runs, io_uring workers (iou-*) aside.
-        const auto before = own_tids();
-        auto started = q->link->start();
-        if (!started) {
-            if (dc.mode == dispatch::dispatch_mode::tuned && dc.require_rt) {
-                _refused_not_realtime = true;
-                return rtcore::error{started.err().code,
-                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
-                                                 "cannot run SCHED_FIFO on isolated CPU {}: {}; {}", qc.name,
-                                                 _facts.require_rt_why, q->dispatch_cpu,
-                                                 q->link->dispatch().setup_error(), placement_text())};
-            }
-            return rtcore::error{started.err().code, fmt::format("qpu {}: {}", qc.name, started.err().message)};
-        }
-        for (const pid_t t : own_tids()) {
-            if (before.count(t) == 0 && comm_of(t).rfind("iou-", 0) != 0) {
-                _dispatch_tids.push_back(t);
-                _qpu_of_tid[t] = qc.name;
-            }
-        }
-        const auto& disp = q->link->dispatch();
-        const auto ts = disp.thread_stats();
-        std::string submit = dispatch::to_string(disp.effective_submit_mode());
-        if (disp.effective_submit_mode() == dispatch::submit_mode::sqpoll) {
-            _sqpoll_tids.push_back(disp.sqpoll_tid());  // works on the dispatch CPU: not an intrusion
-            const int poller_cpu = dc.sqpoll_cpu >= 0 ? dc.sqpoll_cpu : q->dispatch_cpu;
-            submit += fmt::format(" (poller tid {}, CPU {})", disp.sqpoll_tid(), poller_cpu);
-            if (poller_cpu < 0 || !_facts.isolated.test(static_cast<unsigned>(poller_cpu))) {
-                // A SCHED_OTHER poller on a shared CPU waits for its CFS turn:
-                // arrival p95 of 1 ms and worse was measured (bench/README.md).
-                log::warn("dispatch",
-                          "{}: the SQPOLL poller runs on CPU {}, which is not isolated: other tasks there "
-                          "delay every write by up to a scheduler slice; isolate it or use submit_mode = "
-                          "\"syscall\"",
-                          qc.name, poller_cpu < 0 ? std::string("(any)") : std::to_string(poller_cpu));
-            }
-        } else if (!disp.submit_fallback_reason().empty()) {
-            log::warn("dispatch", "{}: {}", qc.name, disp.submit_fallback_reason());
-        }
-        if (!disp.fixed_buffers() && !said_pool_shortfall) {
-            log::warn("dispatch", "{}: {}", qc.name, disp.buffers_fallback_reason());
-        }
-        log::info("dispatch", "{}: endpoint {}, {} mode, CPU {}, {}, submit {}", qc.name, lc.endpoint,
-                  to_string(_cfg.dispatch.mode), q->dispatch_cpu,
-                  ts.rt_applied ? fmt::format("SCHED_FIFO {}", dc.rt_priority)
-                                : std::string("not real-time"),
-                  submit);
-        if (dc.mode == dispatch::dispatch_mode::tuned && !ts.rt_applied) {
-            log::warn("dispatch", "{}: real-time setup failed ({}): dispatching untuned ({}; dispatch.require_rt = "
-                                  "\"always\" refuses to start instead)",
-                      qc.name, q->link->dispatch().setup_error(), placement_text());
-        } else if (dc.mode == dispatch::dispatch_mode::tuned) {
-            log::info("dispatch", "{}: dispatch thread tid {} is SCHED_FIFO on CPU {} ({})", qc.name,
-                      _dispatch_tids.empty() ? 0 : _dispatch_tids.back(), q->dispatch_cpu, _facts.rt_reach);
-        }
+        qpu_runtime& qr = *q;
         _qpus.push_back(std::move(q));
+        if (group_of[i].empty()) {
+            if (auto st = start_qpu(qr, own_tids()); !st) {
+                return st;
+            }
+            continue;
+        }
+        if (group_of[i].back() != i) {
+            continue;  // started with the last QPU of its group
+        }
+        // The group's members, in [[qpu]] order, all created by now.
+        std::vector<dispatch::dispatcher*> members;
+        std::vector<qpu_runtime*> runtimes;
+        for (const std::uint32_t k : group_of[i]) {
+            for (auto& other : _qpus) {
+                if (other->index == k) {
+                    members.push_back(&other->link->dispatch_for_group());
+                    runtimes.push_back(other.get());
+                }
+            }
+        }
+        try {
+            _groups.push_back(std::make_unique<dispatch::dispatch_group>(std::move(members)));
+        } catch (const std::exception& e) {
+            return rtcore::error::invalid(fmt::format("qpu {}: {}", qc.name, e.what()));
+        }
+        const auto before = own_tids();
+        if (auto st = _groups.back()->start(); !st) {
+            if (dc.require_rt) {
+                _refused_not_realtime = true;
+                return rtcore::error{st.err().code,
+                                     fmt::format("dispatch: qpu {}: dispatch.require_rt ({}): the dispatch thread "
+                                                 "of its group cannot run SCHED_FIFO on isolated CPU {}: {}; {}",
+                                                 qc.name, _facts.require_rt_why, qr.dispatch_cpu,
+                                                 _groups.back()->setup_error(), placement_text())};
+            }
+            return rtcore::error{st.err().code, fmt::format("qpu {}: {}", qc.name, st.err().message)};
+        }
+        for (qpu_runtime* r : runtimes) {
+            if (auto st = start_qpu(*r, before); !st) {
+                return st;
+            }
+        }
     }
     return rtcore::ok();
 }
@@ -974,11 +1061,17 @@ void services::stop() noexcept {
         if (_room) {
             _room->stop();
         }
+        // Shared dispatch threads first: their members' records are then
+        // drained by each link's stop.
+        for (auto& g : _groups) {
+            g->stop();
+        }
         for (auto& q : _qpus) {
             if (q->link) {
                 q->link->stop();  // unfinished jobs get outcomes (on_outcome)
             }
         }
+        _groups.clear();  // before the dispatchers they serve go
 
         _server.reset();
         _room.reset();  // before the links it points at

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qrt/config.hpp"
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/qpu_link.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/handover/room.hpp"
@@ -166,6 +167,9 @@ private:
 
     std::unique_ptr<timeline::ledger> _ledger;
     std::vector<std::unique_ptr<qpu_runtime>> _qpus;
+    // Dispatch threads shared by the QPUs on one CPU (dispatch.qpus_per_cpu);
+    // stopped and destroyed before the links whose dispatchers they serve.
+    std::vector<std::unique_ptr<dispatch::dispatch_group>> _groups;
     std::vector<pid_t> _dispatch_tids;
     std::map<pid_t, std::string> _qpu_of_tid;  // dispatch TID -> QPU name (outlier events)
     std::vector<pid_t> _sqpoll_tids;  // sqpoll submit mode: the io_uring pollers (not intrusions)

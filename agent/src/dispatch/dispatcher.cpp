@@ -289,6 +289,10 @@ std::uint8_t* dispatcher::slot_buffer(std::uint32_t slot) const noexcept {
 }
 
 rtcore::status dispatcher::start() {
+    if (_group != nullptr) {
+        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) +
+                                      ": served by a dispatch group: start the group");
+    }
     if (_thread.joinable()) {
         return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": already running");
     }
@@ -313,7 +317,7 @@ void dispatcher::stop() noexcept {
         return;
     }
     _stop.store(true, std::memory_order_release);
-    rtcore::wake_sleepers(_wake);
+    rtcore::wake_sleepers(*_wakeup);
     _thread.join();
 }
 
@@ -404,7 +408,7 @@ submit_refusal dispatcher::try_submit(const dispatch_job& job, std::span<const s
     // (the wake word makes this race-free against it going to sleep).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (before_queued || _idle.load(std::memory_order_relaxed)) {
-        rtcore::wake_sleepers(_wake);
+        rtcore::wake_sleepers(*_wakeup);
     }
     return submit_refusal::none;
 }
@@ -428,7 +432,7 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
         }
     }
     if (n != 0) {
-        rtcore::wake_sleepers(_wake);  // a deadline may now be earlier than the thread's wake-up
+        rtcore::wake_sleepers(*_wakeup);  // a deadline may now be earlier than the thread's wake-up
     }
     return n;
 }
@@ -520,7 +524,7 @@ int dispatcher::register_endpoint(int fd) noexcept {
 std::uint32_t dispatcher::request_endpoint(int fd) noexcept {
     _pending_fd.store(fd, std::memory_order_relaxed);
     const std::uint32_t gen = _fd_req_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
-    rtcore::wake_sleepers(_wake);
+    rtcore::wake_sleepers(*_wakeup);
     return gen;
 }
 
@@ -617,44 +621,21 @@ void dispatcher::thread_main() noexcept {
     // Setup (may allocate: it runs before the loop).  Failures are counted
     // and reported through thread_stats(); start() turns them into an error
     // when require_rt is set.
-    // A write to an endpoint whose peer has gone raises SIGPIPE in the
-    // thread that issues it (this one, for inline io_uring writes); keep it
-    // blocked here so the write just completes with -EPIPE (send_failed).
-    sigset_t pipe_set;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
-    // A name the probes, ps and qrt-wakeup-trace can tell from the event loop.
-    ::pthread_setname_np(::pthread_self(), "qrt-dispatch");
+    detail::begin_dispatch_thread();
     std::optional<rtcore::scoped_rt_thread> rt;
     rtcore::cpu_dma_latency_hold dma;
     int setup_err = 0;
     try {
         if (_cfg.mode == dispatch_mode::tuned) {
-            rtcore::rt_thread_config rc;
-            rc.cpu = _cfg.dispatch_cpu;
-            rc.policy = rtcore::sched_policy::fifo;
-            rc.priority = _cfg.rt_priority;
-            rc.timer_slack_ns = 1;
-            // Not mlockall(MCL_FUTURE): that would lock every client
-            // connection's buffers too.  The dispatch path is locked region
-            // by region below (lock_dispatch_path).
-            rc.lock_memory = false;
-            auto entered = [&]() -> rtcore::result<rtcore::scoped_rt_thread> {
-                if (_cfg.before_rt_setup) {
-                    if (auto joined = _cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
-                        return std::move(joined).err();
-                    }
-                }
+            auto entered = detail::enter_tuned(_cfg, [&] {
                 if (_sqpoll_retry_on_thread) {  // in the isolated cpuset now, still SCHED_OTHER
                     retry_sqpoll_on_this_thread();
                 }
-                return rtcore::scoped_rt_thread::enter(rc);
-            }();
+            });
             if (entered) {
                 rt.emplace(std::move(*entered));
                 _st_rt.store(true, std::memory_order_relaxed);
-                if (auto st = lock_dispatch_path(rc.prefault_stack_bytes); st) {
+                if (auto st = lock_dispatch_path(rtcore::rt_thread_config{}.prefault_stack_bytes); st) {
                     _st_mlocked.store(true, std::memory_order_relaxed);
                 } else {
                     setup_err = st.err().code != 0 ? st.err().code : EPERM;

@@ -5,10 +5,15 @@
 // includes it.
 
 #include <liburing.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "qrt/dispatch/dispatcher.hpp"
+#include "rtcore/rt_thread.hpp"
 
 namespace qrt::dispatch::detail {
 
@@ -18,6 +23,41 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
     asm volatile("yield" ::: "memory");
 #endif
+}
+
+// The first thing a dispatch thread does (a dispatcher's own, or a group's):
+// a write to an endpoint whose peer has gone raises SIGPIPE in the thread
+// that issues it (this one, for inline io_uring writes), so it stays blocked
+// and the write just completes with -EPIPE (send_failed); and a name the
+// probes, ps and qrt-wakeup-trace can tell from the event loop.
+inline void begin_dispatch_thread() noexcept {
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
+    ::pthread_setname_np(::pthread_self(), "qrt-dispatch");
+}
+
+// Tuned: cfg's cpuset hook (before_rt_setup), then in_cpuset() (still
+// SCHED_OTHER, inside the isolated cpuset), then SCHED_FIFO at cfg's
+// priority on its CPU with 1 ns timer slack.  Not mlockall(MCL_FUTURE):
+// that would lock every client connection's buffers too; the caller locks
+// the dispatch path region by region.  Setup: may allocate.
+template <class InCpuset>
+rtcore::result<rtcore::scoped_rt_thread> enter_tuned(const dispatcher_config& cfg, InCpuset&& in_cpuset) {
+    rtcore::rt_thread_config rc;
+    rc.cpu = cfg.dispatch_cpu;
+    rc.policy = rtcore::sched_policy::fifo;
+    rc.priority = cfg.rt_priority;
+    rc.timer_slack_ns = 1;
+    rc.lock_memory = false;
+    if (cfg.before_rt_setup) {
+        if (auto joined = cfg.before_rt_setup(static_cast<pid_t>(::gettid())); !joined) {
+            return std::move(joined).err();
+        }
+    }
+    std::forward<InCpuset>(in_cpuset)();
+    return rtcore::scoped_rt_thread::enter(rc);
 }
 
 // slot_state::phase values.

@@ -399,73 +399,17 @@ void dispatcher::run_loop() noexcept {
                 continue;
             }
         }
-        guard_input g;
-        g.now_ns = now;
-        g.deadline_ns = deadline;
-        g.window_end_ns = deadline + j->window_end_rel_ns;
-        g.duration_ns = j->duration_ns;
-        g.tolerance_ns = j->tolerance_ns;
-        g.job_calibration_id = j->calibration_id;
-        // Bounded: a housekeeping writer preempted inside set_calibration()
-        // must not hold the send; without a clean read the job is refused
-        // as a calibration change (it cannot be proven current).
-        const calibration_plan cal = calibration(64);
-        g.current_calibration_id = cal.consistent ? cal.current : no_window_calibration_id;
-        g.next_calibration_id = cal.consistent ? cal.next : no_window_calibration_id;
-        g.calibration_switch_ns = cal.switch_mono_ns;
-        g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
-        dispatch_status verdict = check_before_send(g);
-        if (verdict == dispatch_status::sent) {
-            // The send and a withdraw() race through one compare-and-swap:
-            // whichever wins decides, and the loser can tell.  (A restore()
-            // flipping withdrawn back may make the first exchange fail
-            // spuriously: bounded retries, then the job counts as withdrawn.)
-            verdict = dispatch_status::cancelled;
-            for (int tries = 0; tries < 4; ++tries) {
-                std::uint8_t expected = phase_queued;
-                if (s.phase.compare_exchange_strong(expected, phase_sending, std::memory_order_acq_rel)) {
-                    verdict = dispatch_status::sent;
-                    break;
-                }
-                if (expected == phase_withdrawn &&
-                    s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
-                    break;  // withdrawn by the housekeeping side
-                }
-                if (expected == phase_dropped) {
-                    break;
-                }
-            }
-            if (verdict != dispatch_status::sent) {
-                s.phase.store(phase_dropped, std::memory_order_release);
-            }
-        }
-        if (verdict != dispatch_status::sent) {
+        if (const dispatch_status verdict = claim_send(*j, deadline, now); verdict != dispatch_status::sent) {
             emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
             pending_pop();
             continue;
         }
-        // The ring has 64 SQEs and at most one is ever unconsumed, so this
-        // cannot fail; counted if it does.
-        io_uring_sqe* sqe = io_uring_get_sqe(ring);
-        if (sqe == nullptr) {
-            _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
+        std::int64_t sent_rt = 0;
+        if (!prep_write(*j, sent_rt)) {
             emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
             pending_pop();
             continue;
         }
-        std::uint8_t* buf = slot_buffer(j->slot);
-        const std::int64_t sent_rt = _clock.now_realtime_ns();
-        wire::patch_sent_ns(buf, sent_rt);
-        if (_fixed_buffers) {
-            io_uring_prep_write_fixed(sqe, 0, buf, j->frame_len, no_offset, 0);
-        } else {
-            io_uring_prep_write(sqe, 0, buf, j->frame_len, no_offset);  // untuned without locked memory
-        }
-        sqe->flags |= IOSQE_FIXED_FILE;
-        if (_nowait_writes.load(std::memory_order_relaxed)) {
-            sqe->rw_flags = RWF_NOWAIT;  // a full endpoint buffer fails now, never later
-        }
-        io_uring_sqe_set_data64(sqe, j->slot);
         if (sqpoll && poller_asleep()) {
             _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
         }
@@ -477,38 +421,8 @@ void dispatcher::run_loop() noexcept {
         const int rc = io_uring_submit(ring);
         _st_submits.fetch_add(1, std::memory_order_relaxed);
         const std::int64_t after = _clock.now_monotonic_ns();
-        dispatch_record r;
-        r.job_id = j->job_id;
-        r.slot = j->slot;
-        r.status = dispatch_status::sent;
-        r.io_result = static_cast<std::int32_t>(j->frame_len);  // expected, until the CQE
-        r.deadline_ns = deadline;
-        r.lateness_ns = after - deadline;
-        r.sent_ns = sent_rt;
-        r.wakeup_latency_ns = wakeup_latency;
-        r.spin_ns = spin_ns;
-        r.lead_ns = lead;
-        r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
-        const auto consumed = [&]() noexcept {
-            const unsigned head = io_uring_smp_load_acquire(ring->sq.khead);
-            return static_cast<int>(head - write_pos) > 0;
-        };
-        if (!sqpoll && (rc < 0 || !consumed())) {
-            // The enter failed or stopped short of this write (it may have
-            // consumed older voided NOPs first): whatever it did not consume
-            // must never go out with a later submit.
-            _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
-            if (!consumed()) {
-                void_unsubmitted();
-                r.status = dispatch_status::send_failed;
-                r.submit_error = rc < 0 ? rc : -EBUSY;
-                r.io_result = r.submit_error;
-            }
-        } else if (rc < 0) {
-            // sqpoll: the SQEs are published but the poller could not be
-            // woken; the loop retries the wake-up.
-            _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
-        }
+        dispatch_record r = sent_record(*j, deadline, after, sent_rt, wakeup_latency, spin_ns, lead);
+        settle_submit(r, rc, write_pos, sqpoll);
         _inflight[j->slot] = r;
         pending_pop();
         if (sqpoll && rc >= 0) {
@@ -553,6 +467,114 @@ void dispatcher::run_loop() noexcept {
     io_uring_cqe* cqe = nullptr;
     while (io_uring_wait_cqe_timeout(ring, &cqe, &ts) == 0) {
         reap_completions();
+    }
+}
+
+dispatch_status dispatcher::claim_send(const queued_job& j, std::int64_t deadline, std::int64_t now) noexcept {
+    slot_state& s = _slots[j.slot];
+    guard_input g;
+    g.now_ns = now;
+    g.deadline_ns = deadline;
+    g.window_end_ns = deadline + j.window_end_rel_ns;
+    g.duration_ns = j.duration_ns;
+    g.tolerance_ns = j.tolerance_ns;
+    g.job_calibration_id = j.calibration_id;
+    // Bounded: a housekeeping writer preempted inside set_calibration()
+    // must not hold the send; without a clean read the job is refused
+    // as a calibration change (it cannot be proven current).
+    const calibration_plan cal = calibration(64);
+    g.current_calibration_id = cal.consistent ? cal.current : no_window_calibration_id;
+    g.next_calibration_id = cal.consistent ? cal.next : no_window_calibration_id;
+    g.calibration_switch_ns = cal.switch_mono_ns;
+    g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
+    dispatch_status verdict = check_before_send(g);
+    if (verdict != dispatch_status::sent) {
+        return verdict;
+    }
+    // The send and a withdraw() race through one compare-and-swap:
+    // whichever wins decides, and the loser can tell.  (A restore()
+    // flipping withdrawn back may make the first exchange fail
+    // spuriously: bounded retries, then the job counts as withdrawn.)
+    for (int tries = 0; tries < 4; ++tries) {
+        std::uint8_t expected = phase_queued;
+        if (s.phase.compare_exchange_strong(expected, phase_sending, std::memory_order_acq_rel)) {
+            return dispatch_status::sent;
+        }
+        if (expected == phase_withdrawn &&
+            s.phase.compare_exchange_strong(expected, phase_dropped, std::memory_order_acq_rel)) {
+            break;  // withdrawn by the housekeeping side
+        }
+        if (expected == phase_dropped) {
+            break;
+        }
+    }
+    s.phase.store(phase_dropped, std::memory_order_release);
+    return dispatch_status::cancelled;
+}
+
+bool dispatcher::prep_write(const queued_job& j, std::int64_t& sent_rt) noexcept {
+    // The ring has 64 SQEs and at most one is ever unconsumed, so this
+    // cannot fail; counted if it does.
+    io_uring_sqe* sqe = io_uring_get_sqe(&_uring->ring);
+    if (sqe == nullptr) {
+        _st_sqe_exhausted.fetch_add(1, std::memory_order_relaxed);
+        return false;
+    }
+    std::uint8_t* buf = slot_buffer(j.slot);
+    sent_rt = _clock.now_realtime_ns();
+    wire::patch_sent_ns(buf, sent_rt);
+    if (_fixed_buffers) {
+        io_uring_prep_write_fixed(sqe, 0, buf, j.frame_len, no_offset, 0);
+    } else {
+        io_uring_prep_write(sqe, 0, buf, j.frame_len, no_offset);  // untuned without locked memory
+    }
+    sqe->flags |= IOSQE_FIXED_FILE;
+    if (_nowait_writes.load(std::memory_order_relaxed)) {
+        sqe->rw_flags = RWF_NOWAIT;  // a full endpoint buffer fails now, never later
+    }
+    io_uring_sqe_set_data64(sqe, j.slot);
+    return true;
+}
+
+dispatch_record dispatcher::sent_record(const queued_job& j, std::int64_t deadline, std::int64_t after,
+                                        std::int64_t sent_rt, std::int64_t wakeup_latency, std::int64_t spin_ns,
+                                        std::int64_t lead) const noexcept {
+    dispatch_record r;
+    r.job_id = j.job_id;
+    r.slot = j.slot;
+    r.status = dispatch_status::sent;
+    r.io_result = static_cast<std::int32_t>(j.frame_len);  // expected, until the CQE
+    r.deadline_ns = deadline;
+    r.lateness_ns = after - deadline;
+    r.sent_ns = sent_rt;
+    r.wakeup_latency_ns = wakeup_latency;
+    r.spin_ns = spin_ns;
+    r.lead_ns = lead;
+    r.endpoint_gen = _registered_gen.load(std::memory_order_relaxed);
+    return r;
+}
+
+void dispatcher::settle_submit(dispatch_record& r, int rc, unsigned write_pos, bool sqpoll) noexcept {
+    io_uring* ring = &_uring->ring;
+    const auto consumed = [&]() noexcept {
+        const unsigned head = io_uring_smp_load_acquire(ring->sq.khead);
+        return static_cast<int>(head - write_pos) > 0;
+    };
+    if (!sqpoll && (rc < 0 || !consumed())) {
+        // The enter failed or stopped short of this write (it may have
+        // consumed older voided NOPs first): whatever it did not consume
+        // must never go out with a later submit.
+        _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
+        if (!consumed()) {
+            void_unsubmitted();
+            r.status = dispatch_status::send_failed;
+            r.submit_error = rc < 0 ? rc : -EBUSY;
+            r.io_result = r.submit_error;
+        }
+    } else if (rc < 0) {
+        // sqpoll: the SQEs are published but the poller could not be
+        // woken; the loop retries the wake-up.
+        _st_submit_errors.fetch_add(1, std::memory_order_relaxed);
     }
 }
 

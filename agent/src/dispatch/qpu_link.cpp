@@ -55,7 +55,8 @@ qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_confi
 qpu_link::~qpu_link() { stop(); }
 
 rtcore::status qpu_link::start() {
-    if (auto st = _dispatcher.start(); !st) {
+    // A dispatcher in a group is run by the group's thread (dispatch_group.hpp).
+    if (auto st = _dispatcher.group() != nullptr ? rtcore::ok() : _dispatcher.start(); !st) {
         return st;
     }
     auto t = _loop.add_timer(_cfg.poll_interval, _cfg.poll_interval, [this] { poll(); });

@@ -335,6 +335,36 @@ TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
     EXPECT_EQ(j["plan"]["isolated"], "6-7") << r.out;
 }
 
+// #25 section 5: two tuned QPUs on a host with one core to spare.  With
+// dispatch.qpus_per_cpu = 2 the plan puts both on the one isolated CPU and
+// says why; with the default 1 it is refused, naming the cores.
+TEST(qrtd_cli, host_plan_puts_two_tuned_qpus_on_one_cpu_only_with_qpus_per_cpu_2) {
+    tree_copy t("host8-v2");
+    std::string text = read_file(demo);
+    text += "\n[[qpu]]\nname = \"qpu1\"\nendpoint = \"unix:///run/qrtd-demo-qpu/qpu1.sock\"\n";
+    const std::string two = write_temp("two-tuned.toml", text);
+    const std::string anchor = "mode = \"tuned\"";
+    text.replace(text.find(anchor), anchor.size(), anchor + "\nqpus_per_cpu = 2");
+    const std::string shared = write_temp("two-tuned-shared.toml", text);
+    const std::string topo = " --root " + t.root.string() + " --topology 'synthetic:core:2 pu:1'";
+    const auto refused = run(qrtd + " host plan -c " + two + topo);
+    EXPECT_NE(refused.status, 0) << refused.out << refused.err;
+    EXPECT_NE(refused.err.find("cannot isolate 2 cores"), std::string::npos) << refused.err;
+    const auto r = run(qrtd + " host plan --json -c " + shared + topo);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["plan"]["isolated"], "1") << r.out;
+    EXPECT_EQ(j["plan"]["dispatch_cpus"], nlohmann::json::array({1})) << r.out;
+    EXPECT_NE(r.out.find("2 QPUs share 1 isolated dispatch CPU (1), up to 2 on each (dispatch.qpus_per_cpu = 2"),
+              std::string::npos)
+        << r.out;
+    const auto plain = run(qrtd + " host plan -c " + shared + topo);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    EXPECT_NE(plain.out.find("qpu 0+1 dispatch cpu: 1"), std::string::npos) << plain.out;
+    fs::remove(two);
+    fs::remove(shared);
+}
+
 TEST(qrtd_cli, host_apply_dry_run_lists_writes_and_changes_nothing) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/dispatcher.hpp"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -191,5 +192,70 @@ TEST(dispatch_rt, the_dispatch_thread_allocates_nothing_from_start_to_stop) {
     ::close(sp2[1]);
     EXPECT_EQ(dispatch_thread_allocations.load(), 0U)
         << "the dispatch thread allocated with operator new; dispatcher_rt.cpp must not allocate";
+#endif
+}
+
+// The same for one thread serving two QPUs (dispatch_group.cpp): sends on
+// both, a missed job, a withdrawn one, an endpoint update on one, stop.
+TEST(dispatch_rt, a_dispatch_groups_thread_allocates_nothing_from_start_to_stop) {
+#ifdef QRT_TEST_SANITIZED
+    GTEST_SKIP() << "the sanitizer owns operator new in this build; the count would not be ours";
+#else
+    dispatch_thread_allocations.store(0);
+    int sp[2] = {-1, -1};
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    int sp2[2] = {-1, -1};
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp2), 0);
+    rtcore::real_clock clock;
+    dispatcher_config cfg;
+    cfg.mode = dispatch_mode::untuned;
+    cfg.slots = 8;
+    cfg.max_payload_bytes = 256;
+    {
+        dispatcher d0(cfg, clock);
+        cfg.qpu_index = 1;
+        dispatcher d1(cfg, clock);
+        ASSERT_TRUE(d0.set_endpoint_fd(sp[0]));
+        ASSERT_TRUE(d1.set_endpoint_fd(sp2[0]));
+        d0.set_calibration_id(1);
+        d1.set_calibration_id(1);
+        dispatch_group g({&d0, &d1});
+        const std::int64_t t = clock.now_realtime_ns() + 40 * ms;
+        ASSERT_TRUE(d0.submit(job_at(1, t), payload));                                    // sent
+        ASSERT_TRUE(d1.submit(job_at(2, t), payload));                                    // sent
+        ASSERT_TRUE(d1.submit(job_at(3, clock.now_realtime_ns() - 1000 * ms), payload));  // missed
+        ASSERT_TRUE(d0.submit(job_at(4, t + 20 * ms), payload));                          // withdrawn
+        ASSERT_TRUE(g.start());
+        EXPECT_EQ(d0.withdraw(4), dispatcher::withdraw_result::withdrawn);
+        d0.report_withdrawn();
+        std::vector<dispatch_record> recs;
+        for (int i = 0; i < 3000 && recs.size() < 4; ++i) {
+            d0.drain_records([&](const dispatch_record& r) { recs.push_back(r); });
+            d1.drain_records([&](const dispatch_record& r) { recs.push_back(r); });
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ASSERT_TRUE(d1.set_endpoint_fd(sp[0]));  // applied by the group's thread
+        ASSERT_TRUE(d1.submit(job_at(5, clock.now_realtime_ns() + 20 * ms), payload));  // sent on the new one
+        auto more = wait_records(d1, 1);
+        recs.insert(recs.end(), more.begin(), more.end());
+        ASSERT_TRUE(d0.submit(job_at(6, clock.now_realtime_ns() + 500 * ms), payload));  // cancelled by stop
+        g.stop();
+        more = wait_records(d0, 1);
+        recs.insert(recs.end(), more.begin(), more.end());
+        std::map<dispatch_status, unsigned> seen;
+        for (const auto& r : recs) {
+            ++seen[r.status];
+        }
+        EXPECT_EQ(recs.size(), 6U);
+        EXPECT_EQ(seen[dispatch_status::sent], 3U) << "jobs 1, 2 and 5 went out";
+        EXPECT_EQ(seen[dispatch_status::missed], 1U);
+        EXPECT_EQ(seen[dispatch_status::cancelled], 2U) << "job 4 was withdrawn, job 6 stopped";
+    }
+    ::close(sp[0]);
+    ::close(sp[1]);
+    ::close(sp2[0]);
+    ::close(sp2[1]);
+    EXPECT_EQ(dispatch_thread_allocations.load(), 0U)
+        << "the group's dispatch thread allocated with operator new; dispatch_group.cpp must not allocate";
 #endif
 }

@@ -92,6 +92,11 @@
 //   lock, and a housekeeping thread holding it would stall the RT thread's
 //   next submit (priority inversion).  set_endpoint_fd() hands the fd over
 //   and waits for the thread to apply it.
+// - Several tuned QPUs on one CPU (dispatch.qpus_per_cpu) are served by
+//   one thread: a dispatch_group (dispatch_group.hpp) runs this class's RT
+//   helpers for each member and sends the earliest start among them next.
+//   A member is not start()ed itself; the housekeeping side is unchanged
+//   except that it wakes the group's word (_wakeup).
 // - Sleeps are futex waits with an absolute CLOCK_MONOTONIC timeout on a
 //   wake word: a realtime step, a new job on an idle thread, an endpoint
 //   change or stop() cut them short, so a deadline re-converted earlier is
@@ -119,6 +124,8 @@
 #include "rtcore/spsc_ring.hpp"
 
 namespace qrt::dispatch {
+
+class dispatch_group;
 
 // Why a submit was refused, as a code: the job pump's SCHED_FIFO thread
 // submits through try_submit() and builds no text; the event loop turns the
@@ -324,7 +331,7 @@ public:
     // `cancelled` now (otherwise at its next look, within
     // max_sleep_chunk_ns).  Call it once the withdrawals are final: a job
     // reported cannot be restored.
-    void report_withdrawn() noexcept { rtcore::wake_sleepers(_wake); }
+    void report_withdrawn() noexcept { rtcore::wake_sleepers(*_wakeup); }
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
@@ -371,7 +378,14 @@ public:
     // not an intrusion on the dispatch CPU.
     pid_t sqpoll_tid() const noexcept { return _sqpoll_tid; }
 
+    // The group whose one thread serves this dispatcher (dispatch_group.hpp),
+    // or nullptr: then start() runs its own thread.
+    const dispatch_group* group() const noexcept { return _group; }
+
 private:
+    // A dispatch group runs this dispatcher's RT state on its own thread
+    // (dispatch_group.cpp), through the same private helpers as run_loop.
+    friend class dispatch_group;
     using queued_job = detail::queued_job;
     struct alignas(64) slot_state {
         std::atomic<std::int64_t> deadline_ns{0};  // monotonic T; rewritten on steps
@@ -397,6 +411,27 @@ private:
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
+    // The send, in steps shared by run_loop and the group loop
+    // (dispatcher_rt.cpp), all on the dispatch thread:
+    // claim_send: the guard, then the send/withdraw compare-and-swap;
+    //   dispatch_status::sent when this thread now owns the slot's frame.
+    dispatch_status claim_send(const queued_job& j, std::int64_t deadline, std::int64_t now) noexcept;
+    // prep_write: the write's SQE (fixed buffer, registered file, RWF_NOWAIT
+    //   where chosen) with sent_ns stamped into the frame; false (counted)
+    //   when the ring has no SQE.
+    bool prep_write(const queued_job& j, std::int64_t& sent_rt) noexcept;
+    // sent_record: the record of a submitted write; settle_submit marks it
+    //   send_failed (voiding what the kernel did not consume) when the
+    //   enter failed or stopped short of write_pos.
+    dispatch_record sent_record(const queued_job& j, std::int64_t deadline, std::int64_t after,
+                                std::int64_t sent_rt, std::int64_t wakeup_latency, std::int64_t spin_ns,
+                                std::int64_t lead) const noexcept;
+    void settle_submit(dispatch_record& r, int rc, unsigned write_pos, bool sqpoll) noexcept;
+    // The send path of the group loop (dispatch_group.cpp): guard, the
+    // withdraw race, the write at T, the record; pops j and reaps.  Syscall
+    // submission only (a group refuses sqpoll members).
+    void group_send(const queued_job& j, std::int64_t deadline, std::int64_t now, std::int64_t wakeup_latency,
+                    std::int64_t spin_ns, std::int64_t lead) noexcept;
     // Registered file 0 := fd (-1 empties it) and the RWF_NOWAIT choice for
     // it; 0 or -errno.  The dispatch thread's, or anyone's while it is not
     // running.
@@ -479,6 +514,10 @@ private:
     std::atomic<bool> _loop_running{false};
     std::atomic<bool> _idle{false};  // the thread sleeps with nothing queued
     rtcore::wake_word _wake{0};
+    // The word the housekeeping side bumps to wake the thread serving this
+    // dispatcher: its own _wake, or its group's (dispatch_group).
+    rtcore::wake_word* _wakeup = &_wake;
+    dispatch_group* _group = nullptr;
     // Endpoint hand-over to the RT thread (it alone calls register_files_update).
     std::atomic<int> _pending_fd{-1};
     std::atomic<std::uint32_t> _fd_req_gen{0};

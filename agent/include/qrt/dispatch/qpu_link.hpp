@@ -104,6 +104,9 @@ public:
     dispatch_telemetry telemetry() const;
     const dispatch_histograms& histograms() const noexcept { return *_hist; }
     const dispatcher& dispatch() const noexcept { return _dispatcher; }
+    // For a dispatch_group to serve (before start(); the group then runs
+    // the dispatch thread and start() leaves it alone).
+    dispatcher& dispatch_for_group() noexcept { return _dispatcher; }
 
     // Drain records and expire timeouts now (the loop timer does this too).
     void poll();

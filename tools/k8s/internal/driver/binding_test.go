@@ -50,7 +50,7 @@ func waitCondition(t *testing.T, kube kubernetes.Interface, c *resourceapi.Resou
 
 func TestBindingConditionsReserveBeforeThePodBinds(t *testing.T) {
 	l := newLab(t, periodic)
-	kube := newFakeAPI()
+	kube, api := newHTTPAPI(t)
 	rc := l.startDriver("d", kube)
 	k := newKubelet(t, rc)
 	devs := waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
@@ -130,6 +130,7 @@ func TestBindingConditionsReserveBeforeThePodBinds(t *testing.T) {
 	if st := l.status("team-a", data.ReservationID); st.State != "released" {
 		t.Errorf("after unprepare: %s", st.State)
 	}
+	requireOverHTTP(t, api)
 }
 
 // A claim the controller reserved for, deleted while the driver was down

@@ -690,18 +690,24 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	klog.FromContext(ctx).Error(err, msg)
 }
 
-// Heartbeat renews every prepared claim's lease once; HeartbeatLoop calls
-// it every Lease/3.  A reservation qrtd no longer holds (expired,
-// displaced) is logged; the pod learns it from jobs.submit.
-func (d *Driver) Heartbeat(ctx context.Context) {
+// preparedClaims is every claim that holds a reservation, taken under d.mu.
+func (d *Driver) preparedClaims() []*Checkpoint {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	var cps []*Checkpoint
 	for _, cp := range d.claims {
 		if len(cp.Slots) > 0 {
 			cps = append(cps, cp)
 		}
 	}
-	d.mu.Unlock()
+	return cps
+}
+
+// Heartbeat renews every prepared claim's lease once; HeartbeatLoop calls
+// it every Lease/3.  A reservation qrtd no longer holds (expired,
+// displaced) is logged; the pod learns it from jobs.submit.
+func (d *Driver) Heartbeat(ctx context.Context) {
+	cps := d.preparedClaims()
 	sort.Slice(cps, func(i, j int) bool { return cps[i].UID < cps[j].UID })
 	for _, cp := range cps {
 		for _, s := range cp.Slots {

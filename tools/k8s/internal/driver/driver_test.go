@@ -138,7 +138,7 @@ func requireOK(t *testing.T, what string, resp map[string]*drav1.NodePrepareReso
 
 func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 	l := newLab(t, periodic)
-	kube := newFakeAPI()
+	kube, api := newHTTPAPI(t)
 	rc := l.startDriver("d", kube)
 
 	// A refused registration is answered with the kubelet's message.
@@ -255,6 +255,7 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 		t.Errorf("claim c got [%d, %d), not the slot a freed at %d", sc.Start, sc.End, sa.Start)
 	}
 	k.unprepare(b, c)
+	requireOverHTTP(t, api)
 }
 
 func TestRefusedClaimsNameTheFieldOrQrtdsReasonAndTheNextStart(t *testing.T) {
@@ -343,7 +344,7 @@ func TestAGangOnOneNodeIsReservedTogether(t *testing.T) {
 
 func TestKubeletRestartRegistersAgainAndTheSliceIsRepublished(t *testing.T) {
 	l := newLab(t, periodic)
-	kube := newFakeAPI()
+	kube, api := newHTTPAPI(t)
 	rc := l.startDriver("d", kube)
 	newKubelet(t, rc)
 	waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
@@ -371,6 +372,7 @@ func TestKubeletRestartRegistersAgainAndTheSliceIsRepublished(t *testing.T) {
 	createClaims(t, kube, c)
 	requireOK(t, "prepare after the restart", k.prepare(c), c)
 	k.unprepare(c)
+	requireOverHTTP(t, api)
 }
 
 func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) {
@@ -457,7 +459,7 @@ func slotParamsOf(t *testing.T, c *resourceapi.ResourceClaim) *SlotParameters {
 
 func TestACalibrationUpdateIsRepublished(t *testing.T) {
 	l := newLab(t, pushed)
-	kube := newFakeAPI()
+	kube, api := newHTTPAPI(t)
 	rc := l.startDriver("d", kube)
 	newKubelet(t, rc)
 	waitSlice(t, kube, "the ResourceSlice", func(d map[string]resourceapi.Device) bool { return len(d) >= 1 })
@@ -478,6 +480,7 @@ func TestACalibrationUpdateIsRepublished(t *testing.T) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("calibration.update -> republished ResourceSlice: median %s, max %s (5 updates)", lat[2], lat[4])
+	requireOverHTTP(t, api)
 }
 
 // ---------------------------------------------------------- benchmark

@@ -34,6 +34,7 @@ import (
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"qrtd.io/tools/k8s/internal/apitest"
 	"qrtd.io/tools/k8s/internal/qrtd"
 )
 
@@ -312,6 +313,22 @@ func newFakeAPI(objs ...runtime.Object) *fake.Clientset {
 	return fake.NewClientset(append([]runtime.Object{node}, objs...)...)
 }
 
+// newHTTPAPI is the loopback API server (apitest: bodies decoded strictly,
+// watches streamed) behind a real client-go REST clientset, holding the
+// node: every API call of the driver and the test goes over HTTP.
+func newHTTPAPI(t *testing.T) (kubernetes.Interface, *apitest.Server) {
+	t.Helper()
+	s := apitest.New(t)
+	if err := s.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, s
+}
+
 // startDriver runs the driver in this process until the test ends.
 func (l *lab) startDriver(name string, kube kubernetes.Interface) RunConfig {
 	rc := runConfig(l.sock, l.dirs(name), kube)
@@ -557,9 +574,34 @@ func slotParams(fields string) string {
 func createClaims(t *testing.T, kube kubernetes.Interface, claims ...*resourceapi.ResourceClaim) {
 	t.Helper()
 	for _, c := range claims {
-		if _, err := kube.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		ctx := context.Background()
+		claims := kube.ResourceV1().ResourceClaims(c.Namespace)
+		created, err := claims.Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatalf("create claim: %v", err)
 		}
-		// The fake's Create keeps the status the test (as scheduler) set.
+		// The scheduler's allocation goes through the status subresource
+		// (an API server drops the status on create); the claim then has
+		// the server's UID and resourceVersion.
+		created.Status = c.Status
+		allocated, err := claims.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("allocate claim: %v", err)
+		}
+		*c = *allocated
 	}
+}
+
+// requireOverHTTP: the driver published its slice and its informers
+// watched through the loopback API server.
+func requireOverHTTP(t *testing.T, api *apitest.Server) {
+	t.Helper()
+	for _, c := range []struct{ verb, res string }{{"create", "resourceslices"}, {"watch", "resourceslices"}, {"get", "nodes"}} {
+		if api.Count(c.verb, c.res) == 0 {
+			t.Errorf("no %s of %s reached the API server", c.verb, c.res)
+		}
+	}
+	t.Logf("API requests: slices create %d update %d, claims get %d updateStatus %d watch %d",
+		api.Count("create", "resourceslices"), api.Count("update", "resourceslices"), api.Count("get", "resourceclaims"),
+		api.Count("updateStatus", "resourceclaims"), api.Count("watch", "resourceclaims"))
 }

@@ -242,14 +242,7 @@ func (d *Driver) stopAllClaims() {
 // ServeClaims serves the socket of every claim that is prepared (after a
 // restart, from the checkpoints).
 func (d *Driver) ServeClaims(ctx context.Context) {
-	d.mu.Lock()
-	var cps []*Checkpoint
-	for _, cp := range d.claims {
-		if len(cp.Slots) > 0 {
-			cps = append(cps, cp)
-		}
-	}
-	d.mu.Unlock()
+	cps := d.preparedClaims()
 	for _, cp := range cps {
 		if err := d.serveClaim(cp); err != nil {
 			klog.FromContext(ctx).Error(err, "Could not serve a prepared claim's socket", "claim", klog.KRef(cp.Namespace, cp.Name))
