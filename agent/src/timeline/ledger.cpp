@@ -9,7 +9,10 @@ using namespace detail;
 
 ledger::ledger(std::vector<qpu_spec> qpus, ledger_options opts,
                std::unique_ptr<placement_policy> policy)
-    : _opts(std::move(opts)), _policy(std::move(policy)) {
+    : _opts(std::move(opts)),
+      _policy(std::move(policy)),
+      _durable(durability_options{_opts.commit_group_max, _opts.commit_group_wait, _opts.commit_hook},
+               durability_side()) {
     _qpus.resize(qpus.size());
     for (std::size_t i = 0; i < qpus.size(); ++i) {
         qpu_state& qs = _qpus[i];
@@ -22,59 +25,50 @@ ledger::ledger(std::vector<qpu_spec> qpus, ledger_options opts,
     }
 }
 
-ledger::~ledger() {
-    _writer.reset();  // commits what is queued, then joins its thread
-}
+ledger::~ledger() = default;  // _durable stops the writer first
 
-void ledger::close() {
-    if (_writer) {
-        _store = _writer->stop();  // commits what is queued, then joins its thread
-        _writer.reset();
-    }
-    if (_store) {
-        // Every outcome is recorded: no job is left that a dispatch thread
-        // may have sent unrecorded.
-        if (_store->begin()) {
-            if (_store->put_dispatch_mark(0, true) && _store->commit()) {
-                _dispatch_mark_ns = 0;
-            } else {
-                _store->rollback();
-            }
-        }
-        _store.reset();
-    }
-}
+void ledger::close() { _durable.close(); }
 
 std::int64_t ledger::extend_dispatch_mark(std::int64_t to_ns) {
-    if (to_ns <= _dispatch_mark_ns || to_ns <= _mark_requested_ns || (!_store && !_writer)) {
-        return (!_store && !_writer) ? std::numeric_limits<std::int64_t>::max() : _dispatch_mark_ns;
+    if (!_durable.has_store() || to_ns <= _durable.mark_ns() ||
+        to_ns <= _durable.mark_requested_ns()) {
+        return dispatch_mark_ns();
     }
-    _mark_requested_ns = to_ns;
-    if (_writer) {
-        _writer->request_mark(to_ns);  // ahead of the queued changes
-    } else {
-        _mark_dirty = to_ns;
-        (void)persist();
+    if (_durable.request_mark(to_ns)) {
+        (void)persist();  // no writer: the mark goes with a change of its own
     }
-    return _dispatch_mark_ns;
+    return _durable.mark_ns();
 }
 
 void ledger::mark_with_commit(const reservation& r, std::int64_t now_ns) {
-    if (_opts.dispatch_mark_reach_ns <= 0 || r.start_ns <= _mark_requested_ns ||
+    if (_opts.dispatch_mark_reach_ns <= 0 || r.start_ns <= _durable.mark_requested_ns() ||
         r.start_ns >= sat_add(now_ns, sat_add(_opts.dispatch_mark_reach_ns, commit_lead_ns()))) {
         return;
     }
-    _mark_dirty = std::max(_mark_dirty.value_or(r.start_ns), r.start_ns);
-    _mark_requested_ns = r.start_ns;
+    _durable.mark_with_next(r.start_ns);
 }
 
-void ledger::on_mark(std::int64_t mark_ns, bool ok) {
-    if (ok) {
-        _dispatch_mark_ns = std::max(_dispatch_mark_ns, mark_ns);
-        ++_generation;  // the hand-over may go on
-    } else {
-        _mark_requested_ns = _dispatch_mark_ns;  // asked for again at the next plan
-    }
+// What the durability tracker does to the ledger, on the loop thread.
+durability_hooks ledger::durability_side() {
+    durability_hooks h;
+    h.publish = [this](std::vector<event>& evs) { release_events(evs); };
+    h.durable = [this](std::uint64_t seq) {
+        while (!_agent_ops.empty() && _agent_ops.front().seq <= seq) {
+            _agent_ops.pop_front();
+        }
+        ++_generation;  // the hand-over plan follows what is durable
+    };
+    h.undo = [this](stored_state* disk) {
+        _pending_events.clear();
+        if (disk != nullptr) {
+            (void)reload_from(std::move(*disk));
+        }
+    };
+    h.redo = [this] {
+        ++_generation;
+        replay_agent_ops();
+    };
+    return h;
 }
 
 result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_options opts,
@@ -142,7 +136,7 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
         if (!st) {
             return std::move(st).err();
         }
-        l->_store = std::move(*st);
+        l->_durable.attach(std::move(*st));
         if (auto s = l->reload(); !s) {
             return std::move(s).err();
         }
@@ -156,7 +150,7 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     // it is recorded so (failed, dispatch_unknown), never as missed.  Only
     // a job starting at or before the durable dispatch mark can have been
     // handed over (extend_dispatch_mark); a clean close resets it to 0.
-    const std::int64_t mark = l->_dispatch_mark_ns;
+    const std::int64_t mark = l->_durable.mark_ns();
     std::vector<std::uint64_t> ids;
     ids.reserve(l->_res.size());
     for (const auto& [id, r] : l->_res) {
@@ -186,29 +180,17 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     if (auto s = l->persist(); !s) {
         return std::move(s).err();
     }
-    if (mark != 0 && l->_store) {
+    if (mark != 0) {
         // The jobs it covered are resolved (and durable) above.  Best
         // effort: a mark left behind only makes a later crash report more
         // jobs unknown.
-        auto s = l->_store->begin();
-        if (s) {
-            s = l->_store->put_dispatch_mark(0, true);
-        }
-        if (s) {
-            s = l->_store->commit();
-        }
-        if (s) {
-            l->_dispatch_mark_ns = 0;
-            l->_mark_requested_ns = 0;
-        } else {
-            l->_store->rollback();
-        }
+        l->_durable.reset_mark();
     }
     return l;
 }
 
 status ledger::reload() {
-    auto loaded = _store->load();
+    auto loaded = _durable.load();  // adopts the store's dispatch mark
     if (!loaded) {
         return std::move(loaded).err();
     }
@@ -217,9 +199,6 @@ status ledger::reload() {
 
 status ledger::reload_from(stored_state state) {
     stored_state* loaded = &state;
-    _dispatch_mark_ns = loaded->dispatch_mark_ns;
-    _mark_requested_ns = _dispatch_mark_ns;
-    _mark_dirty.reset();
     _res.clear();
     _new_commits.clear();
     _idem.clear();
@@ -437,13 +416,7 @@ const reservation* ledger::find(std::uint64_t id) const {
     return it == _res.end() ? nullptr : &it->second;
 }
 
-status ledger::checkpoint() {
-    if (_writer) {
-        _writer->request_checkpoint();
-        return {};
-    }
-    return _store ? _store->checkpoint() : timeline::status{};
-}
+status ledger::checkpoint() { return _durable.checkpoint(); }
 
 std::vector<event> ledger::drain_events() {
     std::vector<event> out;

@@ -1,8 +1,8 @@
 // The ledger's state changes (reserve, heartbeat, release, commit, cancel,
 // housekeeping, the dispatcher's transitions, forgetting) and their
-// durability: every public mutating operation ends with persist().
+// durability: every public mutating operation ends with persist(), which
+// hands its rows to the durability tracker (durability.cpp).
 #include "ledger_internal.hpp"
-#include "rtcore/clock.hpp"
 
 namespace qrt::timeline {
 
@@ -619,7 +619,7 @@ std::vector<reservation> ledger::due_jobs(std::string_view qpu,
     for (auto p = qs.pending.begin(); p != qs.pending.end() && p->first < horizon_end_ns; ++p) {
         // Only what is on disk is handed over: a job whose commit has not
         // reached the disk was never acknowledged, and may yet be undone.
-        if (!_undurable.empty() && _undurable.count(p->second) != 0) {
+        if (!_durable.all_durable() && _durable.change_seq_of(p->second) != 0) {
             continue;
         }
         out.push_back(_res.at(p->second));
@@ -652,7 +652,7 @@ result<reservation> ledger::dispatch_transition(std::uint64_t id, std::string_vi
         return std::move(s).err();
     }
     const reservation& done = _res.at(id);
-    if (_writer && change_seq_of(id) != 0) {
+    if (_durable.has_writer() && change_seq_of(id) != 0) {
         // Kept until durable: a failed group must not lose what happened
         // on the wire (replay_agent_ops).
         agent_op op;
@@ -776,90 +776,34 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
 // ------------------------------------------------------------ durability
 
 // Every public mutating operation ends here.  The rows it changed become one
-// change_set with the next sequence number.  Without a writer it commits at
-// once (one transaction, one fsync), as before group commit; with one it is
-// queued, and on_group_done() makes it durable (or undoes it).
+// change_set with the next sequence number, handed to the durability
+// tracker: without a writer it commits at once (one transaction, one
+// fsync), with one it is queued and made durable (or undone) later.
 status ledger::persist() {
-    const bool changed = !_dirty.empty() || !_dirty_windows.empty() || _mark_dirty.has_value();
+    const bool changed = !_dirty.empty() || !_dirty_windows.empty() || _durable.mark_pending();
     if (changed) {
         ++_generation;
     }
-    if ((!_store && !_writer) || !changed) {
+    if (!_durable.has_store() || !changed) {
         // In memory, or nothing changed (an idle housekeeping tick): no
         // transaction, no fsync.  Events of an unchanged operation follow
         // the changes still in flight.
         _dirty.clear();
         _dirty_windows.clear();
         _new_commits.clear();
-        if (!_in_flight.empty()) {
-            for (event& e : _pending_events) {
-                _in_flight.back().events.push_back(std::move(e));
-            }
-            _pending_events.clear();
-        } else {
-            release_events(_pending_events);
-        }
+        _durable.follow(_pending_events);
         return {};
     }
     change_set c = take_changes();
     _store_rows += c.rows() - 1;
-    if (_writer) {
-        in_flight f;
-        f.seq = c.seq;
-        f.ids.reserve(c.puts.size() + c.erases.size());
-        for (const reservation& r : c.puts) {
-            f.ids.push_back(r.id);
-        }
-        for (const std::uint64_t id : c.erases) {
-            f.ids.push_back(id);
-        }
-        for (const std::uint64_t id : f.ids) {
-            _undurable[id] = c.seq;
-        }
-        f.events = std::move(_pending_events);
-        _pending_events.clear();
-        f.commits = std::move(_new_commits);
-        _new_commits.clear();
-        f.dispatch_mark = c.dispatch_mark;
-        _in_flight.push_back(std::move(f));
-        _writer->enqueue(std::move(c));
-        return {};
-    }
-    // For the commit latency histogram only (no decision reads a clock here).
-    const std::int64_t t0 = rtcore::monotonic_now_ns();
-    auto fail_with = [&](error e) -> timeline::status {
-        ++_commits_failed;
-        _store->rollback();
-        // Memory holds the failed operation; the store does not.  Reload so
-        // that the ledger again equals what was acknowledged.
-        (void)reload();
-        _durable_seq = _latest_seq;  // resolved: it did not happen
-        return e;
-    };
-    if (auto s = _store->begin(); !s) {
-        return fail_with(std::move(s).err());
-    }
-    if (auto s = write_change(*_store, c); !s) {
-        return fail_with(std::move(s).err());
-    }
-    if (auto s = _store->commit(); !s) {
-        return fail_with(std::move(s).err());
-    }
-    _commit_ns.record(rtcore::monotonic_now_ns() - t0);
-    _durable_seq = c.seq;
-    _new_commits.clear();
-    if (c.dispatch_mark) {
-        _dispatch_mark_ns = std::max(_dispatch_mark_ns, *c.dispatch_mark);
-    }
-    release_events(_pending_events);
-    return {};
+    return _durable.persist(std::move(c), _pending_events, _new_commits);
 }
 
 // The rows the operation changed, in the order they must be written, and the
 // dirty lists cleared.
 change_set ledger::take_changes() {
     change_set c;
-    c.seq = ++_latest_seq;
+    c.seq = _durable.next_seq();
     std::sort(_dirty.begin(), _dirty.end());
     _dirty.erase(std::unique(_dirty.begin(), _dirty.end()), _dirty.end());
     for (const std::uint64_t id : _dirty) {
@@ -873,7 +817,7 @@ change_set ledger::take_changes() {
     c.next_id = _next_id;
     c.next_token = _next_token;
     c.next_gang = _next_gang;
-    c.dispatch_mark = std::exchange(_mark_dirty, std::nullopt);
+    c.dispatch_mark = _durable.take_mark();
     c.windows.reserve(_dirty_windows.size());
     for (window_change& w : _dirty_windows) {
         c.windows.push_back({_qpus[w.q].spec.name, w.calibration_id, std::move(w.put)});
@@ -890,75 +834,13 @@ void ledger::release_events(std::vector<event>& evs) {
     evs.clear();
 }
 
-void ledger::start_writer(commit_writer::post_fn post) {
-    if (!_store || _writer || _opts.commit_group_max <= 1) {
-        return;
-    }
-    writer_options wo;
-    wo.group_max = _opts.commit_group_max;
-    wo.group_wait = _opts.commit_group_wait;
-    wo.before_commit = _opts.commit_hook;
-    wo.on_mark = [this, alive = std::weak_ptr<bool>(_alive)](std::int64_t mark, bool ok) {
-        if (const auto a = alive.lock(); a && *a) {
-            on_mark(mark, ok);
-        }
-    };
-    _writer = std::make_unique<commit_writer>(
-        std::move(_store), std::move(wo), std::move(post),
-        [this, alive = std::weak_ptr<bool>(_alive)](const group_outcome& g) {
-            if (const auto a = alive.lock(); a && *a) {
-                on_group_done(g);
-            }
-        });
-}
+void ledger::start_writer(commit_writer::post_fn post) { _durable.start_writer(std::move(post)); }
 
-std::uint64_t ledger::change_seq_of(std::uint64_t id) const {
-    const auto it = _undurable.find(id);
-    return it == _undurable.end() ? 0 : it->second;
-}
+std::uint64_t ledger::change_seq_of(std::uint64_t id) const { return _durable.change_seq_of(id); }
 
-std::size_t ledger::commit_backlog() const { return _writer ? _writer->queued() : 0; }
+std::size_t ledger::commit_backlog() const { return _durable.backlog(); }
 
-void ledger::advance_durable(std::uint64_t seq) {
-    _durable_seq = std::max(_durable_seq, seq);
-    while (!_in_flight.empty() && _in_flight.front().seq <= _durable_seq) {
-        in_flight& f = _in_flight.front();
-        for (const std::uint64_t id : f.ids) {
-            if (const auto it = _undurable.find(id); it != _undurable.end() && it->second == f.seq) {
-                _undurable.erase(it);
-            }
-        }
-        release_events(f.events);
-        for (const std::uint64_t id : f.commits) {
-            _durable_commits.push_back({f.seq, id});
-        }
-        if (f.dispatch_mark) {
-            _dispatch_mark_ns = std::max(_dispatch_mark_ns, *f.dispatch_mark);
-        }
-        _in_flight.pop_front();
-    }
-    while (!_agent_ops.empty() && _agent_ops.front().seq <= _durable_seq) {
-        _agent_ops.pop_front();
-    }
-    ++_generation;  // what is durable changed: the hand-over plan follows it
-}
-
-std::int64_t ledger::commit_lead_ns() const {
-    if (!_writer) {
-        return 0;
-    }
-    const std::int64_t slowest =
-        *std::max_element(_recent_commit_ns.begin(), _recent_commit_ns.end());
-    if (slowest <= 0) {
-        return 0;
-    }
-    const std::size_t group = std::max<std::size_t>(_opts.commit_group_max, 1);
-    // The groups queued ahead, the one under way, and this change's own.
-    const auto groups = static_cast<std::int64_t>(_writer->queued() / group + 1);
-    return groups > std::numeric_limits<std::int64_t>::max() / slowest
-               ? std::numeric_limits<std::int64_t>::max() / 4
-               : groups * slowest;
-}
+std::int64_t ledger::commit_lead_ns() const { return _durable.commit_lead_ns(); }
 
 std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t now_ns,
                                             std::int64_t handover_ns) {
@@ -1048,51 +930,6 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
         (void)persist();
     }
     return out;
-}
-
-// Loop thread, after each group.  A failed group is undone: every change
-// from its first sequence on (the ones still queued were made on top of it)
-// is dropped, and memory is reloaded from the store, so that the ledger
-// again holds exactly what is on disk.
-void ledger::on_group_done(const group_outcome& g) {
-    commit_notice n;
-    n.changes = g.changes;
-    n.commit_ns = g.commit_ns;
-    _commit_ns.record(g.commit_ns);
-    _recent_commit_ns[_recent_commit_next] = g.commit_ns;
-    _recent_commit_next = (_recent_commit_next + 1) % _recent_commit_ns.size();
-    if (g.ok) {
-        advance_durable(g.last_seq);
-        n.durable_seq = _durable_seq;
-        n.committed = std::move(_durable_commits);
-        _durable_commits.clear();
-    } else {
-        ++_commits_failed;
-        const auto rec = _writer->recover();
-        n.failed_from = g.first_seq;
-        n.failed_to = std::max({g.last_seq, rec.last_dropped, _latest_seq});
-        n.why = g.failure.message;
-        _in_flight.clear();
-        _undurable.clear();
-        _pending_events.clear();
-        _durable_commits.clear();
-        if (g.reloaded && *g.reloaded) {
-            (void)reload_from(std::move(**g.reloaded));
-        } else {
-            n.why += "; reloading the ledger failed too: " +
-                     (g.reloaded ? g.reloaded->err().message : std::string("no state"));
-        }
-        _durable_seq = n.failed_to;
-        _latest_seq = std::max(_latest_seq, n.failed_to);
-        ++_generation;
-        n.durable_seq = _durable_seq;
-        // What the dispatcher did is not undone by a failed group: its
-        // transitions are applied again (new changes, after failed_to).
-        replay_agent_ops();
-    }
-    if (_commit_listener) {
-        _commit_listener(n);
-    }
 }
 
 }  // namespace qrt::timeline

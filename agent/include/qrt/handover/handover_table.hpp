@@ -43,7 +43,8 @@
 // refused too (the gate then refuses the change, retryable), never grown.
 //
 // Not in this table, on purpose (each is another thread's private state):
-//   - the ledger's in-flight and undurable sets (timeline/ledger.hpp): the
+//   - the in-flight and undurable sets of the ledger's durability tracker
+//     (timeline/durability.hpp, one member of the ledger): the
 //     group commit's writer-thread protocol, before a job is planned at all;
 //   - qpu_link's _ids_in_flight: the dispatch ring's duplicate guard, kept
 //     by the link for whoever submits, read on the pump's submit path;

@@ -31,7 +31,9 @@
 // Every operation either succeeds or returns an error with a stable reason
 // and leaves the ledger unchanged (periodic windows are still generated as
 // time passes).  With a store, every change gets the next sequence number
-// (latest_seq()) and is durable once durable_seq() reaches it:
+// (latest_seq()) and is durable once durable_seq() reaches it (the ledger's
+// durability tracker, durability.hpp, keeps that record: the store, the
+// writer, the sequences, the changes in flight and the undurable set):
 //   - without a writer (tests, benches, commit_group_max = 1): the change is
 //     committed to SQLite before the call returns, so durable_seq() ==
 //     latest_seq() on return and the caller may acknowledge on success;
@@ -76,6 +78,7 @@
 #include <vector>
 
 #include "qrt/timeline/commit_writer.hpp"
+#include "qrt/timeline/durability.hpp"
 #include "qrt/timeline/gap_index.hpp"
 #include "qrt/timeline/policy.hpp"
 #include "qrt/timeline/store.hpp"
@@ -126,26 +129,6 @@ struct ledger_options {
     std::int64_t endpoint_down_horizon_ns = 30'000'000'000;
     // Test seam for the writer (commit_writer.hpp, writer_options).
     std::function<status(std::size_t changes)> commit_hook;
-};
-
-// What the commit listener hears, on the loop thread, after each group.
-struct commit_notice {
-    std::uint64_t durable_seq = 0;  // every change <= this is resolved
-    // Changes [failed_from, failed_to] did not happen (the ledger reloaded
-    // what is on disk); both 0 when the group committed.
-    std::uint64_t failed_from = 0;
-    std::uint64_t failed_to = 0;
-    std::string why;                // the failure, when failed_to != 0
-    std::size_t changes = 0;        // in the group
-    std::int64_t commit_ns = 0;     // the group's transaction, fsync included
-    // The jobs that became committed (jobs.submit) in the changes this group
-    // made durable, by the sequence of that change: what withdraw_late()
-    // checks against the time the acknowledgement is about to go out.
-    struct durable_job {
-        std::uint64_t seq = 0;
-        std::uint64_t id = 0;
-    };
-    std::vector<durable_job> committed;
 };
 
 // A job withdraw_late() took back: its commit became durable when its start
@@ -323,7 +306,7 @@ public:
     // (it may have been sent just before a crash), else missed.  Without a
     // store every start is covered (INT64_MAX).
     std::int64_t dispatch_mark_ns() const noexcept {
-        return (!_store && !_writer) ? std::numeric_limits<std::int64_t>::max() : _dispatch_mark_ns;
+        return _durable.has_store() ? _durable.mark_ns() : std::numeric_limits<std::int64_t>::max();
     }
     std::int64_t extend_dispatch_mark(std::int64_t to_ns);
 
@@ -380,13 +363,13 @@ public:
     // loop thread (event_loop::post); the listener runs there after every
     // group, once durable_seq() moved.
     void start_writer(commit_writer::post_fn post);
-    bool has_writer() const noexcept { return _writer != nullptr; }
+    bool has_writer() const noexcept { return _durable.has_writer(); }
     void set_commit_listener(std::function<void(const commit_notice&)> fn) {
-        _commit_listener = std::move(fn);
+        _durable.set_listener(std::move(fn));
     }
     // The last sequence given to a change, and the last one resolved on disk.
-    std::uint64_t latest_seq() const noexcept { return _latest_seq; }
-    std::uint64_t durable_seq() const noexcept { return _durable_seq; }
+    std::uint64_t latest_seq() const noexcept { return _durable.latest_seq(); }
+    std::uint64_t durable_seq() const noexcept { return _durable.durable_seq(); }
     // The sequence of a reservation's last change not yet durable (0: what
     // the ledger holds of it is on disk).
     std::uint64_t change_seq_of(std::uint64_t id) const;
@@ -402,8 +385,8 @@ public:
     std::int64_t commit_lead_ns() const;
     // Each commit's transaction, fsync included (a group with a writer, one
     // change without), and the commits that failed.
-    const rtcore::histogram& commit_latency() const noexcept { return _commit_ns; }
-    std::uint64_t commits_failed() const noexcept { return _commits_failed; }
+    const rtcore::histogram& commit_latency() const noexcept { return _durable.commit_latency(); }
+    std::uint64_t commits_failed() const noexcept { return _durable.commits_failed(); }
 
 private:
     struct qpu_state;
@@ -491,12 +474,12 @@ private:
     // The usage a live reservation adds to its tenant (sign +1 or -1).
     void account(const reservation& r, int sign);
 
-    // durability: every public mutating operation ends with persist().
+    // durability: every public mutating operation ends with persist(),
+    // which hands the rows it changed to _durable (durability.hpp).
     timeline::status persist();
     change_set take_changes();
     void release_events(std::vector<event>& evs);
-    void on_group_done(const group_outcome& g);
-    void advance_durable(std::uint64_t seq);
+    durability_hooks durability_side();
     timeline::status reload();
     timeline::status reload_from(stored_state loaded);
 
@@ -510,37 +493,9 @@ private:
     std::unordered_map<std::string, std::size_t> _qpu_index;
     ledger_options _opts;
     std::unique_ptr<placement_policy> _policy;
-    std::unique_ptr<store> _store;       // until start_writer
-    std::unique_ptr<commit_writer> _writer;
-    std::function<void(const commit_notice&)> _commit_listener;
-    // The durable dispatch mark, the highest one asked for, and one to write
-    // with the next change (extend_dispatch_mark).
-    std::int64_t _dispatch_mark_ns = 0;
-    std::int64_t _mark_requested_ns = 0;
-    std::optional<std::int64_t> _mark_dirty;
-    std::uint64_t _latest_seq = 0;
-    std::uint64_t _durable_seq = 0;
-    // Changes queued to the writer, in order: their reservations and events.
-    // The group commit's own record, before a job is planned at all: it
-    // stays here, not in the hand-over table (qrt/handover/handover_table.hpp),
-    // because it tracks changes to rows, not jobs on their way to a QPU, and
-    // the writer thread's answers resolve it.
-    struct in_flight {
-        std::uint64_t seq = 0;
-        std::vector<std::uint64_t> ids;
-        std::vector<event> events;
-        std::vector<std::uint64_t> commits;  // jobs that became committed
-        std::optional<std::int64_t> dispatch_mark;
-    };
-    std::deque<in_flight> _in_flight;
     // Jobs that became committed in the operation under way (persist()
-    // moves them into its in_flight), and those made durable by the group
-    // being resolved (on_group_done() hands them to the listener).
+    // hands them to _durable with its change).
     std::vector<std::uint64_t> _new_commits;
-    std::vector<commit_notice::durable_job> _durable_commits;
-    // The last groups' commit times (commit_lead_ns), a ring.
-    std::array<std::int64_t, 8> _recent_commit_ns{};
-    std::size_t _recent_commit_next = 0;
     // The agent's own transitions (mark_dispatched, complete, fail,
     // mark_sent, miss) not yet durable: a failed group undoes them with
     // every other change in its range, and after the reload they are
@@ -562,15 +517,6 @@ private:
     // A job committed now that starts within dispatch_mark_reach_ns: the
     // mark rides with its change.
     void mark_with_commit(const reservation& r, std::int64_t now_ns);
-    void on_mark(std::int64_t mark_ns, bool ok);
-    rtcore::histogram _commit_ns;
-    std::uint64_t _commits_failed = 0;
-    // id -> seq of its last change not yet durable (change_seq_of): the
-    // hand-over plans only what is absent here.  Durability, not hand-over
-    // state, so not in the hand-over table.
-    std::unordered_map<std::uint64_t, std::uint64_t> _undurable;
-    // Shared with the writer's posted callbacks: false once the ledger is gone.
-    std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 
     std::unordered_map<std::uint64_t, reservation> _res;
     std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id
@@ -596,6 +542,11 @@ private:
     std::uint64_t _store_rows = 0;
     std::vector<event> _pending_events;
     std::vector<event> _events;
+    // What of all this is on disk: the store, the writer, the sequence
+    // numbers, the changes in flight and the undurable set, the dispatch
+    // mark (durability.hpp).  Last, so that it goes first: its destructor
+    // stops the writer before the state its hooks touch is gone.
+    durability _durable;
 };
 
 }  // namespace qrt::timeline
