@@ -16,46 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "fake_loop.hpp"
 #include "helpers.hpp"
 
 namespace qrt::timeline::test {
 namespace {
-
-// What the event loop does for the ledger: runs what the writer posts, on
-// this (the test's) thread.
-class fake_loop {
-public:
-    commit_writer::post_fn poster() {
-        return [this](std::function<void()> fn) {
-            const std::lock_guard<std::mutex> lk(_mu);
-            _posted.push_back(std::move(fn));
-            _cv.notify_all();
-        };
-    }
-    // Run posted callbacks until `done` holds (bounded: false after 20 s).
-    bool run_until(const std::function<bool()>& done) {
-        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (!done()) {
-            std::vector<std::function<void()>> batch;
-            {
-                std::unique_lock<std::mutex> lk(_mu);
-                if (!_cv.wait_until(lk, give_up, [this] { return !_posted.empty(); })) {
-                    return done();
-                }
-                batch.swap(_posted);
-            }
-            for (auto& fn : batch) {
-                fn();
-            }
-        }
-        return true;
-    }
-
-private:
-    std::mutex _mu;
-    std::condition_variable _cv;
-    std::vector<std::function<void()>> _posted;
-};
 
 // The writer's seam: holds every group before its COMMIT while closed, and
 // fails the next `fail_next` groups.
