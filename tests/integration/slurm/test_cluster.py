@@ -287,6 +287,7 @@ class Cluster(unittest.TestCase):
         """Hold every free gap of node's QPU from now until until_ns (as
         root): its earliest start for a short slot is then past until_ns."""
         held = []
+        last_error = None
         with self.cl.client(node) as c:
             for i in range(200):
                 cands = c.slots_query(5 * MS, max_candidates=1)["candidates"]
@@ -305,9 +306,10 @@ class Cluster(unittest.TestCase):
                                             not_before_ns=start, deadline_ns=start + length)
                         held.append((r["reservation_id"], r["fencing_token"]))
                         break
-                    except slurm_cluster.qrt_client.RpcError:
+                    except slurm_cluster.qrt_client.RpcError as e:
+                        last_error = e
                         length //= 2
-        self.fail(f"could not book {node} up to {until_ns}")
+        self.fail(f"could not book {node} up to {until_ns}: last refusal {last_error}")
 
     def unbook(self, node, held):
         with self.cl.client(node) as c:
