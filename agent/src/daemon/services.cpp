@@ -314,38 +314,31 @@ rtcore::status services::open_ledger() {
             _room->on_calibration_all();
         }
         // Acknowledged means dispatchable: a job whose commit became durable
-        // too late for its start is withdrawn, and its line is answered with
-        // a retryable error naming the next possible start instead.
+        // too late for its start is withdrawn, and the request that made it
+        // is answered with a retryable error naming the next possible start
+        // instead.
         std::vector<timeline::late_job> late;
         if (n.failed_to == 0 && !n.committed.empty()) {
             late = _ledger->withdraw_late(n, _clock.now_realtime_ns(),
                                           _handover.pump_period_ns + _handover.lead_max_ns);
         }
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> refused;
         for (const auto& j : late) {
             ++_late_commits;
             static log::rate_limiter rl{std::chrono::seconds(10)};
             log::warn_rl(rl, "timeline", "ledger: {}", j.message);
-            const auto line = _engine ? _engine->line_of(j.seq) : std::nullopt;
-            if (!line) {
-                continue;  // no reply waits for it (a notification)
+            // The request that made the job's change is answered with the
+            // refusal instead, each request of a batch on its own; false: no
+            // reply waits for it (a notification).
+            if (_engine) {
+                (void)_engine->refuse_change(
+                    j.seq, rpc::rpc_failure("unavailable", "ledger: " + j.message,
+                                            nlohmann::json{{"cause", "commit_late"},
+                                                           {"job_id", j.id},
+                                                           {"start_ns", j.start_ns},
+                                                           {"next_start_ns", j.next_start_ns}}));
             }
-            _engine->refuse_line(line->second,
-                                 rpc::rpc_failure("unavailable", "ledger: " + j.message,
-                                                  nlohmann::json{{"cause", "commit_late"},
-                                                                 {"job_id", j.id},
-                                                                 {"start_ns", j.start_ns},
-                                                                 {"next_start_ns", j.next_start_ns}}));
-            refused.push_back(*line);
         }
         if (_server) {
-            // The lines refused are reported as failed ranges of their own,
-            // in order, between the acknowledgements around them.
-            std::sort(refused.begin(), refused.end());
-            for (const auto& [first, last] : refused) {
-                _server->on_durable(first - 1);
-                _server->on_durable(last, first, last, "commit_late");
-            }
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
         }
         publish_ledger_events();
