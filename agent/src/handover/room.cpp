@@ -103,9 +103,11 @@ void room::sync() noexcept {
             apply_pump_reports(*q);
         }
         _pumped_generation = _ledger.generation();
+        std::size_t published = 0;
         for (auto& q : _qpus) {
-            publish_plan(*q, now);
+            published += publish_plan(*q, now);
         }
+        _counts.published_jobs = published;
         // The first term of the hand-over bound (job_pump.hpp), as measured.
         _counts.max_plan_publish_ns = std::max(_counts.max_plan_publish_ns, _clock.now_monotonic_ns() - began);
         if (_on_ledger_events) {
@@ -269,7 +271,7 @@ bool room::durable(const timeline::reservation& r) const { return _ledger.change
 // The plan of one QPU: every durable committed job starting within the plan
 // horizon, in start order, at most plan_max_jobs, each with the window the
 // dispatch guard checks it against (or why it cannot be sent).
-void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
+std::size_t room::publish_plan(qpu_state& q, std::int64_t now_ns) {
     if (q.calibration_dirty || now_ns >= q.current_until_ns) {
         refresh_calibration(q, now_ns);
     }
@@ -321,6 +323,7 @@ void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         }
         plan.jobs.push_back(std::move(e));
     }
+    const std::size_t jobs = plan.jobs.size();
     _pump->publish(q.target.index, std::move(plan));
     // The dispatch gate's withdrawals are final once the change that made
     // them is done: their stale copies come back `cancelled` now.
@@ -328,6 +331,7 @@ void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         q.target.link->report_withdrawn();
         q.withdrawals_pending = false;
     }
+    return jobs;
 }
 
 void room::on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_ns) {

@@ -59,10 +59,13 @@ struct qpu_counts {
 };
 
 // The pump's reports as the room took them; ledger_errors: transitions the
-// outcomes could not make; max_plan_publish_ns: the longest sync().
+// outcomes could not make; max_plan_publish_ns: the longest sync();
+// published_jobs: the jobs in the plans the loop published last (over every
+// QPU; the pump takes them at its next tick).
 struct room_counts {
     std::uint64_t handed = 0, refused_by_dispatcher = 0, missed_before_handover = 0, ledger_errors = 0;
     std::int64_t max_plan_publish_ns = 0;
+    std::size_t published_jobs = 0;
 };
 
 class room {
@@ -107,7 +110,8 @@ private:
     void changed() noexcept;
     bool needs_plan() const noexcept;
     void apply_pump_reports(qpu_state& q);
-    void publish_plan(qpu_state& q, std::int64_t now_ns);
+    // Returns the jobs the plan holds.
+    std::size_t publish_plan(qpu_state& q, std::int64_t now_ns);
     bool durable(const timeline::reservation& r) const;
     void refresh_calibration(qpu_state& q, std::int64_t now_ns);
     const timeline::calibration_window* window_of(qpu_state& q, std::int64_t start_ns, std::int64_t now_ns);
