@@ -296,10 +296,11 @@ rtcore::status services::open_ledger() {
     _ledger->set_dispatch_gate(std::move(gate));
     // Group commit (#15 §1): from here the writer thread owns the database.
     // A change is in memory at once and acknowledged when its group is
-    // durable; the listener runs on this loop after every group: it sends
-    // the held replies (or store_error for a group that failed and was
-    // undone), then publishes the events that became durable and lets the
-    // pump hand over what is now on disk (due_jobs holds back the rest).
+    // durable; the listener runs on this loop after every group: it takes
+    // back the jobs durable too late, plans what is now on disk (due_jobs
+    // holds back the rest), sends the held replies (or store_error for a
+    // group that failed and was undone), then publishes the events that
+    // became durable.
     _ledger->start_writer([this](std::function<void()> fn) { _loop.post(std::move(fn)); });
     _ledger->set_commit_listener([this](const timeline::commit_notice& n) {
         if (n.failed_to != 0) {
@@ -338,14 +339,17 @@ rtcore::status services::open_ledger() {
                                                            {"next_start_ns", j.next_start_ns}}));
             }
         }
+        // What this group made durable is dispatchable: plan it now, right
+        // after withdraw_late judged it against the clock -- releasing the
+        // replies serves more input of every released connection, which
+        // must not come between the two.
+        if (_room) {
+            _room->on_durable();
+        }
         if (_server) {
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
         }
         publish_ledger_events();
-        // What this group made durable is dispatchable: plan it now.
-        if (_room) {
-            _room->on_durable();
-        }
     });
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.

@@ -91,7 +91,7 @@ void room::stop() noexcept {
     }
 }
 
-void room::sync() noexcept {
+void room::sync(bool publish_events) noexcept {
     if (_pumping || !_pump || _stopped) {
         return;
     }
@@ -110,7 +110,7 @@ void room::sync() noexcept {
         _counts.published_jobs = published;
         // The first term of the hand-over bound (job_pump.hpp), as measured.
         _counts.max_plan_publish_ns = std::max(_counts.max_plan_publish_ns, _clock.now_monotonic_ns() - began);
-        if (_on_ledger_events) {
+        if (publish_events && _on_ledger_events) {
             _on_ledger_events();
         }
     } catch (const std::exception& e) {
@@ -139,11 +139,14 @@ bool room::needs_plan() const noexcept {
     return _ledger.generation() != _pumped_generation;
 }
 
-// A job is planned as soon as it is durable (acknowledged): a burst of
-// requests, each one commit, delays no hand-over past its group.
+// A job is planned as soon as it is durable, before it is acknowledged: a
+// burst of requests, each one commit, delays no hand-over past its group,
+// and what the loop serves after the acknowledgements cannot delay it
+// either.  The events are the commit listener's to publish, after the
+// acknowledgements (a caller sees its reply before the events it caused).
 void room::on_durable() noexcept {
     if (_pump && needs_plan()) {
-        sync();
+        sync(false);
     }
 }
 

@@ -10,7 +10,10 @@
 // Its inputs, each a plain call on the event loop (no event source, no
 // session of its own):
 //   on_durable()          the commit listener: a group became durable, so
-//                         plan what it made dispatchable now
+//                         plan what it made dispatchable now, before the
+//                         listener sends the acknowledgements (and the
+//                         loop serves more input); the listener publishes
+//                         the ledger's events after them
 //   on_outcome(), on_dispatched()
 //                         the QPU links' records and outcomes
 //   on_calibration(qpu)   the calibration engine (calibration.update, a
@@ -91,8 +94,10 @@ public:
 
     // ---- the inputs (event loop) ----
     void on_durable() noexcept;
-    // Every pump period (the loop's plan timer): reports in, plans out.
-    void sync() noexcept;
+    // Every pump period (the loop's plan timer): reports in, plans out,
+    // and the ledger's events published (unless publish_events is false:
+    // the caller publishes them).
+    void sync(bool publish_events = true) noexcept;
     void on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_ns);
     void on_outcome(std::uint32_t qpu, const dispatch::dispatch_outcome& o);
     void on_calibration(std::string_view qpu);
