@@ -314,6 +314,20 @@ rtcore::status services::open_ledger() {
             // The reload may have changed the windows the guards follow.
             _room->on_calibration_all();
         }
+        if (n.stopped) {
+            // Fail-stop: memory may hold what the disk does not, and nothing
+            // tells which; the ledger refuses every change and plans none of
+            // them.  The held replies get store_error below; the next start
+            // reloads what is on disk.
+            log::error("timeline", "ledger: stopped: {}; qrtd exits, and its next start reloads the "
+                                   "database",
+                       _ledger->stopped());
+            if (_on_fatal) {
+                _on_fatal("ledger stopped: " + _ledger->stopped());
+            } else {
+                _loop.stop();
+            }
+        }
         // Acknowledged means dispatchable: a job whose commit became durable
         // too late for its start is withdrawn, and the request that made it
         // is answered with a retryable error naming the next possible start

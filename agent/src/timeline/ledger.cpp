@@ -11,7 +11,8 @@ ledger::ledger(std::vector<qpu_spec> qpus, ledger_options opts,
                std::unique_ptr<placement_policy> policy)
     : _opts(std::move(opts)),
       _policy(std::move(policy)),
-      _durable(durability_options{_opts.commit_group_max, _opts.commit_group_wait, _opts.commit_hook},
+      _durable(durability_options{_opts.commit_group_max, _opts.commit_group_wait, _opts.commit_hook,
+                                  _opts.reload_hook},
                durability_side()) {
     _qpus.resize(qpus.size());
     for (std::size_t i = 0; i < qpus.size(); ++i) {

@@ -127,8 +127,10 @@ struct ledger_options {
     // acknowledged there could not be dispatched.  Further ahead is
     // accepted.  0: endpoint state is ignored.
     std::int64_t endpoint_down_horizon_ns = 30'000'000'000;
-    // Test seam for the writer (commit_writer.hpp, writer_options).
+    // Test seams for the writer (commit_writer.hpp, writer_options):
+    // before each COMMIT, and before the reload after a failed group.
     std::function<status(std::size_t changes)> commit_hook;
+    std::function<status()> reload_hook;
 };
 
 // A job withdraw_late() took back: its commit became durable when its start
@@ -376,7 +378,14 @@ public:
     // Changes waiting for their commit, and whether a client change may be
     // made now (false past commit_queue_max: backpressure).
     std::size_t commit_backlog() const;
-    bool accepting_changes() const { return commit_backlog() < _opts.commit_queue_max; }
+    bool accepting_changes() const {
+        return stopped().empty() && commit_backlog() < _opts.commit_queue_max;
+    }
+    // Why the ledger stopped (empty: it did not): a group failed and so did
+    // reloading what is on disk.  Every change is then refused and none is
+    // planned; the daemon exits and its next start reloads the store
+    // (durability.hpp, fail-stop).
+    const std::string& stopped() const noexcept { return _durable.stopped(); }
     // How long a change made now is expected to wait for its commit: the
     // groups queued ahead of it (and its own) times the slowest of the last
     // groups' commits.  0 without a writer.  Placement adds it to
