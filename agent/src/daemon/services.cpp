@@ -966,6 +966,7 @@ rtcore::status services::start_server() {
     tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
     tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
     tp.request_burst = _cfg.tenants.request_burst;
+    tp.delegated_max_priority = _cfg.tenants.delegated_max_priority;
     for (const auto& d : _cfg.tenants.delegates) {
         tp.delegates.push_back(d.text);
     }
