@@ -77,6 +77,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "qrt/timeline/booked_time.hpp"
 #include "qrt/timeline/commit_writer.hpp"
 #include "qrt/timeline/durability.hpp"
 #include "qrt/timeline/gap_index.hpp"
@@ -342,7 +343,7 @@ public:
     bool has_idempotency_key(std::string_view tenant, std::string_view key) const;
     // The tenant's live (held, committed, dispatched) reservations' time
     // inside [from_ns, until_ns), summed over the QPUs (the near-term share
-    // of [tenants]).  Walks the reservations that start before until_ns.
+    // of [tenants]).  O(log n) of the tenant's reservations (booked_time.hpp).
     std::int64_t booked_within(std::string_view tenant, std::int64_t from_ns,
                                std::int64_t until_ns) const;
 
@@ -530,6 +531,7 @@ private:
     std::unordered_map<std::uint64_t, reservation> _res;
     std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id
     std::unordered_map<std::string, tenant_usage> _usage;  // tenants holding live reservations
+    booked_time _booked;  // each tenant's placed reservations, as the busy maps hold them
     std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> _gangs;
     std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
     std::uint64_t _next_id = 1;
