@@ -811,6 +811,11 @@ exit_code daemon::run() {
         facts.isolation = *isolation_used;
         services svc(loop, cfg, std::move(facts));
         svc.use_prebound_socket(*listener);
+        bool fatal = false;
+        svc.on_fatal([&](std::string why) {
+            fatal = true;
+            shutdown(std::move(why));
+        });
         if (auto st = svc.start(); !st) {
             log::error("daemon", "{}", st.err().message);
             if (svc.refused_not_realtime()) {
@@ -841,7 +846,7 @@ exit_code daemon::run() {
         svc.stop();
         const bool restored = partition.restore();
         log::info("daemon", "stopped");
-        return restored ? exit_code::ok : exit_code::failure;
+        return restored && !fatal ? exit_code::ok : exit_code::failure;
     } catch (const std::exception& e) {
         // Setup code may throw (std::system_error from epoll, bad_alloc);
         // the partition guard has restored the host on the way out.
