@@ -137,7 +137,7 @@ std::vector<named_value> named_values(const toml::table& t, std::string_view ctx
         if (with_outcome) {
             only_keys(e, c, {"name", value_key, "doc", "outcome"});
         } else {
-            only_keys(e, c, {"name", value_key, "doc"});
+            only_keys(e, c, {"name", value_key, "doc", "since"});
         }
         named_value v;
         v.name = str(e, c, "name");
@@ -146,6 +146,9 @@ std::vector<named_value> named_values(const toml::table& t, std::string_view ctx
         v.doc = str(e, c, "doc", false);
         if (with_outcome) {
             v.outcome = str(e, c, "outcome", false);
+        }
+        if (const auto since = opt_integer(e, c, "since")) {
+            v.since = static_cast<int>(*since);
         }
         out.push_back(std::move(v));
     }
@@ -163,33 +166,105 @@ std::size_t size_of(std::string_view ctx, const std::string& type) {
 
 void read_wire(const toml::table& top, model& m) {
     const auto& w = table_at(top, "wire");
+    only_keys(w, "wire", {"doc", "magic", "magic_doc", "max_payload", "max_payload_doc", "versions", "types", "flags",
+                          "errors", "stages", "capabilities", "header"});
     m.wire_doc = str(w, "wire", "doc");
     m.magic = static_cast<std::uint32_t>(integer(w, "wire", "magic"));
     m.magic_doc = str(w, "wire", "magic_doc");
-    m.version = static_cast<std::uint32_t>(integer(w, "wire", "version"));
-    m.header_len = static_cast<std::uint32_t>(integer(w, "wire", "header_len"));
     m.max_payload = static_cast<std::uint32_t>(integer(w, "wire", "max_payload"));
     m.max_payload_doc = str(w, "wire", "max_payload_doc");
-    m.max_hello_payload = static_cast<std::uint32_t>(integer(w, "wire", "max_hello_payload"));
+    const auto& vs = array_at(w, "wire", "versions");
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+        const auto c = fmt::format("wire.versions[{}]", i);
+        const auto& e = entry(vs[i], c, i);
+        only_keys(e, c, {"version", "header_len", "max_hello_payload", "doc"});
+        wire_version v;
+        v.version = static_cast<int>(integer(e, c, "version"));
+        v.header_len = static_cast<std::uint32_t>(integer(e, c, "header_len"));
+        v.max_hello_payload = static_cast<std::uint32_t>(integer(e, c, "max_hello_payload"));
+        v.doc = str(e, c, "doc");
+        if (v.version != static_cast<int>(i) + 1) {
+            fail("{}: version {}; versions are 1, 2, ... in order", c, v.version);
+        }
+        if (!m.versions.empty() && v.header_len < m.versions.back().header_len) {
+            fail("{}: header_len {} is shorter than version {}'s: a version only adds fields", c, v.header_len,
+                 m.versions.back().version);
+        }
+        m.versions.push_back(std::move(v));
+    }
+    if (m.versions.empty()) {
+        fail("wire.versions is empty");
+    }
+    const int newest = m.versions.back().version;
+    const auto known_version = [&](std::string_view ctx, int since) {
+        if (since < 1 || since > newest) {
+            fail("{}: since = {} is no version of wire.versions", ctx, since);
+        }
+    };
     m.types = named_values(w, "wire", "types", "value", false);
+    for (const auto& t : m.types) {
+        known_version(fmt::format("wire.types ({})", t.name), t.since);
+    }
     m.flags = named_values(w, "wire", "flags", "bit", false);
     m.errors = named_values(w, "wire", "errors", "value", true);
+    m.stages = named_values(w, "wire", "stages", "value", false);
     for (const auto& f : m.flags) {
         if (f.value < 0 || f.value > 7) {
             fail("wire.flags: {} has bit {}; flags is one byte (bits 0-7)", f.name, f.value);
         }
     }
+    for (const auto& list : {&m.types, &m.errors, &m.stages}) {
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            for (std::size_t j = i + 1; j < list->size(); ++j) {
+                if ((*list)[i].value == (*list)[j].value) {
+                    fail("wire: {} and {} have the same value {}", (*list)[i].name, (*list)[j].name,
+                         (*list)[i].value);
+                }
+            }
+        }
+    }
+    const auto& caps = array_at(w, "wire", "capabilities");
+    for (std::size_t i = 0; i < caps.size(); ++i) {
+        const auto c = fmt::format("wire.capabilities[{}]", i);
+        const auto& e = entry(caps[i], c, i);
+        only_keys(e, c, {"name", "type", "doc"});
+        capability x;
+        x.name = str(e, c, "name");
+        check_name(c, x.name);
+        x.type = str(e, c, "type");
+        x.doc = str(e, c, "doc");
+        if (x.type != "string" && x.type != "bool" && x.type != "u32" && x.type != "i64") {
+            fail("{} ({}): type \"{}\" is not string, bool, u32 or i64", c, x.name, x.type);
+        }
+        m.capabilities.push_back(std::move(x));
+    }
+    unique(m.capabilities, "wire.capabilities");
     const auto& h = array_at(w, "wire", "header");
     std::size_t offset = 0;
+    int last_since = 1;
     for (std::size_t i = 0; i < h.size(); ++i) {
         const auto c = fmt::format("wire.header[{}]", i);
         const auto& e = entry(h[i], c, i);
-        only_keys(e, c, {"name", "type", "doc"});
+        only_keys(e, c, {"name", "type", "doc", "since"});
         header_field f;
         f.name = str(e, c, "name");
         check_name(c, f.name);
         f.type = str(e, c, "type");
         f.doc = str(e, c, "doc", false);
+        f.since = static_cast<int>(integer(e, c, "since"));
+        known_version(c, f.since);
+        if (f.since < last_since) {
+            fail("{}: {} (since {}) comes after a field of version {}: a version only appends fields", c, f.name,
+                 f.since, last_since);
+        }
+        if (f.since > last_since) {
+            // The previous version's header ends here.
+            if (offset != m.versions[static_cast<std::size_t>(last_since) - 1].header_len) {
+                fail("wire.header: version {}'s fields add up to {} bytes, but its header_len is {}", last_since,
+                     offset, m.versions[static_cast<std::size_t>(last_since) - 1].header_len);
+            }
+            last_since = f.since;
+        }
         f.size = size_of(c, f.type);
         if (offset % f.size != 0) {
             fail("{}: {} ({}) would sit at offset {}, not a multiple of its size: C would pad it", c,
@@ -200,8 +275,12 @@ void read_wire(const toml::table& top, model& m) {
         m.header.push_back(std::move(f));
     }
     unique(m.header, "wire.header");
-    if (offset != m.header_len) {
-        fail("wire.header: the fields add up to {} bytes, but wire.header_len is {}", offset, m.header_len);
+    if (last_since != newest) {
+        fail("wire.header: no field of version {}; each version adds at least one", newest);
+    }
+    if (offset != m.versions.back().header_len) {
+        fail("wire.header: the fields add up to {} bytes, but version {}'s header_len is {}", offset, newest,
+             m.versions.back().header_len);
     }
     for (const auto* required : {"magic", "version", "type", "flags", "header_len", "status", "payload_len"}) {
         if (std::none_of(m.header.begin(), m.header.end(), [&](const auto& f) { return f.name == required; })) {

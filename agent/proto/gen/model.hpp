@@ -15,14 +15,29 @@ struct named_value {
     std::int64_t value = 0;
     std::string doc;
     std::string outcome;  // wire errors: the job outcome reason it maps to
+    int since = 1;        // frame types: the first wire version that has it
 };
 
 struct header_field {
     std::string name;
     std::string type;  // u8 u16 u32 u64 i64
     std::string doc;
+    int since = 1;           // the first wire version whose header has it
     std::size_t offset = 0;  // computed
     std::size_t size = 0;    // computed
+};
+
+struct wire_version {
+    int version = 0;
+    std::uint32_t header_len = 0;
+    std::uint32_t max_hello_payload = 0;
+    std::string doc;
+};
+
+struct capability {
+    std::string name;
+    std::string type;  // string bool u32 i64
+    std::string doc;
 };
 
 struct reason {
@@ -69,15 +84,15 @@ struct model {
     std::string wire_doc;
     std::uint32_t magic = 0;
     std::string magic_doc;
-    std::uint32_t version = 0;
-    std::uint32_t header_len = 0;
+    std::vector<wire_version> versions;  // ascending
     std::uint32_t max_payload = 0;
     std::string max_payload_doc;
-    std::uint32_t max_hello_payload = 0;
     std::vector<named_value> types;
     std::vector<named_value> flags;  // value = bit
     std::vector<named_value> errors;
-    std::vector<header_field> header;
+    std::vector<named_value> stages;
+    std::vector<capability> capabilities;
+    std::vector<header_field> header;  // every version's fields, in order
     // rpc
     std::vector<std::pair<std::string, int>> codes;  // code_* constants, in order
     std::vector<reason> reasons;

@@ -175,8 +175,12 @@ std::string write_c(const model& m) {
     o += " * Regenerate with tools/dev/regen-proto.sh.\n *\n";
     o += wrap(m.wire_doc, " * ");
     o += " *\n";
+    std::size_t col = 0;
     for (const auto& t : m.types) {
-        o += wrap2(t.doc, fmt::format(" *   {:<8}", upper(t.name)), " *           ", 78);
+        col = std::max(col, t.name.size() + 2);
+    }
+    for (const auto& t : m.types) {
+        o += wrap2(t.doc, fmt::format(" *   {:<{}}", upper(t.name), col), " *   " + std::string(col, ' '), 78);
     }
     o += " *\n * C and C++ compatible: C code includes this file; C++ code includes\n";
     o += " * qrt/proto/wire_codec.hpp for the validating encode/decode helpers.\n */\n";
@@ -184,14 +188,19 @@ std::string write_c(const model& m) {
     o += "#ifdef __cplusplus\n#define QRT_WIRE_STATIC_ASSERT(cond, msg) static_assert(cond, msg)\nextern \"C\" {\n";
     o += "#else\n#define QRT_WIRE_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)\n#endif\n\n";
     o += fmt::format("#define QRT_WIRE_MAGIC 0x{:08X}u /* {} */\n", m.magic, m.magic_doc);
-    o += fmt::format("#define QRT_WIRE_VERSION {}u\n", m.version);
-    o += fmt::format("#define QRT_WIRE_HEADER_LEN {}u\n", m.header_len);
+    o += fmt::format("#define QRT_WIRE_VERSION_MIN {}u\n", m.versions.front().version);
+    o += fmt::format("#define QRT_WIRE_VERSION_MAX {}u\n", m.versions.back().version);
+    for (const auto& v : m.versions) {
+        o += fmt::format("/* version {}: {} */\n", v.version, v.doc);
+        o += fmt::format("#define QRT_WIRE_V{}_HEADER_LEN {}u\n", v.version, v.header_len);
+        o += fmt::format("#define QRT_WIRE_V{}_MAX_HELLO_PAYLOAD {}u\n", v.version, v.max_hello_payload);
+    }
     o += c_comment(m.max_payload_doc, "");
-    o += fmt::format("#define QRT_WIRE_MAX_PAYLOAD {}u\n", m.max_payload);
-    o += fmt::format("#define QRT_WIRE_MAX_HELLO_PAYLOAD {}u\n\n", m.max_hello_payload);
+    o += fmt::format("#define QRT_WIRE_MAX_PAYLOAD {}u\n\n", m.max_payload);
     o += "enum qrt_wire_type {\n";
     for (const auto& t : m.types) {
-        o += fmt::format("    QRT_WIRE_{} = {},\n", upper(t.name), t.value);
+        o += fmt::format("    QRT_WIRE_{} = {},{}\n", upper(t.name), t.value,
+                         t.since > 1 ? fmt::format(" /* version {} */", t.since) : "");
     }
     o += "};\n\n/* flags (bit set) */\nenum qrt_wire_flag {\n";
     for (const auto& f : m.flags) {
@@ -200,26 +209,62 @@ std::string write_c(const model& m) {
     }
     o += fmt::format("}};\n#define QRT_WIRE_FLAGS_KNOWN 0x{:02X}u\n\n", flags_known(m));
     o += "/* status of an ERROR frame */\nenum qrt_wire_error {\n";
+    std::int64_t last_error = 0;
     for (const auto& e : m.errors) {
         if (e.doc.empty()) {
             o += fmt::format("    QRT_WIRE_ERR_{} = {},\n", upper(e.name), e.value);
         } else {
-            o += fmt::format("    QRT_WIRE_ERR_{} = {}, /* {} */\n", upper(e.name), e.value, e.doc);
+            o += c_comment(e.doc, "    ");
+            o += fmt::format("    QRT_WIRE_ERR_{} = {},\n", upper(e.name), e.value);
         }
+        last_error = std::max(last_error, e.value);
     }
-    o += "};\n\nstruct qrt_wire_header {\n";
-    for (const auto& f : m.header) {
-        const auto decl = fmt::format("    {} {};", c_type(f.type), f.name);
-        o += fmt::format("{:<30}/* {:>2}{}{} */\n", decl, f.offset, f.doc.empty() ? "" : " ", f.doc);
+    o += fmt::format("}};\n#define QRT_WIRE_ERR_LAST {}\n\n", last_error);
+    o += "/* stage of an ERROR frame (version 2) */\nenum qrt_wire_stage {\n";
+    std::int64_t last_stage = 0;
+    for (const auto& st : m.stages) {
+        o += fmt::format("    QRT_WIRE_STAGE_{} = {},{}\n", upper(st.name), st.value,
+                         st.doc.empty() ? "" : " /* " + st.doc + " */");
+        last_stage = std::max(last_stage, st.value);
     }
-    o += "};\n\n";
-    o += fmt::format("QRT_WIRE_STATIC_ASSERT(sizeof(struct qrt_wire_header) == QRT_WIRE_HEADER_LEN, \"wire header is {} bytes\");\n",
-                     m.header_len);
-    for (const auto& f : m.header) {
-        o += fmt::format("QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, {0}) == {1}, \"{0} at {1}\");\n",
-                         f.name, f.offset);
+    o += fmt::format("}};\n#define QRT_WIRE_STAGE_LAST {}\n\n", last_stage);
+    o += "/* version 2: the keys of the HELLO payload's JSON object */\n";
+    for (const auto& c : m.capabilities) {
+        o += fmt::format("#define QRT_WIRE_CAP_{} \"{}\" /* {}: {} */\n", upper(c.name), c.name, c.type, c.doc);
     }
-    o += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* QRT_PROTO_WIRE_H */\n";
+    o += "\n";
+    // One struct per version: version 1's fields, then each later version's
+    // struct holds the one before it and its own fields.
+    for (const auto& v : m.versions) {
+        const std::string name = v.version == 1 ? "qrt_wire_header" : fmt::format("qrt_wire_header_v{}", v.version);
+        o += fmt::format("/* version {}'s header, {} bytes */\nstruct {} {{\n", v.version, v.header_len, name);
+        if (v.version > 1) {
+            const std::string prev =
+                v.version == 2 ? "qrt_wire_header" : fmt::format("qrt_wire_header_v{}", v.version - 1);
+            const auto& pv = m.versions[static_cast<std::size_t>(v.version) - 2];
+            o += fmt::format("{:<31}/* {:>3} version {}'s header */\n",
+                             fmt::format("    struct {} v{};", prev, v.version - 1), 0, pv.version);
+        }
+        for (const auto& f : m.header) {
+            if (f.since != v.version) {
+                continue;
+            }
+            const auto decl = fmt::format("    {} {};", c_type(f.type), f.name);
+            o += fmt::format("{:<31}/* {:>3}{}{} */\n", decl, f.offset, f.doc.empty() ? "" : " ", f.doc);
+        }
+        o += "};\n";
+        o += fmt::format("QRT_WIRE_STATIC_ASSERT(sizeof(struct {}) == QRT_WIRE_V{}_HEADER_LEN, \"version {} header is {} bytes\");\n",
+                         name, v.version, v.version, v.header_len);
+        for (const auto& f : m.header) {
+            if (f.since != v.version) {
+                continue;
+            }
+            o += fmt::format("QRT_WIRE_STATIC_ASSERT(offsetof(struct {0}, {1}) == {2}, \"{1} at {2}\");\n", name,
+                             f.name, f.offset);
+        }
+        o += "\n";
+    }
+    o += "#ifdef __cplusplus\n}\n#endif\n\n#endif /* QRT_PROTO_WIRE_H */\n";
     return o;
 }
 
@@ -338,6 +383,17 @@ std::string write_cpp(const model& m) {
     o += fmt::format("inline constexpr std::size_t max_circuits = {};\n", m.envelope_max_circuits);
     o += fmt::format("inline constexpr std::string_view qasm_header = {};\n", quote(m.qasm_header));
     o += "}  // namespace envelope\n\n";
+    o += "// Version 2: the keys of the endpoint's HELLO payload (wire.h QRT_WIRE_CAP_*).\nnamespace capability {\n";
+    for (const auto& c : m.capabilities) {
+        o += fmt::format("inline constexpr std::string_view {} = {};\n", c.name, quote(c.name));
+    }
+    o += "}  // namespace capability\n\n";
+    o += "// The wire's stages (wire.h's enum qrt_wire_stage), by value.\n";
+    o += fmt::format("inline constexpr std::array<std::string_view, {}> wire_stages{{{{", m.stages.size());
+    for (std::size_t i = 0; i < m.stages.size(); ++i) {
+        o += (i ? ", " : "") + quote(m.stages[i].name);
+    }
+    o += "}};\n\n";
     o += "// The wire errors' job outcome reasons (wire.h's enum qrt_wire_error).\n";
     o += "struct wire_error_row {\n    int status;\n    std::string_view name;\n    std::string_view outcome;\n};\n";
     o += fmt::format("inline constexpr std::array<wire_error_row, {}> wire_errors{{{{\n", m.errors.size());
@@ -360,15 +416,23 @@ std::string write_python(const model& m) {
     o += "from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple\n\n";
     o += "# ---- the QPU endpoint wire (qrt/proto/wire.h)\n\n";
     o += fmt::format("WIRE_MAGIC = 0x{:08X}  # {}\n", m.magic, m.magic_doc);
-    o += fmt::format("WIRE_VERSION = {}\n", m.version);
-    o += fmt::format("WIRE_HEADER_LEN = {}\n", m.header_len);
-    o += fmt::format("WIRE_MAX_PAYLOAD = {}\n", m.max_payload);
-    o += fmt::format("WIRE_MAX_HELLO_PAYLOAD = {}\n\n\n", m.max_hello_payload);
+    o += fmt::format("WIRE_VERSION_MIN = {}\n", m.versions.front().version);
+    o += fmt::format("WIRE_VERSION_MAX = {}\n", m.versions.back().version);
+    o += "# version -> (header_len, max_hello_payload)\nWIRE_VERSIONS: Dict[int, Tuple[int, int]] = {\n";
+    for (const auto& v : m.versions) {
+        o += fmt::format("    {}: ({}, {}),  # {}\n", v.version, v.header_len, v.max_hello_payload, v.doc);
+    }
+    o += "}\n";
+    o += fmt::format("WIRE_MAX_PAYLOAD = {}\n\n\n", m.max_payload);
     o += "class FrameType(enum.IntEnum):\n";
     for (const auto& t : m.types) {
         o += fmt::format("    {} = {}\n", upper(t.name), t.value);
     }
-    o += "\n\nclass WireFlag(enum.IntFlag):\n";
+    o += "\n\n# frame type -> the first wire version that has it\nFRAME_SINCE: Dict[int, int] = {\n";
+    for (const auto& t : m.types) {
+        o += fmt::format("    FrameType.{}: {},\n", upper(t.name), t.since);
+    }
+    o += "}\n\n\nclass WireFlag(enum.IntFlag):\n";
     for (const auto& f : m.flags) {
         o += fmt::format("    {} = 1 << {}\n", upper(f.name), f.value);
     }
@@ -384,19 +448,30 @@ std::string write_python(const model& m) {
             o += fmt::format("    WireError.{}: {},\n", upper(e.name), quote(e.outcome));
         }
     }
-    o += "}\n\n# The header, little-endian, field by field.\n";
-    std::string fmt_codes = "<";
-    for (const auto& f : m.header) {
-        fmt_codes += struct_code(f.type);
+    o += "}\n\n\nclass WireStage(enum.IntEnum):\n";
+    for (const auto& st : m.stages) {
+        o += fmt::format("    {} = {}\n", upper(st.name), st.value);
     }
-    o += fmt::format("WIRE_HEADER = struct.Struct({})\n", quote(fmt_codes));
-    o += "WIRE_FIELDS: Tuple[str, ...] = (\n";
-    for (const auto& f : m.header) {
-        o += fmt::format("    {},\n", quote(f.name));
+    o += "\n\n# Version 2: the keys of the endpoint's HELLO payload (JSON) and their types.\n";
+    o += "CAPABILITIES: Dict[str, str] = {\n";
+    for (const auto& c : m.capabilities) {
+        o += fmt::format("    {}: {},  # {}\n", quote(c.name), quote(c.type), c.doc);
     }
-    o += ")\n";
-    o += fmt::format("assert WIRE_HEADER.size == WIRE_HEADER_LEN == {}\n\n", m.header_len);
-
+    o += "}\n\n# Each version's header, little-endian, field by field.\n";
+    for (const auto& v : m.versions) {
+        std::string fmt_codes = "<";
+        std::string fields;
+        for (const auto& f : m.header) {
+            if (f.since <= v.version) {
+                fmt_codes += struct_code(f.type);
+                fields += fmt::format("    {},\n", quote(f.name));
+            }
+        }
+        o += fmt::format("WIRE_HEADER_V{} = struct.Struct({})\n", v.version, quote(fmt_codes));
+        o += fmt::format("WIRE_FIELDS_V{}: Tuple[str, ...] = (\n{})\n", v.version, fields);
+        o += fmt::format("assert WIRE_HEADER_V{0}.size == WIRE_VERSIONS[{0}][0] == {1}\n", v.version, v.header_len);
+    }
+    o += "\n";
     o += "# ---- JSON-RPC codes and reasons\n\n";
     for (const auto& [k, v] : m.codes) {
         o += fmt::format("{} = {}\n", upper(k), v);

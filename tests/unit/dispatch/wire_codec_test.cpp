@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
         malformed_case{"hello_payload_too_large",
                        [](wire::header& h) {
                            h.type = QRT_WIRE_HELLO;
-                           h.payload_len = QRT_WIRE_MAX_HELLO_PAYLOAD + 1;
+                           h.payload_len = QRT_WIRE_V1_MAX_HELLO_PAYLOAD + 1;
                        },
                        wire::decode_status::payload_too_large}),
     [](const ::testing::TestParamInfo<malformed_case>& i) { return std::string(i.param.name); });

@@ -39,8 +39,8 @@ check_changed 'code = -32003' 'code = -32090' \
   agent/proto/include/qrt/proto/table.hpp \
   tools/clients/python/src/qrt_client/protocol.py \
   tools/clients/go/qrtproto/protocol.go
-# The wire's version: C and Python speak the wire.
-check_changed '^version = 1$' 'version = 2' \
+# A wire version's HELLO limit: C and Python speak the wire.
+check_changed 'max_hello_payload = 1024' 'max_hello_payload = 2048' \
   agent/proto/include/qrt/proto/wire.h \
   tools/clients/python/src/qrt_client/protocol.py
 # A state's column: sent no longer ends a job.

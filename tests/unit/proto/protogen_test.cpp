@@ -43,19 +43,21 @@ load_result load_changed(const std::string& from, const std::string& to) {
 
 }  // namespace
 
-TEST(protogen, the_real_table_loads_and_gives_the_96_byte_header) {
+TEST(protogen, the_real_table_loads_and_gives_the_96_and_128_byte_headers) {
     const auto r = load(k_table);
     ASSERT_TRUE(r.m) << r.error;
     const auto& m = *r.m;
     ASSERT_FALSE(m.header.empty());
-    EXPECT_EQ(m.header.back().offset + m.header.back().size, 96U);
-    EXPECT_EQ(m.header_len, 96U);
+    EXPECT_EQ(m.header.back().offset + m.header.back().size, 128U);
+    ASSERT_EQ(m.versions.size(), 2U);
+    EXPECT_EQ(m.versions[0].header_len, 96U);
+    EXPECT_EQ(m.versions[1].header_len, 128U);
     const auto outs = generate(m);
     ASSERT_EQ(outs.size(), 4U);
     for (const auto& o : outs) {
         EXPECT_NE(o.text.find("qrt-protogen"), std::string::npos) << o.path << " does not say it is generated";
     }
-    EXPECT_NE(write_python(m).find("WIRE_HEADER = struct.Struct(\"<IHBBHHIQQqqqqqqIIq\")"), std::string::npos);
+    EXPECT_NE(write_python(m).find("WIRE_HEADER_V1 = struct.Struct(\"<IHBBHHIQQqqqqqqIIq\")"), std::string::npos);
     EXPECT_NE(write_go(m).find("StateSent"), std::string::npos);
 }
 
@@ -87,6 +89,12 @@ TEST(protogen, a_misspelt_column_is_refused_not_dropped) {
     const auto r = load_changed("{ name = \"sent\", finishes_job = true", "{ name = \"sent\", finishes_jobs = true");
     ASSERT_FALSE(r.m);
     EXPECT_NE(r.error.find("unknown key finishes_jobs"), std::string::npos) << r.error;
+}
+
+TEST(protogen, a_version_2_field_before_a_version_1_field_is_refused) {
+    const auto r = load_changed("{ name = \"tolerance_ns\", type = \"i64\", since = 1", "{ name = \"tolerance_ns\", type = \"i64\", since = 2");
+    ASSERT_FALSE(r.m);
+    EXPECT_NE(r.error.find("version 1's fields add up to 88 bytes"), std::string::npos) << r.error;
 }
 
 TEST(protogen, a_wire_error_must_map_to_an_outcome_reason) {

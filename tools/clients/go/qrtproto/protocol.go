@@ -79,6 +79,10 @@ var Reasons = []Reason{
 	{Name: "qpu_busy", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "failed", OutcomeMeaning: "the QPU was busy (ERROR frame)"},
 	{Name: "qpu_error", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "failed", OutcomeMeaning: "the QPU answered with another ERROR"},
 	{Name: "dispatch_unknown", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "unknown", OutcomeMeaning: "qrtd stopped without closing its ledger (a crash) and the job's start passed before it ran again: its dispatch thread may have sent it, so whether the QPU ran it is unknown"},
+	{Name: "not_armed", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "never_sent", OutcomeMeaning: "the endpoint had not answered ARMED by the job's start: it was never fired"},
+	{Name: "arm_refused", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "failed", OutcomeMeaning: "the endpoint refused the program at ARM (the reason names the stage and the endpoint's own reason); it was never fired"},
+	{Name: "endpoint_not_armed", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "failed", OutcomeMeaning: "FIRE reached an endpoint that no longer held the job armed (ERROR not_armed)"},
+	{Name: "qpu_unreachable", Error: false, Code: 0, ExitCode: 1, Meaning: "", Outcome: "failed", OutcomeMeaning: "the instrument behind the endpoint did not answer (ERROR unreachable)"},
 }
 
 // The reasons by name.
@@ -128,6 +132,10 @@ const (
 	ReasonQpuBusy                = "qpu_busy"
 	ReasonQpuError               = "qpu_error"
 	ReasonDispatchUnknown        = "dispatch_unknown"
+	ReasonNotArmed               = "not_armed"
+	ReasonArmRefused             = "arm_refused"
+	ReasonEndpointNotArmed       = "endpoint_not_armed"
+	ReasonQpuUnreachable         = "qpu_unreachable"
 )
 
 // ClientReason is a failure on the client's side of the socket.

@@ -40,7 +40,7 @@ struct reason_row {
 };
 
 // clang-format off
-inline constexpr std::array<reason_row, 45> reasons{{
+inline constexpr std::array<reason_row, 49> reasons{{
     {"parse_error", true, -32700, 2, "the line is not valid JSON (or not valid UTF-8)", outcome_kind::none, ""},
     {"invalid_request", true, -32600, 2, "not a valid JSON-RPC 2.0 request object", outcome_kind::none, ""},
     {"line_too_long", true, -32600, 2, "a request line exceeds the per-line byte limit; the connection is closed", outcome_kind::none, ""},
@@ -86,6 +86,10 @@ inline constexpr std::array<reason_row, 45> reasons{{
     {"qpu_busy", false, 0, 1, "", outcome_kind::failed, "the QPU was busy (ERROR frame)"},
     {"qpu_error", false, 0, 1, "", outcome_kind::failed, "the QPU answered with another ERROR"},
     {"dispatch_unknown", false, 0, 1, "", outcome_kind::unknown, "qrtd stopped without closing its ledger (a crash) and the job's start passed before it ran again: its dispatch thread may have sent it, so whether the QPU ran it is unknown"},
+    {"not_armed", false, 0, 1, "", outcome_kind::never_sent, "the endpoint had not answered ARMED by the job's start: it was never fired"},
+    {"arm_refused", false, 0, 1, "", outcome_kind::failed, "the endpoint refused the program at ARM (the reason names the stage and the endpoint's own reason); it was never fired"},
+    {"endpoint_not_armed", false, 0, 1, "", outcome_kind::failed, "FIRE reached an endpoint that no longer held the job armed (ERROR not_armed)"},
+    {"qpu_unreachable", false, 0, 1, "", outcome_kind::failed, "the instrument behind the endpoint did not answer (ERROR unreachable)"},
 }};
 // clang-format on
 
@@ -136,6 +140,10 @@ inline constexpr std::string_view qpu_calibration_mismatch = "qpu_calibration_mi
 inline constexpr std::string_view qpu_busy = "qpu_busy";
 inline constexpr std::string_view qpu_error = "qpu_error";
 inline constexpr std::string_view dispatch_unknown = "dispatch_unknown";
+inline constexpr std::string_view not_armed = "not_armed";
+inline constexpr std::string_view arm_refused = "arm_refused";
+inline constexpr std::string_view endpoint_not_armed = "endpoint_not_armed";
+inline constexpr std::string_view qpu_unreachable = "qpu_unreachable";
 }  // namespace reason
 
 // Failures on the client's side of the socket, with qrtctl's exit status.
@@ -323,13 +331,28 @@ inline constexpr std::size_t max_circuits = 256;
 inline constexpr std::string_view qasm_header = "OPENQASM 3";
 }  // namespace envelope
 
+// Version 2: the keys of the endpoint's HELLO payload (wire.h QRT_WIRE_CAP_*).
+namespace capability {
+inline constexpr std::string_view identity = "identity";
+inline constexpr std::string_view two_phase = "two_phase";
+inline constexpr std::string_view max_armed = "max_armed";
+inline constexpr std::string_view horizon_ns = "horizon_ns";
+inline constexpr std::string_view min_lead_ns = "min_lead_ns";
+inline constexpr std::string_view start = "start";
+inline constexpr std::string_view session = "session";
+inline constexpr std::string_view channel = "channel";
+}  // namespace capability
+
+// The wire's stages (wire.h's enum qrt_wire_stage), by value.
+inline constexpr std::array<std::string_view, 7> wire_stages{{"none", "parse", "compile", "upload", "arm", "fire", "run"}};
+
 // The wire errors' job outcome reasons (wire.h's enum qrt_wire_error).
 struct wire_error_row {
     int status;
     std::string_view name;
     std::string_view outcome;
 };
-inline constexpr std::array<wire_error_row, 7> wire_errors{{
+inline constexpr std::array<wire_error_row, 13> wire_errors{{
     {0, "none", ""},
     {1, "protocol", "endpoint_protocol_error"},
     {2, "version", "endpoint_protocol_error"},
@@ -337,6 +360,12 @@ inline constexpr std::array<wire_error_row, 7> wire_errors{{
     {4, "calibration", "qpu_calibration_mismatch"},
     {5, "busy", "qpu_busy"},
     {6, "internal", "qpu_error"},
+    {7, "program_refused", "arm_refused"},
+    {8, "calibration_unknown", "arm_refused"},
+    {9, "too_many_armed", "arm_refused"},
+    {10, "memory_full", "arm_refused"},
+    {11, "not_armed", "endpoint_not_armed"},
+    {12, "unreachable", "qpu_unreachable"},
 }};
 
 }  // namespace qrt::proto

@@ -2,32 +2,68 @@
  * Regenerate with tools/dev/regen-proto.sh.
  *
  * QPU endpoint wire format: the ONE definition shared by qrtd (agent/) and
- * the endpoints (qpu-sim, qpu-aer, tests, benches). See README.md, "The QPU
- * endpoint wire format".
+ * the endpoints (qpu-sim, qpu-aer, the control-stack endpoints, tests,
+ * benches). See README.md, "The QPU endpoint wire format".
  *
- * A frame is a fixed 96-byte header followed by payload_len bytes of payload.
+ * A frame is a fixed-size header followed by payload_len bytes of payload.
  * Every field is a fixed-width little-endian integer; the header is
  * self-delimiting (header_len + payload_len = frame length), so a reader on a
  * byte stream needs nothing else to find the next frame.
  *
+ * Version 1 is one phase: the agent sends the whole JOB at T. Version 2 is
+ * two phases over two connections to the endpoint's address: on the control
+ * connection the agent sends ARM ahead of T (the program: compile, upload,
+ * arm) and DISARM, the endpoint answers ARMED, DISARMED, RESULT and ERROR; on
+ * the fire connection the agent's dispatch thread sends FIRE at T, a header
+ * naming an armed job, and nothing else. The choice is made in HELLO: the
+ * agent's first HELLO is a version-1 frame whose identity offers "wire=2"; an
+ * endpoint that speaks version 2 answers with a version-2 HELLO whose payload
+ * is its capabilities (a JSON object, wire.capabilities), among them a
+ * session that the agent's HELLO on the fire connection names.
+ *
  * Times are integer nanoseconds since the Unix epoch (CLOCK_REALTIME, UTC),
  * durations are nanoseconds.
  *
- *   HELLO   either side, first frame on a connection. version must match.
- *           payload: UTF-8 identity ("qrtd 0.1.0 qpu=0"), at most 256 bytes.
- *   JOB     agent -> QPU. job_id, calibration_id, scheduled_ns (slot start),
- *           sent_ns (when the agent submitted it), window_start_ns and
- *           window_end_ns (the job must start at or after window_start_ns and
- *           end by window_end_ns), duration_ns, shots, tolerance_ns (largest
- *           acceptable arrival lateness). payload: the program.
- *   RESULT  QPU -> agent. Echoes the JOB's job fields (job_id,
- *           calibration_id, scheduled_ns, window, duration_ns, shots,
- *           tolerance_ns; qrt::wire::header_for); arrival_ns is when the QPU
- *           received the JOB, sent_ns when it answered. payload: result data
- *           (qpu-sim: "<bitstring> <count>\n" lines for the shots).
- *   ERROR   QPU -> agent (or either side on a protocol error). Echoes the JOB
- *           it answers as RESULT does (zeros when it answers none); status
- *           holds a qrt_wire_error code, payload a UTF-8 reason.
+ *   HELLO     either side, first frame on a connection. Version 1: payload a
+ *             UTF-8 identity ("qrtd 0.2.0 qpu=0 wire=2"), at most 256 bytes.
+ *             Version 2: the endpoint's capabilities on the control
+ *             connection, {"channel": "fire", "session": ...} on the fire
+ *             connection (JSON, at most 1024 bytes).
+ *   JOB       version 1, agent -> QPU, at T. job_id, calibration_id,
+ *             scheduled_ns (slot start), sent_ns (when the agent submitted
+ *             it), window_start_ns and window_end_ns (the job must start at
+ *             or after window_start_ns and end by window_end_ns),
+ *             duration_ns, shots, tolerance_ns (largest acceptable arrival
+ *             lateness). payload: the program.
+ *   RESULT    QPU -> agent. Echoes the JOB's (or ARM's) job fields (job_id,
+ *             calibration_id, scheduled_ns, window, duration_ns, shots,
+ *             tolerance_ns; qrt::wire::header_for); arrival_ns is when the
+ *             QPU received the JOB (or FIRE), sent_ns when it answered;
+ *             version 2 adds armed_ns, started_ns and ended_ns. payload:
+ *             result data (qpu-sim: "<bitstring> <count>\n" lines for the
+ *             shots).
+ *   ERROR     QPU -> agent (or either side on a protocol error). Echoes the
+ *             frame it answers as RESULT does (zeros when it answers none:
+ *             job_id 0 with status unreachable says the instrument behind the
+ *             endpoint is down); status holds a qrt_wire_error code, stage
+ *             (version 2) the stage that failed, payload a UTF-8 reason.
+ *   ARM       agent -> QPU, control connection, ahead of T. The job's fields
+ *             as in JOB, scheduled_ns being fire_at (T); payload: the
+ *             program. Answered ARMED or ERROR.
+ *   ARMED     QPU -> agent. Echoes the ARM's job fields; armed_ns is when
+ *             arming ended. payload: JSON {"stages": [{"name", "ns"}],
+ *             "program_duration_ns"}: the endpoint's own measured cost by
+ *             stage and the compiled program's exact duration.
+ *   FIRE      agent -> QPU, fire connection, at T: header only. job_id,
+ *             calibration_id and scheduled_ns of an armed job; sent_ns when
+ *             the dispatch thread submitted it. The endpoint starts the job
+ *             now, or (start = own_clock) confirms its own start at
+ *             scheduled_ns.
+ *   DISARM    agent -> QPU, control connection: drop the armed job job_id
+ *             (withdrawn, cancelled, preempted, or its calibration switched)
+ *             before FIRE. Answered DISARMED, or ERROR not_armed.
+ *   DISARMED  QPU -> agent: echoes the DISARM; the job is no longer armed and
+ *             will not start.
  *
  * C and C++ compatible: C code includes this file; C++ code includes
  * qrt/proto/wire_codec.hpp for the validating encode/decode helpers.
@@ -46,23 +82,33 @@ extern "C" {
 #endif
 
 #define QRT_WIRE_MAGIC 0x57545251u /* "QRTW" as little-endian bytes */
-#define QRT_WIRE_VERSION 1u
-#define QRT_WIRE_HEADER_LEN 96u
+#define QRT_WIRE_VERSION_MIN 1u
+#define QRT_WIRE_VERSION_MAX 2u
+/* version 1: one phase: JOB at T */
+#define QRT_WIRE_V1_HEADER_LEN 96u
+#define QRT_WIRE_V1_MAX_HELLO_PAYLOAD 256u
+/* version 2: two phases: ARM ahead of T, FIRE at T */
+#define QRT_WIRE_V2_HEADER_LEN 128u
+#define QRT_WIRE_V2_MAX_HELLO_PAYLOAD 1024u
 /* Largest payload either side accepts (1 MiB); a larger payload_len is a
  * protocol error, never an allocation. */
 #define QRT_WIRE_MAX_PAYLOAD 1048576u
-#define QRT_WIRE_MAX_HELLO_PAYLOAD 256u
 
 enum qrt_wire_type {
     QRT_WIRE_HELLO = 1,
     QRT_WIRE_JOB = 2,
     QRT_WIRE_RESULT = 3,
     QRT_WIRE_ERROR = 4,
+    QRT_WIRE_ARM = 5, /* version 2 */
+    QRT_WIRE_ARMED = 6, /* version 2 */
+    QRT_WIRE_FIRE = 7, /* version 2 */
+    QRT_WIRE_DISARM = 8, /* version 2 */
+    QRT_WIRE_DISARMED = 9, /* version 2 */
 };
 
 /* flags (bit set) */
 enum qrt_wire_flag {
-    /* JOB: the agent asks for no RESULT payload (counts only). */
+    /* JOB, ARM: the agent asks for no RESULT payload (counts only). */
     QRT_WIRE_FLAG_NO_RESULT_DATA = 1u << 0,
     /* RESULT: the QPU saw the arrival outside [window_start, window_end -
      * duration]. */
@@ -75,36 +121,77 @@ enum qrt_wire_flag {
 /* status of an ERROR frame */
 enum qrt_wire_error {
     QRT_WIRE_ERR_NONE = 0,
-    QRT_WIRE_ERR_PROTOCOL = 1, /* malformed frame */
-    QRT_WIRE_ERR_VERSION = 2, /* version mismatch */
-    QRT_WIRE_ERR_OUT_OF_WINDOW = 3, /* arrival outside the job's window; not run */
-    QRT_WIRE_ERR_CALIBRATION = 4, /* calibration_id is not the QPU's current one */
-    QRT_WIRE_ERR_BUSY = 5, /* the QPU was still running the previous job */
+    /* malformed frame */
+    QRT_WIRE_ERR_PROTOCOL = 1,
+    /* version mismatch */
+    QRT_WIRE_ERR_VERSION = 2,
+    /* arrival outside the job's window; not run */
+    QRT_WIRE_ERR_OUT_OF_WINDOW = 3,
+    /* calibration_id is not the QPU's current one */
+    QRT_WIRE_ERR_CALIBRATION = 4,
+    /* the QPU was still running the previous job */
+    QRT_WIRE_ERR_BUSY = 5,
     QRT_WIRE_ERR_INTERNAL = 6,
+    /* ARM: the program cannot run on this device (a gate or qubit it lacks, a
+     * program longer than its slot, a sequencer not configured) */
+    QRT_WIRE_ERR_PROGRAM_REFUSED = 7,
+    /* ARM: the endpoint holds no calibration set for the job's calibration_id */
+    QRT_WIRE_ERR_CALIBRATION_UNKNOWN = 8,
+    /* ARM: the endpoint already holds max_armed jobs */
+    QRT_WIRE_ERR_TOO_MANY_ARMED = 9,
+    /* ARM: instruction or waveform memory is full */
+    QRT_WIRE_ERR_MEMORY_FULL = 10,
+    /* FIRE or DISARM for a job the endpoint does not hold armed */
+    QRT_WIRE_ERR_NOT_ARMED = 11,
+    /* the instrument behind the endpoint does not answer */
+    QRT_WIRE_ERR_UNREACHABLE = 12,
 };
+#define QRT_WIRE_ERR_LAST 12
 
+/* stage of an ERROR frame (version 2) */
+enum qrt_wire_stage {
+    QRT_WIRE_STAGE_NONE = 0,
+    QRT_WIRE_STAGE_PARSE = 1, /* reading the program (OpenQASM 3, or a native program) */
+    QRT_WIRE_STAGE_COMPILE = 2, /* compiling it against the calibration set */
+    QRT_WIRE_STAGE_UPLOAD = 3, /* writing programs and waveforms to the instruments */
+    QRT_WIRE_STAGE_ARM = 4, /* arming the instruments to start on FIRE or on their own clock */
+    QRT_WIRE_STAGE_FIRE = 5, /* starting what was armed */
+    QRT_WIRE_STAGE_RUN = 6, /* running and acquiring */
+};
+#define QRT_WIRE_STAGE_LAST 6
+
+/* version 2: the keys of the HELLO payload's JSON object */
+#define QRT_WIRE_CAP_IDENTITY "identity" /* string: the endpoint's name and version */
+#define QRT_WIRE_CAP_TWO_PHASE "two_phase" /* bool: it takes ARM and FIRE */
+#define QRT_WIRE_CAP_MAX_ARMED "max_armed" /* u32: how many jobs it can hold armed at once */
+#define QRT_WIRE_CAP_HORIZON_NS "horizon_ns" /* i64: how far ahead of its fire_at it accepts an ARM */
+#define QRT_WIRE_CAP_MIN_LEAD_NS "min_lead_ns" /* i64: the least time between ARM and fire_at it needs, as it states it (the agent learns the real cost from ARMED) */
+#define QRT_WIRE_CAP_START "start" /* string: on_fire: it starts when FIRE arrives; own_clock: it starts at fire_at on its own time base and FIRE confirms */
+#define QRT_WIRE_CAP_SESSION "session" /* string: names the control connection; the agent's HELLO on the fire connection repeats it */
+#define QRT_WIRE_CAP_CHANNEL "channel" /* string: the agent's fire-connection HELLO: "fire" */
+
+/* version 1's header, 96 bytes */
 struct qrt_wire_header {
-    uint32_t magic;           /*  0 QRT_WIRE_MAGIC */
-    uint16_t version;         /*  4 QRT_WIRE_VERSION */
-    uint8_t type;             /*  6 enum qrt_wire_type */
-    uint8_t flags;            /*  7 enum qrt_wire_flag bits */
-    uint16_t header_len;      /*  8 QRT_WIRE_HEADER_LEN */
-    uint16_t status;          /* 10 enum qrt_wire_error (ERROR), else 0 */
-    uint32_t payload_len;     /* 12 bytes after the header */
-    uint64_t job_id;          /* 16 */
-    uint64_t calibration_id;  /* 24 */
-    int64_t scheduled_ns;     /* 32 slot start, realtime */
-    int64_t sent_ns;          /* 40 when this frame was submitted, realtime */
-    int64_t window_start_ns;  /* 48 earliest acceptable arrival */
-    int64_t window_end_ns;    /* 56 the job must end by this time */
-    int64_t duration_ns;      /* 64 how long the job runs */
-    int64_t arrival_ns;       /* 72 RESULT/ERROR: when the QPU received the JOB */
-    uint32_t shots;           /* 80 */
-    uint32_t reserved;        /* 84 must be 0 */
-    int64_t tolerance_ns;     /* 88 largest acceptable arrival lateness */
+    uint32_t magic;            /*   0 QRT_WIRE_MAGIC */
+    uint16_t version;          /*   4 the version of this frame */
+    uint8_t type;              /*   6 enum qrt_wire_type */
+    uint8_t flags;             /*   7 enum qrt_wire_flag bits */
+    uint16_t header_len;       /*   8 the version's header length */
+    uint16_t status;           /*  10 enum qrt_wire_error (ERROR), else 0 */
+    uint32_t payload_len;      /*  12 bytes after the header */
+    uint64_t job_id;           /*  16 */
+    uint64_t calibration_id;   /*  24 */
+    int64_t scheduled_ns;      /*  32 slot start (fire_at), realtime */
+    int64_t sent_ns;           /*  40 when this frame was submitted, realtime */
+    int64_t window_start_ns;   /*  48 earliest acceptable arrival */
+    int64_t window_end_ns;     /*  56 the job must end by this time */
+    int64_t duration_ns;       /*  64 how long the job runs (its slot) */
+    int64_t arrival_ns;        /*  72 RESULT/ERROR: when the QPU received the JOB or FIRE */
+    uint32_t shots;            /*  80 */
+    uint32_t reserved;         /*  84 must be 0 */
+    int64_t tolerance_ns;      /*  88 largest acceptable arrival lateness */
 };
-
-QRT_WIRE_STATIC_ASSERT(sizeof(struct qrt_wire_header) == QRT_WIRE_HEADER_LEN, "wire header is 96 bytes");
+QRT_WIRE_STATIC_ASSERT(sizeof(struct qrt_wire_header) == QRT_WIRE_V1_HEADER_LEN, "version 1 header is 96 bytes");
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, magic) == 0, "magic at 0");
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, version) == 4, "version at 4");
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, type) == 6, "type at 6");
@@ -123,6 +210,26 @@ QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, arrival_ns) == 72, "arri
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, shots) == 80, "shots at 80");
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, reserved) == 84, "reserved at 84");
 QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, tolerance_ns) == 88, "tolerance_ns at 88");
+
+/* version 2's header, 128 bytes */
+struct qrt_wire_header_v2 {
+    struct qrt_wire_header v1; /*   0 version 1's header */
+    int64_t armed_ns;          /*  96 ARMED, RESULT: when the endpoint finished arming */
+    int64_t started_ns;        /* 104 RESULT: when the program started, as far as the endpoint can know */
+    int64_t ended_ns;          /* 112 RESULT: when it ended */
+    uint8_t stage;             /* 120 ERROR: enum qrt_wire_stage that failed */
+    uint8_t reserved2;         /* 121 must be 0 */
+    uint16_t reserved3;        /* 122 must be 0 */
+    uint32_t reserved4;        /* 124 must be 0 */
+};
+QRT_WIRE_STATIC_ASSERT(sizeof(struct qrt_wire_header_v2) == QRT_WIRE_V2_HEADER_LEN, "version 2 header is 128 bytes");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, armed_ns) == 96, "armed_ns at 96");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, started_ns) == 104, "started_ns at 104");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, ended_ns) == 112, "ended_ns at 112");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, stage) == 120, "stage at 120");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, reserved2) == 121, "reserved2 at 121");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, reserved3) == 122, "reserved3 at 122");
+QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header_v2, reserved4) == 124, "reserved4 at 124");
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,7 @@
 namespace qrt::wire {
 
 using header = qrt_wire_header;
-inline constexpr std::size_t header_len = QRT_WIRE_HEADER_LEN;
+inline constexpr std::size_t header_len = QRT_WIRE_V1_HEADER_LEN;
 inline constexpr std::uint32_t max_payload = QRT_WIRE_MAX_PAYLOAD;
 
 enum class frame_type : std::uint8_t {
@@ -97,9 +97,9 @@ inline T load_le(const std::uint8_t* p) noexcept {
 inline header make_header(frame_type type) noexcept {
     header h{};
     h.magic = QRT_WIRE_MAGIC;
-    h.version = QRT_WIRE_VERSION;
+    h.version = QRT_WIRE_VERSION_MIN;
     h.type = static_cast<std::uint8_t>(type);
-    h.header_len = QRT_WIRE_HEADER_LEN;
+    h.header_len = QRT_WIRE_V1_HEADER_LEN;
     return h;
 }
 
@@ -203,9 +203,9 @@ inline decoded decode_header(std::span<const std::uint8_t> in) noexcept {
 
     if (h.magic != QRT_WIRE_MAGIC) {
         d.status = decode_status::bad_magic;
-    } else if (h.version != QRT_WIRE_VERSION) {
+    } else if (h.version != QRT_WIRE_VERSION_MIN) {
         d.status = decode_status::bad_version;
-    } else if (h.header_len != QRT_WIRE_HEADER_LEN) {
+    } else if (h.header_len != QRT_WIRE_V1_HEADER_LEN) {
         d.status = decode_status::bad_header_len;
     } else if (h.type < QRT_WIRE_HELLO || h.type > QRT_WIRE_ERROR) {
         d.status = decode_status::bad_type;
@@ -217,7 +217,7 @@ inline decoded decode_header(std::span<const std::uint8_t> in) noexcept {
     } else if (h.reserved != 0) {
         d.status = decode_status::bad_reserved;
     } else if (h.payload_len > QRT_WIRE_MAX_PAYLOAD ||
-               (h.type == QRT_WIRE_HELLO && h.payload_len > QRT_WIRE_MAX_HELLO_PAYLOAD)) {
+               (h.type == QRT_WIRE_HELLO && h.payload_len > QRT_WIRE_V1_MAX_HELLO_PAYLOAD)) {
         d.status = decode_status::payload_too_large;
     } else {
         d.status = decode_status::ok;

@@ -12,10 +12,14 @@ from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 # ---- the QPU endpoint wire (qrt/proto/wire.h)
 
 WIRE_MAGIC = 0x57545251  # "QRTW" as little-endian bytes
-WIRE_VERSION = 1
-WIRE_HEADER_LEN = 96
+WIRE_VERSION_MIN = 1
+WIRE_VERSION_MAX = 2
+# version -> (header_len, max_hello_payload)
+WIRE_VERSIONS: Dict[int, Tuple[int, int]] = {
+    1: (96, 256),  # one phase: JOB at T
+    2: (128, 1024),  # two phases: ARM ahead of T, FIRE at T
+}
 WIRE_MAX_PAYLOAD = 1048576
-WIRE_MAX_HELLO_PAYLOAD = 256
 
 
 class FrameType(enum.IntEnum):
@@ -23,6 +27,25 @@ class FrameType(enum.IntEnum):
     JOB = 2
     RESULT = 3
     ERROR = 4
+    ARM = 5
+    ARMED = 6
+    FIRE = 7
+    DISARM = 8
+    DISARMED = 9
+
+
+# frame type -> the first wire version that has it
+FRAME_SINCE: Dict[int, int] = {
+    FrameType.HELLO: 1,
+    FrameType.JOB: 1,
+    FrameType.RESULT: 1,
+    FrameType.ERROR: 1,
+    FrameType.ARM: 2,
+    FrameType.ARMED: 2,
+    FrameType.FIRE: 2,
+    FrameType.DISARM: 2,
+    FrameType.DISARMED: 2,
+}
 
 
 class WireFlag(enum.IntFlag):
@@ -42,6 +65,12 @@ class WireError(enum.IntEnum):
     CALIBRATION = 4
     BUSY = 5
     INTERNAL = 6
+    PROGRAM_REFUSED = 7
+    CALIBRATION_UNKNOWN = 8
+    TOO_MANY_ARMED = 9
+    MEMORY_FULL = 10
+    NOT_ARMED = 11
+    UNREACHABLE = 12
 
 
 # The job outcome reason the agent records for each ERROR status.
@@ -52,11 +81,40 @@ WIRE_ERROR_OUTCOME: Dict[int, str] = {
     WireError.CALIBRATION: "qpu_calibration_mismatch",
     WireError.BUSY: "qpu_busy",
     WireError.INTERNAL: "qpu_error",
+    WireError.PROGRAM_REFUSED: "arm_refused",
+    WireError.CALIBRATION_UNKNOWN: "arm_refused",
+    WireError.TOO_MANY_ARMED: "arm_refused",
+    WireError.MEMORY_FULL: "arm_refused",
+    WireError.NOT_ARMED: "endpoint_not_armed",
+    WireError.UNREACHABLE: "qpu_unreachable",
 }
 
-# The header, little-endian, field by field.
-WIRE_HEADER = struct.Struct("<IHBBHHIQQqqqqqqIIq")
-WIRE_FIELDS: Tuple[str, ...] = (
+
+class WireStage(enum.IntEnum):
+    NONE = 0
+    PARSE = 1
+    COMPILE = 2
+    UPLOAD = 3
+    ARM = 4
+    FIRE = 5
+    RUN = 6
+
+
+# Version 2: the keys of the endpoint's HELLO payload (JSON) and their types.
+CAPABILITIES: Dict[str, str] = {
+    "identity": "string",  # the endpoint's name and version
+    "two_phase": "bool",  # it takes ARM and FIRE
+    "max_armed": "u32",  # how many jobs it can hold armed at once
+    "horizon_ns": "i64",  # how far ahead of its fire_at it accepts an ARM
+    "min_lead_ns": "i64",  # the least time between ARM and fire_at it needs, as it states it (the agent learns the real cost from ARMED)
+    "start": "string",  # on_fire: it starts when FIRE arrives; own_clock: it starts at fire_at on its own time base and FIRE confirms
+    "session": "string",  # names the control connection; the agent's HELLO on the fire connection repeats it
+    "channel": "string",  # the agent's fire-connection HELLO: "fire"
+}
+
+# Each version's header, little-endian, field by field.
+WIRE_HEADER_V1 = struct.Struct("<IHBBHHIQQqqqqqqIIq")
+WIRE_FIELDS_V1: Tuple[str, ...] = (
     "magic",
     "version",
     "type",
@@ -76,7 +134,36 @@ WIRE_FIELDS: Tuple[str, ...] = (
     "reserved",
     "tolerance_ns",
 )
-assert WIRE_HEADER.size == WIRE_HEADER_LEN == 96
+assert WIRE_HEADER_V1.size == WIRE_VERSIONS[1][0] == 96
+WIRE_HEADER_V2 = struct.Struct("<IHBBHHIQQqqqqqqIIqqqqBBHI")
+WIRE_FIELDS_V2: Tuple[str, ...] = (
+    "magic",
+    "version",
+    "type",
+    "flags",
+    "header_len",
+    "status",
+    "payload_len",
+    "job_id",
+    "calibration_id",
+    "scheduled_ns",
+    "sent_ns",
+    "window_start_ns",
+    "window_end_ns",
+    "duration_ns",
+    "arrival_ns",
+    "shots",
+    "reserved",
+    "tolerance_ns",
+    "armed_ns",
+    "started_ns",
+    "ended_ns",
+    "stage",
+    "reserved2",
+    "reserved3",
+    "reserved4",
+)
+assert WIRE_HEADER_V2.size == WIRE_VERSIONS[2][0] == 128
 
 # ---- JSON-RPC codes and reasons
 
@@ -145,6 +232,10 @@ REASONS: Tuple[Reason, ...] = (
     Reason("qpu_busy", None, 1, "", "failed", "the QPU was busy (ERROR frame)"),
     Reason("qpu_error", None, 1, "", "failed", "the QPU answered with another ERROR"),
     Reason("dispatch_unknown", None, 1, "", "unknown", "qrtd stopped without closing its ledger (a crash) and the job's start passed before it ran again: its dispatch thread may have sent it, so whether the QPU ran it is unknown"),
+    Reason("not_armed", None, 1, "", "never_sent", "the endpoint had not answered ARMED by the job's start: it was never fired"),
+    Reason("arm_refused", None, 1, "", "failed", "the endpoint refused the program at ARM (the reason names the stage and the endpoint's own reason); it was never fired"),
+    Reason("endpoint_not_armed", None, 1, "", "failed", "FIRE reached an endpoint that no longer held the job armed (ERROR not_armed)"),
+    Reason("qpu_unreachable", None, 1, "", "failed", "the instrument behind the endpoint did not answer (ERROR unreachable)"),
 )
 
 
