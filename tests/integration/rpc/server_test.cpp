@@ -1979,7 +1979,7 @@ TEST(rpc_device, jobs_submit_refuses_an_envelope_the_qpu_cannot_take_naming_the_
         {R"({"format":"qasm3","shots":5,"circuits":[{"qasm":"OPENQASM 3;"}]})", "q0", "payload.circuits[0].qubits",
          "payload: circuits[0].qubits must be an integer of 1 or more"},
         {R"({"format":"quil","shots":5})", "q0", "payload.format",
-         "payload: format = \"quil\" is not one qrtd knows (\"qasm3\")"},
+         "payload: format is a string that is not one qrtd knows (\"qasm3\")"},
     };
     for (std::size_t i = 0; i < cases.size(); ++i) {
         const json reply = c.call("jobs.submit", one_shot(fmt::format("bad-{}", i), cases[i].payload, cases[i].qpu));
