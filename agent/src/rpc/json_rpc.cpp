@@ -285,9 +285,7 @@ const json& empty_object() {
     return e;
 }
 
-}  // namespace
-
-std::string json_type_name(const json& v) {
+std::string type_name(const json& v) {
     if (v.is_number_integer()) {
         return "integer";
     }
@@ -296,13 +294,14 @@ std::string json_type_name(const json& v) {
     }
     return v.type_name();
 }
+}  // namespace
 
 params_reader::params_reader(const json& params, std::initializer_list<std::string_view> allowed)
     : _p(params.is_null() ? empty_object() : params) {
     if (!_p.is_object()) {
         throw invalid_params("params", fmt::format("params must be an object of named parameters, "
                                                    "got {}",
-                                                   json_type_name(_p)));
+                                                   type_name(_p)));
     }
     for (const auto& [key, value] : _p.items()) {
         bool known = false;
@@ -345,7 +344,7 @@ std::int64_t params_reader::i64(std::string_view name, std::int64_t min, std::in
     const json& v = require(name);
     if (!v.is_number_integer()) {
         throw invalid_params(name, fmt::format("parameter '{}' must be an integer, got {}", name,
-                                               json_type_name(v)));
+                                               type_name(v)));
     }
     bool in_range = false;
     std::int64_t out = 0;
@@ -379,7 +378,7 @@ double params_reader::number(std::string_view name, double min, double max) cons
     const json& v = require(name);
     if (!v.is_number()) {
         throw invalid_params(name, fmt::format("parameter '{}' must be a number, got {}", name,
-                                               json_type_name(v)));
+                                               type_name(v)));
     }
     const double d = v.get<double>();
     if (!std::isfinite(d) || d < min || d > max) {
@@ -402,7 +401,7 @@ std::string params_reader::str(std::string_view name, std::size_t max_len) const
     const json& v = require(name);
     if (!v.is_string()) {
         throw invalid_params(name, fmt::format("parameter '{}' must be a string, got {}", name,
-                                               json_type_name(v)));
+                                               type_name(v)));
     }
     const auto& s = v.get_ref<const std::string&>();
     if (s.size() > max_len) {
@@ -425,7 +424,7 @@ bool params_reader::boolean(std::string_view name) const {
     const json& v = require(name);
     if (!v.is_boolean()) {
         throw invalid_params(name, fmt::format("parameter '{}' must be a boolean, got {}", name,
-                                               json_type_name(v)));
+                                               type_name(v)));
     }
     return v.get<bool>();
 }
@@ -443,7 +442,7 @@ std::vector<std::string> params_reader::str_array(std::string_view name, std::si
     const json& v = require(name);
     if (!v.is_array()) {
         throw invalid_params(name, fmt::format("parameter '{}' must be an array of strings, got {}",
-                                               name, json_type_name(v)));
+                                               name, type_name(v)));
     }
     if (v.size() > max_items) {
         throw invalid_params(name, fmt::format("parameter '{}' has {} items, at most {} allowed",

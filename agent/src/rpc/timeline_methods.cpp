@@ -5,15 +5,16 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <variant>
 
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "qrt/proto/envelope.hpp"
 
 namespace qrt::rpc {
 
@@ -244,33 +245,19 @@ std::uint64_t read_id(const params_reader& p, std::string_view name) {
     return static_cast<std::uint64_t>(p.i64(name, 1, i64_max));
 }
 
-// The job envelope of qrtd(8), "Job payloads": a JSON object whose "format"
-// is "qasm3", with "shots" and "circuits" [{"name", "qubits", "qasm"}].  What
-// the agent can check without parsing OpenQASM: the envelope's shape, that
-// each program says it is OpenQASM 3, and (envelope_fits) that its qubits and
-// shots fit a QPU's [qpu.device].  A payload that is not a JSON object with
-// "format" is opaque and passes unchecked.  A refusal names the field and,
-// for a value of the wrong kind, its JSON type: never the value, which is the
-// client's and may be up to dispatch.max_payload_bytes of anything.
-constexpr std::size_t max_envelope_circuits = 256;
+// The job envelope of qrtd(8), "Job payloads", checked by the protocol's
+// room (qrt::proto::check_envelope): its shape, that each program says it is
+// OpenQASM 3, and (envelope_misfit) that its qubits and shots fit a QPU's
+// [qpu.device].  A payload that is not a JSON object with "format" is opaque
+// and passes unchecked.  A refusal names the field and, for a value of the
+// wrong kind, its JSON type: never the value, which is the client's and may
+// be up to dispatch.max_payload_bytes of anything.
 constexpr std::uint64_t max_wire_shots = 1'000'000;
 
-struct envelope_needs {
-    std::uint64_t qubits = 0;   // the widest circuit's
-    std::uint64_t shots = 0;
-};
+using proto::envelope_needs;
 
 [[noreturn]] void bad_envelope(const std::string& field, const std::string& why) {
     throw rpc_failure("invalid_argument", fmt::format("payload: {}", why), json{{"field", field}});
-}
-
-// "an array", "an integer", ...: a value's JSON type, for a refusal.
-std::string a_json_type(const json& v) {
-    const std::string t = json_type_name(v);
-    if (t == "null") {
-        return t;
-    }
-    return (t == "array" || t == "object" || t == "integer" ? "an " : "a ") + t;
 }
 
 // The payload as JSON, parsed once for the envelope and the shot count:
@@ -311,86 +298,15 @@ std::optional<json> payload_json(const tl::blob& payload, std::size_t max_depth)
     return j;
 }
 
-// "OPENQASM 3" after blanks and // or /* */ comments.
-bool says_openqasm3(const std::string& text) {
-    std::size_t i = 0;
-    while (i < text.size()) {
-        if (std::isspace(static_cast<unsigned char>(text[i])) != 0) {
-            ++i;
-        } else if (text.compare(i, 2, "//") == 0) {
-            const auto nl = text.find('\n', i);
-            i = nl == std::string::npos ? text.size() : nl + 1;
-        } else if (text.compare(i, 2, "/*") == 0) {
-            const auto end = text.find("*/", i + 2);
-            i = end == std::string::npos ? text.size() : end + 2;
-        } else {
-            break;
-        }
-    }
-    if (text.compare(i, 8, "OPENQASM") != 0) {
-        return false;
-    }
-    i += 8;
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) {
-        ++i;
-    }
-    return i < text.size() && text[i] == '3';
-}
-
 std::optional<envelope_needs> read_envelope(const std::optional<json>& doc) {
     if (!doc || !doc->is_object() || !doc->contains("format")) {
         return std::nullopt;
     }
-    const json& j = *doc;
-    const json& format = j["format"];
-    if (!format.is_string()) {
-        bad_envelope("payload.format", fmt::format("format is {}, not one qrtd knows (the string \"qasm3\")",
-                                                   a_json_type(format)));
+    auto checked = proto::check_envelope(*doc);
+    if (const auto* e = std::get_if<proto::envelope_error>(&checked)) {
+        bad_envelope(e->field, e->why);
     }
-    if (format.get_ref<const std::string&>() != "qasm3") {
-        bad_envelope("payload.format", "format is a string that is not one qrtd knows (\"qasm3\")");
-    }
-    envelope_needs out;
-    const auto shots = j.find("shots");
-    if (shots == j.end() || !shots->is_number_integer()) {
-        bad_envelope("payload.shots", "shots must be an integer of 1 or more");
-    }
-    if (shots->is_number_unsigned()) {
-        out.shots = shots->get<std::uint64_t>();
-    }
-    if (out.shots == 0) {
-        bad_envelope("payload.shots", fmt::format("shots = {} is not 1 or more", shots->get<std::int64_t>()));
-    }
-    const auto circuits = j.find("circuits");
-    if (circuits == j.end() || !circuits->is_array() || circuits->empty()) {
-        bad_envelope("payload.circuits", "circuits must be a non-empty array of {name, qubits, qasm}");
-    }
-    if (circuits->size() > max_envelope_circuits) {
-        bad_envelope("payload.circuits", fmt::format("{} circuits, at most {} per job", circuits->size(),
-                                                     max_envelope_circuits));
-    }
-    for (std::size_t i = 0; i < circuits->size(); ++i) {
-        const json& c = (*circuits)[i];
-        const std::string at = fmt::format("payload.circuits[{}]", i);
-        if (!c.is_object()) {
-            bad_envelope(at, fmt::format("circuits[{}] is not an object", i));
-        }
-        const auto q = c.find("qubits");
-        if (q == c.end() || !q->is_number_unsigned() || q->get<std::uint64_t>() == 0) {
-            bad_envelope(at + ".qubits", fmt::format("circuits[{}].qubits must be an integer of 1 or more", i));
-        }
-        out.qubits = std::max(out.qubits, q->get<std::uint64_t>());
-        const auto qasm = c.find("qasm");
-        if (qasm == c.end() || !qasm->is_string()) {
-            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm must be a string of OpenQASM 3", i));
-        }
-        if (!says_openqasm3(qasm->get_ref<const std::string&>())) {
-            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm is not OpenQASM 3: it must begin with "
-                                                   "\"OPENQASM 3\"",
-                                                   i));
-        }
-    }
-    return out;
+    return std::get<envelope_needs>(checked);
 }
 
 // The shot count a jobs.submit states, read once here so that it travels

@@ -214,7 +214,7 @@ class PayloadNesting(unittest.TestCase):
                                        ("integer", "3", "an integer"),
                                        ("number", "0.5", "a number"),
                                        ("null", "null", "is null"),
-                                       ("string", json.dumps("qasm2-" + "x" * 5000), "a string that is not")):
+                                       ("string", json.dumps("qasm2-" + "x" * 5000), "is not one qrtd knows")):
             with self.subTest(what):
                 r = self.submit(c, "format-" + what, envelope(format_=value))
                 e = r["error"]

@@ -111,11 +111,6 @@ void append_error_reply(std::string& out, const json& id, const rpc_failure& f);
 // one linear scan and no allocation.
 bool nesting_exceeds(std::string_view text, std::size_t max_depth) noexcept;
 
-// A value's JSON type as messages name it: "integer", "number", "string",
-// "boolean", "null", "array", "object".  What a refusal says of a value a
-// client sent, instead of the value itself.
-std::string json_type_name(const json& v);
-
 // A strict reader of one request's named params.
 class params_reader {
 public:
