@@ -10,10 +10,19 @@
                       (qrt_intrusion_key + qrt_intrusion_value), 2 per-CPU
                       qrt_wakeup_hist.  Layouts from bpf/progs/*.h.
 
+  corpus/rpc/sched_submit_*
+                      jobs.submit lines (byte 0: the scheduler role) whose
+                      payload nests deeply where the envelope is read
+                      (format, shots, circuits, an unknown member), has a
+                      format of the wrong type, or only looks like deep
+                      JSON; the other rpc seeds are written by hand.
+
 fuzz_calibration's seeds (corpus/calibration/) are inputs its own runs found
 (FuzzedDataProvider bytes are not written by hand); they are kept as they are.
 Run this again after changing one of those layouts.
 """
+import base64
+import json
 import os
 import struct
 
@@ -141,6 +150,38 @@ def bpf_seeds():
     write("bpf_decode", "histogram-empty", b"\x02" + wakeup_hist([]))
 
 
+def rpc_payload_seeds():
+    # fuzz_rpc_request's world: payloads of at most 1024 bytes, lines of
+    # 4096, JSON nested at most 32 levels (its engine_limits).
+    bell = 'OPENQASM 3.0;\nqubit[1] q;\nbit[1] c;\nh q[0];\nc[0] = measure q[0];\n'
+    circuit = json.dumps([{"name": "c", "qubits": 1, "qasm": bell}])
+
+    def nested(depth, inner):
+        return "[" * depth + inner + "]" * depth
+
+    def submit(key, payload):
+        params = {"duration_ns": 1000000, "not_before_ns": 1800003660000000000,
+                  "deadline_ns": 1800003661000000000, "qpus": ["q0"], "idempotency_key": key,
+                  "payload": base64.b64encode(payload.encode()).decode()}
+        assert len(payload) <= 1024, key
+        return json.dumps({"jsonrpc": "2.0", "method": "jobs.submit", "id": 1, "params": params}) + "\n"
+
+    payloads = {
+        "nested_format": '{"format": ' + nested(300, '"qasm3"') + ', "shots": 1, "circuits": ' + circuit + "}",
+        "nested_shots": '{"format": "qasm3", "shots": ' + nested(300, "1") + ', "circuits": ' + circuit + "}",
+        "nested_circuits": '{"format": "qasm3", "shots": 1, "circuits": ' + nested(300, circuit) + "}",
+        "nested_member": '{"format": "qasm3", "shots": 1, "circuits": ' + circuit + ', "x": ' +
+                         '{"a": ' * 100 + "1" + "}" * 100 + "}",
+        "format_array": '{"format": ' + nested(3, '"qasm3"') + ', "shots": 1, "circuits": ' + circuit + "}",
+        "deep_not_json": '{"format": ' + "[" * 400,
+    }
+    for name, payload in payloads.items():
+        line = submit(name, payload)
+        assert len(line) <= 4096, name
+        write("rpc", "sched_submit_" + name, b"\x42" + line.encode())
+
+
 config_seeds()
 wire_seeds()
 bpf_seeds()
+rpc_payload_seeds()

@@ -21,7 +21,12 @@ arrival (CLOCK_REALTIME) as it is read, refuses one that arrives outside its
 window, and checks the calibration id: a fixed --calibration-id, or the
 window in force at arrival of a periodic schedule (--period-ns, the same
 schedule as the [[qpu]]'s).  A payload it cannot run is refused with an
-ERROR frame whose text names the circuit and the line.  See qpu-aer(1).
+ERROR frame whose text names the circuit and the line.  Each job runs in a
+simulator process of its own program, bounded in time (its duration_ns plus
+--run-margin-s, then the process is killed and a warm spare takes the next
+job) and in size (--max-operations, for loops unrolled, counted before it
+runs), so one tenant's program cannot hold the QPU for the others.  See
+qpu-aer(1).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import re
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -58,6 +64,7 @@ FIELDS = ("magic", "version", "type", "flags", "header_len", "status", "payload_
 MAX_CIRCUITS = 256
 MAX_CONNECTIONS = 16
 MAX_MEMORY_SHOTS = 100_000   # per-shot bitstrings kept under the wire's 1 MiB
+WORKER_START_S = 300         # for a simulator process to import qiskit and warm up
 
 
 def header(type_: int, **kw: int) -> Dict[str, int]:
@@ -119,8 +126,15 @@ class Refused(Exception):
         self.reason = reason
 
 
+class Stopped(Refused):
+    """A job whose simulator process was stopped (its time bound) or died."""
+
+
 _BIT_DECL = re.compile(r"^\s*bit(?:\[\s*\d+\s*\])?\s+([A-Za-z_]\w*)\s*;\s*(//.*)?$")
 _ZERO_ASSIGN = re.compile(r'^\s*([A-Za-z_]\w*)\s*=\s*(?:0|"0+")\s*;\s*(//.*)?$')
+
+
+_WORD = re.compile(r"\w+")
 
 
 def drop_zero_init(text: str) -> str:
@@ -129,7 +143,8 @@ def drop_zero_init(text: str) -> str:
     declaration, which the importer cannot take.  Aer starts every classical
     bit at 0, so dropping it changes nothing; any other assignment is left
     for the importer to refuse.  Lines are kept (blanked), so an error still
-    names the line the client wrote."""
+    names the line the client wrote.  One pass over the text: a register
+    counts as used where it appears as a whole word (\\w+) on a line."""
     lines = text.split("\n")
     declared = set()
     used = set()
@@ -142,10 +157,30 @@ def drop_zero_init(text: str) -> str:
         if z and z.group(1) in declared and z.group(1) not in used:
             lines[i] = ""
             continue
-        for name in declared:
-            if re.search(r"\b" + re.escape(name) + r"\b", line):
-                used.add(name)
+        if declared:
+            used.update(w for w in _WORD.findall(line) if w in declared)
     return "\n".join(lines)
+
+
+def unrolled_operations(qc: Any, budget: int) -> int:
+    """The operations a circuit runs with every for loop unrolled (the loop's
+    index set times its body), counted before anything is simulated; an
+    if/else or switch counts its largest branch, a while loop its body once
+    (how often it runs depends on measurements: the time bound covers it).
+    Counting stops once it passes budget."""
+    n = 0
+    for inst in qc.data:
+        op = inst.operation
+        blocks = getattr(op, "blocks", ())
+        if op.name == "for_loop":
+            n += len(op.params[0]) * unrolled_operations(blocks[0], budget)
+        elif blocks:
+            n += max(unrolled_operations(b, budget) for b in blocks)
+        else:
+            n += 1
+        if n > budget:
+            return n
+    return n
 
 
 def qasm_error_text(exc: BaseException) -> str:
@@ -168,9 +203,10 @@ def qasm_error_text(exc: BaseException) -> str:
 
 
 class Executor:
-    """Runs envelopes on qiskit-aer (imported once, at start)."""
+    """Runs envelopes on qiskit-aer (imported once, at start), in a worker
+    process (Runner)."""
 
-    def __init__(self, max_qubits: int, max_shots: int, seed: Optional[int]) -> None:
+    def __init__(self, max_qubits: int, max_shots: int, seed: Optional[int], max_operations: int) -> None:
         import qiskit.qasm3
         from qiskit_aer import AerSimulator
         self._loads = qiskit.qasm3.loads
@@ -178,6 +214,7 @@ class Executor:
         self.max_qubits = max_qubits
         self.max_shots = max_shots
         self.seed = seed
+        self.max_operations = max_operations
         # Warm up: the first run pays for lazy imports, not a job.
         self.run(json.dumps({"format": "qasm3", "shots": 1, "circuits": [
             {"name": "warm-up", "qubits": 1,
@@ -212,6 +249,7 @@ class Executor:
         if not isinstance(circuits, list) or not circuits or len(circuits) > MAX_CIRCUITS:
             raise Refused(ERR_INTERNAL, f"payload: circuits must be an array of 1..{MAX_CIRCUITS} circuits")
         out = []
+        operations = 0
         for i, c in enumerate(circuits):
             if not isinstance(c, dict) or not isinstance(c.get("qasm"), str):
                 raise Refused(ERR_INTERNAL, f"payload: circuits[{i}] has no qasm string")
@@ -226,6 +264,11 @@ class Executor:
                                             f"{self.max_qubits}")
             if qc.num_clbits == 0:
                 raise Refused(ERR_INTERNAL, f"circuits[{i}] ({name}) measures nothing: no classical bits")
+            operations += unrolled_operations(qc, self.max_operations - operations)
+            if operations > self.max_operations:
+                raise Refused(ERR_INTERNAL, f"circuits[{i}] ({name}) takes the job past {self.max_operations} "
+                                            "operations with its for loops unrolled, more than this QPU runs for "
+                                            "one job (--max-operations); nothing was run")
             out.append((name, qc))
         return shots, memory, seed, out
 
@@ -247,18 +290,203 @@ class Executor:
         return out
 
 
+# ------------------------------------------------------------ the simulator processes
+#
+# Each job runs in a worker process (this file with --worker-fd): it imports
+# qiskit once, warms up, then takes one job at a time over a socketpair.  The
+# endpoint waits for each answer at most the job's duration_ns plus
+# --run-margin-s; past that it kills the worker (SIGKILL), answers the job
+# with an ERROR naming the bound, and goes on with a spare worker that is
+# already warm, so the next job, whoever sent it, runs at once while another
+# spare starts.  Messages: a 4-byte big-endian length, then the body; a job
+# is its JOB frame's shots (4 bytes) and the payload, an answer one JSON
+# object: {"ready": version}, {"results": [...]}, {"refused": [code, reason]}
+# or {"failed": why} (the worker could not start).
+
+_LEN = struct.Struct(">I")
+
+
+def send_msg(sock: socket.socket, body: bytes) -> None:
+    sock.sendall(_LEN.pack(len(body)) + body)
+
+
+def recv_msg(sock: socket.socket) -> Optional[bytes]:
+    """One message, or None when the peer closed."""
+    def exactly(n: int) -> Optional[bytes]:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+    head = exactly(_LEN.size)
+    return None if head is None else exactly(_LEN.unpack(head)[0])
+
+
+def worker_main(fd: int, opt: argparse.Namespace) -> int:
+    """The worker process: run each job the endpoint sends, answer each."""
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the endpoint stops it
+    # Killed with the endpoint even in the middle of a job (PR_SET_PDEATHSIG);
+    # an idle worker also ends when the endpoint's end of the socket closes.
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    try:
+        ex = Executor(opt.qubits, opt.max_shots, opt.seed, opt.max_operations)
+    except ImportError as e:
+        send_msg(sock, json.dumps({"failed": f"cannot import the simulator ({e}): install the pinned "
+                                             "requirements (tools/python/requirements-sdk.txt)"}).encode())
+        return 1
+    send_msg(sock, json.dumps({"ready": VERSION}).encode())
+    while True:
+        msg = recv_msg(sock)
+        if msg is None:
+            return 0
+        shots = _LEN.unpack_from(msg)[0]
+        try:
+            reply: Dict[str, Any] = {"results": ex.run(msg[_LEN.size:], shots)}
+        except Refused as e:
+            reply = {"refused": [e.code, e.reason]}
+        except Exception as e:  # never take the endpoint down for one job
+            reply = {"refused": [ERR_INTERNAL, f"qpu-aer: {type(e).__name__}: {e}"]}
+        send_msg(sock, json.dumps(reply, separators=(",", ":")).encode())
+
+
+class Worker:
+    """One worker process and the endpoint's end of its socketpair."""
+
+    def __init__(self, argv: List[str]) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(argv + ["--worker-fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.sock = mine
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Returns once the worker has warmed up; raises RuntimeError naming why it did not."""
+        self.sock.settimeout(timeout_s)
+        try:
+            msg = recv_msg(self.sock)
+        except socket.timeout:
+            self.kill()
+            raise RuntimeError(f"the simulator process did not start within {timeout_s:.0f} s") from None
+        reply = json.loads(msg) if msg else {}
+        if "ready" not in reply:
+            self.kill()
+            raise RuntimeError(reply.get("failed") or f"the simulator process exited ({self.proc.returncode})")
+
+    def run(self, payload: bytes, shots: int, timeout_s: float) -> Optional[Dict[str, Any]]:
+        """The worker's answer, or None when it took longer than timeout_s or died."""
+        self.sock.settimeout(timeout_s)
+        try:
+            send_msg(self.sock, _LEN.pack(shots) + payload)
+            msg = recv_msg(self.sock)
+        except (socket.timeout, OSError):
+            return None
+        return None if msg is None else json.loads(msg)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.sock.close()
+
+
+class Runner:
+    """Runs each job in a worker process, bounded in time (see above)."""
+
+    def __init__(self, opt: argparse.Namespace) -> None:
+        self.argv = [sys.executable, os.path.abspath(__file__), "--qubits", str(opt.qubits),
+                     "--max-shots", str(opt.max_shots), "--max-operations", str(opt.max_operations)]
+        if opt.seed is not None:
+            self.argv += ["--seed", str(opt.seed)]
+        self.margin_s = opt.run_margin_s
+        self.spares: "queue.Queue[Any]" = queue.Queue()
+        self.lock = threading.Lock()
+        self.workers: List[Worker] = []
+        self.current = self.spawn()
+        try:
+            self.current.wait_ready(WORKER_START_S)   # RuntimeError: qpu-aer cannot run jobs
+        except RuntimeError:
+            self.forget(self.current)
+            raise
+        self.start_spare()
+
+    def spawn(self) -> Worker:
+        # In the calling thread (main, or the one that runs jobs), which lives
+        # as long as qpu-aer: the worker's parent-death signal follows it.
+        w = Worker(self.argv)
+        with self.lock:
+            self.workers.append(w)
+        return w
+
+    def forget(self, w: Worker) -> None:
+        w.kill()
+        with self.lock:
+            if w in self.workers:
+                self.workers.remove(w)
+
+    def start_spare(self) -> None:
+        w = self.spawn()
+
+        def warm_up() -> None:
+            try:
+                w.wait_ready(WORKER_START_S)
+                self.spares.put(w)
+            except RuntimeError as e:
+                self.forget(w)
+                self.spares.put(e)
+        threading.Thread(target=warm_up, daemon=True).start()
+
+    def run(self, payload: bytes, shots: int, duration_ns: int) -> List[Dict[str, Any]]:
+        """The job's results; Refused when it cannot run, or ran past its bound."""
+        if self.current is None:
+            spare = self.spares.get()
+            self.start_spare()
+            if isinstance(spare, RuntimeError):
+                raise Refused(ERR_INTERNAL, f"qpu-aer: no simulator process: {spare}")
+            self.current = spare
+        bound_s = max(0, duration_ns) / 1e9 + self.margin_s
+        reply = self.current.run(payload, shots, bound_s)
+        if reply is None:
+            died = self.current.proc.poll()
+            self.forget(self.current)
+            self.current = None
+            if died is not None:
+                raise Stopped(ERR_INTERNAL, f"qpu-aer: the simulator process died running this job (exit status "
+                                            f"{died}); nothing was run to completion")
+            raise Stopped(ERR_INTERNAL, f"qpu-aer: the job ran past its time bound, {bound_s:.3f} s (duration "
+                                        f"{duration_ns} ns + --run-margin-s {self.margin_s:g}), and was stopped")
+        if "refused" in reply:
+            raise Refused(*reply["refused"])
+        return reply["results"]
+
+    def stop(self) -> None:
+        with self.lock:
+            workers = list(self.workers)
+        for w in workers:
+            self.forget(w)
+
+
 # ------------------------------------------------------------ the endpoint
 
 class Endpoint:
-    def __init__(self, opt: argparse.Namespace, executor: Executor) -> None:
+    def __init__(self, opt: argparse.Namespace, runner: Runner) -> None:
         self.opt = opt
-        self.ex = executor
+        self.runner = runner
         self.jobs: "queue.Queue[Optional[Tuple[socket.socket, threading.Lock, Dict[str, int], bytes]]]" = \
             queue.Queue(maxsize=opt.queue)
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.c = {"connections": 0, "jobs": 0, "results": 0, "errors_sent": 0, "out_of_window": 0,
-                  "late": 0, "calibration_mismatch": 0, "refused": 0, "protocol_errors": 0, "busy": 0}
+                  "late": 0, "calibration_mismatch": 0, "refused": 0, "stopped": 0, "protocol_errors": 0,
+                  "busy": 0}
         self.lateness: List[int] = []
 
     def count(self, key: str, n: int = 1) -> None:
@@ -376,9 +604,11 @@ class Endpoint:
                 return
             conn, wlock, job, payload = item
             try:
-                results = self.ex.run(payload, job["shots"])
+                results = self.runner.run(payload, job["shots"], job["duration_ns"])
             except Refused as e:
                 self.count("refused")
+                if isinstance(e, Stopped):
+                    self.count("stopped")
                 self.error(conn, wlock, job, e.code, e.reason)
                 continue
             except Exception as e:  # never take the endpoint down for one job
@@ -482,6 +712,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--phase-ns", type=int, default=0, help="the schedule's phase_ns")
     ap.add_argument("--seed", type=int, help="seed_simulator for reproducible counts")
     ap.add_argument("--queue", type=int, default=64, help="jobs waiting to run before ERROR busy (default 64)")
+    ap.add_argument("--max-operations", type=int, default=1_000_000,
+                    help="operations one job's circuits may hold with their for loops unrolled, counted "
+                         "before anything runs (default 1000000)")
+    ap.add_argument("--run-margin-s", type=float, default=10.0,
+                    help="a job runs at most its duration_ns plus this long, then its simulator process is "
+                         "stopped (default 10)")
+    ap.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)   # a simulator process (Runner)
     ap.add_argument("--duration-s", type=float, default=0, help="exit after this many seconds (0: until SIGTERM)")
     ap.add_argument("--max-jobs", type=int, default=0, help="exit after answering this many jobs")
     ap.add_argument("--verbose", "-v", action="store_true", help="log each job and its answer to stderr")
@@ -490,6 +727,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--version", action="version", version=f"qpu-aer {VERSION}")
     opt = ap.parse_args(argv)
 
+    if opt.worker_fd is not None:
+        return worker_main(opt.worker_fd, opt)
     if not opt.listen:
         ap.error("give at least one --listen endpoint")
     if not 1 <= opt.qubits <= 1024:
@@ -501,6 +740,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("--period-ns must be > 0 with --blackout-ns and --phase-ns in [0, period)")
     if not 1 <= opt.queue <= 10_000:
         ap.error(f"--queue {opt.queue}: give 1..10000")
+    if not 1 <= opt.max_operations <= 10**12:
+        ap.error(f"--max-operations {opt.max_operations}: give 1..10^12")
+    if not 0.1 <= opt.run_margin_s <= 86400:
+        ap.error(f"--run-margin-s {opt.run_margin_s}: give 0.1..86400 seconds")
     mode = gid = None
     if opt.socket_mode is not None:
         try:
@@ -516,16 +759,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f'--socket-group: no group "{opt.socket_group}"')
 
     try:
-        executor = Executor(opt.qubits, opt.max_shots, opt.seed)
-    except ImportError as e:
-        print(f"qpu-aer: cannot import the simulator ({e}): install the pinned requirements "
-              "(tools/qpu-aer/requirements.txt)", file=sys.stderr)
+        runner = Runner(opt)
+    except RuntimeError as e:
+        print(f"qpu-aer: {e}", file=sys.stderr)
         return 1
-    # The reader threads stamp arrivals; the worker runs Python (the OpenQASM
-    # import) between aer's C++ runs.  A short switch interval bounds how long
-    # a reader waits for the interpreter lock: 0.5 ms, not the default 5 ms.
-    sys.setswitchinterval(0.0005)
-    ep = Endpoint(opt, executor)
+    ep = Endpoint(opt, runner)
     listeners = []
     paths = []
     for uri in opt.listen:
@@ -533,6 +771,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             s, path = listen(uri, mode, gid)
         except (OSError, ValueError) as e:
             print(f"qpu-aer: {uri}: {e}", file=sys.stderr)
+            runner.stop()
             return 1 if isinstance(e, OSError) else 2
         listeners.append(s)
         paths.append(path)
@@ -582,6 +821,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ep.stop.set()
     for ls in listeners:
         ls.close()
+    runner.stop()
     for p in paths:
         try:
             os.unlink(p)

@@ -632,8 +632,11 @@ std::vector<config_option> build_table() {
          .check = check_socket_path, QRT_FIELD(rpc, socket_path)},
         {.section = "rpc", .key = "socket_group", .kind = k::string,
          .default_value = std::string("qrt"),
-         .meaning = "Group that owns the socket; its members may connect.",
-         .check = check_group_name, QRT_FIELD(rpc, socket_group)},
+         .meaning = "Group that owns the socket; its members may connect.  Empty: the socket keeps "
+                    "the daemon's group.  A group this host does not have, or one the daemon cannot give "
+                    "the socket to (started as an ordinary user who is not a member), is left alone too, "
+                    "with a warning.",
+         .check = check_optional_group_name, QRT_FIELD(rpc, socket_group)},
         {.section = "rpc", .key = "socket_mode", .kind = k::string,
          .default_value = std::string("0660"),
          .meaning = "Permission bits of the socket, in octal.",

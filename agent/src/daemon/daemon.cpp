@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -184,13 +185,58 @@ rtcore::result<run_identity> resolve_identity(const config& cfg) {
     return id;
 }
 
+// Step 3a, not root: a missing state directory is created (mode 0750) when
+// its parent belongs to this user, as `--state-dir $d/state` under a
+// `mktemp -d` of theirs (README, "From Qiskit"); in anyone else's directory
+// (/var/lib, a shared /tmp) it is not, and the refusal says whose the parent
+// is and what to do.  An existing one is checked by the lock (step 3b).
+rtcore::status prepare_own_state_dir(const std::filesystem::path& state_dir, bool named_by_option) {
+    struct stat st {};
+    if (::lstat(state_dir.c_str(), &st) == 0) {
+        return rtcore::ok();
+    }
+    if (const int err = errno; err != ENOENT) {
+        return rtcore::error::from_errno(err, "state directory " + state_dir.string());
+    }
+    const uid_t me = ::geteuid();
+    const std::string elsewhere =
+        named_by_option ? "or pass --state-dir a path in a directory of yours" : "or pass --state-dir";
+    const std::filesystem::path parent =
+        state_dir.has_parent_path() ? state_dir.parent_path() : std::filesystem::path(".");
+    struct stat pst {};
+    if (::lstat(parent.c_str(), &pst) < 0) {
+        const int err = errno;
+        return rtcore::error{err, fmt::format("state directory {} does not exist, nor does its parent {} ({}): "
+                                              "create them (mkdir -p -m 0750 {}) {}",
+                                              state_dir.string(), parent.string(), std::strerror(err),
+                                              state_dir.string(), elsewhere)};
+    }
+    if (!S_ISDIR(pst.st_mode) || pst.st_uid != me) {
+        return rtcore::error{ENOENT, fmt::format("state directory {} does not exist, and qrtd (uid {}) creates one "
+                                                 "only in a directory of its user's; {} {}: create it as a user "
+                                                 "who may (mkdir -m 0750 {} && chown {} {}) {}",
+                                                 state_dir.string(), me, parent.string(),
+                                                 S_ISDIR(pst.st_mode)
+                                                     ? "belongs to " + rtcore::secure_dir::describe_owner(pst.st_uid)
+                                                     : std::string("is not a directory"),
+                                                 state_dir.string(), me, state_dir.string(), elsewhere)};
+    }
+    if (::mkdir(state_dir.c_str(), 0750) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, "mkdir " + state_dir.string() + " (state directory)");
+    }
+    log::info("daemon", "state directory {} created (mode 0750)", state_dir.string());
+    return rtcore::ok();
+}
+
 // Step 3a: as root, the state directory is made ready for agent.user, as
 // systemd's StateDirectory= does: created (mode 0750) when missing, or, when
 // root owns it (an earlier run by hand), handed over with the files in it.
-// Another user's directory is refused.  Not root: it must exist.
-rtcore::status prepare_state_dir(const std::filesystem::path& state_dir, const run_identity& id) {
+// Another user's directory is refused.  Not root: prepare_own_state_dir.
+rtcore::status prepare_state_dir(const std::filesystem::path& state_dir, const run_identity& id,
+                                 bool named_by_option) {
     if (::geteuid() != 0) {
-        return rtcore::ok();
+        return prepare_own_state_dir(state_dir, named_by_option);
     }
     struct stat st {};
     if (::lstat(state_dir.c_str(), &st) < 0) {
@@ -709,7 +755,7 @@ exit_code daemon::run() {
         //    user, and its single-instance lock: a second `qrtd run` on it
         //    stops here.  Nothing root replays lives there.
         const std::filesystem::path state_dir = cfg.agent.state_dir;
-        if (auto st = prepare_state_dir(state_dir, *identity); !st) {
+        if (auto st = prepare_state_dir(state_dir, *identity, _opts.state_dir.has_value()); !st) {
             log::error("daemon", "agent.state_dir: {}", st.err().message);
             return exit_code::failure;
         }

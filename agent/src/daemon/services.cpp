@@ -6,7 +6,6 @@
 #include "services_internal.hpp"
 
 #include <dirent.h>
-#include <grp.h>
 #include <malloc.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -40,6 +39,7 @@ namespace qrt {
 namespace {
 
 using json = nlohmann::json;
+using services_detail::group_exists;
 using services_detail::k_ms;
 using services_detail::tl_error;
 
@@ -67,13 +67,6 @@ std::set<pid_t> own_tids() {
     }
     ::closedir(d);
     return out;
-}
-
-bool group_exists(const std::string& name) {
-    group gr{};
-    group* found = nullptr;
-    std::vector<char> buf(16384);
-    return ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found) == 0 && found != nullptr;
 }
 
 std::string comm_of(pid_t tid) {
@@ -172,54 +165,6 @@ handover_timing handover_timing_for(const config& cfg) {
                                                              : dispatch::dispatcher_config{}.slots;
     h.plan_max_jobs = 2 * slots;
     return h;
-}
-
-rpc::server_options control_socket_options(const config& cfg, bool warn) {
-    rpc::server_options so;
-    if (!cfg.rpc.socket_path.empty()) {
-        so.socket_path = cfg.rpc.socket_path;
-    }
-    so.socket_group = cfg.rpc.socket_group;
-    if (!so.socket_group.empty() && !group_exists(so.socket_group)) {
-        if (warn) {
-            log::warn("rpc", "rpc.socket_group '{}' does not exist on this host: the socket keeps "
-                         "the daemon's group",
-                      so.socket_group);
-        }
-        so.socket_group.clear();
-    }
-    if (cfg.rpc.socket_mode != 0) {
-        so.socket_mode = cfg.rpc.socket_mode;
-    }
-    if (cfg.rpc.max_connections > 0) {
-        so.max_connections = cfg.rpc.max_connections;
-    }
-    if (cfg.rpc.max_connections_per_uid > 0) {
-        so.max_connections_per_uid = cfg.rpc.max_connections_per_uid;
-    }
-    so.reserved_connections = cfg.rpc.reserved_connections;
-    if (cfg.rpc.max_inflight > 0) {
-        so.max_inflight = cfg.rpc.max_inflight;
-    }
-    so.idle_timeout = cfg.rpc.idle_timeout_s > 0
-                          ? std::chrono::milliseconds(std::chrono::seconds(cfg.rpc.idle_timeout_s))
-                          : std::chrono::milliseconds(std::chrono::hours(24 * 365));
-    if (cfg.rpc.max_line_bytes > 0) {
-        so.max_line_bytes = cfg.rpc.max_line_bytes;
-    }
-    if (cfg.rpc.nss_timeout_ms > 0) {
-        so.nss_timeout = std::chrono::milliseconds(cfg.rpc.nss_timeout_ms);
-    }
-    so.metrics_textfile = cfg.rpc.metrics_textfile;
-    so.listen = cfg.rpc.listen;
-    if (cfg.rpc.max_connections_per_host > 0) {
-        so.max_connections_per_host = cfg.rpc.max_connections_per_host;
-    }
-    if (cfg.rpc.auth_timeout_ms > 0) {
-        so.auth_timeout = std::chrono::milliseconds(cfg.rpc.auth_timeout_ms);
-    }
-    so.munge_socket = cfg.rpc.munge_socket;
-    return so;
 }
 
 services::services(event_loop& loop, const config& cfg, host_facts facts)

@@ -2,6 +2,7 @@
 // What the two parts of the services share (private to agent/src/daemon):
 //   services.cpp         wiring: start-up in order, stop in reverse
 //   services_status.cpp  agent.status, telemetry.snapshot, the probes' feed
+//   control_socket.cpp   the control socket's settings from [rpc]
 // The hand-over between the ledger and the dispatch threads (the job pump,
 // outcomes, calibration) is agent/src/handover's room.
 
@@ -27,6 +28,9 @@ namespace services_detail {
 constexpr std::int64_t k_ms = 1'000'000;
 
 inline std::string tl_error(const timeline::error& e) { return e.reason + ": " + e.message; }
+
+// Does NSS know a group of this name?
+bool group_exists(const std::string& name);
 
 }  // namespace services_detail
 

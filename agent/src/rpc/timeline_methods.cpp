@@ -5,15 +5,16 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <variant>
 
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "qrt/proto/envelope.hpp"
 
 namespace qrt::rpc {
 
@@ -110,8 +111,10 @@ tl::calibration_window read_window(const json& j, std::size_t index) {
 // they serve and the options they were registered with.
 class ledger_methods {
 public:
-    ledger_methods(tl::ledger& ledger, timeline_options opts)
-        : _ledger(ledger), _opts(std::move(opts)) {}
+    // max_depth: the engine's (engine_limits), which bounds a payload that
+    // is JSON as it bounds a request line.
+    ledger_methods(tl::ledger& ledger, timeline_options opts, std::size_t max_depth)
+        : _ledger(ledger), _opts(std::move(opts)), _max_depth(max_depth) {}
 
     tl::ledger& ledger() noexcept { return _ledger; }
     const tenant_limits* limits() const noexcept { return _opts.limits.get(); }
@@ -235,110 +238,75 @@ private:
 
     tl::ledger& _ledger;
     timeline_options _opts;
+    std::size_t _max_depth;
 };
 
 std::uint64_t read_id(const params_reader& p, std::string_view name) {
     return static_cast<std::uint64_t>(p.i64(name, 1, i64_max));
 }
 
-// The job envelope of qrtd(8), "Job payloads": a JSON object whose "format"
-// is "qasm3", with "shots" and "circuits" [{"name", "qubits", "qasm"}].  What
-// the agent can check without parsing OpenQASM: the envelope's shape, that
-// each program says it is OpenQASM 3, and (envelope_fits) that its qubits and
-// shots fit a QPU's [qpu.device].  A payload that is not a JSON object with
-// "format" is opaque and passes unchecked.
-constexpr std::size_t max_envelope_circuits = 256;
+// The job envelope of qrtd(8), "Job payloads", checked by the protocol's
+// room (qrt::proto::check_envelope): its shape, that each program says it is
+// OpenQASM 3, and (envelope_misfit) that its qubits and shots fit a QPU's
+// [qpu.device].  A payload that is not a JSON object with "format" is opaque
+// and passes unchecked.  A refusal names the field and, for a value of the
+// wrong kind, its JSON type: never the value, which is the client's and may
+// be up to dispatch.max_payload_bytes of anything.
 constexpr std::uint64_t max_wire_shots = 1'000'000;
 
-struct envelope_needs {
-    std::uint64_t qubits = 0;   // the widest circuit's
-    std::uint64_t shots = 0;
-};
+using proto::envelope_needs;
 
 [[noreturn]] void bad_envelope(const std::string& field, const std::string& why) {
     throw rpc_failure("invalid_argument", fmt::format("payload: {}", why), json{{"field", field}});
 }
 
-// "OPENQASM 3" after blanks and // or /* */ comments.
-bool says_openqasm3(const std::string& text) {
-    std::size_t i = 0;
-    while (i < text.size()) {
-        if (std::isspace(static_cast<unsigned char>(text[i])) != 0) {
-            ++i;
-        } else if (text.compare(i, 2, "//") == 0) {
-            const auto nl = text.find('\n', i);
-            i = nl == std::string::npos ? text.size() : nl + 1;
-        } else if (text.compare(i, 2, "/*") == 0) {
-            const auto end = text.find("*/", i + 2);
-            i = end == std::string::npos ? text.size() : end + 2;
-        } else {
-            break;
-        }
-    }
-    if (text.compare(i, 8, "OPENQASM") != 0) {
-        return false;
-    }
-    i += 8;
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) {
-        ++i;
-    }
-    return i < text.size() && text[i] == '3';
-}
-
-std::optional<envelope_needs> read_envelope(const tl::blob& payload) {
+// The payload as JSON, parsed once for the envelope and the shot count:
+// nullopt (opaque) when it does not begin with '{' or is not JSON.  JSON
+// that nests arrays and objects deeper than max_depth is refused before
+// anything reads it: the parser keeps its own stack on the heap, but what
+// reads a value afterwards (a comparison, a dump) recurses once a level, and
+// a payload of dispatch.max_payload_bytes can nest half a million levels.
+// Past the limit the callback keeps nothing, so the tree built is at most
+// max_depth deep whatever the payload holds.
+std::optional<json> payload_json(const tl::blob& payload, std::size_t max_depth) {
     if (payload.empty() || payload.front() != '{') {
         return std::nullopt;
     }
-    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
-    if (!j.is_object() || !j.contains("format")) {
+    bool too_deep = false;
+    // depth: the containers around the event (0 for the payload itself), so
+    // a container that starts at depth d is the (d + 1)th level.
+    const json::parser_callback_t keep = [&too_deep, max_depth](int depth, json::parse_event_t event,
+                                                                 json&) {
+        if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+            static_cast<std::size_t>(depth) >= max_depth) {
+            too_deep = true;
+            return false;
+        }
+        return true;
+    };
+    json j = json::parse(payload.begin(), payload.end(), keep, false);
+    if (j.is_discarded()) {
         return std::nullopt;
     }
-    const json& format = j["format"];
-    if (!format.is_string() || format.get<std::string>() != "qasm3") {
-        bad_envelope("payload.format", fmt::format("format = {} is not one qrtd knows (\"qasm3\")",
-                                                   format.dump()));
+    if (too_deep) {
+        throw rpc_failure(std::string(reason::invalid_params),
+                          fmt::format("parameter 'payload' is JSON that nests deeper than {} levels of arrays "
+                                      "and objects, more than qrtd reads",
+                                      max_depth),
+                          json{{"field", "payload"}, {"limit", max_depth}});
     }
-    envelope_needs out;
-    const auto shots = j.find("shots");
-    if (shots == j.end() || !shots->is_number_integer()) {
-        bad_envelope("payload.shots", "shots must be an integer of 1 or more");
+    return j;
+}
+
+std::optional<envelope_needs> read_envelope(const std::optional<json>& doc) {
+    if (!doc || !doc->is_object() || !doc->contains("format")) {
+        return std::nullopt;
     }
-    if (shots->is_number_unsigned()) {
-        out.shots = shots->get<std::uint64_t>();
+    auto checked = proto::check_envelope(*doc);
+    if (const auto* e = std::get_if<proto::envelope_error>(&checked)) {
+        bad_envelope(e->field, e->why);
     }
-    if (out.shots == 0) {
-        bad_envelope("payload.shots", fmt::format("shots = {} is not 1 or more", shots->dump()));
-    }
-    const auto circuits = j.find("circuits");
-    if (circuits == j.end() || !circuits->is_array() || circuits->empty()) {
-        bad_envelope("payload.circuits", "circuits must be a non-empty array of {name, qubits, qasm}");
-    }
-    if (circuits->size() > max_envelope_circuits) {
-        bad_envelope("payload.circuits", fmt::format("{} circuits, at most {} per job", circuits->size(),
-                                                     max_envelope_circuits));
-    }
-    for (std::size_t i = 0; i < circuits->size(); ++i) {
-        const json& c = (*circuits)[i];
-        const std::string at = fmt::format("payload.circuits[{}]", i);
-        if (!c.is_object()) {
-            bad_envelope(at, fmt::format("circuits[{}] is not an object", i));
-        }
-        const auto q = c.find("qubits");
-        if (q == c.end() || !q->is_number_unsigned() || q->get<std::uint64_t>() == 0) {
-            bad_envelope(at + ".qubits", fmt::format("circuits[{}].qubits must be an integer of 1 or more", i));
-        }
-        out.qubits = std::max(out.qubits, q->get<std::uint64_t>());
-        const auto qasm = c.find("qasm");
-        if (qasm == c.end() || !qasm->is_string()) {
-            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm must be a string of OpenQASM 3", i));
-        }
-        if (!says_openqasm3(qasm->get<std::string>())) {
-            bad_envelope(at + ".qasm", fmt::format("circuits[{}].qasm is not OpenQASM 3: it must begin with "
-                                                   "\"OPENQASM 3\"",
-                                                   i));
-        }
-    }
-    return out;
+    return std::get<envelope_needs>(checked);
 }
 
 // The shot count a jobs.submit states, read once here so that it travels
@@ -346,7 +314,7 @@ std::optional<envelope_needs> read_envelope(const tl::blob& payload) {
 // payload): "shots" in the params; else the envelope's; else, as before
 // there was an envelope, the "shots" of a payload that is an opaque JSON
 // object; else 0 (not stated: the hand-over sends its default, 1000).
-std::uint32_t shots_of_request(const params_reader& p, const tl::blob& payload,
+std::uint32_t shots_of_request(const params_reader& p, const std::optional<json>& doc,
                                const std::optional<envelope_needs>& needs) {
     if (p.has("shots")) {
         const auto v = static_cast<std::uint64_t>(p.i64("shots", 1, static_cast<std::int64_t>(max_wire_shots)));
@@ -359,13 +327,9 @@ std::uint32_t shots_of_request(const params_reader& p, const tl::blob& payload,
     if (needs) {
         return static_cast<std::uint32_t>(std::min(needs->shots, max_wire_shots));
     }
-    if (payload.empty() || payload.front() != '{') {
-        return 0;
-    }
-    const json j = json::parse(payload.begin(), payload.end(), nullptr, false);
-    if (j.is_object()) {
-        const auto it = j.find("shots");
-        if (it != j.end() && it->is_number_unsigned()) {
+    if (doc && doc->is_object()) {
+        const auto it = doc->find("shots");
+        if (it != doc->end() && it->is_number_unsigned()) {
             return static_cast<std::uint32_t>(std::min(it->get<std::uint64_t>(), max_wire_shots));
         }
     }
@@ -616,8 +580,9 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
     const auto token =
         static_cast<std::uint64_t>(p.i64("fencing_token", 0, i64_max));
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
-    const auto needs = read_envelope(payload);
-    const std::uint32_t shots = shots_of_request(p, payload, needs);
+    const std::optional<json> doc = payload_json(payload, _max_depth);
+    const auto needs = read_envelope(doc);
+    const std::uint32_t shots = shots_of_request(p, doc, needs);
     if (needs) {
         const tl::reservation r = take(_ledger.status(tenant_for(ctx, id), id));
         std::string field;
@@ -644,8 +609,9 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
         throw invalid_params("idempotency_key", "idempotency_key must not be empty");
     }
     tl::blob payload = decode_payload(p, _opts.max_payload_bytes);
-    const auto needs = read_envelope(payload);
-    req.shots = shots_of_request(p, payload, needs);
+    const std::optional<json> doc = payload_json(payload, _max_depth);
+    const auto needs = read_envelope(doc);
+    req.shots = shots_of_request(p, doc, needs);
     if (needs) {
         // Place only onto the QPUs the envelope fits; none: refuse, naming
         // the first candidate's misfit.
@@ -820,7 +786,7 @@ auto on_behalf_of(const ledger_methods& m, const json& params, call_context& ctx
 // The method table: name, role, summary, handler.
 void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options opts) {
     auto on_calibration = opts.on_calibration;
-    auto methods = std::make_shared<ledger_methods>(ledger, std::move(opts));
+    auto methods = std::make_shared<ledger_methods>(ledger, std::move(opts), rpc.limits().max_depth);
     using json_method = json (ledger_methods::*)(const json&, call_context&);
     using raw_method = void (ledger_methods::*)(const json&, call_context&, std::string&);
     const auto bind = [methods](json_method fn) -> handler {

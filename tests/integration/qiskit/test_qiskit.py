@@ -381,7 +381,7 @@ class Qiskit(unittest.TestCase):
         cases = [(envelope(BELL_QASM.replace("OPENQASM 3.0", "OPENQASM 2.0")), "is not OpenQASM 3"),
                  (envelope("h q[0];"), "is not OpenQASM 3"),
                  (envelope(BELL_QASM, qubits=5), "a circuit needs 5 qubits; qpu0 has 3"),
-                 (envelope(BELL_QASM, shots=0), "shots = 0 is not 1 or more"),
+                 (envelope(BELL_QASM, shots=0), "shots must be 1 or more"),
                  (envelope(BELL_QASM, shots=20001), "shots = 20001 is more than qpu0 takes (20000)"),
                  (json.dumps({"format": "qasm2", "shots": 1, "circuits": []}).encode(), "not one qrtd knows"),
                  (json.dumps({"format": "qasm3", "shots": 1, "circuits": []}).encode(), "non-empty array")]

@@ -6,7 +6,12 @@ by hand from wire.h's layout (qpu_aer's own codec is not used to check
 itself).  HELLO first; a JOB runs on qiskit-aer and its RESULT carries the
 real counts and the arrival stamp; a JOB outside its window, with a stale
 calibration id, wider than the QPU, or whose program does not parse is
-answered with the wire's ERROR, the last naming the line.
+answered with the wire's ERROR, the last naming the line.  One tenant's
+program cannot stall the endpoint for the others: a 42 KB program runs
+within its bound, a loop past the operation budget is refused before it
+runs, and a program that runs past its duration plus the margin is stopped,
+answered with an ERROR naming the bound, and the next job (from another
+connection) runs.
 Environment: QPU_AER (tools/qpu-aer/qpu_aer.py).
 """
 
@@ -39,6 +44,17 @@ def frame(type_, payload=b"", **kw):
     return HDR.pack(*(h[f] for f in FIELDS)) + payload
 
 
+def stop(p):
+    """SIGTERM to a qpu-aer this test started, SIGKILL if it has not gone in 15 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def envelope(qasm, shots=200, qubits=2):
     return json.dumps({"format": "qasm3", "shots": shots,
                        "circuits": [{"name": "c0", "qubits": qubits, "qasm": qasm}]}).encode()
@@ -63,9 +79,7 @@ class QpuAerWire(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.p.poll() is None:
-            cls.p.send_signal(signal.SIGTERM)
-            cls.p.wait(15)
+        stop(cls.p)
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def connect(self, hello=True):
@@ -94,12 +108,16 @@ class QpuAerWire(unittest.TestCase):
             payload += chunk
         return h, payload
 
-    def job(self, s, payload, job_id, calibration_id=5, shots=200, window_from=None, window_to=None):
+    def send_job(self, s, payload, job_id, calibration_id=5, shots=200, window_from=None, window_to=None,
+                 duration_ns=1000):
         now = time.time_ns()
         s.sendall(frame(JOB, payload, job_id=job_id, calibration_id=calibration_id, scheduled_ns=now,
                         sent_ns=now, window_start_ns=now - 10**9 if window_from is None else window_from,
-                        window_end_ns=now + 10**9 if window_to is None else window_to,
-                        duration_ns=1000, shots=shots, tolerance_ns=10**9))
+                        window_end_ns=now + duration_ns + 10**9 if window_to is None else window_to,
+                        duration_ns=duration_ns, shots=shots, tolerance_ns=10**9))
+
+    def job(self, s, payload, job_id, **kw):
+        self.send_job(s, payload, job_id, **kw)
         h, p = self.read(s)
         self.assertEqual(h["job_id"], job_id)
         return h, p
@@ -160,7 +178,7 @@ class QpuAerWire(unittest.TestCase):
         p = subprocess.Popen([sys.executable, QPU_AER, "--listen", "unix://" + path, "--qubits", "2",
                               "--period-ns", "1000000000", "--blackout-ns", "500000000", "--duration-s", "60"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (p.send_signal(signal.SIGTERM), p.wait(15)))
+        self.addCleanup(stop, p)
         give_up = time.monotonic() + 60
         while not os.path.exists(path) and time.monotonic() < give_up and p.poll() is None:
             time.sleep(0.05)
@@ -232,6 +250,83 @@ class QpuAerWire(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertTrue(ok, "no connection served after the others closed")
+
+    def test_a_42_kb_program_runs_within_its_bound(self):
+        # 1400 bit registers, each measured once: 44 KB.  Dropping MQT's
+        # zero assignments used to try every register against every line,
+        # a regex each, and kept the one worker busy for minutes.
+        n = 1400
+        lines = ['OPENQASM 3.0;', 'include "stdgates.inc";', "qubit[2] q;", "h q[0];", "cx q[0], q[1];"]
+        lines += [f"bit b{i};" for i in range(n)]
+        lines += [f"b{i} = measure q[{i % 2}];" for i in range(n)]
+        qasm = "\n".join(lines) + "\n"
+        self.assertGreater(len(qasm), 42_000)
+        s = self.connect()
+        s.settimeout(120)   # the job's bound is 60 s + the 10 s margin
+        h, p = self.job(s, envelope(qasm), 300, duration_ns=60 * 10**9)
+        self.assertEqual(h["type"], RESULT, p)
+        counts = json.loads(p)["results"][0]["counts"]
+        self.assertEqual(sum(counts.values()), 200)
+        for bits in counts:   # b0, b2, ... measure q[0]; b1, b3, ... q[1]; both equal (a Bell pair)
+            self.assertEqual(len(set(bits.split(" "))), 1, bits)
+
+    def test_a_loop_past_the_operation_budget_is_refused_before_it_runs(self):
+        s = self.connect()
+        s.settimeout(60)
+        for i, body in enumerate(("for uint i in [0:999999999] { x q[0]; }",
+                                  "for uint i in [0:9999] { for uint j in [0:9999] { x q[1]; } }")):
+            qasm = BELL.replace("c[0] = measure", body + "\nc[0] = measure")
+            h, p = self.job(s, envelope(qasm), 400 + i)
+            self.assertEqual((h["type"], h["status"]), (ERROR, 6), p)
+            self.assertIn("operations with its for loops unrolled", p.decode())
+            self.assertIn("--max-operations", p.decode())
+        # Within the budget a loop runs.
+        h, p = self.job(s, envelope(BELL.replace("h q[0];", "for uint i in [0:9] { x q[0]; }\nh q[0];")), 402)
+        self.assertEqual(h["type"], RESULT, p)
+
+    def test_a_job_past_its_bound_is_stopped_and_the_next_tenants_job_runs(self):
+        # A qpu-aer of its own, with the default margin (10 s).  Tenant A's
+        # program loops for ever (reset and measure until the bit is 1);
+        # tenant B's Bell job waits behind it on another connection.
+        path = os.path.join(self.dir, "b.sock")
+        summary = os.path.join(self.dir, "b.json")
+        p = subprocess.Popen([sys.executable, QPU_AER, "--listen", "unix://" + path, "--qubits", "2",
+                              "--summary-file", summary, "--duration-s", "300"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(stop, p)
+        give_up = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < give_up and p.poll() is None:
+            time.sleep(0.05)
+
+        def tenant():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(90)
+            s.connect(path)
+            self.addCleanup(s.close)
+            s.sendall(frame(HELLO, b"test"))
+            self.assertEqual(self.read(s)[0]["type"], HELLO)
+            return s
+        a, b = tenant(), tenant()
+        forever = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[1] c;\nqubit[1] q;\nc = measure q;\n'
+                   "while (c == 0) { reset q[0]; c = measure q; }\n")
+        self.send_job(a, envelope(forever, qubits=1), 500, duration_ns=10**9)
+        time.sleep(0.5)   # A's job is the one running
+        self.send_job(b, envelope(BELL), 501)
+        h, why = self.read(a)
+        self.assertEqual((h["job_id"], h["type"], h["status"]), (500, ERROR, 6), why)
+        self.assertIn("ran past its time bound, 11.000 s", why.decode())
+        self.assertIn("duration 1000000000 ns + --run-margin-s 10", why.decode())
+        h, result = self.read(b)
+        self.assertEqual((h["job_id"], h["type"]), (501, RESULT), result)
+        self.assertEqual(sum(json.loads(result)["results"][0]["counts"].values()), 200)
+        # And the next one after that, from A again.
+        self.send_job(a, envelope(BELL), 502)
+        h, result = self.read(a)
+        self.assertEqual((h["job_id"], h["type"]), (502, RESULT), result)
+        stop(p)
+        with open(summary) as f:
+            counters = json.load(f)
+        self.assertEqual((counters["stopped"], counters["results"]), (1, 2), counters)
 
     def test_the_first_frame_must_be_hello(self):
         s = self.connect(hello=False)

@@ -24,13 +24,7 @@
 #include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/dispatcher.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define QRT_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define QRT_TEST_SANITIZED 1
-#endif
-#endif
+#include "qrt_test/sanitizer.hpp"
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "qrt_test/process.hpp"
+#include "qrt_test/sanitizer.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/rt_thread.hpp"
 
@@ -20,17 +21,7 @@ using rtcore::rt_thread_config;
 
 namespace {
 // AddressSanitizer intercepts mlockall and makes it a no-op returning 0.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool mlockall_is_real = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool mlockall_is_real = false;
-#else
-constexpr bool mlockall_is_real = true;
-#endif
-#else
-constexpr bool mlockall_is_real = true;
-#endif
+constexpr bool mlockall_is_real = !qrt::testing::address_sanitized;
 }  // namespace
 using rtcore::sched_policy;
 using rtcore::thread_sched_attr;
