@@ -383,8 +383,10 @@ int main(int argc, char** argv) {
     }
     std::vector<std::int64_t> enc_ns;
     std::vector<std::int64_t> dec_ns;
+    const std::string dialled = "tcp://" + g_server_addr + ":" + std::to_string(port);
     for (int i = 0; i < connections; ++i) {
-        const std::string payload = qrt::rpc::auth_payload(qrt::rpc::make_nonce());
+        const std::string nonce = qrt::rpc::make_nonce();
+        const std::string payload = qrt::rpc::auth_payload(nonce, dialled);
         munge_ctx_t ctx = munge_ctx_create();
         if (!munge_socket.empty()) {
             munge_ctx_set(ctx, MUNGE_OPT_SOCKET, munge_socket.c_str());
@@ -399,7 +401,8 @@ int main(int argc, char** argv) {
             return 1;
         }
         t0 = clk::now();
-        const auto r = qrt::rpc::munge_check(munge_socket, cred, payload);
+        auto r = qrt::rpc::munge_check(munge_socket, cred);
+        qrt::rpc::check_binding(r, nonce, {dialled});
         dec_ns.push_back(ns_since(t0));
         std::free(cred);
         if (!r.ok) {

@@ -79,7 +79,8 @@ inline constexpr std::array<reason_entry, 32> reason_table{{
     {"endpoint_down",        -32022, 21, "the QPU's endpoint is not connected and the start is within timeline.endpoint_down_horizon_ns (data: since_ns, error, remedy)"},
     // The network listener (rpc.listen): the connection's MUNGE credential
     // was refused (data.cause: expired, rewound, replayed, invalid,
-    // malformed, nonce_mismatch, auth_required, auth_timeout); it is closed.
+    // malformed, nonce_mismatch, address_mismatch, auth_required,
+    // auth_timeout); it is closed.
     {"unauthenticated",      -32023, 22, "the connection did not authenticate (data.cause says why); nothing was served"},
 }};
 // clang-format on
