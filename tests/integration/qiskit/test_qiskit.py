@@ -14,7 +14,7 @@ executing OpenQASM 3) + the Qiskit backend qrtd_qiskit.
   5. Bad input (not OpenQASM 3, too many qubits, shots 0 or too large) is a
      clear error at submit, by the backend and by qrtd (a raw envelope), with
      nothing dispatched; a program qpu-aer cannot parse fails the job with the
-     wire's error naming the line.
+     wire's error naming the line.  str() of an error is "message (reason)".
 
 Behaviour only, never timings.  Runs in build/venv (tools/python/sdk_venv.sh).
 As root qrtd runs the deployed way (user qrtd, from the shipped sysusers.d).
@@ -375,6 +375,8 @@ class Qiskit(unittest.TestCase):
                 fn()
             self.assertEqual(cm.exception.reason, "invalid_argument", cm.exception)
             self.assertIn(text, str(cm.exception))
+            # What a user prints: the message and the reason, unquoted.
+            self.assertEqual(str(cm.exception), f"{cm.exception.message} (invalid_argument)")
 
     def test_bad_input_is_refused_at_submit_by_qrtd_and_nothing_is_dispatched(self):
         c = self.client()
@@ -390,6 +392,8 @@ class Qiskit(unittest.TestCase):
                 c.jobs_submit(payload, duration_ns=1 * MS, idempotency_key=f"bad-{i}", qpus=["qpu0"])
             self.assertEqual(cm.exception.reason, "invalid_argument", cm.exception)
             self.assertIn(text, str(cm.exception))
+            # What a user prints: the message and the reason, unquoted.
+            self.assertEqual(str(cm.exception), f"{cm.exception.message} (invalid_argument)")
             # Nothing was placed under that key: the same key with a good
             # payload is a new job, not the refused one.
         ok = c.jobs_submit(envelope(BELL_QASM), duration_ns=1 * MS, idempotency_key="bad-0", qpus=["qpu0"],

@@ -60,6 +60,10 @@ class QrtdError(QiskitError):
         self.data = data
         self.next_start_ns = next_start_ns
 
+    def __str__(self) -> str:
+        # QiskitError prints repr(self.message): quoted, and without the reason.
+        return f"{self.message} ({self.reason})"
+
 
 class QrtdJobError(QrtdError, JobError):
     """A job that did not give a result: reason is the job's (e.g. "qpu_error",
