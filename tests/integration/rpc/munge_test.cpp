@@ -9,6 +9,7 @@
 // munge), and the role tests when not root (a credential of another uid
 // needs a process of that uid).
 #include "munge_harness.hpp"
+#include "qrt/client.h"
 
 namespace {
 
@@ -317,6 +318,36 @@ TEST_F(munge_listener, a_uid_without_the_scheduler_role_is_refused_remotely_as_l
         EXPECT_EQ(reserve.exit_code, 6) << where << ": " << reserve.out << reserve.err;
         EXPECT_NE((reserve.out + reserve.err).find("permission_denied"), std::string::npos) << where;
     }
+}
+
+// The C library's own calls (qrt/client.h, libqrt-client.so) over tcp://,
+// named and from $QRT_SOCKET as a Slurm step on a compute node has it, and
+// qrtctl from $QRT_SOCKET: README "From other nodes" names each.
+TEST_F(munge_listener, the_c_library_and_qrtctl_speak_tcp_from_qrt_socket) {
+    harness& hh = h();
+    ASSERT_EQ(::setenv("QRT_MUNGE_SOCKET", key_a->socket.c_str(), 1), 0);
+    ASSERT_EQ(::setenv("QRT_SOCKET", hh.url().c_str(), 1), 0);
+    const std::string url = hh.url();
+    for (const char* path : {url.c_str(), static_cast<const char*>(nullptr)}) {
+        qrt_client* c = nullptr;
+        qrt_error err{};
+        ASSERT_EQ(qrt_connect(path, &c, &err), 0) << err.reason << ": " << err.message;
+        char* hello = nullptr;
+        ASSERT_EQ(qrt_hello(c, &hello, &err), 0) << err.reason << ": " << err.message;
+        const json got = json::parse(hello, nullptr, false);
+        qrt_free(hello);
+        qrt_close(c);
+        EXPECT_EQ(got["peer"].value("uid", -1), static_cast<int>(::geteuid())) << got.dump();
+        EXPECT_EQ(got["peer"].value("pid", -1), 0) << "not a process of this host";
+    }
+    const std::string qrtctl = std::getenv("QRTCTL") != nullptr ? std::getenv("QRTCTL") : QRT_TEST_QRTCTL;
+    qrt::testing::run_options ro;
+    ro.env = {"QRT_MUNGE_SOCKET=" + key_a->socket, "QRT_SOCKET=" + hh.url()};
+    const auto ctl = qrt::testing::run({qrtctl, "--json", "agent", "hello"}, ro);
+    ::unsetenv("QRT_SOCKET");
+    ::unsetenv("QRT_MUNGE_SOCKET");
+    ASSERT_EQ(ctl.exit_code, 0) << ctl.out << ctl.err;
+    EXPECT_EQ(json::parse(ctl.out, nullptr, false)["peer"].value("uid", -1), static_cast<int>(::geteuid()));
 }
 
 }  // namespace
