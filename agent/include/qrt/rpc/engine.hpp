@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -124,9 +125,16 @@ struct line_reply {
     std::size_t requests = 0;    // requests the line held (a batch: its size)
 };
 
+// How a line is read (agent/src/rpc/request_reader.hpp).
+struct line_read;
+struct request_view;
+
 class engine {
 public:
     explicit engine(engine_limits limits = {});
+    ~engine();
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
 
     registry& methods() noexcept { return _registry; }
     const registry& methods() const noexcept { return _registry; }
@@ -207,7 +215,7 @@ public:
 private:
     // Append the reply to one request (false, nothing appended: it was a
     // notification).
-    bool write_request(const json& request, session& s, std::string& out);
+    bool write_request(const request_view& request, session& s, std::string& out);
     // Append the reply to a batch; returns the requests it counts for.
     std::size_t write_batch(const json& batch, session& s, std::string& out);
     void write_error(std::string& out, const json& id, const rpc_failure& f);
@@ -236,6 +244,7 @@ private:
     std::function<std::uint64_t()> _durable;
     pending_ack _line_ack;
     std::uint64_t _line_charged = 0;  // what admit_line took for the line being handled
+    std::unique_ptr<line_read> _read;  // the line being handled, read by SAX (request_reader.hpp)
     std::map<std::uint64_t, std::uint64_t> _held_lines;  // last seq -> first seq
     std::map<std::uint64_t, rpc_failure> _refused_lines; // last seq -> its answer
     std::uint64_t _lines = 0;
