@@ -152,7 +152,8 @@ class ClientError(QrtError):
         self.errno = errno
 
 
-# What the MUNGE credential signs (agent/include/qrt/rpc/auth_binding.hpp):
+# What the MUNGE credential signs (agent/proto/include/qrt/proto/auth_binding.hpp;
+# the version is protocol.toml's [auth], checked by test_qrt_client.py):
 # "qrtd-auth-v2 <nonce> <address>", the address being the listener this
 # socket is connected to, so that another qrtd refuses the credential should
 # this listener have relayed its challenge.

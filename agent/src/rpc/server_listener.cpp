@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
-#include "qrt/rpc/auth_binding.hpp"
+#include "qrt/proto/auth_binding.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/unique_fd.hpp"
 #include "server_internal.hpp"

@@ -207,6 +207,11 @@ private:
     // client retries (with the same idempotency key).  Reads and
     // slots.heartbeat go on.
     void check_commit_backlog() const {
+        if (!_ledger.stopped().empty()) {
+            throw rpc_failure("store_error",
+                              fmt::format("ledger: {}; qrtd stops, retry once it is back",
+                                          _ledger.stopped()));
+        }
         if (!_ledger.accepting_changes()) {
             throw rpc_failure("unavailable",
                               fmt::format("ledger: {} changes are waiting for their commit "

@@ -194,7 +194,9 @@ void commit_writer::run() {
             out.ok = false;
             out.failure = std::move(st).err();
             // What the ledger reloads, read here and not on the loop.
-            out.reloaded = std::make_shared<result<stored_state>>(_store->load());
+            status seam = _opts.before_reload ? _opts.before_reload() : status{};
+            out.reloaded = seam ? std::make_shared<result<stored_state>>(_store->load())
+                                : std::make_shared<result<stored_state>>(std::move(seam).err());
         } else {
             _groups.fetch_add(1, std::memory_order_relaxed);
             if (checkpoint) {

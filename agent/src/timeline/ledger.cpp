@@ -11,7 +11,8 @@ ledger::ledger(std::vector<qpu_spec> qpus, ledger_options opts,
                std::unique_ptr<placement_policy> policy)
     : _opts(std::move(opts)),
       _policy(std::move(policy)),
-      _durable(durability_options{_opts.commit_group_max, _opts.commit_group_wait, _opts.commit_hook},
+      _durable(durability_options{_opts.commit_group_max, _opts.commit_group_wait, _opts.commit_hook,
+                                  _opts.reload_hook},
                durability_side()) {
     _qpus.resize(qpus.size());
     for (std::size_t i = 0; i < qpus.size(); ++i) {
@@ -209,6 +210,7 @@ status ledger::reload_from(stored_state state) {
     _dirty_windows.clear();
     _pending_events.clear();
     _going_out.clear();
+    _booked.clear();
     _next_id = std::max<std::uint64_t>(1, loaded->next_id);
     _next_token = std::max<std::uint64_t>(1, loaded->next_token);
     _next_gang = std::max<std::uint64_t>(1, loaded->next_gang);
@@ -250,6 +252,7 @@ status ledger::reload_from(stored_state state) {
                 }
             }
             qs.busy.emplace(r.start_ns, r.id);
+            _booked.add(r.tenant, r.id, r.start_ns, r.end_ns());
             if (r.state == res_state::committed) {
                 qs.pending.emplace(r.start_ns, r.id);
             }
@@ -313,19 +316,7 @@ bool ledger::has_idempotency_key(std::string_view tenant, std::string_view key) 
 
 std::int64_t ledger::booked_within(std::string_view tenant, std::int64_t from_ns,
                                    std::int64_t until_ns) const {
-    std::int64_t total = 0;
-    for (const qpu_state& qs : _qpus) {
-        for (auto it = qs.busy.begin(); it != qs.busy.end() && it->first < until_ns; ++it) {
-            const auto r = _res.find(it->second);
-            if (r == _res.end() || r->second.tenant != tenant || !is_active(r->second.state)) {
-                continue;
-            }
-            const std::int64_t a = std::max(from_ns, r->second.start_ns);
-            const std::int64_t b = std::min(until_ns, r->second.end_ns());
-            total += b > a ? b - a : 0;
-        }
-    }
-    return total;
+    return _booked.within(tenant, from_ns, until_ns);
 }
 
 // ---------------------------------------------------------------- lookups

@@ -127,10 +127,16 @@ std::vector<std::string> ledger::check_invariants() const {
         }
     }
     std::size_t busy_total = 0;
+    std::map<std::string, std::int64_t> booked;  // tenant -> the durations its busy entries hold
     for (std::size_t q = 0; q < _qpus.size(); ++q) {
         const qpu_state& qs = _qpus[q];
         const std::string& name = qs.spec.name;
         busy_total += qs.busy.size();
+        for (const auto& [start, id] : qs.busy) {
+            if (const auto it = _res.find(id); it != _res.end()) {
+                booked[it->second.tenant] += it->second.duration_ns;
+            }
+        }
         std::int64_t prev_end = std::numeric_limits<std::int64_t>::min();
         std::uint64_t prev_id = 0;
         for (const auto& [start, id] : qs.busy) {
@@ -217,6 +223,20 @@ std::vector<std::string> ledger::check_invariants() const {
     if (busy_total != active) {
         fail("busy maps hold " + std::to_string(busy_total) + " entries for " +
              std::to_string(active) + " active reservations");
+    }
+    // The near-term index (booked_time) holds exactly the busy entries.
+    if (_booked.intervals() != busy_total || _booked.tenants() != booked.size()) {
+        fail("the booked-time index holds " + std::to_string(_booked.intervals()) + " intervals of " +
+             std::to_string(_booked.tenants()) + " tenants for " + std::to_string(busy_total) +
+             " busy entries of " + std::to_string(booked.size()));
+    }
+    for (const auto& [tenant, total] : booked) {
+        const std::int64_t held = _booked.within(tenant, std::numeric_limits<std::int64_t>::min(),
+                                                 std::numeric_limits<std::int64_t>::max());
+        if (held != total) {
+            fail("the booked-time index holds " + n2s(held) + " ns for tenant " + tenant + ", its busy entries " +
+                 n2s(total));
+        }
     }
     return bad;
 }

@@ -25,12 +25,12 @@
 #include "qrt_test/process.hpp"
 #include "qrt_test/rpc_client.hpp"
 #include "qrt/client.h"
-#include "qrt/rpc/errors.hpp"
+#include "qrt/proto/protocol.hpp"
 
 namespace {
 
 using json = nlohmann::json;
-namespace reason = qrt::rpc::reason;
+namespace reason = qrt::proto::reason;
 using qrt::testing::background;
 using qrt::testing::ran;
 using qrt::testing::run_options;
@@ -89,7 +89,7 @@ protected:
         EXPECT_FALSE(j.is_discarded()) << "--json output is not JSON:\n" << r.out << r.err;
         return {r, j};
     }
-    static int exit_for(std::string_view reason) { return qrt::rpc::exit_code_for_reason(reason); }
+    static int exit_for(std::string_view reason) { return qrt::proto::exit_code_for_reason(reason); }
 
     // A fresh key per call, so tests never collide through idempotency.
     static std::string key(std::string_view what) {
@@ -450,7 +450,7 @@ TEST_F(c_abi, an_agent_error_is_eremoteio_with_code_and_reason) {
     EXPECT_EQ(rc, -EREMOTEIO);
     EXPECT_EQ(out, nullptr);
     EXPECT_EQ(std::string_view(err.reason), reason::unknown_qpu);
-    EXPECT_EQ(err.code, qrt::rpc::code_for_reason(reason::unknown_qpu));
+    EXPECT_EQ(err.code, qrt::proto::code_for_reason(reason::unknown_qpu));
     EXPECT_EQ(err.sys_errno, 0);
     EXPECT_NE(std::string(err.message).find("nope"), std::string::npos) << err.message;
     EXPECT_EQ(qrt_exit_code_for_reason(err.reason), exit_for(reason::unknown_qpu));

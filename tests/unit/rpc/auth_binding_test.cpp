@@ -1,4 +1,4 @@
-// What a network listener's MUNGE credential binds (qrt/rpc/auth_binding.hpp,
+// What a network listener's MUNGE credential binds (qrt/proto/auth_binding.hpp,
 // check_binding): the address text both sides write, and each refusal of a
 // decoded payload, without munged (the integration tests use a real one).
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "qrt/rpc/auth_binding.hpp"
+#include "qrt/proto/auth_binding.hpp"
 #include "qrt/rpc/munge_auth.hpp"
 
 namespace rpc = qrt::rpc;

@@ -18,8 +18,7 @@
 #include <system_error>
 #include <thread>
 
-#include "qrt/rpc/auth_binding.hpp"
-#include "qrt/rpc/errors.hpp"
+#include "qrt/proto/auth_binding.hpp"
 
 namespace qrt::client {
 
@@ -57,15 +56,6 @@ std::string dump(const json& j) {
 
 }  // namespace
 
-int exit_code_for(std::string_view reason) noexcept {
-    for (const auto& e : local_exit_table) {
-        if (e.reason == reason) {
-            return e.exit_code;
-        }
-    }
-    return rpc::exit_code_for_reason(reason);
-}
-
 std::string default_socket_path() {
 #ifdef QRT_DEFAULT_SOCKET_PATH
     return QRT_DEFAULT_SOCKET_PATH;
@@ -101,7 +91,7 @@ reply reply_from_object(const json& obj) {
     if (const auto c = err.find("code"); c != err.end() && c->is_number_integer()) {
         e.code = c->get<int>();
     } else {
-        e.code = rpc::code_internal_error;
+        e.code = proto::code_internal_error;
     }
     if (const auto m = err.find("message"); m != err.end() && m->is_string()) {
         e.message = m->get<std::string>();
@@ -116,10 +106,10 @@ reply reply_from_object(const json& obj) {
     }
     if (e.reason.empty()) {
         // A foreign server that omits data.reason: the code's default.
-        e.reason = std::string(rpc::default_reason_for_code(e.code));
+        e.reason = std::string(proto::default_reason_for_code(e.code));
     }
     if (e.code == 0) {
-        e.code = rpc::code_internal_error;  // 0 is reserved for local failures
+        e.code = proto::code_internal_error;  // 0 is reserved for local failures
     }
     return e;
 }
@@ -253,11 +243,11 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
         return local(local_reason::protocol_error, EPROTO,
                      _path + ": the first line is not a MUNGE auth.challenge: " + dump(*note).substr(0, 160));
     }
-    if (version != rpc::auth_payload_version) {
+    if (version != proto::auth::payload_version) {
         return local(local_reason::protocol_error, EPROTO,
                      _path + ": the agent's challenge asks for a credential of " +
                          (version.empty() ? std::string("qrtd-auth-v1, which binds no address") : version) +
-                         ", not " + std::string(rpc::auth_payload_version) + ": upgrade qrtd there");
+                         ", not " + std::string(proto::auth::payload_version) + ": upgrade qrtd there");
     }
     // The credential names the listener this socket is connected to, so
     // that another qrtd refuses it should this one have relayed its
@@ -268,7 +258,8 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
         const int e = errno;
         return local(local_reason::disconnected, e, _path + ": getpeername: " + errno_text(e));
     }
-    const std::string payload = rpc::auth_payload(nonce, rpc::tcp_address_text(reinterpret_cast<const sockaddr*>(&peer)));
+    const std::string payload =
+        proto::auth_payload(nonce, proto::tcp_address_text(reinterpret_cast<const sockaddr*>(&peer)));
     std::string sock = opts.munge_socket;
     if (sock.empty()) {
         if (const char* env = std::getenv("QRT_MUNGE_SOCKET"); env != nullptr && *env != '\0') {

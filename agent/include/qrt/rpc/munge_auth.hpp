@@ -12,7 +12,7 @@
 //                       or one `unauthenticated` (or `unavailable`) error
 //                       whose data.cause says why, then the connection closes.
 // The credential's payload must be exactly auth_payload(nonce, address)
-// (qrt/rpc/auth_binding.hpp): "qrtd-auth-v2 <nonce> tcp://ADDR:PORT", the
+// (qrt/proto/auth_binding.hpp): "qrtd-auth-v2 <nonce> tcp://ADDR:PORT", the
 // address being the listener the client dialled, which must be one of this
 // server's names for the connection.  A credential made for one connection
 // cannot open another (the nonce), one made for another listener cannot
@@ -35,9 +35,15 @@
 #include <string_view>
 #include <vector>
 
-#include "qrt/rpc/auth_binding.hpp"
+#include "qrt/proto/auth_binding.hpp"
 
 namespace qrt::rpc {
+
+// What a credential signs (qrt/proto/auth_binding.hpp, protocol.toml [auth]).
+using proto::auth_payload;
+using proto::canonical_tcp_address;
+using proto::tcp_address_text;
+inline constexpr std::string_view auth_payload_version = proto::auth::payload_version;
 
 // data.cause of a refused authentication (reason `unauthenticated`); stable.
 namespace auth_cause {

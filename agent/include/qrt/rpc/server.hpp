@@ -42,7 +42,7 @@
 // auth.munge and a MUNGE credential over auth_payload(nonce, address) --
 // the address being the one the peer dialled, one of this server's names
 // for the connection -- before any method, reads and agent.hello included
-// (qrt/rpc/munge_auth.hpp, qrt/rpc/auth_binding.hpp).  The
+// (qrt/rpc/munge_auth.hpp, qrt/proto/auth_binding.hpp).  The
 // credential's uid and gid then stand for SO_PEERCRED: NSS, roles, the
 // per-uid cap and every other limit apply unchanged.  Until it has
 // authenticated a connection is in a pool of its own, outside

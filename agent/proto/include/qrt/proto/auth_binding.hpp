@@ -2,7 +2,7 @@
 // What a MUNGE credential of the network listener signs (qrtd(8), NETWORK
 // LISTENER), header-only so that the server and libqrt-client share it:
 //
-//     qrtd-auth-v2 <nonce> <address>
+//     <auth::payload_version> <nonce> <address>     (protocol.toml [auth])
 //
 // <nonce> is the one of the server's auth.challenge; <address> is the
 // listener the client's socket is connected to, as the client sees it
@@ -26,9 +26,9 @@
 #include <string>
 #include <string_view>
 
-namespace qrt::rpc {
+#include "qrt/proto/table.hpp"
 
-inline constexpr std::string_view auth_payload_version = "qrtd-auth-v2";
+namespace qrt::proto {
 
 // "tcp://ADDR:PORT" of an AF_INET or AF_INET6 address; "" for another family.
 inline std::string tcp_address_text(const sockaddr* sa) {
@@ -109,7 +109,7 @@ inline std::optional<std::string> canonical_tcp_address(std::string_view text) {
 // The payload a client signs for the challenge `nonce` on a connection to
 // `address` (tcp_address_text of its peer).
 inline std::string auth_payload(std::string_view nonce, std::string_view address) {
-    std::string p(auth_payload_version);
+    std::string p(auth::payload_version);
     p += ' ';
     p.append(nonce);
     p += ' ';
@@ -117,4 +117,4 @@ inline std::string auth_payload(std::string_view nonce, std::string_view address
     return p;
 }
 
-}  // namespace qrt::rpc
+}  // namespace qrt::proto
