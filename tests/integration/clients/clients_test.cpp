@@ -504,6 +504,11 @@ TEST_F(c_abi, reserve_submit_status_release_through_the_convenience_calls) {
     qrt_reservation st{};
     ASSERT_EQ(qrt_jobs_status(c, r.reservation_id, &st, &err), 0);
     EXPECT_STREQ(st.state, "committed");
+    // A cancel that states a token that is not the job's changes nothing.
+    EXPECT_EQ(qrt_jobs_cancel_fenced(c, r.reservation_id, r.fencing_token ^ 1, &err), -EREMOTEIO);
+    EXPECT_EQ(std::string_view(err.reason), reason::bad_fencing_token);
+    ASSERT_EQ(qrt_jobs_status(c, r.reservation_id, &st, &err), 0);
+    EXPECT_STREQ(st.state, "committed");
     EXPECT_EQ(qrt_jobs_cancel(c, r.reservation_id, &err), 0) << err.message;
     ASSERT_EQ(qrt_jobs_status(c, r.reservation_id, &st, &err), 0);
     EXPECT_STREQ(st.state, "cancelled");
