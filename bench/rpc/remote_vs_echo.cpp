@@ -13,10 +13,14 @@
 //      + munge_encode + auth.munge (munged decodes, NSS, roles) until the
 //      result is read, against a bare TCP connect that reads the challenge;
 //      and munge_encode and munge_decode alone;
-//   4. --reserve-clients K (default 4) authenticated connections, each
-//      pipelining --reserves slots.reserve (a window of 32 in flight) into
-//      a second agent whose ledger is durable (SQLite, group commit): the
-//      acknowledged reservations per second over TCP.
+//   4. the real daemon: `qrtd run` (the binary, untuned, host untouched, a
+//      write-only file:///dev/null endpoint, its ledger on disk under --dir
+//      with group commit on its writer thread) serving its UNIX socket and
+//      its network listener on the server address; --reserve-clients K
+//      (default 4) connections, each pipelining --reserves slots.reserve
+//      (a window of 32 in flight), over the UNIX socket and over TCP
+//      (authenticated) in --reserve-rounds alternating rounds: acknowledged
+//      reservations per second on each path, medians, and TCP / UNIX.
 // Round trips are one request at a time, the same raw line client for the
 // echo floor and the agent (it never parses replies).  Goal: remote p50 <=
 // 2x the TCP echo.  Needs a running munged (--munge-socket, default
@@ -25,7 +29,8 @@
 //
 //   build/bench/rpc/rpc-remote-vs-echo [--munge-socket PATH] [--rtt-count 5000]
 //       [--connections 200] [--reservations 1000] [--veth]
-//       [--reserve-clients 4] [--reserves 500]
+//       [--reserve-clients 4] [--reserves 2000] [--reserve-rounds 3]
+//       [--qrtd build/agent/qrtd] [--dir /var/tmp]
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -33,7 +38,10 @@
 #include <munge.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -257,16 +266,19 @@ std::unique_ptr<qrt::client::connection> open_remote(std::uint16_t port, const s
 }
 
 // n slots.reserve pipelined on fd, `window` in flight; returns when every
-// reply is in.  Each its own key and not-before, so none collide.
-void pipelined_reserves(int fd, int client, int n, int window, std::int64_t base_ns) {
+// reply is in, the number that are not results.  Each its own key and
+// not-before, so none collide.
+int pipelined_reserves(int fd, const std::string& tag, int client, int n, int window, std::int64_t base_ns) {
     std::vector<char> buf(1 << 16);
+    std::string in;
     int sent = 0;
     int got = 0;
+    int errors = 0;
     auto send_one = [&] {
         const std::int64_t nb = base_ns + (static_cast<std::int64_t>(client) * n + sent) * 2'000'000;
         const std::string line = R"({"jsonrpc":"2.0","id":)" + std::to_string(sent) +
                                  R"(,"method":"slots.reserve","params":{"duration_ns":1000000,"qpus":["qpu0"],)"
-                                 R"("idempotency_key":"bench-)" +
+                                 R"("idempotency_key":"bench-)" + tag + "-" +
                                  std::to_string(client) + "-" + std::to_string(sent) +
                                  R"(","not_before_ns":)" + std::to_string(nb) + "}}\n";
         if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
@@ -282,15 +294,149 @@ void pipelined_reserves(int fd, int client, int n, int window, std::int64_t base
         if (r <= 0) {
             throw std::runtime_error("recv: closed");
         }
-        for (ssize_t i = 0; i < r; ++i) {
-            if (buf[static_cast<std::size_t>(i)] == '\n') {
-                ++got;
-                if (sent < n) {
-                    send_one();
-                }
+        in.append(buf.data(), static_cast<std::size_t>(r));
+        std::size_t pos = 0;
+        for (std::size_t nl; (nl = in.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+            errors += in.find("\"result\"", pos) > nl ? 1 : 0;
+            ++got;
+            if (sent < n) {
+                send_one();
             }
         }
+        in.erase(0, pos);
     }
+    return errors;
+}
+
+// `qrtd run`, the binary, on a fresh state directory: its UNIX socket and
+// its network listener on the server address; ended by pid.
+class qrtd_process {
+public:
+    qrtd_process(const std::string& qrtd, const std::filesystem::path& dir, const std::string& munge_socket) {
+        namespace fs = std::filesystem;
+        fs::remove_all(dir);
+        fs::create_directories(dir / "state");
+        sock = (dir / "qrtd.sock").string();
+        port = free_port();
+        _log = (dir / "qrtd.log").string();
+        std::ofstream cfg(dir / "qrtd.toml");
+        cfg << "[agent]\nlog_level = \"warn\"\nwatchdog = false\nuser = \"root\"\n"
+            << "[host]\napply_on_run = false\n[dispatch]\nmode = \"untuned\"\n"
+            << "[timeline]\npolicy = \"fifo\"\nhorizon_ns = 3_600_000_000_000\n"
+            << "default_lease_ns = 3_600_000_000_000\n"
+            << "[rpc]\nsocket_path = \"" << sock << "\"\nmax_inflight = 64\n"
+            << "listen = \"tcp://" << g_server_addr << ":" << port << "\"\n"
+            << (munge_socket.empty() ? std::string() : "munge_socket = \"" + munge_socket + "\"\n")
+            << "[roles]\nreader = []\nscheduler = [\"uid:" << ::geteuid()
+            << "\"]\ncalibration = []\nadmin = []\n[probes]\nenabled = false\n"
+            << "[tenants]\nmax_reservations = 1000000\nmax_requests_per_s = 0\n"
+            << "[[qpu]]\nname = \"qpu0\"\nendpoint = \"file:///dev/null\"\ncalibration = \"periodic\"\n"
+            << "period_ns = 1_000_000_000\nblackout_ns = 100_000_000\nfidelity_f0 = 0.99\n";
+        cfg.close();
+        const std::string cfg_path = (dir / "qrtd.toml").string();
+        const std::string state = (dir / "state").string();
+        std::fflush(nullptr);  // the child must not write our buffered output again
+        _pid = ::fork();
+        if (_pid == 0) {
+            std::FILE* f = std::freopen(_log.c_str(), "w", stdout);
+            (void)f;
+            ::dup2(STDOUT_FILENO, STDERR_FILENO);
+            ::execl(qrtd.c_str(), qrtd.c_str(), "run", "-c", cfg_path.c_str(), "--state-dir", state.c_str(),
+                    static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+        for (int i = 0; i < 400; ++i) {
+            const int fd = connect_unix(sock);
+            if (fd >= 0) {
+                ::close(fd);
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        stop();
+        throw std::runtime_error("qrtd did not come up; see " + _log);
+    }
+    ~qrtd_process() { stop(); }
+    qrtd_process(const qrtd_process&) = delete;
+    qrtd_process& operator=(const qrtd_process&) = delete;
+
+    static int connect_unix(const std::string& path) {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+        if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+            ::close(fd);
+            return -1;
+        }
+        return fd;
+    }
+
+    std::string sock;
+    std::uint16_t port = 0;
+
+private:
+    static std::uint16_t free_port() {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        (void)::inet_pton(AF_INET, g_server_addr.c_str(), &a.sin_addr);
+        socklen_t len = sizeof a;
+        if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+            throw std::runtime_error(std::string("bind for a free port: ") + std::strerror(errno));
+        }
+        ::close(fd);
+        return ntohs(a.sin_port);
+    }
+    void stop() {
+        if (_pid > 0) {
+            ::kill(_pid, SIGTERM);
+            ::waitpid(_pid, nullptr, 0);
+            _pid = -1;
+        }
+    }
+    pid_t _pid = -1;
+    std::string _log;
+};
+
+// K connections (made by `open`) each pipelining n slots.reserve at once:
+// acknowledged reservations per second of wall time, errors counted.
+double reserve_rate(const std::function<int()>& open, const std::string& tag, int clients, int n,
+                    std::int64_t base_ns, int& errors) {
+    std::vector<int> fds;
+    for (int i = 0; i < clients; ++i) {
+        fds.push_back(open());
+    }
+    std::atomic<int> bad{0};
+    const auto t0 = clk::now();
+    {
+        std::vector<std::thread> ts;
+        for (int i = 0; i < clients; ++i) {
+            ts.emplace_back([&, i] {
+                try {
+                    bad += pipelined_reserves(fds[static_cast<std::size_t>(i)], tag, i, n, 32, base_ns);
+                } catch (const std::exception& ex) {
+                    std::fprintf(stderr, "reserve client %d (%s): %s\n", i, tag.c_str(), ex.what());
+                    bad += n;
+                }
+            });
+        }
+        for (auto& t : ts) {
+            t.join();
+        }
+    }
+    const double secs = static_cast<double>(ns_since(t0)) / 1e9;
+    for (const int fd : fds) {
+        ::close(fd);
+    }
+    errors += bad.load();
+    return secs > 0 ? (static_cast<double>(clients) * n - bad.load()) / secs : 0.0;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -307,10 +453,18 @@ int main(int argc, char** argv) {
     app.add_option("--reservations", reservations, "reservations in the ledger for slots.query");
     bool veth = false;
     int reserve_clients = 4;
-    int reserves = 500;
+    int reserves = 2000;
+    int reserve_rounds = 3;
+    std::string qrtd = QRT_QRTD_PATH;
+    std::string base_dir = "/var/tmp";
     app.add_flag("--veth", veth, "across a veth pair between two network namespaces (root)");
-    app.add_option("--reserve-clients", reserve_clients, "connections for the durable reserve rate");
-    app.add_option("--reserves", reserves, "slots.reserve per connection");
+    app.add_option("--reserve-clients", reserve_clients, "connections for the durable reserve rate")
+        ->check(CLI::Range(1, 64));
+    app.add_option("--reserves", reserves, "slots.reserve per connection and round")->check(CLI::Range(1, 1'000'000));
+    app.add_option("--reserve-rounds", reserve_rounds, "alternating UNIX/TCP rounds of the durable reserve rate")
+        ->check(CLI::Range(1, 20));
+    app.add_option("--qrtd", qrtd, "the qrtd binary for the durable reserve rate");
+    app.add_option("--dir", base_dir, "where qrtd's state directory goes (a real disk: fsync matters)");
     app.footer("EXAMPLES\n  rpc-remote-vs-echo --munge-socket /tmp/m/sock\n"
                "  rpc-remote-vs-echo --munge-socket /tmp/m/sock --veth --rtt-count 2000");
     CLI11_PARSE(app, argc, argv);
@@ -337,13 +491,11 @@ int main(int argc, char** argv) {
     const std::size_t placed = agent.prefill(reservations, 1'000'000, "qpu0");
     const std::uint16_t port = agent.tcp_port();
     std::thread loop_thread([&] { agent.loop().run(); });
-    // The durable one, for the reserve rate.
-    qrt::testing::test_agent_options dao = ao;
-    dao.socket_path = (dir / "durable.sock").string();
-    dao.store_path = (dir / "ledger.db").string();
-    qrt::testing::test_agent durable(dao);
-    const std::uint16_t dport = durable.tcp_port();
-    std::thread durable_thread([&] { durable.loop().run(); });
+    // The real daemon, for the durable reserve rate (started in the server's
+    // namespace with --veth; its UNIX socket is a path, reachable from both).
+    const auto daemon_dir =
+        std::filesystem::path(base_dir) / ("qrt-remote-bench-qrtd-" + std::to_string(::getpid()));
+    auto daemon = std::make_unique<qrtd_process>(qrtd, daemon_dir, munge_socket);
 
     echo_server echo;
     if (pair) {
@@ -383,8 +535,10 @@ int main(int argc, char** argv) {
     }
     std::vector<std::int64_t> enc_ns;
     std::vector<std::int64_t> dec_ns;
+    const std::string dialled = "tcp://" + g_server_addr + ":" + std::to_string(port);
     for (int i = 0; i < connections; ++i) {
-        const std::string payload = qrt::rpc::auth_payload(qrt::rpc::make_nonce());
+        const std::string nonce = qrt::rpc::make_nonce();
+        const std::string payload = qrt::rpc::auth_payload(nonce, dialled);
         munge_ctx_t ctx = munge_ctx_create();
         if (!munge_socket.empty()) {
             munge_ctx_set(ctx, MUNGE_OPT_SOCKET, munge_socket.c_str());
@@ -399,7 +553,8 @@ int main(int argc, char** argv) {
             return 1;
         }
         t0 = clk::now();
-        const auto r = qrt::rpc::munge_check(munge_socket, cred, payload);
+        auto r = qrt::rpc::munge_check(munge_socket, cred);
+        qrt::rpc::check_binding(r, nonce, {dialled});
         dec_ns.push_back(ns_since(t0));
         std::free(cred);
         if (!r.ok) {
@@ -407,35 +562,38 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    // Durable slots.reserve, K connections pipelining at once.
-    std::vector<std::unique_ptr<qrt::client::connection>> conns;
-    for (int i = 0; i < reserve_clients; ++i) {
-        conns.push_back(open_remote(dport, munge_socket));
-    }
-    const std::int64_t base_ns = rtcore::realtime_now_ns() + 10'000'000'000;
-    std::atomic<int> errors{0};
-    const auto r0 = clk::now();
-    {
-        std::vector<std::thread> ts;
-        for (int i = 0; i < reserve_clients; ++i) {
-            ts.emplace_back([&, i] {
-                try {
-                    pipelined_reserves(conns[static_cast<std::size_t>(i)]->fd(), i, reserves, 32, base_ns);
-                } catch (const std::exception& ex) {
-                    std::fprintf(stderr, "reserve client %d: %s\n", i, ex.what());
-                    ++errors;
-                }
-            });
+    // Durable slots.reserve on the real daemon, K connections pipelining at
+    // once, over the UNIX socket and over TCP in alternating rounds.
+    std::vector<double> unix_rates;
+    std::vector<double> tcp_rates;
+    int reserve_errors = 0;
+    const std::int64_t span_ns = static_cast<std::int64_t>(reserve_clients) * reserves * 2'000'000;
+    // Past the near term (tenants.near_term_ns, 600 s), one span per side and round.
+    const std::int64_t base_ns = rtcore::realtime_now_ns() + 900'000'000'000;
+    const auto open_unix = [&] {
+        const int fd = qrtd_process::connect_unix(daemon->sock);
+        if (fd < 0) {
+            throw std::runtime_error("connect " + daemon->sock + ": " + std::strerror(errno));
         }
-        for (auto& t : ts) {
-            t.join();
-        }
+        return fd;
+    };
+    const auto open_tcp = [&] {
+        auto c = open_remote(daemon->port, munge_socket);
+        return ::dup(c->fd());  // the authenticated socket outlives its client object
+    };
+    for (int r = 0; r < reserve_rounds; ++r) {
+        const std::string tag = std::to_string(r);
+        unix_rates.push_back(reserve_rate(open_unix, "u" + tag, reserve_clients, reserves,
+                                          base_ns + (2 * r) * span_ns, reserve_errors));
+        tcp_rates.push_back(reserve_rate(open_tcp, "t" + tag, reserve_clients, reserves,
+                                         base_ns + (2 * r + 1) * span_ns, reserve_errors));
+        std::printf("durable slots.reserve round %d: UNIX %.0f/s, TCP %.0f/s\n", r + 1, unix_rates.back(),
+                    tcp_rates.back());
     }
-    const double reserve_s = static_cast<double>(ns_since(r0)) / 1e9;
-    conns.clear();
-    const double reserve_rate = static_cast<double>(reserve_clients) * reserves / reserve_s;
-    durable.loop().stop();
-    durable_thread.join();
+    daemon.reset();
+    std::filesystem::remove_all(daemon_dir);
+    const double unix_rate = median(unix_rates);
+    const double tcp_rate = median(tcp_rates);
     agent.loop().stop();
     loop_thread.join();
     std::filesystem::remove_all(dir);
@@ -457,14 +615,20 @@ int main(int argc, char** argv) {
                 quantile(enc_ns, 0.99) / 1e3);
     std::printf("%-34s %12.1f %12.1f\n", "munge_decode + payload (server)", quantile(dec_ns, 0.5) / 1e3,
                 quantile(dec_ns, 0.99) / 1e3);
-    std::printf("\n%d clients x %d pipelined durable slots.reserve over TCP: %.0f acknowledged/s (%.2f s)\n",
-                reserve_clients, reserves, reserve_rate, reserve_s);
+    std::printf("\nqrtd run, %d clients x %d pipelined durable slots.reserve, median of %d rounds:\n",
+                reserve_clients, reserves, reserve_rounds);
+    std::printf("%-34s %12.0f\n", "UNIX socket, acknowledged/s", unix_rate);
+    std::printf("%-34s %12.0f\n", "TCP (authenticated), acknowledged/s", tcp_rate);
+    std::printf("%-34s %11.2fx\n", "TCP / UNIX", unix_rate > 0 ? tcp_rate / unix_rate : 0.0);
     const json out{{"bench", "rpc-remote-vs-echo"},
                    {"path", pair ? "veth" : "loopback"},
                    {"loadavg", {load[0], load[1], load[2]}},
                    {"durable_reserve_clients", reserve_clients},
-                   {"durable_reserves_per_s", reserve_rate},
-                   {"durable_reserve_errors", errors.load()},
+                   {"durable_reserve_rounds", reserve_rounds},
+                   {"durable_reserves_unix_per_s", unix_rate},
+                   {"durable_reserves_tcp_per_s", tcp_rate},
+                   {"durable_tcp_over_unix", unix_rate > 0 ? tcp_rate / unix_rate : 0.0},
+                   {"durable_reserve_errors", reserve_errors},
                    {"rtt_count", count},
                    {"echo_p50_ns", e.p50},
                    {"hello_p50_ns", h.p50},
@@ -481,5 +645,5 @@ int main(int argc, char** argv) {
                    {"munge_decode_p50_ns", quantile(dec_ns, 0.5)},
                    {"goal_p50_le_2x_echo", h.p50 <= 2 * e.p50 && q.p50 <= 2 * e.p50}};
     std::printf("%s\n", out.dump().c_str());
-    return 0;
+    return reserve_errors == 0 ? 0 : 1;
 }

@@ -6,6 +6,8 @@
 //      process on its own event-loop thread) answering agent.hello;
 //   3. the same answering slots.query with 10k reservations in the ledger,
 //      the query landing in the busy region.
+// The client is a tenant (reader), every line charged to its request rate
+// as `qrtd run` charges it (a rate it never reaches).
 // For each: round-trip p50/p99 (one request at a time) and pipelined
 // throughput (a window of requests in flight on one connection), each in
 // --rounds interleaved rounds (medians reported), and the ratios to the
@@ -24,6 +26,7 @@
 //
 //   build/bench/rpc/rpc-vs-echo [--rounds 3] [--rtt-count 5000]
 //       [--pipelined-count 50000] [--window 64] [--reservations 10000]
+//       [--skip-dispatch] [--only hello|query]
 
 #include <pthread.h>
 #include <sched.h>
@@ -342,6 +345,11 @@ int main(int argc, char** argv) {
     app.add_option("--dispatch-jobs", dispatch_jobs, "jobs per dispatch phase (idle, load)");
     app.add_option("--dispatch-interval-us", dispatch_interval_us, "job spacing");
     app.add_flag("--skip-dispatch", skip_dispatch, "do not measure dispatch lateness");
+    std::string only;
+    app.add_option("--only", only,
+                   "measure agent.hello or slots.query alone (instruction counts per request: "
+                   "bench/rpc/callgrind_per_request.py)")
+        ->check(CLI::IsMember({"hello", "query"}));
     CLI11_PARSE(app, argc, argv);
     spdlog::set_level(spdlog::level::warn);
 
@@ -361,6 +369,11 @@ int main(int argc, char** argv) {
     qrt::testing::test_agent_options o;
     o.socket_path = agent_path;
     o.roles.reader = {"uid:" + std::to_string(::getuid())};
+    // The daemon's per-line charge, with a rate this client never reaches
+    // (the default, 2,000/s a tenant, would refuse the pipelined phases).
+    o.tenants.emplace();
+    o.tenants->max_requests_per_s = 1'000'000'000;
+    o.tenants->request_burst = 1'000'000'000;
     qrt::testing::test_agent agent(o);
     // The reservations sit a minute ahead, so they stay in the future for
     // the whole run; the query asks for the first slot from there.
@@ -406,12 +419,16 @@ int main(int argc, char** argv) {
     pin_thread(hk_cpu);  // the client shares the housekeeping CPU, as in the daemon
     for (int r = 0; r < rounds; ++r) {
         measure_round(echo_path, echo_line, rtt_count, pipelined_count, window, f_echo);
-        measure_round(agent_path, hello_line, rtt_count, pipelined_count, window, f_hello);
-        measure_round(agent_path, query_line, rtt_count, pipelined_count, window, f_query);
+        if (only != "query") {
+            measure_round(agent_path, hello_line, rtt_count, pipelined_count, window, f_hello);
+        }
+        if (only != "hello") {
+            measure_round(agent_path, query_line, rtt_count, pipelined_count, window, f_query);
+        }
     }
-    const bool hello_ok = f_hello.sample.find("\"result\"") != std::string::npos &&
-                          f_hello.sample.find("\"agent\":\"qrtd\"") != std::string::npos;
-    const bool query_ok = f_query.sample.find("\"candidates\":[{") != std::string::npos;
+    const bool hello_ok = only == "query" || (f_hello.sample.find("\"result\"") != std::string::npos &&
+                                              f_hello.sample.find("\"agent\":\"qrtd\"") != std::string::npos);
+    const bool query_ok = only == "hello" || f_query.sample.find("\"candidates\":[{") != std::string::npos;
 
     // ---- dispatch lateness, idle socket vs loaded socket
     lateness lat;

@@ -41,9 +41,10 @@ import collections
 import ctypes
 import json
 import os
+import random
 import socket
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 __all__ = [
     "Client",
@@ -151,7 +152,23 @@ class ClientError(QrtError):
         self.errno = errno
 
 
-AUTH_PAYLOAD_PREFIX = "qrtd-auth-v1 "
+# What the MUNGE credential signs (agent/proto/include/qrt/proto/auth_binding.hpp;
+# the version is protocol.toml's [auth], checked by test_qrt_client.py):
+# "qrtd-auth-v2 <nonce> <address>", the address being the listener this
+# socket is connected to, so that another qrtd refuses the credential should
+# this listener have relayed its challenge.
+AUTH_PAYLOAD_VERSION = "qrtd-auth-v2"
+
+
+def tcp_address_text(peer: Tuple[Any, ...]) -> str:
+    """tcp://ADDR:PORT of a getpeername() result, as qrtd writes it: an
+    IPv6 address in brackets, an IPv4-mapped one as IPv4."""
+    host, port = str(peer[0]), int(peer[1])
+    if ":" in host:
+        if host.lower().startswith("::ffff:") and "." in host:
+            return f"tcp://{host[7:]}:{port}"
+        return f"tcp://[{socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, host))}]:{port}"
+    return f"tcp://{host}:{port}"
 
 
 def munge_encode(payload: bytes, munge_socket: Optional[str] = None) -> str:
@@ -249,6 +266,27 @@ class Client:
         self._sock.settimeout(None)
 
     def _open_tcp(self, connect_timeout: float, munge_socket: Optional[str]) -> None:
+        # A refusal for the agent's pool of connections not yet authenticated
+        # (its cap per host, or in all) passes within milliseconds: many
+        # clients of one node connecting at once meet it.  Tried again, with
+        # a growing pause, until connect_timeout.
+        deadline = time.monotonic() + connect_timeout
+        pause = 0.002
+        while True:
+            try:
+                self._open_tcp_once(max(deadline - time.monotonic(), 0.001), munge_socket)
+                return
+            except RpcError as e:
+                cause = e.data.get("cause", "") if isinstance(e.data, dict) else ""
+                wait = pause + random.uniform(0, pause)
+                if (e.reason != "overloaded"
+                        or cause not in ("unauthenticated_per_host", "unauthenticated_connections")
+                        or time.monotonic() + wait >= deadline):
+                    raise
+                time.sleep(wait)
+                pause = min(pause * 2, 0.1)
+
+    def _open_tcp_once(self, connect_timeout: float, munge_socket: Optional[str]) -> None:
         host, port = _split_tcp(self.path)
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -284,7 +322,13 @@ class Client:
                 or len(nonce) > 128 or any(ch not in "0123456789abcdef" for ch in nonce)):
             raise ClientError("protocol_error", f"{self.path}: the first line is not a MUNGE "
                               f"auth.challenge: {line[:160]!r}")
-        cred = munge_encode((AUTH_PAYLOAD_PREFIX + nonce).encode(), munge_socket)
+        version = params.get("payload_version", "")
+        if version != AUTH_PAYLOAD_VERSION:
+            shown = version or "qrtd-auth-v1, which binds no address"
+            raise ClientError("protocol_error", f"{self.path}: the agent's challenge asks for a "
+                              f"credential of {shown}, not {AUTH_PAYLOAD_VERSION}: upgrade qrtd there")
+        payload = f"{AUTH_PAYLOAD_VERSION} {nonce} {tcp_address_text(self._sock.getpeername())}"
+        cred = munge_encode(payload.encode(), munge_socket)
         try:
             self.authenticated_as = self.call("auth.munge", {"credential": cred})
         except RpcError as e:
@@ -297,6 +341,9 @@ class Client:
                 hint = " -- this host's munge key is not the agent's"
             elif cause == "munge_unavailable":
                 hint = " -- munged is not running on the agent's host"
+            elif cause == "address_mismatch":
+                hint = (f" -- {self.path} is not the qrtd that answered: dial qrtd's own address "
+                        "(rpc.listen), or name the translated one in its rpc.listen_aliases")
             raise RpcError(e.code, e.reason, f"{self.path} refused the MUNGE credential: "
                            f"{e.message}{hint}", e.data) from None
 

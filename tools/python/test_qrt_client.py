@@ -272,6 +272,8 @@ class ClientUnitTest(unittest.TestCase):
         rows = [(r.name, r.code, r.exit_code) for r in proto.REASONS if r.code is not None]
         self.assertGreater(len(rows), 20)
         self.assertEqual(rows, qrt_client.REASONS)
+        # What a network client's MUNGE credential signs.
+        self.assertEqual(qrt_client.AUTH_PAYLOAD_VERSION, proto.AUTH_PAYLOAD_VERSION)
 
 
 

@@ -219,7 +219,11 @@ struct rpc_config {
     std::string metrics_textfile;  // "" off
     // The network listener: "tcp://ADDR:PORT", "" off; MUNGE-authenticated.
     std::string listen;
+    std::vector<std::string> listen_aliases;  // other addresses clients dial (NAT)
     unsigned max_connections_per_host = 0;
+    unsigned max_unauthenticated = 0;           // network connections before authentication
+    unsigned max_unauthenticated_per_host = 0;  // the same from one peer address
+    unsigned auth_silent_timeout_ms = 0;        // one that has sent nothing is closed after this
     unsigned auth_timeout_ms = 0;
     std::string munge_socket;
     bool operator==(const rpc_config&) const = default;

@@ -497,13 +497,24 @@ void read_envelope(const toml::table& top, model& m) {
     m.qasm_header = str(e, "envelope", "qasm_header");
 }
 
+void read_auth(const toml::table& top, model& m) {
+    const auto& a = table_at(top, "auth");
+    only_keys(a, "auth", {"doc", "payload_version"});
+    m.auth_doc = str(a, "auth", "doc");
+    m.auth_payload_version = str(a, "auth", "payload_version");
+    if (m.auth_payload_version.empty() ||
+        m.auth_payload_version.find_first_of(" \t\n") != std::string::npos) {
+        fail("auth.payload_version \"{}\" must be one word: it is the payload's first", m.auth_payload_version);
+    }
+}
+
 }  // namespace
 
 load_result load(const std::string& path) {
     load_result out;
     try {
         const toml::table top = toml::parse_file(path);
-        only_keys(top, path, {"format", "wire", "rpc", "envelope"});
+        only_keys(top, path, {"format", "wire", "rpc", "envelope", "auth"});
         if (integer(top, path, "format") != 1) {
             fail("{}: format {} is not 1, the one this qrt-protogen reads", path, integer(top, path, "format"));
         }
@@ -511,6 +522,7 @@ load_result load(const std::string& path) {
         read_wire(top, m);
         read_rpc(top, m);
         read_envelope(top, m);
+        read_auth(top, m);
         out.m = std::move(m);
     } catch (const toml::parse_error& e) {
         out.error = fmt::format("{}: line {}: {}", path, e.source().begin.line, e.description());

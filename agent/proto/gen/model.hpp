@@ -108,6 +108,9 @@ struct model {
     std::string envelope_result_format;
     int envelope_max_circuits = 0;
     std::string qasm_header;
+    // auth
+    std::string auth_doc;
+    std::string auth_payload_version;
 };
 
 // Reads and checks the table; on failure the message names the entry and

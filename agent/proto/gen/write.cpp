@@ -394,6 +394,10 @@ std::string write_cpp(const model& m) {
         o += (i ? ", " : "") + quote(m.stages[i].name);
     }
     o += "}};\n\n";
+    o += wrap(m.auth_doc, "// ");
+    o += "namespace auth {\n";
+    o += fmt::format("inline constexpr std::string_view payload_version = {};\n", quote(m.auth_payload_version));
+    o += "}  // namespace auth\n\n";
     o += "// The wire errors' job outcome reasons (wire.h's enum qrt_wire_error).\n";
     o += "struct wire_error_row {\n    int status;\n    std::string_view name;\n    std::string_view outcome;\n};\n";
     o += fmt::format("inline constexpr std::array<wire_error_row, {}> wire_errors{{{{\n", m.errors.size());
@@ -533,6 +537,9 @@ std::string write_python(const model& m) {
     o += fmt::format("ENVELOPE_RESULT_FORMAT = {}\n", quote(m.envelope_result_format));
     o += fmt::format("ENVELOPE_MAX_CIRCUITS = {}\n", m.envelope_max_circuits);
     o += fmt::format("QASM_HEADER = {}\n", quote(m.qasm_header));
+    o += "\n# ---- the network handshake\n";
+    o += wrap(m.auth_doc, "# ");
+    o += fmt::format("AUTH_PAYLOAD_VERSION = {}\n", quote(m.auth_payload_version));
     return o;
 }
 
@@ -652,6 +659,8 @@ std::string write_go(const model& m) {
                      {"QASMHeader", quote(m.qasm_header)}},
                     " = ") +
          ")\n\n";
+    o += wrap(m.auth_doc, "// ");
+    o += "const AuthPayloadVersion = " + quote(m.auth_payload_version) + "\n\n";
     o += "// IsTerminal says whether a state name is one a reservation never leaves.\n";
     o += "func IsTerminal(state string) bool {\n\tfor _, s := range States {\n\t\tif s.Name == state {\n";
     o += "\t\t\treturn !s.Active\n\t\t}\n\t}\n\treturn false\n}\n\n";

@@ -187,6 +187,13 @@ std::optional<std::string> check_tcp_listen(std::string_view text) {
     return std::nullopt;
 }
 
+std::optional<std::string> check_tcp_alias(std::string_view text) {
+    if (text.empty()) {
+        return std::string("is empty; expected tcp://ADDR:PORT, e.g. tcp://192.0.2.7:30470");
+    }
+    return check_tcp_listen(text);
+}
+
 std::optional<std::string> check_group_name(std::string_view text) {
     if (!parse_principal(fmt::format("group:{}", text))) {
         return std::string("is not a valid group name");
@@ -697,12 +704,45 @@ std::vector<config_option> build_table() {
                     "LISTENER); the credential's uid and gid then get the roles SO_PEERCRED would.  "
                     "Under systemd the socket may come from a second ListenStream= of qrtd.socket.",
          .check = check_tcp_listen, QRT_FIELD(rpc, listen)},
+        {.section = "rpc", .key = "listen_aliases", .kind = k::string_list,
+         .default_value = strings{},
+         .meaning = "Other addresses (\"tcp://ADDR:PORT\", literal) by which clients reach the "
+                    "network listener through an address translation on the way (NAT, a port "
+                    "forward, a load balancer).  A client's MUNGE credential names the address "
+                    "it dialled, and qrtd accepts it only for the address the connection came in "
+                    "on or one of these (qrtd(8), NETWORK LISTENER): a credential made for a "
+                    "listener the client was steered to opens no other qrtd.  Empty: none.",
+         .check = check_tcp_alias, QRT_FIELD(rpc, listen_aliases)},
         {.section = "rpc", .key = "max_connections_per_host", .kind = k::integer,
          .default_value = std::int64_t{32}, .min = 1, .max = 4096,
          .meaning = "Connections one peer address may hold at once on the network listener, "
-                    "counted from accept (before authentication); one more gets overloaded "
+                    "authenticated or not, counted from accept; one more gets overloaded "
                     "(data.cause \"connections_per_host\") and is closed.",
          QRT_FIELD(rpc, max_connections_per_host)},
+        {.section = "rpc", .key = "max_unauthenticated", .kind = k::integer,
+         .default_value = std::int64_t{32}, .min = 1, .max = 4096,
+         .meaning = "Network connections that have not authenticated yet, from every host "
+                    "together: a pool of their own, outside rpc.max_connections and its "
+                    "reserved slots, so peers that never authenticate keep no local user, "
+                    "admin or authenticated peer out.  One more gets overloaded (data.cause "
+                    "\"unauthenticated_connections\") at accept and is closed.  Once "
+                    "authenticated a connection counts in rpc.max_connections instead.",
+         QRT_FIELD(rpc, max_unauthenticated)},
+        {.section = "rpc", .key = "max_unauthenticated_per_host", .kind = k::integer,
+         .default_value = std::int64_t{8}, .min = 1, .max = 4096,
+         .meaning = "Network connections one peer address may hold before they have "
+                    "authenticated; one more gets overloaded (data.cause "
+                    "\"unauthenticated_per_host\") at accept and is closed.  Many clients of "
+                    "one node connecting at the same moment meet it: libqrt-client (qrtctl, the "
+                    "SPANK plugin) and the Python client try again until their connect timeout.",
+         QRT_FIELD(rpc, max_unauthenticated_per_host)},
+        {.section = "rpc", .key = "auth_silent_timeout_ms", .kind = k::integer,
+         .default_value = std::int64_t{1000}, .min = 50, .max = 60000,
+         .meaning = "A network connection that has sent nothing this long after its "
+                    "auth.challenge gets unauthenticated (data.cause \"auth_timeout\") and is "
+                    "closed (a client answers within a round trip and a munge_encode).  At "
+                    "most rpc.auth_timeout_ms.",
+         QRT_FIELD(rpc, auth_silent_timeout_ms)},
         {.section = "rpc", .key = "auth_timeout_ms", .kind = k::integer,
          .default_value = std::int64_t{5000}, .min = 100, .max = 60000,
          .meaning = "How long a connection of the network listener may take to authenticate "

@@ -120,8 +120,18 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
     }
     so.metrics_textfile = cfg.rpc.metrics_textfile;
     so.listen = cfg.rpc.listen;
+    so.listen_aliases = cfg.rpc.listen_aliases;
     if (cfg.rpc.max_connections_per_host > 0) {
         so.max_connections_per_host = cfg.rpc.max_connections_per_host;
+    }
+    if (cfg.rpc.max_unauthenticated > 0) {
+        so.max_unauthenticated = cfg.rpc.max_unauthenticated;
+    }
+    if (cfg.rpc.max_unauthenticated_per_host > 0) {
+        so.max_unauthenticated_per_host = cfg.rpc.max_unauthenticated_per_host;
+    }
+    if (cfg.rpc.auth_silent_timeout_ms > 0) {
+        so.auth_silent_timeout = std::chrono::milliseconds(cfg.rpc.auth_silent_timeout_ms);
     }
     if (cfg.rpc.auth_timeout_ms > 0) {
         so.auth_timeout = std::chrono::milliseconds(cfg.rpc.auth_timeout_ms);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "request_reader.hpp"
 #include "rtcore/text.hpp"
 
 namespace qrt::rpc {
@@ -57,7 +58,9 @@ const raw_handler* registry::raw_of(const method_info& m) const noexcept {
     return i < _raw.size() && _raw[i] ? &_raw[i] : nullptr;
 }
 
-engine::engine(engine_limits limits) : _limits(limits) {}
+engine::engine(engine_limits limits) : _limits(limits), _read(std::make_unique<line_read>()) {}
+
+engine::~engine() = default;
 
 void engine::count_error(std::string_view reason) {
     auto it = _errors_by_reason.find(reason);
@@ -271,46 +274,59 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
     }
     const std::size_t mark = out.size();
     std::size_t requests = 1;
-    if (nesting_exceeds(line, _limits.max_depth)) {
+    const auto too_deep = [&] {
         count_error("too_deep");
         write_error(out, nullptr,
                     rpc_failure("too_deep",
                                 fmt::format("JSON nests deeper than {} levels", _limits.max_depth),
                                 json{{"limit", _limits.max_depth}}));
+    };
+    const auto parse_failed = [&](const std::string& why) {
+        count_error("parse_error");
+        // nlohmann's message names the byte offset and what it expected.
+        write_error(out, nullptr, rpc_failure("parse_error", "parse error: " + why));
+    };
+    // One request (the usual line) is read without a document for its
+    // envelope (request_reader.hpp); a batch is parsed as a document.
+    read_line(line, _limits.max_depth, *_read);
+    json batch;  // holds the ids _line_requests point at, for a batch
+    bool is_batch = false;
+    if (_read->what == line_read::kind::too_deep) {
+        too_deep();
+    } else if (_read->what == line_read::kind::parse_error) {
+        // parse_error, and out_of_range for numbers beyond double (1e400).
+        parse_failed(_read->error);
+    } else if (_read->what == line_read::kind::request) {
+        write_recorded(_read->view(), s, out);
+    } else if (nesting_exceeds(line, _limits.max_depth)) {
+        too_deep();
     } else {
-        json parsed;
-        bool ok = true;
         std::string why;
         try {
-            parsed = json::parse(line.begin(), line.end());
+            batch = json::parse(line.begin(), line.end());
+            is_batch = true;
         } catch (const json::exception& e) {
-            // parse_error, and out_of_range for numbers beyond double (1e400).
-            ok = false;
             why = e.what();
         }
-        if (!ok) {
-            count_error("parse_error");
-            // nlohmann's message names the byte offset and what it expected.
-            write_error(out, nullptr, rpc_failure("parse_error", "parse error: " + why));
-        } else if (parsed.is_array()) {
-            requests = write_batch(parsed, s, out);
+        if (is_batch) {
+            requests = write_batch(batch, s, out);
         } else {
-            write_recorded(parsed, s, out);
+            parse_failed(why);
         }
-        if (_line_ack.seq != 0) {
-            // The reply waits for a commit: keep each request's place, id
-            // and changes, to answer it on its own should its change fail
-            // or be refused (release_held).
-            _line_ack.batch = parsed.is_array();
-            _line_ack.line = ++_held_lines;
-            _line_ack.requests.reserve(_line_requests.size());
-            for (std::size_t i = 0; i < _line_requests.size(); ++i) {
-                const request_mark& r = _line_requests[i];
-                _line_ack.requests.push_back(
-                    {*r.id, r.begin - mark, r.end - mark, r.first_seq, r.last_seq, r.claims});
-                if (r.claims) {
-                    _claims.insert_or_assign(r.last_seq, claim{r.first_seq, _line_ack.line, i});
-                }
+    }
+    if (_line_ack.seq != 0) {
+        // The reply waits for a commit: keep each request's place, id
+        // and changes, to answer it on its own should its change fail
+        // or be refused (release_held).
+        _line_ack.batch = is_batch;
+        _line_ack.line = ++_held_lines;
+        _line_ack.requests.reserve(_line_requests.size());
+        for (std::size_t i = 0; i < _line_requests.size(); ++i) {
+            const request_mark& r = _line_requests[i];
+            _line_ack.requests.push_back(
+                {*r.id, r.begin - mark, r.end - mark, r.first_seq, r.last_seq, r.claims});
+            if (r.claims) {
+                _claims.insert_or_assign(r.last_seq, claim{r.first_seq, _line_ack.line, i});
             }
         }
     }
@@ -352,7 +368,7 @@ std::size_t engine::write_batch(const json& batch, session& s, std::string& out)
         if (any) {
             out.push_back(',');
         }
-        const bool wrote = write_recorded(req, s, out);
+        const bool wrote = write_recorded(view_of(req), s, out);
         if (any && !wrote) {
             out.pop_back();  // the ',' before a notification
         }
@@ -369,13 +385,13 @@ std::size_t engine::write_batch(const json& batch, session& s, std::string& out)
 json engine::handle_request(const json& req, session& s) {
     std::string text;
     _line_requests.clear();
-    if (!write_request(req, s, text)) {
+    if (!write_request(view_of(req), s, text)) {
         return nullptr;
     }
     return json::parse(text);
 }
 
-bool engine::write_recorded(const json& req, session& s, std::string& out) {
+bool engine::write_recorded(const request_view& req, session& s, std::string& out) {
     static const json null_id = nullptr;
     _request = request_mark{};
     _request.id = &null_id;
@@ -388,41 +404,35 @@ bool engine::write_recorded(const json& req, session& s, std::string& out) {
     return true;
 }
 
-bool engine::write_request(const json& req, session& s, std::string& out) {
+bool engine::write_request(const request_view& req, session& s, std::string& out) {
     const auto invalid = [&](const json& id, std::string message) {
         count_error("invalid_request");
         write_error(out, id, rpc_failure("invalid_request", std::move(message)));
         return true;
     };
-    if (!req.is_object()) {
-        return invalid(nullptr, fmt::format("a request must be an object, got {}", req.type_name()));
+    if (!req.is_object) {
+        return invalid(nullptr, fmt::format("a request must be an object, got {}", req.type_name));
     }
     static const json null_id = nullptr;
-    const auto id_it = req.find("id");
-    const bool is_notification = id_it == req.end();
-    if (!is_notification && !valid_id(*id_it)) {
+    const bool is_notification = req.id == nullptr;
+    if (!is_notification && !valid_id(*req.id)) {
         return invalid(nullptr, fmt::format("'id' must be a string, a number or null, got {}",
-                                            id_it->type_name()));
+                                            req.id->type_name()));
     }
-    const json& id = is_notification ? null_id : *id_it;
+    const json& id = is_notification ? null_id : *req.id;
     _request.id = &id;
-    for (const auto& [key, value] : req.items()) {
-        if (key != "jsonrpc" && key != "method" && key != "params" && key != "id") {
-            return invalid(id, fmt::format("unknown request member '{}'", key));
-        }
+    if (req.has_unknown) {
+        return invalid(id, fmt::format("unknown request member '{}'", req.unknown));
     }
-    const auto v_it = req.find("jsonrpc");
-    if (v_it == req.end() || !v_it->is_string() || v_it->get_ref<const std::string&>() != "2.0") {
+    if (req.jsonrpc != request_view::version::v2) {
         return invalid(id, "'jsonrpc' must be exactly \"2.0\"");
     }
-    const auto m_it = req.find("method");
-    if (m_it == req.end() || !m_it->is_string()) {
+    if (req.method == nullptr) {
         return invalid(id, "'method' must be a string");
     }
-    const auto& name = m_it->get_ref<const std::string&>();
-    const auto p_it = req.find("params");
+    const std::string& name = *req.method;
     static const json no_params = nullptr;
-    const json& params = p_it == req.end() ? no_params : *p_it;
+    const json& params = req.params == nullptr ? no_params : *req.params;
     if (!params.is_null() && !params.is_object() && !params.is_array()) {
         return invalid(id, "'params' must be an object or an array");
     }

@@ -17,12 +17,6 @@
 
 namespace qrt::rpc {
 
-std::string auth_payload(std::string_view nonce) {
-    std::string p(auth_payload_prefix);
-    p.append(nonce);
-    return p;
-}
-
 std::string make_nonce() {
     unsigned char raw[16];
     std::size_t got = 0;
@@ -44,8 +38,7 @@ std::string make_nonce() {
     return out;
 }
 
-credential_check munge_check(const std::string& socket, std::string_view credential,
-                             std::string_view payload) {
+credential_check munge_check(const std::string& socket, std::string_view credential) {
     credential_check out;
     const std::string cred(credential);
     munge_ctx_t ctx = ::munge_ctx_create();
@@ -125,14 +118,51 @@ credential_check munge_check(const std::string& socket, std::string_view credent
                                       socket.empty() ? "default socket" : "socket ", socket, munge_text);
             return out;
     }
-    if (got != payload) {
-        out.cause = std::string(auth_cause::nonce_mismatch);
-        out.message = "the MUNGE credential was made for another connection (its payload is not "
-                      "this connection's challenge)";
-        return out;
-    }
+    out.payload = got;
     out.ok = true;
     return out;
+}
+
+void check_binding(credential_check& r, std::string_view nonce, const std::vector<std::string>& names) {
+    if (!r.ok) {
+        return;
+    }
+    const auto refuse = [&](std::string_view cause, std::string message) {
+        r.ok = false;
+        r.cause = std::string(cause);
+        r.message = std::move(message);
+    };
+    const std::string_view p = r.payload;
+    const std::string head = fmt::format("{} {} ", auth_payload_version, nonce);
+    if (p.substr(0, head.size()) != head) {
+        if (p.substr(0, 13) == "qrtd-auth-v1 ") {
+            refuse(auth_cause::address_mismatch,
+                   "the MUNGE credential binds no address (qrtd-auth-v1: a client older than this "
+                   "qrtd); upgrade the client (libqrt-client, qrtctl, qrt_client.py) so that it signs "
+                   "the address it dialled");
+        } else if (p.substr(0, auth_payload_version.size() + 1) == fmt::format("{} ", auth_payload_version)) {
+            refuse(auth_cause::nonce_mismatch,
+                   "the MUNGE credential was made for another connection (its payload is not this "
+                   "connection's challenge)");
+        } else {
+            refuse(auth_cause::nonce_mismatch,
+                   "the MUNGE credential's payload is not this connection's challenge");
+        }
+        return;
+    }
+    const std::string_view signed_for = p.substr(head.size());
+    const auto canonical = canonical_tcp_address(signed_for);
+    if (canonical && std::find(names.begin(), names.end(), *canonical) != names.end()) {
+        return;
+    }
+    // What a relay would show: the client dialled another listener, which
+    // passed it this qrtd's challenge.
+    refuse(auth_cause::address_mismatch,
+           fmt::format("the MUNGE credential was made for {}, which is not this qrtd ({}): the client "
+                       "dialled another listener, which passed it this qrtd's challenge (a relay); "
+                       "nothing is served.  Clients must dial this qrtd's address (rpc.listen, or "
+                       "rpc.listen_aliases for an address translated on the way)",
+                       signed_for.substr(0, 80), fmt::join(names, ", ")));
 }
 
 // ------------------------------------------------------- credential_verifier
@@ -141,7 +171,6 @@ struct credential_verifier::shared {
     struct item {
         std::uint64_t id = 0;
         std::string credential;
-        std::string payload;
     };
     options opts;
     credential_decoder decode;
@@ -177,7 +206,7 @@ credential_verifier::credential_verifier(options o, credential_decoder decode, a
             lock.unlock();
             credential_check r;
             try {
-                r = s->decode(it.credential, it.payload);
+                r = s->decode(it.credential);
             } catch (const std::exception& ex) {
                 r = credential_check{};
                 r.cause = std::string(auth_cause::munge_unavailable);
@@ -203,12 +232,12 @@ credential_verifier::~credential_verifier() {
     _s->exited_cv.wait_for(lock, _s->opts.stop_wait, [&] { return _s->exited; });
 }
 
-bool credential_verifier::submit(std::uint64_t id, std::string credential, std::string payload) {
+bool credential_verifier::submit(std::uint64_t id, std::string credential) {
     const std::lock_guard<std::mutex> lock(_s->mu);
     if (_s->queue.size() >= _s->opts.queue_capacity) {
         return false;
     }
-    _s->queue.push_back({id, std::move(credential), std::move(payload)});
+    _s->queue.push_back({id, std::move(credential)});
     _s->cv.notify_one();
     return true;
 }

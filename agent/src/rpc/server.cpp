@@ -3,6 +3,7 @@
 #include "qrt/rpc/framing.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/unique_fd.hpp"
+#include "server_internal.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -33,152 +35,22 @@ namespace qrt::rpc {
 namespace {
 
 constexpr std::size_t read_chunk = 64U * 1024U;
-constexpr int reads_per_event = 16;  // fairness between connections
 constexpr int accepts_per_event = 64;
 constexpr std::size_t reply_buf_keep = 256U * 1024U;
-// Longest line a connection of the network listener may send before it has
-// authenticated (a MUNGE credential is a few hundred bytes).
-constexpr std::size_t auth_line_bytes = 4096;
 
-// "tcp://ADDR:PORT": ADDR an IPv4 address or a bracketed IPv6 one.
-rtcore::status parse_tcp_listen(std::string_view text, sockaddr_storage& ss, socklen_t& len) {
-    const auto bad = [&](std::string_view why) {
-        return rtcore::error::invalid(fmt::format(
-            "rpc.listen '{}': {}; expected tcp://ADDR:PORT, e.g. tcp://10.0.0.5:7470 or tcp://[::]:7470",
-            text, why));
-    };
-    constexpr std::string_view scheme = "tcp://";
-    if (text.substr(0, scheme.size()) != scheme) {
-        return bad("it does not start with tcp://");
-    }
-    std::string_view rest = text.substr(scheme.size());
-    std::string host;
-    std::string_view port;
-    if (!rest.empty() && rest.front() == '[') {
-        const auto close = rest.find(']');
-        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-            return bad("an IPv6 address goes in brackets, followed by :PORT");
-        }
-        host = std::string(rest.substr(1, close - 1));
-        port = rest.substr(close + 2);
-    } else {
-        const auto colon = rest.rfind(':');
-        if (colon == std::string_view::npos) {
-            return bad("no :PORT");
-        }
-        host = std::string(rest.substr(0, colon));
-        port = rest.substr(colon + 1);
-    }
-    unsigned long p = 0;
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-        (p = std::stoul(std::string(port))) > 65535) {
-        return bad("PORT is not a number in 0..65535");
-    }
-    std::memset(&ss, 0, sizeof ss);
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in);
-        return rtcore::ok();
-    }
-    if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in6);
-        return rtcore::ok();
-    }
-    return bad(fmt::format("'{}' is not an IPv4 or IPv6 address (names are not resolved)", host));
-}
+}  // namespace
 
-// The peer's address as text (an IPv4-mapped IPv6 address as IPv4).
-std::string host_of(const sockaddr_storage& ss) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET) {
-        ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
-    } else if (ss.ss_family == AF_INET6) {
-        const auto* a = &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(a)) {
-            ::inet_ntop(AF_INET, reinterpret_cast<const unsigned char*>(a) + 12, buf, sizeof buf);
-        } else {
-            ::inet_ntop(AF_INET6, a, buf, sizeof buf);
-        }
-    }
-    return buf[0] != '\0' ? std::string(buf) : std::string("?");
-}
+namespace detail {
 
-std::uint16_t port_of(int fd) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) < 0) {
-        return 0;
-    }
-    if (ss.ss_family == AF_INET) {
-        return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
-    }
-    if (ss.ss_family == AF_INET6) {
-        return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
-    }
-    return 0;
-}
-
-std::int64_t to_ns(std::chrono::milliseconds d) noexcept {
-    return static_cast<std::int64_t>(d.count()) * 1'000'000;
-}
-
-// Best effort, never blocks: used for the one line an extra or idle
-// connection gets before it is closed.
 void send_nowait(int fd, std::string_view text) noexcept {
     [[maybe_unused]] const auto n = ::send(fd, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-}  // namespace
+}  // namespace detail
 
-struct server::connection {
-    // resolving: waiting for NSS (not read, no session attached yet).
-    // authenticating: a network peer that has not sent auth.munge yet (only
-    // that line is read); verifying: its credential is with munged (not read).
-    enum class state : std::uint8_t { authenticating, verifying, resolving, open, closing, dead };
-
-    std::uint64_t id = 0;
-    int fd = -1;
-    state st = state::open;
-    session sess;
-    line_framer in;
-    std::string out;
-    std::size_t out_off = 0;
-    // (end of a reply in the stream of appended bytes, requests it answers)
-    std::deque<std::pair<std::uint64_t, std::size_t>> replies;
-    std::uint64_t appended = 0;
-    std::uint64_t written = 0;
-    std::size_t inflight = 0;
-    // Replies waiting for their commit (group commit), in request order; a
-    // reply behind one of them waits too, so replies keep request order.
-    struct held_reply {
-        pending_ack ack;
-        std::string text;
-        std::size_t requests = 0;
-    };
-    std::deque<held_reply> held;
-    std::int64_t last_rx_ns = 0;
-    std::int64_t closing_since_ns = 0;
-    bool privileged = false;  // admin or calibration: may use the reserved slots
-    bool peer_eof = false;
-    bool shut_wr = false;
-    std::uint32_t interest = 0;
-    event_loop::timer_id nss_timer = 0;  // while resolving
-    // The network listener's connections.
-    bool remote = false;
-    std::string peer_host;   // the peer's address
-    std::string nonce;       // of its auth.challenge
-    json auth_id;            // id of its auth.munge request
-    std::int64_t accepted_ns = 0;
-
-    explicit connection(std::size_t max_line_bytes) : in(max_line_bytes) {}
-    std::size_t out_pending() const noexcept { return out.size() - out_off; }
-    std::size_t in_pending() const noexcept { return in.buffered(); }
-};
+using detail::reads_per_event;
+using detail::send_nowait;
+using detail::to_ns;
 
 server::server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts)
     : _loop(loop), _engine(eng), _auth(auth), _opts(std::move(opts)), _names(_opts.nss_cache_opts) {}
@@ -285,32 +157,6 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
     return out;
 }
 
-rtcore::result<prebound_socket> server::bind_tcp(const server_options& opts) {
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (auto st = parse_tcp_listen(opts.listen, ss, len); !st) {
-        return std::move(st).err();
-    }
-    rtcore::unique_fd sock(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!sock) {
-        const int err = errno;
-        return rtcore::error::from_errno(err, "socket AF_INET SOCK_STREAM");
-    }
-    const int one = 1;
-    (void)::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&ss), len) < 0) {
-        const int err = errno;
-        return rtcore::error::from_errno(err, "rpc.listen: bind " + opts.listen);
-    }
-    if (::listen(sock.get(), SOMAXCONN) < 0) {
-        const int err = errno;
-        return rtcore::error::from_errno(err, "rpc.listen: listen " + opts.listen);
-    }
-    prebound_socket out;
-    out.fd = sock.release();
-    return out;
-}
-
 rtcore::status server::start() {
     if (_listen_fd >= 0) {
         return rtcore::error::invalid("rpc: server already started");
@@ -402,41 +248,15 @@ rtcore::status server::start() {
         return st;
     }
     if (_tcp_fd >= 0) {
-        _tcp_port = port_of(_tcp_fd);
-        credential_decoder decode = _opts.decode_fn;
-        if (!decode) {
-            decode = [sock = _opts.munge_socket](std::string_view cred, std::string_view payload) {
-                return munge_check(sock, cred, payload);
-            };
-        }
-        credential_verifier::options vo;
-        vo.queue_capacity = _opts.auth_queue;
-        _verifier = std::make_unique<credential_verifier>(
-            vo, std::move(decode),
-            [this, alive = std::weak_ptr<bool>(_alive)](std::uint64_t id, credential_check r) {
-                _loop.post([this, alive, id, r = std::move(r)] {
-                    if (alive.lock()) {
-                        on_credential(id, r);
-                    }
-                });
-            });
-        if (auto st = _loop.add_fd(_tcp_fd, EPOLLIN, [this](std::uint32_t) { on_accept_tcp(); }); !st) {
+        if (auto st = start_listener(); !st) {
             return st;
         }
-        const std::string msock = _opts.munge_socket.empty() ? "/run/munge/munge.socket.2" : _opts.munge_socket;
-        if (struct stat ms {}; !_opts.decode_fn && ::stat(msock.c_str(), &ms) != 0) {
-            log::warn("rpc", "munged's socket {} does not exist ({}): every network connection is refused "
-                             "(unavailable, data.cause munge_unavailable) until munged runs (systemctl start munge)",
-                      msock, std::strerror(errno));
-        }
-        log::info("rpc", "serving the network listener on {} port {} ({}), MUNGE-authenticated (munged at {}), "
-                         "max {} connections per host, {} ms to authenticate",
-                  _opts.listen.empty() ? std::string("systemd socket") : _opts.listen, _tcp_port, _tcp_source,
-                  _opts.munge_socket.empty() ? std::string("the default socket") : _opts.munge_socket,
-                  _opts.max_connections_per_host, _opts.auth_timeout.count());
     }
-    const auto tick = std::clamp(_opts.idle_timeout / 4, std::chrono::milliseconds(20),
-                                 std::chrono::milliseconds(1000));
+    auto every = _opts.idle_timeout / 4;
+    if (_tcp_fd >= 0) {  // the listener's timeouts are swept as often
+        every = std::min({every, _opts.auth_silent_timeout / 4, _opts.auth_timeout / 4});
+    }
+    const auto tick = std::clamp(every, std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
     auto t = _loop.add_timer(tick, tick, [this] { sweep(); });
     if (!t) {
         return std::move(t).err();
@@ -550,9 +370,9 @@ void server::on_accept() {
 }
 
 void server::accept_one(int fd) {
-    std::size_t live = 0;
+    std::size_t live = 0;  // network peers not yet authenticated have a pool of their own
     for (const auto& [id, c] : _conns) {
-        live += c->st == connection::state::dead ? 0U : 1U;
+        live += c->in_main_pool() ? 1U : 0U;
     }
     if (live >= _opts.max_connections) {
         ++_rejected_cap;
@@ -617,196 +437,6 @@ void server::start_identity(connection& conn) {
         return;
     }
     conn.nss_timer = *t;
-}
-
-void server::on_accept_tcp() {
-    accept_pending(_tcp_fd, "network listener",
-                   [this](int fd, const sockaddr_storage& ss) { accept_remote(fd, host_of(ss)); });
-}
-
-void server::accept_remote(int fd, const std::string& host) {
-    std::size_t live = 0;
-    std::size_t same_host = 0;
-    for (const auto& [id, c] : _conns) {
-        if (c->st == connection::state::dead) {
-            continue;
-        }
-        ++live;
-        same_host += c->remote && c->peer_host == host ? 1U : 0U;
-    }
-    if (live >= _opts.max_connections) {
-        ++_rejected_cap;
-        send_nowait(fd, engine::overloaded_reply(fmt::format(
-                            "connection limit of {} reached; try again later", _opts.max_connections)));
-        ::close(fd);
-        return;
-    }
-    if (same_host >= _opts.max_connections_per_host) {
-        ++_rejected_per_host;
-        log::warn_rl(_refused_log, "rpc", "refused a connection from {}: it already has {} (rpc.max_connections_per_host)",
-                     host, same_host);
-        const rpc_failure f("overloaded",
-                            fmt::format("host {} already has {} connections, the limit per host "
-                                        "(rpc.max_connections_per_host); close one or try again later",
-                                        host, same_host),
-                            json{{"cause", "connections_per_host"}, {"limit", _opts.max_connections_per_host}});
-        send_nowait(fd, to_line(make_error_reply(nullptr, f)));
-        ::close(fd);
-        return;
-    }
-    const int one = 1;
-    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto c = std::make_unique<connection>(_opts.max_line_bytes);
-    c->id = _next_id++;
-    c->fd = fd;
-    c->remote = true;
-    c->peer_host = host;
-    c->accepted_ns = c->last_rx_ns = rtcore::monotonic_now_ns();
-    c->sess.id = c->id;
-    c->sess.peer.pid = 0;  // a remote process: no pid here
-    c->st = connection::state::authenticating;
-    c->nonce = make_nonce();
-    const std::uint64_t id = c->id;
-    c->interest = EPOLLIN;
-    if (auto st = _loop.add_fd(fd, EPOLLIN, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
-        log::warn("rpc", "{}", st.err().message);
-        ::close(fd);
-        return;
-    }
-    ++_accepted;
-    ++_accepted_remote;
-    connection& conn = *c;
-    _conns.emplace(id, std::move(c));
-    const json challenge{{"jsonrpc", "2.0"},
-                         {"method", "auth.challenge"},
-                         {"params",
-                          {{"mechanism", "munge"},
-                           {"nonce", conn.nonce},
-                           {"payload", auth_payload(conn.nonce)}}}};
-    append(conn, to_line(challenge), 0);
-    flush(conn);
-    update_interest(conn);
-}
-
-void server::refuse_auth(connection& c, std::string_view cause, const std::string& message) {
-    ++_auth_refused[std::string(cause)];
-    const bool unavailable = cause == auth_cause::munge_unavailable;
-    log::warn_rl(_refused_log, "rpc", "refused a network connection from {}: {} ({})", c.peer_host, message,
-                 cause);
-    const rpc_failure f(unavailable ? "unavailable" : "unauthenticated", message,
-                        json{{"cause", cause}});
-    const json& id = c.auth_id;
-    append(c, to_line(make_error_reply(id, f)), 0);
-    if (c.st == connection::state::dead) {
-        return;
-    }
-    // Closing like begin_close: the last line is read, then EOF.
-    c.st = connection::state::closing;
-    c.closing_since_ns = rtcore::monotonic_now_ns();
-    c.in.clear();
-    flush(c);
-    update_interest(c);
-}
-
-void server::read_auth(connection& c) {
-    for (int i = 0; i < reads_per_event && c.st == connection::state::authenticating; ++i) {
-        if (c.in.buffered() > auth_line_bytes) {
-            refuse_auth(c, auth_cause::malformed,
-                        fmt::format("the first line is longer than {} bytes; send auth.munge first",
-                                    auth_line_bytes));
-            return;
-        }
-        char* dst = c.in.prepare(auth_line_bytes);
-        const ssize_t n = ::recv(c.fd, dst, auth_line_bytes, MSG_DONTWAIT);
-        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
-        if (n > 0) {
-            _bytes_in += static_cast<std::uint64_t>(n);
-            c.last_rx_ns = rtcore::monotonic_now_ns();
-            const line_framer::item it = c.in.next();
-            if (it.st == line_framer::status::line) {
-                // The view is valid until the framer is touched again.
-                const std::string line(it.line);
-                handle_auth_line(c, line);
-                return;
-            }
-            continue;
-        }
-        if (n == 0) {
-            kill(c, "peer closed before it authenticated");
-            return;
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            kill(c, "recv failed");
-        }
-        return;
-    }
-}
-
-void server::handle_auth_line(connection& c, std::string_view line) {
-    json req = json::parse(line, nullptr, false);
-    if (req.is_object()) {
-        if (const auto id = req.find("id"); id != req.end() && (id->is_number_integer() || id->is_string())) {
-            c.auth_id = *id;
-        }
-    }
-    const auto method = req.is_object() ? req.find("method") : req.end();
-    if (req.is_discarded() || !req.is_object() || method == req.end() || !method->is_string()) {
-        refuse_auth(c, auth_cause::auth_required,
-                    "this is qrtd's network listener: the first line must be an auth.munge request "
-                    "with a MUNGE credential over the auth.challenge payload");
-        return;
-    }
-    if (method->get<std::string>() != "auth.munge") {
-        refuse_auth(c, auth_cause::auth_required,
-                    fmt::format("{} before authentication: the first request on the network "
-                                "listener must be auth.munge; nothing is served before it",
-                                method->get<std::string>()));
-        return;
-    }
-    const auto params = req.find("params");
-    const json* cred = nullptr;
-    if (params != req.end() && params->is_object()) {
-        if (const auto it = params->find("credential"); it != params->end() && it->is_string()) {
-            cred = &*it;
-        }
-    }
-    if (cred == nullptr) {
-        refuse_auth(c, auth_cause::malformed, "auth.munge needs params.credential, a MUNGE credential string");
-        return;
-    }
-    c.st = connection::state::verifying;
-    update_interest(c);  // not read while munged is asked
-    if (!_verifier->submit(c.id, cred->get<std::string>(), auth_payload(c.nonce))) {
-        ++_rejected_cap;
-        c.st = connection::state::open;  // for begin_close
-        begin_close(c, engine::overloaded_reply(fmt::format(
-                           "rpc: {} credentials are already waiting for munged; try again later",
-                           _opts.auth_queue)));
-    }
-}
-
-void server::on_credential(std::uint64_t id, const credential_check& r) {
-    const auto it = _conns.find(id);
-    if (it == _conns.end() || it->second->st != connection::state::verifying) {
-        return;  // closed meanwhile (hung up, timed out)
-    }
-    connection& c = *it->second;
-    if (!r.ok) {
-        refuse_auth(c, r.cause, r.message);
-        return;
-    }
-    ++_authenticated;
-    c.sess.peer.uid = r.uid;
-    c.sess.peer.gid = r.gid;
-    c.sess.peer.groups.clear();
-    c.sess.peer.groups_source.clear();  // NSS gives them (getgrouplist), as without SO_PEERGROUPS
-    log::debug("rpc", "connection {} from {} authenticated by MUNGE as uid {} gid {}", c.id, c.peer_host,
-               r.uid, r.gid);
-    c.st = connection::state::resolving;
-    start_identity(c);
 }
 
 void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
@@ -877,14 +507,14 @@ bool server::admit_identity(connection& c) {
     std::size_t same_uid = 0;
     std::size_t unreserved = 0;  // connections in the slots open to everyone
     for (const auto& [id, o] : _conns) {
-        if (o.get() == &c || o->st == connection::state::dead) {
+        // A network peer not yet authenticated has no uid and is not in
+        // these slots (its own pool, max_unauthenticated).
+        if (o.get() == &c || !o->in_main_pool()) {
             continue;
         }
-        const bool uid_known =
-            o->st != connection::state::authenticating && o->st != connection::state::verifying;
-        same_uid += uid_known && o->sess.peer.uid == c.sess.peer.uid ? 1U : 0U;
-        // One still resolving (or authenticating) may turn out unprivileged: it counts.
-        unreserved += o->st == connection::state::resolving || !uid_known || !o->privileged ? 1U : 0U;
+        same_uid += o->sess.peer.uid == c.sess.peer.uid ? 1U : 0U;
+        // One still resolving may turn out unprivileged: it counts.
+        unreserved += o->st == connection::state::resolving || !o->privileged ? 1U : 0U;
     }
     const std::size_t open_slots =
         _opts.max_connections > _opts.reserved_connections
@@ -1318,11 +948,19 @@ void server::sweep() {
             kill(c, "close linger expired");
             continue;
         }
-        if ((c.st == connection::state::authenticating || c.st == connection::state::verifying) &&
-            now - c.accepted_ns > to_ns(_opts.auth_timeout)) {
-            refuse_auth(c, auth_cause::auth_timeout,
-                        fmt::format("not authenticated within {} ms (rpc.auth_timeout_ms); closing",
-                                    _opts.auth_timeout.count()));
+        if (c.st == connection::state::authenticating || c.st == connection::state::verifying) {
+            const std::int64_t age = now - c.accepted_ns;
+            const auto silent = std::min(_opts.auth_silent_timeout, _opts.auth_timeout);
+            if (!c.sent_any && age > to_ns(silent)) {
+                refuse_auth(c, auth_cause::auth_timeout,
+                            fmt::format("nothing sent within {} ms of the auth.challenge "
+                                        "(rpc.auth_silent_timeout_ms); closing",
+                                        silent.count()));
+            } else if (age > to_ns(_opts.auth_timeout)) {
+                refuse_auth(c, auth_cause::auth_timeout,
+                            fmt::format("not authenticated within {} ms (rpc.auth_timeout_ms); closing",
+                                        _opts.auth_timeout.count()));
+            }
             continue;
         }
         if (c.st != connection::state::open || now - c.last_rx_ns <= idle_ns) {
@@ -1341,95 +979,6 @@ void server::sweep() {
         }
         kill(c, "idle timeout");
     }
-}
-
-void server::export_textfile() {
-    if (!_metrics_source || _opts.metrics_textfile.empty()) {
-        return;
-    }
-    auto text = _metrics_source();
-    if (!text) {
-        log::warn("rpc", "metrics textfile: {}", text.err().message);
-        return;
-    }
-    if (auto st = telemetry::write_textfile_atomically(_opts.metrics_textfile, *text); !st) {
-        log::warn("rpc", "metrics textfile: {}", st.err().message);
-    }
-}
-
-telemetry::snapshot server::stats() const {
-    telemetry::snapshot s;
-    std::size_t live = 0;
-    std::size_t subscribers = 0;
-    std::size_t buffered = 0;
-    for (const auto& [id, c] : _conns) {
-        if (c->st == connection::state::dead) {
-            continue;
-        }
-        ++live;
-        subscribers += c->sess.subscribed ? 1U : 0U;
-        buffered += c->out_pending() + c->in.buffered();
-    }
-    s.add_gauge("qrt_rpc_connections", "open control-socket connections", {},
-                static_cast<double>(live));
-    s.add_gauge("qrt_rpc_connections_max", "connection cap", {},
-                static_cast<double>(_opts.max_connections));
-    s.add_gauge("qrt_rpc_subscribers", "connections subscribed to events", {},
-                static_cast<double>(subscribers));
-    s.add_gauge("qrt_rpc_buffered_bytes", "bytes buffered for all connections", {},
-                static_cast<double>(buffered));
-    s.add_counter("qrt_rpc_connections_accepted_total", "connections accepted", {}, _accepted);
-    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
-                  {{"cause", "cap"}}, _rejected_cap);
-    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
-                  {{"cause", "per_uid"}}, _rejected_per_uid);
-    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
-                  {{"cause", "reserved"}}, _rejected_reserved);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "line_too_long"}}, _closed_line_too_long);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "idle_timeout"}}, _closed_idle);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "slow_reader"}}, _closed_slow_reader);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "peercred"}}, _peercred_failures);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "nss_timeout"}}, _closed_nss_timeout);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "nss_queue_full"}}, _closed_nss_queue_full);
-    s.add_counter("qrt_rpc_connections_closed_total", "connections closed by the server",
-                  {{"cause", "nss_error"}}, _closed_nss_error);
-    s.add_counter("qrt_rpc_nss_waits_total",
-                  "connections that waited for a user lookup (NSS) off the event loop", {}, _nss_waits);
-    s.add_gauge("qrt_rpc_nss_pending", "user lookups (NSS) queued or under way", {},
-                static_cast<double>(_resolver ? _resolver->pending() : 0U));
-    s.add_counter("qrt_rpc_connections_rejected_total", "connections refused at the cap",
-                  {{"cause", "per_host"}}, _rejected_per_host);
-    s.add_counter("qrt_rpc_remote_connections_accepted_total",
-                  "connections accepted on the network listener (rpc.listen)", {}, _accepted_remote);
-    s.add_counter("qrt_rpc_remote_authenticated_total",
-                  "network connections whose MUNGE credential was accepted", {}, _authenticated);
-    for (const auto cause : {auth_cause::expired, auth_cause::rewound, auth_cause::replayed,
-                             auth_cause::invalid, auth_cause::malformed, auth_cause::nonce_mismatch,
-                             auth_cause::auth_required, auth_cause::auth_timeout,
-                             auth_cause::munge_unavailable}) {
-        const auto it = _auth_refused.find(cause);
-        s.add_counter("qrt_rpc_remote_auth_refused_total",
-                      "network connections refused before being served, by data.cause",
-                      {{"cause", std::string(cause)}}, it == _auth_refused.end() ? 0U : it->second);
-    }
-    s.add_counter("qrt_rpc_received_bytes_total", "bytes read from clients", {}, _bytes_in);
-    s.add_counter("qrt_rpc_sent_bytes_total", "bytes written to clients", {}, _bytes_out);
-    s.add_counter("qrt_rpc_backpressure_pauses_total",
-                  "times reading a connection stopped for unsent replies or requests in flight",
-                  {}, _backpressure_pauses);
-    s.add_counter("qrt_rpc_replies_held_for_commit_total",
-                  "reply lines held until the change they acknowledge was durable", {},
-                  _held_replies);
-    s.add_counter("qrt_rpc_commit_failed_replies_total",
-                  "held reply lines answered with store_error because their commit failed", {},
-                  _failed_commit_replies);
-    return s;
 }
 
 }  // namespace qrt::rpc

@@ -52,7 +52,20 @@ test_agent::test_agent(test_agent_options opts) : _opts(std::move(opts)) {
                          {"ledger", {{"reservations", st.reservations}, {"active", st.active}}}};
     };
     rpc::register_agent_methods(*_engine, _hooks);
-    rpc::register_timeline_methods(*_engine, *_ledger);
+    rpc::timeline_options to;
+    if (_opts.tenants) {
+        auto t = rpc::tenant_limits::compile(*_opts.tenants);
+        if (!t) {
+            throw std::runtime_error("tenant_limits::compile: " + t.err().message);
+        }
+        auto limits = std::make_shared<rpc::tenant_limits>(std::move(*t));
+        to.limits = limits;
+        // As services.cpp does: every line charged on the monotonic clock.
+        _engine->set_admission([limits](rpc::session& s, std::uint64_t requests) {
+            limits->admit(s, rtcore::monotonic_now_ns(), requests);
+        });
+    }
+    rpc::register_timeline_methods(*_engine, *_ledger, to);
 
     auto auth = rpc::authorizer::compile(_opts.roles);
     if (!auth) {

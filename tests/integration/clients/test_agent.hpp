@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "qrt/rpc/engine.hpp"
 #include "qrt/rpc/methods.hpp"
 #include "qrt/rpc/server.hpp"
+#include "qrt/rpc/tenant_limits.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
 #include "qrt/timeline/ledger.hpp"
 
@@ -40,6 +42,9 @@ struct test_agent_options {
     // none) and the munged that checks its credentials.
     std::string listen;
     std::string munge_socket;
+    // [tenants]: quotas and the request rate charged for every line, as
+    // `qrtd run` installs them (nullopt: none, everything admitted).
+    std::optional<rpc::tenant_policy> tenants;
 };
 
 class test_agent {

@@ -14,7 +14,10 @@ executing OpenQASM 3) + the Qiskit backend qrtd_qiskit.
   5. Bad input (not OpenQASM 3, too many qubits, shots 0 or too large) is a
      clear error at submit, by the backend and by qrtd (a raw envelope), with
      nothing dispatched; a program qpu-aer cannot parse fails the job with the
-     wire's error naming the line.
+     wire's error naming the line.  str() of an error is "message (reason)".
+  6. Over qrtd's network listener (QRT_SOCKET=tcp://..., as a Slurm step on a
+     compute node has it; a munged of the test's own): the backend
+     authenticates with MUNGE and runs a job; munged missing is said so.
 
 Behaviour only, never timings.  Runs in build/venv (tools/python/sdk_venv.sh).
 As root qrtd runs the deployed way (user qrtd, from the shipped sysusers.d).
@@ -26,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -101,8 +105,15 @@ class Qiskit(unittest.TestCase):
         cls.procs = []
         qpu = base.PERIODIC_QPU.replace("blackout_ns = 100_000_000", f"blackout_ns = {BLACKOUT}")
         assert f"period_ns = 1_000_000_000" in qpu and str(BLACKOUT) in qpu
+        # The network listener, when munge is installed: a munged of our own.
+        cls.url, cls.munge_sock = cls.start_munged()
+        config = base.CONFIG
+        if cls.url:
+            rpc = 'socket_path = "{dir}/qrtd.sock"\n'
+            assert rpc in config
+            config = config.replace(rpc, rpc + f'listen = "{cls.url}"\nmunge_socket = "{cls.munge_sock}"\n')
         with open(cls.cfg, "w") as f:
-            f.write((base.CONFIG + qpu).format(
+            f.write((config + qpu).format(
                 dir=cls.dir, uid=os.getuid(), submit="syscall",
                 mode="tuned" if os.geteuid() == 0 else "untuned") + DEVICE)
         args = [sys.executable, QPU_AER, "--listen", f"unix://{cls.dir}/qpu0.sock", "--qubits", "3",
@@ -136,6 +147,33 @@ class Qiskit(unittest.TestCase):
         if not base.wait_for(up, 30):
             raise RuntimeError("qrtd or its endpoint did not come up: " + cls.tail("qrtd-0.log"))
         cls.backend = QrtdBackend(qpu="qpu0", socket=cls.sock)
+
+    @classmethod
+    def start_munged(cls):
+        """(tcp:// URL for qrtd to listen on, munged's socket), or (None, None)
+        without munge installed.  munged is ended with the other processes."""
+        path = "/usr/sbin:/usr/bin:/sbin:/bin"
+        munged, mungekey = shutil.which("munged", path=path), shutil.which("mungekey", path=path)
+        if not munged or not mungekey:
+            return None, None
+        d = os.path.join(cls.dir, "munge")
+        os.mkdir(d, 0o755)
+        key = os.path.join(d, "munge.key")
+        subprocess.run([mungekey, "--create", "--keyfile=" + key], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.chmod(key, 0o400)
+        sock = os.path.join(d, "munge.sock")
+        cls.procs.append(subprocess.Popen(
+            [munged, "--foreground", "--force", "--socket=" + sock, "--key-file=" + key,
+             "--pid-file=" + os.path.join(d, "munged.pid"), "--seed-file=" + os.path.join(d, "seed"),
+             "--log-file=" + os.path.join(d, "munged.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if not base.wait_for(lambda: os.path.exists(sock), 10):
+            raise RuntimeError("munged did not create " + sock)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return f"tcp://127.0.0.1:{port}", sock
 
     @classmethod
     def tearDownClass(cls):
@@ -343,6 +381,33 @@ class Qiskit(unittest.TestCase):
         self.assertGreater(e.next_start_ns, now)
         self.assertIn("next possible start", str(e))
 
+    # ------------------------------------------------------------ over tcp://
+
+    def test_over_the_network_listener_the_backend_runs_a_job(self):
+        if not self.url:
+            self.skipTest("munged and mungekey are not installed (tools/quickstart/deps.sh installs munge)")
+        env = {"QRT_SOCKET": self.url, "QRT_MUNGE_SOCKET": self.munge_sock}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            b = QrtdBackend(qpu="qpu0")  # as a step on a compute node: from the environment
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.addCleanup(b.close)
+        self.assertEqual(b.target.num_qubits, 3)
+        job = b.run(bell(), shots=300, not_before_ns=self.start())
+        self.assertEqual(set(self.counts(job)), {"00", "11"})
+        # Named explicitly, and munged missing here: said so, with the reason.
+        with self.assertRaises(QrtdError) as cm:
+            QrtdBackend(qpu="qpu0", socket=self.url, munge_socket=os.path.join(self.dir, "no-munged.sock"))
+        self.assertEqual(cm.exception.reason, "munge_error", cm.exception)
+        self.assertIn("munged is not running", str(cm.exception))
+        self.assertTrue(str(cm.exception).endswith("(munge_error)"), str(cm.exception))
+
     def test_cancel_before_the_start_is_cancelled_and_never_reaches_the_endpoint(self):
         job = self.backend.run(bell(), shots=100, not_before_ns=time.time_ns() + 4000 * MS)
         self.assertEqual(job.status(), JobStatus.QUEUED)
@@ -375,6 +440,8 @@ class Qiskit(unittest.TestCase):
                 fn()
             self.assertEqual(cm.exception.reason, "invalid_argument", cm.exception)
             self.assertIn(text, str(cm.exception))
+            # What a user prints: the message and the reason, unquoted.
+            self.assertEqual(str(cm.exception), f"{cm.exception.message} (invalid_argument)")
 
     def test_bad_input_is_refused_at_submit_by_qrtd_and_nothing_is_dispatched(self):
         c = self.client()
@@ -390,6 +457,8 @@ class Qiskit(unittest.TestCase):
                 c.jobs_submit(payload, duration_ns=1 * MS, idempotency_key=f"bad-{i}", qpus=["qpu0"])
             self.assertEqual(cm.exception.reason, "invalid_argument", cm.exception)
             self.assertIn(text, str(cm.exception))
+            # What a user prints: the message and the reason, unquoted.
+            self.assertEqual(str(cm.exception), f"{cm.exception.message} (invalid_argument)")
             # Nothing was placed under that key: the same key with a good
             # payload is a new job, not the refused one.
         ok = c.jobs_submit(envelope(BELL_QASM), duration_ns=1 * MS, idempotency_key="bad-0", qpus=["qpu0"],

@@ -8,353 +8,12 @@
 // Skips, naming why, when munged or mungekey is missing (deps.sh installs
 // munge), and the role tests when not root (a credential of another uid
 // needs a process of that uid).
-#include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <munge.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <future>
-#include <memory>
-#include <optional>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include <fmt/format.h>
-
-#include "connection.hpp"
-#include "qrt/event_loop.hpp"
-#include "qrt/rpc/methods.hpp"
-#include "qrt/rpc/munge_auth.hpp"
-#include "qrt/rpc/server.hpp"
-#include "qrt/rpc/timeline_methods.hpp"
-#include "qrt/telemetry.hpp"
-#include "qrt/timeline/ledger.hpp"
-#include "qrt_test/process.hpp"
-#include "rtcore/clock.hpp"
-
-using namespace std::chrono_literals;
-using qrt::rpc::json;
-namespace rpc = qrt::rpc;
-namespace tl = qrt::timeline;
-namespace fs = std::filesystem;
+#include "munge_harness.hpp"
+#include "qrt/client.h"
 
 namespace {
 
-constexpr std::int64_t s_ns = 1'000'000'000;
-
-std::string which(const std::string& name) {
-    for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"}) {
-        const fs::path p = fs::path(dir) / name;
-        if (::access(p.c_str(), X_OK) == 0) {
-            return p.string();
-        }
-    }
-    return {};
-}
-
-// One munged of the test: its own key, socket, pid and seed files.
-class munged {
-public:
-    munged(const fs::path& dir, const std::string& name) : _dir(dir / name) {
-        fs::create_directories(_dir);
-        fs::permissions(_dir, fs::perms(0755));  // the socket, for every uid
-        const std::string key = (_dir / "munge.key").string();
-        const auto made = qrt::testing::run({which("mungekey"), "--create", "--keyfile=" + key});
-        if (made.exit_code != 0) {
-            throw std::runtime_error("mungekey: " + made.err);
-        }
-        ::chmod(key.c_str(), 0400);
-        socket = (_dir / "munge.sock").string();
-        const std::vector<std::string> argv{which("munged"), "--foreground", "--force",
-                                            "--socket=" + socket, "--key-file=" + key,
-                                            "--pid-file=" + (_dir / "munged.pid").string(),
-                                            "--seed-file=" + (_dir / "seed").string(),
-                                            "--log-file=" + (_dir / "munged.log").string()};
-        _pid = ::fork();
-        if (_pid == 0) {
-            std::vector<char*> args;
-            for (const auto& a : argv) {
-                args.push_back(const_cast<char*>(a.c_str()));
-            }
-            args.push_back(nullptr);
-            ::execv(args[0], args.data());
-            ::_exit(127);
-        }
-        for (int i = 0; i < 200 && !fs::exists(socket); ++i) {
-            std::this_thread::sleep_for(50ms);
-        }
-        if (!fs::exists(socket)) {
-            stop();
-            throw std::runtime_error("munged did not create " + socket);
-        }
-    }
-    ~munged() { stop(); }
-    munged(const munged&) = delete;
-    munged& operator=(const munged&) = delete;
-
-    void stop() {
-        if (_pid <= 0) {
-            return;
-        }
-        ::kill(_pid, SIGTERM);
-        int status = 0;
-        for (int i = 0; i < 100; ++i) {
-            if (::waitpid(_pid, &status, WNOHANG) == _pid) {
-                _pid = -1;
-                return;
-            }
-            std::this_thread::sleep_for(50ms);
-        }
-        ::kill(_pid, SIGKILL);
-        ::waitpid(_pid, &status, 0);
-        _pid = -1;
-    }
-
-    std::string socket;
-
-private:
-    fs::path _dir;
-    pid_t _pid = -1;
-};
-
-// A credential over payload from the munged at socket (ttl 0: its default).
-std::string encode(const std::string& socket, const std::string& payload, int ttl = 0) {
-    munge_ctx_t ctx = munge_ctx_create();
-    munge_ctx_set(ctx, MUNGE_OPT_SOCKET, socket.c_str());
-    if (ttl > 0) {
-        munge_ctx_set(ctx, MUNGE_OPT_TTL, ttl);
-    }
-    char* cred = nullptr;
-    const munge_err_t e = munge_encode(&cred, ctx, payload.data(), static_cast<int>(payload.size()));
-    munge_ctx_destroy(ctx);
-    if (e != EMUNGE_SUCCESS) {
-        throw std::runtime_error(std::string("munge_encode: ") + munge_strerror(e));
-    }
-    std::string out(cred);
-    std::free(cred);
-    return out;
-}
-
-// A raw TCP client: lines in and out, every wait bounded.
-class raw_tcp {
-public:
-    explicit raw_tcp(std::uint16_t port) {
-        _fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (::connect(_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-            throw std::runtime_error("connect 127.0.0.1");
-        }
-    }
-    ~raw_tcp() { ::close(_fd); }
-    raw_tcp(const raw_tcp&) = delete;
-    raw_tcp& operator=(const raw_tcp&) = delete;
-
-    void send_line(const std::string& s) {
-        const std::string l = s + "\n";
-        ASSERT_EQ(::send(_fd, l.data(), l.size(), MSG_NOSIGNAL), static_cast<ssize_t>(l.size()));
-    }
-    // The next line; nullopt at EOF or after the timeout.
-    std::optional<std::string> line(std::chrono::milliseconds timeout = 5000ms) {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        for (;;) {
-            if (const auto nl = _in.find('\n'); nl != std::string::npos) {
-                std::string l = _in.substr(0, nl);
-                _in.erase(0, nl + 1);
-                return l;
-            }
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - std::chrono::steady_clock::now());
-            if (left.count() <= 0) {
-                return std::nullopt;
-            }
-            pollfd p{_fd, POLLIN, 0};
-            if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-                return std::nullopt;
-            }
-            char buf[4096];
-            const ssize_t n = ::recv(_fd, buf, sizeof buf, 0);
-            if (n <= 0) {
-                return std::nullopt;
-            }
-            _in.append(buf, static_cast<std::size_t>(n));
-        }
-    }
-    json next() {
-        auto l = line();
-        if (!l) {
-            return json();
-        }
-        return json::parse(*l, nullptr, false);
-    }
-    // After the server's last line: EOF (not a timeout).
-    bool closed_by_peer(std::chrono::milliseconds timeout = 5000ms) {
-        pollfd p{_fd, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) {
-            return false;
-        }
-        char c = 0;
-        return ::recv(_fd, &c, 1, 0) <= 0;
-    }
-    // The challenge's nonce.
-    std::string challenge() {
-        const json c = next();
-        EXPECT_EQ(c.value("method", ""), "auth.challenge") << c.dump();
-        return c["params"].value("nonce", "");
-    }
-    void auth(const std::string& cred, int id = 1) {
-        send_line(json{{"jsonrpc", "2.0"}, {"id", id}, {"method", "auth.munge"},
-                       {"params", {{"credential", cred}}}}.dump());
-    }
-
-private:
-    int _fd = -1;
-    std::string _in;
-};
-
-std::string cause_of(const json& reply) {
-    if (!reply.is_object() || !reply.contains("error")) {
-        return "(no error: " + reply.dump() + ")";
-    }
-    return reply["error"]["data"].value("reason", "?") + "/" + reply["error"]["data"].value("cause", "?");
-}
-
-// Server (UNIX socket and 127.0.0.1:0) + ledger + loop thread.
-class harness {
-public:
-    harness(const fs::path& dir, const std::string& munge_socket, rpc::server_options so = {}) {
-        socket_path = (dir / "qrtd.sock").string();
-        std::vector<tl::qpu_spec> qpus;
-        qpus.push_back(tl::qpu_spec{"q0", tl::periodic_calibration{10 * s_ns, s_ns, 0, 0.99, 0}});
-        tl::ledger_options lo;
-        lo.policy = "edf-backfill";
-        fs::remove(dir / "ledger.db");
-        auto l = tl::ledger::open(std::move(qpus), lo, (dir / "ledger.db").string(),
-                                  rtcore::realtime_now_ns());
-        if (!l) {
-            throw std::runtime_error(l.err().message);
-        }
-        ledger = std::move(*l);
-        rpc::role_map roles;
-        roles.scheduler = {"uid:0"};
-        roles.reader = {"uid:65534"};
-        auto a = rpc::authorizer::compile(roles);
-        if (!a) {
-            throw std::runtime_error(a.err().message);
-        }
-        auth = std::make_unique<rpc::authorizer>(std::move(*a));
-        eng = std::make_unique<rpc::engine>(rpc::engine_limits{});
-        so.socket_path = socket_path;
-        so.socket_mode = 0666;
-        so.socket_activation = false;
-        so.listen = "tcp://127.0.0.1:0";
-        so.munge_socket = munge_socket;
-        srv = std::make_unique<rpc::server>(loop, *eng, *auth, so);
-        hooks.status = [] { return json{{"health", "ok"}}; };
-        hooks.transport = [this] { return srv->stats(); };
-        rpc::register_agent_methods(*eng, hooks);
-        rpc::timeline_options to;
-        to.now_ns = [] { return rtcore::realtime_now_ns(); };
-        rpc::register_timeline_methods(*eng, *ledger, to);
-        if (auto st = srv->start(); !st) {
-            throw std::runtime_error(st.err().message);
-        }
-        port = srv->tcp_port();
-        thread = std::thread([this] { loop.run(); });
-    }
-    ~harness() {
-        std::promise<void> done;
-        loop.post([&] {
-            srv->stop();
-            done.set_value();
-        });
-        done.get_future().wait();
-        loop.stop();
-        thread.join();
-    }
-    std::string url() const { return fmt::format("tcp://127.0.0.1:{}", port); }
-    std::string metrics() {
-        std::promise<std::string> p;
-        loop.post([&] {
-            auto t = qrt::telemetry::to_prometheus(srv->stats());
-            p.set_value(t ? *t : std::string());
-        });
-        return p.get_future().get();
-    }
-
-    std::string socket_path;
-    std::uint16_t port = 0;
-    qrt::event_loop loop;
-    std::unique_ptr<tl::ledger> ledger;
-    std::unique_ptr<rpc::authorizer> auth;
-    std::unique_ptr<rpc::engine> eng;
-    rpc::agent_hooks hooks;
-    std::unique_ptr<rpc::server> srv;
-    std::thread thread;
-};
-
-class munge_listener : public ::testing::Test {
-protected:
-    static void SetUpTestSuite() {
-        if (which("munged").empty() || which("mungekey").empty()) {
-            skip_reason = "munged or mungekey is not installed (tools/quickstart/deps.sh installs munge)";
-            return;
-        }
-        dir = fs::temp_directory_path() / fmt::format("qrt-munge-{}", ::getpid());
-        fs::create_directories(dir);
-        fs::permissions(dir, fs::perms(0755));
-        try {
-            key_a = std::make_unique<munged>(dir, "a");
-            key_b = std::make_unique<munged>(dir, "b");
-        } catch (const std::exception& e) {
-            skip_reason = std::string("cannot start munged here: ") + e.what();
-        }
-    }
-    static void TearDownTestSuite() {
-        key_a.reset();
-        key_b.reset();
-        if (!dir.empty()) {
-            fs::remove_all(dir);
-        }
-    }
-    void SetUp() override {
-        if (!skip_reason.empty()) {
-            GTEST_SKIP() << skip_reason;
-        }
-    }
-    harness& h(rpc::server_options so = {}) {
-        if (!_h) {
-            _h = std::make_unique<harness>(dir, key_a->socket, std::move(so));
-        }
-        return *_h;
-    }
-    qrt::client::connect_options client_options() const {
-        qrt::client::connect_options co;
-        co.munge_socket = key_a->socket;
-        return co;
-    }
-
-    static inline std::string skip_reason;
-    static inline fs::path dir;
-    static inline std::unique_ptr<munged> key_a;
-    static inline std::unique_ptr<munged> key_b;
-    std::unique_ptr<harness> _h;
-};
+using namespace qrt_munge_test;
 
 TEST_F(munge_listener, a_good_credential_is_served_with_the_roles_of_its_uid) {
     auto r = qrt::client::connection::open(h().url(), client_options());
@@ -414,14 +73,14 @@ TEST_F(munge_listener, garbage_is_refused_as_malformed) {
 TEST_F(munge_listener, a_credential_of_another_key_is_refused_as_invalid) {
     raw_tcp t(h().port);
     const std::string nonce = t.challenge();
-    t.auth(encode(key_b->socket, rpc::auth_payload(nonce)));
+    t.auth(encode(key_b->socket, t.payload(nonce)));
     EXPECT_EQ(cause_of(t.next()), "unauthenticated/invalid");
     EXPECT_TRUE(t.closed_by_peer());
 }
 
 TEST_F(munge_listener, a_credential_used_once_is_refused_on_another_connection) {
     raw_tcp first(h().port);
-    const std::string cred = encode(key_a->socket, rpc::auth_payload(first.challenge()));
+    const std::string cred = encode(key_a->socket, first.payload(first.challenge()));
     first.auth(cred);
     const json ok = first.next();
     ASSERT_TRUE(ok.contains("result")) << ok.dump();
@@ -434,7 +93,7 @@ TEST_F(munge_listener, a_credential_used_once_is_refused_on_another_connection) 
     // A fresh credential made for another connection's nonce (never used).
     raw_tcp third(h().port);
     third.challenge();
-    third.auth(encode(key_a->socket, rpc::auth_payload("00112233445566778899aabbccddeeff")));
+    third.auth(encode(key_a->socket, third.payload("00112233445566778899aabbccddeeff")));
     EXPECT_EQ(cause_of(third.next()), "unauthenticated/nonce_mismatch");
     EXPECT_TRUE(third.closed_by_peer());
     // The first connection is served.
@@ -443,10 +102,13 @@ TEST_F(munge_listener, a_credential_used_once_is_refused_on_another_connection) 
 }
 
 TEST_F(munge_listener, an_expired_credential_is_refused) {
-    raw_tcp t(h().port);
+    rpc::server_options so;
+    so.auth_silent_timeout = 10000ms;  // it waits for the credential to expire before sending
+    so.auth_timeout = 10000ms;
+    raw_tcp t(h(so).port);
     const std::string nonce = t.challenge();
     const std::int64_t made = ::time(nullptr);
-    const std::string cred = encode(key_a->socket, rpc::auth_payload(nonce), 1);
+    const std::string cred = encode(key_a->socket, t.payload(nonce), 1);
     // TTL 1 s: past encode time + ttl by the wall clock (bounded wait).
     for (int i = 0; i < 100 && ::time(nullptr) <= made + 2; ++i) {
         std::this_thread::sleep_for(50ms);
@@ -479,6 +141,85 @@ TEST_F(munge_listener, connections_per_host_are_capped_before_authentication) {
     const json refused = c.next();
     EXPECT_EQ(refused["error"]["data"].value("cause", ""), "connections_per_host") << refused.dump();
     EXPECT_EQ(refused["error"]["data"].value("reason", ""), "overloaded");
+}
+
+// Before authentication a connection is in a pool of its own: capped per
+// host and in all (max_unauthenticated), not counted in max_connections;
+// once authenticated it is, and a full max_connections refuses it then.
+TEST_F(munge_listener, unauthenticated_connections_have_a_pool_of_their_own) {
+    rpc::server_options so;
+    so.max_connections = 2;
+    so.reserved_connections = 0;
+    so.max_unauthenticated = 3;
+    so.max_unauthenticated_per_host = 2;
+    harness& hh = h(so);
+    auto a1 = std::make_unique<raw_tcp>(hh.port, "127.0.0.1");
+    raw_tcp a2(hh.port, "127.0.0.1");
+    raw_tcp b1(hh.port, "127.0.0.2");
+    const std::string a1_nonce = a1->challenge();
+    for (raw_tcp* t : {&a2, &b1}) {
+        EXPECT_FALSE(t->challenge().empty());
+    }
+    raw_tcp a3(hh.port, "127.0.0.1");
+    const json per_host = a3.next();
+    EXPECT_EQ(cause_of(per_host), "overloaded/unauthenticated_per_host") << per_host.dump();
+    EXPECT_NE(per_host["error"].value("message", "").find("rpc.max_unauthenticated_per_host"), std::string::npos);
+    raw_tcp c1(hh.port, "127.0.0.3");
+    const json pool = c1.next();
+    EXPECT_EQ(cause_of(pool), "overloaded/unauthenticated_connections") << pool.dump();
+    EXPECT_EQ(pool["error"]["data"].value("limit", 0), 3);
+    // None of them is in max_connections (2): two local peers are served.
+    qrt::testing::rpc_client local1(hh.socket_path);
+    qrt::testing::rpc_client local2(hh.socket_path);
+    EXPECT_TRUE(local1.call("agent.hello").contains("result"));
+    EXPECT_TRUE(local2.call("agent.hello").contains("result"));
+    // Authenticated, a1 would be the third: refused then, and its slot in
+    // the pool is free again for another host.
+    a1->auth(encode(key_a->socket, a1->payload(a1_nonce)));
+    const json full = a1->next();
+    EXPECT_EQ(cause_of(full), "overloaded/connections") << full.dump();
+    EXPECT_NE(full["error"].value("message", "").find("rpc.max_connections"), std::string::npos);
+    EXPECT_TRUE(a1->closed_by_peer());
+    a1.reset();
+    std::optional<json> let_in;
+    for (int i = 0; i < 100 && !let_in; ++i) {  // the server reaps a1 on its next pass
+        raw_tcp again(hh.port, "127.0.0.3");
+        const json first = again.next();
+        if (first.value("method", "") == "auth.challenge") {
+            let_in = first;
+        } else {
+            std::this_thread::sleep_for(10ms);
+        }
+    }
+    EXPECT_TRUE(let_in.has_value()) << "the pool stayed full after a1 was closed";
+    EXPECT_NE(hh.metrics().find("qrt_rpc_connections_rejected_total{cause=\"unauthenticated_per_host\"} 1"),
+              std::string::npos);
+}
+
+// A peer that has sent nothing is dropped after rpc.auth_silent_timeout_ms;
+// one that is sending (its line not complete yet) has rpc.auth_timeout_ms.
+TEST_F(munge_listener, a_peer_that_sends_nothing_is_dropped_before_a_slow_one) {
+    rpc::server_options so;
+    so.auth_silent_timeout = 100ms;
+    so.auth_timeout = 10000ms;
+    harness& hh = h(so);
+    raw_tcp silent(hh.port);
+    raw_tcp slow(hh.port);
+    const std::string nonce = slow.challenge();
+    silent.challenge();
+    const std::string line = json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "auth.munge"},
+                                  {"params", {{"credential", encode(key_a->socket, slow.payload(nonce))}}}}
+                                 .dump();
+    slow.send_raw(line.substr(0, 10));  // started, not finished
+    const json dropped = silent.next();
+    EXPECT_EQ(cause_of(dropped), "unauthenticated/auth_timeout") << dropped.dump();
+    EXPECT_NE(dropped["error"].value("message", "").find("rpc.auth_silent_timeout_ms"), std::string::npos)
+        << dropped.dump();
+    EXPECT_TRUE(silent.closed_by_peer());
+    // Well past the silent timeout, the slow one finishes and is served.
+    std::this_thread::sleep_for(300ms);
+    slow.send_raw(line.substr(10) + "\n");
+    EXPECT_TRUE(slow.next().contains("result"));
 }
 
 // The per-uid cap of the UNIX socket counts remote connections of the uid
@@ -517,7 +258,7 @@ TEST_F(munge_listener, a_quiet_remote_peer_is_dropped_after_the_idle_timeout) {
     so.idle_timeout = 200ms;
     harness& hh = h(so);
     raw_tcp t(hh.port);
-    t.auth(encode(key_a->socket, rpc::auth_payload(t.challenge())));
+    t.auth(encode(key_a->socket, t.payload(t.challenge())));
     ASSERT_TRUE(t.next().contains("result"));
     const json idle = t.next();  // nothing sent since: the idle timeout's line
     EXPECT_EQ(idle["error"]["data"].value("reason", ""), "idle_timeout") << idle.dump();
@@ -577,6 +318,36 @@ TEST_F(munge_listener, a_uid_without_the_scheduler_role_is_refused_remotely_as_l
         EXPECT_EQ(reserve.exit_code, 6) << where << ": " << reserve.out << reserve.err;
         EXPECT_NE((reserve.out + reserve.err).find("permission_denied"), std::string::npos) << where;
     }
+}
+
+// The C library's own calls (qrt/client.h, libqrt-client.so) over tcp://,
+// named and from $QRT_SOCKET as a Slurm step on a compute node has it, and
+// qrtctl from $QRT_SOCKET: README "From other nodes" names each.
+TEST_F(munge_listener, the_c_library_and_qrtctl_speak_tcp_from_qrt_socket) {
+    harness& hh = h();
+    ASSERT_EQ(::setenv("QRT_MUNGE_SOCKET", key_a->socket.c_str(), 1), 0);
+    ASSERT_EQ(::setenv("QRT_SOCKET", hh.url().c_str(), 1), 0);
+    const std::string url = hh.url();
+    for (const char* path : {url.c_str(), static_cast<const char*>(nullptr)}) {
+        qrt_client* c = nullptr;
+        qrt_error err{};
+        ASSERT_EQ(qrt_connect(path, &c, &err), 0) << err.reason << ": " << err.message;
+        char* hello = nullptr;
+        ASSERT_EQ(qrt_hello(c, &hello, &err), 0) << err.reason << ": " << err.message;
+        const json got = json::parse(hello, nullptr, false);
+        qrt_free(hello);
+        qrt_close(c);
+        EXPECT_EQ(got["peer"].value("uid", -1), static_cast<int>(::geteuid())) << got.dump();
+        EXPECT_EQ(got["peer"].value("pid", -1), 0) << "not a process of this host";
+    }
+    const std::string qrtctl = std::getenv("QRTCTL") != nullptr ? std::getenv("QRTCTL") : QRT_TEST_QRTCTL;
+    qrt::testing::run_options ro;
+    ro.env = {"QRT_MUNGE_SOCKET=" + key_a->socket, "QRT_SOCKET=" + hh.url()};
+    const auto ctl = qrt::testing::run({qrtctl, "--json", "agent", "hello"}, ro);
+    ::unsetenv("QRT_SOCKET");
+    ::unsetenv("QRT_MUNGE_SOCKET");
+    ASSERT_EQ(ctl.exit_code, 0) << ctl.out << ctl.err;
+    EXPECT_EQ(json::parse(ctl.out, nullptr, false)["peer"].value("uid", -1), static_cast<int>(::geteuid()));
 }
 
 }  // namespace

@@ -361,6 +361,59 @@ TEST_F(engine_test, directly_written_replies_are_byte_identical_to_nlohmann_seri
     EXPECT_EQ(reason_of(bad), reason::invalid_params);
 }
 
+// One request on a line is read without a document for its envelope
+// (request_reader.hpp); what it answers must be exactly what the request's
+// document answers (handle_request, read from the DOM as a batch element
+// is): duplicate members, members in any order, the unknown member named
+// first by name, escaped names, containers where scalars belong and the
+// other way round, nested params, nesting up to the limit.
+TEST_F(engine_test, a_request_read_from_its_line_answers_as_its_document_does) {
+    const char* lines[] = {
+        R"({"jsonrpc":"2.0","method":"echo","params":{"a":[1,{"b":null}],"c":"d"},"id":3})",
+        R"({"id":3,"params":[1,2,[3]],"method":"echo","jsonrpc":"2.0"})",
+        R"({"jsonrpc":"2.0","method":"nope","method":"echo","id":1})",
+        R"({"jsonrpc":"1.0","jsonrpc":"2.0","method":"echo","id":1})",
+        R"({"jsonrpc":"2.0","method":"echo","id":1,"params":{"x":1},"params":[2]})",
+        R"({"zeta":1,"jsonrpc":"2.0","alpha":{"deep":[1]},"method":"echo","id":2})",
+        R"({"\u006a\u0073onrpc":"2.0","\u006dethod":"echo","id":"\u00e9"})",
+        R"({"jsonrpc":["2.0"],"method":"echo","id":1})",
+        R"({"jsonrpc":"2.0","method":{"name":"echo"},"id":1})",
+        R"({"jsonrpc":"2.0","method":"echo","id":[1]})",
+        R"({"jsonrpc":"2.0","method":"echo","id":1.5,"params":true})",
+        R"({"jsonrpc":"2.0","method":"echo","id":null,"params":{}})",
+        R"({"jsonrpc":"2.0","method":"echo"})",
+        R"({"jsonrpc":"2.0","method":"nope","id":9})",
+        R"({"jsonrpc":"2.0","method":"cal","id":9})",
+        R"({"jsonrpc":"2.0","method":"fails","id":9})",
+        R"({"method":"echo","id":4})",
+        R"({"jsonrpc":"2.0","id":4})",
+        R"({})",
+        R"({"jsonrpc":"2.0","method":"echo","params":{"a":{"b":{"c":{"d":{"e":{"f":1}}}}}},"id":5})",
+        R"({"jsonrpc":"2.0","method":"echo","params":[[[[[[1]]]]]],"id":5})",
+        R"( { "jsonrpc" : "2.0" , "method" : "echo" , "params" : { "s" : "a\"b\\c" } , "id" : -7 } )",
+    };
+    for (const char* line : lines) {
+        const json from_line = call(line, reader);
+        const json doc = json::parse(line);
+        const json from_doc = nesting_exceeds(line, eng.limits().max_depth) ? json() : eng.handle_request(doc, reader);
+        EXPECT_EQ(from_line, from_doc) << line;
+    }
+    // At the limit (8 levels) it is read; one more is too_deep, found while reading.
+    const std::string at_limit = R"({"jsonrpc":"2.0","method":"echo","id":1,"params":)" + std::string(7, '[') +
+                                 std::string(7, ']') + "}";
+    EXPECT_TRUE(call(at_limit, reader).contains("result")) << at_limit;
+    const std::string past = R"({"jsonrpc":"2.0","method":"echo","id":1,"params":)" + std::string(8, '[') +
+                             std::string(8, ']') + "}";
+    EXPECT_EQ(reason_of(call(past, reader)), reason::too_deep);
+    // Scalars and trailing bytes.
+    for (const char* line : {"42", "\"s\"", "null", "true"}) {
+        const json r = call(line, reader);
+        EXPECT_EQ(reason_of(r), reason::invalid_request) << line;
+        EXPECT_EQ(r.at("error").at("message"), eng.handle_request(json::parse(line), reader).at("error").at("message"));
+    }
+    EXPECT_EQ(reason_of(call(R"({"jsonrpc":"2.0","method":"echo","id":1} x)", reader)), reason::parse_error);
+}
+
 // Group commit, seen from the engine: a method acknowledged when durable
 // that makes one change (a sequence), or none (an idempotent retry), and a
 // tracker the test moves by hand.

@@ -14,8 +14,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <system_error>
+#include <thread>
 
+#include "qrt/proto/auth_binding.hpp"
 
 namespace qrt::client {
 
@@ -227,18 +230,36 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
                          " ms (is this qrtd's network listener?)");
     }
     std::string nonce;
+    std::string version;
     if (note->value("method", std::string()) == "auth.challenge" && note->contains("params") &&
         (*note)["params"].is_object()) {
         const json& p = (*note)["params"];
         if (p.value("mechanism", std::string()) == "munge") {
             nonce = p.value("nonce", std::string());
+            version = p.value("payload_version", std::string());
         }
     }
     if (nonce.empty() || nonce.size() > 128 || nonce.find_first_not_of("0123456789abcdef") != std::string::npos) {
         return local(local_reason::protocol_error, EPROTO,
                      _path + ": the first line is not a MUNGE auth.challenge: " + dump(*note).substr(0, 160));
     }
-    const std::string payload = "qrtd-auth-v1 " + nonce;
+    if (version != proto::auth::payload_version) {
+        return local(local_reason::protocol_error, EPROTO,
+                     _path + ": the agent's challenge asks for a credential of " +
+                         (version.empty() ? std::string("qrtd-auth-v1, which binds no address") : version) +
+                         ", not " + std::string(proto::auth::payload_version) + ": upgrade qrtd there");
+    }
+    // The credential names the listener this socket is connected to, so
+    // that another qrtd refuses it should this one have relayed its
+    // challenge (qrt/rpc/auth_binding.hpp).
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    if (::getpeername(_fd.get(), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+        const int e = errno;
+        return local(local_reason::disconnected, e, _path + ": getpeername: " + errno_text(e));
+    }
+    const std::string payload =
+        proto::auth_payload(nonce, proto::tcp_address_text(reinterpret_cast<const sockaddr*>(&peer)));
     std::string sock = opts.munge_socket;
     if (sock.empty()) {
         if (const char* env = std::getenv("QRT_MUNGE_SOCKET"); env != nullptr && *env != '\0') {
@@ -282,6 +303,9 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
             hint = " -- this host's munge key is not the agent's: install the cluster's /etc/munge/munge.key";
         } else if (e.reason == "unavailable" && cause == "munge_unavailable") {
             hint = " -- munged is not running on the agent's host";
+        } else if (cause == "address_mismatch") {
+            hint = " -- " + _path + " is not the qrtd that answered: dial qrtd's own address (rpc.listen), "
+                   "or name the translated one in its rpc.listen_aliases";
         }
         e.message = _path + " refused the MUNGE credential: " + e.message + hint;
         return e;
@@ -294,15 +318,40 @@ std::variant<std::unique_ptr<connection>, call_error> connection::open(std::stri
                                                                        connect_options opts) {
     const std::string p(path);
     if (is_tcp_address(p)) {
-        auto fd = connect_tcp(p, opts.connect_timeout);
-        if (auto* e = std::get_if<call_error>(&fd)) {
-            return *e;
+        // A refusal for the agent's pool of connections not yet
+        // authenticated (its cap per host, or in all) passes within
+        // milliseconds: many clients of one node connecting at once meet
+        // it.  Tried again, with a growing pause, until connect_timeout.
+        const auto deadline = std::chrono::steady_clock::now() + opts.connect_timeout;
+        std::minstd_rand jitter(static_cast<std::uint32_t>(
+            static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+            static_cast<std::uint64_t>(::getpid())));
+        std::chrono::milliseconds pause{2};
+        for (;;) {
+            connect_options attempt = opts;
+            attempt.connect_timeout = std::max(std::chrono::milliseconds(1),
+                                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                   deadline - std::chrono::steady_clock::now()));
+            auto fd = connect_tcp(p, attempt.connect_timeout);
+            if (auto* e = std::get_if<call_error>(&fd)) {
+                return *e;
+            }
+            std::unique_ptr<connection> c(new connection(std::move(std::get<0>(fd)), p, opts));
+            auto err = c->authenticate(attempt);
+            if (!err) {
+                return c;
+            }
+            const std::string cause = err->data.is_object() ? err->data.value("cause", std::string()) : "";
+            const bool passing = err->reason == "overloaded" &&
+                                 (cause == "unauthenticated_per_host" || cause == "unauthenticated_connections");
+            const auto spread = static_cast<std::uint64_t>(pause.count()) + 1U;
+            const auto wait = pause + std::chrono::milliseconds(static_cast<std::int64_t>(jitter() % spread));
+            if (!passing || std::chrono::steady_clock::now() + wait >= deadline) {
+                return *err;
+            }
+            std::this_thread::sleep_for(wait);
+            pause = std::min(pause * 2, std::chrono::milliseconds(100));
         }
-        std::unique_ptr<connection> c(new connection(std::move(std::get<0>(fd)), p, opts));
-        if (auto err = c->authenticate(opts)) {
-            return *err;
-        }
-        return c;
     }
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;

@@ -89,10 +89,16 @@ public:
     // "tcp://HOST:PORT" (HOST a name, an IPv4 address or a bracketed IPv6
     // one) connects over TCP and authenticates before returning: it reads
     // the agent's auth.challenge, has the local munged encode a credential
-    // over its payload, and sends auth.munge.  Fails with reason
-    // "munge_error" when munged cannot be reached here, or with the
-    // agent's refusal (reason "unauthenticated", data.cause: expired and
-    // rewound mean the two hosts' clocks disagree).
+    // over its nonce and the address this socket is connected to
+    // (qrt/proto/auth_binding.hpp), and sends auth.munge.  A refusal for the
+    // agent's pool of connections not yet authenticated (overloaded,
+    // data.cause unauthenticated_per_host or unauthenticated_connections)
+    // is tried again, with a growing pause, until connect_timeout.  Fails
+    // with reason "munge_error" when munged cannot be reached here, or
+    // with the agent's refusal (reason "unauthenticated", data.cause:
+    // expired and rewound mean the two hosts' clocks disagree,
+    // address_mismatch that the listener dialled is not the qrtd that
+    // answered).
     static std::variant<std::unique_ptr<connection>, call_error> open(std::string_view path,
                                                                        connect_options opts = {});
     ~connection();

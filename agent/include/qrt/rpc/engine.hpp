@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -140,9 +141,16 @@ struct line_reply {
     std::size_t requests = 0;    // requests the line held (a batch: its size)
 };
 
+// How a line is read (agent/src/rpc/request_reader.hpp).
+struct line_read;
+struct request_view;
+
 class engine {
 public:
     explicit engine(engine_limits limits = {});
+    ~engine();
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
 
     registry& methods() noexcept { return _registry; }
     const registry& methods() const noexcept { return _registry; }
@@ -230,10 +238,10 @@ public:
 private:
     // Append the reply to one request (false, nothing appended: it was a
     // notification).
-    bool write_request(const json& request, session& s, std::string& out);
+    bool write_request(const request_view& request, session& s, std::string& out);
     // write_request, recording the reply's place and what it waits for in
     // _line_requests.
-    bool write_recorded(const json& request, session& s, std::string& out);
+    bool write_recorded(const request_view& request, session& s, std::string& out);
     // Append the reply to a batch; returns the requests it counts for.
     std::size_t write_batch(const json& batch, session& s, std::string& out);
     void write_error(std::string& out, const json& id, const rpc_failure& f);
@@ -262,6 +270,7 @@ private:
     std::function<std::uint64_t()> _durable;
     pending_ack _line_ack;
     std::uint64_t _line_charged = 0;  // what admit_line took for the line being handled
+    std::unique_ptr<line_read> _read;  // the line being handled, read by SAX (request_reader.hpp)
     // The requests of the line being handled that got a reply (their id,
     // which lives in the parsed line, only copied when the line is held).
     struct request_mark {

@@ -39,18 +39,39 @@
 // The network listener (listen = "tcp://ADDR:PORT", off when empty; or an
 // AF_INET/AF_INET6 stream socket systemd passes beside the UNIX one):
 // every connection gets one auth.challenge line and must answer with
-// auth.munge and a MUNGE credential over auth_payload(nonce) before any
-// method, reads and agent.hello included (qrt/rpc/munge_auth.hpp).  The
+// auth.munge and a MUNGE credential over auth_payload(nonce, address) --
+// the address being the one the peer dialled, one of this server's names
+// for the connection -- before any method, reads and agent.hello included
+// (qrt/rpc/munge_auth.hpp, qrt/proto/auth_binding.hpp).  The
 // credential's uid and gid then stand for SO_PEERCRED: NSS, roles, the
-// per-uid cap and every other limit apply unchanged.  Limits of its own:
+// per-uid cap and every other limit apply unchanged.  Until it has
+// authenticated a connection is in a pool of its own, outside
+// max_connections (and so never in the reserved slots): a flood of peers
+// that never authenticate cannot keep a local user, root or an
+// authenticated peer out.  Limits of its own:
+//   max_unauthenticated
+//                     connections not yet authenticated, from every host
+//                     together (until closed, their refusal included); one
+//                     more gets `overloaded` (data.cause
+//                     "unauthenticated_connections") at accept
+//   max_unauthenticated_per_host
+//                     the same from one peer address; one more gets
+//                     `overloaded` (data.cause "unauthenticated_per_host")
 //   max_connections_per_host
-//                     connections from one peer address at once, counted
-//                     from accept (before authentication); one more gets
-//                     `overloaded` (data.cause "connections_per_host")
+//                     connections from one peer address at once,
+//                     authenticated or not; one more gets `overloaded`
+//                     (data.cause "connections_per_host")
+//   auth_silent_timeout
+//                     a connection that has sent nothing this long after
+//                     its challenge gets `unauthenticated` (data.cause
+//                     "auth_timeout")
 //   auth_timeout      how long a connection may take to authenticate
 //                     (send auth.munge and have it verified); then
 //                     `unauthenticated` (data.cause "auth_timeout")
 //   auth_line_bytes   (4096, fixed) longest line before authentication
+// Once authenticated it joins max_connections (`overloaded`, "connection
+// limit", when they are all taken) and the per-uid and reserved slots as a
+// local connection does.
 // Refusals: one error line, reason `unauthenticated` with data.cause
 // expired, rewound, replayed, invalid, malformed, nonce_mismatch,
 // auth_required (a request before auth.munge) or auth_timeout; `unavailable`
@@ -89,6 +110,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qrt/event_loop.hpp"
 #include "qrt/rpc/auth.hpp"
@@ -139,7 +161,15 @@ struct server_options {
     // IPv6 one in brackets); empty: none (unless systemd passes one).
     std::string listen;
     prebound_socket prebound_tcp;  // fd >= 0: the bound listen socket
+    // Addresses ("tcp://ADDR:PORT", literal) that reach the listener
+    // through a translation (NAT, a port forward) and that clients may
+    // dial: a credential made for one is accepted as well as one made for
+    // the address the connection came in on.
+    std::vector<std::string> listen_aliases;
     std::size_t max_connections_per_host = 32;
+    std::size_t max_unauthenticated = 32;
+    std::size_t max_unauthenticated_per_host = 8;
+    std::chrono::milliseconds auth_silent_timeout{1000};
     std::chrono::milliseconds auth_timeout{5000};
     std::size_t auth_queue = 64;  // credentials waiting for munged
     std::string munge_socket;     // empty: libmunge's default (/run/munge/munge.socket.2)
@@ -197,6 +227,8 @@ private:
                         const std::function<void(int, const sockaddr_storage&)>& take);
     void on_accept();
     void accept_one(int fd);
+    // The network listener's half of start(): the verifier, the listening fd.
+    rtcore::status start_listener();
     void on_accept_tcp();
     void accept_remote(int fd, const std::string& host);
     // Ask NSS (or the cache) for c's name, then finish_identity.
@@ -206,6 +238,12 @@ private:
     void on_credential(std::uint64_t id, const credential_check& r);
     // An unauthenticated connection refused: one error line, closed.
     void refuse_auth(connection& c, std::string_view cause, const std::string& message);
+    // A network connection refused at accept, before it is registered: one
+    // `overloaded` line naming the limit (data.cause, data.limit), closed.
+    void refuse_at_accept(int fd, const std::string& host, std::string_view cause, std::size_t limit,
+                          const std::string& message);
+    // The last line (the reply to auth.munge), then closed as refuse_auth does.
+    void close_unserved(connection& c, const rpc_failure& f);
     void on_nss_answer(const nss_query& q, const nss_answer& a);
     void finish_identity(connection& c);
     // The per-uid cap and the reserved slots, once c's roles are known:
@@ -239,6 +277,7 @@ private:
     std::uint16_t _tcp_port = 0;
     std::string _tcp_source;
     std::unique_ptr<credential_verifier> _verifier;  // made by start() with a listener
+    std::vector<std::string> _listen_names;  // listen_aliases, canonical
     int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
     bool _bound_here = false;
     std::uint64_t _bound_ino = 0;
@@ -273,6 +312,8 @@ private:
     std::uint64_t _failed_commit_replies = 0;
     std::uint64_t _accepted_remote = 0;
     std::uint64_t _rejected_per_host = 0;
+    std::uint64_t _rejected_unauthenticated = 0;
+    std::uint64_t _rejected_unauthenticated_per_host = 0;
     std::uint64_t _authenticated = 0;
     std::map<std::string, std::uint64_t, std::less<>> _auth_refused;  // by data.cause
 };

@@ -304,6 +304,13 @@ const (
 	QASMHeader           = "OPENQASM 3"
 )
 
+// qrtd(8), NETWORK LISTENER: what a client's MUNGE credential signs,
+// "<payload_version> <nonce> tcp://ADDR:PORT" -- the nonce of the server's
+// auth.challenge and the listener the client's socket is connected to
+// (qrt/proto/auth_binding.hpp writes it); the challenge names the version it
+// asks for.
+const AuthPayloadVersion = "qrtd-auth-v2"
+
 // IsTerminal says whether a state name is one a reservation never leaves.
 func IsTerminal(state string) bool {
 	for _, s := range States {

@@ -346,6 +346,15 @@ inline constexpr std::string_view channel = "channel";
 // The wire's stages (wire.h's enum qrt_wire_stage), by value.
 inline constexpr std::array<std::string_view, 7> wire_stages{{"none", "parse", "compile", "upload", "arm", "fire", "run"}};
 
+// qrtd(8), NETWORK LISTENER: what a client's MUNGE credential signs,
+// "<payload_version> <nonce> tcp://ADDR:PORT" -- the nonce of the server's
+// auth.challenge and the listener the client's socket is connected to
+// (qrt/proto/auth_binding.hpp writes it); the challenge names the version it
+// asks for.
+namespace auth {
+inline constexpr std::string_view payload_version = "qrtd-auth-v2";
+}  // namespace auth
+
 // The wire errors' job outcome reasons (wire.h's enum qrt_wire_error).
 struct wire_error_row {
     int status;

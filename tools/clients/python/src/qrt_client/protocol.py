@@ -333,3 +333,11 @@ ENVELOPE_FORMAT = "qasm3"
 ENVELOPE_RESULT_FORMAT = "qasm3-counts"
 ENVELOPE_MAX_CIRCUITS = 256
 QASM_HEADER = "OPENQASM 3"
+
+# ---- the network handshake
+# qrtd(8), NETWORK LISTENER: what a client's MUNGE credential signs,
+# "<payload_version> <nonce> tcp://ADDR:PORT" -- the nonce of the server's
+# auth.challenge and the listener the client's socket is connected to
+# (qrt/proto/auth_binding.hpp writes it); the challenge names the version it
+# asks for.
+AUTH_PAYLOAD_VERSION = "qrtd-auth-v2"

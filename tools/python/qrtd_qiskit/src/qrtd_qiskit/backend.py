@@ -60,6 +60,10 @@ class QrtdError(QiskitError):
         self.data = data
         self.next_start_ns = next_start_ns
 
+    def __str__(self) -> str:
+        # QiskitError prints repr(self.message): quoted, and without the reason.
+        return f"{self.message} ({self.reason})"
+
 
 class QrtdJobError(QrtdError, JobError):
     """A job that did not give a result: reason is the job's (e.g. "qpu_error",
@@ -118,7 +122,11 @@ class QrtdBackend(BackendV2):
     """One QPU that qrtd serves.
 
     qpu: its name (default: $QRT_QPUS' first, else qrtd's only QPU).
-    socket: qrtd's socket (default $QRT_SOCKET, else /run/qrtd/qrtd.sock).
+    socket: qrtd's socket (default $QRT_SOCKET, else /run/qrtd/qrtd.sock), or
+    tcp://HOST:PORT for qrtd's network listener on another node (MUNGE-
+    authenticated, as a Slurm step on a compute node has QRT_SOCKET).
+    munge_socket: tcp:// only, munged's socket here (default
+    $QRT_MUNGE_SOCKET, else libmunge's).
     client: an open qrt_client.Client to use instead.
 
     Options of run() (also set with set_options): shots, memory,
@@ -129,13 +137,11 @@ class QrtdBackend(BackendV2):
     Slurm step has them)."""
 
     def __init__(self, qpu: Optional[str] = None, socket: Optional[str] = None,
-                 client: Optional[qrt_client.Client] = None, timeout: float = 10.0) -> None:
+                 client: Optional[qrt_client.Client] = None, timeout: float = 10.0,
+                 munge_socket: Optional[str] = None) -> None:
         path = socket or os.environ.get("QRT_SOCKET") or qrt_client.DEFAULT_SOCKET
-        if client is None and path.startswith("tcp://"):
-            raise QrtdError("unreachable", f"QRT_SOCKET={path}: this qrt_client reaches qrtd over its UNIX "
-                                           "socket only (qrtd's network listener is not available)")
         try:
-            self._client = client or qrt_client.Client(path, timeout=timeout)
+            self._client = client or qrt_client.Client(path, timeout=timeout, munge_socket=munge_socket)
         except qrt_client.QrtError as e:
             raise _refusal(e, "connect") from None
         self._lock = threading.Lock()
