@@ -145,14 +145,12 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 	if cfg.ContainerSocket == "" {
 		cfg.ContainerSocket = "/run/qrtd/qrtd.sock"
 	}
-	for _, dir := range []string{cfg.CDIDir, filepath.Join(cfg.StateDir, "claims")} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create %s: %w", dir, err)
-		}
+	if err := os.MkdirAll(cfg.CDIDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cfg.CDIDir, err)
 	}
 	// The claim sockets (claims/<uid>/) are for the pods' bind mounts
 	// alone: no host user may reach them by their path.
-	if err := os.Chmod(filepath.Join(cfg.StateDir, "claims"), 0o750); err != nil {
+	if err := prepareClaimsDir(filepath.Join(cfg.StateDir, "claims")); err != nil {
 		return nil, err
 	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cfg.CDIDir), cdiapi.WithAutoRefresh(false))
@@ -607,7 +605,11 @@ func (d *Driver) writeCDISpec(cp *Checkpoint) error {
 				Mounts: []*cdispec.Mount{{
 					HostPath:      filepath.Join(d.cfg.HostStateDir, "claims", string(cp.UID)),
 					ContainerPath: filepath.Dir(d.cfg.ContainerSocket),
-					Options:       []string{"bind", "rw"},
+					// Read-only: the pod connects to the socket (connect
+					// needs no write access to the file system) and can
+					// neither fill the node's disk nor plant anything in
+					// the directory the driver serves it from.
+					Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 				}},
 			},
 		}},

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -169,23 +170,16 @@ func (d *Driver) serveClaim(cp *Checkpoint) error {
 	}
 	// The container's uid, whichever it is, must reach the socket through
 	// the bind mount: the directory is searchable and the socket writable
-	// by all.  Host users do not get there: claims/ is 0750, root's.
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	// by all (claimdir.go).  Host users do not get there: claims/ is 0750,
+	// root's.
+	dirfd, err := openClaimDir(filepath.Dir(dir), string(cp.UID))
+	if err != nil {
 		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("claim %s/%s: remove the old claim socket: %w", cp.Namespace, cp.Name, err)
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenInClaimDir(dirfd, path, d.claimSocketName())
+	unix.Close(dirfd)
 	if err != nil {
 		return fmt.Errorf("claim %s/%s: serve the claim socket: %w", cp.Namespace, cp.Name, err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
 	lim := d.cfg.Proxy
 	p := &claimProxy{d: d, uid: cp.UID, namespace: cp.Namespace, name: cp.Name, ids: map[uint64]bool{},
