@@ -74,16 +74,25 @@ type slotEnv struct {
 
 func slotOf(t *testing.T, cdiDir, id string) slotEnv {
 	t.Helper()
+	s, err := cdiSlot(cdiDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// cdiSlot is slotOf for any goroutine: the error instead of a failed test.
+func cdiSlot(cdiDir string, ids ...string) (slotEnv, error) {
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cdiDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
-		t.Fatalf("CDI cache: %v", err)
+		return slotEnv{}, fmt.Errorf("CDI cache: %v", err)
 	}
 	if errs := cache.GetErrors(); len(errs) > 0 {
-		t.Fatalf("CDI specs in %s do not validate: %v", cdiDir, errs)
+		return slotEnv{}, fmt.Errorf("CDI specs in %s do not validate: %v", cdiDir, errs)
 	}
 	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
-	if unresolved, err := cache.InjectDevices(spec, id); err != nil {
-		t.Fatalf("CDI InjectDevices(%s): %v (unresolved %v)", id, err, unresolved)
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		return slotEnv{}, fmt.Errorf("CDI InjectDevices(%v): %v (unresolved %v)", ids, err, unresolved)
 	}
 	s := slotEnv{Env: map[string]string{}}
 	for _, kv := range spec.Process.Env {
@@ -100,7 +109,7 @@ func slotOf(t *testing.T, cdiDir, id string) slotEnv {
 			s.Mount = &spec.Mounts[i]
 		}
 	}
-	return s
+	return s, nil
 }
 
 type status struct {

@@ -54,7 +54,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv("QRT_DRA_CHILD"); cfg != "" {
 		os.Exit(childMain(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopRealCluster()
+	os.Exit(code)
 }
 
 type lab struct {
