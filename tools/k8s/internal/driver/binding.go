@@ -8,8 +8,9 @@ package driver
 // allocation and holds the pod before binding until the device status says
 // one or the other.  This controller -- one per node, in the driver -- watches
 // the claims allocated to its node's devices with those conditions,
-// reserves through slots.reserve with the prepare's own idempotency key
-// (k8s-claim-<UID>, the request checkpointed first, as at prepare), and
+// reserves through slots.reserve with the allocation's idempotency key
+// (k8s-claim-<UID>-<random>, the request checkpointed first, as at
+// prepare; relative times counted from the pod's expected start), and
 // writes the reservation and the condition into the claim's device status.
 // NodePrepareResources then finds the claim's checkpoint holding the same
 // reservation.  A claim deleted or deallocated before it is prepared has its
@@ -40,6 +41,37 @@ const (
 	ConditionReserved      = DriverName + "/reserved"
 	ConditionReserveFailed = DriverName + "/reserve-failed"
 )
+
+// DefaultBindingCheck is how often kube-scheduler looks at a waiting pod's
+// binding conditions (its DynamicResources plugin's PreBind polls every
+// 5 s from the allocation); DefaultPodStart is the time given to the
+// kubelet to prepare the claim and start the containers after binding.
+const (
+	DefaultBindingCheck = 5 * time.Second
+	DefaultPodStart     = 3 * time.Second
+)
+
+// podStart is when a pod whose claim is reserved now, before it binds, can
+// be expected to run: relative notBefore and deadline count from it, as
+// they count from the prepare where the driver reserves at prepare.  The
+// scheduler binds at its first binding-condition check after the
+// reservation: checks fall every BindingCheck from the allocation (whose
+// timestamp the API keeps to the second: it may be up to a second
+// later), and the reservation and its condition are written within a
+// second from now.  The kubelet then has PodStart.
+func (d *Driver) podStart(claim *resourceapi.ResourceClaim) time.Time {
+	now := d.cfg.Now()
+	alloc := now
+	if at := claim.Status.Allocation.AllocationTimestamp; at != nil {
+		alloc = at.Add(time.Second)
+	}
+	check := d.cfg.BindingCheck
+	checks := int64(1)
+	if late := now.Add(time.Second).Sub(alloc); late > check {
+		checks = int64((late + check - 1) / check)
+	}
+	return alloc.Add(time.Duration(checks) * check).Add(d.cfg.PodStart)
+}
 
 // bindingItem is a work item: a claim to look at (by name), or a claim
 // that is gone (by UID).
@@ -160,6 +192,16 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 	d.mu.Lock()
 	cp := d.claims[claim.UID]
 	d.mu.Unlock()
+	if cp != nil && cp.Binding && cp.AllocatedAt != allocatedAt(claim) {
+		// Booked for an earlier allocation of the claim, which the
+		// scheduler gave up (or the pod went) before it was prepared:
+		// released, and this allocation booked anew under its own key.
+		klog.FromContext(ctx).V(2).Info("Releasing the slot of an earlier allocation", "claim", klog.KObj(claim), "allocated", cp.AllocatedAt)
+		if err := d.unprepareLocked(ctx, claim.UID); err != nil {
+			return err
+		}
+		cp = nil
+	}
 	if cp != nil && len(cp.Slots) > 0 {
 		if !reserved(claim) {
 			return d.writeBindingStatus(ctx, claim, cp, nil)
@@ -172,8 +214,13 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 			var params *SlotParameters
 			if params, err = parametersOf(claim); err == nil {
 				var req Request
-				if req, err = params.Resolve(qpus, d.cfg.Now()); err == nil {
+				start := d.podStart(claim)
+				if req, err = params.Resolve(qpus, start); err == nil {
+					if params.NotBefore == "" {
+						req.NotBeforeNS = start.UnixNano() // not before the pod runs
+					}
 					cp = &Checkpoint{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
+						Key: newIdempotencyKey(claim.UID), AllocatedAt: allocatedAt(claim),
 						Request: req, Devices: devices, Binding: true}
 					err = d.saveCheckpoint(cp) // write-ahead, as at prepare
 					if err != nil {

@@ -128,6 +128,21 @@ fidelity_f0 = 0.97
 `
 }
 
+// demoQPU is the [[qpu]] of the project's demo profile (config/demo.toml),
+// its endpoint moved into the lab's directory.
+func demoQPU(t *testing.T) string {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "config", "demo.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "\n[[qpu]]\n")
+	if i < 0 || strings.Contains(s[i+1:], "\n[") {
+		t.Fatal("config/demo.toml: one [[qpu]] table, the last, expected")
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s[i:], "%", "%%"), "unix:///run/qrtd-demo-qpu/", "unix://%[1]s/")
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -146,6 +161,7 @@ const (
 	periodic       qpus = iota // qpu0: periodic windows
 	pushed                     // qpu0: windows pushed by the test
 	periodicPushed             // qpu0 periodic, qpu1 pushed (two dispatch cores)
+	demoProfile                // qpu0 of config/demo.toml: periodic, no [qpu.device]
 )
 
 // newLab starts qpu-sim and a real qrtd; skips when the binaries are not
@@ -183,6 +199,9 @@ func newLab(t *testing.T, kind qpus) *lab {
 		l.qpus = []string{"qpu0"}
 	case pushed:
 		cfg += pushedQPU("qpu0")
+		l.qpus = []string{"qpu0"}
+	case demoProfile:
+		cfg += demoQPU(t)
 		l.qpus = []string{"qpu0"}
 	case periodicPushed:
 		// Untuned QPUs share the dispatch CPUs a small host can spare.

@@ -600,12 +600,30 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 	var qe *qrtd.Error
 	switch {
 	case err == nil:
+		if req.Method == "jobs.submit" {
+			p.submitted(params[rule.pin], result)
+		}
 		return answer(replyLine(req.ID, result, nil))
 	case errors.As(err, &qe):
 		return answer(replyLine(req.ID, nil, qe))
 	default:
 		return answer(errorLine(req.ID, "unavailable", "the driver could not ask qrtd: "+err.Error(), map[string]any{"cause": "qrtd"}))
 	}
+}
+
+// submitted: the pod's job is in its reservation, which qrtd holds no
+// more (its state is the job's now): the driver stops heartbeating it.
+// Off the connection's goroutine, which an unprepare in progress waits
+// for while it holds the claim.
+func (p *claimProxy) submitted(rawID json.RawMessage, result json.RawMessage) {
+	var id uint64
+	var r struct {
+		State string `json:"state"`
+	}
+	if json.Unmarshal(rawID, &id) != nil || json.Unmarshal(result, &r) != nil || r.State == SlotHeld {
+		return
+	}
+	go p.d.setSlotState(p.uid, id, SlotCommitted)
 }
 
 func (p *claimProxy) idList() string {
