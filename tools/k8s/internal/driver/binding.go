@@ -27,12 +27,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 )
 
@@ -105,6 +107,11 @@ func (d *Driver) BindingController(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	factory := informers.NewSharedInformerFactory(d.kube, 10*time.Minute)
 	inf := factory.Resource().V1().ResourceClaims()
+	// An admin's DeviceTaintRules: a claim allocated a device they taint
+	// (NoSchedule or NoExecute) that it does not tolerate is not reserved.
+	rules := factory.Resource().V1().DeviceTaintRules()
+	rulesInf := rules.Informer()
+	d.taintRules = rules.Lister()
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[bindingItem](100*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[bindingItem]{Name: "qpu-binding"})
@@ -133,7 +140,7 @@ func (d *Driver) BindingController(ctx context.Context) {
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced, rulesInf.HasSynced) {
 		return
 	}
 	lister := inf.Lister()
@@ -232,6 +239,13 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 		if err != nil {
 			return d.writeBindingStatus(ctx, claim, nil, &bindingFailure{Reason: "InvalidRequest", Message: err.Error()})
 		}
+	}
+	if why := d.untolerated(claim); why != "" {
+		klog.FromContext(ctx).Info("Not reserving on a tainted device", "claim", klog.KObj(claim), "taint", why)
+		if err := d.dropCheckpoint(claim.UID); err != nil {
+			return err
+		}
+		return d.writeBindingStatus(ctx, claim, nil, &bindingFailure{Reason: "DeviceTainted", Message: why})
 	}
 	slots, err := d.reserve(ctx, cp)
 	var refused *RefusedError
@@ -361,6 +375,54 @@ func (d *Driver) writeBindingStatus(ctx context.Context, claim *resourceapi.Reso
 			Message: "qrtd holds reservation " + strings.Join(ids, ", "), ObservedGeneration: claim.Generation, LastTransitionTime: now}}
 	}
 	return d.recordStatus(ctx, claim, cp, conds)
+}
+
+// untolerated names a taint (NoSchedule or NoExecute) on one of the
+// claim's allocated devices of this node that the allocation does not
+// tolerate: the driver's own (endpoint down) or an admin's DeviceTaintRule
+// (maintenance) that came after the scheduler allocated it.  "" when none.
+func (d *Driver) untolerated(claim *resourceapi.ResourceClaim) string {
+	var rules []*resourceapi.DeviceTaintRule
+	if d.taintRules != nil {
+		rules, _ = d.taintRules.List(labels.Everything())
+	}
+	d.res.mu.Lock()
+	own := d.res.taints
+	d.res.mu.Unlock()
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != DriverName || r.Pool != d.cfg.NodeName {
+			continue
+		}
+		type source struct {
+			taint resourceapi.DeviceTaint
+			from  string
+		}
+		var taints []source
+		for _, t := range own[r.Device] {
+			taints = append(taints, source{t, "the driver"})
+		}
+		for _, rule := range rules {
+			if sel := rule.Spec.DeviceSelector; sel == nil ||
+				(sel.Driver == nil || *sel.Driver == DriverName) && (sel.Pool == nil || *sel.Pool == r.Pool) &&
+					(sel.Device == nil || *sel.Device == r.Device) {
+				taints = append(taints, source{rule.Spec.Taint, "DeviceTaintRule " + rule.Name})
+			}
+		}
+		for _, t := range taints {
+			if t.taint.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
+				continue
+			}
+			tolerated := false
+			for _, tol := range r.Tolerations {
+				tolerated = tolerated || resourceclaim.ToleratesTaint(tol, t.taint)
+			}
+			if !tolerated {
+				return fmt.Sprintf("device %s/%s is tainted %s=%s:%s by %s, which the claim's request %s does not tolerate",
+					r.Pool, r.Device, t.taint.Key, t.taint.Value, t.taint.Effect, t.from, r.Request)
+			}
+		}
+	}
+	return ""
 }
 
 // devicesOf maps the claim's allocated devices of this driver to qrtd's

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -151,6 +152,8 @@ type Driver struct {
 	claimLocks map[types.UID]*sync.Mutex
 	// The claim sockets being served.
 	proxies map[types.UID]*claimProxy
+	// The cluster's DeviceTaintRules (the binding controller's informer).
+	taintRules resourcelisters.DeviceTaintRuleLister
 
 	res resourcesState
 }

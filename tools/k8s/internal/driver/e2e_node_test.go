@@ -217,6 +217,53 @@ type e2eNode struct {
 	mu   sync.Mutex
 	pods map[types.UID]*e2ePod
 	wake chan struct{}
+	// The running driver: stopDriver ends it.
+	driverStop func()
+}
+
+// startDriver runs the node's driver in this process and registers it
+// with the kubelet stand-in.
+func (n *e2eNode) startDriver() {
+	t := n.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	client := qrtd.New(n.lab.sock, 10*time.Second)
+	go func() { done <- Run(ctx, n.rc, client) }()
+	n.driverStop = func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("driver on %s: %v", n.name, err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("driver on %s did not stop", n.name)
+		}
+		client.Close()
+	}
+	waitFor(t, "the registration socket of "+n.name, 10*time.Second, func() bool {
+		_, err := os.Stat(n.rc.RegistrationSocket())
+		return err == nil
+	})
+	kl := newKubelet(t, n.rc)
+	n.mu.Lock()
+	n.kl = kl
+	n.mu.Unlock()
+	n.kick()
+}
+
+// stopDriver stops the node's driver (its slice stays published, as when
+// a driver's pod is restarted).
+func (n *e2eNode) stopDriver() {
+	n.mu.Lock()
+	stop := n.driverStop
+	n.driverStop = nil
+	n.kl = nil
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // e2ePod is what the kubelet stand-in did with a pod.
@@ -232,11 +279,15 @@ type e2ePod struct {
 // addNode registers a QPU node (label qrtd.io/qpu=true) with its own qrtd
 // and qpu-sim, starts its driver and its kubelet stand-in.  dir is a short
 // name for its directories (the claim sockets' paths must fit 107 bytes).
-func (e *e2e) addNode(name, dir string, kind qpus) *e2eNode {
+func (e *e2e) addNode(name, dir string, kind qpus, qpu ...string) *e2eNode {
 	t := e.t
 	t.Helper()
 	ctx := context.Background()
-	l := newLab(t, kind)
+	q := "qpu0"
+	if len(qpu) > 0 {
+		q = qpu[0]
+	}
+	l := newLabNamed(t, kind, q)
 	if _, err := e.c.AddNode(ctx, name, map[string]string{"qrtd.io/qpu": "true"}); err != nil {
 		t.Fatal(err)
 	}
@@ -284,31 +335,8 @@ func (e *e2e) addNode(name, dir string, kind qpus) *e2eNode {
 	}
 	n.rc = runConfig(l.sock, l.dirs(dir), n.kube)
 	n.rc.NodeName = name
-	dctx, dcancel := context.WithCancel(ctx)
-	ddone := make(chan error, 1)
-	client := qrtd.New(l.sock, 10*time.Second)
-	go func() { ddone <- Run(dctx, n.rc, client) }()
-	t.Cleanup(func() {
-		dcancel()
-		select {
-		case err := <-ddone:
-			if err != nil {
-				t.Errorf("driver on %s: %v", name, err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("driver on %s did not stop", name)
-		}
-		client.Close()
-	})
-	waitFor(t, "the registration socket of "+name, 10*time.Second, func() bool {
-		_, err := os.Stat(n.rc.RegistrationSocket())
-		return err == nil
-	})
-	kl := newKubelet(t, n.rc)
-	n.mu.Lock()
-	n.kl = kl
-	n.mu.Unlock()
-	n.kick()
+	n.startDriver()
+	t.Cleanup(n.stopDriver)
 	waitFor(t, "the ResourceSlice of "+name, 30*time.Second, func() bool { return len(n.slice()) > 0 })
 	return n
 }

@@ -162,11 +162,16 @@ const (
 	pushed                     // qpu0: windows pushed by the test
 	periodicPushed             // qpu0 periodic, qpu1 pushed (two dispatch cores)
 	demoProfile                // qpu0 of config/demo.toml: periodic, no [qpu.device]
+	writeOnly                  // qpu0: periodic, its endpoint /dev/null (jobs end "sent")
 )
 
 // newLab starts qpu-sim and a real qrtd; skips when the binaries are not
 // given (QRTD, QPU_SIM: ctest passes the built ones).
-func newLab(t *testing.T, kind qpus) *lab {
+func newLab(t *testing.T, kind qpus) *lab { return newLabNamed(t, kind, "qpu0") }
+
+// newLabNamed is newLab with its first QPU called qpu (instead of qpu0):
+// nodes of one cluster whose QPUs a claim tells apart by name.
+func newLabNamed(t *testing.T, kind qpus, qpu string) *lab {
 	t.Helper()
 	qrtdBin, simBin := os.Getenv("QRTD"), os.Getenv("QPU_SIM")
 	if qrtdBin == "" || simBin == "" {
@@ -200,6 +205,8 @@ func newLab(t *testing.T, kind qpus) *lab {
 	case pushed:
 		cfg += pushedQPU("qpu0")
 		l.qpus = []string{"qpu0"}
+	case writeOnly:
+		cfg += strings.Replace(periodicQPU, `"unix://%[1]s/qpu0.sock"`, `"file:///dev/null"`, 1)
 	case demoProfile:
 		cfg += demoQPU(t)
 		l.qpus = []string{"qpu0"}
@@ -208,10 +215,21 @@ func newLab(t *testing.T, kind qpus) *lab {
 		cfg += periodicQPU + pushedQPU("qpu1")
 		l.qpus = []string{"qpu0", "qpu1"}
 	}
+	if qpu != "qpu0" {
+		cfg = strings.ReplaceAll(cfg, `"qpu0"`, `"`+qpu+`"`)
+		cfg = strings.ReplaceAll(cfg, "/qpu0.sock", "/"+qpu+".sock")
+		for i, q := range l.qpus {
+			if q == "qpu0" {
+				l.qpus[i] = qpu
+			}
+		}
+	}
 	if err := os.WriteFile(l.cfg, []byte(fmt.Sprintf(cfg, dir, os.Getuid())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l.sim = l.startSim()
+	if len(l.qpus) > 0 {
+		l.sim = l.startSim()
+	}
 	l.startQrtd()
 	l.client = qrtd.New(l.sock, 10*time.Second)
 	return l

@@ -143,12 +143,10 @@ type claimProxy struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	subs     map[*proxyConn]struct{}
-	finished map[uint64]bool
-	polling  bool
-	wg       sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	subs  map[*proxyConn]struct{}
+	wg    sync.WaitGroup
 }
 
 // maxUnixPath: sun_path holds 108 bytes with the terminating NUL.
@@ -184,7 +182,7 @@ func (d *Driver) serveClaim(cp *Checkpoint) error {
 	lim := d.cfg.Proxy
 	p := &claimProxy{d: d, uid: cp.UID, namespace: cp.Namespace, name: cp.Name, ids: map[uint64]bool{},
 		ln: ln, lim: rate.NewLimiter(rate.Limit(lim.RequestsPerS), lim.RequestBurst), conns: map[net.Conn]struct{}{},
-		subs: map[*proxyConn]struct{}{}, finished: map[uint64]bool{}}
+		subs: map[*proxyConn]struct{}{}}
 	for _, s := range cp.Slots {
 		p.ids[s.ReservationID] = true
 	}
@@ -344,14 +342,14 @@ func (p *claimProxy) serveConn(c net.Conn) {
 }
 
 // Events.  qrtd pushes a tenant's events only to that tenant's own
-// connections (and admins'), and the driver's connection is not
-// root/<namespace>'s: so a claim socket serves events.subscribe itself,
-// with job.finished only, for the claim's own reservations, found by
-// polling jobs.status (on behalf of the namespace) every eventPoll while a
-// connection is subscribed, each reservation until it has finished.
-const eventPoll = 200 * time.Millisecond
-
-var finishedStates = map[string]bool{"completed": true, "failed": true, "missed": true}
+// connections (and admins'), and a pod is not root/<namespace> to qrtd: so a
+// claim socket serves events.subscribe itself, with job.finished only, of
+// the claim's own reservations.  They come from qrtd's own event stream:
+// the driver subscribes once as a delegate (events.subscribe delegated:
+// the events of every root/<namespace> it books for; EventLoop) and
+// relays each job.finished, as qrtd sent it, to the subscribed connections
+// of the claim whose reservation it is.  As at qrtd, a connection hears
+// what finishes after it subscribed.
 
 func (p *claimProxy) subscribe(pc *proxyConn, on bool) (was bool) {
 	p.mu.Lock()
@@ -360,73 +358,51 @@ func (p *claimProxy) subscribe(pc *proxyConn, on bool) (was bool) {
 	pc.subscribed = on
 	if on {
 		p.subs[pc] = struct{}{}
-		if !p.polling {
-			p.polling = true
-			p.wg.Add(1)
-			go p.pollJobs()
-		}
 	} else {
 		delete(p.subs, pc)
 	}
 	return was
 }
 
-func (p *claimProxy) pollJobs() {
-	defer p.wg.Done()
-	t := time.NewTicker(eventPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
+// relayFinished hands a job.finished qrtd pushed to the claim whose
+// reservation it is (the namespace's tenant, one of the claim's ids).
+func (d *Driver) relayFinished(ev qrtd.Event) {
+	var data struct {
+		ReservationID uint64 `json:"reservation_id"`
+	}
+	if json.Unmarshal(ev.Data, &data) != nil || data.ReservationID == 0 {
+		return
+	}
+	d.mu.Lock()
+	var to *claimProxy
+	for _, p := range d.proxies {
+		if p.ids[data.ReservationID] && strings.HasSuffix(ev.Tenant, "/"+p.namespace) {
+			to = p
+			break
 		}
-		p.mu.Lock()
-		if len(p.subs) == 0 {
-			p.polling = false
-			p.mu.Unlock()
-			return
-		}
-		var ids []uint64
-		for id := range p.ids {
-			if !p.finished[id] {
-				ids = append(ids, id)
-			}
-		}
-		p.mu.Unlock()
-		for _, id := range ids {
-			var st struct {
-				State   string `json:"state"`
-				Reason  string `json:"reason"`
-				QPU     string `json:"qpu"`
-				Tenant  string `json:"tenant"`
-				StartNS int64  `json:"start_ns"`
-				Updated int64  `json:"updated_ns"`
-			}
-			if err := p.d.client.Call(p.ctx, "jobs.status", map[string]any{"job_id": id, "on_behalf_of": p.namespace}, &st); err != nil ||
-				!finishedStates[st.State] {
-				continue
-			}
-			p.mu.Lock()
-			p.finished[id] = true
-			subs := make([]*proxyConn, 0, len(p.subs))
-			for pc := range p.subs {
-				pc.seq++
-				subs = append(subs, pc)
-			}
-			seqs := make([]uint64, len(subs))
-			for i, pc := range subs {
-				seqs[i] = pc.seq
-			}
-			p.mu.Unlock()
-			for i, pc := range subs {
-				line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
-					"seq": seqs[i], "type": "job.finished", "tenant": st.Tenant, "data": map[string]any{
-						"qpu": st.QPU, "state": st.State, "reason": st.Reason, "time_ns": st.Updated, "ledger_event": st.State,
-						"reservation_id": id, "job_id": id, "start_ns": st.StartNS}}})
-				_ = pc.write(append(line, '\n'))
-			}
-		}
+	}
+	d.mu.Unlock()
+	if to != nil {
+		to.pushFinished(ev)
+	}
+}
+
+// pushFinished sends the event to each subscribed connection, with that
+// connection's own seq.
+func (p *claimProxy) pushFinished(ev qrtd.Event) {
+	p.mu.Lock()
+	subs := make([]*proxyConn, 0, len(p.subs))
+	seqs := make([]uint64, 0, len(p.subs))
+	for pc := range p.subs {
+		pc.seq++
+		subs = append(subs, pc)
+		seqs = append(seqs, pc.seq)
+	}
+	p.mu.Unlock()
+	for i, pc := range subs {
+		line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
+			"seq": seqs[i], "type": ev.Type, "tenant": ev.Tenant, "data": ev.Data}})
+		_ = pc.write(append(line, '\n'))
 	}
 }
 
