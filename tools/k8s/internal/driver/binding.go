@@ -209,6 +209,11 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 		}
 		cp = nil
 	}
+	if group, err := d.gangOf(ctx, claim); err != nil {
+		return err
+	} else if group != "" {
+		return d.syncGang(ctx, claim, cp, group)
+	}
 	if cp != nil && len(cp.Slots) > 0 {
 		if !reserved(claim) {
 			return d.writeBindingStatus(ctx, claim, cp, nil)

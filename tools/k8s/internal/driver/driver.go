@@ -125,6 +125,8 @@ type Checkpoint struct {
 	Request     Request                `json:"request"`
 	Slots       []Slot                 `json:"slots,omitempty"`
 	Devices     []kubeletplugin.Device `json:"devices"`
+	// A gang member's hold: the gang controller's round it is for.
+	GangRound int `json:"gang_round,omitempty"`
 	// Booked by the binding controller before the pod bound, and not yet
 	// prepared: released by the controller when the claim goes first.
 	Binding bool `json:"binding,omitempty"`
@@ -152,6 +154,9 @@ type Driver struct {
 	claimLocks map[types.UID]*sync.Mutex
 	// The claim sockets being served.
 	proxies map[types.UID]*claimProxy
+	// The PodGroup with a gang policy of each pod a claim was reserved for
+	// ("" none), by pod UID (gang.go).
+	gangs map[types.UID]string
 	// The cluster's DeviceTaintRules (the binding controller's informer).
 	taintRules resourcelisters.DeviceTaintRuleLister
 
@@ -196,7 +201,7 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)
 	}
 	d := &Driver{cfg: cfg, client: client, cdi: cache, claims: map[types.UID]*Checkpoint{},
-		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, statusWr: make(chan struct{}, statusWriters)}
+		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, gangs: map[types.UID]string{}, statusWr: make(chan struct{}, statusWriters)}
 	entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "claims"))
 	if err != nil {
 		return nil, err
@@ -504,6 +509,10 @@ type SlotStatus struct {
 	EndNS         int64  `json:"endNs"`
 	Start         string `json:"start"`
 	Tenant        string `json:"tenant"`
+	// A gang member's report to the gang controller (gang.go): the round
+	// it answers, and, refused, the next start its QPU could give.
+	GangRound   int   `json:"gangRound,omitempty"`
+	NextStartNS int64 `json:"nextStartNs,omitempty"`
 }
 
 // recordStatus writes each slot (cp nil: none) into the claim's device
@@ -511,6 +520,12 @@ type SlotStatus struct {
 // already there are kept).  The prepare logs a failure rather than fail:
 // the slot is held and the pod can run.
 func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition) error {
+	return d.recordStatusWith(ctx, claim, cp, conds, nil)
+}
+
+// recordStatusWith is recordStatus with a gang member's report (gang
+// non-nil: written into every device's data, with the slot if cp has one).
+func (d *Driver) recordStatusWith(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition, gang *SlotStatus) error {
 	if d.kube == nil {
 		return nil
 	}
@@ -540,10 +555,21 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 			if prev, ok := old[r.Pool+"/"+r.Device]; ok {
 				st.Conditions, st.Data = prev.Conditions, prev.Data
 			}
+			var ss *SlotStatus
+			if gang != nil {
+				g := *gang
+				ss = &g
+			}
 			if cp != nil && i < len(cp.Slots) {
 				s := cp.Slots[i]
-				data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
-					EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
+				if ss == nil {
+					ss = &SlotStatus{}
+				}
+				ss.ReservationID, ss.QPU, ss.StartNS, ss.EndNS, ss.Tenant = s.ReservationID, s.QPU, s.StartNS, s.EndNS, s.Tenant
+				ss.Start = time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano)
+			}
+			if ss != nil {
+				data, _ := json.Marshal(ss)
 				st.Data = &runtime.RawExtension{Raw: data}
 			}
 			i++
@@ -596,6 +622,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		return fmt.Errorf("claim %s/%s: slots.reserve: %w", cp.Namespace, cp.Name, err)
 	}
 	msg := fmt.Sprintf("claim %s/%s: qrtd refused the slot: %s: %v", cp.Namespace, cp.Name, reason, err.(*qrtd.Error).Message)
+	var next int64
 	if reason == "no_fit" {
 		// Where it would fit without its deadline: the next possible
 		// start; or, when nothing fits at all, the next window.
@@ -623,6 +650,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		if qerr := d.client.Call(ctx, "slots.query", qp, &q); qerr == nil {
 			switch {
 			case len(q.Candidates) > 0:
+				next = q.Candidates[0].StartNS
 				msg += fmt.Sprintf("; next possible start: %s (qpu %s, without the deadline)",
 					time.Unix(0, q.Candidates[0].StartNS).UTC().Format(time.RFC3339Nano), q.Candidates[0].QPU)
 			case q.Next != nil:
@@ -631,14 +659,16 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 			}
 		}
 	}
-	return &RefusedError{Reason: reason, Message: msg, Err: err}
+	return &RefusedError{Reason: reason, Message: msg, NextStartNS: next, Err: err}
 }
 
-// RefusedError is a slot qrtd refused, with its reason.
+// RefusedError is a slot qrtd refused, with its reason (and for no_fit
+// the next possible start without the deadline, 0 when none is known).
 type RefusedError struct {
-	Reason  string
-	Message string
-	Err     error
+	Reason      string
+	Message     string
+	NextStartNS int64
+	Err         error
 }
 
 func (e *RefusedError) Error() string { return e.Message }

@@ -6,6 +6,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
@@ -268,5 +270,142 @@ func TestRealClusterAClaimTakesQPUBWhenQPUACannotGiveASlotBeforeItsDeadline(t *t
 	next := e.createPod(podWith("prio", "next", "", "a-else-b"))
 	if n, _, _ := e.waitRunning(next, podStart, a, b); n != a {
 		t.Fatalf("with QPU A free the claim went to %s", n.name)
+	}
+}
+
+// startGangController runs the gang controller under the deploy's
+// ServiceAccount qrt-dra-gang-controller until the test ends.
+func (e *e2e) startGangController() {
+	e.t.Helper()
+	cfg, err := e.c.ServiceAccountConfig(context.Background(), "qrtd-system", "qrt-dra-gang-controller", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunGangController(ctx, kube, GangConfig{}) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("gang controller: %v", err)
+		}
+	})
+}
+
+func TestRealClusterAGangAcrossTwoQPUNodesStartsAtOneInstant(t *testing.T) {
+	e := realCluster(t)
+	a := e.addNode("qpu-node-ga", "ga", periodic)
+	b := e.addNode("qpu-node-gb", "gb", periodic)
+	e.startGangController()
+	e.namespace("gang")
+	created := time.Now()
+	if err := applyManifest(e.c.Admin, deployFile("example-gang.yaml"), "gang"); err != nil {
+		t.Fatal(err)
+	}
+	var starts []int64
+	nodes := map[string]bool{}
+	for _, name := range []string{"qpu-gang-0", "qpu-gang-1"} {
+		pod, err := e.c.Admin.CoreV1().Pods("gang").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, p, _ := e.waitRunning(pod, 2*podStart, a, b)
+		nodes[n.name] = true
+		st := n.lab.status("gang", p.Container.ReservationID)
+		if st.State != "held" || st.StartNS != p.Container.Start {
+			t.Errorf("%s on %s: qrtd holds %+v, the container has start %d", name, n.name, st, p.Container.Start)
+		}
+		starts = append(starts, p.Container.Start)
+	}
+	t.Logf("gang of 2: both Running %v after creation, on %d nodes, starts %v", time.Since(created).Round(time.Millisecond), len(nodes), starts)
+	if len(nodes) != 2 || starts[0] != starts[1] || starts[0] == 0 {
+		t.Fatalf("the gang runs on %v with starts %v: not two nodes at one instant", nodes, starts)
+	}
+}
+
+func TestRealClusterAGangWithoutACommonStartBindsNone(t *testing.T) {
+	e := realCluster(t)
+	a := e.addNode("qpu-node-gc", "gc", pushed)
+	b := e.addNode("qpu-node-gd", "gd", pushed)
+	// A has one window from now on (so it holds any start the gang plans);
+	// B's next window opens in 3 minutes: past the claims' 60 s deadline.
+	now := time.Now()
+	if err := a.lab.call("calibration.update", map[string]any{"qpu": "qpu0", "windows": []map[string]any{{
+		"calibration_id": 1, "valid_from_ns": now.UnixNano(), "valid_until_ns": now.Add(10 * time.Minute).UnixNano(),
+		"f0": 0.99}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lab.call("calibration.update", map[string]any{"qpu": "qpu0", "windows": []map[string]any{{
+		"calibration_id": 1, "valid_from_ns": now.Add(3 * time.Minute).UnixNano(), "valid_until_ns": now.Add(10 * time.Minute).UnixNano(),
+		"f0": 0.99}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.startGangController()
+	e.namespace("nogang")
+	ctx := context.Background()
+	w, err := e.c.Admin.ResourceV1().ResourceClaims("nogang").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := applyManifest(e.c.Admin, deployFile("example-gang.yaml"), "nogang"); err != nil {
+		t.Fatal(err)
+	}
+	// Watch the rounds: A holds, B refuses with its next start (3 min),
+	// the next round's start is past the deadline: abort, both claims fail.
+	var heldOnA []uint64
+	aborted := map[string]string{}
+	timeout := time.After(60 * time.Second)
+	for len(aborted) < 2 {
+		select {
+		case ev := <-w.ResultChan():
+			c, ok := ev.Object.(*resourceapi.ResourceClaim)
+			if !ok || c.Status.Allocation == nil {
+				continue
+			}
+			for _, st := range c.Status.Devices {
+				if st.Pool == a.name {
+					if _, s := deviceStatusOf(t, c); s.ReservationID != 0 && meta.IsStatusConditionTrue(st.Conditions, ConditionGangHeld) {
+						heldOnA = append(heldOnA, s.ReservationID)
+					}
+				}
+				if cond := meta.FindStatusCondition(st.Conditions, ConditionReserveFailed); cond != nil && cond.Status == metav1.ConditionTrue {
+					aborted[c.Name] = cond.Reason + ": " + cond.Message
+				}
+				if meta.IsStatusConditionTrue(st.Conditions, ConditionReserved) {
+					t.Fatalf("claim %s reserved: a gang member bound without a common start", c.Name)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("no abort on both claims in 60 s (aborted: %v)", aborted)
+		}
+	}
+	for name, why := range aborted {
+		t.Logf("%s: %s", name, why)
+		if !strings.HasPrefix(why, "GangAborted") {
+			t.Errorf("claim %s failed as %s", name, why)
+		}
+	}
+	for _, name := range []string{"qpu-gang-0", "qpu-gang-1"} {
+		if pod, err := e.c.Admin.CoreV1().Pods("nogang").Get(ctx, name, metav1.GetOptions{}); err != nil || pod.Spec.NodeName != "" {
+			t.Errorf("pod %s bound to %q (%v)", name, pod.Spec.NodeName, err)
+		}
+	}
+	if len(heldOnA) == 0 {
+		t.Errorf("A never held its part: the abort proved nothing")
+	}
+	for _, id := range heldOnA {
+		waitFor(t, fmt.Sprintf("A's hold %d released", id), 30*time.Second, func() bool {
+			return a.lab.status("nogang", id).State != "held"
+		})
+	}
+	// The scheduler deallocates the claims and tries again: each round ends
+	// the same way while B has no window; the pods are deleted meanwhile.
+	for _, name := range []string{"qpu-gang-0", "qpu-gang-1"} {
+		_ = e.c.Admin.CoreV1().Pods("nogang").Delete(ctx, name, metav1.DeleteOptions{})
 	}
 }

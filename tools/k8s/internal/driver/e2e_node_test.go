@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -168,6 +169,11 @@ func applyManifest(kube kubernetes.Interface, path, ns string) error {
 				o.Namespace = ns
 			}
 			_, err = kube.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *schedulingv1beta1.PodGroup:
+			if ns != "" {
+				o.Namespace = ns
+			}
+			_, err = kube.SchedulingV1beta1().PodGroups(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.DaemonSet, *appsv1.Deployment:
 			// Workloads need a kubelet: the fixture makes their pods.
 		default:
