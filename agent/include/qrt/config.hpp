@@ -249,6 +249,7 @@ struct tenants_config {
     std::uint32_t request_bytes = 0;        // a line costs one request per started this many bytes
     std::vector<principal> delegates;       // may book on_behalf_of a named tenant
     std::uint32_t max_delegated_tenants = 0;  // tenants one delegate may hold bookings for
+    std::int32_t delegated_max_priority = 0;  // the ceiling of a tenant a delegate books for
     bool operator==(const tenants_config&) const = default;
 };
 

@@ -832,6 +832,14 @@ std::vector<config_option> build_table() {
                     "\"delegated_tenants\"), so a delegate cannot multiply its quota by "
                     "inventing names.",
          QRT_FIELD(tenants, max_delegated_tenants)},
+        {.section = "tenants", .key = "delegated_max_priority", .kind = k::integer,
+         .default_value = std::int64_t{0}, .min = INT32_MIN, .max = INT32_MAX,
+         .meaning = "Highest request priority of a tenant a delegate books for "
+                    "(on_behalf_of=NAME, tenants.delegates): its own ceiling, the same for "
+                    "every such tenant.  Neither tenants.scheduler_max_priority nor a "
+                    "tenants.priority_ceilings entry matching the delegate's principal applies "
+                    "to them: those are the delegate's own calls' ceiling.",
+         QRT_FIELD(tenants, delegated_max_priority)},
 
         // --------------------------------------------------------------- probes
         {.section = "probes", .key = "enabled", .kind = k::boolean, .default_value = true,

@@ -19,7 +19,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "qrt/config_table.hpp"
-#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/proto/endpoint.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
 #include "qrt/sd_notify.hpp"
@@ -811,6 +811,11 @@ exit_code daemon::run() {
         facts.isolation = *isolation_used;
         services svc(loop, cfg, std::move(facts));
         svc.use_prebound_socket(*listener);
+        bool fatal = false;
+        svc.on_fatal([&](std::string why) {
+            fatal = true;
+            shutdown(std::move(why));
+        });
         if (auto st = svc.start(); !st) {
             log::error("daemon", "{}", st.err().message);
             if (svc.refused_not_realtime()) {
@@ -841,7 +846,7 @@ exit_code daemon::run() {
         svc.stop();
         const bool restored = partition.restore();
         log::info("daemon", "stopped");
-        return restored ? exit_code::ok : exit_code::failure;
+        return restored && !fatal ? exit_code::ok : exit_code::failure;
     } catch (const std::exception& e) {
         // Setup code may throw (std::system_error from epoll, bad_alloc);
         // the partition guard has restored the host on the way out.
@@ -865,7 +870,7 @@ host_config_check check_config_on_host(const config& cfg, const std::string& fil
         }
         const std::filesystem::path on_host =
             root == "/" ? std::filesystem::path(q.target.path) : root / std::filesystem::path(q.target.path).relative_path();
-        auto t = dispatch::check_file_endpoint(q.target.uri, on_host.string());
+        auto t = proto::check_file_endpoint(q.target.uri, on_host.string());
         if (t) {
             continue;
         }

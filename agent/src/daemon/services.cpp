@@ -296,10 +296,11 @@ rtcore::status services::open_ledger() {
     _ledger->set_dispatch_gate(std::move(gate));
     // Group commit (#15 §1): from here the writer thread owns the database.
     // A change is in memory at once and acknowledged when its group is
-    // durable; the listener runs on this loop after every group: it sends
-    // the held replies (or store_error for a group that failed and was
-    // undone), then publishes the events that became durable and lets the
-    // pump hand over what is now on disk (due_jobs holds back the rest).
+    // durable; the listener runs on this loop after every group: it takes
+    // back the jobs durable too late, plans what is now on disk (due_jobs
+    // holds back the rest), sends the held replies (or store_error for a
+    // group that failed and was undone), then publishes the events that
+    // became durable.
     _ledger->start_writer([this](std::function<void()> fn) { _loop.post(std::move(fn)); });
     _ledger->set_commit_listener([this](const timeline::commit_notice& n) {
         if (n.failed_to != 0) {
@@ -313,46 +314,56 @@ rtcore::status services::open_ledger() {
             // The reload may have changed the windows the guards follow.
             _room->on_calibration_all();
         }
+        if (n.stopped) {
+            // Fail-stop: memory may hold what the disk does not, and nothing
+            // tells which; the ledger refuses every change and plans none of
+            // them.  The held replies get store_error below; the next start
+            // reloads what is on disk.
+            log::error("timeline", "ledger: stopped: {}; qrtd exits, and its next start reloads the "
+                                   "database",
+                       _ledger->stopped());
+            if (_on_fatal) {
+                _on_fatal("ledger stopped: " + _ledger->stopped());
+            } else {
+                _loop.stop();
+            }
+        }
         // Acknowledged means dispatchable: a job whose commit became durable
-        // too late for its start is withdrawn, and its line is answered with
-        // a retryable error naming the next possible start instead.
+        // too late for its start is withdrawn, and the request that made it
+        // is answered with a retryable error naming the next possible start
+        // instead.
         std::vector<timeline::late_job> late;
         if (n.failed_to == 0 && !n.committed.empty()) {
             late = _ledger->withdraw_late(n, _clock.now_realtime_ns(),
                                           _handover.pump_period_ns + _handover.lead_max_ns);
         }
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> refused;
         for (const auto& j : late) {
             ++_late_commits;
             static log::rate_limiter rl{std::chrono::seconds(10)};
             log::warn_rl(rl, "timeline", "ledger: {}", j.message);
-            const auto line = _engine ? _engine->line_of(j.seq) : std::nullopt;
-            if (!line) {
-                continue;  // no reply waits for it (a notification)
+            // The request that made the job's change is answered with the
+            // refusal instead, each request of a batch on its own; false: no
+            // reply waits for it (a notification).
+            if (_engine) {
+                (void)_engine->refuse_change(
+                    j.seq, rpc::rpc_failure("unavailable", "ledger: " + j.message,
+                                            nlohmann::json{{"cause", "commit_late"},
+                                                           {"job_id", j.id},
+                                                           {"start_ns", j.start_ns},
+                                                           {"next_start_ns", j.next_start_ns}}));
             }
-            _engine->refuse_line(line->second,
-                                 rpc::rpc_failure("unavailable", "ledger: " + j.message,
-                                                  nlohmann::json{{"cause", "commit_late"},
-                                                                 {"job_id", j.id},
-                                                                 {"start_ns", j.start_ns},
-                                                                 {"next_start_ns", j.next_start_ns}}));
-            refused.push_back(*line);
         }
-        if (_server) {
-            // The lines refused are reported as failed ranges of their own,
-            // in order, between the acknowledgements around them.
-            std::sort(refused.begin(), refused.end());
-            for (const auto& [first, last] : refused) {
-                _server->on_durable(first - 1);
-                _server->on_durable(last, first, last, "commit_late");
-            }
-            _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
-        }
-        publish_ledger_events();
-        // What this group made durable is dispatchable: plan it now.
+        // What this group made durable is dispatchable: plan it now, right
+        // after withdraw_late judged it against the clock -- releasing the
+        // replies serves more input of every released connection, which
+        // must not come between the two.
         if (_room) {
             _room->on_durable();
         }
+        if (_server) {
+            _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
+        }
+        publish_ledger_events();
     });
     // What recovery changed (missed, expired, failed) is published once the
     // server is up; count it now for the log.
@@ -955,6 +966,7 @@ rtcore::status services::start_server() {
     tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
     tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
     tp.request_burst = _cfg.tenants.request_burst;
+    tp.delegated_max_priority = _cfg.tenants.delegated_max_priority;
     for (const auto& d : _cfg.tenants.delegates) {
         tp.delegates.push_back(d.text);
     }

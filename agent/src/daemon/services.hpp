@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -123,6 +124,10 @@ public:
     // A listening socket bound before the privilege drop (see
     // rpc::server_options::prebound); start_server listens on it.
     void use_prebound_socket(rpc::prebound_socket s) { _prebound = s; }
+    // Called (on the loop) when the daemon must stop and exit with a
+    // failure: the ledger stopped (a failed commit whose reload failed
+    // too).  Unset: the loop is stopped.
+    void on_fatal(std::function<void(std::string why)> fn) { _on_fatal = std::move(fn); }
 
     // Opens the ledger, arms the realtime-step watch, starts the links,
     // pump, timers, probes and the server, in that order.  On error, what was started is stopped.
@@ -196,6 +201,7 @@ private:
     std::uint64_t _ledger_errors = 0;  // the commit listener's; the room counts its own
     std::uint64_t _late_commits = 0;  // jobs durable too late for their start (withdrawn)
     bool _stopped = false;
+    std::function<void(std::string why)> _on_fatal;
     bool _refused_not_realtime = false;
 };
 

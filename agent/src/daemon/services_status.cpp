@@ -283,6 +283,8 @@ nlohmann::json services::status_json() {
                                   {"max_pass_ns", ps.max_work_ns},
                                   {"max_plan_publish_ns", rc.max_plan_publish_ns},
                                   {"plan_jobs", ps.plan_jobs},
+                                  // The plans the loop published last, not yet taken maybe.
+                                  {"plan_published_jobs", rc.published_jobs},
                                   {"plan_max_jobs_per_qpu", _handover.plan_max_jobs},
                                   {"plan_horizon_ns", _handover.plan_horizon_ns},
                                   {"plans_taken", ps.plans_taken},

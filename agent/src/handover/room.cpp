@@ -91,7 +91,7 @@ void room::stop() noexcept {
     }
 }
 
-void room::sync() noexcept {
+void room::sync(bool publish_events) noexcept {
     if (_pumping || !_pump || _stopped) {
         return;
     }
@@ -103,12 +103,14 @@ void room::sync() noexcept {
             apply_pump_reports(*q);
         }
         _pumped_generation = _ledger.generation();
+        std::size_t published = 0;
         for (auto& q : _qpus) {
-            publish_plan(*q, now);
+            published += publish_plan(*q, now);
         }
+        _counts.published_jobs = published;
         // The first term of the hand-over bound (job_pump.hpp), as measured.
         _counts.max_plan_publish_ns = std::max(_counts.max_plan_publish_ns, _clock.now_monotonic_ns() - began);
-        if (_on_ledger_events) {
+        if (publish_events && _on_ledger_events) {
             _on_ledger_events();
         }
     } catch (const std::exception& e) {
@@ -137,11 +139,14 @@ bool room::needs_plan() const noexcept {
     return _ledger.generation() != _pumped_generation;
 }
 
-// A job is planned as soon as it is durable (acknowledged): a burst of
-// requests, each one commit, delays no hand-over past its group.
+// A job is planned as soon as it is durable, before it is acknowledged: a
+// burst of requests, each one commit, delays no hand-over past its group,
+// and what the loop serves after the acknowledgements cannot delay it
+// either.  The events are the commit listener's to publish, after the
+// acknowledgements (a caller sees its reply before the events it caused).
 void room::on_durable() noexcept {
     if (_pump && needs_plan()) {
-        sync();
+        sync(false);
     }
 }
 
@@ -269,7 +274,7 @@ bool room::durable(const timeline::reservation& r) const { return _ledger.change
 // The plan of one QPU: every durable committed job starting within the plan
 // horizon, in start order, at most plan_max_jobs, each with the window the
 // dispatch guard checks it against (or why it cannot be sent).
-void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
+std::size_t room::publish_plan(qpu_state& q, std::int64_t now_ns) {
     if (q.calibration_dirty || now_ns >= q.current_until_ns) {
         refresh_calibration(q, now_ns);
     }
@@ -321,6 +326,7 @@ void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         }
         plan.jobs.push_back(std::move(e));
     }
+    const std::size_t jobs = plan.jobs.size();
     _pump->publish(q.target.index, std::move(plan));
     // The dispatch gate's withdrawals are final once the change that made
     // them is done: their stale copies come back `cancelled` now.
@@ -328,6 +334,7 @@ void room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         q.target.link->report_withdrawn();
         q.withdrawals_pending = false;
     }
+    return jobs;
 }
 
 void room::on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_ns) {

@@ -155,59 +155,98 @@ void engine::set_commit_tracker(std::function<std::uint64_t()> latest,
     _durable = std::move(durable);
 }
 
-std::optional<std::pair<std::uint64_t, std::uint64_t>> engine::line_of(std::uint64_t seq) const {
-    const auto it = _held_lines.lower_bound(seq);
-    if (it == _held_lines.end() || it->second > seq) {
-        return std::nullopt;
+bool engine::refuse_change(std::uint64_t seq, rpc_failure f) {
+    const auto it = _claims.lower_bound(seq);
+    if (it == _claims.end() || it->second.first_seq > seq) {
+        return false;
     }
-    return std::make_pair(it->second, it->first);
+    auto& refused = _refusals[it->second.line];
+    for (auto& [index, answer] : refused) {
+        if (index == it->second.index) {
+            answer = std::move(f);
+            return true;
+        }
+    }
+    refused.emplace_back(it->second.index, std::move(f));
+    return true;
 }
 
-void engine::refuse_line(std::uint64_t last_seq, rpc_failure f) {
-    _refused_lines.insert_or_assign(last_seq, std::move(f));
+void engine::forget_held(const pending_ack& ack) noexcept {
+    if (ack.line == 0) {
+        return;
+    }
+    for (const auto& r : ack.requests) {
+        if (r.claims) {
+            _claims.erase(r.last_seq);
+        }
+    }
+    _refusals.erase(ack.line);
 }
 
-std::string engine::commit_failed_reply(const pending_ack& ack, std::string_view why) {
-    std::string out;
-    std::optional<rpc_failure> refused;
-    if (const auto r = _refused_lines.find(ack.seq); r != _refused_lines.end()) {
+std::size_t engine::release_held(const pending_ack& ack, std::string& text, std::uint64_t failed_from,
+                                 std::uint64_t failed_to, std::string_view why) {
+    if (ack.line == 0) {
+        return 0;  // held only behind another line: nothing of its own to wait for
+    }
+    std::vector<std::pair<std::size_t, rpc_failure>> refused;
+    if (const auto r = _refusals.find(ack.line); r != _refusals.end()) {
         refused = std::move(r->second);
-        _refused_lines.erase(r);
     }
-    if (ack.ids.empty()) {
-        return out;  // notifications only: nothing was to be sent
+    forget_held(ack);
+    std::vector<const rpc_failure*> answer(ack.requests.size(), nullptr);
+    std::optional<rpc_failure> store_error;
+    std::size_t failed = 0;
+    for (std::size_t i = 0; failed_to != 0 && i < ack.requests.size(); ++i) {
+        const pending_ack::request& r = ack.requests[i];
+        if (r.last_seq != 0 && r.first_seq <= failed_to && r.last_seq >= failed_from) {
+            if (!store_error) {
+                store_error.emplace("store_error",
+                                    fmt::format("ledger: the change was not committed ({}); it did "
+                                                "not happen, retry",
+                                                why));
+            }
+            answer[i] = &*store_error;
+            ++failed;
+        }
     }
-    const rpc_failure f = refused ? *refused
-                                  : rpc_failure("store_error",
-                                                fmt::format("ledger: the change was not committed "
-                                                            "({}); it did not happen, retry",
-                                                            why));
+    bool any = failed != 0;
+    for (const auto& [index, f] : refused) {
+        if (index < answer.size() && answer[index] == nullptr) {
+            answer[index] = &f;
+            any = true;
+        }
+    }
+    if (!any) {
+        return 0;
+    }
+    std::string out;
+    out.reserve(text.size());
     if (ack.batch) {
         out.push_back('[');
     }
-    for (std::size_t i = 0; i < ack.ids.size(); ++i) {
+    for (std::size_t i = 0; i < ack.requests.size(); ++i) {
+        const pending_ack::request& r = ack.requests[i];
         if (i != 0) {
             out.push_back(',');
         }
-        count_error(f.reason());
-        write_error(out, ack.ids[i], f);
+        if (answer[i] != nullptr) {
+            count_error(answer[i]->reason());
+            write_error(out, r.id, *answer[i]);
+        } else if (r.end <= text.size() && r.begin <= r.end) {
+            out.append(text, r.begin, r.end - r.begin);
+        }
     }
     if (ack.batch) {
         out.push_back(']');
     }
     out.push_back('\n');
-    return out;
+    text = std::move(out);
+    return failed;
 }
 
 std::size_t engine::handle_line(std::string_view raw, session& s, std::string& out) {
     _line_ack = pending_ack{};
-    const std::uint64_t first_seq = _latest ? _latest() + 1 : 0;
-    if (_durable && !_held_lines.empty()) {
-        // Their replies went out with the listener call that made them durable.
-        const std::uint64_t d = _durable();
-        _held_lines.erase(_held_lines.begin(), _held_lines.upper_bound(d));
-        _refused_lines.erase(_refused_lines.begin(), _refused_lines.upper_bound(d));
-    }
+    _line_requests.clear();
     const std::string_view line = rtcore::trim(raw);
     if (line.empty()) {
         return 0;  // blank lines are keep-alives
@@ -256,27 +295,22 @@ std::size_t engine::handle_line(std::string_view raw, session& s, std::string& o
         } else if (parsed.is_array()) {
             requests = write_batch(parsed, s, out);
         } else {
-            write_request(parsed, s, out);
+            write_recorded(parsed, s, out);
         }
         if (_line_ack.seq != 0) {
-            // The reply waits for a commit: keep the ids to answer with an
-            // error should that commit fail.
+            // The reply waits for a commit: keep each request's place, id
+            // and changes, to answer it on its own should its change fail
+            // or be refused (release_held).
             _line_ack.batch = parsed.is_array();
-            _line_ack.first_seq = first_seq;
-            _held_lines.insert_or_assign(_line_ack.seq, first_seq);
-            const auto keep_id = [&](const json& req) {
-                if (req.is_object()) {
-                    if (const auto id = req.find("id"); id != req.end() && valid_id(*id)) {
-                        _line_ack.ids.push_back(*id);
-                    }
+            _line_ack.line = ++_held_lines;
+            _line_ack.requests.reserve(_line_requests.size());
+            for (std::size_t i = 0; i < _line_requests.size(); ++i) {
+                const request_mark& r = _line_requests[i];
+                _line_ack.requests.push_back(
+                    {*r.id, r.begin - mark, r.end - mark, r.first_seq, r.last_seq, r.claims});
+                if (r.claims) {
+                    _claims.insert_or_assign(r.last_seq, claim{r.first_seq, _line_ack.line, i});
                 }
-            };
-            if (parsed.is_array()) {
-                for (const auto& req : parsed) {
-                    keep_id(req);
-                }
-            } else {
-                keep_id(parsed);
             }
         }
     }
@@ -318,7 +352,7 @@ std::size_t engine::write_batch(const json& batch, session& s, std::string& out)
         if (any) {
             out.push_back(',');
         }
-        const bool wrote = write_request(req, s, out);
+        const bool wrote = write_recorded(req, s, out);
         if (any && !wrote) {
             out.pop_back();  // the ',' before a notification
         }
@@ -334,10 +368,24 @@ std::size_t engine::write_batch(const json& batch, session& s, std::string& out)
 
 json engine::handle_request(const json& req, session& s) {
     std::string text;
+    _line_requests.clear();
     if (!write_request(req, s, text)) {
         return nullptr;
     }
     return json::parse(text);
+}
+
+bool engine::write_recorded(const json& req, session& s, std::string& out) {
+    static const json null_id = nullptr;
+    _request = request_mark{};
+    _request.id = &null_id;
+    _request.begin = out.size();
+    if (!write_request(req, s, out)) {
+        return false;
+    }
+    _request.end = out.size();
+    _line_requests.push_back(_request);
+    return true;
 }
 
 bool engine::write_request(const json& req, session& s, std::string& out) {
@@ -357,6 +405,7 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
                                             id_it->type_name()));
     }
     const json& id = is_notification ? null_id : *id_it;
+    _request.id = &id;
     for (const auto& [key, value] : req.items()) {
         if (key != "jsonrpc" && key != "method" && key != "params" && key != "id") {
             return invalid(id, fmt::format("unknown request member '{}'", key));
@@ -433,9 +482,16 @@ bool engine::write_request(const json& req, session& s, std::string& out) {
             out.push_back('}');
             return true;
         }
+        const bool acknowledged = m->acknowledged_when_durable && _latest;
+        const std::uint64_t before = acknowledged ? _latest() : 0;
         json result = m->fn(params, ctx);
-        if (m->acknowledged_when_durable && _latest) {
+        if (acknowledged) {
             if (const std::uint64_t seq = _latest(); seq > _durable()) {
+                // What it changed, or (a retry that changed nothing) what
+                // is in flight before it: waited for, claimed only if made here.
+                _request.claims = seq > before;
+                _request.first_seq = _request.claims ? before + 1 : seq;
+                _request.last_seq = seq;
                 _line_ack.seq = std::max(_line_ack.seq, seq);
             }
         }

@@ -1143,12 +1143,12 @@ void server::on_durable(std::uint64_t durable_seq, std::uint64_t failed_from,
             c.held.pop_front();
             c.inflight -= h.requests;
             released = true;
-            if (failed_to != 0 && h.ack.seq >= failed_from && h.ack.seq <= failed_to) {
+            // Each request as it was, or store_error (its change failed),
+            // or its refusal (commit_late).
+            if (_engine.release_held(h.ack, h.text, failed_from, failed_to, why) != 0) {
                 ++_failed_commit_replies;
-                append(c, _engine.commit_failed_reply(h.ack, why), h.requests);
-            } else {
-                append(c, h.text, h.requests);
             }
+            append(c, h.text, h.requests);
         }
         if (!released || c.st == connection::state::dead) {
             continue;
@@ -1280,6 +1280,10 @@ void server::kill(connection& c, const char* why) {
     c.in = line_framer(0);
     c.out = std::string();
     c.replies.clear();
+    for (const auto& h : c.held) {
+        _engine.forget_held(h.ack);
+    }
+    c.held.clear();
     if (!_reap_posted) {
         _reap_posted = true;
         // The connection may be on the caller's stack (and the engine may be

@@ -40,6 +40,11 @@ rtcore::result<tenant_limits> tenant_limits::compile(const tenant_policy& policy
 }
 
 std::int32_t tenant_limits::priority_ceiling(const session& s) const {
+    if (!s.delegate.empty()) {
+        // The session's peer is the delegate's: what names that peer is the
+        // delegate's own ceiling, never one for every tenant it books for.
+        return _policy.delegated_max_priority;
+    }
     std::optional<std::int32_t> best;
     for (const auto& [who, max] : _ceilings) {
         if (principal_matches(who, s.peer)) {
@@ -59,9 +64,10 @@ void tenant_limits::check_priority(const session& s, std::int32_t priority) cons
         refuse(quota_priority,
                fmt::format("priority {} is above tenant {}'s ceiling {} (tenants.{})", priority,
                            s.tenant, ceiling,
-                           s.roles.holds(role::admin) ? "admin_max_priority or priority_ceilings"
-                                                      : "scheduler_max_priority or "
-                                                        "priority_ceilings"),
+                           !s.delegate.empty()           ? "delegated_max_priority"
+                           : s.roles.holds(role::admin) ? "admin_max_priority or priority_ceilings"
+                                                        : "scheduler_max_priority or "
+                                                          "priority_ceilings"),
                ceiling, priority);
     }
 }

@@ -20,7 +20,7 @@ status write_change(store& st, const change_set& c) {
             return s;
         }
     }
-    if (auto s = st.put_counters(c.next_id, c.next_token, c.next_gang); !s) {
+    if (auto s = st.put_counters(c.next_id, c.next_gang); !s) {
         return s;
     }
     if (c.dispatch_mark) {
@@ -194,7 +194,9 @@ void commit_writer::run() {
             out.ok = false;
             out.failure = std::move(st).err();
             // What the ledger reloads, read here and not on the loop.
-            out.reloaded = std::make_shared<result<stored_state>>(_store->load());
+            status seam = _opts.before_reload ? _opts.before_reload() : status{};
+            out.reloaded = seam ? std::make_shared<result<stored_state>>(_store->load())
+                                : std::make_shared<result<stored_state>>(std::move(seam).err());
         } else {
             _groups.fetch_add(1, std::memory_order_relaxed);
             if (checkpoint) {

@@ -120,6 +120,18 @@ void durability::follow(std::vector<event>& events) {
 // it durable (or undoes it).
 status durability::persist(change_set c, std::vector<event>& events,
                            std::vector<std::uint64_t>& commits) {
+    if (!_stopped.empty()) {
+        // Memory holds the change; the disk never will: never planned.
+        for (const reservation& r : c.puts) {
+            _undurable[r.id] = c.seq;
+        }
+        for (const std::uint64_t id : c.erases) {
+            _undurable[id] = c.seq;
+        }
+        events.clear();
+        commits.clear();
+        return make_error(reason::store_error, "ledger: stopped: " + _stopped);
+    }
     if (_writer) {
         in_flight f;
         f.seq = c.seq;
@@ -185,6 +197,7 @@ void durability::start_writer(commit_writer::post_fn post) {
     wo.group_max = _opts.group_max;
     wo.group_wait = _opts.group_wait;
     wo.before_commit = _opts.commit_hook;
+    wo.before_reload = _opts.reload_hook;
     wo.on_mark = [this, alive = std::weak_ptr<bool>(_alive)](std::int64_t mark, bool ok) {
         if (const auto a = alive.lock(); a && *a) {
             on_mark(mark, ok);
@@ -264,20 +277,30 @@ void durability::on_group_done(const group_outcome& g) {
         _durable_commits.clear();
     } else {
         ++_commits_failed;
-        const auto rec = _writer ? _writer->recover() : commit_writer::recovered{};
+        const bool reloaded = g.reloaded && *g.reloaded;
         n.failed_from = g.first_seq;
-        n.failed_to = std::max({g.last_seq, rec.last_dropped, _latest_seq});
+        n.failed_to = std::max(g.last_seq, _latest_seq);
         n.why = g.failure.message;
         _in_flight.clear();
-        _undurable.clear();
         _durable_commits.clear();
         stored_state* disk = nullptr;
-        if (g.reloaded && *g.reloaded) {
+        if (reloaded) {
+            // Everything still queued was made on top of the failed changes.
+            const auto rec = _writer ? _writer->recover() : commit_writer::recovered{};
+            n.failed_to = std::max(n.failed_to, rec.last_dropped);
+            _undurable.clear();
             disk = &**g.reloaded;
             adopt_mark(disk->dispatch_mark_ns);
         } else {
+            // Fail-stop: memory keeps the failed changes, and nothing can
+            // tell them from what is on disk.  Their ids stay undurable for
+            // good (never planned), the writer stays parked, and nothing is
+            // written again; the owner stops.
             n.why += "; reloading the ledger failed too: " +
                      (g.reloaded ? g.reloaded->err().message : std::string("no state"));
+            _stopped = "the commit of changes " + std::to_string(n.failed_from) + ".." +
+                       std::to_string(n.failed_to) + " failed (" + n.why + ")";
+            n.stopped = true;
         }
         if (_hooks.undo) {
             _hooks.undo(disk);
@@ -287,7 +310,7 @@ void durability::on_group_done(const group_outcome& g) {
         n.durable_seq = _durable_seq;
         // What the owner did on the wire is not undone by a failed group:
         // its transitions are applied again (new changes, after failed_to).
-        if (_hooks.redo) {
+        if (reloaded && _hooks.redo) {
             _hooks.redo();
         }
     }

@@ -237,6 +237,7 @@ void ledger::occupy(std::size_t q, const reservation& r) {
     const std::int64_t s = r.start_ns;
     const std::int64_t e = r.end_ns();
     qs.busy.emplace(s, r.id);
+    _booked.add(r.tenant, r.id, s, e);
     if (r.state == res_state::committed) {
         qs.pending.emplace(s, r.id);
     }
@@ -264,6 +265,7 @@ void ledger::vacate(std::size_t q, const reservation& r) {
         return;  // not placed
     }
     qs.busy.erase(b);
+    _booked.remove(r.tenant, r.id, r.start_ns, r.end_ns());
     if (const auto p = qs.pending.find(r.start_ns); p != qs.pending.end() && p->second == r.id) {
         qs.pending.erase(p);
     }

@@ -24,6 +24,11 @@
   7. a job sent just before a kill -9, its mark_dispatched held up by the
      lock, is `failed` with dispatch_unknown after the restart, not
      `missed` (issue 24 #17).
+  8. a late job is refused even when a retry that changed nothing (an
+     idempotent retry of an earlier submit, on another connection) waits
+     for the same commit; in a batch, only the late job is refused, the
+     kept one is acknowledged; and the hand-over plan holds a job before
+     the connection its acknowledgement released is served again.
 
 The daemon runs as the invoking user (or as root with agent.user = "root"),
 untuned, host untouched, with a write-only file:///dev/null endpoint.
@@ -108,6 +113,23 @@ class conn:
         req = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}}
         self.s.sendall((json.dumps(req) + "\n").encode())
         return self.next_id
+
+    def send_lines(self, calls):
+        """One request line per (method, params), written at once."""
+        lines = []
+        for method, params in calls:
+            self.next_id += 1
+            lines.append(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}))
+        self.s.sendall(("\n".join(lines) + "\n").encode())
+
+    def send_batch(self, calls):
+        """One line holding a batch of (method, params); returns the ids."""
+        reqs = []
+        for method, params in calls:
+            self.next_id += 1
+            reqs.append({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        self.s.sendall((json.dumps(reqs) + "\n").encode())
+        return [r["id"] for r in reqs]
 
     def recv(self):
         line = self.f.readline()
@@ -440,6 +462,93 @@ class GroupCommit(unittest.TestCase):
         self.assertGreater(lead, 0)
         b.close()
         lead_c.close()
+
+    def submits_handled(self, c):
+        """jobs.submit requests the daemon has handled (its metrics)."""
+        text = c.call("metrics")["result"]["text"]
+        for line in text.splitlines():
+            if line.startswith('qrt_rpc_requests_total{method="jobs.submit"}'):
+                return int(float(line.split()[-1]))
+        return 0
+
+    def test_a_late_job_is_refused_although_a_retry_that_changed_nothing_waits_for_its_commit(self):
+        # Backfill: the late job goes before the earlier one, placed ahead.
+        self.configure("timeline", policy='"edf-backfill"')
+        self.start()
+        early, late, retry, reader = (conn(self.sock) for _ in range(4))
+        lead = reader.call("agent.status")["result"]["dispatch"]["min_lead_ns"]
+        ahead = time.time_ns() + 300 * 1_000_000_000
+        lock = self.hold_write_lock()
+        try:
+            # An earlier submit (far ahead, on time), then the late job at the
+            # minimum lead, both waiting behind the lock; then the idempotent
+            # retry of the earlier one on another connection: it changes
+            # nothing, and waits for what is in flight before it.
+            early.send("jobs.submit", self.submit_params("early", not_before_ns=ahead))
+            self.assertTrue(wait_for(lambda: self.submits_handled(reader) == 1, 20))
+            late.send("jobs.submit", self.submit_params("late"))
+            self.assertTrue(wait_for(lambda: self.submits_handled(reader) == 2, 20))
+            retry.send("jobs.submit", self.submit_params("early", not_before_ns=ahead))
+            self.assertTrue(wait_for(lambda: self.submits_handled(reader) == 3, 20))
+            time.sleep(max(0.8, 20 * lead / 1e9))
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        first, again, r = early.recv(), retry.recv(), late.recv()
+        self.assertIn("result", first, first)
+        self.assertIn("result", again, again)
+        self.assertEqual(again["result"]["job_id"], first["result"]["job_id"])
+        if "result" in r:
+            gone = self.status_of(reader, r["result"]["job_id"])
+            self.fail(f"the late job was acknowledged ({r['result']}), and jobs.status says {gone}")
+        self.assertEqual(r["error"]["data"].get("cause"), "commit_late", r)
+        self.assertIn("error", self.status_of(reader, r["error"]["data"]["job_id"]))
+        self.assertEqual(self.status_of(reader, first["result"]["job_id"])["result"]["state"], "committed")
+        for c in (early, late, retry, reader):
+            c.close()
+
+    def test_a_late_job_in_a_batch_is_refused_alone_and_the_kept_one_is_acknowledged(self):
+        self.configure("timeline", policy='"edf-backfill"')
+        self.start()
+        c = conn(self.sock)
+        lead = c.call("agent.status")["result"]["dispatch"]["min_lead_ns"]
+        ahead = time.time_ns() + 300 * 1_000_000_000
+        lock = self.hold_write_lock()
+        try:
+            ids = c.send_batch([("jobs.submit", self.submit_params("late")),
+                                ("jobs.submit", self.submit_params("kept", not_before_ns=ahead))])
+            time.sleep(max(0.8, 20 * lead / 1e9))
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        got = c.recv()
+        self.assertIsInstance(got, list, got)
+        by_id = {x["id"]: x for x in got}
+        late, kept = by_id[ids[0]], by_id[ids[1]]
+        self.assertEqual(late.get("error", {}).get("data", {}).get("cause"), "commit_late", late)
+        self.assertIn("result", kept, f"the kept job was reported not kept: {kept}")
+        st = self.status_of(c, kept["result"]["job_id"])
+        self.assertEqual(st["result"]["state"], "committed", st)
+        self.assertIn("error", self.status_of(c, late["error"]["data"]["job_id"]))
+        c.close()
+
+    def test_the_plan_holds_a_job_before_the_connection_it_released_is_served_again(self):
+        # One request in flight per connection: the agent.status written with
+        # the submit (one write) waits in the daemon's input buffer until the
+        # submit's acknowledgement went out, and is served right after it.
+        # A margin of 2 s keeps the job on time whatever this host's fsync.
+        self.configure("rpc", max_inflight=1)
+        self.configure("dispatch", handover_margin_ns="2_000_000_000")
+        self.start()
+        c = conn(self.sock)
+        c.send_lines([("jobs.submit", self.submit_params("planned")), ("agent.status", {})])
+        r, st = c.recv(), c.recv()
+        self.assertIn("result", r, r)
+        pump = st["result"]["dispatch"]["pump"]
+        self.assertGreaterEqual(pump.get("plan_published_jobs", 0), 1,
+                                f"the job {r['result']['job_id']} was acknowledged, and its connection "
+                                f"served again, before a plan held it: {pump}")
+        c.close()
 
     def test_a_heartbeat_is_answered_under_a_commit_backlog(self):
         self.configure("timeline", commit_queue_max=8)

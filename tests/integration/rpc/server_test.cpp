@@ -1770,6 +1770,8 @@ TEST(rpc_tenants, a_delegate_books_on_behalf_of_a_namespace_under_that_namespace
     p.max_reservations = 1;
     p.max_delegated_tenants = 2;
     p.delegates = {me()};
+    // The delegate's own ceiling, for its own calls only.
+    p.priority_ceilings = {{me(), 50}};
     harness_options o;
     o.roles.scheduler = {me()};
     o.tenants = p;
@@ -1821,12 +1823,16 @@ TEST(rpc_tenants, a_delegate_books_on_behalf_of_a_namespace_under_that_namespace
          {{"reservation_id", id_a}, {"fencing_token", tok_a}, {"on_behalf_of", "team-a"}});
     // Released: team-a holds nothing, so team-c now fits.
     EXPECT_TRUE(reserve("team-c", t0 + 20'000'000, "claim-1").contains("result"));
-    // slots.query runs as the namespace too (its priority ceiling).
+    // slots.query runs as the namespace too: its own priority ceiling
+    // (tenants.delegated_max_priority, 0), not the delegate's 50.
     json q = request_at(t0 + 30'000'000, 1'000'000);
     q["on_behalf_of"] = "team-a";
     q["priority"] = 1;
     EXPECT_EQ(quota_of(c.call("slots.query", q)), "priority");
     q["priority"] = 0;
+    EXPECT_EQ(c.ok("slots.query", q).at("candidates").size(), 1U);
+    q.erase("on_behalf_of");
+    q["priority"] = 50;
     EXPECT_EQ(c.ok("slots.query", q).at("candidates").size(), 1U);
 
     // Bad names are refused naming the field.

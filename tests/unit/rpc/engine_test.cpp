@@ -399,3 +399,104 @@ TEST_F(engine_test, directly_written_replies_are_byte_identical_to_nlohmann_seri
                           nobody);
     EXPECT_EQ(reason_of(bad), reason::invalid_params);
 }
+
+// Group commit, seen from the engine: a method acknowledged when durable
+// that makes one change (a sequence), or none (an idempotent retry), and a
+// tracker the test moves by hand.
+class held_reply_test : public engine_test {
+protected:
+    void SetUp() override {
+        engine_test::SetUp();
+        eng.set_commit_tracker([this] { return latest; }, [this] { return durable; });
+        method_info change{"change", role::reader, "one change", [this](const json& p, call_context&) {
+                               if (p.is_object() && p.value("retry", false)) {
+                                   return json("again");  // changed nothing
+                               }
+                               return json(++latest);
+                           }};
+        change.acknowledged_when_durable = true;
+        eng.methods().add(change);
+    }
+
+    // A line whose reply is held: its text and what it waits for.
+    struct held {
+        std::string text;
+        pending_ack ack;
+    };
+    held hold(std::string_view line) {
+        held h;
+        eng.handle_line(line, reader, h.text);
+        h.ack = eng.take_pending_ack();
+        EXPECT_NE(h.ack.seq, 0U) << line;
+        return h;
+    }
+    json release(held& h, std::uint64_t failed_from = 0, std::uint64_t failed_to = 0) {
+        eng.release_held(h.ack, h.text, failed_from, failed_to, "test: the disk said no");
+        return json::parse(h.text);
+    }
+    static rpc_failure late(std::uint64_t seq) {
+        return rpc_failure("unavailable", fmt::format("change {} too late", seq), json{{"cause", "commit_late"}});
+    }
+
+    std::uint64_t latest = 0;
+    std::uint64_t durable = 0;
+};
+
+// The case an acknowledged job vanished in: a line that changed nothing
+// waits for the change in flight before it, another line's, without taking
+// it over; that line's refusal still reaches that line alone.
+TEST_F(held_reply_test, a_line_that_changed_nothing_waits_without_claiming_another_lines_change) {
+    held made = hold(R"({"jsonrpc":"2.0","method":"change","id":1})");
+    held retry = hold(R"({"jsonrpc":"2.0","method":"change","params":{"retry":true},"id":2})");
+    EXPECT_EQ(retry.ack.seq, made.ack.seq) << "the retry waits for what is in flight";
+    durable = latest;
+    EXPECT_TRUE(eng.refuse_change(made.ack.seq, late(made.ack.seq)));
+    const json r_retry = release(retry);
+    EXPECT_EQ(r_retry.at("result"), "again") << r_retry.dump();
+    const json r_made = release(made);
+    ASSERT_TRUE(r_made.contains("error")) << "the refused change was acknowledged: " << r_made.dump();
+    EXPECT_EQ(r_made.at("error").at("data").at("cause"), "commit_late");
+    EXPECT_EQ(r_made.at("id"), 1);
+    EXPECT_EQ(eng.held_tracked(), 0U);
+}
+
+TEST_F(held_reply_test, in_a_batch_only_the_request_whose_change_was_refused_is_refused) {
+    held b = hold(R"([{"jsonrpc":"2.0","method":"change","id":"kept"},)"
+                  R"({"jsonrpc":"2.0","method":"echo","params":[7],"id":"read"},)"
+                  R"({"jsonrpc":"2.0","method":"change"},)"
+                  R"({"jsonrpc":"2.0","method":"change","id":"late"}])");
+    ASSERT_EQ(b.ack.requests.size(), 3U) << "the notification has no reply";
+    durable = latest;
+    EXPECT_TRUE(eng.refuse_change(latest, late(latest)));
+    EXPECT_FALSE(eng.refuse_change(latest - 1, late(latest - 1))) << "a notification's change waits for no reply";
+    const json r = release(b);
+    ASSERT_TRUE(r.is_array()) << r.dump();
+    ASSERT_EQ(r.size(), 3U);
+    EXPECT_EQ(r[0].at("id"), "kept");
+    EXPECT_EQ(r[0].at("result"), 1) << r.dump();
+    EXPECT_EQ(r[1].at("result"), json::array({7}));
+    EXPECT_EQ(r[2].at("id"), "late");
+    EXPECT_EQ(r[2].at("error").at("data").at("cause"), "commit_late") << r.dump();
+    EXPECT_EQ(eng.held_tracked(), 0U);
+}
+
+TEST_F(held_reply_test, a_failed_commit_answers_store_error_only_to_the_requests_whose_changes_failed) {
+    held b = hold(R"([{"jsonrpc":"2.0","method":"change","id":1},)"
+                  R"({"jsonrpc":"2.0","method":"echo","params":[1],"id":2},)"
+                  R"({"jsonrpc":"2.0","method":"change","id":3}])");
+    // The first change committed in one group, the second failed in the next.
+    EXPECT_EQ(eng.release_held(b.ack, b.text, 2, 2, "test: the disk said no"), 1U);
+    const json r = json::parse(b.text);
+    EXPECT_EQ(r[0].at("result"), 1) << r.dump();
+    EXPECT_EQ(r[1].at("result"), json::array({1}));
+    EXPECT_EQ(reason_of(r[2]), "store_error");
+    EXPECT_NE(r[2].at("error").at("message").get<std::string>().find("the disk said no"), std::string::npos);
+}
+
+TEST_F(held_reply_test, a_line_never_sent_is_forgotten_with_its_refusals) {
+    held h = hold(R"({"jsonrpc":"2.0","method":"change","id":1})");
+    EXPECT_TRUE(eng.refuse_change(h.ack.seq, late(h.ack.seq)));
+    eng.forget_held(h.ack);
+    EXPECT_EQ(eng.held_tracked(), 0U);
+    EXPECT_FALSE(eng.refuse_change(h.ack.seq, late(h.ack.seq)));
+}

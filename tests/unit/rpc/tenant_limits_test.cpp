@@ -181,6 +181,24 @@ TEST(tenant_limits, the_near_term_share_refuses_past_it_and_names_the_start_to_a
     EXPECT_EQ(refused_quota([&] { t->check_near_term(root, 600 * sec, 10, 60 * sec, now); }), "admitted");
 }
 
+// A priority_ceilings entry names the delegate's own principal: it is the
+// delegate's ceiling for its own calls, never one every tenant it books for
+// inherits.
+TEST(tenant_limits, a_delegated_tenant_has_its_own_ceiling_not_the_delegates_entry) {
+    tenant_policy p;
+    p.delegates = {"user:k8s"};
+    p.priority_ceilings = {{"user:k8s", 50}};
+    auto t = tenant_limits::compile(p);
+    ASSERT_TRUE(t);
+    const session driver = peer("k8s", 1500, role::scheduler);
+    EXPECT_EQ(t->priority_ceiling(driver), 50);
+    const session a = t->delegated(driver, "team-a");
+    EXPECT_EQ(t->priority_ceiling(a), 0) << "team-a inherited the driver's own ceiling";
+    EXPECT_EQ(refused_quota([&] { t->check_priority(a, 1); }), "priority");
+    EXPECT_EQ(refused_quota([&] { t->check_priority(a, 0); }), "admitted");
+    EXPECT_EQ(refused_quota([&] { t->check_priority(driver, 50); }), "admitted");
+}
+
 TEST(tenant_limits, a_delegated_session_is_the_named_tenant_without_admin_and_under_its_quotas) {
     tenant_policy p;
     p.delegates = {"uid:0", "user:k8s"};

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -95,6 +96,12 @@ protected:
         o.commit_queue_max = queue_max;
         o.min_lead_ns = min_lead_ns;
         o.commit_hook = _gate.hook();
+        o.reload_hook = [this]() -> status {
+            if (_fail_reload.load()) {
+                return make_error(reason::store_error, "test: the disk cannot be read back");
+            }
+            return {};
+        };
         auto l = ledger::open({periodic_qpu("q0")}, o, _path, t0_ns);
         EXPECT_TRUE(l.has_value()) << (l ? "" : l.err().message);
         _ledger = std::move(*l);
@@ -121,6 +128,7 @@ protected:
     std::string _path;
     fake_loop _loop;
     commit_gate _gate;
+    std::atomic<bool> _fail_reload{false};  // the writer's reload after a failed group fails
     std::vector<commit_notice> _notices;
     std::unique_ptr<ledger> _ledger;
 };
@@ -209,6 +217,62 @@ TEST_F(group_commit, a_failed_group_undoes_its_changes_and_every_change_queued_a
     reserve(l, 4);
     ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
     EXPECT_EQ(reservations_on_disk(), 2U);
+}
+
+// A failed group whose reload fails too: memory still holds the refused
+// changes and nothing tells them from what is on disk.  Fail-stop: none of
+// them is ever due, every later change is refused, the notice says the
+// ledger stopped, and a fresh open holds exactly what was acknowledged.
+TEST_F(group_commit, a_failed_group_whose_reload_fails_stops_the_ledger_and_plans_nothing_refused) {
+    ledger& l = open();
+    _gate.open();
+    auto kept = l.submit("tenant", req(1), "kept", blob{1}, t0_ns);
+    ASSERT_TRUE(kept.has_value());
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
+    _gate.close();
+    _gate.fail_next(1);
+    _fail_reload = true;
+    const std::size_t groups = _gate.groups().size();
+    auto refused = l.submit("tenant", req(1, t0_ns + 10 * s_ns), "refused", blob{2}, t0_ns);
+    ASSERT_TRUE(refused.has_value());
+    ASSERT_TRUE(_gate.wait_arrived(groups + 1));  // the failing group is at the gate
+    auto queued = l.submit("tenant", req(1, t0_ns + 20 * s_ns), "queued", blob{3}, t0_ns);
+    ASSERT_TRUE(queued.has_value());
+    const std::uint64_t last = l.latest_seq();
+    _gate.open();
+    ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() >= last; }));
+    ASSERT_FALSE(_notices.empty());
+    const commit_notice& n = _notices.back();
+    EXPECT_EQ(n.failed_to, last) << "every change from the failed group on did not happen";
+    EXPECT_TRUE(n.stopped) << n.why;
+    EXPECT_NE(n.why.find("the disk cannot be read back"), std::string::npos) << n.why;
+    EXPECT_FALSE(l.stopped().empty());
+    // The clients of the refused changes got store_error: none of them may
+    // be dispatched, although memory still holds them.
+    const auto due = l.due_jobs("q0", t0_ns + period_ns);
+    std::set<std::uint64_t> due_ids;
+    for (const reservation& r : due) {
+        due_ids.insert(r.id);
+    }
+    EXPECT_EQ(due_ids.count(refused->id), 0U) << "a job answered store_error is due";
+    EXPECT_EQ(due_ids.count(queued->id), 0U) << "a job answered store_error is due";
+    EXPECT_EQ(due_ids.count(kept->id), 1U) << "the acknowledged job is no longer due";
+    // Every later change is refused, and none reaches the disk.
+    EXPECT_FALSE(l.accepting_changes());
+    auto after = l.submit("tenant", req(1, t0_ns + 30 * s_ns), "after", blob{4}, t0_ns);
+    EXPECT_FALSE(after.has_value());
+    if (after) {
+        EXPECT_EQ(l.due_jobs("q0", t0_ns + period_ns).size(), due.size()) << "a change after the stop is due";
+    } else {
+        EXPECT_EQ(after.err().reason, reason::store_error) << after.err().message;
+    }
+    _ledger.reset();
+    auto disk = ledger::open({periodic_qpu("q0")}, ledger_options{}, _path, t0_ns);
+    ASSERT_TRUE(disk.has_value());
+    EXPECT_NE((*disk)->find(kept->id), nullptr);
+    EXPECT_EQ((*disk)->find(refused->id), nullptr);
+    EXPECT_EQ((*disk)->find(queued->id), nullptr);
+    EXPECT_EQ((*disk)->stats().reservations, 1U);
 }
 
 TEST_F(group_commit, a_committed_job_is_not_due_until_its_commit_is_durable) {

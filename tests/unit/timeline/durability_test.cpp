@@ -112,7 +112,7 @@ protected:
         };
         h.redo = [this] { ++_redos; };
         _d = std::make_unique<durability>(
-            durability_options{group_max, std::chrono::microseconds{0}, _gate.hook()}, std::move(h));
+            durability_options{group_max, std::chrono::microseconds{0}, _gate.hook(), {}}, std::move(h));
         auto st = store::open(_path);
         EXPECT_TRUE(st.has_value()) << (st ? "" : st.err().message);
         _d->attach(std::move(*st));

@@ -10,7 +10,10 @@
 // Its inputs, each a plain call on the event loop (no event source, no
 // session of its own):
 //   on_durable()          the commit listener: a group became durable, so
-//                         plan what it made dispatchable now
+//                         plan what it made dispatchable now, before the
+//                         listener sends the acknowledgements (and the
+//                         loop serves more input); the listener publishes
+//                         the ledger's events after them
 //   on_outcome(), on_dispatched()
 //                         the QPU links' records and outcomes
 //   on_calibration(qpu)   the calibration engine (calibration.update, a
@@ -59,10 +62,13 @@ struct qpu_counts {
 };
 
 // The pump's reports as the room took them; ledger_errors: transitions the
-// outcomes could not make; max_plan_publish_ns: the longest sync().
+// outcomes could not make; max_plan_publish_ns: the longest sync();
+// published_jobs: the jobs in the plans the loop published last (over every
+// QPU; the pump takes them at its next tick).
 struct room_counts {
     std::uint64_t handed = 0, refused_by_dispatcher = 0, missed_before_handover = 0, ledger_errors = 0;
     std::int64_t max_plan_publish_ns = 0;
+    std::size_t published_jobs = 0;
 };
 
 class room {
@@ -88,8 +94,10 @@ public:
 
     // ---- the inputs (event loop) ----
     void on_durable() noexcept;
-    // Every pump period (the loop's plan timer): reports in, plans out.
-    void sync() noexcept;
+    // Every pump period (the loop's plan timer): reports in, plans out,
+    // and the ledger's events published (unless publish_events is false:
+    // the caller publishes them).
+    void sync(bool publish_events = true) noexcept;
     void on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_ns);
     void on_outcome(std::uint32_t qpu, const dispatch::dispatch_outcome& o);
     void on_calibration(std::string_view qpu);
@@ -107,7 +115,8 @@ private:
     void changed() noexcept;
     bool needs_plan() const noexcept;
     void apply_pump_reports(qpu_state& q);
-    void publish_plan(qpu_state& q, std::int64_t now_ns);
+    // Returns the jobs the plan holds.
+    std::size_t publish_plan(qpu_state& q, std::int64_t now_ns);
     bool durable(const timeline::reservation& r) const;
     void refresh_calibration(qpu_state& q, std::int64_t now_ns);
     const timeline::calibration_window* window_of(qpu_state& q, std::int64_t start_ns, std::int64_t now_ns);

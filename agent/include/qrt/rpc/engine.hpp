@@ -83,13 +83,29 @@ struct method_info {
     bool acknowledged_when_durable = false;
 };
 
-// A reply the server must hold until the change it acknowledges is durable:
-// the line's last change sequence, and the ids of its requests (to answer
-// each with an error instead if that change fails to commit).
+// A reply the server must hold until the changes it acknowledges are
+// durable: the sequence to wait for, the engine's number of the held line,
+// and each of its requests that got a reply (in order), so that each can be
+// answered on its own should its change fail to commit or be refused
+// (engine::release_held).
 struct pending_ack {
-    std::uint64_t seq = 0;  // 0: nothing to wait for
-    std::uint64_t first_seq = 0;  // the line's first change (its changes are first_seq..seq)
-    std::vector<json> ids;
+    std::uint64_t seq = 0;   // the highest sequence a request waits for (0: none)
+    std::uint64_t line = 0;  // the engine's number of this held line (0: none)
+    struct request {
+        json id;
+        // Its reply within the held text, from the line's first byte.
+        std::size_t begin = 0;
+        std::size_t end = 0;
+        // The sequences it waits for, [first_seq, last_seq] (0: it waits
+        // for nothing, as a read); claims: it made those changes.  A call
+        // that changed nothing (an idempotent retry) waits for the latest
+        // sequence given when it ran, without claiming it: that change is
+        // another request's.
+        std::uint64_t first_seq = 0;
+        std::uint64_t last_seq = 0;
+        bool claims = false;
+    };
+    std::vector<request> requests;
     bool batch = false;
 };
 
@@ -186,18 +202,25 @@ public:
     std::uint64_t durable_seq() const { return _durable ? _durable() : UINT64_MAX; }
     // What the last handle_line must wait for (seq 0: nothing).
     pending_ack take_pending_ack() { return std::exchange(_line_ack, pending_ack{}); }
-    // The reply line (with '\n') that replaces a held one whose change failed
-    // to commit: a store_error for each of its requests.
-    std::string commit_failed_reply(const pending_ack& ack, std::string_view why);
-    // A held line's reply that must not acknowledge after all, although its
+    // A held request that must not acknowledge after all, although its
     // change is durable (a job that became durable too late to be
-    // dispatched, ledger::withdraw_late): line_of(seq) names the changes
-    // [first, last] of the held line that made change seq (nullopt: no held
-    // line did), refuse_line(last, f) makes commit_failed_reply answer that
-    // line with f, and the caller then reports [first, last] as failed.
-    // Lines already durable are forgotten at the next handle_line.
-    std::optional<std::pair<std::uint64_t, std::uint64_t>> line_of(std::uint64_t seq) const;
-    void refuse_line(std::uint64_t last_seq, rpc_failure f);
+    // dispatched, ledger::withdraw_late): the request of a held line that
+    // made change seq is answered with f when its line is released.
+    // False: no held request made that change (a notification's, or one
+    // whose line is gone).
+    bool refuse_change(std::uint64_t seq, rpc_failure f);
+    // The held line is resolved (what it waits for is durable, or failed):
+    // text, its reply line as written, becomes what is to be sent -- each
+    // request whose changes are in [failed_from, failed_to] (both 0: none
+    // failed) answered store_error (why), each refused one answered with its
+    // refusal, every other request's reply as it was.  Forgets the line;
+    // returns how many requests were answered store_error.
+    std::size_t release_held(const pending_ack& ack, std::string& text, std::uint64_t failed_from = 0,
+                             std::uint64_t failed_to = 0, std::string_view why = {});
+    // A held line that will never be sent (its connection closed).
+    void forget_held(const pending_ack& ack) noexcept;
+    // Held lines the engine keeps track of (claims or refusals), for tests.
+    std::size_t held_tracked() const noexcept { return _claims.size() + _refusals.size(); }
 
     // Request counters and the handling-time histogram.
     telemetry::snapshot stats() const;
@@ -211,6 +234,9 @@ private:
     // Append the reply to one request (false, nothing appended: it was a
     // notification).
     bool write_request(const json& request, session& s, std::string& out);
+    // write_request, recording the reply's place and what it waits for in
+    // _line_requests.
+    bool write_recorded(const json& request, session& s, std::string& out);
     // Append the reply to a batch; returns the requests it counts for.
     std::size_t write_batch(const json& batch, session& s, std::string& out);
     void write_error(std::string& out, const json& id, const rpc_failure& f);
@@ -239,8 +265,30 @@ private:
     std::function<std::uint64_t()> _durable;
     pending_ack _line_ack;
     std::uint64_t _line_charged = 0;  // what admit_line took for the line being handled
-    std::map<std::uint64_t, std::uint64_t> _held_lines;  // last seq -> first seq
-    std::map<std::uint64_t, rpc_failure> _refused_lines; // last seq -> its answer
+    // The requests of the line being handled that got a reply (their id,
+    // which lives in the parsed line, only copied when the line is held).
+    struct request_mark {
+        const json* id = nullptr;
+        std::size_t begin = 0;
+        std::size_t end = 0;
+        std::uint64_t first_seq = 0;
+        std::uint64_t last_seq = 0;
+        bool claims = false;
+    };
+    request_mark _request;                   // the request being written
+    std::vector<request_mark> _line_requests;
+    std::uint64_t _held_lines = 0;           // numbers given to held lines
+    // The changes held requests made: last seq -> [first seq, line, index
+    // of the request in its line].  Disjoint ranges: each sequence is
+    // given to one change, made by at most one request.
+    struct claim {
+        std::uint64_t first_seq = 0;
+        std::uint64_t line = 0;
+        std::size_t index = 0;
+    };
+    std::map<std::uint64_t, claim> _claims;
+    // Held lines' refused requests: line -> (index, its answer).
+    std::map<std::uint64_t, std::vector<std::pair<std::size_t, rpc_failure>>> _refusals;
     std::uint64_t _lines = 0;
     std::uint64_t _notifications_sent = 0;
     std::uint64_t _denied_total = 0;

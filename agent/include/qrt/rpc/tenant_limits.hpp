@@ -3,7 +3,8 @@
 // other (qrtd.toml [tenants]; issue #14 section 2):
 //
 //   priority ceiling   per role (scheduler, admin) or per principal; a
-//                      request above it is refused
+//                      request above it is refused.  A tenant a delegate
+//                      books for (on_behalf_of) has delegated_max_priority
 //   reservations       live (held, committed, dispatched) reservations
 //   booked time        their summed durations
 //   near term          their time within the next near_term_ns, so that
@@ -63,6 +64,10 @@ struct tenant_policy {
     // for at once.
     std::vector<std::string> delegates;
     std::size_t max_delegated_tenants = 256;
+    // The priority ceiling of a tenant a delegate books for: its own, not
+    // the delegate's (neither its role's nor a priority_ceilings entry that
+    // matches the delegate's principal).
+    std::int32_t delegated_max_priority = 0;
 };
 
 class tenant_limits {
@@ -75,7 +80,8 @@ public:
 
     const tenant_policy& policy() const noexcept { return _policy; }
 
-    // The highest priority this caller may ask for.
+    // The highest priority this caller may ask for (a delegated session:
+    // delegated_max_priority, whatever matches the delegate itself).
     std::int32_t priority_ceiling(const session& s) const;
     // Throws quota_exceeded when priority is above the caller's ceiling.
     void check_priority(const session& s, std::int32_t priority) const;

@@ -28,7 +28,8 @@
 // (they were made on top of the failed ones) and lets the writer go on.  The
 // ledger reloads from the state the outcome carries: memory again equals
 // what is on disk, and every client whose change was in the failed range
-// gets an error.
+// gets an error.  When that load fails too, the loop never calls recover():
+// the writer stays parked and the ledger stops (durability.hpp, fail-stop).
 //
 // Bounds: queued() counts the changes not yet durable; the ledger refuses
 // new client changes past queue_max (backpressure, see ledger.hpp).
@@ -63,7 +64,6 @@ struct change_set {
     };
     std::vector<window_row> windows;
     std::uint64_t next_id = 1;
-    std::uint64_t next_token = 1;
     std::uint64_t next_gang = 1;
     std::optional<std::int64_t> dispatch_mark;  // set: write meta dispatch_mark
 
@@ -91,6 +91,9 @@ struct writer_options {
     // Test seam, called on the writer thread before each COMMIT with the
     // group's size: it may block (a group in flight) or fail the group.
     std::function<status(std::size_t changes)> before_commit;
+    // Test seam, called on the writer thread after a failed group, before
+    // it loads what is on disk: an error fails that reload.
+    std::function<status()> before_reload;
     // Runs on the loop thread after a request_mark() transaction.
     std::function<void(std::int64_t mark_ns, bool ok)> on_mark;
 };

@@ -36,6 +36,14 @@
 //     and is the sequence of its last one;
 //   - without a writer nothing is in flight: persist() commits before it
 //     returns, so durable_seq() == latest_seq() on return;
+//   - stopped() (a failed group whose reload failed too: memory may hold
+//     changes the disk does not, and nothing tells which): every id those
+//     changes touched, and every id changed after, stays in the undurable
+//     set for good, so no job of them is ever planned; persist() writes
+//     nothing more and refuses; the writer stays parked.  The owner stops
+//     (the daemon exits, commit_notice::stopped) and the next start
+//     reloads what is on disk.  Fail-stop: a ledger that cannot read its
+//     store back cannot tell an acknowledged change from a refused one;
 //   - an event is published (hooks.publish) only once the change that made
 //     it is durable; a failed group publishes none of its events.
 
@@ -46,6 +54,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -74,12 +83,16 @@ struct commit_notice {
         std::uint64_t id = 0;
     };
     std::vector<durable_job> committed;
+    // The group failed and so did reloading what is on disk: the ledger
+    // stopped (durability::stopped()); the owner must stop too.
+    bool stopped = false;
 };
 
 struct durability_options {
     std::size_t group_max = 256;                // changes per transaction (<= 1: no writer)
     std::chrono::microseconds group_wait{0};
     std::function<status(std::size_t changes)> commit_hook;  // writer_options::before_commit
+    std::function<status()> reload_hook;                      // writer_options::before_reload
 };
 
 // What the tracker does to its owner, on the loop thread.
@@ -136,6 +149,8 @@ public:
     std::uint64_t durable_seq() const noexcept { return _durable_seq; }
     std::uint64_t change_seq_of(std::uint64_t id) const;
     bool all_durable() const noexcept { return _undurable.empty(); }
+    // Why the ledger stopped (empty: it did not): see the invariants above.
+    const std::string& stopped() const noexcept { return _stopped; }
     std::size_t backlog() const { return _writer ? _writer->queued() : 0; }
     std::int64_t commit_lead_ns() const;
     const rtcore::histogram& commit_latency() const noexcept { return _commit_ns; }
@@ -196,6 +211,7 @@ private:
     std::size_t _recent_commit_next = 0;
     rtcore::histogram _commit_ns;
     std::uint64_t _commits_failed = 0;
+    std::string _stopped;  // stopped(): why
     // Shared with the writer's posted callbacks: false once the tracker is gone.
     std::shared_ptr<bool> _alive = std::make_shared<bool>(true);
 };

@@ -77,6 +77,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "qrt/timeline/booked_time.hpp"
 #include "qrt/timeline/commit_writer.hpp"
 #include "qrt/timeline/durability.hpp"
 #include "qrt/timeline/gap_index.hpp"
@@ -127,8 +128,14 @@ struct ledger_options {
     // acknowledged there could not be dispatched.  Further ahead is
     // accepted.  0: endpoint state is ignored.
     std::int64_t endpoint_down_horizon_ns = 30'000'000'000;
-    // Test seam for the writer (commit_writer.hpp, writer_options).
+    // Test seams for the writer (commit_writer.hpp, writer_options):
+    // before each COMMIT, and before the reload after a failed group.
     std::function<status(std::size_t changes)> commit_hook;
+    std::function<status()> reload_hook;
+    // Test seam: where fencing tokens come from (empty: getrandom).  The
+    // ledger keeps a drawn value's low 63 bits and draws again for 0 or a
+    // token a record still holds (draw_token).
+    std::function<std::uint64_t()> token_source;
 };
 
 // A job withdraw_late() took back: its commit became durable when its start
@@ -228,8 +235,10 @@ public:
     result<reservation> submit(std::string_view tenant, const request& req,
                                std::string_view idempotency_key, blob payload,
                                std::int64_t now_ns);
-    // jobs.cancel: committed -> cancelled.
-    result<reservation> cancel(std::string_view tenant, std::uint64_t id, std::int64_t now_ns);
+    // jobs.cancel: committed -> cancelled.  With a fencing token, a token
+    // that is not the job's is refused (bad_fencing_token), as for release.
+    result<reservation> cancel(std::string_view tenant, std::uint64_t id, std::int64_t now_ns,
+                               std::optional<std::uint64_t> fencing_token = std::nullopt);
     // jobs.status: only the owner sees a reservation.
     result<reservation> status(std::string_view tenant, std::uint64_t id) const;
     // jobs.result: completed or failed jobs only (not_ready before).
@@ -340,7 +349,7 @@ public:
     bool has_idempotency_key(std::string_view tenant, std::string_view key) const;
     // The tenant's live (held, committed, dispatched) reservations' time
     // inside [from_ns, until_ns), summed over the QPUs (the near-term share
-    // of [tenants]).  Walks the reservations that start before until_ns.
+    // of [tenants]).  O(log n) of the tenant's reservations (booked_time.hpp).
     std::int64_t booked_within(std::string_view tenant, std::int64_t from_ns,
                                std::int64_t until_ns) const;
 
@@ -376,7 +385,14 @@ public:
     // Changes waiting for their commit, and whether a client change may be
     // made now (false past commit_queue_max: backpressure).
     std::size_t commit_backlog() const;
-    bool accepting_changes() const { return commit_backlog() < _opts.commit_queue_max; }
+    bool accepting_changes() const {
+        return stopped().empty() && commit_backlog() < _opts.commit_queue_max;
+    }
+    // Why the ledger stopped (empty: it did not): a group failed and so did
+    // reloading what is on disk.  Every change is then refused and none is
+    // planned; the daemon exits and its next start reloads the store
+    // (durability.hpp, fail-stop).
+    const std::string& stopped() const noexcept { return _durable.stopped(); }
     // How long a change made now is expected to wait for its commit: the
     // groups queued ahead of it (and its own) times the slowest of the last
     // groups' commits.  0 without a writer.  Placement adds it to
@@ -521,11 +537,18 @@ private:
     std::unordered_map<std::uint64_t, reservation> _res;
     std::unordered_map<std::string, std::uint64_t> _idem;  // tenant '\0' key -> id
     std::unordered_map<std::string, tenant_usage> _usage;  // tenants holding live reservations
+    booked_time _booked;  // each tenant's placed reservations, as the busy maps hold them
     std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> _gangs;
     std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
     std::uint64_t _next_id = 1;
-    std::uint64_t _next_token = 1;
     std::uint64_t _next_gang = 1;
+    // Fencing tokens: drawn at random (draw_token), so that no tenant can
+    // work one out from its own; a token is unique among the records held
+    // (the value: how many hold it, the members of a gang share one).
+    std::unordered_map<std::uint64_t, std::uint32_t> _tokens;
+    std::uint64_t draw_token() const;
+    void hold_token(std::uint64_t token);
+    void drop_token(std::uint64_t token);
     std::size_t _preemptions = 0;
     std::uint64_t _generation = 0;
 
