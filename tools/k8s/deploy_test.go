@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"qrtd.io/tools/k8s/internal/driver"
@@ -49,6 +50,10 @@ func TestDeployManifestsDecodeStrictlyIntoTheAPITypes(t *testing.T) {
 				obj = &rbacv1.ClusterRole{}
 			case "ClusterRoleBinding":
 				obj = &rbacv1.ClusterRoleBinding{}
+			case "Deployment":
+				obj = &appsv1.Deployment{}
+			case "PodGroup":
+				obj = &schedulingv1beta1.PodGroup{}
 			case "DaemonSet":
 				obj = &appsv1.DaemonSet{}
 			case "DeviceClass":
@@ -83,7 +88,7 @@ func TestDeployManifestsDecodeStrictlyIntoTheAPITypes(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"DaemonSet", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "DeviceClass", "ResourceClaimTemplate", "Pod"} {
+	for _, k := range []string{"DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "DeviceClass", "ResourceClaimTemplate", "Pod"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s in deploy/", k)
 		}

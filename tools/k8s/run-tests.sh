@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ctest k8s.dra_driver: `go test ./...` of the DRA driver (tools/k8s), once,
-# against the qrtd and qpu-sim ctest passes in QRTD and QPU_SIM.  Modules
+# against the qrtd and qpu-sim ctest passes in QRTD and QPU_SIM, and the
+# Kubernetes control plane controlplane/build.sh builds (QRT_K8S_BIN: its
+# directory; given, nothing is built).  Modules
 # come from the Go module proxy as go.mod/go.sum pin them (-mod=readonly:
 # nothing is changed, only fetched into the module cache); the build cache
 # (GOCACHE) is reused between runs.  Exit 77 (ctest SKIP) without Go.
@@ -26,6 +28,14 @@ cd "$here"
 # directories: keep them in one place that later runs reuse.
 if [ -z "${HOME:-}" ] && [ -z "${GOCACHE:-}" ]; then
   export GOCACHE=/var/cache/qrt-go/build GOMODCACHE=${GOMODCACHE:-/var/cache/qrt-go/mod}
+fi
+# The real control plane the end-to-end tests run against (etcd,
+# kube-apiserver, kube-scheduler, kube-controller-manager): built from the
+# pinned modules into a cache outside the clone the first time (about 15
+# minutes of CPU; progress on stderr), found there afterwards.
+if [ -z "${QRT_K8S_BIN:-}" ]; then
+  QRT_K8S_BIN=$("$here/controlplane/build.sh")
+  export QRT_K8S_BIN
 fi
 export GOFLAGS="-mod=readonly ${GOFLAGS:-}"
 go mod download

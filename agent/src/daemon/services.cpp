@@ -923,6 +923,9 @@ rtcore::status services::start_server() {
     }
     auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
     to.limits = shared_limits;
+    _hooks.may_delegate = [shared_limits](const rpc::session& s) {
+        return shared_limits->may_delegate(s);
+    };
     // A calibration change re-reads the windows the links' guards follow.
     to.on_calibration = [this](std::string_view qpu) {
         if (_room) {

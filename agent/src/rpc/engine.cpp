@@ -541,8 +541,10 @@ void engine::publish(const event& e) {
         if (!s->subscribed || !s->push) {
             continue;
         }
-        if (!e.tenant.empty() && !s->roles.holds(role::admin) && e.tenant != s->tenant) {
-            continue;  // another tenant's object
+        if (!e.tenant.empty() && !s->roles.holds(role::admin) && e.tenant != s->tenant &&
+            !(s->delegated_events && e.tenant.size() > s->tenant.size() + 1 &&
+              e.tenant.starts_with(s->tenant) && e.tenant[s->tenant.size()] == '/')) {
+            continue;  // another tenant's object (not one this delegate books for)
         }
         if (!s->topics.empty() &&
             std::find(s->topics.begin(), s->topics.end(), e.type) == s->topics.end()) {

@@ -183,8 +183,20 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
 
     e.methods().add({"events.subscribe", role::reader,
                      "push events.event notifications on this connection",
-                     [](const json& params, call_context& ctx) {
-                         params_reader p(params, {"topics"});
+                     [h](const json& params, call_context& ctx) {
+                         params_reader p(params, {"topics", "delegated"});
+                         // A delegate (tenants.delegates) may also take the
+                         // events of the tenants it books for, DELEGATE/NAME:
+                         // the DRA driver relays a claim's job.finished.
+                         const bool delegated = p.opt_bool("delegated").value_or(false);
+                         if (delegated && !(h->may_delegate && h->may_delegate(ctx.caller))) {
+                             throw rpc_failure(
+                                 "permission_denied",
+                                 fmt::format("delegated events need the caller in tenants.delegates; "
+                                             "uid {} ({}) is not",
+                                             ctx.caller.peer.uid, ctx.caller.tenant),
+                                 json{{"field", "delegated"}});
+                         }
                          std::vector<std::string> topics;
                          if (p.has("topics")) {
                              topics = p.str_array("topics", event_types().size(), 64);
@@ -198,6 +210,7 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
                              }
                          }
                          ctx.caller.subscribed = true;
+                         ctx.caller.delegated_events = delegated;
                          ctx.caller.topics = topics;
                          json shown = json::array();
                          if (topics.empty()) {
@@ -211,7 +224,8 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
                                      {"topics", std::move(shown)},
                                      {"next_seq", ctx.caller.event_seq + 1},
                                      {"scope", ctx.caller.roles.holds(role::admin) ? "all tenants"
-                                                                                  : "own tenant"}};
+                                               : delegated ? "own tenant and its delegated tenants"
+                                                           : "own tenant"}};
                      }});
 
     e.methods().add({"events.unsubscribe", role::reader, "stop event notifications",
@@ -219,6 +233,7 @@ void register_agent_methods(engine& e, const agent_hooks& hooks) {
                          params_reader p(params, {});
                          const bool was = ctx.caller.subscribed;
                          ctx.caller.subscribed = false;
+                         ctx.caller.delegated_events = false;
                          ctx.caller.topics.clear();
                          return json{{"subscribed", false}, {"was_subscribed", was}};
                      }});

@@ -286,6 +286,45 @@ TEST_F(engine_test, events_reach_subscribers_of_the_tenant_in_order_with_a_seque
     }
 }
 
+TEST_F(engine_test, a_delegate_subscribed_with_delegated_gets_the_events_of_its_tenants_only) {
+    agent_hooks hooks;
+    hooks.may_delegate = [](const session& s) { return s.tenant == "root"; };
+    register_agent_methods(eng, hooks);
+    std::vector<json> driver_got;
+    std::vector<json> plain_got;
+    session driver = make_session(roles({role::scheduler}), "root", 0);
+    session plain = make_session(roles({role::scheduler}), "alice", 10);
+    driver.push = [&](std::string_view l) { driver_got.push_back(json::parse(l)); };
+    plain.push = [&](std::string_view l) { plain_got.push_back(json::parse(l)); };
+    eng.attach(driver);
+    eng.attach(plain);
+    const json refused = call(R"({"jsonrpc":"2.0","method":"events.subscribe",
+                                  "params":{"delegated":true},"id":1})",
+                              plain);
+    EXPECT_EQ(reason_of(refused), reason::permission_denied);
+    EXPECT_EQ(refused.at("error").at("data").at("field"), "delegated");
+    const json ok = call(R"({"jsonrpc":"2.0","method":"events.subscribe",
+                             "params":{"topics":["job.finished"],"delegated":true},"id":2})",
+                         driver);
+    EXPECT_EQ(ok.at("result").at("scope"), "own tenant and its delegated tenants");
+    eng.publish(event{"job.finished", "root/team-a", json{{"job_id", 1}}});
+    eng.publish(event{"job.finished", "rootx/team-a", json{{"job_id", 2}}});  // another delegate's
+    eng.publish(event{"job.finished", "alice", json{{"job_id", 3}}});
+    eng.publish(event{"job.finished", "root", json{{"job_id", 4}}});
+    eng.publish(event{"job.finished", "root/", json{{"job_id", 5}}});
+    ASSERT_EQ(driver_got.size(), 2U);
+    EXPECT_EQ(driver_got[0].at("params").at("tenant"), "root/team-a");
+    EXPECT_EQ(driver_got[1].at("params").at("data").at("job_id"), 4);
+    EXPECT_TRUE(plain_got.empty());  // never subscribed
+    // Unsubscribed, and subscribed again without delegated: its own only.
+    call(R"({"jsonrpc":"2.0","method":"events.unsubscribe","id":3})", driver);
+    call(R"({"jsonrpc":"2.0","method":"events.subscribe","id":4})", driver);
+    eng.publish(event{"job.finished", "root/team-a", json{{"job_id", 6}}});
+    EXPECT_EQ(driver_got.size(), 2U);
+    eng.detach(driver);
+    eng.detach(plain);
+}
+
 TEST_F(engine_test, hello_lists_every_method_and_the_callers_allowed_ones) {
     agent_hooks hooks;
     register_agent_methods(eng, hooks);

@@ -47,6 +47,9 @@ struct session {
     // (tenants.delegates): the delegate's own tenant.
     std::string delegate;
     bool subscribed = false;
+    // Subscribed with delegated: also the events of the tenants this
+    // delegate books for (tenant/NAME).
+    bool delegated_events = false;
     std::vector<std::string> topics;  // empty = every type
     std::uint64_t event_seq = 0;
     // Where this session's notifications go (the server appends to the

@@ -41,6 +41,9 @@ struct agent_hooks {
     // telemetry.outliers body for at most `limit` outliers; unset: the
     // method fails with `unavailable` (no outlier probe).
     std::function<json(std::size_t limit)> outliers;
+    // Whether the peer is in tenants.delegates (events.subscribe's
+    // delegated); unset: nobody is.
+    std::function<bool(const session&)> may_delegate;
 };
 
 // The event types events.subscribe accepts in `topics`.

@@ -48,6 +48,9 @@ Examples:
       --qrtd-socket /run/qrtd/qrtd.sock --cdi-dir /tmp/cdi \
       --plugin-dir /tmp/plugins/qpu.qrtd.io --registry-dir /tmp/plugins_registry
 
+  # The cluster's gang controller (one replica; deploy/gang-controller.yaml).
+  qrt-dra-driver --gang-controller
+
   # Pods that may hold 8 connections each to their claim's socket.
   qrt-dra-driver --node-name=$(NODE_NAME) --claim-max-connections 8
 
@@ -75,6 +78,9 @@ func run() int {
 	rps := fs.Float64("claim-requests-per-s", def.RequestsPerS, "requests per second one claim may send (more: quota_exceeded, quota claim_requests)")
 	burst := fs.Int("claim-request-burst", def.RequestBurst, "requests one claim may send at once after being idle")
 	binding := fs.Bool("binding-conditions", true, "publish the devices with binding conditions and reserve before the pod binds (KEP-5007: gates DRADeviceBindingConditions, DRAResourceClaimDeviceStatus); false: reserve at NodePrepareResources")
+	podStart := fs.Duration("pod-start", driver.DefaultPodStart, "with binding conditions: the time the kubelet gets to start a pod after it binds; relative notBefore/deadline count from then")
+	bindingCheck := fs.Duration("binding-check", driver.DefaultBindingCheck, "with binding conditions: how often kube-scheduler checks them (its PreBind polls every 5 s)")
+	gangController := fs.Bool("gang-controller", false, "run the cluster's gang controller instead of a node's driver: it leads the common start of a PodGroup's QPU claims across nodes (deploy/gang-controller.yaml; tools/k8s/README.md \"A gang across QPU nodes\")")
 	registryDir := fs.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry")
 	lease := fs.Duration("lease", 30*time.Second, "each reservation's lease, heartbeated every lease/3")
 	poll := fs.Duration("poll", 5*time.Second, "how often qpus.list is read for endpoint up/down")
@@ -84,6 +90,10 @@ func run() int {
 		if err == flag.ErrHelp {
 			return 0
 		}
+		return 2
+	}
+	if *podStart <= 0 || *bindingCheck <= 0 {
+		fmt.Fprintln(os.Stderr, "qrt-dra-driver: --pod-start and --binding-check must be positive")
 		return 2
 	}
 	if *maxLine < 1024 || *maxConns < 1 || *idle <= 0 || *rps <= 0 || *burst < 1 {
@@ -112,13 +122,20 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *gangController {
+		if err := driver.RunGangController(ctx, kube, driver.GangConfig{BindingCheck: *bindingCheck, PodStart: *podStart}); err != nil {
+			fmt.Fprintf(os.Stderr, "qrt-dra-driver: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	client := qrtd.New(*sock, *timeout)
 	defer client.Close()
 	rc := driver.RunConfig{
 		Config: driver.Config{NodeName: *node, Socket: *sock, HostStateDir: *hostPluginDir,
 			ContainerSocket: *ctrSock, Proxy: driver.ProxyLimits{MaxLineBytes: *maxLine, MaxConns: *maxConns,
 				IdleTimeout: *idle, RequestsPerS: *rps, RequestBurst: *burst},
-			BindingConditions: *binding, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
+			BindingConditions: *binding, PodStart: *podStart, BindingCheck: *bindingCheck, CDIDir: *cdiDir, StateDir: *pluginDir, Lease: *lease, Poll: *poll},
 		KubeClient: kube, PluginDir: *pluginDir, RegistryDir: *registryDir,
 	}
 	if err := driver.Run(ctx, rc, client); err != nil {

@@ -1,7 +1,7 @@
 // Package apitest is a loopback stand-in for kube-apiserver, for the
 // driver's tests: an HTTP server on 127.0.0.1 serving the REST paths the
-// driver uses (core/v1 nodes; resource.k8s.io/v1 resourceslices and
-// resourceclaims with their status subresource) to a real client-go REST
+// driver uses (core/v1 nodes; resource.k8s.io/v1 resourceslices,
+// devicetaintrules and resourceclaims with their status subresource) to a real client-go REST
 // clientset.  Every request body is decoded strictly into the k8s.io/api
 // types (apimachinery's JSON serializer in strict mode: an unknown or
 // duplicated field or a wrong type is a 400, and is recorded so that the
@@ -82,6 +82,8 @@ var resources = []resource{
 		}},
 	{gvr: resourceapi.SchemeGroupVersion.WithResource("resourceclaims"), kind: "ResourceClaim", namespaced: true, status: true,
 		newObj: func() runtime.Object { return &resourceapi.ResourceClaim{} }},
+	{gvr: resourceapi.SchemeGroupVersion.WithResource("devicetaintrules"), kind: "DeviceTaintRule",
+		newObj: func() runtime.Object { return &resourceapi.DeviceTaintRule{} }},
 }
 
 // Server is the loopback API server.

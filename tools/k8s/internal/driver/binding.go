@@ -8,8 +8,9 @@ package driver
 // allocation and holds the pod before binding until the device status says
 // one or the other.  This controller -- one per node, in the driver -- watches
 // the claims allocated to its node's devices with those conditions,
-// reserves through slots.reserve with the prepare's own idempotency key
-// (k8s-claim-<UID>, the request checkpointed first, as at prepare), and
+// reserves through slots.reserve with the allocation's idempotency key
+// (k8s-claim-<UID>-<random>, the request checkpointed first, as at
+// prepare; relative times counted from the pod's expected start), and
 // writes the reservation and the condition into the claim's device status.
 // NodePrepareResources then finds the claim's checkpoint holding the same
 // reservation.  A claim deleted or deallocated before it is prepared has its
@@ -26,12 +27,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 )
 
@@ -40,6 +43,37 @@ const (
 	ConditionReserved      = DriverName + "/reserved"
 	ConditionReserveFailed = DriverName + "/reserve-failed"
 )
+
+// DefaultBindingCheck is how often kube-scheduler looks at a waiting pod's
+// binding conditions (its DynamicResources plugin's PreBind polls every
+// 5 s from the allocation); DefaultPodStart is the time given to the
+// kubelet to prepare the claim and start the containers after binding.
+const (
+	DefaultBindingCheck = 5 * time.Second
+	DefaultPodStart     = 3 * time.Second
+)
+
+// podStart is when a pod whose claim is reserved now, before it binds, can
+// be expected to run: relative notBefore and deadline count from it, as
+// they count from the prepare where the driver reserves at prepare.  The
+// scheduler binds at its first binding-condition check after the
+// reservation: checks fall every BindingCheck from the allocation (whose
+// timestamp the API keeps to the second: it may be up to a second
+// later), and the reservation and its condition are written within a
+// second from now.  The kubelet then has PodStart.
+func (d *Driver) podStart(claim *resourceapi.ResourceClaim) time.Time {
+	now := d.cfg.Now()
+	alloc := now
+	if at := claim.Status.Allocation.AllocationTimestamp; at != nil {
+		alloc = at.Add(time.Second)
+	}
+	check := d.cfg.BindingCheck
+	checks := int64(1)
+	if late := now.Add(time.Second).Sub(alloc); late > check {
+		checks = int64((late + check - 1) / check)
+	}
+	return alloc.Add(time.Duration(checks) * check).Add(d.cfg.PodStart)
+}
 
 // bindingItem is a work item: a claim to look at (by name), or a claim
 // that is gone (by UID).
@@ -73,6 +107,11 @@ func (d *Driver) BindingController(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	factory := informers.NewSharedInformerFactory(d.kube, 10*time.Minute)
 	inf := factory.Resource().V1().ResourceClaims()
+	// An admin's DeviceTaintRules: a claim allocated a device they taint
+	// (NoSchedule or NoExecute) that it does not tolerate is not reserved.
+	rules := factory.Resource().V1().DeviceTaintRules()
+	rulesInf := rules.Informer()
+	d.taintRules = rules.Lister()
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[bindingItem](100*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[bindingItem]{Name: "qpu-binding"})
@@ -101,7 +140,7 @@ func (d *Driver) BindingController(ctx context.Context) {
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced, rulesInf.HasSynced) {
 		return
 	}
 	lister := inf.Lister()
@@ -160,6 +199,21 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 	d.mu.Lock()
 	cp := d.claims[claim.UID]
 	d.mu.Unlock()
+	if cp != nil && cp.Binding && cp.AllocatedAt != allocatedAt(claim) {
+		// Booked for an earlier allocation of the claim, which the
+		// scheduler gave up (or the pod went) before it was prepared:
+		// released, and this allocation booked anew under its own key.
+		klog.FromContext(ctx).V(2).Info("Releasing the slot of an earlier allocation", "claim", klog.KObj(claim), "allocated", cp.AllocatedAt)
+		if err := d.unprepareLocked(ctx, claim.UID); err != nil {
+			return err
+		}
+		cp = nil
+	}
+	if group, err := d.gangOf(ctx, claim); err != nil {
+		return err
+	} else if group != "" {
+		return d.syncGang(ctx, claim, cp, group)
+	}
 	if cp != nil && len(cp.Slots) > 0 {
 		if !reserved(claim) {
 			return d.writeBindingStatus(ctx, claim, cp, nil)
@@ -172,8 +226,13 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 			var params *SlotParameters
 			if params, err = parametersOf(claim); err == nil {
 				var req Request
-				if req, err = params.Resolve(qpus, d.cfg.Now()); err == nil {
+				start := d.podStart(claim)
+				if req, err = params.Resolve(qpus, start); err == nil {
+					if params.NotBefore == "" {
+						req.NotBeforeNS = start.UnixNano() // not before the pod runs
+					}
 					cp = &Checkpoint{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
+						Key: newIdempotencyKey(claim.UID), AllocatedAt: allocatedAt(claim),
 						Request: req, Devices: devices, Binding: true}
 					err = d.saveCheckpoint(cp) // write-ahead, as at prepare
 					if err != nil {
@@ -185,6 +244,13 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 		if err != nil {
 			return d.writeBindingStatus(ctx, claim, nil, &bindingFailure{Reason: "InvalidRequest", Message: err.Error()})
 		}
+	}
+	if why := d.untolerated(claim); why != "" {
+		klog.FromContext(ctx).Info("Not reserving on a tainted device", "claim", klog.KObj(claim), "taint", why)
+		if err := d.dropCheckpoint(claim.UID); err != nil {
+			return err
+		}
+		return d.writeBindingStatus(ctx, claim, nil, &bindingFailure{Reason: "DeviceTainted", Message: why})
 	}
 	slots, err := d.reserve(ctx, cp)
 	var refused *RefusedError
@@ -314,6 +380,54 @@ func (d *Driver) writeBindingStatus(ctx context.Context, claim *resourceapi.Reso
 			Message: "qrtd holds reservation " + strings.Join(ids, ", "), ObservedGeneration: claim.Generation, LastTransitionTime: now}}
 	}
 	return d.recordStatus(ctx, claim, cp, conds)
+}
+
+// untolerated names a taint (NoSchedule or NoExecute) on one of the
+// claim's allocated devices of this node that the allocation does not
+// tolerate: the driver's own (endpoint down) or an admin's DeviceTaintRule
+// (maintenance) that came after the scheduler allocated it.  "" when none.
+func (d *Driver) untolerated(claim *resourceapi.ResourceClaim) string {
+	var rules []*resourceapi.DeviceTaintRule
+	if d.taintRules != nil {
+		rules, _ = d.taintRules.List(labels.Everything())
+	}
+	d.res.mu.Lock()
+	own := d.res.taints
+	d.res.mu.Unlock()
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != DriverName || r.Pool != d.cfg.NodeName {
+			continue
+		}
+		type source struct {
+			taint resourceapi.DeviceTaint
+			from  string
+		}
+		var taints []source
+		for _, t := range own[r.Device] {
+			taints = append(taints, source{t, "the driver"})
+		}
+		for _, rule := range rules {
+			if sel := rule.Spec.DeviceSelector; sel == nil ||
+				(sel.Driver == nil || *sel.Driver == DriverName) && (sel.Pool == nil || *sel.Pool == r.Pool) &&
+					(sel.Device == nil || *sel.Device == r.Device) {
+				taints = append(taints, source{rule.Spec.Taint, "DeviceTaintRule " + rule.Name})
+			}
+		}
+		for _, t := range taints {
+			if t.taint.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
+				continue
+			}
+			tolerated := false
+			for _, tol := range r.Tolerations {
+				tolerated = tolerated || resourceclaim.ToleratesTaint(tol, t.taint)
+			}
+			if !tolerated {
+				return fmt.Sprintf("device %s/%s is tainted %s=%s:%s by %s, which the claim's request %s does not tolerate",
+					r.Pool, r.Device, t.taint.Key, t.taint.Value, t.taint.Effect, t.from, r.Request)
+			}
+		}
+	}
+	return ""
 }
 
 // devicesOf maps the claim's allocated devices of this driver to qrtd's

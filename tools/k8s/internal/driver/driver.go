@@ -5,6 +5,8 @@ package driver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -63,6 +66,13 @@ type Config struct {
 	// checkpoints (plugin data directory).
 	CDIDir   string
 	StateDir string
+	// When a pod can be expected to run, for a claim reserved before its
+	// pod binds: the scheduler checks binding conditions every
+	// BindingCheck (5 s, kube-scheduler's own period) from the allocation
+	// and binds at the first check after the reservation; the kubelet then
+	// prepares the claim and starts the containers within PodStart.
+	BindingCheck time.Duration
+	PodStart     time.Duration
 	// The reservation's lease; the driver heartbeats every Lease/3.
 	Lease time.Duration
 	// How often qpus.list is polled for endpoint up/down (calibration
@@ -80,21 +90,43 @@ type Slot struct {
 	FencingToken  uint64 `json:"fencing_token"`
 	CalibrationID uint64 `json:"calibration_id"`
 	Tenant        string `json:"tenant"`
-	State         string `json:"state"`
-	LeaseExpires  int64  `json:"lease_expires_ns"`
+	// "held" while qrtd holds it for the claim (heartbeated); "committed"
+	// once the pod's job is in it, or "gone" once qrtd says it holds it no
+	// more: nothing is heartbeated or released then.
+	State        string `json:"state"`
+	LeaseExpires int64  `json:"lease_expires_ns"`
 }
+
+// Slot states the driver keeps (qrtd's own, "held", and its conclusions).
+const (
+	SlotHeld      = "held"
+	SlotCommitted = "committed"
+	SlotGone      = "gone"
+)
+
+// held: qrtd holds the slot for the claim (a checkpoint written before
+// the state was kept says "").
+func (s Slot) held() bool { return s.State == "" || s.State == SlotHeld }
 
 // Checkpoint is what the driver keeps of a claim on disk, so that after a
 // restart it prepares the claim to the same reservation (the request as
 // first resolved, retried with the same idempotency key), heartbeats it
 // and can release it.
 type Checkpoint struct {
-	UID       types.UID              `json:"uid"`
-	Namespace string                 `json:"namespace"`
-	Name      string                 `json:"name"`
-	Request   Request                `json:"request"`
-	Slots     []Slot                 `json:"slots,omitempty"`
-	Devices   []kubeletplugin.Device `json:"devices"`
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	// The idempotency key of this allocation's slots.reserve (one of its
+	// own for every allocation of the claim; "" in a checkpoint of an
+	// older driver: k8s-claim-<UID>), and the allocation it is for
+	// (its allocationTimestamp).
+	Key         string                 `json:"idempotency_key,omitempty"`
+	AllocatedAt string                 `json:"allocated_at,omitempty"`
+	Request     Request                `json:"request"`
+	Slots       []Slot                 `json:"slots,omitempty"`
+	Devices     []kubeletplugin.Device `json:"devices"`
+	// A gang member's hold: the gang controller's round it is for.
+	GangRound int `json:"gang_round,omitempty"`
 	// Booked by the binding controller before the pod bound, and not yet
 	// prepared: released by the controller when the claim goes first.
 	Binding bool `json:"binding,omitempty"`
@@ -122,6 +154,11 @@ type Driver struct {
 	claimLocks map[types.UID]*sync.Mutex
 	// The claim sockets being served.
 	proxies map[types.UID]*claimProxy
+	// The PodGroup with a gang policy of each pod a claim was reserved for
+	// ("" none), by pod UID (gang.go).
+	gangs map[types.UID]string
+	// The cluster's DeviceTaintRules (the binding controller's informer).
+	taintRules resourcelisters.DeviceTaintRuleLister
 
 	res resourcesState
 }
@@ -135,6 +172,12 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Second
 	}
+	if cfg.BindingCheck <= 0 {
+		cfg.BindingCheck = DefaultBindingCheck
+	}
+	if cfg.PodStart <= 0 {
+		cfg.PodStart = DefaultPodStart
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -145,14 +188,12 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 	if cfg.ContainerSocket == "" {
 		cfg.ContainerSocket = "/run/qrtd/qrtd.sock"
 	}
-	for _, dir := range []string{cfg.CDIDir, filepath.Join(cfg.StateDir, "claims")} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create %s: %w", dir, err)
-		}
+	if err := os.MkdirAll(cfg.CDIDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cfg.CDIDir, err)
 	}
 	// The claim sockets (claims/<uid>/) are for the pods' bind mounts
 	// alone: no host user may reach them by their path.
-	if err := os.Chmod(filepath.Join(cfg.StateDir, "claims"), 0o750); err != nil {
+	if err := prepareClaimsDir(filepath.Join(cfg.StateDir, "claims")); err != nil {
 		return nil, err
 	}
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cfg.CDIDir), cdiapi.WithAutoRefresh(false))
@@ -160,7 +201,7 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		return nil, fmt.Errorf("CDI cache %s: %w", cfg.CDIDir, err)
 	}
 	d := &Driver{cfg: cfg, client: client, cdi: cache, claims: map[types.UID]*Checkpoint{},
-		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, statusWr: make(chan struct{}, statusWriters)}
+		claimLocks: map[types.UID]*sync.Mutex{}, proxies: map[types.UID]*claimProxy{}, gangs: map[types.UID]string{}, statusWr: make(chan struct{}, statusWriters)}
 	entries, err := os.ReadDir(filepath.Join(cfg.StateDir, "claims"))
 	if err != nil {
 		return nil, err
@@ -276,9 +317,34 @@ const (
 	statusQuietPoll = 5 * time.Millisecond
 )
 
-// IdempotencyKey is the key of a claim's slots.reserve: its UID, so a
-// retried prepare (after a driver or kubelet restart) is the same booking.
-func IdempotencyKey(uid types.UID) string { return "k8s-claim-" + string(uid) }
+// IdempotencyKey is the key of the claim's slots.reserve for this
+// allocation: a retried prepare or reserve (after a driver or kubelet
+// restart) is the same booking; the claim allocated again (a second pod,
+// or the scheduler's retry) books anew under a new key.
+func (cp *Checkpoint) IdempotencyKey() string {
+	if cp.Key != "" {
+		return cp.Key
+	}
+	return "k8s-claim-" + string(cp.UID)
+}
+
+// newIdempotencyKey is a new allocation's key: k8s-claim-<UID>-<64 random
+// bits> (at most 63 bytes; qrtd takes 128).
+func newIdempotencyKey(uid types.UID) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return "k8s-claim-" + string(uid) + "-" + hex.EncodeToString(b[:])
+}
+
+// allocatedAt names a claim's allocation (its allocationTimestamp).
+func allocatedAt(claim *resourceapi.ResourceClaim) string {
+	if a := claim.Status.Allocation; a != nil && a.AllocationTimestamp != nil {
+		return a.AllocationTimestamp.UTC().Format(time.RFC3339Nano)
+	}
+	return ""
+}
 
 // CDIDeviceID is the CDI device of a claim.
 func CDIDeviceID(uid types.UID) string { return CDIKind + "=" + string(uid) }
@@ -344,6 +410,11 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		// Prepared before (kubelet retry or restart), or reserved before
 		// the pod bound (binding conditions): the same devices.
 		if cp.Binding {
+			if end := lastEnd(cp.Slots); end <= d.cfg.Now().UnixNano() {
+				return nil, fmt.Errorf("claim %s/%s: its slot ended at %s, before the pod started (prepared at %s): "+
+					"give SlotParameters.notBefore the time the pod needs to start (image pull), or an absolute time",
+					cp.Namespace, cp.Name, time.Unix(0, end).UTC().Format(time.RFC3339Nano), d.cfg.Now().UTC().Format(time.RFC3339Nano))
+			}
 			c := *cp
 			c.Binding = false
 			if err := d.saveCheckpoint(&c); err != nil {
@@ -378,7 +449,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		// Write-ahead: the resolved request is on disk before qrtd books
 		// it, so that a retry after a crash asks for exactly the same.
 		cp = &Checkpoint{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name,
-			Request: req, Devices: devices}
+			Key: newIdempotencyKey(claim.UID), AllocatedAt: allocatedAt(claim), Request: req, Devices: devices}
 		if err := d.saveCheckpoint(cp); err != nil {
 			return nil, err
 		}
@@ -438,6 +509,10 @@ type SlotStatus struct {
 	EndNS         int64  `json:"endNs"`
 	Start         string `json:"start"`
 	Tenant        string `json:"tenant"`
+	// A gang member's report to the gang controller (gang.go): the round
+	// it answers, and, refused, the next start its QPU could give.
+	GangRound   int   `json:"gangRound,omitempty"`
+	NextStartNS int64 `json:"nextStartNs,omitempty"`
 }
 
 // recordStatus writes each slot (cp nil: none) into the claim's device
@@ -445,6 +520,12 @@ type SlotStatus struct {
 // already there are kept).  The prepare logs a failure rather than fail:
 // the slot is held and the pod can run.
 func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition) error {
+	return d.recordStatusWith(ctx, claim, cp, conds, nil)
+}
+
+// recordStatusWith is recordStatus with a gang member's report (gang
+// non-nil: written into every device's data, with the slot if cp has one).
+func (d *Driver) recordStatusWith(ctx context.Context, claim *resourceapi.ResourceClaim, cp *Checkpoint, conds []metav1.Condition, gang *SlotStatus) error {
 	if d.kube == nil {
 		return nil
 	}
@@ -474,10 +555,21 @@ func (d *Driver) recordStatus(ctx context.Context, claim *resourceapi.ResourceCl
 			if prev, ok := old[r.Pool+"/"+r.Device]; ok {
 				st.Conditions, st.Data = prev.Conditions, prev.Data
 			}
+			var ss *SlotStatus
+			if gang != nil {
+				g := *gang
+				ss = &g
+			}
 			if cp != nil && i < len(cp.Slots) {
 				s := cp.Slots[i]
-				data, _ := json.Marshal(SlotStatus{ReservationID: s.ReservationID, QPU: s.QPU, StartNS: s.StartNS,
-					EndNS: s.EndNS, Start: time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano), Tenant: s.Tenant})
+				if ss == nil {
+					ss = &SlotStatus{}
+				}
+				ss.ReservationID, ss.QPU, ss.StartNS, ss.EndNS, ss.Tenant = s.ReservationID, s.QPU, s.StartNS, s.EndNS, s.Tenant
+				ss.Start = time.Unix(0, s.StartNS).UTC().Format(time.RFC3339Nano)
+			}
+			if ss != nil {
+				data, _ := json.Marshal(ss)
 				st.Data = &runtime.RawExtension{Raw: data}
 			}
 			i++
@@ -504,7 +596,7 @@ type reserveParams struct {
 }
 
 func (d *Driver) reserve(ctx context.Context, cp *Checkpoint) ([]Slot, error) {
-	p := reserveParams{Request: cp.Request, IdempotencyKey: IdempotencyKey(cp.UID),
+	p := reserveParams{Request: cp.Request, IdempotencyKey: cp.IdempotencyKey(),
 		LeaseNS: d.cfg.Lease.Nanoseconds(), OnBehalfOf: cp.Namespace}
 	if cp.Request.GangSize > 1 {
 		var g struct {
@@ -530,6 +622,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		return fmt.Errorf("claim %s/%s: slots.reserve: %w", cp.Namespace, cp.Name, err)
 	}
 	msg := fmt.Sprintf("claim %s/%s: qrtd refused the slot: %s: %v", cp.Namespace, cp.Name, reason, err.(*qrtd.Error).Message)
+	var next int64
 	if reason == "no_fit" {
 		// Where it would fit without its deadline: the next possible
 		// start; or, when nothing fits at all, the next window.
@@ -557,6 +650,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		if qerr := d.client.Call(ctx, "slots.query", qp, &q); qerr == nil {
 			switch {
 			case len(q.Candidates) > 0:
+				next = q.Candidates[0].StartNS
 				msg += fmt.Sprintf("; next possible start: %s (qpu %s, without the deadline)",
 					time.Unix(0, q.Candidates[0].StartNS).UTC().Format(time.RFC3339Nano), q.Candidates[0].QPU)
 			case q.Next != nil:
@@ -565,14 +659,16 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 			}
 		}
 	}
-	return &RefusedError{Reason: reason, Message: msg, Err: err}
+	return &RefusedError{Reason: reason, Message: msg, NextStartNS: next, Err: err}
 }
 
-// RefusedError is a slot qrtd refused, with its reason.
+// RefusedError is a slot qrtd refused, with its reason (and for no_fit
+// the next possible start without the deadline, 0 when none is known).
 type RefusedError struct {
-	Reason  string
-	Message string
-	Err     error
+	Reason      string
+	Message     string
+	NextStartNS int64
+	Err         error
 }
 
 func (e *RefusedError) Error() string { return e.Message }
@@ -600,14 +696,18 @@ func (d *Driver) writeCDISpec(cp *Checkpoint) error {
 					"QRT_SLOT_END_NS=" + strconv.FormatInt(first.EndNS, 10),
 					"QRT_FENCING_TOKEN=" + strconv.FormatUint(first.FencingToken, 10),
 					"QRT_TENANT=" + first.Tenant,
-					"QRT_IDEMPOTENCY_KEY=" + IdempotencyKey(cp.UID),
+					"QRT_IDEMPOTENCY_KEY=" + cp.IdempotencyKey(),
 				},
 				// The claim's directory, not its socket: a restarted
 				// driver's new socket is seen by a running container.
 				Mounts: []*cdispec.Mount{{
 					HostPath:      filepath.Join(d.cfg.HostStateDir, "claims", string(cp.UID)),
 					ContainerPath: filepath.Dir(d.cfg.ContainerSocket),
-					Options:       []string{"bind", "rw"},
+					// Read-only: the pod connects to the socket (connect
+					// needs no write access to the file system) and can
+					// neither fill the node's disk nor plant anything in
+					// the directory the driver serves it from.
+					Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 				}},
 			},
 		}},
@@ -671,6 +771,9 @@ func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
 	for _, s := range cp.Slots {
+		if !s.held() {
+			continue // committed to the pod's job, or gone: not ours to release
+		}
 		err := d.client.Call(ctx, "slots.release", map[string]any{
 			"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 			"on_behalf_of": cp.Namespace}, nil)
@@ -703,22 +806,70 @@ func (d *Driver) preparedClaims() []*Checkpoint {
 	return cps
 }
 
-// Heartbeat renews every prepared claim's lease once; HeartbeatLoop calls
-// it every Lease/3.  A reservation qrtd no longer holds (expired,
-// displaced) is logged; the pod learns it from jobs.submit.
+// Heartbeat renews the lease of every slot a claim holds, once;
+// HeartbeatLoop calls it every Lease/3.  A slot the pod's job committed
+// into is not heartbeated (it has no lease any more), nor one qrtd says
+// it no longer holds (expired, displaced, committed by another way): that
+// is logged once and kept in the checkpoint; the pod learns it from
+// jobs.submit.
 func (d *Driver) Heartbeat(ctx context.Context) {
 	cps := d.preparedClaims()
 	sort.Slice(cps, func(i, j int) bool { return cps[i].UID < cps[j].UID })
 	for _, cp := range cps {
 		for _, s := range cp.Slots {
+			if !s.held() {
+				continue
+			}
 			err := d.client.Call(ctx, "slots.heartbeat", map[string]any{
 				"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 				"on_behalf_of": cp.Namespace}, nil)
-			if err != nil {
-				klog.FromContext(ctx).Info("Heartbeat failed", "claim", klog.KRef(cp.Namespace, cp.Name), "reservation", s.ReservationID, "err", err)
+			if err == nil {
+				continue
+			}
+			klog.FromContext(ctx).Info("Heartbeat failed", "claim", klog.KRef(cp.Namespace, cp.Name), "reservation", s.ReservationID, "err", err)
+			if finalRelease(err) {
+				state := SlotGone
+				if qrtd.ReasonOf(err) == "illegal_transition" {
+					state = SlotCommitted // no longer held: a job is in it
+				}
+				d.setSlotState(cp.UID, s.ReservationID, state)
 			}
 		}
 	}
+}
+
+// setSlotState records that a claim's slot is no longer held (committed
+// or gone), in memory and in its checkpoint.
+func (d *Driver) setSlotState(uid types.UID, id uint64, state string) {
+	defer d.lockClaim(uid)()
+	d.mu.Lock()
+	cp := d.claims[uid]
+	d.mu.Unlock()
+	if cp == nil {
+		return
+	}
+	next := *cp
+	next.Slots = append([]Slot(nil), cp.Slots...)
+	changed := false
+	for i := range next.Slots {
+		if next.Slots[i].ReservationID == id && next.Slots[i].State != state {
+			next.Slots[i].State, changed = state, true
+		}
+	}
+	if changed {
+		if err := d.saveCheckpoint(&next); err != nil {
+			klog.Background().Error(err, "Could not checkpoint a slot's state", "claim", klog.KRef(cp.Namespace, cp.Name))
+		}
+	}
+}
+
+// lastEnd is the end of the last of the slots.
+func lastEnd(slots []Slot) int64 {
+	var end int64
+	for _, s := range slots {
+		end = max(end, s.EndNS)
+	}
+	return end
 }
 
 // HeartbeatLoop heartbeats until ctx ends.

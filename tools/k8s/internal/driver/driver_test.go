@@ -15,6 +15,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -74,16 +75,25 @@ type slotEnv struct {
 
 func slotOf(t *testing.T, cdiDir, id string) slotEnv {
 	t.Helper()
+	s, err := cdiSlot(cdiDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// cdiSlot is slotOf for any goroutine: the error instead of a failed test.
+func cdiSlot(cdiDir string, ids ...string) (slotEnv, error) {
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(cdiDir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
-		t.Fatalf("CDI cache: %v", err)
+		return slotEnv{}, fmt.Errorf("CDI cache: %v", err)
 	}
 	if errs := cache.GetErrors(); len(errs) > 0 {
-		t.Fatalf("CDI specs in %s do not validate: %v", cdiDir, errs)
+		return slotEnv{}, fmt.Errorf("CDI specs in %s do not validate: %v", cdiDir, errs)
 	}
 	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
-	if unresolved, err := cache.InjectDevices(spec, id); err != nil {
-		t.Fatalf("CDI InjectDevices(%s): %v (unresolved %v)", id, err, unresolved)
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		return slotEnv{}, fmt.Errorf("CDI InjectDevices(%v): %v (unresolved %v)", ids, err, unresolved)
 	}
 	s := slotEnv{Env: map[string]string{}}
 	for _, kv := range spec.Process.Env {
@@ -100,7 +110,7 @@ func slotOf(t *testing.T, cdiDir, id string) slotEnv {
 			s.Mount = &spec.Mounts[i]
 		}
 	}
-	return s
+	return s, nil
 }
 
 type status struct {
@@ -182,7 +192,8 @@ func TestKubeletRegistersPreparesAndUnpreparesAgainstARealQrtd(t *testing.T) {
 		if s.ReservationID == 0 || s.Token == 0 || s.QPUs != "qpu0" || s.Env["QRT_SOCKET"] != "/run/qrtd/qrtd.sock" {
 			t.Fatalf("claim %s: container env %v", name, s.Env)
 		}
-		if s.Mount == nil || s.Mount.Source != rc.PluginDir+"/claims/"+s.Env["QRT_IDEMPOTENCY_KEY"][len("k8s-claim-"):] {
+		uid := map[string]types.UID{"a": a.UID, "b": b.UID}[name]
+		if s.Mount == nil || s.Mount.Source != rc.PluginDir+"/claims/"+string(uid) {
 			t.Fatalf("claim %s: no bind mount of the claim's socket directory: %+v", name, s.Mount)
 		}
 		// Inside the calibration window after T's blackout.
@@ -394,7 +405,7 @@ func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &Checkpoint{UID: y.UID, Namespace: y.Namespace, Name: y.Name, Request: req}
+	cp := &Checkpoint{UID: y.UID, Namespace: y.Namespace, Name: y.Name, Key: newIdempotencyKey(y.UID), Request: req}
 	d, err := New(Config{NodeName: nodeName, CDIDir: rc.CDIDir, StateDir: rc.StateDir}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +414,7 @@ func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) 
 		t.Fatal(err)
 	}
 	var booked Slot
-	if err := l.call("slots.reserve", reserveParams{Request: req, IdempotencyKey: IdempotencyKey(y.UID),
+	if err := l.call("slots.reserve", reserveParams{Request: req, IdempotencyKey: cp.IdempotencyKey(),
 		LeaseNS: int64(30 * time.Second), OnBehalfOf: y.Namespace}, &booked); err != nil {
 		t.Fatal(err)
 	}

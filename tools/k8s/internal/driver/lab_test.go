@@ -54,7 +54,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv("QRT_DRA_CHILD"); cfg != "" {
 		os.Exit(childMain(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopRealCluster()
+	os.Exit(code)
 }
 
 type lab struct {
@@ -126,6 +128,21 @@ fidelity_f0 = 0.97
 `
 }
 
+// demoQPU is the [[qpu]] of the project's demo profile (config/demo.toml),
+// its endpoint moved into the lab's directory.
+func demoQPU(t *testing.T) string {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "config", "demo.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "\n[[qpu]]\n")
+	if i < 0 || strings.Contains(s[i+1:], "\n[") {
+		t.Fatal("config/demo.toml: one [[qpu]] table, the last, expected")
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s[i:], "%", "%%"), "unix:///run/qrtd-demo-qpu/", "unix://%[1]s/")
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -144,11 +161,17 @@ const (
 	periodic       qpus = iota // qpu0: periodic windows
 	pushed                     // qpu0: windows pushed by the test
 	periodicPushed             // qpu0 periodic, qpu1 pushed (two dispatch cores)
+	demoProfile                // qpu0 of config/demo.toml: periodic, no [qpu.device]
+	writeOnly                  // qpu0: periodic, its endpoint /dev/null (jobs end "sent")
 )
 
 // newLab starts qpu-sim and a real qrtd; skips when the binaries are not
 // given (QRTD, QPU_SIM: ctest passes the built ones).
-func newLab(t *testing.T, kind qpus) *lab {
+func newLab(t *testing.T, kind qpus) *lab { return newLabNamed(t, kind, "qpu0") }
+
+// newLabNamed is newLab with its first QPU called qpu (instead of qpu0):
+// nodes of one cluster whose QPUs a claim tells apart by name.
+func newLabNamed(t *testing.T, kind qpus, qpu string) *lab {
 	t.Helper()
 	qrtdBin, simBin := os.Getenv("QRTD"), os.Getenv("QPU_SIM")
 	if qrtdBin == "" || simBin == "" {
@@ -162,10 +185,6 @@ func newLab(t *testing.T, kind qpus) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// qrtd, started as root, runs as its own user and must reach the dir.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	l := &lab{t: t, dir: dir, sock: filepath.Join(dir, "qrtd.sock"), cfg: filepath.Join(dir, "qrtd.toml"),
 		state: filepath.Join(dir, "state")}
 	t.Cleanup(l.close)
@@ -173,6 +192,12 @@ func newLab(t *testing.T, kind qpus) *lab {
 		t.Fatal(err)
 	}
 	cfg := qrtdConfig
+	if os.Geteuid() == 0 {
+		// qrtd started as root would drop to the package's user qrtd and
+		// group qrt, which a test machine need not have: it keeps root.
+		cfg = strings.Replace(cfg, "[agent]\n", "[agent]\nuser = \"root\"\n", 1)
+		cfg = strings.Replace(cfg, "[rpc]\n", "[rpc]\nsocket_group = \"root\"\n", 1)
+	}
 	switch kind {
 	case periodic:
 		cfg += periodicQPU
@@ -180,15 +205,31 @@ func newLab(t *testing.T, kind qpus) *lab {
 	case pushed:
 		cfg += pushedQPU("qpu0")
 		l.qpus = []string{"qpu0"}
+	case writeOnly:
+		cfg += strings.Replace(periodicQPU, `"unix://%[1]s/qpu0.sock"`, `"file:///dev/null"`, 1)
+	case demoProfile:
+		cfg += demoQPU(t)
+		l.qpus = []string{"qpu0"}
 	case periodicPushed:
 		// Untuned QPUs share the dispatch CPUs a small host can spare.
 		cfg += periodicQPU + pushedQPU("qpu1")
 		l.qpus = []string{"qpu0", "qpu1"}
 	}
+	if qpu != "qpu0" {
+		cfg = strings.ReplaceAll(cfg, `"qpu0"`, `"`+qpu+`"`)
+		cfg = strings.ReplaceAll(cfg, "/qpu0.sock", "/"+qpu+".sock")
+		for i, q := range l.qpus {
+			if q == "qpu0" {
+				l.qpus[i] = qpu
+			}
+		}
+	}
 	if err := os.WriteFile(l.cfg, []byte(fmt.Sprintf(cfg, dir, os.Getuid())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l.sim = l.startSim()
+	if len(l.qpus) > 0 {
+		l.sim = l.startSim()
+	}
 	l.startQrtd()
 	l.client = qrtd.New(l.sock, 10*time.Second)
 	return l
@@ -202,9 +243,6 @@ func (l *lab) startSim() *exec.Cmd {
 	}
 	for _, q := range l.qpus {
 		args = append(args, "--listen", "unix://"+filepath.Join(l.dir, q+".sock"))
-	}
-	if os.Geteuid() == 0 {
-		args = append(args, "--socket-group", "qrt", "--socket-mode", "0660")
 	}
 	sim := exec.Command(os.Getenv("QPU_SIM"), args...)
 	if err := sim.Start(); err != nil {

@@ -92,9 +92,9 @@ func TestQrtdsDeviceFactsBecomeAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := []window{{CalibrationID: 9, F0: 0.985, ValidFromNS: 100, ValidUntilNS: 200}, {CalibrationID: 10, F0: 0.99, ValidFromNS: 1100, ValidUntilNS: 1200}}
-	d := deviceOf(list.QPUs[0], ws, 150)
+	d := deviceOf(list.QPUs[0], ws, 150, 20*time.Second)
 	want := map[string]int64{"qubits": 27, "maxShots": 100000, "minLeadNs": 12500000, "windowCalibrationId": 9,
-		"predictedFidelityPpm": 985000, "windowPeriodNs": 1000, "windowUntilNs": 200}
+		"predictedFidelityPpm": 985000, "windowPeriodNs": 1000, "windowUntilNs": 200, "backlogMs": 20000}
 	for k, v := range want {
 		if got := intOf(d, k); got != v {
 			t.Errorf("%s = %d, want %d", k, got, v)
@@ -106,7 +106,7 @@ func TestQrtdsDeviceFactsBecomeAttributes(t *testing.T) {
 	if _, ok := d.Attributes["calibrationId"]; ok {
 		t.Error("no calibration yet (MaxUint64) published as an id")
 	}
-	d2 := deviceOf(list.QPUs[1], nil, 0)
+	d2 := deviceOf(list.QPUs[1], nil, 0, 0)
 	if _, ok := d2.Attributes["qubits"]; ok || intOf(d2, "calibrationId") != 4 || *d2.Attributes["endpointUp"].BoolValue {
 		t.Errorf("device without facts %+v", d2)
 	}

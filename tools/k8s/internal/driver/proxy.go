@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -142,12 +143,10 @@ type claimProxy struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	subs     map[*proxyConn]struct{}
-	finished map[uint64]bool
-	polling  bool
-	wg       sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	subs  map[*proxyConn]struct{}
+	wg    sync.WaitGroup
 }
 
 // maxUnixPath: sun_path holds 108 bytes with the terminating NUL.
@@ -169,28 +168,21 @@ func (d *Driver) serveClaim(cp *Checkpoint) error {
 	}
 	// The container's uid, whichever it is, must reach the socket through
 	// the bind mount: the directory is searchable and the socket writable
-	// by all.  Host users do not get there: claims/ is 0750, root's.
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	// by all (claimdir.go).  Host users do not get there: claims/ is 0750,
+	// root's.
+	dirfd, err := openClaimDir(filepath.Dir(dir), string(cp.UID))
+	if err != nil {
 		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("claim %s/%s: remove the old claim socket: %w", cp.Namespace, cp.Name, err)
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenInClaimDir(dirfd, path, d.claimSocketName())
+	unix.Close(dirfd)
 	if err != nil {
 		return fmt.Errorf("claim %s/%s: serve the claim socket: %w", cp.Namespace, cp.Name, err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return fmt.Errorf("claim %s/%s: %w", cp.Namespace, cp.Name, err)
 	}
 	lim := d.cfg.Proxy
 	p := &claimProxy{d: d, uid: cp.UID, namespace: cp.Namespace, name: cp.Name, ids: map[uint64]bool{},
 		ln: ln, lim: rate.NewLimiter(rate.Limit(lim.RequestsPerS), lim.RequestBurst), conns: map[net.Conn]struct{}{},
-		subs: map[*proxyConn]struct{}{}, finished: map[uint64]bool{}}
+		subs: map[*proxyConn]struct{}{}}
 	for _, s := range cp.Slots {
 		p.ids[s.ReservationID] = true
 	}
@@ -350,14 +342,14 @@ func (p *claimProxy) serveConn(c net.Conn) {
 }
 
 // Events.  qrtd pushes a tenant's events only to that tenant's own
-// connections (and admins'), and the driver's connection is not
-// root/<namespace>'s: so a claim socket serves events.subscribe itself,
-// with job.finished only, for the claim's own reservations, found by
-// polling jobs.status (on behalf of the namespace) every eventPoll while a
-// connection is subscribed, each reservation until it has finished.
-const eventPoll = 200 * time.Millisecond
-
-var finishedStates = map[string]bool{"completed": true, "failed": true, "missed": true}
+// connections (and admins'), and a pod is not root/<namespace> to qrtd: so a
+// claim socket serves events.subscribe itself, with job.finished only, of
+// the claim's own reservations.  They come from qrtd's own event stream:
+// the driver subscribes once as a delegate (events.subscribe delegated:
+// the events of every root/<namespace> it books for; EventLoop) and
+// relays each job.finished, as qrtd sent it, to the subscribed connections
+// of the claim whose reservation it is.  As at qrtd, a connection hears
+// what finishes after it subscribed.
 
 func (p *claimProxy) subscribe(pc *proxyConn, on bool) (was bool) {
 	p.mu.Lock()
@@ -366,73 +358,51 @@ func (p *claimProxy) subscribe(pc *proxyConn, on bool) (was bool) {
 	pc.subscribed = on
 	if on {
 		p.subs[pc] = struct{}{}
-		if !p.polling {
-			p.polling = true
-			p.wg.Add(1)
-			go p.pollJobs()
-		}
 	} else {
 		delete(p.subs, pc)
 	}
 	return was
 }
 
-func (p *claimProxy) pollJobs() {
-	defer p.wg.Done()
-	t := time.NewTicker(eventPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
+// relayFinished hands a job.finished qrtd pushed to the claim whose
+// reservation it is (the namespace's tenant, one of the claim's ids).
+func (d *Driver) relayFinished(ev qrtd.Event) {
+	var data struct {
+		ReservationID uint64 `json:"reservation_id"`
+	}
+	if json.Unmarshal(ev.Data, &data) != nil || data.ReservationID == 0 {
+		return
+	}
+	d.mu.Lock()
+	var to *claimProxy
+	for _, p := range d.proxies {
+		if p.ids[data.ReservationID] && strings.HasSuffix(ev.Tenant, "/"+p.namespace) {
+			to = p
+			break
 		}
-		p.mu.Lock()
-		if len(p.subs) == 0 {
-			p.polling = false
-			p.mu.Unlock()
-			return
-		}
-		var ids []uint64
-		for id := range p.ids {
-			if !p.finished[id] {
-				ids = append(ids, id)
-			}
-		}
-		p.mu.Unlock()
-		for _, id := range ids {
-			var st struct {
-				State   string `json:"state"`
-				Reason  string `json:"reason"`
-				QPU     string `json:"qpu"`
-				Tenant  string `json:"tenant"`
-				StartNS int64  `json:"start_ns"`
-				Updated int64  `json:"updated_ns"`
-			}
-			if err := p.d.client.Call(p.ctx, "jobs.status", map[string]any{"job_id": id, "on_behalf_of": p.namespace}, &st); err != nil ||
-				!finishedStates[st.State] {
-				continue
-			}
-			p.mu.Lock()
-			p.finished[id] = true
-			subs := make([]*proxyConn, 0, len(p.subs))
-			for pc := range p.subs {
-				pc.seq++
-				subs = append(subs, pc)
-			}
-			seqs := make([]uint64, len(subs))
-			for i, pc := range subs {
-				seqs[i] = pc.seq
-			}
-			p.mu.Unlock()
-			for i, pc := range subs {
-				line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
-					"seq": seqs[i], "type": "job.finished", "tenant": st.Tenant, "data": map[string]any{
-						"qpu": st.QPU, "state": st.State, "reason": st.Reason, "time_ns": st.Updated, "ledger_event": st.State,
-						"reservation_id": id, "job_id": id, "start_ns": st.StartNS}}})
-				_ = pc.write(append(line, '\n'))
-			}
-		}
+	}
+	d.mu.Unlock()
+	if to != nil {
+		to.pushFinished(ev)
+	}
+}
+
+// pushFinished sends the event to each subscribed connection, with that
+// connection's own seq.
+func (p *claimProxy) pushFinished(ev qrtd.Event) {
+	p.mu.Lock()
+	subs := make([]*proxyConn, 0, len(p.subs))
+	seqs := make([]uint64, 0, len(p.subs))
+	for pc := range p.subs {
+		pc.seq++
+		subs = append(subs, pc)
+		seqs = append(seqs, pc.seq)
+	}
+	p.mu.Unlock()
+	for i, pc := range subs {
+		line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
+			"seq": seqs[i], "type": ev.Type, "tenant": ev.Tenant, "data": ev.Data}})
+		_ = pc.write(append(line, '\n'))
 	}
 }
 
@@ -606,12 +576,30 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 	var qe *qrtd.Error
 	switch {
 	case err == nil:
+		if req.Method == "jobs.submit" {
+			p.submitted(params[rule.pin], result)
+		}
 		return answer(replyLine(req.ID, result, nil))
 	case errors.As(err, &qe):
 		return answer(replyLine(req.ID, nil, qe))
 	default:
 		return answer(errorLine(req.ID, "unavailable", "the driver could not ask qrtd: "+err.Error(), map[string]any{"cause": "qrtd"}))
 	}
+}
+
+// submitted: the pod's job is in its reservation, which qrtd holds no
+// more (its state is the job's now): the driver stops heartbeating it.
+// Off the connection's goroutine, which an unprepare in progress waits
+// for while it holds the claim.
+func (p *claimProxy) submitted(rawID json.RawMessage, result json.RawMessage) {
+	var id uint64
+	var r struct {
+		State string `json:"state"`
+	}
+	if json.Unmarshal(rawID, &id) != nil || json.Unmarshal(result, &r) != nil || r.State == SlotHeld {
+		return
+	}
+	go p.d.setSlotState(p.uid, id, SlotCommitted)
 }
 
 func (p *claimProxy) idList() string {

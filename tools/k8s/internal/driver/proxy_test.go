@@ -28,12 +28,39 @@ import (
 
 const nobody = 65534
 
-// podMain: QRT_POD_DIR names a claim's directory.  The first line out is
-// {"uid":..,"direct_error":..}: the uid the pod runs as and what
-// connecting to the socket by its host path gave; then stdin and stdout
-// are the connection to the socket.
+// podMain: QRT_POD_DIR names a claim's directory.  As root, with
+// QRT_POD_MOUNT (a directory) and QRT_POD_MOUNT_OPTIONS (the CDI mount's
+// options), the pod is in a mount namespace of its own (the parent unshared
+// it) and mounts the directory there as runc does a bind mount: bind, then
+// a remount with the options' flags (ro, nosuid, ...).  It then tries, still
+// root, to create a file in the mount.  The first line out is
+// {"uid":..,"direct_error":..,"write_error":..}: the uid the pod runs as,
+// what connecting to the socket by its host path gave, and what creating a
+// file in the mount gave; then stdin and stdout are the connection to the
+// socket.
 func podMain(dir string) int {
-	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	info := map[string]any{}
+	mounted := dir
+	if target := os.Getenv("QRT_POD_MOUNT"); target != "" {
+		if err := syscall.Mount(dir, target, "", syscall.MS_BIND, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "pod: bind mount:", err)
+			return 1
+		}
+		flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT)
+		for _, o := range strings.Split(os.Getenv("QRT_POD_MOUNT_OPTIONS"), ",") {
+			flags |= map[string]uintptr{"ro": syscall.MS_RDONLY, "nosuid": syscall.MS_NOSUID,
+				"nodev": syscall.MS_NODEV, "noexec": syscall.MS_NOEXEC}[o]
+		}
+		if err := syscall.Mount("", target, "", flags, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "pod: remount:", err)
+			return 1
+		}
+		mounted = target
+		if err := os.WriteFile(filepath.Join(target, "fill"), []byte("x"), 0o600); err != nil {
+			info["write_error"] = err.Error()
+		}
+	}
+	fd, err := syscall.Open(mounted, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pod:", err)
 		return 1
@@ -56,13 +83,13 @@ func podMain(dir string) int {
 			return 1
 		}
 	}
-	info := map[string]any{"uid": os.Getuid()}
+	info["uid"] = os.Getuid()
 	if c, err := net.Dial("unix", filepath.Join(dir, "qrtd.sock")); err != nil {
 		info["direct_error"] = err.Error()
 	} else {
 		c.Close()
 	}
-	c, err := net.Dial("unix", "qrtd.sock") // relative to the directory: the bind mount
+	c, err := net.Dial("unix", "qrtd.sock") // relative to the directory: the mount
 	if err != nil {
 		info["error"] = err.Error()
 	}
@@ -86,10 +113,13 @@ type podConn struct {
 	in   io.WriteCloser
 	out  *bufio.Reader
 	uid  int
-	// What connecting by the host path gave the pod's uid.
-	directErr string
-	id        int
-	events    []pushedEvent
+	// What connecting by the host path gave the pod's uid, and what
+	// creating a file in its mount of the claim's directory gave root
+	// (mounted: whether it was mounted, as root only).
+	directErr, writeErr string
+	mounted             bool
+	id                  int
+	events              []pushedEvent
 }
 
 type pushedEvent struct {
@@ -112,8 +142,25 @@ func (e *rpcError) field() string  { r, _ := e.Data["field"].(string); return r 
 
 func startPod(t *testing.T, rc RunConfig, c *resourceapi.ResourceClaim) *podConn {
 	t.Helper()
+	// The claim's directory as the CDI spec mounts it (the mount a
+	// container runtime makes), in a mount namespace of the pod's own.
+	m := slotOf(t, rc.CDIDir, CDIKind+"="+string(c.UID)).Mount
+	if m == nil {
+		t.Fatalf("pod %s: its claim's CDI spec mounts nothing at /run/qrtd", c.Name)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "QRT_POD_DIR="+filepath.Join(rc.PluginDir, "claims", string(c.UID)))
+	cmd.Env = append(os.Environ(), "QRT_POD_DIR="+m.Source)
+	mounted := os.Geteuid() == 0
+	if mounted {
+		target := filepath.Join(t.TempDir(), "run-qrtd")
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "QRT_POD_MOUNT="+target, "QRT_POD_MOUNT_OPTIONS="+strings.Join(m.Options, ","))
+		// Go makes / private in the new namespace: nothing the pod
+		// mounts is seen outside, and it all goes when the pod ends.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +178,7 @@ func startPod(t *testing.T, rc RunConfig, c *resourceapi.ResourceClaim) *podConn
 	var info struct {
 		UID         int    `json:"uid"`
 		DirectError string `json:"direct_error"`
+		WriteError  string `json:"write_error"`
 		Error       string `json:"error"`
 	}
 	line, err := p.out.ReadBytes('\n')
@@ -140,7 +188,7 @@ func startPod(t *testing.T, rc RunConfig, c *resourceapi.ResourceClaim) *podConn
 	if info.Error != "" {
 		t.Fatalf("pod %s (uid %d) cannot connect to its claim socket: %s", c.Name, info.UID, info.Error)
 	}
-	p.uid, p.directErr = info.UID, info.DirectError
+	p.uid, p.directErr, p.writeErr, p.mounted = info.UID, info.DirectError, info.WriteError, mounted
 	return p
 }
 
@@ -244,6 +292,9 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 		if s.Env["QRT_SOCKET"] != "/run/qrtd/qrtd.sock" || s.Mount == nil || s.Mount.Source != filepath.Join(rc.PluginDir, "claims", string(c.UID)) {
 			t.Fatalf("claim %s: the container does not get its claim socket: env %v mount %+v", c.Name, s.Env, s.Mount)
 		}
+		if !contains(s.Mount.Options, "ro") || !contains(s.Mount.Options, "bind") {
+			t.Errorf("claim %s: the claim's directory is not bind-mounted read-only: %v", c.Name, s.Mount.Options)
+		}
 		st, err := os.Stat(filepath.Join(s.Mount.Source, "qrtd.sock"))
 		if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o666 {
 			t.Fatalf("claim %s: claim socket %v %v", c.Name, st, err)
@@ -284,6 +335,12 @@ func TestAPodSubmitsIntoItsOwnReservationThroughItsClaimSocket(t *testing.T) {
 		// By its host path the socket is out of a host user's reach.
 		if !strings.Contains(pa.directErr, "permission denied") {
 			t.Errorf("uid nobody reached the claim socket by its host path: %q", pa.directErr)
+		}
+		// The pod mounted its claim's directory as the CDI spec says and
+		// reaches the socket through it, but even as root it cannot
+		// write there (fill the node's disk, plant a symlink).
+		if !strings.Contains(pa.writeErr, "read-only file system") {
+			t.Errorf("root in the pod could write into its claim's directory: %q", pa.writeErr)
 		}
 	} else {
 		t.Logf("not root: the pod runs as the test's uid %d", pa.uid)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -44,8 +45,10 @@ type window struct {
 
 type resourcesState struct {
 	mu        sync.Mutex
-	byDevice  map[string]string // device name -> qrtd QPU name
-	health    map[string]bool   // device name -> endpoint up
+	byDevice  map[string]string                    // device name -> qrtd QPU name
+	health    map[string]bool                      // device name -> endpoint up
+	downSince map[string]metav1.Time               // device name -> when its endpoint was first seen down
+	taints    map[string][]resourceapi.DeviceTaint // device name -> the driver's own taints
 	published *resourceslice.DriverResources
 	changed   chan struct{} // health watchers wake on a change
 }
@@ -106,6 +109,13 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 	now := d.cfg.Now().UnixNano()
 	byDevice := map[string]string{}
 	health := map[string]bool{}
+	taints := map[string][]resourceapi.DeviceTaint{}
+	d.res.mu.Lock()
+	downSince := map[string]metav1.Time{}
+	for k, v := range d.res.downSince {
+		downSince[k] = v
+	}
+	d.res.mu.Unlock()
 	var devices []resourceapi.Device
 	for _, q := range list.QPUs {
 		var cal struct {
@@ -120,7 +130,28 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		}
 		byDevice[name] = q.Name
 		health[name] = q.EndpointUp
-		dev := deviceOf(q, cal.Windows, now)
+		backlog, err := d.backlog(ctx, q.Name, now)
+		if err != nil {
+			return nil, err
+		}
+		dev := deviceOf(q, cal.Windows, now, backlog)
+		if !q.EndpointUp {
+			// NoSchedule while qrtd's link to the endpoint is down: no new
+			// claim is allocated the QPU unless it tolerates the taint
+			// (one booking ahead of the outage may).  The taint's time is
+			// when the driver first saw it down, so republishing does not
+			// change it.
+			since, ok := downSince[name]
+			if !ok {
+				since = metav1.NewTime(time.Unix(0, now).Truncate(time.Second))
+			}
+			downSince[name] = since
+			dev.Taints = []resourceapi.DeviceTaint{{Key: TaintEndpointDown, Value: q.Name,
+				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &since}}
+			taints[name] = dev.Taints
+		} else {
+			delete(downSince, name)
+		}
 		if d.cfg.BindingConditions {
 			// The scheduler holds the pod until the controller reserved
 			// (binding.go).  The slice is the node's: BindsToNode is not
@@ -130,21 +161,67 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		}
 		devices = append(devices, dev)
 	}
+	for name := range downSince {
+		if _, ok := byDevice[name]; !ok {
+			delete(downSince, name)
+		}
+	}
 	d.res.mu.Lock()
 	d.res.byDevice = byDevice
 	d.res.health = health
+	d.res.downSince = downSince
+	d.res.taints = taints
 	d.res.mu.Unlock()
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
 	}}, nil
 }
 
+// TaintEndpointDown is the driver's taint (NoSchedule, the value the QPU's
+// name) on a device while qrtd's link to the QPU's endpoint is down.
+const TaintEndpointDown = DriverName + "/endpoint-down"
+
+// backlogSteps are the values the attribute backlogMs takes: the wait is
+// rounded down to one of them, so that the slice changes when the wait
+// crosses a step, not with every booking.
+var backlogSteps = []time.Duration{0, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second,
+	20 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute,
+	20 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour}
+
+// backlog is how long a new booking on the QPU would wait: the earliest
+// start qrtd offers a slot of the smallest length (slots.query, 1 µs),
+// from now, rounded down to a backlogSteps; none within qrtd's horizon:
+// the last step.
+func (d *Driver) backlog(ctx context.Context, qpu string, now int64) (time.Duration, error) {
+	var q struct {
+		Candidates []struct {
+			StartNS int64 `json:"start_ns"`
+		} `json:"candidates"`
+	}
+	if err := d.client.Call(ctx, "slots.query", map[string]any{"duration_ns": 1000, "qpus": []string{qpu},
+		"max_candidates": 1}, &q); err != nil {
+		return 0, err
+	}
+	wait := backlogSteps[len(backlogSteps)-1]
+	if len(q.Candidates) > 0 {
+		wait = time.Duration(max(0, q.Candidates[0].StartNS-now))
+	}
+	step := backlogSteps[0]
+	for _, s := range backlogSteps {
+		if s <= wait {
+			step = s
+		}
+	}
+	return step, nil
+}
+
 // deviceOf is the DRA device of one QPU: qrtd's facts as attributes.
-func deviceOf(q QPU, windows []window, now int64) resourceapi.Device {
+func deviceOf(q QPU, windows []window, now int64, backlog time.Duration) resourceapi.Device {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"qpu":        strAttr(q.Name),
 		"minLeadNs":  intAttr(q.MinLeadNS),
 		"endpointUp": boolAttr(q.EndpointUp),
+		"backlogMs":  intAttr(backlog.Milliseconds()),
 	}
 	if q.CalibrationID <= math.MaxInt64 {
 		attrs["calibrationId"] = intAttr(int64(q.CalibrationID))
@@ -255,34 +332,13 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-// PublishLoop publishes on every calibration change qrtd pushes, every
-// Poll (endpoint up/down), and whenever kick fires (a kubelet
-// registration: force).  It resubscribes when qrtd restarts.
-func (d *Driver) PublishLoop(ctx context.Context, p Publisher, kick <-chan struct{}) {
+// PublishLoop publishes on every calibration change qrtd pushes (the
+// event loop signals calibration), every Poll (endpoint up/down), and
+// whenever kick fires (a kubelet registration: force).
+func (d *Driver) PublishLoop(ctx context.Context, p Publisher, kick, calibration <-chan struct{}) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
-	var events <-chan struct{}
-	resubscribe := func() {
-		ch, err := d.client.Subscribe(ctx, []string{"calibration.changed"})
-		if err != nil {
-			logger.Info("Cannot subscribe to qrtd's events; polling", "err", err)
-			events = nil
-			return
-		}
-		out := make(chan struct{}, 1)
-		go func() {
-			defer close(out)
-			for range ch {
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}()
-		events = out
-	}
-	resubscribe()
 	publish := func(force bool) {
 		if err := d.Publish(ctx, p, force); err != nil {
 			logger.Error(err, "Publishing the QPUs failed")
@@ -293,18 +349,57 @@ func (d *Driver) PublishLoop(ctx context.Context, p Publisher, kick <-chan struc
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-events:
-			if !ok {
-				resubscribe()
-			}
+		case <-calibration:
 			publish(false)
 		case <-kick:
 			publish(true)
 		case <-t.C:
-			if events == nil {
-				resubscribe()
-			}
 			publish(false)
+		}
+	}
+}
+
+// EventLoop is the driver's one subscription to qrtd's events, until ctx
+// ends: calibration.changed (signalled on calibration: the slice is
+// published again) and, as a delegate, job.finished of every tenant it
+// books for, relayed to the claim sockets whose reservation it is.  It
+// subscribes again (every Poll) while qrtd is away, and signals
+// calibration then: what changed meanwhile was not pushed.
+func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
+	logger := klog.FromContext(ctx)
+	signal := func() {
+		select {
+		case calibration <- struct{}{}:
+		default:
+		}
+	}
+	failed := false
+	for ctx.Err() == nil {
+		events, err := d.client.Subscribe(ctx, []string{"calibration.changed", "job.finished"}, true)
+		if err != nil {
+			if !failed {
+				logger.Info("Cannot subscribe to qrtd's events (retrying every --poll): the slice is published every --poll, claim sockets hear no job.finished", "err", err)
+			}
+			failed = true
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d.cfg.Poll):
+			}
+			continue
+		}
+		if failed {
+			logger.Info("Subscribed to qrtd's events again")
+			failed = false
+		}
+		signal()
+		for ev := range events {
+			switch ev.Type {
+			case "calibration.changed":
+				signal()
+			case "job.finished":
+				d.relayFinished(ev)
+			}
 		}
 	}
 }

@@ -129,9 +129,11 @@ func Run(ctx context.Context, rc RunConfig, client *qrtd.Client) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.BindingController(ctx) }()
 	}
-	wg.Add(2)
+	calibration := make(chan struct{}, 1)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.HeartbeatLoop(ctx) }()
-	go func() { defer wg.Done(); d.PublishLoop(ctx, pub, kick) }()
+	go func() { defer wg.Done(); d.EventLoop(ctx, calibration) }()
+	go func() { defer wg.Done(); d.PublishLoop(ctx, pub, kick, calibration) }()
 	logger.Info("Serving", "registration", rc.RegistrationSocket(), "dra", rc.DRASocket(), "qrtd", client.Path())
 	t := time.NewTicker(rc.Watchdog)
 	defer t.Stop()

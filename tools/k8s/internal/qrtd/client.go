@@ -203,15 +203,20 @@ func readReply(rd *bufio.Reader) (*reply, error) {
 
 // Event is one events.event notification.
 type Event struct {
-	Seq  uint64         `json:"seq"`
-	Type string         `json:"type"`
-	Data map[string]any `json:"data"`
+	Seq    uint64          `json:"seq"`
+	Type   string          `json:"type"`
+	Tenant string          `json:"tenant,omitempty"`
+	Data   json.RawMessage `json:"data"`
 }
 
 // Subscribe opens a connection of its own, subscribes to topics (nil:
 // all) and sends every event to the returned channel until ctx ends or the
 // connection breaks; then the channel is closed.
-func (c *Client) Subscribe(ctx context.Context, topics []string) (<-chan Event, error) {
+//
+// delegated: also the events of the tenants this delegate books for
+// (DELEGATE/NAME: qrtd's events.subscribe "delegated"; the caller must be
+// in tenants.delegates).
+func (c *Client) Subscribe(ctx context.Context, topics []string, delegated bool) (<-chan Event, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.path)
 	if err != nil {
@@ -220,6 +225,9 @@ func (c *Client) Subscribe(ctx context.Context, topics []string) (<-chan Event, 
 	params := map[string]any{}
 	if len(topics) > 0 {
 		params["topics"] = topics
+	}
+	if delegated {
+		params["delegated"] = true
 	}
 	line, _ := json.Marshal(request{JSONRPC: "2.0", ID: 1, Method: "events.subscribe", Params: params})
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
