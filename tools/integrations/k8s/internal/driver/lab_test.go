@@ -131,7 +131,7 @@ fidelity_f0 = 0.97
 // demoQPU is the [[qpu]] of the project's demo profile (config/demo.toml),
 // its endpoint moved into the lab's directory.
 func demoQPU(t *testing.T) string {
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "config", "demo.toml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "..", "config", "demo.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
