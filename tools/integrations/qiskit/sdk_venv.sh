@@ -12,17 +12,42 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: sdk_venv.sh BUILD_DIR}
 venv="$build/venv"
-python=${QRT_PYTHON:-python3}
+# The base interpreter: Debian's own when there is one, so that every user
+# can run the venv (one made from an interpreter under a private directory,
+# such as pyenv's in /root, serves its maker only: README's "From Qiskit"
+# runs as any user).  QRT_PYTHON overrides it.
+if [ -n "${QRT_PYTHON:-}" ]; then
+  python=$QRT_PYTHON
+elif [ -x /usr/bin/python3 ]; then
+  python=/usr/bin/python3
+else
+  python=python3
+fi
 req="$here/requirements-sdk.txt"
 
 hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
-req_stamp=$(hash_of "$req")
+req_stamp=$( (cat "$req"; readlink -f "$(command -v "$python")") | sha256sum | cut -d' ' -f1)
 client=$here/../../clients/python
 pkg_stamp=$(hash_of "$client/pyproject.toml" "$here/pyproject.toml" \
                     $(find "$client/src" "$here/src" -name '*.py' | sort))
 
+if [ -e "$venv" ] && [ ! -w "$venv" ]; then
+  # Someone else's venv (root made it for the tests): use it if it runs for
+  # us and is current, never try to remake it.
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.qrt-req-stamp" 2>/dev/null)" = "$req_stamp" ]; then
+    echo "[sdk-venv] ready: $venv (made by its owner)"
+    exit 0
+  fi
+  echo "[sdk-venv] $venv belongs to $(stat -c %U "$venv") and is not usable as $(id -un):" \
+       "ask its owner to run $0 $build, or pass another build directory" >&2
+  exit 1
+fi
+if [ -e "$venv" ] && [ "$(cat "$venv/.qrt-req-stamp" 2>/dev/null)" != "$req_stamp" ]; then
+  echo "[sdk-venv] $venv was made from another interpreter or requirements: remaking it"
+  rm -rf "$venv"
+fi
 if [ ! -x "$venv/bin/python" ]; then
-  echo "[sdk-venv] creating $venv"
+  echo "[sdk-venv] creating $venv from $python"
   "$python" -m venv "$venv"
 fi
 if [ "$(cat "$venv/.qrt-req-stamp" 2>/dev/null)" != "$req_stamp" ]; then
