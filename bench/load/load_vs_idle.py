@@ -397,7 +397,7 @@ def raw_echo(n):
 def cyclictest(cpu, prio, interval_us, loops):
     exe = shutil.which("cyclictest")
     if not exe:
-        return {"note": "cyclictest not installed (tools/quickstart/deps.sh installs rt-tests)"}
+        return {"note": "cyclictest not installed (tools/dev/deps.sh installs rt-tests)"}
     r = subprocess.run([exe, "-m", "-q", "-a", str(cpu), "-p", str(prio), "-i", str(interval_us), "-l", str(loops),
                         "-h", "2000"], capture_output=True, text=True, timeout=loops * interval_us / 1e6 + 30)
     hist, mx = [], None
@@ -859,7 +859,7 @@ def main():
     a = ap.parse_args()
 
     qrtd = os.path.join(a.build, "agent/qrtd")
-    sim = os.path.join(a.build, "tools/qpu-sim/qpu-sim")
+    sim = os.path.join(a.build, "tools/endpoints/qpu-sim/qpu-sim")
     trace_exe = os.path.join(a.build, "bench/load/qrt-wakeup-trace")
     for p in (qrtd, sim):
         if not os.access(p, os.X_OK):

@@ -21,7 +21,7 @@ the goal (<= 5 ms), and ends with ONE JSON line.
 
     build/venv/bin/python bench/sdk/qiskit_overhead.py --build build [-n 100]
 
-build/venv comes from tools/python/sdk_venv.sh build.
+build/venv comes from tools/integrations/qiskit/sdk_venv.sh build.
 """
 
 import argparse
@@ -136,11 +136,11 @@ def main():
     ap.add_argument("-n", type=int, default=100, help="jobs per path (default 100)")
     opt = ap.parse_args()
     qrtd = os.path.join(opt.build, "agent/qrtd")
-    lib = os.path.join(opt.build, "tools/client/libqrt-client.so.1")
+    lib = os.path.join(opt.build, "tools/clients/c/libqrt-client.so.1")
     d = tempfile.mkdtemp(prefix="qrt-sdk-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     procs = []
     try:
-        aer = subprocess.Popen([sys.executable, os.path.join(SRC, "tools/qpu-aer/qpu_aer.py"), "--listen",
+        aer = subprocess.Popen([sys.executable, os.path.join(SRC, "tools/endpoints/qpu-aer/qpu_aer.py"), "--listen",
                                 f"unix://{d}/qpu0.sock", "--qubits", "3", "--seed", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(aer)

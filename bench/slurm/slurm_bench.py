@@ -60,11 +60,11 @@ def pct(xs, q):
 def set_env(build):
     b = os.path.abspath(build)
     env = {
-        "QRTD": f"{b}/agent/qrtd", "QPU_SIM": f"{b}/tools/qpu-sim/qpu-sim",
-        "QRTCTL": f"{b}/tools/qrtctl/qrtctl", "SPANK_QRT": f"{b}/tools/slurm/spank_qrt.so",
-        "JOB_EXAMPLE": f"{b}/tools/slurm/qrt-slurm-job-example",
+        "QRTD": f"{b}/agent/qrtd", "QPU_SIM": f"{b}/tools/endpoints/qpu-sim/qpu-sim",
+        "QRTCTL": f"{b}/tools/operator/qrtctl/qrtctl", "SPANK_QRT": f"{b}/tools/integrations/slurm/spank_qrt.so",
+        "JOB_EXAMPLE": f"{b}/tools/integrations/slurm/qrt-slurm-job-example",
         "QRT_TEST_SERVER": f"{b}/tests/integration/clients/qrt-test-server",
-        "QRT_SLURM_TOOLS": f"{ROOT}/tools/slurm", "QRT_PYTHON_DIR": f"{ROOT}/tools/python",
+        "QRT_SLURM_TOOLS": f"{ROOT}/tools/integrations/slurm", "QRT_PYTHON_DIR": f"{ROOT}/tools/clients/python/src",
     }
     for k, v in env.items():
         os.environ.setdefault(k, v)

@@ -11,7 +11,7 @@ gen=${1:-}
 if [ -z "$gen" ]; then
   build=${QRT_BUILD_DIR:-$here/build}
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    echo "regen-proto: no build in $build; run tools/quickstart/build.sh first, or pass qrt-protogen's path" >&2
+    echo "regen-proto: no build in $build; run tools/dev/build.sh first, or pass qrt-protogen's path" >&2
     exit 2
   fi
   cmake --build "$build" --target qrt-protogen >/dev/null

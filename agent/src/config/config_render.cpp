@@ -1,7 +1,7 @@
 // The config reference renderer: the option table as text.  One place for
 // what `qrtd config-reference` prints (== config/qrtd.toml), the OPTIONS of
 // qrtd.toml(5) (`qrtd config-reference --roff`, spliced in by
-// tools/regen-config-docs.sh), render_config() of a loaded config, and the
+// tools/dev/regen-config-docs.sh), render_config() of a loaded config, and the
 // pieces the loader's messages and SIGHUP's diff share with them: a value in
 // TOML (render_value, toml_quote) and an option's type and range in words.
 

@@ -866,7 +866,7 @@ std::vector<config_option> build_table() {
                     "with the delegate's roles less admin, so every quota and the scheduler's "
                     "priority ceiling apply to NAME, not to the delegate.  The delegate still "
                     "needs the scheduler role.  A delegate may also take those tenants' events "
-                    "(events.subscribe with delegated: true).  For qrt-dra-driver (tools/k8s).",
+                    "(events.subscribe with delegated: true).  For qrt-dra-driver (tools/integrations/k8s).",
          .check = check_principal, QRT_FIELD(tenants, delegates)},
         {.section = "tenants", .key = "max_delegated_tenants", .kind = k::integer,
          .default_value = std::int64_t{256}, .min = 1, .max = 65536,

@@ -439,17 +439,12 @@ std::size_t dispatcher::on_realtime_step(const rtcore::time_base& base) {
 
 void dispatcher::set_calibration(std::uint64_t current_id, std::uint64_t next_id,
                                  std::int64_t switch_rt_ns) noexcept {
-    std::int64_t switch_mono = INT64_MAX;
-    if (switch_rt_ns != INT64_MAX) {
-        std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
-        switch_mono = _base.to_monotonic_ns(switch_rt_ns);
-    }
     const std::uint32_t seq = _cal_seq.load(std::memory_order_relaxed);
     _cal_seq.store(seq + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     _cal_current.store(current_id, std::memory_order_relaxed);
     _cal_next.store(next_id, std::memory_order_relaxed);
-    _cal_switch_mono_ns.store(switch_mono, std::memory_order_relaxed);
+    _cal_switch_rt_ns.store(switch_rt_ns, std::memory_order_relaxed);
     _cal_seq.store(seq + 2, std::memory_order_release);
 }
 
@@ -467,7 +462,7 @@ dispatcher::calibration_plan dispatcher::calibration(unsigned max_tries) const n
         }
         p.current = _cal_current.load(std::memory_order_relaxed);
         p.next = _cal_next.load(std::memory_order_relaxed);
-        p.switch_mono_ns = _cal_switch_mono_ns.load(std::memory_order_relaxed);
+        p.switch_rt_ns = _cal_switch_rt_ns.load(std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (_cal_seq.load(std::memory_order_relaxed) == before) {
             return p;

@@ -473,7 +473,8 @@ dispatch_status dispatcher::claim_send(const queued_job& j, std::int64_t deadlin
     const calibration_plan cal = calibration(64);
     g.current_calibration_id = cal.consistent ? cal.current : no_window_calibration_id;
     g.next_calibration_id = cal.consistent ? cal.next : no_window_calibration_id;
-    g.calibration_switch_ns = cal.switch_mono_ns;
+    g.scheduled_rt_ns = j.scheduled_rt_ns;
+    g.calibration_switch_rt_ns = cal.switch_rt_ns;
     g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
     dispatch_status verdict = check_before_send(g);
     if (verdict != dispatch_status::sent) {

@@ -1,7 +1,7 @@
 """qrt_client.py against a real agent socket (qrt-test-server: the agent's
 rpc server, engine, methods and SQLite ledger).
 
-ctest sets QRT_TEST_SERVER (the server binary) and PYTHONPATH (tools/python).
+ctest sets QRT_TEST_SERVER (the server binary) and PYTHONPATH (tools/clients/python/src).
 """
 
 import os
@@ -16,7 +16,7 @@ from qrt_client import Client, ClientError, RpcError, exit_code_for_reason
 
 SERVER = os.environ.get("QRT_TEST_SERVER", "")
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools",
-                       "python", "example.py")
+                       "clients", "python", "example.py")
 
 
 @unittest.skipUnless(SERVER and os.access(SERVER, os.X_OK), "QRT_TEST_SERVER is not set")

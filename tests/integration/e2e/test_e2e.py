@@ -30,8 +30,8 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/python")))
-sys.path.insert(0, os.environ.get("QRT_QUICKSTART_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/quickstart")))
+sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/clients/python/src")))
+sys.path.insert(0, os.environ.get("QRT_QUICKSTART_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/dev")))
 import qrt_client  # noqa: E402
 import demo_client  # noqa: E402
 

@@ -5,11 +5,11 @@ src=$1
 build=$2
 for tool in dpkg-buildpackage dh dpkg-deb; do
   if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "SKIP: $tool not installed (tools/quickstart/deps.sh installs the packaging set)"
+    echo "SKIP: $tool not installed (tools/dev/deps.sh installs the packaging set)"
     exit 77
   fi
 done
-for f in agent/qrtd tools/qrtctl/qrtctl tools/slurm/spank_qrt.so; do
+for f in agent/qrtd tools/operator/qrtctl/qrtctl tools/integrations/slurm/spank_qrt.so; do
   if [ ! -e "$build/$f" ]; then
     echo "SKIP: $build/$f not built (spank_qrt.so needs libslurm-dev)"
     exit 77
@@ -28,7 +28,7 @@ check() {  # check "what" command...
 version=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
 # No -dbgsym packages and no lintian here: they add time, not checks.
 # Never apt: a missing build dependency is a skip with its name.
-DEB_BUILD_OPTIONS=noddebs QRT_JOBS=1 QRT_DEB_NO_APT=1 "$src/tools/package/build-deb.sh" \
+DEB_BUILD_OPTIONS=noddebs QRT_JOBS=1 QRT_DEB_NO_APT=1 "$src/tools/dev/package/build-deb.sh" \
   --build-dir "$build" --out "$tmp/out" --no-lintian >"$tmp/build.log" 2>&1
 rc=$?
 if [ "$rc" -eq 3 ]; then
@@ -36,7 +36,7 @@ if [ "$rc" -eq 3 ]; then
   exit 77
 elif [ "$rc" -ne 0 ]; then
   cat "$tmp/build.log"
-  echo "FAIL: tools/package/build-deb.sh --build-dir $build (exit $rc)"
+  echo "FAIL: tools/dev/package/build-deb.sh --build-dir $build (exit $rc)"
   exit 1
 fi
 out=$tmp/out
@@ -58,9 +58,9 @@ for f in /usr/sbin/qrtd /usr/bin/qrtctl /usr/bin/qrt-jitter-report /usr/bin/qpu-
          /usr/share/man/man8/qrtd.8.gz /usr/share/man/man5/qrtd.toml.5.gz \
          /usr/share/man/man1/qrtctl.1.gz /usr/share/man/man1/qrt-jitter-report.1.gz \
          /usr/share/man/man1/qpu-sim.1.gz /usr/share/qrtd/demo.toml \
-         /usr/share/qrtd/python/qrt_client.py /usr/share/doc/qrtd/copyright \
+         /usr/share/qrtd/python/qrt-client/src/qrt_client/__init__.py /usr/share/qrtd/python/qrt-client/src/qrt_client/protocol.py /usr/share/doc/qrtd/copyright \
          /usr/bin/qpu-aer /usr/share/man/man1/qpu-aer.1.gz /usr/share/qrtd/qpu-line3.toml \
-         /usr/share/qrtd/python/requirements-sdk.txt /usr/share/qrtd/python/qrtd_qiskit/pyproject.toml; do
+         /usr/share/qrtd/python/requirements-sdk.txt /usr/share/qrtd/python/qrtd-qiskit/pyproject.toml; do
   has qrtd "$f"
 done
 has libqrt-client1 /usr/lib/x86_64-linux-gnu/libqrt-client.so.1
@@ -71,7 +71,7 @@ has qrtd-slurm /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_qrt.so
 has qrtd-slurm /usr/sbin/qrt-slurm-healthcheck
 has qrtd-slurm /usr/share/man/man8/spank_qrt.8.gz
 # The QDMI device library, where the build had the pinned mqt.core.
-if [ -e "$build/tools/qdmi/libqrtd-qdmi.so" ]; then
+if [ -e "$build/tools/integrations/qdmi/libqrtd-qdmi.so" ]; then
   check "package qrtd-qdmi_${version}_amd64.deb built" test -f "$(deb qrtd-qdmi)"
   has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/libqrtd-qdmi.so
   has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json

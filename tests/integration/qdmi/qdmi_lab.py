@@ -17,7 +17,7 @@ stops the lab and exits with PROGRAM's status.
 
 Only the processes this module started are signalled, by pid.
 Environment: QRTD, QPU_SIM, optionally QPU_AER (a command line) and
-QRT_PYTHON_DIR (tools/python, for qrt_client).
+QRT_PYTHON_DIR (tools/clients/python/src, for qrt_client).
 """
 
 import os
@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR",
                                   os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                               "../../../tools/python")))
+                                               "../../../tools/clients/python/src")))
 import qrt_client  # noqa: E402
 
 NS = 1_000_000_000

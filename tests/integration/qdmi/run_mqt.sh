@@ -1,6 +1,6 @@
 #!/bin/sh
 # run_mqt.sh QDMI_VENV SDK_VENV SCRIPT [ARGS...]: run SCRIPT where mqt.core
-# (QDMI_VENV, made at configure time by tools/qdmi/venv.sh) can be imported,
+# (QDMI_VENV, made at configure time by tools/integrations/qdmi/venv.sh) can be imported,
 # with Qiskit too when the SDK venv (tests/integration/qiskit's sdk_venv
 # fixture) is there: its python, and QDMI_VENV's site-packages on the path
 # (both venvs come from the same python3).  Without the SDK venv, QDMI_VENV's

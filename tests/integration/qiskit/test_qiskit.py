@@ -19,9 +19,9 @@ executing OpenQASM 3) + the Qiskit backend qrtd_qiskit.
      compute node has it; a munged of the test's own): the backend
      authenticates with MUNGE and runs a job; munged missing is said so.
 
-Behaviour only, never timings.  Runs in build/venv (tools/python/sdk_venv.sh).
+Behaviour only, never timings.  Runs in build/venv (tools/integrations/qiskit/sdk_venv.sh).
 As root qrtd runs the deployed way (user qrtd, from the shipped sysusers.d).
-Environment: QRTD, QPU_AER (tools/qpu-aer/qpu_aer.py), QRT_E2E_DIR.
+Environment: QRTD, QPU_AER (tools/endpoints/qpu-aer/qpu_aer.py), QRT_E2E_DIR.
 """
 
 import base64
@@ -385,7 +385,7 @@ class Qiskit(unittest.TestCase):
 
     def test_over_the_network_listener_the_backend_runs_a_job(self):
         if not self.url:
-            self.skipTest("munged and mungekey are not installed (tools/quickstart/deps.sh installs munge)")
+            self.skipTest("munged and mungekey are not installed (tools/dev/deps.sh installs munge)")
         env = {"QRT_SOCKET": self.url, "QRT_MUNGE_SOCKET": self.munge_sock}
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)

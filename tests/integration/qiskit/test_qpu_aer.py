@@ -12,7 +12,7 @@ within its bound, a loop past the operation budget is refused before it
 runs, and a program that runs past its duration plus the margin is stopped,
 answered with an ERROR naming the bound, and the next job (from another
 connection) runs.
-Environment: QPU_AER (tools/qpu-aer/qpu_aer.py).
+Environment: QPU_AER (tools/endpoints/qpu-aer/qpu_aer.py).
 """
 
 import json
@@ -64,7 +64,7 @@ class QpuAerWire(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not QPU_AER:
-            raise unittest.SkipTest("QPU_AER must name tools/qpu-aer/qpu_aer.py")
+            raise unittest.SkipTest("QPU_AER must name tools/endpoints/qpu-aer/qpu_aer.py")
         cls.dir = tempfile.mkdtemp(prefix="qrt-qpu-aer-")
         cls.path = os.path.join(cls.dir, "q.sock")
         cls.summary = os.path.join(cls.dir, "s.json")

@@ -8,7 +8,7 @@ runs the new text.  It runs with bash, the shell a user pastes it into
 control does not), as user nobody (uid 65534, its own
 group only, no capabilities), from a directory whose tools/, config/ and
 build/ are this source tree's and this build tree's, as after
-`tools/quickstart/build.sh` in a checkout.  What the README promises:
+`tools/dev/build.sh` in a checkout.  What the README promises:
 
   - nothing but the block is needed: qpu-aer, `qrtd run` and the Qiskit
     program start as that user (the state directory the block names under
@@ -80,7 +80,7 @@ def main():
         # could not make another in this build tree as nobody.
         skip(f"{venv_python} does not run as {NOBODY} (it is {os.path.realpath(venv_python)}): make the venv "
              "from an interpreter every user can run, e.g. rm -r build/venv; "
-             "QRT_PYTHON=/usr/bin/python3 tools/python/sdk_venv.sh build")
+             "QRT_PYTHON=/usr/bin/python3 tools/integrations/qiskit/sdk_venv.sh build")
 
     # A checkout as the user has it: tools/ and config/ of this source tree,
     # build/ this build tree (which need not be SOURCE/build).

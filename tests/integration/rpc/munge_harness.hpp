@@ -333,7 +333,7 @@ class munge_listener : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         if (which("munged").empty() || which("mungekey").empty()) {
-            skip_reason = "munged or mungekey is not installed (tools/quickstart/deps.sh installs munge)";
+            skip_reason = "munged or mungekey is not installed (tools/dev/deps.sh installs munge)";
             return;
         }
         dir = fs::temp_directory_path() / fmt::format("qrt-munge-{}", ::getpid());

@@ -354,7 +354,7 @@ TEST_F(munge_listener, the_c_library_and_qrtctl_speak_tcp_from_qrt_socket) {
 
 namespace {
 
-// The Python client (tools/python/qrt_client.py) over tcp://: a good
+// The Python client (tools/clients/python/src/qrt_client/__init__.py) over tcp://: a good
 // credential is served; munged not running is said so (munge_error, 23);
 // another key is the agent's refusal (unauthenticated/invalid, 22).
 TEST_F(munge_listener, the_python_client_speaks_tcp_with_munge) {

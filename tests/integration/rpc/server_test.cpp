@@ -1763,7 +1763,7 @@ TEST(rpc_tenants, a_tenant_booking_as_fast_as_it_can_leaves_the_near_term_to_the
     EXPECT_LT(start - t0, 600 * s_ns) << "the other tenant's earliest slot is past the near term";
 }
 
-// tenants.delegates: the Kubernetes driver (tools/k8s) books on_behalf_of a
+// tenants.delegates: the Kubernetes driver (tools/integrations/k8s) books on_behalf_of a
 // namespace, whose quotas are its own and not the driver's.
 TEST(rpc_tenants, a_delegate_books_on_behalf_of_a_namespace_under_that_namespaces_quotas) {
     rpc::tenant_policy p;

@@ -17,7 +17,7 @@ daemon is the one exercised:
 
 Only the processes this test started are signalled, by pid.  Skips (77)
 naming why when munged, mungekey or a binary is missing.
-Environment: QRTD, QPU_SIM, QRTCTL, PYTHONPATH (tools/python).
+Environment: QRTD, QPU_SIM, QRTCTL, PYTHONPATH (tools/clients/python/src).
 """
 
 import json
@@ -310,7 +310,7 @@ class Listen(unittest.TestCase):
 if __name__ == "__main__":
     missing = [n for n in ("munged", "mungekey") if not which(n)]
     if missing:
-        print(f"SKIP: {' and '.join(missing)} not installed (tools/quickstart/deps.sh installs munge)")
+        print(f"SKIP: {' and '.join(missing)} not installed (tools/dev/deps.sh installs munge)")
         sys.exit(77)
     if not (QRTD and QPU_SIM and QRTCTL):
         print("SKIP: QRTD, QPU_SIM and QRTCTL must name the binaries")

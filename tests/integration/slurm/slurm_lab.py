@@ -20,7 +20,7 @@ in each v1 hierarchy, or under the v2 root) are removed when they did not
 exist before.  Nothing here signals a process it did not start.
 
 Environment: QRTD, QPU_SIM, QRTCTL, SPANK_QRT, JOB_EXAMPLE (binaries),
-QRT_SLURM_TOOLS (tools/slurm), QRT_PYTHON_DIR (tools/python).
+QRT_SLURM_TOOLS (tools/integrations/slurm), QRT_PYTHON_DIR (tools/clients/python/src).
 """
 
 import grp
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/python")))
+sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/clients/python/src")))
 import qrt_client  # noqa: E402
 
 CLUSTER = "qrtlab"
@@ -52,7 +52,7 @@ def why_not_here():
     missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
     if missing:
         return ("not installed: " + ", ".join(missing) +
-                " (tools/quickstart/deps.sh installs slurmctld slurmd slurm-client munge)")
+                " (tools/dev/deps.sh installs slurmctld slurmd slurm-client munge)")
     for var in ("QRTD", "QPU_SIM", "QRTCTL"):
         if not os.environ.get(var):
             return f"{var} must name the built binary"

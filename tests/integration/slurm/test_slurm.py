@@ -29,7 +29,7 @@ run as user nobody.
   9. --gres=qpu:N runs where the node has N QPUs, and is refused beyond.
  10. without SPANK, qrt-slurm-prolog as Prolog/TaskProlog/Epilog gives a
      job the same slot and QRT_* variables, idempotently, keyed by job id.
- 11. the README's example batch script (tools/slurm/job.sbatch) runs as written.
+ 11. the README's example batch script (tools/integrations/slurm/job.sbatch) runs as written.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 Slurm, munge, root or the plugin are missing.

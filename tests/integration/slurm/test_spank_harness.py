@@ -46,7 +46,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__),
-                                                                 "../../../tools/python")))
+                                                                 "../../../tools/clients/python/src")))
 import qrt_client  # noqa: E402
 
 SKIP = 77
@@ -198,6 +198,17 @@ class SpankHarness(unittest.TestCase):
             os.mkdir(os.path.join(cls.dir, sub), 0o755)
             os.chown(os.path.join(cls.dir, sub), owner.pw_uid, owner.pw_gid)
         os.chown(cls.dir, owner.pw_uid, owner.pw_gid)
+        # The tenants run the client as users of their own, who may not
+        # search the source tree (CI's clone is 0700, opened by ACL to nobody
+        # and qrtd alone): they import a copy in the test's directory.
+        cls.pydir = os.path.join(cls.dir, "py")
+        shutil.copytree(os.path.dirname(os.path.abspath(qrt_client.__file__)),
+                        os.path.join(cls.pydir, "qrt_client"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for root, dirs, files in os.walk(cls.pydir):
+            os.chmod(root, 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
         cls.sock = os.path.join(cls.dir, "qrtd.sock")
         cls.cfg = os.path.join(cls.dir, "qrtd.toml")
         as_daemon = ["setpriv", "--reuid", DAEMON_USER, "--regid", "nogroup", "--clear-groups"]
@@ -288,7 +299,7 @@ class SpankHarness(unittest.TestCase):
 
     def as_tenant(self, user, method, **args):
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "QRT_PYTHON_DIR": os.path.dirname(os.path.abspath(qrt_client.__file__)),
+               "QRT_PYTHON_DIR": self.pydir,
                "PYTHONDONTWRITEBYTECODE": "1"}
         r = subprocess.run(["setpriv", "--reuid", user.pw_name, "--regid", str(user.pw_gid),
                             "--init-groups", sys.executable, "-c", AS_TENANT, self.sock, method,

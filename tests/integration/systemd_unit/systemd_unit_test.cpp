@@ -111,9 +111,9 @@ TEST_F(installed, puts_every_file_where_debian_expects_it) {
                           "usr/share/qrtd/profiles/two-qpus.toml", "usr/share/man/man8/qrtd.8",
                           "usr/share/man/man5/qrtd.toml.5", "usr/share/qrtd/qpu-line3.toml",
                           "usr/bin/qpu-aer", "usr/share/man/man1/qpu-aer.1",
-                          "usr/share/qrtd/python/requirements-sdk.txt", "usr/share/qrtd/python/pyproject.toml",
-                          "usr/share/qrtd/python/qrtd_qiskit/pyproject.toml",
-                          "usr/share/qrtd/python/qrtd_qiskit/src/qrtd_qiskit/backend.py"}) {
+                          "usr/share/qrtd/python/requirements-sdk.txt", "usr/share/qrtd/python/qrt-client/pyproject.toml",
+                          "usr/share/qrtd/python/qrtd-qiskit/pyproject.toml",
+                          "usr/share/qrtd/python/qrtd-qiskit/src/qrtd_qiskit/backend.py"}) {
         EXPECT_TRUE(fs::exists(_root / p)) << p;
     }
     EXPECT_EQ(::access((_root / "usr/sbin/qrtd").c_str(), X_OK), 0);

@@ -30,7 +30,7 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/python")))
+sys.path.insert(0, os.environ.get("QRT_PYTHON_DIR", os.path.join(os.path.dirname(__file__), "../../../tools/clients/python/src")))
 import qrt_client  # noqa: E402
 
 QRTD = os.environ.get("QRTD", "")
@@ -149,7 +149,7 @@ class Promtool(Agent):
     def test_promtool_accepts_the_daemons_real_metrics(self):
         promtool = shutil.which("promtool")
         if promtool is None:
-            self.skipTest("promtool not found (Debian: apt install prometheus; tools/quickstart/deps.sh)")
+            self.skipTest("promtool not found (Debian: apt install prometheus; tools/dev/deps.sh)")
         c, status = self.start_qrtd()
         # Some intrusions and outliers first, so those families are in the text.
         if status["probes"].startswith("available"):

@@ -9,7 +9,7 @@
 #
 #   --base-only  build (or find) the cached base root and stop
 #   --debs DIR   the qrtd .debs (default: ./build-deb, from
-#                tools/package/build-deb.sh)
+#                tools/dev/package/build-deb.sh)
 #
 # Two cache levels in /var/cache/qrtd-vmhost (QRT_VMHOST_CACHE):
 #   base/        debootstrap + both kernels + systemd + qrtd's runtime
@@ -45,7 +45,7 @@ qrtd_deb=
 if [ "$base_only" = 0 ]; then
   qrtd_deb=$(ls "$debs"/qrtd_*_amd64.deb 2>/dev/null | head -1 || true)
   if [ -z "$qrtd_deb" ]; then
-    echo "build-image: no qrtd_*_amd64.deb in $debs: run tools/package/build-deb.sh" >&2
+    echo "build-image: no qrtd_*_amd64.deb in $debs: run tools/dev/package/build-deb.sh" >&2
     exit 2
   fi
 fi
@@ -152,7 +152,7 @@ fi
 # The image: the base, the current .debs and the guest side of the test.
 key=$( (cat "$base/.complete" "$debs"/qrtd_*_amd64.deb "$debs"/libqrt-client1_*_amd64.deb
         find "$vmdir/guest" -type f | sort | xargs cat
-        cat "$here/tools/quickstart/demo_client.py") | sha256sum | cut -c1-16)
+        cat "$here/tools/dev/demo_client.py") | sha256sum | cut -c1-16)
 image=$cache/qrtd-$key.img
 for old in "$cache"/qrtd-*.img; do
   if [ "$old" != "$image" ]; then rm -f "$old"; fi

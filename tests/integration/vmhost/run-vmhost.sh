@@ -9,7 +9,7 @@
 #       [--flavour rt|stock|both] [--logs DIR] [--shell]
 #
 #   --build-dir DIR  build the .debs from this CMake build tree first
-#                    (tools/package/build-deb.sh --build-dir DIR)
+#                    (tools/dev/package/build-deb.sh --build-dir DIR)
 #   --debs DIR       use the .debs already in DIR (default ./build-deb)
 #   --flavour F      rt, stock or both (default both)
 #   --logs DIR       serial console logs and the guest's results go here
@@ -56,7 +56,7 @@ if [ "$(id -u)" -ne 0 ]; then
   skip "needs root (debootstrap and chroot build the image)"
 fi
 # qemu-system-x86 and debootstrap from Debian's apt when missing (they are
-# in tools/quickstart/deps.sh's set too); mkfs.ext4 is e2fsprogs.
+# in tools/dev/deps.sh's set too); mkfs.ext4 is e2fsprogs.
 want=
 command -v qemu-system-x86_64 >/dev/null 2>&1 || want="$want qemu-system-x86"
 command -v debootstrap >/dev/null 2>&1 || want="$want debootstrap"
@@ -64,7 +64,7 @@ if [ -n "$want" ]; then
   say "installing$want"
   # shellcheck disable=SC2086  # a list of names
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $want >/dev/null 2>&1 ||
-    skip "$want missing and apt-get install failed (tools/quickstart/deps.sh installs them)"
+    skip "$want missing and apt-get install failed (tools/dev/deps.sh installs them)"
 fi
 for tool in qemu-system-x86_64 debootstrap mkfs.ext4 tar; do
   command -v "$tool" >/dev/null 2>&1 || skip "$tool not installed"
@@ -87,19 +87,19 @@ trap 'exit 130' INT TERM
 
 # ---- the .debs
 if [ -n "$build_dir" ]; then
-  for f in agent/qrtd tools/qrtctl/qrtctl tools/qpu-sim/qpu-sim tools/slurm/spank_qrt.so; do
+  for f in agent/qrtd tools/operator/qrtctl/qrtctl tools/endpoints/qpu-sim/qpu-sim tools/integrations/slurm/spank_qrt.so; do
     [ -e "$build_dir/$f" ] || skip "$build_dir/$f not built (the .debs need it; spank_qrt.so needs libslurm-dev)"
   done
   say "building the .debs from $build_dir"
   start=$(date +%s)
   rc=0
-  DEB_BUILD_OPTIONS=noddebs QRT_JOBS=1 QRT_DEB_NO_APT=1 "$here/tools/package/build-deb.sh" \
+  DEB_BUILD_OPTIONS=noddebs QRT_JOBS=1 QRT_DEB_NO_APT=1 "$here/tools/dev/package/build-deb.sh" \
     --build-dir "$build_dir" --out "$work/debs" --no-lintian >"$logs/build-deb.log" 2>&1 || rc=$?
   if [ "$rc" -eq 3 ]; then
     skip "the .debs cannot be built here: $(tail -2 "$logs/build-deb.log" | tr '\n' ' ')"
   elif [ "$rc" -ne 0 ]; then
     tail -30 "$logs/build-deb.log"
-    echo "FAIL: tools/package/build-deb.sh --build-dir $build_dir (exit $rc; $logs/build-deb.log)"
+    echo "FAIL: tools/dev/package/build-deb.sh --build-dir $build_dir (exit $rc; $logs/build-deb.log)"
     exit 1
   fi
   say ".debs built in $(( $(date +%s) - start )) s"

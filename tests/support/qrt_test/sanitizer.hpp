@@ -1,5 +1,5 @@
 #pragma once
-// Whether this test program was built with a sanitizer (tools/quickstart/
+// Whether this test program was built with a sanitizer (tools/dev/
 // sanitizers.sh: -DQRT_SANITIZE for ASan+UBSan, -DQRT_SANITIZE_THREAD for
 // TSan), for the tests that must know: a check the sanitizer makes
 // meaningless (mlockall, operator new), or a workload sized for the plain

@@ -45,15 +45,36 @@ TEST(calibration_guard, a_job_at_the_boundary_of_back_to_back_windows_belongs_to
     guard_input g = on_time();
     g.current_calibration_id = 7;
     g.next_calibration_id = 8;
-    g.calibration_switch_ns = g.deadline_ns;  // the next window starts at T
+    g.scheduled_rt_ns = 1'700'000'000'000'000'000;
+    g.calibration_switch_rt_ns = g.scheduled_rt_ns;  // the next window starts at T
     g.job_calibration_id = 8;
     EXPECT_EQ(check_before_send(g), dispatch_status::sent) << "the switch timer has not fired yet";
     g.job_calibration_id = 7;
     EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed) << "T is in the next window";
-    g.calibration_switch_ns = g.deadline_ns + 1;  // T still inside the current window
+    g.calibration_switch_rt_ns = g.scheduled_rt_ns + 1;  // T still inside the current window
     EXPECT_EQ(check_before_send(g), dispatch_status::sent);
     g.job_calibration_id = 8;
     EXPECT_EQ(check_before_send(g), dispatch_status::calibration_changed);
+}
+
+// A job re-placed at the very start of the next window: its monotonic
+// deadline was converted when it was handed over, the switch when the
+// calibration changed, each with the time base of its moment, and they may
+// differ by the base's sampling error.  The windows are realtime, and so is
+// the decision: the job belongs to the next window (the end-to-end race test
+// once saw it refused "placed in calibration 1022, the window at start is
+// 1021").
+TEST(calibration_guard, a_job_at_the_switch_belongs_to_the_next_window_whatever_its_monotonic_deadline) {
+    guard_input g = on_time();
+    g.current_calibration_id = 1021;
+    g.next_calibration_id = 1022;
+    g.job_calibration_id = 1022;
+    g.scheduled_rt_ns = 1'796'671'614'858'806'514;
+    g.calibration_switch_rt_ns = g.scheduled_rt_ns;
+    for (const std::int64_t skew : {-40, -1, 0, 1, 40}) {  // ns between the two conversions
+        g.deadline_ns = on_time().deadline_ns + skew;
+        EXPECT_EQ(check_before_send(g), dispatch_status::sent) << "skew " << skew;
+    }
 }
 
 TEST(missed, start_passed_beyond_tolerance_is_missed_never_sent) {

@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 SRC = os.environ.get("QRT_SOURCE_DIR") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../../.."))
-QUICKSTART = os.path.join(SRC, "tools", "quickstart")
+QUICKSTART = os.path.join(SRC, "tools", "dev")
 OWNER_CHANGES = re.compile(r"(^|[;&|(]\s*|\s)(chmod|chgrp|chown|setfacl)\s")
 
 

@@ -1,4 +1,4 @@
-// spank_qrt's core (tools/slurm/qrt_slurm.c): what a user types after
+// spank_qrt's core (tools/integrations/slurm/qrt_slurm.c): what a user types after
 // --qpu-*, what the plugin then asks qrtd for, and what a user reads when
 // it fails.  Each case says what it expected and what came back.
 

@@ -346,7 +346,7 @@ public:
     struct calibration_plan {
         std::uint64_t current = 0;
         std::uint64_t next = 0;
-        std::int64_t switch_mono_ns = INT64_MAX;
+        std::int64_t switch_rt_ns = INT64_MAX;  // realtime, as the ledger placed the windows
         bool consistent = true;  // false: no clean read within max_tries
     };
     // max_tries bounds the seqlock retries (the RT thread must not spin on
@@ -530,7 +530,7 @@ private:
     std::atomic<std::uint32_t> _cal_seq{0};
     std::atomic<std::uint64_t> _cal_current{0};
     std::atomic<std::uint64_t> _cal_next{0};
-    std::atomic<std::int64_t> _cal_switch_mono_ns{INT64_MAX};
+    std::atomic<std::int64_t> _cal_switch_rt_ns{INT64_MAX};
     std::atomic<std::int64_t> _lead_ns_pub{0};
     std::atomic<int> _setup_done{0};  // 0 pending, 1 ok, -errno failed (start() waits)
     std::string _setup_error;         // written by the thread before _setup_done

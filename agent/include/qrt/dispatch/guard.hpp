@@ -1,6 +1,7 @@
 #pragma once
 // The checks made just before a job is sent (pure functions, so the rules
-// are unit-tested apart from the thread).  All times CLOCK_MONOTONIC ns.
+// are unit-tested apart from the thread).  Times CLOCK_MONOTONIC ns, but for
+// the calibration windows', which are realtime as the ledger placed them.
 
 #include <cstdint>
 
@@ -25,8 +26,12 @@ struct guard_input {
     // The window that starts exactly where the current one ends (pushed
     // back-to-back windows, or blackout_ns = 0): a job whose T is at or after
     // the switch belongs to it, even before the housekeeping side switched.
+    // Both in realtime, as the ledger placed the job and the window: a job
+    // placed at the very start of the next window belongs to it whatever
+    // time base its monotonic deadline and the switch were converted with.
     std::uint64_t next_calibration_id = 0;
-    std::int64_t calibration_switch_ns = INT64_MAX;  // monotonic
+    std::int64_t scheduled_rt_ns = 0;                   // T, realtime
+    std::int64_t calibration_switch_rt_ns = INT64_MAX;  // realtime
     bool endpoint_up = false;
 };
 
@@ -37,8 +42,8 @@ constexpr dispatch_status check_before_send(const guard_input& in) noexcept {
     if (in.now_ns - in.deadline_ns > in.tolerance_ns) {
         return dispatch_status::missed;
     }
-    const std::uint64_t expected = in.deadline_ns >= in.calibration_switch_ns ? in.next_calibration_id
-                                                                              : in.current_calibration_id;
+    const std::uint64_t expected = in.scheduled_rt_ns >= in.calibration_switch_rt_ns ? in.next_calibration_id
+                                                                                     : in.current_calibration_id;
     if (in.current_calibration_id != 0 && in.job_calibration_id != expected) {
         return dispatch_status::calibration_changed;
     }

@@ -18,7 +18,7 @@ install -m 0644 "$guest/qrtd-vmhost.conf" "$root/etc/systemd/system/qrtd.service
 install -m 0644 "$guest/qrt-vmhost-qpusim.service" "$guest/qrt-vmhost-test.service" "$root/etc/systemd/system/"
 install -d "$root/usr/local/lib/qrt-vmhost"
 install -m 0755 "$guest/runner.py" "$root/usr/local/lib/qrt-vmhost/runner.py"
-install -m 0755 "$src/tools/quickstart/demo_client.py" "$root/usr/local/lib/qrt-vmhost/demo_client.py"
+install -m 0755 "$src/tools/dev/demo_client.py" "$root/usr/local/lib/qrt-vmhost/demo_client.py"
 chroot "$root" /bin/sh -ec '
   id alice >/dev/null 2>&1 || useradd -m -G qrt alice
   id bob >/dev/null 2>&1 || useradd -m bob

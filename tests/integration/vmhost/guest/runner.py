@@ -28,7 +28,7 @@ import tarfile
 import time
 import traceback
 
-sys.path.insert(0, "/usr/share/qrtd/python")
+sys.path.insert(0, "/usr/share/qrtd/python/qrt-client/src")
 import qrt_client  # noqa: E402  (shipped by the qrtd package)
 
 MARK = "QRT-VMHOST"
@@ -164,7 +164,7 @@ def journal(since, unit="qrtd.service"):
 
 def client_as(user, code, timeout=240):
     """Run python code as user with qrt_client importable; return (rc, output)."""
-    return sh(["runuser", "-u", user, "--", "env", "PYTHONPATH=/usr/share/qrtd/python",
+    return sh(["runuser", "-u", user, "--", "env", "PYTHONPATH=/usr/share/qrtd/python/qrt-client/src",
                "python3", "-c", code], timeout=timeout)
 
 
@@ -433,7 +433,7 @@ def c_ebpf_load():
 
 
 def c_jobs():
-    rc, out = sh(["runuser", "-u", MEMBER, "--", "env", "PYTHONPATH=/usr/share/qrtd/python",
+    rc, out = sh(["runuser", "-u", MEMBER, "--", "env", "PYTHONPATH=/usr/share/qrtd/python/qrt-client/src",
                   "python3", os.path.join(HERE, "demo_client.py"), "--socket", SOCK, "--jobs", "40",
                   "--spacing-ms", "20", "--lead-in-ms", "5000", "--connect-timeout-s", "60", "--json"],
                  timeout=600)

@@ -13,7 +13,7 @@
 // or an rpc.listen_aliases entry.  So a credential made for a listener the
 // client was steered to (a relay, a squatted port, a wrong QRT_SOCKET)
 // opens no other qrtd of the realm, although the relay passes it the real
-// qrtd's challenge.  The Python client (tools/python/qrt_client.py) writes
+// qrtd's challenge.  The Python client (tools/clients/python/src/qrt_client/__init__.py) writes
 // the same text.
 
 #include <arpa/inet.h>
