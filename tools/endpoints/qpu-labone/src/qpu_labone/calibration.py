@@ -3,8 +3,10 @@ serialization (laboneq.serializers: to_json / from_json).
 
 Layout (one directory per QPU, one per calibration id, decimal):
 
-    <root>/<qpu>/<calibration_id>/qpu.json            the QPU: its Transmon qubits and their parameters
-    <root>/<qpu>/<calibration_id>/device_setup.json   the DeviceSetup: instruments, Data Server, wiring
+    <root>/<qpu>/<calibration_id>/qpu.json   the QPU: its Transmon qubits and their parameters
+
+The DeviceSetup (instruments, Data Server, wiring) is the lab's, not a
+calibration's: the endpoint is given it at start (README).
 
 The default root is /var/lib/qrtd-calibration.  The calibration service
 writes a set (write_set: a temporary directory beside it, fsync, one
@@ -37,7 +39,6 @@ from .handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 QPU_FILE = "qpu.json"
-SETUP_FILE = "device_setup.json"
 CLASS_PREFIXES = ("laboneq.", "qpu_labone.")
 MAX_CACHED = 8
 
@@ -46,7 +47,6 @@ MAX_CACHED = 8
 class CalibrationSet:
     calibration_id: int
     qpu: Any            # laboneq.dsl.quantum.QPU
-    setup: Any          # laboneq.dsl.device.DeviceSetup
     qubits: list[Any]   # its Transmon qubits, in order
 
     def threshold(self, q: int) -> tuple[float, float]:
@@ -80,18 +80,17 @@ def _read(path: Path) -> bytes:
     return data
 
 
-def _build(calibration_id: int, qpu_json: bytes, setup_json: bytes, where: Path) -> CalibrationSet:
+def _build(calibration_id: int, qpu_json: bytes, where: Path) -> CalibrationSet:
     from laboneq.serializers import from_json
 
     qpu = from_json(qpu_json)
-    setup = from_json(setup_json)
     qubits = list(qpu.quantum_elements)
     for i, q in enumerate(qubits):
         missing = [k for k in ("amplitude_pi", "pulse_length", "readout_amplitude", "readout_length",
                                "reset_delay_length") if k not in q.parameters.custom]
         if missing:
             raise CalibrationError(f"{where}: qubit {i} ({q.uid}) lacks {', '.join(missing)}")
-    return CalibrationSet(calibration_id, qpu, setup, qubits)
+    return CalibrationSet(calibration_id, qpu, qubits)
 
 
 class CalibrationStore:
@@ -104,11 +103,11 @@ class CalibrationStore:
             self._cache.move_to_end(calibration_id)
             return self._cache[calibration_id]
         where = self.dir / str(calibration_id)
-        if calibration_id <= 0 or not (where / QPU_FILE).is_file() or not (where / SETUP_FILE).is_file():
+        if calibration_id <= 0 or not (where / QPU_FILE).is_file():
             raise ArmRefused(STAGE_COMPILE, CALIBRATION_UNKNOWN,
-                             f"no calibration set {calibration_id} in {self.dir} ({QPU_FILE} and {SETUP_FILE})")
+                             f"no calibration set {calibration_id} in {self.dir} ({QPU_FILE})")
         try:
-            cal = _build(calibration_id, _read(where / QPU_FILE), _read(where / SETUP_FILE), where)
+            cal = _build(calibration_id, _read(where / QPU_FILE), where)
         except (OSError, ValueError, TypeError, KeyError) as e:
             raise ArmRefused(STAGE_COMPILE, CALIBRATION_UNKNOWN, f"calibration set {calibration_id}: {e}") from None
         self._cache[calibration_id] = cal
@@ -117,8 +116,8 @@ class CalibrationStore:
         return cal
 
 
-def write_set(root: Path | str, qpu_name: str, calibration_id: int, qpu: Any, setup: Any) -> Path:
-    """Write a calibration set from a LabOne Q QPU and DeviceSetup (for the
+def write_set(root: Path | str, qpu_name: str, calibration_id: int, qpu: Any) -> Path:
+    """Write a calibration set from a LabOne Q QPU (for the
     calibration service); whole or not at all, never over an existing id."""
     from laboneq.serializers import to_json
 
@@ -126,8 +125,8 @@ def write_set(root: Path | str, qpu_name: str, calibration_id: int, qpu: Any, se
         raise CalibrationError(f"calibration id {calibration_id!r} is not a positive integer")
     qdir = Path(root) / qpu_name
     final = qdir / str(calibration_id)
-    blobs = {QPU_FILE: to_json(qpu), SETUP_FILE: to_json(setup)}
-    _build(calibration_id, blobs[QPU_FILE], blobs[SETUP_FILE], final)
+    blobs = {QPU_FILE: to_json(qpu)}
+    _build(calibration_id, blobs[QPU_FILE], final)
     if final.exists():
         raise CalibrationError(f"{final} exists: a calibration set is never changed; write a new id")
     qdir.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -173,9 +172,9 @@ def example(
     for i, q in enumerate(qubits):
         p = q.parameters
         p.resonance_frequency_ge = f_ge[i]
-        p.drive_lo_frequency = 4.2e9 if f_ge[i] < 4.4e9 else 4.6e9
+        p.drive_lo_frequency = 4.2e9 if f_ge[i] < 4.4e9 else 4.6e9  # 200 MHz grid
         p.readout_resonator_frequency = f_ro[i]
-        p.readout_lo_frequency = 6.1e9
+        p.readout_lo_frequency = 6.2e9
         p.custom.update({"amplitude_pi": amplitude_pi[i], "pulse_length": 40e-9, "readout_amplitude": 0.5,
                          "readout_length": 1e-6, "reset_delay_length": 100e-6,
                          "readout_threshold": thresholds[i], "readout_rotation_deg": 0.0})

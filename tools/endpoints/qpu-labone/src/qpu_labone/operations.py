@@ -103,7 +103,8 @@ class QrtOperations(QuantumOperations):
         pulse = dsl.create_pulse({"function": "const", "amplitude": c["readout_amplitude"],
                                   "length": c["readout_length"]}, name="readout")
         dsl.measure(measure_signal=q.signals["measure"], measure_pulse=pulse, handle=handle,
-                    acquire_signal=q.signals["acquire"], integration_length=c["readout_length"])
+                    acquire_signal=q.signals["acquire"], integration_length=c["readout_length"],
+                    reset_delay=c["reset_delay_length"])
 
     @dsl.quantum_operation
     def reset(self, q: Transmon) -> None:

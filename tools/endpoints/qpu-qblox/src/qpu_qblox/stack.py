@@ -93,6 +93,14 @@ class QbloxStack:
         self._fired: dict[int, _Job] = {}
         self._start = cluster.start_sequencer
 
+    def close(self) -> None:
+        """Release the driver objects (qcodes instruments are named, once)."""
+        for inst in (self.component, self.cluster):
+            try:
+                inst.close()
+            except Exception:  # noqa: S110 -- already closed
+                pass
+
     # ------------------------------------------------------------ interface
 
     def capabilities(self) -> dict[str, Any]:
@@ -273,6 +281,7 @@ class QbloxStack:
         try:
             for slot, seq in job.sequencers:
                 self.cluster.arm_sequencer(slot, seq)
+                job.times[f"arm module{slot}.seq{seq}"] = _ns()
             for slot, seq in job.sequencers:
                 st = self.cluster.get_sequencer_status(slot, seq)
                 if st.state is not SequencerStates.ARMED:
