@@ -3,6 +3,7 @@ import pytest
 from qpu_qblox import calibration, dummy
 from qpu_qblox.stack import QbloxStack
 
+
 @pytest.fixture
 def lab(tmp_path, monkeypatch):
     # the dummy's assembler (the bundled one) writes tmp.q1asm in the cwd

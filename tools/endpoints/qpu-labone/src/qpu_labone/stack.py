@@ -198,7 +198,7 @@ class LabOneStack:
             self.health()
         except InstrumentUnreachable as e:
             raise ArmRefused(STAGE_UPLOAD, INSTRUMENT_UNREACHABLE, str(e)) from None
-        from laboneq.openqasm3 import MultiProgramOptions, OpenQASMTranspiler, OpenQasmException
+        from laboneq.openqasm3 import MultiProgramOptions, OpenQasmException, OpenQASMTranspiler
         from laboneq.simple import AcquisitionType, AveragingMode
 
         t0 = time.perf_counter_ns()

@@ -64,7 +64,7 @@ def _set_sequencer_program(self: Any, cmd_params: list[Any], cmd_args: list[Any]
 
 
 if ASSEMBLER != "qblox q1asm":
-    ModuleDummyTransport._set_sequencer_program = _set_sequencer_program  # type: ignore[method-assign]
+    ModuleDummyTransport._set_sequencer_program = _set_sequencer_program
 
 
 def dummy_cluster(name: str, modules: dict[int, str]) -> Cluster:
@@ -76,6 +76,6 @@ def dummy_cluster(name: str, modules: dict[int, str]) -> Cluster:
 def uploaded_program(cluster: Cluster, slot: int, sequencer: int) -> str | None:
     """The Q1ASM the dummy module in `slot` holds for `sequencer` (only with
     the q1simulator stand-in; None otherwise)."""
-    transport = cluster._transport._modules[str(slot)]  # type: ignore[attr-defined]
+    transport = cluster._transport._modules[str(slot)]
     programs: dict[int, str] = transport.__dict__.get("qrt_programs", {})
     return programs.get(sequencer)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import openqasm3
 from openqasm3 import ast
@@ -132,7 +133,7 @@ class _Reader:
                 return a / b
         raise self.refuse(e, PROGRAM_INVALID, "only constant angle expressions of numbers and pi are taken")
 
-    def index(self, e: ast.Expression) -> int:
+    def index(self, e: Any) -> int:
         v = self.value(e)
         if v != int(v) or v < 0:
             raise self.refuse(e, PROGRAM_INVALID, f"index {v} is not a whole number")
@@ -141,7 +142,7 @@ class _Reader:
     def size(self, e: ast.Expression | None) -> int:
         return 1 if e is None else self.index(e)
 
-    def qubits(self, ref: ast.Expression) -> list[int]:
+    def qubits(self, ref: Any) -> list[int]:
         """The physical qubits `ref` names (a register broadcasts)."""
         if isinstance(ref, ast.Identifier):
             name = ref.name
@@ -167,11 +168,11 @@ class _Reader:
 
     def check_qubit(self, node: ast.QASMNode, q: int) -> int:
         if q >= self.device_qubits:
-            raise self.refuse(node, QUBIT_OUT_OF_RANGE,
-                              f"physical qubit {q} is outside this device's {self.device_qubits} qubits (q0..q{self.device_qubits - 1})")
+            raise self.refuse(node, QUBIT_OUT_OF_RANGE, f"physical qubit {q} is outside this device's "
+                              f"{self.device_qubits} qubits (q0..q{self.device_qubits - 1})")
         return q
 
-    def clbits(self, ref: ast.Expression) -> list[int]:
+    def clbits(self, ref: Any) -> list[int]:
         if isinstance(ref, ast.Identifier) and ref.name in self.cregs:
             base, n = self.cregs[ref.name]
             return [base + i for i in range(n)]
@@ -190,7 +191,7 @@ class _Reader:
             self.check_qubit(node, q)
             self.c.qubits_used.add(q)
 
-    def statement(self, s: ast.Statement) -> None:
+    def statement(self, s: Any) -> None:
         if isinstance(s, ast.Include):
             if s.filename != "stdgates.inc":
                 raise self.refuse(s, PROGRAM_INVALID, f'only "stdgates.inc" may be included, not "{s.filename}"', STAGE_PARSE)
