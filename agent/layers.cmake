@@ -19,7 +19,8 @@
 # a new library is placed on purpose.  tests/unit/layers pins this order.
 set(QRT_LAYER_ORDER
   rtcore                          # host primitives: no QPU, no socket
-  qrt_bpf,qrt_log                 # the probes' loaders; logging
+  qrt_bpf,qrt_log,qrt_proto       # the probes' loaders; logging; the protocol's
+                                  # table, wire codec and endpoint addresses
   qrt_event_loop,qrt_telemetry    # the housekeeping loop; histograms, metrics
   qrt_timeline,qrt_dispatch       # the ledger; the RT dispatcher and QPU link
   qrt_config,qrt_handover,qrt_rpc # the option table; the pump and hand-over

@@ -1,4 +1,4 @@
-// libFuzzer target for the QPU endpoint wire codec (qrt/dispatch/wire_codec.hpp,
+// libFuzzer target for the QPU endpoint wire codec (qrt/proto/wire_codec.hpp,
 // the header qrtd's QPU link, qpu-sim and the tests all use): the bytes are
 // what a QPU endpoint sends on the stream.  The first byte picks how the
 // stream is cut into recv() pieces.  Checked on every input:
@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 
 namespace {
 

@@ -530,8 +530,13 @@ class Client:
         r["result"] = base64.b64decode(r.get("result", ""), validate=True)
         return r
 
-    def jobs_cancel(self, job_id: int) -> Dict[str, Any]:
-        return self.call("jobs.cancel", {"job_id": job_id})
+    def jobs_cancel(self, job_id: int, fencing_token: Optional[int] = None) -> Dict[str, Any]:
+        """Cancel a committed job.  With fencing_token, a token that is not
+        the job's is refused (bad_fencing_token)."""
+        p: Dict[str, Any] = {"job_id": job_id}
+        if fencing_token is not None:
+            p["fencing_token"] = fencing_token
+        return self.call("jobs.cancel", p)
 
     def telemetry(self, prefix: Optional[str] = None) -> Dict[str, Any]:
         return self.call("telemetry.snapshot", {"prefix": prefix} if prefix else {})

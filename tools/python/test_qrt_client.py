@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qrt_client  # noqa: E402
 from qrt_client import Client, ClientError, RpcError  # noqa: E402
 
-ERRORS_HPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent",
-                          "include", "qrt", "rpc", "errors.hpp")
+PROTOCOL_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python", "src",
+                           "qrt_client", "protocol.py")
 
 
 class FakeAgent:
@@ -263,16 +263,13 @@ class ClientUnitTest(unittest.TestCase):
                 c.jobs_submit(b"x", duration_ns=1000)
         self.assertEqual(agent.received, [])
 
-    @unittest.skipUnless(os.path.exists(ERRORS_HPP), "agent source tree not present")
-    def test_the_reason_table_matches_the_agents_errors_hpp(self):
-        with open(ERRORS_HPP) as f:
-            text = f.read()
-        consts = {m.group(1): int(m.group(2)) for m in
-                  re.finditer(r"inline constexpr int (code_\w+) = (-?\d+);", text)}
-        rows = []
-        for m in re.finditer(r'\{"(\w+)",\s*(code_\w+|-?\d+),\s*(\d+),', text):
-            code = consts[m.group(2)] if m.group(2).startswith("code_") else int(m.group(2))
-            rows.append((m.group(1), code, int(m.group(3))))
+    @unittest.skipUnless(os.path.exists(PROTOCOL_PY), "agent source tree not present")
+    def test_the_reason_table_matches_the_generated_protocol_table(self):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("qrt_protocol", PROTOCOL_PY)
+        proto = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(proto)
+        rows = [(r.name, r.code, r.exit_code) for r in proto.REASONS if r.code is not None]
         self.assertGreater(len(rows), 20)
         self.assertEqual(rows, qrt_client.REASONS)
 

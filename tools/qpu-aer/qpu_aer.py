@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""qpu-aer: a QPU control endpoint that executes.  It speaks qrt/wire.h like
+"""qpu-aer: a QPU control endpoint that executes.  It speaks qrt/proto/wire.h like
 qpu-sim, but runs each job's OpenQASM 3 programs on qiskit-aer and answers
 with the real counts.
 
@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 VERSION = "0.1.0"
 
-# qrt/wire.h
+# qrt/proto/wire.h
 MAGIC = 0x57545251
 WIRE_VERSION = 1
 HEADER = struct.Struct("<IHBBHHIQQqqqqqqIIq")
@@ -458,7 +458,7 @@ def listen(uri: str, mode: Optional[int], gid: Optional[int]) -> Tuple[socket.so
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="qpu-aer",
-        description="A QPU control endpoint for qrtd (qrt/wire.h) that runs each job's OpenQASM 3 "
+        description="A QPU control endpoint for qrtd (qrt/proto/wire.h) that runs each job's OpenQASM 3 "
                     "programs on qiskit-aer and answers with the real counts.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Examples:\n"

@@ -1,4 +1,4 @@
-// qpu-sim: a simulated QPU control endpoint speaking the qrt/wire.h protocol.
+// qpu-sim: a simulated QPU control endpoint speaking the qrt/proto/wire.h protocol.
 //
 // It timestamps each JOB on receipt (CLOCK_REALTIME), checks that the arrival
 // lies inside the job's window, "runs" the job for its duration, and answers a
@@ -32,14 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "qrt/dispatch/endpoint.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/endpoint.hpp"
+#include "qrt/proto/wire_codec.hpp"
 #include "rtcore/histogram.hpp"
 #include "rtcore/clock.hpp"
 
 namespace {
 
-using qrt::dispatch::unique_fd;
+using rtcore::unique_fd;
 namespace wire = qrt::wire;
 
 volatile sig_atomic_t g_stop = 0;
@@ -204,16 +204,16 @@ public:
             }
         }
         for (const auto& uri : _opt.listen) {
-            auto addr = qrt::dispatch::parse_endpoint(uri);
+            auto addr = qrt::proto::parse_endpoint(uri);
             if (!addr) {
                 std::fprintf(stderr, "qpu-sim: %s\n", addr.err().message.c_str());
                 return 2;
             }
-            const bool unix_socket = addr->kind == qrt::dispatch::endpoint_kind::unix_stream;
+            const bool unix_socket = addr->kind == qrt::proto::endpoint_kind::unix_stream;
             // The mode is the socket's from the moment it exists: bind
             // creates it under this umask, so nothing changes it afterwards.
             const mode_t old_umask = _opt.mode ? ::umask(static_cast<mode_t>(~*_opt.mode & 0777)) : 0;
-            auto fd = qrt::dispatch::listen_endpoint(*addr);
+            auto fd = qrt::proto::listen_endpoint(*addr);
             if (_opt.mode) {
                 ::umask(old_umask);
             }
@@ -231,7 +231,7 @@ public:
                 }
             }
             _listeners.push_back(std::move(*fd));
-            _unix_paths.push_back(addr->kind == qrt::dispatch::endpoint_kind::unix_stream ? addr->path : "");
+            _unix_paths.push_back(addr->kind == qrt::proto::endpoint_kind::unix_stream ? addr->path : "");
             std::fprintf(stderr, "qpu-sim: listening on %s\n", uri.c_str());
         }
         const std::int64_t start_mono = rtcore::monotonic_now_ns();
@@ -597,7 +597,7 @@ int print_calibration(const options& opt) {
 
 int main(int argc, char** argv) {
     options opt;
-    CLI::App app{"qpu-sim: simulated QPU control endpoint for qrtd (qrt/wire.h protocol)"};
+    CLI::App app{"qpu-sim: simulated QPU control endpoint for qrtd (qrt/proto/wire.h protocol)"};
     app.footer(
         "Examples:\n"
         "  qpu-sim --listen unix:///run/qrtd/qpu0.sock\n"

@@ -20,7 +20,7 @@
 #include "commands.hpp"
 #include "connection.hpp"
 #include "place_best.hpp"
-#include "qrt/rpc/errors.hpp"
+#include "qrt/proto/protocol.hpp"
 
 namespace qrtctl {
 
@@ -62,11 +62,13 @@ std::string main_footer() {
 std::vector<exit_row> exit_table() {
     std::vector<exit_row> rows;
     rows.push_back({0, "-", "success"});
-    for (const auto& e : qrt::client::local_exit_table) {
-        rows.push_back({e.exit_code, std::string(e.reason), std::string(e.meaning)});
+    for (const auto& e : qrt::proto::client_reasons) {
+        rows.push_back({e.exit_code, std::string(e.name), std::string(e.meaning)});
     }
-    for (const auto& e : qrt::rpc::reason_table) {
-        rows.push_back({e.exit_code, std::string(e.reason), std::string(e.meaning)});
+    for (const auto& e : qrt::proto::reasons) {
+        if (e.error) {
+            rows.push_back({e.exit_code, std::string(e.name), std::string(e.meaning)});
+        }
     }
     rows.push_back({1, "(other)", "a reason this qrtctl does not know"});
     std::stable_sort(rows.begin(), rows.end(),

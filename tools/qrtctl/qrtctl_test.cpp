@@ -9,7 +9,7 @@
 #include <regex>
 #include <sstream>
 
-#include "qrt/rpc/errors.hpp"
+#include "qrt/proto/protocol.hpp"
 #include "qrtctl.hpp"
 #include "render.hpp"
 #include "units.hpp"
@@ -126,14 +126,17 @@ TEST(qrtctl_render, values_show_in_their_units_and_maps_as_pairs) {
 
 TEST(qrtctl_exit_codes, every_reason_of_the_agent_table_is_listed_once_with_its_code) {
     const auto rows = qrtctl::exit_table();
-    for (const auto& e : qrt::rpc::reason_table) {
+    for (const auto& e : qrt::proto::reasons) {
+        if (!e.error) {
+            continue;
+        }
         const auto n = std::count_if(rows.begin(), rows.end(),
-                                     [&](const auto& r) { return r.reason == e.reason; });
-        EXPECT_EQ(n, 1) << e.reason;
+                                     [&](const auto& r) { return r.reason == e.name; });
+        EXPECT_EQ(n, 1) << e.name;
         const auto it = std::find_if(rows.begin(), rows.end(),
-                                     [&](const auto& r) { return r.reason == e.reason; });
+                                     [&](const auto& r) { return r.reason == e.name; });
         ASSERT_NE(it, rows.end());
-        EXPECT_EQ(it->exit_code, e.exit_code) << e.reason;
+        EXPECT_EQ(it->exit_code, e.exit_code) << e.name;
     }
 }
 

@@ -390,10 +390,9 @@ int qrt_slurm_config_arg(qrt_slurm_config *cfg, const char *arg, char *msg, size
 		return 0;
 	}
 	if (KEY("cluster")) {
-		if (v[0] == '\0' || copy(cfg->cluster, sizeof(cfg->cluster), v) < 0 ||
-		    strpbrk(v, ": \t") != NULL) {
+		if (!qrt_slurm_cluster_ok(v) || copy(cfg->cluster, sizeof(cfg->cluster), v) < 0) {
 			return say(msg, msg_len, -EINVAL, "plugstack.conf cluster='%s': 1 to %zu "
-				   "characters without ':' or spaces", v, sizeof(cfg->cluster) - 1);
+				   "letters, digits, '.', '_' or '-'", v, sizeof(cfg->cluster) - 1);
 		}
 		return 0;
 	}
@@ -540,9 +539,28 @@ static void step_name(uint32_t step_id, char *buf, size_t len)
 	}
 }
 
+int qrt_slurm_cluster_ok(const char *name)
+{
+	size_t n = 0;
+	for (; name[n] != '\0'; ++n) {
+		const char c = name[n];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-')) {
+			return 0;
+		}
+	}
+	return n >= 1 && n <= 63;
+}
+
 int qrt_slurm_key(const char *cluster, uint32_t job_id, uint32_t step_id, char *buf, size_t len)
 {
 	char step[16];
+	if (cluster[0] != '\0' && !qrt_slurm_cluster_ok(cluster)) {
+		if (len > 0) {
+			buf[0] = '\0';
+		}
+		return -EINVAL;
+	}
 	step_name(step_id, step, sizeof(step));
 	return put(buf, len, "slurm:%s:%" PRIu32 ".%s", cluster[0] != '\0' ? cluster : "-",
 		   job_id, step);
@@ -678,10 +696,32 @@ int qrt_slurm_state_name(uint32_t job_id, uint32_t step_id, char *buf, size_t le
 	return put(buf, len, "%" PRIu32 ".%s", job_id, step);
 }
 
+/* A state file value: no control character (a newline would start a line
+ * of its own) and none of also. */
+static int field_ok(const char *v, const char *also)
+{
+	for (const unsigned char *p = (const unsigned char *)v; *p != '\0'; ++p) {
+		if (*p < 0x20 || *p == 0x7f || strchr(also, *p) != NULL) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
 int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len)
 {
 	char ids[QRT_SLURM_MAX_GANG * 21];
 	char qpus[QRT_SLURM_MAX_GANG * 65];
+	int ok = field_ok(h->key, "");
+	for (int i = 0; i < h->n && ok; ++i) {
+		ok = field_ok(h->member[i].qpu, ",");
+	}
+	if (!ok) {
+		if (len > 0) {
+			buf[0] = '\0';
+		}
+		return -EINVAL;
+	}
 	if (qrt_slurm_ids_text(h, ids, sizeof(ids)) < 0 ||
 	    qrt_slurm_qpus_text(h, qpus, sizeof(qpus)) < 0) {
 		return -ENOSPC;
@@ -712,6 +752,7 @@ int qrt_slurm_state_parse(const char *text, qrt_slurm_held *out)
 	char line[QRT_SLURM_MAX_GANG * 65 + 32];
 	const char *p = text;
 	int have = 0;
+	int seen = 0; /* every field once: a second one is a line someone added */
 	char qpus[QRT_SLURM_MAX_GANG * 65] = "";
 	while (*p != '\0') {
 		const char *nl = strchr(p, '\n');
@@ -733,6 +774,16 @@ int qrt_slurm_state_parse(const char *text, qrt_slurm_held *out)
 		const char *k = line;
 		const char *v = eq + 1;
 		int64_t num = 0;
+		static const char *const fields[] = {"key", "ids", "qpus", "fencing_token",
+						     "start_ns", "end_ns", "lease_expires_ns"};
+		for (int f = 0; f < (int)(sizeof(fields) / sizeof(fields[0])); ++f) {
+			if (strcmp(k, fields[f]) == 0) {
+				if (seen & (1 << f)) {
+					return -EINVAL;
+				}
+				seen |= 1 << f;
+			}
+		}
 		if (strcmp(k, "key") == 0) {
 			if (copy(out->key, sizeof(out->key), v) < 0) {
 				return -EINVAL;

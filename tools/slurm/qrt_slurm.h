@@ -33,7 +33,7 @@ extern "C" {
 typedef struct qrt_slurm_config {
 	char socket[256];      /* socket=PATH; default /run/qrtd/qrtd.sock */
 	char state_dir[256];   /* state_dir=PATH; default /run/qrtd-slurm */
-	char cluster[64];      /* cluster=NAME; default: $SLURM_CLUSTER_NAME */
+	char cluster[64];      /* cluster=NAME; default: slurm.conf's ClusterName */
 	int64_t setup_margin_ns; /* setup_margin=DUR; default 2 s */
 	int64_t max_lease_ns;  /* max_lease=DUR; default 1 h (qrtd's maximum) */
 	int64_t submit_lead_ns; /* submit_lead=DUR; default 300 ms: QRT_SUBMIT_BY_NS is
@@ -146,8 +146,13 @@ int qrt_slurm_build_request(const qrt_slurm_options *o, const qrt_slurm_config *
  * key of the same job uses the reservation of the step that made it. */
 int qrt_slurm_request_text(const qrt_slurm_options *o, char *buf, size_t len);
 
+/* Whether name may be a key's cluster: 1 to 63 letters, digits, '.', '_'
+ * or '-' (what Slurm's ClusterName is), so that a key can break no line of
+ * a state file nor a field of QRT_NODE_RESERVATIONS. */
+int qrt_slurm_cluster_ok(const char *name);
 /* "slurm:<cluster>:<job>.<step>"; step is a number, "batch", "extern" or
- * "interactive".  */
+ * "interactive"; cluster "" is "-".  -EINVAL when cluster is not
+ * qrt_slurm_cluster_ok. */
 int qrt_slurm_key(const char *cluster, uint32_t job_id, uint32_t step_id, char *buf, size_t len);
 /* Whether key names a step of job_id on cluster. */
 int qrt_slurm_key_is_job(const char *key, const char *cluster, uint32_t job_id);
@@ -167,7 +172,10 @@ int qrt_slurm_cpus_overlap(const qrt_slurm_cpus *a, const qrt_slurm_cpus *b, cha
 int qrt_slurm_cpus_text(const qrt_slurm_cpus *s, char *buf, size_t len);
 
 /* The state file of one step, for the job epilog: written by root in a
- * root-owned directory, read back only from there. */
+ * root-owned directory, read back only from there.  Formatting refuses
+ * (-EINVAL) a key or QPU name with a control character (a newline would
+ * add a line of its own) or a QPU name with ','; parsing refuses a field
+ * given twice. */
 int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len);
 int qrt_slurm_state_parse(const char *text, qrt_slurm_held *out);
 /* "<job>.<step>" (file name of a step's state) */

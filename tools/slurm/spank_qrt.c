@@ -11,8 +11,9 @@
  *   init           root   register the options, read plugstack.conf args
  *   init_post_opt  root   decide what the step does; from slurmctld the
  *                         step's start (the anchor of relative times, so a
- *                         restarted slurmstepd repeats the same request)
- *                         and the job's end (its time limit)
+ *                         restarted slurmstepd repeats the same request),
+ *                         the job's end (its time limit), ClusterName and,
+ *                         for a common start, this node's name
  *   user_init      user   connect to qrtd AS THE JOB'S USER (seteuid'd:
  *                         SO_PEERCRED names the user, so the reservation
  *                         belongs to the uid whose tasks submit into it),
@@ -21,25 +22,23 @@
  *   task_init      user   in each task before exec: fail the task when the
  *                         reservation failed or its cpuset overlaps the
  *                         isolated CPUs, with the reason on its stderr
- *   task_exit      root   after the last local task: release (held) or
- *                         cancel (committed) the slot
+ *   task_exit      root   after the last local task: give the slot back
+ *                         (release a held one, cancel a committed one) from
+ *                         a child that became the job's user first
+ *                         (spank_qrt_user.c): root never calls qrtd
  *   exit           root   the same, if task_exit could not
- *   job_epilog     root   (slurmd, job_script context) release whatever a
- *                         step left behind (slurmstepd killed, qrtd down)
+ *   job_epilog     root   (slurmd, job_script context) give back, the same
+ *                         way, whatever a step left behind in its state
+ *                         file (slurmstepd killed, qrtd down)
  *
- * and in srun (local context), only for socket=tcp:// (a QPU node reached
- * from compute nodes) or qrtd_node= (each node its own qrtd):
+ * srun's side (local context) is spank_qrt_srun.c.
  *
- *   local_user_init  user  after the allocation, before any task: ONE
- *                         reservation for the step on the remote qrtd, or
- *                         one per node at a common start; QRT_* (or
- *                         QRT_FAILURE) into the environment the tasks get
- *   exit             user  release what srun made, after every node's tasks
- *
- * The nodes then inherit (MODE_INHERIT) or take their own part of a
- * common start (MODE_NODE).  Leases end by the job's time limit (at most
- * max_lease); with lease= srun's are that short instead and a thread in
- * srun renews them, so a dead srun leaves its slots to expiry soon.
+ * The job's environment is the user's to write: nothing root acts on comes
+ * from it.  The cluster name is plugstack.conf's cluster= or slurm.conf's
+ * ClusterName (never SLURM_CLUSTER_NAME); a common-start node's qrtd is
+ * qrtd_node= for this node's name as slurmctld has it (never the node an
+ * entry of QRT_NODE_RESERVATIONS names); and the ids and token of that
+ * entry are used only by the child that gave up root for the job's user.
  *
  * Why failures surface in task_init and not in user_init: a non-zero
  * user_init is ignored for srun and DRAINS THE NODE for sbatch (spank(7),
@@ -57,7 +56,6 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,77 +68,39 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
-#include <qrt/client.h>
-
-#include "qrt_slurm.h"
+#include "spank_qrt.h"
 
 SPANK_PLUGIN(qrt, 1)
 
-enum step_mode {
-	MODE_OFF,     /* no --qpu-duration, or the extern step */
-	MODE_OWN,     /* this step reserves (and releases) its slot */
-	MODE_INHERIT, /* an outer step of the job, or srun, holds the slot (QRT_* inherited) */
-	MODE_NODE,    /* srun reserved this node's part of a common start: exported
-		       * here, released here at the last task's exit */
-};
-
-/* How many nodes a common-start step may span. */
-#define MAX_NODES 64
-
-/* One slurmstepd serves one step: module state is the step's state. */
-static qrt_slurm_config cfg;
-static char cfg_error[QRT_SLURM_MSG];
+/* One slurmstepd serves one step: module state is the step's state
+ * (spank_qrt.h). */
+qrt_slurm_config cfg;
+char cfg_error[QRT_SLURM_MSG];
 /* Set by the option callbacks, which in slurmstepd run BEFORE
  * slurm_spank_init: the defaults are static. */
-static qrt_slurm_options opts = {.count = 1};
-static char opt_error[QRT_SLURM_MSG];
-static enum step_mode mode = MODE_OFF;
-static uint32_t job_id;
-static uint32_t step_id;
-static char cluster[64];
-static char key[160];
-static char request_text[256];
-static qrt_slurm_request req;
-static qrt_slurm_held held;
-static int have_held;
-static char failure[QRT_SLURM_MSG];
+qrt_slurm_options opts = {.count = 1};
+char opt_error[QRT_SLURM_MSG];
+enum step_mode mode = MODE_OFF;
+uint32_t job_id;
+uint32_t step_id;
+char cluster[64];
+char key[160];
+char request_text[256];
+qrt_slurm_request req;
+qrt_slurm_held held;
+int have_held;
+char failure[QRT_SLURM_MSG];
+char step_socket[256];
 static qrt_slurm_cpus isolated;
 static int isolated_known;
 static int state_written;
 static int released;
 static uint32_t tasks_exited;
-/* The qrtd this step talks to: cfg.socket, or for a common-start step the
- * node's own (qrtd_node= with %n replaced). */
-static char step_socket[256];
+/* Whom the step's slot is given back as (MODE_OWN, MODE_NODE). */
+static job_user step_user;
+static int step_user_known;
 
-/* srun (local context): what it reserved for the step, released at its exit. */
-static struct node_hold {
-	char name[64];
-	char url[256];
-	qrt_slurm_held h;
-	int have;
-} nodes[MAX_NODES];
-static int n_nodes;
-static int local_reserved;
-/* srun's heartbeat thread (lease=): renews nodes[] until stop is set. */
-static pthread_t heartbeat_thread;
-static int heartbeat_running;
-static pthread_mutex_t heartbeat_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t heartbeat_cv = PTHREAD_COND_INITIALIZER;
-static int heartbeat_stop;
-
-/* What slurmstepd logs at info goes to slurmd's log; in srun, info is the
- * user's terminal: there the plugin's notes wait for srun -v. */
-#define note(...)                                                                                  \
-	do {                                                                                       \
-		if (spank_context() == S_CTX_LOCAL) {                                              \
-			slurm_verbose(__VA_ARGS__);                                                \
-		} else {                                                                           \
-			slurm_info(__VA_ARGS__);                                                   \
-		}                                                                                  \
-	} while (0)
-
-static int64_t realtime_ns(void)
+int64_t realtime_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -195,12 +155,12 @@ static struct spank_option options[] = {
 
 /* ------------------------------------------------------------ helpers */
 
-static int get_u32(spank_t sp, spank_item_t item, uint32_t *out)
+int get_u32(spank_t sp, spank_item_t item, uint32_t *out)
 {
 	return spank_get_item(sp, item, out) == ESPANK_SUCCESS ? 0 : -1;
 }
 
-static void parse_args(int ac, char **av)
+void parse_args(int ac, char **av)
 {
 	qrt_slurm_config_default(&cfg);
 	cfg_error[0] = '\0';
@@ -216,9 +176,7 @@ static void parse_args(int ac, char **av)
 	}
 }
 
-static void fail_with(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void fail_with(const char *fmt, ...)
+void fail_with(const char *fmt, ...)
 {
 	if (failure[0] != '\0') {
 		return; /* keep the first reason */
@@ -248,7 +206,7 @@ static int set_env(spank_t sp, const char *name, const char *value)
 	return 0;
 }
 
-static int export_held(spank_t sp)
+int export_held(spank_t sp)
 {
 	char ids[QRT_SLURM_MAX_GANG * 21];
 	char qpus[QRT_SLURM_MAX_GANG * 65];
@@ -276,7 +234,7 @@ static int export_held(spank_t sp)
 	return rc;
 }
 
-static qrt_client *connect_to(const char *url, qrt_error *err)
+qrt_client *connect_to(const char *url, qrt_error *err)
 {
 	qrt_client *c = NULL;
 	const int timeout = cfg.timeout_ms < 2000 ? cfg.timeout_ms : 2000;
@@ -294,8 +252,6 @@ static qrt_client *connect_qrtd(qrt_error *err)
 
 /* The next start qrtd could give this request, ignoring the deadline (for
  * the message of a reservation that did not fit), or 0. */
-static int64_t earliest_start(qrt_client *c, int64_t not_before_ns, char *why, size_t why_len);
-
 static int64_t next_possible_start(qrt_client *c)
 {
 	return earliest_start(c, req.not_before_ns, NULL, 0);
@@ -303,7 +259,7 @@ static int64_t next_possible_start(qrt_client *c)
 
 /* The earliest start qrtd could give this request at or after
  * not_before_ns, ignoring the deadline, or 0 (why says why). */
-static int64_t earliest_start(qrt_client *c, int64_t not_before_ns, char *why, size_t why_len)
+int64_t earliest_start(qrt_client *c, int64_t not_before_ns, char *why, size_t why_len)
 {
 	char params[512];
 	char *out = NULL;
@@ -358,7 +314,7 @@ static void read_isolated(qrt_client *c)
 
 /* slots.reserve of the step's request between not_before_ns and
  * deadline_ns under idempotency key k: 0 and *h, or -1 and *err. */
-static int reserve_into(qrt_client *c, int64_t not_before_ns, int64_t deadline_ns,
+int reserve_into(qrt_client *c, int64_t not_before_ns, int64_t deadline_ns,
 			const char *k, qrt_slurm_held *h, qrt_error *err)
 {
 	qrt_slot_request r;
@@ -393,7 +349,7 @@ static int reserve_into(qrt_client *c, int64_t not_before_ns, int64_t deadline_n
 	return 0;
 }
 
-static void reserve(qrt_client *c)
+void reserve(qrt_client *c)
 {
 	qrt_error err;
 	if (reserve_into(c, req.not_before_ns, req.deadline_ns, key, &held, &err) < 0) {
@@ -410,103 +366,15 @@ static void reserve(qrt_client *c)
 	have_held = 1;
 }
 
-/* Give a step's slot back: release a held one, cancel a committed one;
- * one that was dispatched or has ended needs nothing.  0 when qrtd has it
- * in a final state, -1 when qrtd could not be told (try again later). */
-static int give_back_at(const char *url, const qrt_slurm_held *h, const char *who)
-{
-	qrt_error err;
-	qrt_client *c = connect_to(url, &err);
-	if (c == NULL) {
-		slurm_error("qrt: %s: %s: cannot reach qrtd at %s to release %s: %s", who, h->key,
-			    url, h->key, err.message);
-		return -1;
-	}
-	int rc = 0;
-	const uint64_t id = h->member[0].id; /* a gang acts as one */
-	if (qrt_slots_release(c, id, h->fencing_token, &err) == 0) {
-		note("qrt: %s: %s: released reservation %" PRIu64, who, h->key, id);
-	} else if (strcmp(err.reason, "illegal_transition") == 0) {
-		if (qrt_jobs_cancel(c, id, &err) == 0) {
-			note("qrt: %s: %s: cancelled committed job %" PRIu64, who, h->key, id);
-		} else if (strcmp(err.reason, "illegal_transition") != 0) {
-			slurm_error("qrt: %s: %s: jobs.cancel %" PRIu64 ": %s (%s)", who, h->key, id,
-				    err.message, err.reason);
-			rc = -1;
-		}
-	} else if (strcmp(err.reason, "not_found") != 0 && strcmp(err.reason, "lease_expired") != 0) {
-		slurm_error("qrt: %s: %s: slots.release %" PRIu64 ": %s (%s)", who, h->key, id,
-			    err.message, err.reason);
-		rc = -1;
-	}
-	qrt_close(c);
-	return rc;
-}
-
+/* Give the step's slot back at its qrtd, as the job's user. */
 static int give_back(const qrt_slurm_held *h, const char *who)
 {
-	return give_back_at(step_socket[0] != '\0' ? step_socket : cfg.socket, h, who);
-}
-
-/* The state directory: root's, and writable by nobody else, because the
- * job epilog (root) acts on what it finds there. */
-static int state_dir_ok(void)
-{
-	struct stat st;
-	if (mkdir(cfg.state_dir, 0700) < 0 && errno != EEXIST) {
-		slurm_error("qrt: mkdir %s: %s", cfg.state_dir, strerror(errno));
-		return 0;
+	if (!step_user_known) {
+		slurm_error("qrt: %s: %s: the job's user is not known; not given back (its lease "
+			    "ends it)", who, h->key);
+		return -1;
 	}
-	if (lstat(cfg.state_dir, &st) < 0) {
-		slurm_error("qrt: stat %s: %s", cfg.state_dir, strerror(errno));
-		return 0;
-	}
-	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-		slurm_error("qrt: %s must be a directory owned by root and writable only by root; "
-			    "not used",
-			    cfg.state_dir);
-		return 0;
-	}
-	return 1;
-}
-
-static void write_state(void)
-{
-	char name[64];
-	char path[512];
-	char tmp[520];
-	char text[QRT_SLURM_MAX_GANG * 90 + 512];
-	if (!state_dir_ok() || qrt_slurm_state_name(job_id, step_id, name, sizeof(name)) < 0 ||
-	    qrt_slurm_state_format(&held, text, sizeof(text)) < 0) {
-		return;
-	}
-	snprintf(path, sizeof(path), "%s/%s", cfg.state_dir, name);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		slurm_error("qrt: open %s: %s", tmp, strerror(errno));
-		return;
-	}
-	const size_t len = strlen(text);
-	const ssize_t w = write(fd, text, len);
-	const int err = errno;
-	close(fd);
-	if (w != (ssize_t)len || rename(tmp, path) < 0) {
-		slurm_error("qrt: write %s: %s", path, strerror(w < 0 ? err : errno));
-		unlink(tmp);
-		return;
-	}
-	state_written = 1;
-}
-
-static void remove_state(uint32_t job, uint32_t step)
-{
-	char name[64];
-	char path[512];
-	if (qrt_slurm_state_name(job, step, name, sizeof(name)) == 0) {
-		snprintf(path, sizeof(path), "%s/%s", cfg.state_dir, name);
-		unlink(path);
-	}
+	return give_back_as(&step_user, step_socket[0] != '\0' ? step_socket : cfg.socket, h, who);
 }
 
 /* The CPUs this task may ever run on: its cpuset, whatever its current
@@ -571,33 +439,42 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 /* The step's key, its request text and, from its options and slurmctld's
  * record of its start and the job's end, the request itself (failure set
- * when it cannot be made). */
-static void prepare_request(spank_t sp)
+ * when it cannot be made).  The key's cluster name is plugstack.conf's
+ * cluster=, else slurm.conf's ClusterName as slurmctld has it: never
+ * SLURM_CLUSTER_NAME, which is the job's environment, the user's to write
+ * (and root writes the key into the state file).  srun and slurmstepd ask
+ * the same, so their keys agree. */
+void prepare_request(spank_t sp)
 {
+	(void)sp;
+	snprintf(cluster, sizeof(cluster), "-");
 	if (cfg.cluster[0] != '\0') {
 		snprintf(cluster, sizeof(cluster), "%s", cfg.cluster);
-	} else if (spank_getenv(sp, "SLURM_CLUSTER_NAME", cluster, sizeof(cluster)) !=
-		   ESPANK_SUCCESS) {
-		const char *env = getenv("SLURM_CLUSTER_NAME");
+	} else {
 		slurm_conf_t *conf = NULL;
-		if (env != NULL && env[0] != '\0') {
-			snprintf(cluster, sizeof(cluster), "%s", env);
-		} else if (spank_context() == S_CTX_LOCAL &&
-			   slurm_load_ctl_conf((time_t)0, &conf) == SLURM_SUCCESS && conf != NULL &&
-			   conf->cluster_name != NULL) {
-			snprintf(cluster, sizeof(cluster), "%s", conf->cluster_name);
-		} else {
-			snprintf(cluster, sizeof(cluster), "-");
+		if (slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS || conf == NULL) {
+			note("qrt: slurm.conf's ClusterName is unknown (slurm_load_ctl_conf: %s); the "
+			     "key's cluster is '-'", slurm_strerror(slurm_get_errno()));
+		} else if (conf->cluster_name != NULL && conf->cluster_name[0] != '\0') {
+			if (!qrt_slurm_cluster_ok(conf->cluster_name)) {
+				fail_with("qrt: slurm.conf's ClusterName is not a name for the step's key "
+					  "(1 to %zu letters, digits, '.', '_' or '-'); the site must set "
+					  "cluster= in plugstack.conf", sizeof(cluster) - 1);
+			} else {
+				snprintf(cluster, sizeof(cluster), "%s", conf->cluster_name);
+			}
 		}
 		if (conf != NULL) {
 			slurm_free_ctl_conf(conf);
 		}
 	}
-	qrt_slurm_key(cluster, job_id, step_id, key, sizeof(key));
+	if (qrt_slurm_key(cluster, job_id, step_id, key, sizeof(key)) < 0) {
+		fail_with("qrt: the step's key for cluster '%s' does not fit", cluster);
+	}
 	qrt_slurm_request_text(&opts, request_text, sizeof(request_text));
 }
 
-static void build_request(void)
+void build_request(void)
 {
 	/* Relative times and the setup margin count from the step's start as
 	 * slurmctld records it, not from this moment: a restarted slurmstepd
@@ -643,13 +520,33 @@ static int outer_step_holds(spank_t sp)
 	       strcmp(env_req, request_text) == 0;
 }
 
+/* This node's name in the step (its relative id), as slurmctld has it. */
+static int this_node(uint32_t node_id, char *name, size_t len)
+{
+	static char names[MAX_NODES][64];
+	const int n = step_nodes(names, MAX_NODES);
+	if (n < 0 || node_id >= (uint32_t)n) {
+		return -1;
+	}
+	snprintf(name, len, "%s", names[node_id]);
+	return 0;
+}
+
 /* slurmstepd of a step whose srun reserved (QRT_RESERVED_BY=srun and this
- * step's key in the environment): 1 when it did, with mode set. */
+ * step's key in the environment): 1 when it did, with mode set.
+ *
+ * All of it is the job's environment, which the user writes: for a common
+ * start this node's entry of QRT_NODE_RESERVATIONS (ids, token) is exported
+ * to the tasks and given back at the end only by a child that became the
+ * job's user (give_back_as), so it can name nothing the user could not act
+ * on directly; and the qrtd it is given back at is this node's own:
+ * qrtd_node= with this node's name from slurmctld, never the node the entry
+ * names. */
 static int srun_reserved(spank_t sp)
 {
 	char by[16];
 	char env_key[160];
-	char text[QRT_SLURM_MSG];
+	static char text[MAX_NODES * 128];
 	if (spank_getenv(sp, "QRT_RESERVED_BY", by, sizeof(by)) != ESPANK_SUCCESS ||
 	    strcmp(by, "srun") != 0 ||
 	    spank_getenv(sp, "QRT_IDEMPOTENCY_KEY", env_key, sizeof(env_key)) != ESPANK_SUCCESS ||
@@ -659,20 +556,46 @@ static int srun_reserved(spank_t sp)
 	mode = MODE_INHERIT;
 	if (spank_getenv(sp, "QRT_FAILURE", text, sizeof(text)) == ESPANK_SUCCESS &&
 	    text[0] != '\0') {
-		fail_with("%s", text);
+		fail_with("%.*s", QRT_SLURM_MSG - 1, text);
 		return 1;
 	}
-	if (spank_getenv(sp, "QRT_NODE_RESERVATIONS", text, sizeof(text)) != ESPANK_SUCCESS) {
+	const spank_err_t got = spank_getenv(sp, "QRT_NODE_RESERVATIONS", text, sizeof(text));
+	if (got == ESPANK_ENV_NOEXIST) {
 		return 1; /* one shared reservation: srun holds and releases it */
 	}
 	/* A common start: this node's entry, by its relative id in the step. */
 	uint32_t node_id = 0;
 	char node[64];
+	char own[64];
 	char num[32];
-	if (get_u32(sp, S_JOB_NODEID, &node_id) < 0 ||
-	    qrt_slurm_node_entry_parse(text, (int)node_id, node, sizeof(node), &held) < 0) {
+	if (cfg.node_url[0] == '\0') {
+		fail_with("qrt: this step's environment has QRT_NODE_RESERVATIONS, but plugstack.conf "
+			  "has no qrtd_node=: srun made no common start; refusing the step");
+		return 1;
+	}
+	if (got != ESPANK_SUCCESS) {
+		fail_with("qrt: this step's QRT_NODE_RESERVATIONS cannot be read (%s)",
+			  spank_strerror(got));
+		return 1;
+	}
+	if (get_u32(sp, S_JOB_NODEID, &node_id) < 0 || this_node(node_id, own, sizeof(own)) < 0) {
+		fail_with("qrt: slurmctld does not name node %" PRIu32 " of this step (at most %d "
+			  "nodes for a common start)", node_id, MAX_NODES);
+		return 1;
+	}
+	if (qrt_slurm_node_entry_parse(text, (int)node_id, node, sizeof(node), &held) < 0) {
 		fail_with("qrt: srun's QRT_NODE_RESERVATIONS has no entry for node %" PRIu32
-			  " of this step", node_id);
+			  " (%s) of this step", node_id, own);
+		return 1;
+	}
+	if (strcmp(node, own) != 0) {
+		fail_with("qrt: QRT_NODE_RESERVATIONS's entry %" PRIu32 " is for node '%.63s', but "
+			  "this is %s: srun did not make it; refusing the step", node_id, node, own);
+		return 1;
+	}
+	if (!nodes_have_qrtd(&own, 1)) {
+		fail_with("qrt: node %s is not in plugstack.conf's qrtd_nodes=, so srun made no "
+			  "common start on it; refusing the step", own);
 		return 1;
 	}
 	snprintf(held.key, sizeof(held.key), "%s", key);
@@ -685,15 +608,61 @@ static int srun_reserved(spank_t sp)
 	if (spank_getenv(sp, "QRT_LEASE_EXPIRES_NS", num, sizeof(num)) == ESPANK_SUCCESS) {
 		held.lease_expires_ns = strtoll(num, NULL, 10);
 	}
-	if (qrt_slurm_node_url(&cfg, node, step_socket, sizeof(step_socket)) < 0) {
-		fail_with("qrt: qrtd_node= for %s is too long", node);
+	if (qrt_slurm_node_url(&cfg, own, step_socket, sizeof(step_socket)) < 0) {
+		fail_with("qrt: qrtd_node= for %s is too long", own);
 		return 1;
 	}
 	have_held = 1;
 	mode = MODE_NODE;
 	slurm_info("qrt: %s: node %s uses reservation %" PRIu64 " at %s (common start %" PRId64
-		   ")", key, node, held.member[0].id, step_socket, held.start_ns);
+		   ")", key, own, held.member[0].id, step_socket, held.start_ns);
 	return 1;
+}
+
+/* What the step does (mode), with its key and request. */
+static void decide(spank_t sp)
+{
+	snprintf(step_socket, sizeof(step_socket), "%s", cfg.socket);
+	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
+		slurm_error("qrt: cannot read the job and step ids");
+		mode = MODE_OWN;
+		fail_with("qrt: the plugin could not read this step's job and step ids");
+		return;
+	}
+	if (step_id == QRT_SLURM_STEP_EXTERN) {
+		return; /* the extern step runs no user task */
+	}
+	prepare_request(sp);
+	if (outer_step_holds(sp)) {
+		mode = MODE_INHERIT;
+		slurm_info("qrt: %s: uses the slot of an outer step", key);
+		return;
+	}
+	if (srun_reserved(sp)) {
+		return;
+	}
+	mode = MODE_OWN;
+	if (opt_error[0] != '\0') {
+		fail_with("%s", opt_error);
+		return;
+	}
+	build_request();
+}
+
+/* The step's own slot (MODE_OWN) or its node's part (MODE_NODE) is given
+ * back as the job's user: who that is, while root can still ask. */
+static void learn_step_user(spank_t sp)
+{
+	char why[256];
+	if (mode != MODE_OWN && mode != MODE_NODE) {
+		return;
+	}
+	if (job_user_of_step(sp, &step_user, why, sizeof(why)) < 0) {
+		fail_with("qrt: the plugin could not learn the job's user (%s), whom it gives the "
+			  "slot back as", why);
+		return;
+	}
+	step_user_known = 1;
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
@@ -703,39 +672,18 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	if (spank_remote(sp) != 1 || opts.duration_ns <= 0) {
 		return 0;
 	}
-	snprintf(step_socket, sizeof(step_socket), "%s", cfg.socket);
-	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
-		slurm_error("qrt: cannot read the job and step ids");
-		mode = MODE_OWN;
-		fail_with("qrt: the plugin could not read this step's job and step ids");
-		return 0;
-	}
-	if (step_id == QRT_SLURM_STEP_EXTERN) {
-		return 0; /* the extern step runs no user task */
-	}
-	prepare_request(sp);
-	if (outer_step_holds(sp)) {
-		mode = MODE_INHERIT;
-		slurm_info("qrt: %s: uses the slot of an outer step", key);
-		return 0;
-	}
-	if (srun_reserved(sp)) {
-		return 0;
-	}
-	mode = MODE_OWN;
-	if (opt_error[0] != '\0') {
-		fail_with("%s", opt_error);
-		return 0;
-	}
-	build_request();
+	decide(sp);
+	learn_step_user(sp);
 	return 0;
 }
 
-/* ------------------------------------------------------------ srun */
+/* ------------------------------------------------------------ the step's nodes */
 
-/* The step's nodes, in its order (the relative node ids), from slurmctld
- * or srun's environment: their count, or -1. */
-static int step_nodes(char names[][64], int cap)
+/* The step's nodes, in its order (the relative node ids), from slurmctld;
+ * srun (the user's own process) also from its environment.  slurmstepd
+ * never: the job's environment is the user's to write.  Their count, or
+ * -1. */
+int step_nodes(char names[][64], int cap)
 {
 	char list[4096] = "";
 	job_step_info_response_msg_t *steps = NULL;
@@ -746,7 +694,7 @@ static int step_nodes(char names[][64], int cap)
 	if (steps != NULL) {
 		slurm_free_job_step_info_response_msg(steps);
 	}
-	if (list[0] == '\0') {
+	if (list[0] == '\0' && spank_context() == S_CTX_LOCAL) {
 		const char *env = getenv("SLURM_STEP_NODELIST");
 		if (env == NULL) {
 			env = getenv("SLURM_JOB_NODELIST");
@@ -755,6 +703,9 @@ static int step_nodes(char names[][64], int cap)
 			return -1;
 		}
 		snprintf(list, sizeof(list), "%s", env);
+	}
+	if (list[0] == '\0') {
+		return -1;
 	}
 	hostlist_t hl = slurm_hostlist_create(list);
 	if (hl == NULL) {
@@ -775,7 +726,7 @@ static int step_nodes(char names[][64], int cap)
 
 /* Whether every node of the step has its own qrtd (qrtd_node=, and the
  * node in qrtd_nodes= when given). */
-static int nodes_have_qrtd(char names[][64], int n)
+int nodes_have_qrtd(char names[][64], int n)
 {
 	if (cfg.node_url[0] == '\0' || n <= 0) {
 		return 0;
@@ -796,306 +747,7 @@ static int nodes_have_qrtd(char names[][64], int n)
 	return all;
 }
 
-static void release_local(const char *who)
-{
-	for (int i = 0; i < n_nodes; ++i) {
-		if (nodes[i].have && give_back_at(nodes[i].url, &nodes[i].h, who) == 0) {
-			nodes[i].have = 0;
-		}
-	}
-}
-
-static void format_ns(int64_t t, char *buf, size_t len)
-{
-	char utc[48];
-	qrt_slurm_format_utc(t, utc, sizeof(utc));
-	snprintf(buf, len, "%s (%" PRId64 ")", utc, t);
-}
-
-/* The common start (spank_qrt(8), COMMON START; qrtd(8)): every node's
- * earliest start at or after not_before, S the latest of them; a hold on
- * each at exactly S; when one refuses (another booking took S meanwhile),
- * every hold released and the round repeated from S, at most
- * COMMON_START_ROUNDS times. */
-#define COMMON_START_ROUNDS 4
-
-static void common_start(qrt_client *const *c)
-{
-	int64_t s = req.not_before_ns;
-	char why[QRT_SLURM_MSG] = "";
-	for (int round = 0; round < COMMON_START_ROUNDS; ++round) {
-		int latest = 0;
-		for (int i = 0; i < n_nodes; ++i) {
-			char none[512] = "";
-			const int64_t e = earliest_start(c[i], s, none, sizeof(none));
-			if (e == 0) {
-				fail_with("qrt: no common start for this step: qrtd on %s has no slot "
-					  "of %" PRId64 " ns at or after %" PRId64 ": %s",
-					  nodes[i].name, req.duration_ns, s, none);
-				return;
-			}
-			if (e > s) {
-				s = e;
-				latest = i;
-			}
-		}
-		if (s + req.duration_ns > req.deadline_ns) {
-			char at[80];
-			char dl[80];
-			format_ns(s, at, sizeof(at));
-			format_ns(req.deadline_ns, dl, sizeof(dl));
-			fail_with("qrt: no common start for this step: node %s's earliest start %s "
-				  "leaves no slot of %" PRId64 " ns before the deadline %s (%s); "
-				  "nothing was reserved",
-				  nodes[latest].name, at, req.duration_ns, dl,
-				  req.deadline_from_job ? "the job's time limit" : "--qpu-deadline");
-			return;
-		}
-		char k[192];
-		if (round == 0) {
-			snprintf(k, sizeof(k), "%s", key);
-		} else {
-			snprintf(k, sizeof(k), "%s#%d", key, round);
-		}
-		int ok = 1;
-		int again = 1;
-		for (int i = 0; i < n_nodes && ok; ++i) {
-			qrt_error err;
-			if (reserve_into(c[i], s, s + req.duration_ns, k, &nodes[i].h, &err) < 0) {
-				snprintf(why, sizeof(why), "%s refused the hold at %" PRId64 ": %s "
-					 "(reason %s)", nodes[i].name, s, err.message, err.reason);
-				note("qrt: %s: round %d: %s", key, round + 1, why);
-				ok = 0;
-				/* Only a slot taken since the query is worth another
-				 * round; a quota, a role or a bad request is not. */
-				again = strcmp(err.reason, "no_fit") == 0;
-			} else if (nodes[i].h.start_ns != s) {
-				snprintf(why, sizeof(why), "%s placed the hold at %" PRId64 ", not %"
-					 PRId64, nodes[i].name, nodes[i].h.start_ns, s);
-				nodes[i].have = 1;
-				ok = 0;
-			} else {
-				nodes[i].have = 1;
-			}
-		}
-		if (ok) {
-			return;
-		}
-		release_local(again ? "common start retry" : "common start refused");
-		for (int i = 0; i < n_nodes; ++i) {
-			if (nodes[i].have) {
-				fail_with("qrt: no common start for this step, and the hold on %s could "
-					  "not be released (its lease ends it): %s",
-					  nodes[i].name, why);
-				return;
-			}
-		}
-		if (!again) {
-			fail_with("qrt: no common start for this step: %s; every hold made was "
-				  "released", why);
-			return;
-		}
-	}
-	fail_with("qrt: no common start for this step after %d rounds: %s; nothing is held",
-		  COMMON_START_ROUNDS, why);
-}
-
-/* srun's heartbeat (lease=): every third of the lease, slots.heartbeat on
- * every hold srun made that is still held; a committed one has no lease
- * and is left alone.  Ends when srun's exit sets heartbeat_stop. */
-static void *heartbeat_main(void *arg)
-{
-	(void)arg;
-	const int64_t every = cfg.heartbeat_lease_ns / 3;
-	int done[MAX_NODES] = {0};
-	pthread_mutex_lock(&heartbeat_mu);
-	while (!heartbeat_stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		const int64_t t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + every;
-		until.tv_sec = (time_t)(t / 1000000000);
-		until.tv_nsec = (long)(t % 1000000000);
-		while (!heartbeat_stop &&
-		       pthread_cond_timedwait(&heartbeat_cv, &heartbeat_mu, &until) == 0) {
-		}
-		if (heartbeat_stop) {
-			break;
-		}
-		pthread_mutex_unlock(&heartbeat_mu);
-		for (int i = 0; i < n_nodes; ++i) {
-			if (!nodes[i].have || done[i]) {
-				continue;
-			}
-			qrt_error err;
-			qrt_reservation r;
-			qrt_client *c = connect_to(nodes[i].url, &err);
-			if (c == NULL) {
-				note("qrt: %s: heartbeat: cannot reach %s: %s", key, nodes[i].url,
-				     err.message);
-				continue;
-			}
-			if (qrt_slots_heartbeat(c, nodes[i].h.member[0].id, nodes[i].h.fencing_token,
-						&r, &err) == 0) {
-				nodes[i].h.lease_expires_ns = r.lease_expires_ns;
-			} else if (strcmp(err.reason, "illegal_transition") == 0) {
-				done[i] = 1; /* committed (or over): no lease to renew */
-			} else {
-				note("qrt: %s: heartbeat of %" PRIu64 " on %s: %s (%s)", key,
-				     nodes[i].h.member[0].id, nodes[i].name, err.message, err.reason);
-			}
-			qrt_close(c);
-		}
-		pthread_mutex_lock(&heartbeat_mu);
-	}
-	pthread_mutex_unlock(&heartbeat_mu);
-	return NULL;
-}
-
-static void heartbeat_end(void)
-{
-	if (!heartbeat_running) {
-		return;
-	}
-	pthread_mutex_lock(&heartbeat_mu);
-	heartbeat_stop = 1;
-	pthread_cond_signal(&heartbeat_cv);
-	pthread_mutex_unlock(&heartbeat_mu);
-	pthread_join(heartbeat_thread, NULL);
-	heartbeat_running = 0;
-}
-
-/* srun, once per step after the allocation, before any task: for a tcp://
- * qrtd (a QPU node reached from compute nodes) one reservation for the
- * whole step; with qrtd_node= one reservation per node at one common
- * start.  What the tasks need goes into the environment srun sends them;
- * a failure too (QRT_FAILURE), so that each node refuses its tasks with it
- * before they run. */
-int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
-{
-	(void)ac;
-	(void)av;
-	if (opts.duration_ns <= 0 || cfg_error[0] != '\0' || opt_error[0] != '\0') {
-		return 0; /* the remote side reports */
-	}
-	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
-		return 0; /* the remote side decides */
-	}
-	const int tcp = strncmp(cfg.socket, "tcp://", 6) == 0;
-	if (cfg.node_url[0] == '\0' && !tcp) {
-		return 0; /* a local qrtd on each node: slurmstepd reserves, as before */
-	}
-	prepare_request(sp);
-	const char *env_key = getenv("QRT_IDEMPOTENCY_KEY");
-	const char *env_req = getenv("QRT_REQUEST");
-	if (env_key != NULL && env_req != NULL && qrt_slurm_key_is_job(env_key, cluster, job_id) &&
-	    strcmp(env_key, key) != 0 && strcmp(env_req, request_text) == 0) {
-		return 0; /* an outer step (the batch script) holds it */
-	}
-	static char names[MAX_NODES][64];
-	const int n = cfg.node_url[0] != '\0' ? step_nodes(names, MAX_NODES) : 0;
-	if (cfg.node_url[0] != '\0' && n < 0) {
-		slurm_error("qrt: %s: cannot list the step's nodes (at most %d for a common start); "
-			    "qrtd_node= not used", key, MAX_NODES);
-	}
-	const int per_node = nodes_have_qrtd(names, n);
-	if (!per_node && !tcp) {
-		return 0; /* nodes outside qrtd_nodes with a local qrtd each */
-	}
-	snprintf(step_socket, sizeof(step_socket), "%s", cfg.socket);
-	local_reserved = 1;
-	unsetenv("QRT_NODE_RESERVATIONS");
-	unsetenv("QRT_FAILURE");
-	build_request();
-	if (cfg.heartbeat_lease_ns > 0 && cfg.heartbeat_lease_ns < req.lease_ns) {
-		/* srun renews it: the slot may still end as late as the job. */
-		req.lease_ns = cfg.heartbeat_lease_ns;
-	}
-	qrt_client *c[MAX_NODES] = {NULL};
-	if (failure[0] == '\0' && per_node) {
-		n_nodes = n;
-		for (int i = 0; i < n && failure[0] == '\0'; ++i) {
-			qrt_error err;
-			snprintf(nodes[i].name, sizeof(nodes[i].name), "%.63s", names[i]);
-			if (qrt_slurm_node_url(&cfg, names[i], nodes[i].url, sizeof(nodes[i].url)) < 0) {
-				fail_with("qrt: qrtd_node= for %s is too long", names[i]);
-			} else if ((c[i] = connect_to(nodes[i].url, &err)) == NULL) {
-				fail_with("qrt: cannot reach qrtd of node %s at %s: %s (reason %s)",
-					  names[i], nodes[i].url, err.message, err.reason);
-			}
-		}
-		if (failure[0] == '\0') {
-			common_start(c);
-		}
-	} else if (failure[0] == '\0') {
-		n_nodes = 1;
-		snprintf(nodes[0].name, sizeof(nodes[0].name), "%.63s", cfg.socket);
-		snprintf(nodes[0].url, sizeof(nodes[0].url), "%s", cfg.socket);
-		qrt_error err;
-		if ((c[0] = connect_to(cfg.socket, &err)) == NULL) {
-			fail_with("qrt: cannot reach qrtd at %s: %s (reason %s)", cfg.socket,
-				  err.message, err.reason);
-		} else {
-			reserve(c[0]);
-			if (have_held) {
-				nodes[0].h = held;
-				nodes[0].have = 1;
-			}
-		}
-	}
-	for (int i = 0; i < MAX_NODES; ++i) {
-		if (c[i] != NULL) {
-			qrt_close(c[i]);
-		}
-	}
-	setenv("QRT_RESERVED_BY", "srun", 1);
-	setenv("QRT_IDEMPOTENCY_KEY", key, 1);
-	setenv("QRT_REQUEST", request_text, 1);
-	if (failure[0] != '\0') {
-		release_local("step refused");
-		slurm_error("%s", failure);
-		setenv("QRT_FAILURE", failure, 1);
-		return 0;
-	}
-	if (cfg.heartbeat_lease_ns > 0 &&
-	    pthread_create(&heartbeat_thread, NULL, heartbeat_main, NULL) == 0) {
-		heartbeat_running = 1;
-	} else if (cfg.heartbeat_lease_ns > 0) {
-		slurm_error("qrt: %s: cannot start the heartbeat thread; the lease may end "
-			    "before the step", key);
-	}
-	if (!per_node) {
-		export_held(sp);
-		return 0;
-	}
-	/* Each node exports its own entry's ids and socket; the times are
-	 * common. */
-	static char entries[MAX_NODES * 128];
-	size_t at = 0;
-	for (int i = 0; i < n_nodes; ++i) {
-		char one[QRT_SLURM_MAX_GANG * 90 + 128];
-		if (qrt_slurm_node_entry_format(nodes[i].name, &nodes[i].h, one, sizeof(one)) < 0 ||
-		    at + strlen(one) + 2 > sizeof(entries)) {
-			release_local("step refused");
-			setenv("QRT_FAILURE", "qrt: the step's reservations are too many to export", 1);
-			return 0;
-		}
-		at += (size_t)snprintf(entries + at, sizeof(entries) - at, "%s%s", i ? ";" : "", one);
-	}
-	held = nodes[0].h;
-	have_held = 1;
-	char num[32];
-	setenv("QRT_NODE_RESERVATIONS", entries, 1);
-	snprintf(num, sizeof(num), "%" PRId64, held.start_ns);
-	setenv("QRT_SLOT_START_NS", num, 1);
-	snprintf(num, sizeof(num), "%" PRId64, held.end_ns);
-	setenv("QRT_SLOT_END_NS", num, 1);
-	snprintf(num, sizeof(num), "%" PRId64, held.start_ns - cfg.submit_lead_ns);
-	setenv("QRT_SUBMIT_BY_NS", num, 1);
-	snprintf(num, sizeof(num), "%" PRId64, held.lease_expires_ns);
-	setenv("QRT_LEASE_EXPIRES_NS", num, 1);
-	note("qrt: %s: common start %" PRId64 " on %d nodes", key, held.start_ns, n_nodes);
-	return 0;
-}
+/* ------------------------------------------------------------ callbacks, continued */
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
@@ -1138,7 +790,7 @@ int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
 	(void)ac;
 	(void)av;
 	if (mode == MODE_OWN && have_held && !state_written) {
-		write_state();
+		state_written = write_state() == 0;
 	}
 	return 0;
 }
@@ -1221,69 +873,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)av;
 	if (spank_remote(sp) == 1) {
 		release_once("step end");
-	} else if (spank_context() == S_CTX_LOCAL && local_reserved) {
-		/* srun: the step is over on every node. */
-		heartbeat_end();
-		release_local("srun exit");
+	} else if (spank_context() == S_CTX_LOCAL) {
+		srun_exit();
 	}
-	return 0;
-}
-
-/* slurmd's job epilog (job_script context, root): what a step left behind
- * when its slurmstepd died, or when qrtd could not be told at its end.
- * Never fails: a non-zero job_epilog drains the node. */
-int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
-{
-	uint32_t job = 0;
-	char prefix[32];
-	parse_args(ac, av);
-	if (cfg_error[0] != '\0' || get_u32(sp, S_JOB_ID, &job) < 0) {
-		return 0;
-	}
-	snprintf(prefix, sizeof(prefix), "%" PRIu32 ".", job);
-	DIR *d = opendir(cfg.state_dir);
-	if (d == NULL) {
-		return 0; /* no step of any job left anything */
-	}
-	struct stat dst;
-	if (fstat(dirfd(d), &dst) < 0 || dst.st_uid != 0 || (dst.st_mode & 022) != 0) {
-		slurm_error("qrt: job epilog: %s is not root's alone; ignored", cfg.state_dir);
-		closedir(d);
-		return 0;
-	}
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 ||
-		    strstr(e->d_name, ".tmp") != NULL) {
-			continue;
-		}
-		const int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		struct stat st;
-		char text[QRT_SLURM_MAX_GANG * 90 + 512];
-		if (fd < 0) {
-			continue;
-		}
-		ssize_t n = -1;
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 &&
-		    (st.st_mode & 022) == 0) {
-			n = read(fd, text, sizeof(text) - 1);
-		}
-		close(fd);
-		qrt_slurm_held h;
-		if (n <= 0) {
-			continue;
-		}
-		text[n] = '\0';
-		if (qrt_slurm_state_parse(text, &h) < 0) {
-			slurm_error("qrt: job epilog: %s/%s does not parse; removed", cfg.state_dir,
-				    e->d_name);
-			unlinkat(dirfd(d), e->d_name, 0);
-			continue;
-		}
-		if (give_back(&h, "job epilog") == 0) {
-			unlinkat(dirfd(d), e->d_name, 0);
-		}
-	}
-	closedir(d);
 	return 0;
 }

@@ -19,7 +19,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "qrt/config_table.hpp"
-#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/proto/endpoint.hpp"
 #include "qrt/event_loop.hpp"
 #include "qrt/log.hpp"
 #include "qrt/sd_notify.hpp"
@@ -870,7 +870,7 @@ host_config_check check_config_on_host(const config& cfg, const std::string& fil
         }
         const std::filesystem::path on_host =
             root == "/" ? std::filesystem::path(q.target.path) : root / std::filesystem::path(q.target.path).relative_path();
-        auto t = dispatch::check_file_endpoint(q.target.uri, on_host.string());
+        auto t = proto::check_file_endpoint(q.target.uri, on_host.string());
         if (t) {
             continue;
         }

@@ -22,7 +22,7 @@
 
 #include "dispatcher_internal.hpp"
 #include "qrt/dispatch/guard.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 #include "rtcore/cpu_dma_latency.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/memory_lock.hpp"

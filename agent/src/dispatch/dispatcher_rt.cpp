@@ -28,7 +28,7 @@
 #include "dispatcher_internal.hpp"
 #include "qrt/dispatch/dispatcher.hpp"
 #include "qrt/dispatch/guard.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 
 namespace qrt::dispatch {
 

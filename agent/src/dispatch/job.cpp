@@ -15,14 +15,5 @@ const char* to_string(dispatch_status s) noexcept {
     return "unknown";
 }
 
-const char* to_string(job_state s) noexcept {
-    switch (s) {
-    case job_state::completed: return "completed";
-    case job_state::failed: return "failed";
-    case job_state::missed: return "missed";
-    case job_state::sent: return "sent";
-    }
-    return "unknown";
-}
 
 }  // namespace qrt::dispatch

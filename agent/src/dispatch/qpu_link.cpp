@@ -19,8 +19,8 @@ namespace qrt::dispatch {
 
 namespace {
 
-endpoint_address parse_or_throw(const std::string& uri) {
-    auto a = parse_endpoint(uri);
+proto::endpoint_address parse_or_throw(const std::string& uri) {
+    auto a = proto::parse_endpoint(uri);
     if (!a) {
         throw std::invalid_argument(a.err().message);
     }
@@ -127,7 +127,7 @@ void qpu_link::try_connect() {
     if (_state == conn_state::stopped) {
         return;
     }
-    auto att = start_connect(_addr);
+    auto att = proto::start_connect(_addr);
     if (!att) {
         if (_last_error != att.err().message) {
             log::warn("dispatch", "qpu {}: {} (retrying with backoff)", _cfg.dispatch.qpu_index,
@@ -142,17 +142,17 @@ void qpu_link::try_connect() {
     _reader.reset();
     // A FIFO only carries frames to the QPU side: no HELLO, no results (and
     // reading it back would return our own frames).
-    _write_only = _addr.kind == endpoint_kind::file && att->file_type == file_endpoint_type::fifo;
+    _write_only = _addr.kind == proto::endpoint_kind::file && att->file_type == proto::file_endpoint_type::fifo;
     // Bound what a QPU that stops reading can leave queued to two full
     // frames: past that a frame fails at its T (RWF_NOWAIT, EAGAIN)
     // instead of waiting in a large buffer and reaching the QPU late.  Two,
     // so that a frame never fails half-written on a healthy connection (a
     // QPU runs one job at a time and reads the next long before its T).
     const int two_frames = static_cast<int>(2 * (wire::header_len + _cfg.dispatch.max_payload_bytes));
-    if (_addr.kind == endpoint_kind::tcp) {
+    if (_addr.kind == proto::endpoint_kind::tcp) {
         // Unsent bytes only: what is in flight to a live peer is not bounded.
         ::setsockopt(_fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &two_frames, sizeof(two_frames));
-    } else if (_addr.kind == endpoint_kind::unix_stream) {
+    } else if (_addr.kind == proto::endpoint_kind::unix_stream) {
         // A unix stream charges queued, unread frames to the sender's buffer.
         ::setsockopt(_fd.get(), SOL_SOCKET, SO_SNDBUF, &two_frames, sizeof(two_frames));
     }
@@ -170,7 +170,7 @@ void qpu_link::try_connect() {
 }
 
 void qpu_link::on_connect_writable() {
-    if (auto st = finish_connect(_fd.get(), _addr); !st) {
+    if (auto st = proto::finish_connect(_fd.get(), _addr); !st) {
         drop_connection(std::string(outcome::endpoint_down), st.err().message);
         return;
     }
@@ -182,11 +182,11 @@ void qpu_link::on_connect_writable() {
 void qpu_link::send_hello() {
     _state = conn_state::hello;
     const int fd = _fd.get();
-    if (_addr.kind != endpoint_kind::file) {
+    if (_addr.kind != proto::endpoint_kind::file) {
         // The dispatch thread's io_uring writes need a blocking-mode socket
         // (O_NONBLOCK makes io_uring return -EAGAIN instead of waiting in
         // the kernel); this side reads with MSG_DONTWAIT.
-        if (auto st = set_nonblocking(fd, false); !st) {
+        if (auto st = proto::set_nonblocking(fd, false); !st) {
             drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
@@ -194,7 +194,7 @@ void qpu_link::send_hello() {
         // A FIFO: io_uring refuses RWF_NOWAIT on a pipe, so the fd itself is
         // O_NONBLOCK; a write the reader's side cannot take at T fails with
         // -EAGAIN then (send_failed), never goes out late.
-        if (auto st = set_nonblocking(fd, true); !st) {
+        if (auto st = proto::set_nonblocking(fd, true); !st) {
             drop_connection(std::string(outcome::endpoint_down), st.err().message);
             return;
         }
@@ -202,7 +202,7 @@ void qpu_link::send_hello() {
     if (!_write_only) {  // a FIFO has nothing to watch
         auto st = _loop.add_fd(fd, EPOLLIN | EPOLLRDHUP, [this](std::uint32_t ev) { on_readable(ev); });
         if (!st) {
-            if (_addr.kind == endpoint_kind::file && st.err().code == EPERM) {
+            if (_addr.kind == proto::endpoint_kind::file && st.err().code == EPERM) {
                 // A character device that cannot be polled (like /dev/null):
                 // write-only; no HELLO and no results.
                 _write_only = true;
@@ -232,7 +232,7 @@ void qpu_link::send_hello() {
     }
     const auto hello = wire::encode_frame(wire::make_header(wire::frame_type::hello),
                                           _cfg.identity + " qpu=" + std::to_string(_cfg.dispatch.qpu_index));
-    const ssize_t n = _addr.kind == endpoint_kind::file
+    const ssize_t n = _addr.kind == proto::endpoint_kind::file
                           ? ::write(fd, hello.data(), hello.size())
                           : ::send(fd, hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(hello.size())) {
@@ -257,7 +257,7 @@ void qpu_link::on_readable(std::uint32_t events) {
     // Read what is there (bounded: a peer flooding us cannot starve the loop).
     for (int round = 0; round < 16; ++round) {
         ssize_t n = 0;
-        if (_addr.kind == endpoint_kind::file) {
+        if (_addr.kind == proto::endpoint_kind::file) {
             n = round == 0 ? ::read(_fd.get(), buf, sizeof(buf)) : -1;
             if (round != 0) {
                 errno = EAGAIN;
@@ -396,7 +396,7 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
     _last_drop_reason = reason;
     _last_drop_detail = detail;
     if (_fd.valid()) {
-        if (_addr.kind != endpoint_kind::file) {
+        if (_addr.kind != proto::endpoint_kind::file) {
             ::shutdown(_fd.get(), SHUT_RDWR);  // completes any write the kernel still holds
         }
         if (_fd_watched) {

@@ -19,29 +19,9 @@
 
 namespace qrt::rpc {
 
-std::string_view role_name(role r) noexcept {
-    switch (r) {
-        case role::none:
-            return "none";
-        case role::reader:
-            return "reader";
-        case role::scheduler:
-            return "scheduler";
-        case role::calibration:
-            return "calibration";
-        case role::admin:
-            return "admin";
-    }
-    return "unknown";
-}
-
 std::optional<role> role_from_name(std::string_view name) noexcept {
-    for (const role r : {role::reader, role::scheduler, role::calibration, role::admin}) {
-        if (role_name(r) == name) {
-            return r;
-        }
-    }
-    return std::nullopt;
+    const auto r = proto::role_from_name(name);
+    return r && *r != role::none ? r : std::nullopt;
 }
 
 std::vector<std::string> role_set::names() const {

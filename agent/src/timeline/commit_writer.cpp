@@ -20,7 +20,7 @@ status write_change(store& st, const change_set& c) {
             return s;
         }
     }
-    if (auto s = st.put_counters(c.next_id, c.next_token, c.next_gang); !s) {
+    if (auto s = st.put_counters(c.next_id, c.next_gang); !s) {
         return s;
     }
     if (c.dispatch_mark) {

@@ -1,4 +1,10 @@
-// The ledger: construction, reload from the store, lookups and the one ownership check.
+// The ledger: construction, reload from the store, lookups, the one ownership check and
+// fencing tokens.
+#include <sys/random.h>
+
+#include <cerrno>
+#include <random>
+
 #include "ledger_internal.hpp"
 
 namespace qrt::timeline {
@@ -210,9 +216,9 @@ status ledger::reload_from(stored_state state) {
     _dirty_windows.clear();
     _pending_events.clear();
     _going_out.clear();
+    _tokens.clear();
     _booked.clear();
     _next_id = std::max<std::uint64_t>(1, loaded->next_id);
-    _next_token = std::max<std::uint64_t>(1, loaded->next_token);
     _next_gang = std::max<std::uint64_t>(1, loaded->next_gang);
     for (qpu_state& qs : _qpus) {
         qs.busy.clear();
@@ -232,7 +238,6 @@ status ledger::reload_from(stored_state state) {
     }
     for (reservation& r : loaded->reservations) {
         _next_id = std::max(_next_id, r.id + 1);
-        _next_token = std::max(_next_token, r.fencing_token + 1);
         _next_gang = std::max(_next_gang, r.gang_id + 1);
         const auto qit = _qpu_index.find(r.qpu);
         if (qit == _qpu_index.end()) {
@@ -274,6 +279,7 @@ status ledger::reload_from(stored_state state) {
             account(r, +1);
         }
         const std::uint64_t id = r.id;
+        hold_token(r.fencing_token);
         _res.emplace(id, std::move(r));
     }
     for (auto& [gid, ids] : _gangs) {
@@ -429,6 +435,62 @@ ledger_stats ledger::stats() const {
     s.window_visits = _window_visits;
     s.store_rows_written = _store_rows;
     return s;
+}
+
+// ------------------------------------------------------------ fencing tokens
+
+namespace {
+
+// 64 bits from the kernel's CSPRNG (getrandom blocks only until it is
+// seeded, early at boot).
+std::uint64_t random_u64() {
+    std::uint64_t v = 0;
+    for (;;) {
+        const ssize_t n = ::getrandom(&v, sizeof(v), 0);
+        if (n == static_cast<ssize_t>(sizeof(v))) {
+            return v;
+        }
+        if (n < 0 && errno != EINTR) {
+            // No getrandom (a kernel before 3.17): the C++ library's device.
+            std::random_device dev;
+            return (static_cast<std::uint64_t>(dev()) << 32) ^ dev();
+        }
+    }
+}
+
+}  // namespace
+
+// A fencing token is the capability to change a reservation (heartbeat,
+// release, commit, cancel): drawn at random, so that a tenant cannot work
+// out another's from its own, as it could from a counter.  63 bits (every
+// client reads it as a signed 64-bit integer: the RPC's params reader,
+// SQLite, Go), never 0, and never a token a record still holds.  Nothing
+// compares tokens by size: each is checked for equality against its own
+// reservation only (checked()).  A draw that is 0 or taken is drawn again;
+// after 8 such (a broken source), the next free value upward is taken, so
+// this always ends.
+std::uint64_t ledger::draw_token() const {
+    constexpr std::uint64_t mask = std::numeric_limits<std::int64_t>::max();
+    std::uint64_t t = 0;
+    for (int attempt = 0; attempt < 8; ++attempt) {
+        t = (_opts.token_source ? _opts.token_source() : random_u64()) & mask;
+        if (t != 0 && !_tokens.contains(t)) {
+            return t;
+        }
+    }
+    do {
+        t = (t + 1) & mask;
+    } while (t == 0 || _tokens.contains(t));
+    return t;
+}
+
+void ledger::hold_token(std::uint64_t token) { ++_tokens[token]; }
+
+void ledger::drop_token(std::uint64_t token) {
+    const auto it = _tokens.find(token);
+    if (it != _tokens.end() && --it->second == 0) {
+        _tokens.erase(it);
+    }
 }
 
 }  // namespace qrt::timeline

@@ -11,11 +11,24 @@ std::vector<std::string> ledger::check_invariants() const {
     std::vector<std::string> bad;
     auto fail = [&](std::string m) { bad.push_back(std::move(m)); };
     std::size_t active = 0;
+    // The held tokens: exactly the records' (a gang's members share one),
+    // and no two reservations outside one gang share a token.
+    std::unordered_map<std::uint64_t, std::uint32_t> tokens;
+    std::unordered_map<std::uint64_t, std::uint64_t> token_owner;  // token -> gang or id
     for (const auto& [id, r] : _res) {
         const std::string who = "reservation " + u2s(id) + " (" +
                                 std::string(to_string(r.state)) + ")";
         if (r.id != id) {
             fail(who + ": id field " + u2s(r.id));
+        }
+        ++tokens[r.fencing_token];
+        const std::uint64_t holder = r.gang_id != 0 ? r.gang_id : ~id;
+        if (const auto [it, fresh] = token_owner.emplace(r.fencing_token, holder);
+            !fresh && it->second != holder) {
+            fail(who + ": fencing token " + u2s(r.fencing_token) + " is another reservation's");
+        }
+        if (r.fencing_token == 0) {
+            fail(who + ": fencing token 0");
         }
         const auto qit = _qpu_index.find(r.qpu);
         if (qit == _qpu_index.end()) {
@@ -223,6 +236,10 @@ std::vector<std::string> ledger::check_invariants() const {
     if (busy_total != active) {
         fail("busy maps hold " + std::to_string(busy_total) + " entries for " +
              std::to_string(active) + " active reservations");
+    }
+    if (tokens != _tokens) {
+        fail("the held-token index has " + std::to_string(_tokens.size()) + " tokens, the records " +
+             std::to_string(tokens.size()));
     }
     // The near-term index (booked_time) holds exactly the busy entries.
     if (_booked.intervals() != busy_total || _booked.tenants() != booked.size()) {

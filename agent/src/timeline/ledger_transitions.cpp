@@ -64,6 +64,7 @@ reservation& ledger::insert_new(reservation r) {
     const std::uint64_t id = r.id;
     auto [it, inserted] = _res.emplace(id, std::move(r));
     (void)inserted;
+    hold_token(it->second.fencing_token);
     if (is_active(it->second.state)) {
         account(it->second, +1);
     }
@@ -208,7 +209,7 @@ result<reservation> ledger::reserve_impl(std::string_view tenant, const request&
     r.min_fidelity = req.min_fidelity;
     r.idempotency_key = std::string(idempotency_key);
     r.lease_ns = lease_ns > 0 ? lease_ns : _opts.default_lease_ns;
-    r.fencing_token = _next_token++;
+    r.fencing_token = draw_token();
     r.created_ns = now_ns;
     r.updated_ns = now_ns;
     if (payload != nullptr) {
@@ -300,7 +301,7 @@ result<std::vector<reservation>> ledger::reserve_gang(std::string_view tenant, c
         return e;
     }
     const std::uint64_t gang = _next_gang++;
-    const std::uint64_t token = _next_token++;
+    const std::uint64_t token = draw_token();
     std::vector<std::uint64_t> ids;
     for (const slot& s : *slots) {
         reservation r;
@@ -529,8 +530,8 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
 }
 
 result<reservation> ledger::cancel(std::string_view tenant, std::uint64_t id,
-                                   std::int64_t now_ns) {
-    auto o = checked(tenant, id, std::nullopt, lease_check::none, now_ns);
+                                   std::int64_t now_ns, std::optional<std::uint64_t> fencing_token) {
+    auto o = checked(tenant, id, fencing_token, lease_check::none, now_ns);
     if (!o) {
         return std::move(o).err();
     }
@@ -749,6 +750,7 @@ result<std::size_t> ledger::forget_terminal(std::int64_t before_ns) {
         if (r.gang_id != 0) {
             _gangs.erase(r.gang_id);
         }
+        drop_token(r.fencing_token);
         _res.erase(id);
         touch(id);
     }
@@ -815,7 +817,6 @@ change_set ledger::take_changes() {
         }
     }
     c.next_id = _next_id;
-    c.next_token = _next_token;
     c.next_gang = _next_gang;
     c.dispatch_mark = _durable.take_mark();
     c.windows.reserve(_dirty_windows.size());
@@ -911,6 +912,7 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
                         _idem.erase(k);
                     }
                 }
+                drop_token(mr.fencing_token);
                 _res.erase(m);
                 touch(m);
             }

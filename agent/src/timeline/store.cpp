@@ -382,10 +382,9 @@ status store::erase(std::uint64_t id) {
     return {};
 }
 
-status store::put_counters(std::uint64_t next_id, std::uint64_t next_token,
-                           std::uint64_t next_gang) {
-    const std::array<std::pair<std::string_view, std::uint64_t>, 3> rows = {
-        {{"next_id", next_id}, {"next_token", next_token}, {"next_gang", next_gang}}};
+status store::put_counters(std::uint64_t next_id, std::uint64_t next_gang) {
+    const std::array<std::pair<std::string_view, std::uint64_t>, 2> rows = {
+        {{"next_id", next_id}, {"next_gang", next_gang}}};
     for (const auto& [key, value] : rows) {
         stmt_use u(_put_meta);
         u.bind(1, key);
@@ -475,8 +474,6 @@ result<stored_state> store::load() {
             const auto value = static_cast<std::uint64_t>(sqlite3_column_int64(sel->get(), 1));
             if (key == "next_id") {
                 out.next_id = value;
-            } else if (key == "next_token") {
-                out.next_token = value;
             } else if (key == "next_gang") {
                 out.next_gang = value;
             } else if (key == "dispatch_mark") {

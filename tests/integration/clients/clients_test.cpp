@@ -25,12 +25,12 @@
 #include "qrt_test/process.hpp"
 #include "qrt_test/rpc_client.hpp"
 #include "qrt/client.h"
-#include "qrt/rpc/errors.hpp"
+#include "qrt/proto/protocol.hpp"
 
 namespace {
 
 using json = nlohmann::json;
-namespace reason = qrt::rpc::reason;
+namespace reason = qrt::proto::reason;
 using qrt::testing::background;
 using qrt::testing::ran;
 using qrt::testing::run_options;
@@ -89,7 +89,7 @@ protected:
         EXPECT_FALSE(j.is_discarded()) << "--json output is not JSON:\n" << r.out << r.err;
         return {r, j};
     }
-    static int exit_for(std::string_view reason) { return qrt::rpc::exit_code_for_reason(reason); }
+    static int exit_for(std::string_view reason) { return qrt::proto::exit_code_for_reason(reason); }
 
     // A fresh key per call, so tests never collide through idempotency.
     static std::string key(std::string_view what) {
@@ -450,7 +450,7 @@ TEST_F(c_abi, an_agent_error_is_eremoteio_with_code_and_reason) {
     EXPECT_EQ(rc, -EREMOTEIO);
     EXPECT_EQ(out, nullptr);
     EXPECT_EQ(std::string_view(err.reason), reason::unknown_qpu);
-    EXPECT_EQ(err.code, qrt::rpc::code_for_reason(reason::unknown_qpu));
+    EXPECT_EQ(err.code, qrt::proto::code_for_reason(reason::unknown_qpu));
     EXPECT_EQ(err.sys_errno, 0);
     EXPECT_NE(std::string(err.message).find("nope"), std::string::npos) << err.message;
     EXPECT_EQ(qrt_exit_code_for_reason(err.reason), exit_for(reason::unknown_qpu));
@@ -502,6 +502,11 @@ TEST_F(c_abi, reserve_submit_status_release_through_the_convenience_calls) {
         << err.message;
     EXPECT_STREQ(job.state, "committed");
     qrt_reservation st{};
+    ASSERT_EQ(qrt_jobs_status(c, r.reservation_id, &st, &err), 0);
+    EXPECT_STREQ(st.state, "committed");
+    // A cancel that states a token that is not the job's changes nothing.
+    EXPECT_EQ(qrt_jobs_cancel_fenced(c, r.reservation_id, r.fencing_token ^ 1, &err), -EREMOTEIO);
+    EXPECT_EQ(std::string_view(err.reason), reason::bad_fencing_token);
     ASSERT_EQ(qrt_jobs_status(c, r.reservation_id, &st, &err), 0);
     EXPECT_STREQ(st.state, "committed");
     EXPECT_EQ(qrt_jobs_cancel(c, r.reservation_id, &err), 0) << err.message;

@@ -126,6 +126,22 @@ class PythonClientIntegration(unittest.TestCase):
         # The connection survives every error.
         self.assertEqual(c.hello()["agent"], "qrtd")
 
+    def test_a_cancel_or_release_with_a_wrong_fencing_token_is_refused_naming_it(self):
+        c = self.client()
+        r = c.slots_reserve(duration_ns=1000, qpus=["qpu0"], idempotency_key=self.key("fence"),
+                            not_before_ns=time.time_ns() + 30_000_000_000)
+        rid, token = r["reservation_id"], r["fencing_token"]
+        wrong = token ^ 1
+        with self.assertRaises(RpcError) as cm:
+            c.slots_release(rid, wrong)
+        self.assertEqual(cm.exception.reason, "bad_fencing_token")
+        c.jobs_submit(b"H 0", reservation_id=rid, fencing_token=token)
+        with self.assertRaises(RpcError) as cm:
+            c.call("jobs.cancel", {"job_id": rid, "fencing_token": wrong})
+        self.assertEqual(cm.exception.reason, "bad_fencing_token")
+        self.assertEqual(c.jobs_status(rid)["state"], "committed")
+        self.assertEqual(c.jobs_cancel(rid, fencing_token=token)["state"], "cancelled")
+
     def test_events_arrive_in_order_on_the_subscribed_connection(self):
         c = self.client()
         sub = c.subscribe(["reservation.reserved", "reservation.released"])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""qpu-aer over qrt/wire.h, without qrtd: what an agent sees on the wire.
+"""qpu-aer over qrt/proto/wire.h, without qrtd: what an agent sees on the wire.
 
 A real qpu-aer process on a UNIX socket in a temp dir; the frames are packed
 by hand from wire.h's layout (qpu_aer's own codec is not used to check

@@ -24,7 +24,7 @@ serves every case, in order:
      up so its earliest start is later than qpu1's; both nodes'
      reservations still have the same start (the later one), each task
      gets its own node's reservation and socket, and both are released
-     after the step.  With qpu2 booked past --qpu-deadline the step fails
+     after the step, each by its node as the job's user (never root).  With qpu2 booked past --qpu-deadline the step fails
      before any task runs (its marker file never appears), with the
      reason, and no hold is left on either node.  With the user's quota
      full on qpu2 (tenants.max_reservations), qpu1's hold is made, qpu2
@@ -343,6 +343,14 @@ class Cluster(unittest.TestCase):
             self.assertEqual(str(st["start_ns"]), env[t]["QRT_SLOT_START_NS"])
             # Released after the step, by its node or by srun.
             self.assertEqual(st["state"], "released", st)
+            # A node gives its part back as the job's user, never as root
+            # (spank_qrt(8), WHO TALKS TO QRTD).
+            gave_back = wait_for(lambda: re.search(
+                rf"released reservation {rid} \(as uid (\d+)\)",
+                self.read(os.path.join(self.cl.dir, "log", f"slurmd-{node}.log"))), 10, 0.2)
+            self.assertTrue(gave_back, f"{node} never gave back its part {rid}: " +
+                            self.cl.tail(f"slurmd-{node}.log"))
+            self.assertEqual(int(gave_back.group(1)), NOBODY)
         self.assertEqual(starts["qpu1"], starts["qpu2"], starts)
         # The common start is qpu2's (the later one), not qpu1's earliest.
         self.assertGreaterEqual(starts["qpu1"], later)

@@ -13,11 +13,13 @@ run as user nobody.
      overlap on a QPU.
   2. --qpu-count=2: one start on two QPUs (through qrtd when it dispatches
      two QPUs here, else through qrt-test-server, its socket side).
-  3. scancel of a running job releases its held slot.
+  3. scancel of a running job releases its held slot, as the job's user
+     (slurmd's log: "(as uid 65534)"), never as root.
   4. a reservation qrtd cannot make fails the step at once, with the reason
      and the next possible start in the job's stderr; the task never runs.
   5. kill -9 of the job's slurmstepd: the acknowledged reservation stays,
-     its lease ends by the job's end, and the job epilog releases it.
+     its lease ends by the job's end, and the job epilog releases it, as
+     the job's user.
   6. kill -9 of qrtd: after the restart every acknowledged reservation is
      there, and the step's end releases it.
   7. qrtd stopped: the health check drains the node with the reason; qrtd
@@ -218,6 +220,16 @@ class SlurmQrt(unittest.TestCase):
         subprocess.run(["scancel", str(job_id)], env=self.lab.env, check=True)
         self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 30, 0.2),
                         f"{self.status(rid)}" + self.diag())
+        self.assert_given_back_as_the_user(rid)
+
+    def assert_given_back_as_the_user(self, rid, by=""):
+        """slurmstepd (or the job epilog) gave rid back as the job's user,
+        never as root (spank_qrt(8), WHO TALKS TO QRTD)."""
+        log = os.path.join(self.lab.dir, "log", "slurmd.log")
+        got = wait_for(lambda: re.search(rf"{by}.*released reservation {rid} \(as uid (\d+)\)",
+                                         self.read(log)), 10, 0.2)
+        self.assertTrue(got, f"reservation {rid} was not given back as the user" + self.diag())
+        self.assertEqual(int(got.group(1)), slurm_lab.NOBODY)
 
     def test_04_a_reservation_that_cannot_be_made_fails_the_step_with_the_next_start(self):
         with self.lab.client() as c:
@@ -272,6 +284,7 @@ class SlurmQrt(unittest.TestCase):
         self.assertTrue(wait_for(lambda: self.status(rid)["state"] == "released", 60, 0.5),
                         f"{self.status(rid)}" + self.diag())
         self.assertFalse(os.path.exists(state_file))
+        self.assert_given_back_as_the_user(rid, by="job epilog: ")
 
     def test_06_kill9_of_qrtd_loses_no_acknowledged_reservation(self):
         job_id, out, _ = self.sbatch("env | grep '^QRT_'\nsleep 300\n", "--qpu-duration=5ms",

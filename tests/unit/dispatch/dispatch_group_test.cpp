@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "qrt/dispatch/dispatch_group.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 #include "rtcore/capabilities.hpp"
 #include "qrt_test/memory_lock.hpp"
 

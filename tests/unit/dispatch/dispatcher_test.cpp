@@ -21,7 +21,7 @@
 #include "qrt/dispatch/dispatcher.hpp"
 #include "qrt/dispatch/step_follower.hpp"
 #include "qrt/event_loop.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/memory_lock.hpp"
 #include "qrt_test/memory_lock.hpp"

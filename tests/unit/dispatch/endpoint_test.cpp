@@ -10,25 +10,25 @@
 #include <filesystem>
 #include <string>
 
-#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/proto/endpoint.hpp"
 
-using namespace qrt::dispatch;
+using namespace qrt;
 
 TEST(endpoint_uri, parses_unix_tcp_and_file) {
-    auto u = parse_endpoint("unix:///run/qrtd/qpu0.sock");
+    auto u = proto::parse_endpoint("unix:///run/qrtd/qpu0.sock");
     ASSERT_TRUE(u) << u.err().message;
-    EXPECT_EQ(u->kind, endpoint_kind::unix_stream);
+    EXPECT_EQ(u->kind, proto::endpoint_kind::unix_stream);
     EXPECT_EQ(u->path, "/run/qrtd/qpu0.sock");
 
-    auto t = parse_endpoint("tcp://127.0.0.1:7000");
+    auto t = proto::parse_endpoint("tcp://127.0.0.1:7000");
     ASSERT_TRUE(t) << t.err().message;
-    EXPECT_EQ(t->kind, endpoint_kind::tcp);
+    EXPECT_EQ(t->kind, proto::endpoint_kind::tcp);
     EXPECT_EQ(t->host, "127.0.0.1");
     EXPECT_EQ(t->port, 7000);
 
-    auto f = parse_endpoint("file:///dev/qpu0");
+    auto f = proto::parse_endpoint("file:///dev/qpu0");
     ASSERT_TRUE(f) << f.err().message;
-    EXPECT_EQ(f->kind, endpoint_kind::file);
+    EXPECT_EQ(f->kind, proto::endpoint_kind::file);
     EXPECT_EQ(f->path, "/dev/qpu0");
 }
 
@@ -49,7 +49,7 @@ TEST(endpoint_uri, rejects_malformed_uris_naming_the_problem) {
          "107 bytes"},
     };
     for (const auto& b : bad) {
-        auto r = parse_endpoint(b.uri);
+        auto r = proto::parse_endpoint(b.uri);
         ASSERT_FALSE(r) << b.uri;
         EXPECT_NE(r.err().message.find(b.says), std::string::npos) << b.uri << ": " << r.err().message;
         EXPECT_NE(r.err().message.find(b.uri), std::string::npos) << "the error names the URI";
@@ -57,17 +57,17 @@ TEST(endpoint_uri, rejects_malformed_uris_naming_the_problem) {
 }
 
 TEST(endpoint_listen, tcp_listen_is_loopback_only) {
-    auto a = parse_endpoint("tcp://10.1.2.3:7000");
+    auto a = proto::parse_endpoint("tcp://10.1.2.3:7000");
     ASSERT_TRUE(a);
-    auto l = listen_endpoint(*a);
+    auto l = proto::listen_endpoint(*a);
     ASSERT_FALSE(l);
     EXPECT_NE(l.err().message.find("loopback"), std::string::npos) << l.err().message;
 }
 
 TEST(endpoint_connect, a_missing_unix_socket_fails_naming_the_uri) {
-    auto a = parse_endpoint("unix:///nonexistent/qrt-test.sock");
+    auto a = proto::parse_endpoint("unix:///nonexistent/qrt-test.sock");
     ASSERT_TRUE(a);
-    auto c = start_connect(*a);
+    auto c = proto::start_connect(*a);
     ASSERT_FALSE(c);
     EXPECT_EQ(c.err().code, ENOENT);
     EXPECT_NE(c.err().message.find("unix:///nonexistent/qrt-test.sock"), std::string::npos) << c.err().message;
@@ -99,16 +99,16 @@ TEST(endpoint_connect, a_file_endpoint_that_is_not_a_device_or_fifo_is_refused_n
     };
     for (const auto& c : cases) {
         const std::string uri = "file://" + c.path;
-        auto a = parse_endpoint(uri);
+        auto a = proto::parse_endpoint(uri);
         ASSERT_TRUE(a) << a.err().message;
-        auto att = start_connect(*a);
+        auto att = proto::start_connect(*a);
         ASSERT_FALSE(att) << uri << " was accepted";
         const std::string& m = att.err().message;
         EXPECT_EQ(att.err().code, c.code) << m;
         EXPECT_NE(m.find("endpoint " + uri + ": " + c.path + " " + c.what), std::string::npos) << m;
         EXPECT_NE(m.find("must be a character device (the QPU's driver) or a FIFO"), std::string::npos) << m;
     }
-    auto s = start_connect(*parse_endpoint("file://" + sock));
+    auto s = proto::start_connect(*proto::parse_endpoint("file://" + sock));
     ASSERT_FALSE(s);
     EXPECT_NE(s.err().message.find("write unix://" + sock), std::string::npos) << s.err().message;
     struct stat st {};
@@ -123,11 +123,11 @@ TEST(endpoint_connect, a_fifo_and_a_character_device_are_accepted_as_file_endpoi
     ASSERT_NE(::mkdtemp(dir_tmpl), nullptr);
     const std::string fifo = std::string(dir_tmpl) + "/qpu0";
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    auto f = start_connect(*parse_endpoint("file://" + fifo));
+    auto f = proto::start_connect(*proto::parse_endpoint("file://" + fifo));
     ASSERT_TRUE(f) << f.err().message << " (a FIFO opened O_RDWR needs no reader yet)";
-    EXPECT_EQ(f->file_type, file_endpoint_type::fifo);
-    auto d = start_connect(*parse_endpoint("file:///dev/null"));
+    EXPECT_EQ(f->file_type, proto::file_endpoint_type::fifo);
+    auto d = proto::start_connect(*proto::parse_endpoint("file:///dev/null"));
     ASSERT_TRUE(d) << d.err().message;
-    EXPECT_EQ(d->file_type, file_endpoint_type::char_device);
+    EXPECT_EQ(d->file_type, proto::file_endpoint_type::char_device);
     std::filesystem::remove_all(dir_tmpl);
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "qrt/dispatch/dispatcher.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 
 using namespace qrt::dispatch;
 namespace wire = qrt::wire;

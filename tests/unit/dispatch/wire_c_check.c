@@ -1,6 +1,6 @@
 /* wire.h must compile as C11 (the header is shared with C tools); the
  * _Static_asserts in it run here. */
-#include "qrt/wire.h"
+#include "qrt/proto/wire.h"
 
 size_t qrt_wire_c_header_size(void);
 size_t qrt_wire_c_tolerance_offset(void);

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "qrt/dispatch/job.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 
 extern "C" size_t qrt_wire_c_header_size(void);
 extern "C" size_t qrt_wire_c_tolerance_offset(void);

@@ -226,9 +226,37 @@ TEST(spank_core, a_state_file_round_trips_and_a_damaged_one_is_refused) {
                             "key=k\nids=0\nfencing_token=1\n"}) {
         EXPECT_EQ(qrt_slurm_state_parse(bad, &back), -EINVAL) << bad;
     }
+    // A field given twice (a line someone injected) is refused, not won by
+    // the last one.
+    EXPECT_EQ(qrt_slurm_state_parse("key=k\nids=1\nfencing_token=1\nids=2\n", &back), -EINVAL);
     char name[32];
     ASSERT_EQ(qrt_slurm_state_name(42, QRT_SLURM_STEP_BATCH, name, sizeof name), 0);
     EXPECT_STREQ(name, "42.batch");
+}
+
+// Root writes the state file from the step's key and qrtd's answer: a
+// field that would break a line (the cluster name in the key, a QPU name)
+// is refused, so no field can add a line of its own.
+TEST(spank_core, a_state_file_field_with_a_newline_is_refused_and_injects_no_line) {
+    qrt_slurm_held h{};
+    h.n = 1;
+    h.member[0].id = 11;
+    std::strcpy(h.member[0].qpu, "qpu0");
+    h.fencing_token = 5;
+    std::strcpy(h.key, "slurm:lab\nids=7\nfencing_token=9\n#:42.0");
+    char text[2048] = "";
+    EXPECT_EQ(qrt_slurm_state_format(&h, text, sizeof text), -EINVAL) << text;
+    std::strcpy(h.key, "slurm:lab:42.0");
+    std::strcpy(h.member[0].qpu, "q\nids=7");
+    EXPECT_EQ(qrt_slurm_state_format(&h, text, sizeof text), -EINVAL) << text;
+    // The cluster name: neither plugstack.conf nor slurm.conf may carry one.
+    auto c = config();
+    char msg[QRT_SLURM_MSG];
+    EXPECT_EQ(qrt_slurm_config_arg(&c, "cluster=lab\nids=7", msg, sizeof msg), -EINVAL);
+    char key[160];
+    EXPECT_EQ(qrt_slurm_key("lab\nids=7", 42, 0, key, sizeof key), -EINVAL) << key;
+    ASSERT_EQ(qrt_slurm_key("lab", 42, 0, key, sizeof key), 0);
+    EXPECT_STREQ(key, "slurm:lab:42.0");
 }
 
 TEST(spank_core, plugstack_arguments_are_checked_and_an_unknown_one_is_named) {

@@ -1,5 +1,8 @@
 // Reservations and jobs: placement invariants, every state transition (legal
 // and illegal), ownership, fencing, idempotency, bad input, gangs, events.
+#include <algorithm>
+#include <cstdint>
+
 #include "helpers.hpp"
 
 namespace qrt::timeline {
@@ -186,10 +189,44 @@ TEST(ledger, a_stale_fencing_token_is_refused) {
               reason::bad_fencing_token);
     EXPECT_EQ(l->commit("alice", a->id, 0, {}, t0_ns).err().reason, reason::bad_fencing_token);
     EXPECT_EQ(snapshot(*l), before);
-    // Every reservation gets a fresh, larger token.
+    // A cancel that gives a token is fenced the same way.
+    ASSERT_TRUE(l->commit("alice", a->id, a->fencing_token, {1}, t0_ns));
+    const auto committed = snapshot(*l);
+    EXPECT_EQ(l->cancel("alice", a->id, t0_ns, a->fencing_token + 1).err().reason,
+              reason::bad_fencing_token);
+    EXPECT_EQ(snapshot(*l), committed);
+    ASSERT_TRUE(l->cancel("alice", a->id, t0_ns, a->fencing_token));
+    EXPECT_EQ(l->find(a->id)->state, res_state::cancelled);
+    // Every reservation gets a fresh token of its own.
     auto b = l->reserve("alice", req(10), "", 0, t0_ns);
     ASSERT_TRUE(b);
-    EXPECT_GT(b->fencing_token, a->fencing_token);
+    EXPECT_NE(b->fencing_token, a->fencing_token);
+}
+
+// A fencing token is the capability to change a reservation: a tenant must
+// not be able to work out another's from its own.  Drawn at random, never
+// 0, at most INT64_MAX (the wire's and SQLite's integers are signed), and
+// no two of a thousand draws are next to each other (a counter's are).
+TEST(ledger, fencing_tokens_are_drawn_at_random_and_never_next_to_each_other) {
+    auto l = make_ledger();
+    std::vector<std::uint64_t> tokens;
+    for (int i = 0; i < 1000; ++i) {
+        const std::string tenant = i % 2 == 0 ? "alice" : "bob";
+        auto r = l->reserve(tenant, req(1), "", 0, t0_ns);
+        ASSERT_TRUE(r) << r.err().message;
+        tokens.push_back(r->fencing_token);
+        ASSERT_TRUE(l->release(tenant, r->id, r->fencing_token, t0_ns));
+    }
+    std::sort(tokens.begin(), tokens.end());
+    EXPECT_NE(tokens.front(), 0U);
+    EXPECT_LE(tokens.back(), static_cast<std::uint64_t>(INT64_MAX));
+    std::size_t next_to = 0;
+    for (std::size_t i = 1; i < tokens.size(); ++i) {
+        EXPECT_NE(tokens[i], tokens[i - 1]) << "two reservations share token " << tokens[i];
+        next_to += tokens[i] - tokens[i - 1] == 1 ? 1U : 0U;
+    }
+    EXPECT_EQ(next_to, 0U) << "of 1000 tokens, " << next_to << " pairs are n, n+1 (first "
+                           << tokens.front() << ", last " << tokens.back() << ")";
 }
 
 TEST(blob, copies_share_the_bytes_and_compare_by_content) {

@@ -87,7 +87,8 @@ TEST_F(store_test, everything_survives_a_restart_unchanged) {
     EXPECT_EQ(std::count_if(before.begin(), before.end(), [](const reservation& r) { return r.shots == 7; }), 1);
     EXPECT_EQ(*l->calibration("p0", t0_ns), windows);
     EXPECT_INVARIANTS(*l);
-    // Idempotency and counters continue across the restart.
+    // Idempotency and the id counter continue across the restart; a new
+    // token is none of the stored ones (tokens are drawn, not counted).
     auto again = l->reserve("alice", req(10), "key-a", 0, t0_ns);
     ASSERT_TRUE(again);
     EXPECT_EQ(again->id, before.front().id);
@@ -95,8 +96,57 @@ TEST_F(store_test, everything_survives_a_restart_unchanged) {
     ASSERT_TRUE(fresh);
     EXPECT_GT(fresh->id, before.back().id);
     for (const reservation& r : before) {
-        EXPECT_GT(fresh->fencing_token, r.fencing_token);
+        EXPECT_NE(fresh->fencing_token, r.fencing_token);
     }
+}
+
+// Fencing tokens come from the token source (getrandom in the daemon): a
+// draw of 0, or of a token a record holds (also one read back from the
+// store after a restart), is drawn again; a gang's members share one.
+TEST_F(store_test, a_drawn_token_is_never_0_nor_one_a_record_holds_also_after_a_restart) {
+    std::vector<std::uint64_t> draws;
+    std::size_t next = 0;
+    ledger_options o;
+    o.horizon_ns = 20 * period_ns;
+    o.token_source = [&] { return next < draws.size() ? draws[next++] : 0; };
+    const auto open = [&] {
+        auto l = ledger::open({periodic_qpu("q0"), periodic_qpu("q1")}, o, _db, t0_ns);
+        EXPECT_TRUE(l.has_value()) << (l ? "" : l.err().message);
+        return l ? std::move(*l) : nullptr;
+    };
+    std::uint64_t a_token = 0;
+    {
+        auto l = open();
+        ASSERT_TRUE(l);
+        // 0 is no token; the top bit is dropped (63 bits).
+        draws = {0, (1ULL << 63) | 77};
+        auto a = l->reserve("alice", req(10), "", 0, t0_ns);
+        ASSERT_TRUE(a) << a.err().message;
+        EXPECT_EQ(a->fencing_token, 77U);
+        a_token = a->fencing_token;
+        // 77 is alice's: drawn again.
+        draws = {77, 4242};
+        next = 0;
+        auto g = l->reserve_gang("bob", req(5), 2, "g", 0, t0_ns);
+        ASSERT_TRUE(g) << g.err().message;
+        EXPECT_EQ((*g)[0].fencing_token, 4242U);
+        EXPECT_EQ((*g)[1].fencing_token, 4242U);
+    }
+    auto l = open();
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->find(1)->fencing_token, a_token);
+    draws = {77, 4242, 9};
+    next = 0;
+    auto c = l->reserve("carol", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(c) << c.err().message;
+    EXPECT_EQ(c->fencing_token, 9U);
+    // A source that never gives a free token still ends: the next free
+    // value upward.
+    draws = {9, 9, 9, 9, 9, 9, 9, 9, 9};
+    next = 0;
+    auto d = l->reserve("carol", req(10), "", 0, t0_ns);
+    ASSERT_TRUE(d) << d.err().message;
+    EXPECT_EQ(d->fencing_token, 10U);
 }
 
 TEST_F(store_test, on_restart_passed_starts_become_missed_and_nothing_runs_late) {

@@ -419,6 +419,14 @@ int qrt_jobs_cancel(qrt_client* c, uint64_t job_id, qrt_error* err) {
     });
 }
 
+int qrt_jobs_cancel_fenced(qrt_client* c, uint64_t job_id, uint64_t fencing_token,
+                           qrt_error* err) {
+    return guarded(err, [&]() -> int {
+        return do_call(c, "jobs.cancel",
+                       json{{"job_id", job_id}, {"fencing_token", fencing_token}}, nullptr, err);
+    });
+}
+
 int qrt_slots_reserve_gang(qrt_client* c, const qrt_slot_request* req, size_t k,
                            const char* idempotency_key, int64_t lease_ns, qrt_reservation* out,
                            size_t out_cap, qrt_error* err) {

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <system_error>
 
-#include "qrt/rpc/errors.hpp"
 
 namespace qrt::client {
 
@@ -54,15 +53,6 @@ std::string dump(const json& j) {
 
 }  // namespace
 
-int exit_code_for(std::string_view reason) noexcept {
-    for (const auto& e : local_exit_table) {
-        if (e.reason == reason) {
-            return e.exit_code;
-        }
-    }
-    return rpc::exit_code_for_reason(reason);
-}
-
 std::string default_socket_path() {
 #ifdef QRT_DEFAULT_SOCKET_PATH
     return QRT_DEFAULT_SOCKET_PATH;
@@ -98,7 +88,7 @@ reply reply_from_object(const json& obj) {
     if (const auto c = err.find("code"); c != err.end() && c->is_number_integer()) {
         e.code = c->get<int>();
     } else {
-        e.code = rpc::code_internal_error;
+        e.code = proto::code_internal_error;
     }
     if (const auto m = err.find("message"); m != err.end() && m->is_string()) {
         e.message = m->get<std::string>();
@@ -113,10 +103,10 @@ reply reply_from_object(const json& obj) {
     }
     if (e.reason.empty()) {
         // A foreign server that omits data.reason: the code's default.
-        e.reason = std::string(rpc::default_reason_for_code(e.code));
+        e.reason = std::string(proto::default_reason_for_code(e.code));
     }
     if (e.code == 0) {
-        e.code = rpc::code_internal_error;  // 0 is reserved for local failures
+        e.code = proto::code_internal_error;  // 0 is reserved for local failures
     }
     return e;
 }

@@ -24,44 +24,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qrt/proto/protocol.hpp"
 #include "rtcore/unique_fd.hpp"
 
 namespace qrt::client {
 
 using json = nlohmann::json;
 
-// Reasons for failures that happen on this side of the socket.  Server
-// errors carry the server's data.reason (agent/include/qrt/rpc/errors.hpp).
-namespace local_reason {
-inline constexpr std::string_view unreachable = "unreachable";        // connect failed
-inline constexpr std::string_view timeout = "timeout";                // no reply in time
-inline constexpr std::string_view disconnected = "disconnected";      // peer closed / reset
-inline constexpr std::string_view protocol_error = "protocol_error";  // reply is not JSON-RPC
-inline constexpr std::string_view client_error = "client_error";      // bad call from the caller
-inline constexpr std::string_view degraded = "degraded";              // qrtctl health: agent unhealthy
-inline constexpr std::string_view munge_error = "munge_error";        // no MUNGE credential (tcp://)
-}  // namespace local_reason
+// Reasons for failures that happen on this side of the socket, with their
+// exit statuses: the protocol table's client reasons (qrt/proto/protocol.hpp).
+// Server errors carry the server's data.reason.
+namespace local_reason = proto::client_reason;
 
-// Exit statuses for the local reasons (sysexits.h values where one fits).
-// Server reasons take theirs from qrt::rpc::reason_table.
-struct local_exit_entry {
-    std::string_view reason;
-    int exit_code;
-    std::string_view meaning;
-};
-inline constexpr local_exit_entry local_exit_table[] = {
-    {"degraded", 18, "qrtctl health: the agent answered but reports itself degraded"},
-    {"munge_error", 23, "no MUNGE credential could be made here: munged is not running or not reachable (tcp:// agents)"},
-    {"client_error", 64, "bad command line or arguments (EX_USAGE)"},
-    {"unreachable", 69, "cannot connect to the agent's socket (EX_UNAVAILABLE)"},
-    {"disconnected", 69, "the agent closed the connection (EX_UNAVAILABLE)"},
-    {"timeout", 75, "no reply within the timeout (EX_TEMPFAIL)"},
-    {"protocol_error", 76, "the reply is not JSON-RPC 2.0 (EX_PROTOCOL)"},
-};
-
-// The exit status for any reason: local table, then the server's table,
-// else 1.
-int exit_code_for(std::string_view reason) noexcept;
+// The exit status for any reason: the server's table, the client's, else 1.
+inline int exit_code_for(std::string_view reason) noexcept { return proto::exit_code_for_reason(reason); }
 
 struct call_error {
     int code = 0;          // JSON-RPC error code; 0 for a local failure

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "qrt/proto/protocol.hpp"
+
 namespace qrt::dispatch {
 
 // One committed job, as handed to dispatcher::submit().  Times are realtime
@@ -38,48 +40,18 @@ enum class dispatch_status : std::uint8_t {
 };
 
 // The outcome reasons the QPU link and the job pump write: the first word
-// of a missed or failed job's reason.  Each has its row in
-// qrt::rpc::outcome_table (static_assert in qrt/reasons.hpp).
-namespace outcome {
-// never sent
-inline constexpr std::string_view missed = "missed";
-inline constexpr std::string_view calibration_changed = "calibration_changed";
-inline constexpr std::string_view dispatch_refused = "dispatch_refused";  // the pump's hand-over
-inline constexpr std::string_view out_of_window = "out_of_window";
-inline constexpr std::string_view endpoint_down = "endpoint_down";
-inline constexpr std::string_view cancelled = "cancelled";
-// sent, then failed
-inline constexpr std::string_view send_failed = "send_failed";
-inline constexpr std::string_view endpoint_disconnected = "endpoint_disconnected";
-inline constexpr std::string_view endpoint_protocol_error = "endpoint_protocol_error";
-inline constexpr std::string_view endpoint_stalled = "endpoint_stalled";
-inline constexpr std::string_view endpoint_timeout = "endpoint_timeout";
-inline constexpr std::string_view qpu_out_of_window = "qpu_out_of_window";
-inline constexpr std::string_view qpu_calibration_mismatch = "qpu_calibration_mismatch";
-inline constexpr std::string_view qpu_busy = "qpu_busy";
-inline constexpr std::string_view qpu_error = "qpu_error";
-// unknown: written by the ledger on open after a crash (ledger::open)
-inline constexpr std::string_view dispatch_unknown = "dispatch_unknown";
-
-inline constexpr std::array<std::string_view, 16> all{
-    missed,      calibration_changed,   dispatch_refused,        out_of_window,
-    endpoint_down, cancelled,           send_failed,             endpoint_disconnected,
-    endpoint_protocol_error, endpoint_stalled, endpoint_timeout, qpu_out_of_window,
-    qpu_calibration_mismatch, qpu_busy, qpu_error, dispatch_unknown};
-}  // namespace outcome
+// of a missed or failed job's reason.  Each is a row of the protocol's one
+// table with its outcome column set (qrt/proto/protocol.hpp).
+namespace outcome = proto::reason;
 
 // Stable spellings, used as failure reasons (the outcome:: names but for
 // `sent`).
 const char* to_string(dispatch_status s) noexcept;
 
-// Terminal state of a job as the daemon sees it.
-enum class job_state : std::uint8_t {
-    completed,  // RESULT received
-    failed,     // see reason
-    missed,     // never sent: start passed by more than tolerance
-    sent,       // written on time to a write-only endpoint: no result can come back
-};
-const char* to_string(job_state s) noexcept;
+// The state a job ends in, as the QPU link reports it: completed (RESULT
+// received), failed (see reason), missed (never sent) or sent (written on
+// time to a write-only endpoint): the protocol's states that finish a job.
+using job_state = proto::state;
 
 // Reported once per job by qpu_link (housekeeping thread).  `dispatched` is
 // reported earlier, when the frame left (see qpu_link callbacks).

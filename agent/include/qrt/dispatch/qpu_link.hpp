@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "qrt/dispatch/dispatcher.hpp"
-#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/proto/endpoint.hpp"
 #include "qrt/dispatch/job.hpp"
 #include "qrt/dispatch/telemetry.hpp"
-#include "qrt/dispatch/wire_codec.hpp"
+#include "qrt/proto/wire_codec.hpp"
 #include "qrt/event_loop.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/pi_mutex.hpp"
@@ -142,11 +142,11 @@ private:
     rtcore::clock_source& _clock;
     qpu_link_config _cfg;
     qpu_link_callbacks _cb;
-    endpoint_address _addr;
+    proto::endpoint_address _addr;
     dispatcher _dispatcher;
 
     conn_state _state = conn_state::idle;
-    unique_fd _fd;
+    rtcore::unique_fd _fd;
     bool _fd_watched = false;
     bool _write_only = false;
     // The dispatcher's endpoint generation of the connection that is up (0:

@@ -33,19 +33,15 @@
 #include <string_view>
 #include <vector>
 
+#include "qrt/proto/protocol.hpp"
 #include "rtcore/error.hpp"
 
 namespace qrt::rpc {
 
-enum class role : std::uint8_t {
-    none = 0,  // no role required (agent.hello)
-    reader = 1U << 0,
-    scheduler = 1U << 1,
-    calibration = 1U << 2,
-    admin = 1U << 3,
-};
-
-std::string_view role_name(role r) noexcept;
+// The roles a peer may hold (the protocol's table: qrt/proto/protocol.hpp).
+using role = proto::role;
+using proto::role_name;
+// A role a peer can be given in [roles] (none is no role).
 std::optional<role> role_from_name(std::string_view name) noexcept;
 
 // The set of roles one peer holds.

@@ -64,7 +64,6 @@ struct change_set {
     };
     std::vector<window_row> windows;
     std::uint64_t next_id = 1;
-    std::uint64_t next_token = 1;
     std::uint64_t next_gang = 1;
     std::optional<std::int64_t> dispatch_mark;  // set: write meta dispatch_mark
 

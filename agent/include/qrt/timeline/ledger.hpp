@@ -132,6 +132,10 @@ struct ledger_options {
     // before each COMMIT, and before the reload after a failed group.
     std::function<status(std::size_t changes)> commit_hook;
     std::function<status()> reload_hook;
+    // Test seam: where fencing tokens come from (empty: getrandom).  The
+    // ledger keeps a drawn value's low 63 bits and draws again for 0 or a
+    // token a record still holds (draw_token).
+    std::function<std::uint64_t()> token_source;
 };
 
 // A job withdraw_late() took back: its commit became durable when its start
@@ -231,8 +235,10 @@ public:
     result<reservation> submit(std::string_view tenant, const request& req,
                                std::string_view idempotency_key, blob payload,
                                std::int64_t now_ns);
-    // jobs.cancel: committed -> cancelled.
-    result<reservation> cancel(std::string_view tenant, std::uint64_t id, std::int64_t now_ns);
+    // jobs.cancel: committed -> cancelled.  With a fencing token, a token
+    // that is not the job's is refused (bad_fencing_token), as for release.
+    result<reservation> cancel(std::string_view tenant, std::uint64_t id, std::int64_t now_ns,
+                               std::optional<std::uint64_t> fencing_token = std::nullopt);
     // jobs.status: only the owner sees a reservation.
     result<reservation> status(std::string_view tenant, std::uint64_t id) const;
     // jobs.result: completed or failed jobs only (not_ready before).
@@ -535,8 +541,14 @@ private:
     std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> _gangs;
     std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
     std::uint64_t _next_id = 1;
-    std::uint64_t _next_token = 1;
     std::uint64_t _next_gang = 1;
+    // Fencing tokens: drawn at random (draw_token), so that no tenant can
+    // work one out from its own; a token is unique among the records held
+    // (the value: how many hold it, the members of a gang share one).
+    std::unordered_map<std::uint64_t, std::uint32_t> _tokens;
+    std::uint64_t draw_token() const;
+    void hold_token(std::uint64_t token);
+    void drop_token(std::uint64_t token);
     std::size_t _preemptions = 0;
     std::uint64_t _generation = 0;
 

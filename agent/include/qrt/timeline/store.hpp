@@ -71,7 +71,6 @@ struct stored_state {
     std::vector<reservation> reservations;
     std::vector<std::pair<std::string, calibration_window>> windows;  // pushed QPUs only
     std::uint64_t next_id = 1;
-    std::uint64_t next_token = 1;
     std::uint64_t next_gang = 1;
     // meta "dispatch_mark": jobs starting up to here may have been handed to
     // a dispatch thread (ledger::extend_dispatch_mark); 0 after a clean
@@ -100,7 +99,9 @@ public:
     void rollback() noexcept;
     status put(const reservation& r);
     status erase(std::uint64_t id);
-    status put_counters(std::uint64_t next_id, std::uint64_t next_token, std::uint64_t next_gang);
+    // The id counters (fencing tokens are drawn at random: no counter; a
+    // "next_token" row of an older store is ignored).
+    status put_counters(std::uint64_t next_id, std::uint64_t next_gang);
     // meta "dispatch_mark" (stored_state::dispatch_mark_ns), in the open
     // transaction: raised to mark_ns (never lowered: marks written out of
     // order keep the highest), or set to 0 with reset.

@@ -21,6 +21,7 @@
 #include <variant>
 #include <vector>
 
+#include "qrt/proto/protocol.hpp"
 #include "rtcore/error.hpp"
 
 namespace qrt::timeline {
@@ -29,38 +30,12 @@ inline constexpr std::int64_t k_no_deadline_ns = std::numeric_limits<std::int64_
 
 // ---------------------------------------------------------------- errors
 
-// Stable reason strings: the socket layer copies them into data.reason and
-// qrtctl maps them to exit codes, so their spelling never changes.
-namespace reason {
-inline constexpr std::string_view no_fit = "no_fit";
-inline constexpr std::string_view unknown_qpu = "unknown_qpu";
-inline constexpr std::string_view invalid_argument = "invalid_argument";
-inline constexpr std::string_view lease_expired = "lease_expired";
-inline constexpr std::string_view not_owner = "not_owner";
-inline constexpr std::string_view bad_fencing_token = "bad_fencing_token";
-inline constexpr std::string_view calibration_changed = "calibration_changed";
-inline constexpr std::string_view illegal_transition = "illegal_transition";
-inline constexpr std::string_view not_found = "not_found";
-inline constexpr std::string_view duplicate = "duplicate";
-inline constexpr std::string_view not_ready = "not_ready";
-inline constexpr std::string_view store_error = "store_error";
-// Retryable: the start is too close for the hand-over (the lead and the
-// commit backlog ahead of the change).
-inline constexpr std::string_view unavailable = "unavailable";
-// The QPU's endpoint is not connected and the start would fall within
-// timeline.endpoint_down_horizon_ns: the job could not be dispatched.
-inline constexpr std::string_view endpoint_down = "endpoint_down";
-
-// Every one of them: each must have its row in qrt::rpc::reason_table
-// (static_assert in qrt/reasons.hpp).
-inline constexpr std::array<std::string_view, 14> all{
-    no_fit,    unknown_qpu, invalid_argument, lease_expired, not_owner,  bad_fencing_token,
-    calibration_changed, illegal_transition, not_found, duplicate, not_ready, store_error,
-    unavailable, endpoint_down};
-}  // namespace reason
+// Stable reason strings: the protocol's one table (qrt/proto/protocol.hpp);
+// the socket layer copies them into data.reason.
+namespace reason = proto::reason;
 
 struct error {
-    std::string reason;   // one of qrt::timeline::reason::*
+    std::string reason;   // one of qrt::proto::reason::*
     std::string message;  // names the field and the value
     std::string qpu;      // the QPU it is about, when one (endpoint_down)
 };
@@ -118,29 +93,18 @@ struct qpu_spec {
 
 // --------------------------------------------------------- reservations
 
-enum class res_state : std::uint8_t {
-    held,
-    committed,
-    dispatched,
-    completed,
-    failed,
-    expired,
-    released,
-    cancelled,
-    missed,
-    displaced,
-    // Written to a write-only endpoint (a file:// FIFO or a device that gives
-    // nothing back): it left on time, but nobody can say that it ran.
-    sent,
-};
-
-std::string_view to_string(res_state s) noexcept;
-std::optional<res_state> res_state_from_string(std::string_view s) noexcept;
-// held, committed and dispatched occupy QPU time.
-bool is_active(res_state s) noexcept;
-bool is_terminal(res_state s) noexcept;
-// The transition table (see ledger.hpp for the diagram).
-bool transition_allowed(res_state from, res_state to) noexcept;
+// A reservation's state (and its job's): the protocol's table, with its
+// columns (active: held, committed and dispatched occupy QPU time) and the
+// transitions it allows (qrt/proto/protocol.hpp).
+using res_state = proto::state;
+using proto::finishes_job;
+using proto::is_active;
+using proto::is_terminal;
+using proto::to_string;
+using proto::transition_allowed;
+inline std::optional<res_state> res_state_from_string(std::string_view s) noexcept {
+    return proto::state_from_string(s);
+}
 
 struct request {
     std::int64_t duration_ns = 0;

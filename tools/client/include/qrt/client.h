@@ -144,6 +144,12 @@ QRT_CLIENT_API int qrt_jobs_submit(qrt_client *c, uint64_t reservation_id,
 QRT_CLIENT_API int qrt_jobs_status(qrt_client *c, uint64_t job_id, qrt_reservation *out,
                                    qrt_error *err);
 QRT_CLIENT_API int qrt_jobs_cancel(qrt_client *c, uint64_t job_id, qrt_error *err);
+/* jobs.cancel with the job's fencing token: a token that is not the job's
+ * is refused (-EREMOTEIO, reason "bad_fencing_token") and nothing changes,
+ * whatever the caller's roles.  For a caller that cancels what it reserved
+ * (the SPANK plugin).  Added with symbol version QRT_CLIENT_1.2.  */
+QRT_CLIENT_API int qrt_jobs_cancel_fenced(qrt_client *c, uint64_t job_id, uint64_t fencing_token,
+                                          qrt_error *err);
 
 /* A gang: k reservations with one start on k distinct QPUs, all or
  * nothing (slots.reserve with gang_size k).  The members share one

@@ -1,4 +1,4 @@
-#include "qrt/dispatch/endpoint.hpp"
+#include "qrt/proto/endpoint.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <charconv>
 #include <cstring>
 
-namespace qrt::dispatch {
+namespace qrt::proto {
 
 namespace {
 
@@ -301,4 +301,4 @@ rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int back
     return fd;
 }
 
-}  // namespace qrt::dispatch
+}  // namespace qrt::proto

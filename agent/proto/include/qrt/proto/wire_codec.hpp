@@ -1,5 +1,5 @@
 #pragma once
-// Validating encode/decode for the QPU endpoint frames defined in qrt/wire.h.
+// Validating encode/decode for the QPU endpoint frames defined in qrt/proto/wire.h.
 //
 // Header-only so qpu-sim and the tests use exactly the agent's code.
 // - encode_header()/patch_sent_ns() are noexcept and allocation-free: the
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "qrt/wire.h"
+#include "qrt/proto/wire.h"
 
 namespace qrt::wire {
 

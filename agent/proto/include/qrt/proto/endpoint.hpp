@@ -11,7 +11,7 @@
 #include "rtcore/error.hpp"
 #include "rtcore/unique_fd.hpp"
 
-namespace qrt::dispatch {
+namespace qrt::proto {
 
 // The one RAII fd type lives in rtcore.
 using rtcore::unique_fd;
@@ -69,4 +69,4 @@ rtcore::result<unique_fd> listen_endpoint(const endpoint_address& addr, int back
 // Sets or clears O_NONBLOCK.
 rtcore::status set_nonblocking(int fd, bool on);
 
-}  // namespace qrt::dispatch
+}  // namespace qrt::proto

@@ -1,0 +1,601 @@
+// The four languages' copies of the protocol table.  Each writer is a plain
+// function of the model, so the same table always gives the same bytes (the
+// staleness test compares them with the checked-in files).
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "model.hpp"
+
+namespace qrt::protogen {
+namespace {
+
+constexpr std::string_view k_source = "agent/proto/protocol.toml";
+
+// Words of `text` wrapped to `width` columns, each line led by `lead`.
+std::string wrap2(std::string_view text, std::string_view first, std::string_view lead, std::size_t width);
+
+std::string wrap(std::string_view text, std::string_view lead, std::size_t width = 78) {
+    return wrap2(text, lead, lead, width);
+}
+
+// Words of `text` wrapped to `width` columns: the first line led by
+// `first`, the others by `lead` (a hanging indent when the two differ).
+std::string wrap2(std::string_view text, std::string_view first_lead, std::string_view lead, std::size_t width) {
+    std::string out;
+    std::istringstream paragraphs{std::string(text)};
+    std::string para;
+    // Blank lines separate paragraphs; a paragraph's own line breaks are
+    // joined.
+    std::string joined;
+    std::vector<std::string> paras;
+    for (std::string line; std::getline(paragraphs, line);) {
+        if (line.find_first_not_of(' ') == std::string::npos) {
+            if (!joined.empty()) {
+                paras.push_back(joined);
+                joined.clear();
+            }
+            paras.emplace_back();
+            continue;
+        }
+        if (!joined.empty()) {
+            joined += ' ';
+        }
+        joined += line;
+    }
+    if (!joined.empty()) {
+        paras.push_back(joined);
+    }
+    for (const auto& p : paras) {
+        if (p.empty()) {
+            out += std::string(lead);
+            while (!out.empty() && out.back() == ' ') {
+                out.pop_back();
+            }
+            out += '\n';
+            continue;
+        }
+        std::istringstream words(p);
+        std::string line(out.empty() ? first_lead : lead);
+        bool first = true;
+        for (std::string w; words >> w;) {
+            if (!first && line.size() + 1 + w.size() > width) {
+                out += line + '\n';
+                line = std::string(lead);
+                first = true;
+            }
+            if (!first) {
+                line += ' ';
+            }
+            line += w;
+            first = false;
+        }
+        out += line + '\n';
+    }
+    return out;
+}
+
+std::string upper(std::string_view s) {
+    std::string out;
+    for (const char c : s) {
+        out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    return out;
+}
+
+// A C block comment at `indent`: "/* text" wrapped, " * " continued,
+// closed on its last line.
+std::string c_comment(std::string_view text, std::string_view indent) {
+    std::string o = wrap2(text, std::string(indent) + "/* ", std::string(indent) + " * ", 78);
+    o.insert(o.size() - 1, " */");
+    return o;
+}
+
+std::string snake(std::string_view s) {
+    std::string out(s);
+    std::replace(out.begin(), out.end(), '.', '_');
+    return out;
+}
+
+// Go's exported name: "job.finished" -> "JobFinished".
+std::string camel(std::string_view s) {
+    std::string out;
+    bool up = true;
+    for (const char c : s) {
+        if (c == '_' || c == '.') {
+            up = true;
+            continue;
+        }
+        out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+        up = false;
+    }
+    return out;
+}
+
+// A string literal in C, C++, Go and Python: the table's strings hold no
+// control characters but may hold quotes and backslashes.
+std::string quote(std::string_view s) {
+    std::string out = "\"";
+    for (const char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+        }
+        out += c;
+    }
+    out += '"';
+    return out;
+}
+
+std::string c_type(const std::string& t) {
+    if (t == "u8") return "uint8_t";
+    if (t == "u16") return "uint16_t";
+    if (t == "u32") return "uint32_t";
+    if (t == "u64") return "uint64_t";
+    return "int64_t";
+}
+
+char struct_code(const std::string& t) {
+    if (t == "u8") return 'B';
+    if (t == "u16") return 'H';
+    if (t == "u32") return 'I';
+    if (t == "u64") return 'Q';
+    return 'q';
+}
+
+std::uint32_t flags_known(const model& m) {
+    std::uint32_t k = 0;
+    for (const auto& f : m.flags) {
+        k |= 1u << f.value;
+    }
+    return k;
+}
+
+std::uint32_t next_mask(const model& m, const state& s) {
+    std::uint32_t mask = 0;
+    for (const auto& n : s.next) {
+        for (std::size_t i = 0; i < m.states.size(); ++i) {
+            if (m.states[i].name == n) {
+                mask |= 1u << i;
+            }
+        }
+    }
+    return mask;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------- C
+
+std::string write_c(const model& m) {
+    std::string o;
+    o += fmt::format("/* Generated by qrt-protogen from {}: do not edit.\n", k_source);
+    o += " * Regenerate with tools/dev/regen-proto.sh.\n *\n";
+    o += wrap(m.wire_doc, " * ");
+    o += " *\n";
+    for (const auto& t : m.types) {
+        o += wrap2(t.doc, fmt::format(" *   {:<8}", upper(t.name)), " *           ", 78);
+    }
+    o += " *\n * C and C++ compatible: C code includes this file; C++ code includes\n";
+    o += " * qrt/proto/wire_codec.hpp for the validating encode/decode helpers.\n */\n";
+    o += "#ifndef QRT_PROTO_WIRE_H\n#define QRT_PROTO_WIRE_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n";
+    o += "#ifdef __cplusplus\n#define QRT_WIRE_STATIC_ASSERT(cond, msg) static_assert(cond, msg)\nextern \"C\" {\n";
+    o += "#else\n#define QRT_WIRE_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)\n#endif\n\n";
+    o += fmt::format("#define QRT_WIRE_MAGIC 0x{:08X}u /* {} */\n", m.magic, m.magic_doc);
+    o += fmt::format("#define QRT_WIRE_VERSION {}u\n", m.version);
+    o += fmt::format("#define QRT_WIRE_HEADER_LEN {}u\n", m.header_len);
+    o += c_comment(m.max_payload_doc, "");
+    o += fmt::format("#define QRT_WIRE_MAX_PAYLOAD {}u\n", m.max_payload);
+    o += fmt::format("#define QRT_WIRE_MAX_HELLO_PAYLOAD {}u\n\n", m.max_hello_payload);
+    o += "enum qrt_wire_type {\n";
+    for (const auto& t : m.types) {
+        o += fmt::format("    QRT_WIRE_{} = {},\n", upper(t.name), t.value);
+    }
+    o += "};\n\n/* flags (bit set) */\nenum qrt_wire_flag {\n";
+    for (const auto& f : m.flags) {
+        o += c_comment(f.doc, "    ");
+        o += fmt::format("    QRT_WIRE_FLAG_{} = 1u << {},\n", upper(f.name), f.value);
+    }
+    o += fmt::format("}};\n#define QRT_WIRE_FLAGS_KNOWN 0x{:02X}u\n\n", flags_known(m));
+    o += "/* status of an ERROR frame */\nenum qrt_wire_error {\n";
+    for (const auto& e : m.errors) {
+        if (e.doc.empty()) {
+            o += fmt::format("    QRT_WIRE_ERR_{} = {},\n", upper(e.name), e.value);
+        } else {
+            o += fmt::format("    QRT_WIRE_ERR_{} = {}, /* {} */\n", upper(e.name), e.value, e.doc);
+        }
+    }
+    o += "};\n\nstruct qrt_wire_header {\n";
+    for (const auto& f : m.header) {
+        const auto decl = fmt::format("    {} {};", c_type(f.type), f.name);
+        o += fmt::format("{:<30}/* {:>2}{}{} */\n", decl, f.offset, f.doc.empty() ? "" : " ", f.doc);
+    }
+    o += "};\n\n";
+    o += fmt::format("QRT_WIRE_STATIC_ASSERT(sizeof(struct qrt_wire_header) == QRT_WIRE_HEADER_LEN, \"wire header is {} bytes\");\n",
+                     m.header_len);
+    for (const auto& f : m.header) {
+        o += fmt::format("QRT_WIRE_STATIC_ASSERT(offsetof(struct qrt_wire_header, {0}) == {1}, \"{0} at {1}\");\n",
+                         f.name, f.offset);
+    }
+    o += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* QRT_PROTO_WIRE_H */\n";
+    return o;
+}
+
+// ----------------------------------------------------------------- C++
+
+std::string write_cpp(const model& m) {
+    std::string o;
+    o += fmt::format("// Generated by qrt-protogen from {}: do not edit.\n", k_source);
+    o += "// Regenerate with tools/dev/regen-proto.sh.  This file is longer than\n";
+    o += "// the project's 1,000-line limit only if the table is.\n//\n";
+    o += "// The protocol's facts as constexpr tables: reasons (JSON-RPC codes, qrtctl\n";
+    o += "// exit statuses, job outcomes), the client's local reasons, states with their\n";
+    o += "// columns and transitions, roles, methods, events and the job envelope.  The\n";
+    o += "// wire's constants and header are in qrt/proto/wire.h.  Lookups over these\n";
+    o += "// tables are in qrt/proto/protocol.hpp.\n";
+    o += "#pragma once\n\n#include <array>\n#include <cstddef>\n#include <cstdint>\n#include <string_view>\n\n";
+    o += "namespace qrt::proto {\n\n";
+    o += "// JSON-RPC error codes.\n";
+    for (const auto& [k, v] : m.codes) {
+        o += fmt::format("inline constexpr int {} = {};\n", k, v);
+    }
+    o += "\n// What a job outcome reason says happened to the job (none: not an outcome).\n";
+    o += "enum class outcome_kind : std::uint8_t { none, never_sent, failed, unknown };\n\n";
+    o += "struct reason_row {\n    std::string_view name;\n    bool error;  // raised as a JSON-RPC error, with code\n";
+    o += "    int code;\n    int exit_code;  // qrtctl's exit status\n    std::string_view meaning;\n";
+    o += "    outcome_kind outcome;\n    std::string_view outcome_meaning;\n};\n\n";
+    o += "// clang-format off\n";
+    o += fmt::format("inline constexpr std::array<reason_row, {}> reasons{{{{\n", m.reasons.size());
+    for (const auto& r : m.reasons) {
+        o += fmt::format("    {{{}, {}, {}, {}, {}, outcome_kind::{}, {}}},\n", quote(r.name),
+                         r.code ? "true" : "false", r.code ? *r.code : 0, r.exit_code, quote(r.meaning),
+                         r.outcome.empty() ? "none" : r.outcome, quote(r.outcome_meaning));
+    }
+    o += "}};\n// clang-format on\n\n";
+    o += "// Every reason by name: the one spelling of each.\nnamespace reason {\n";
+    for (const auto& r : m.reasons) {
+        o += fmt::format("inline constexpr std::string_view {} = {};\n", r.name, quote(r.name));
+    }
+    o += "}  // namespace reason\n\n";
+    o += "// Failures on the client's side of the socket, with qrtctl's exit status.\n";
+    o += "struct client_reason_row {\n    std::string_view name;\n    int exit_code;\n    std::string_view meaning;\n};\n";
+    o += "// clang-format off\n";
+    o += fmt::format("inline constexpr std::array<client_reason_row, {}> client_reasons{{{{\n", m.client_reasons.size());
+    for (const auto& r : m.client_reasons) {
+        o += fmt::format("    {{{}, {}, {}}},\n", quote(r.name), r.exit_code, quote(r.meaning));
+    }
+    o += "}};\n// clang-format on\nnamespace client_reason {\n";
+    for (const auto& r : m.client_reasons) {
+        o += fmt::format("inline constexpr std::string_view {} = {};\n", r.name, quote(r.name));
+    }
+    o += "}  // namespace client_reason\n\n";
+
+    o += "// The state of a reservation and of the job committed into it.  The order\n";
+    o += "// is the table's: append only.\nenum class state : std::uint8_t {\n";
+    for (const auto& s : m.states) {
+        o += fmt::format("    {},  // {}\n", s.name, s.meaning);
+    }
+    o += "};\n\nstruct state_row {\n    std::string_view name;\n    bool active;        // occupies QPU time\n";
+    o += "    bool finishes_job;  // ends the job: job.finished is emitted\n";
+    o += "    std::uint32_t next;  // bit i: may move to state i\n    std::string_view meaning;\n};\n\n";
+    o += "// clang-format off\n";
+    o += fmt::format("inline constexpr std::array<state_row, {}> states{{{{\n", m.states.size());
+    for (const auto& s : m.states) {
+        o += fmt::format("    {{{}, {}, {}, 0x{:03x}, {}}},\n", quote(s.name), s.active ? "true" : "false",
+                         s.finishes_job ? "true" : "false", next_mask(m, s), quote(s.meaning));
+    }
+    o += "}};\n// clang-format on\n\n";
+
+    o += "// Roles a peer may hold; a method requires one (none: anyone).\n";
+    o += "enum class role : std::uint8_t {\n";
+    for (const auto& r : m.roles) {
+        if (r.bit < 0) {
+            o += fmt::format("    {} = 0,  // {}\n", r.name, r.meaning);
+        } else {
+            o += fmt::format("    {} = 1U << {},  // {}\n", r.name, r.bit, r.meaning);
+        }
+    }
+    o += "};\n";
+    o += "struct role_row {\n    std::string_view name;\n    role value;\n};\n";
+    o += fmt::format("inline constexpr std::array<role_row, {}> roles{{{{\n", m.roles.size());
+    for (const auto& r : m.roles) {
+        o += fmt::format("    {{{}, role::{}}},\n", quote(r.name), r.name);
+    }
+    o += "}};\n\n";
+
+    o += "// The JSON-RPC methods and the role each requires.\n";
+    o += "struct method_row {\n    std::string_view name;\n    role required;\n};\n";
+    o += fmt::format("inline constexpr std::array<method_row, {}> methods{{{{\n", m.methods.size());
+    for (const auto& x : m.methods) {
+        o += fmt::format("    {{{}, role::{}}},\n", quote(x.name), x.role);
+    }
+    o += "}};\nnamespace method {\n";
+    for (const auto& x : m.methods) {
+        o += fmt::format("inline constexpr std::string_view {} = {};\n", snake(x.name), quote(x.name));
+    }
+    o += "}  // namespace method\n\n";
+
+    o += "// Events: the notification method and the types it carries.  tenant: sent\n";
+    o += "// to its tenant's subscribers (and admins) only.\n";
+    o += fmt::format("inline constexpr std::string_view event_method = {};\n", quote(m.event_method));
+    o += "struct event_row {\n    std::string_view name;\n    bool tenant;\n};\n";
+    o += fmt::format("inline constexpr std::array<event_row, {}> events{{{{\n", m.events.size());
+    for (const auto& e : m.events) {
+        o += fmt::format("    {{{}, {}}},\n", quote(e.name), e.tenant ? "true" : "false");
+    }
+    o += "}};\nnamespace event {\n";
+    for (const auto& e : m.events) {
+        o += fmt::format("inline constexpr std::string_view {} = {};\n", snake(e.name), quote(e.name));
+    }
+    o += "}  // namespace event\n\n";
+
+    o += wrap(m.envelope_doc, "// ");
+    o += "namespace envelope {\n";
+    o += fmt::format("inline constexpr std::string_view format = {};\n", quote(m.envelope_format));
+    o += fmt::format("inline constexpr std::string_view result_format = {};\n", quote(m.envelope_result_format));
+    o += fmt::format("inline constexpr std::size_t max_circuits = {};\n", m.envelope_max_circuits);
+    o += fmt::format("inline constexpr std::string_view qasm_header = {};\n", quote(m.qasm_header));
+    o += "}  // namespace envelope\n\n";
+    o += "// The wire errors' job outcome reasons (wire.h's enum qrt_wire_error).\n";
+    o += "struct wire_error_row {\n    int status;\n    std::string_view name;\n    std::string_view outcome;\n};\n";
+    o += fmt::format("inline constexpr std::array<wire_error_row, {}> wire_errors{{{{\n", m.errors.size());
+    for (const auto& e : m.errors) {
+        o += fmt::format("    {{{}, {}, {}}},\n", e.value, quote(e.name), quote(e.outcome));
+    }
+    o += "}};\n\n}  // namespace qrt::proto\n";
+    return o;
+}
+
+// -------------------------------------------------------------- Python
+
+std::string write_python(const model& m) {
+    std::string o;
+    o += fmt::format("# Generated by qrt-protogen from {}: do not edit.\n", k_source);
+    o += "# Regenerate with tools/dev/regen-proto.sh.\n";
+    o += "\"\"\"qrtd's protocol facts: the QPU endpoint wire, reasons, states, roles,\n";
+    o += "methods, events and the job envelope, as the agent spells them.\"\"\"\n\n";
+    o += "from __future__ import annotations\n\nimport enum\nimport struct\n";
+    o += "from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple\n\n";
+    o += "# ---- the QPU endpoint wire (qrt/proto/wire.h)\n\n";
+    o += fmt::format("WIRE_MAGIC = 0x{:08X}  # {}\n", m.magic, m.magic_doc);
+    o += fmt::format("WIRE_VERSION = {}\n", m.version);
+    o += fmt::format("WIRE_HEADER_LEN = {}\n", m.header_len);
+    o += fmt::format("WIRE_MAX_PAYLOAD = {}\n", m.max_payload);
+    o += fmt::format("WIRE_MAX_HELLO_PAYLOAD = {}\n\n\n", m.max_hello_payload);
+    o += "class FrameType(enum.IntEnum):\n";
+    for (const auto& t : m.types) {
+        o += fmt::format("    {} = {}\n", upper(t.name), t.value);
+    }
+    o += "\n\nclass WireFlag(enum.IntFlag):\n";
+    for (const auto& f : m.flags) {
+        o += fmt::format("    {} = 1 << {}\n", upper(f.name), f.value);
+    }
+    o += fmt::format("\n\nWIRE_FLAGS_KNOWN = 0x{:02X}\n\n\n", flags_known(m));
+    o += "class WireError(enum.IntEnum):\n";
+    for (const auto& e : m.errors) {
+        o += fmt::format("    {} = {}\n", upper(e.name), e.value);
+    }
+    o += "\n\n# The job outcome reason the agent records for each ERROR status.\n";
+    o += "WIRE_ERROR_OUTCOME: Dict[int, str] = {\n";
+    for (const auto& e : m.errors) {
+        if (!e.outcome.empty()) {
+            o += fmt::format("    WireError.{}: {},\n", upper(e.name), quote(e.outcome));
+        }
+    }
+    o += "}\n\n# The header, little-endian, field by field.\n";
+    std::string fmt_codes = "<";
+    for (const auto& f : m.header) {
+        fmt_codes += struct_code(f.type);
+    }
+    o += fmt::format("WIRE_HEADER = struct.Struct({})\n", quote(fmt_codes));
+    o += "WIRE_FIELDS: Tuple[str, ...] = (\n";
+    for (const auto& f : m.header) {
+        o += fmt::format("    {},\n", quote(f.name));
+    }
+    o += ")\n";
+    o += fmt::format("assert WIRE_HEADER.size == WIRE_HEADER_LEN == {}\n\n", m.header_len);
+
+    o += "# ---- JSON-RPC codes and reasons\n\n";
+    for (const auto& [k, v] : m.codes) {
+        o += fmt::format("{} = {}\n", upper(k), v);
+    }
+    o += "\n\nclass Reason(NamedTuple):\n    name: str\n    code: Optional[int]  # None: a job outcome only\n";
+    o += "    exit_code: int  # qrtctl's exit status\n    meaning: str\n";
+    o += "    outcome: str  # \"\", \"never_sent\", \"failed\" or \"unknown\"\n    outcome_meaning: str\n\n\n";
+    o += "REASONS: Tuple[Reason, ...] = (\n";
+    for (const auto& r : m.reasons) {
+        o += fmt::format("    Reason({}, {}, {}, {}, {}, {}),\n", quote(r.name),
+                         r.code ? std::to_string(*r.code) : "None", r.exit_code, quote(r.meaning),
+                         quote(r.outcome), quote(r.outcome_meaning));
+    }
+    o += ")\n\n\nclass ClientReason(NamedTuple):\n    name: str\n    exit_code: int\n    meaning: str\n\n\n";
+    o += "CLIENT_REASONS: Tuple[ClientReason, ...] = (\n";
+    for (const auto& r : m.client_reasons) {
+        o += fmt::format("    ClientReason({}, {}, {}),\n", quote(r.name), r.exit_code, quote(r.meaning));
+    }
+    o += ")\n\n# ---- states\n\n\nclass State(NamedTuple):\n    name: str\n    active: bool\n";
+    o += "    finishes_job: bool  # job.finished is emitted when a job reaches it\n";
+    o += "    next: Tuple[str, ...]\n    meaning: str\n\n\n";
+    o += "STATES: Tuple[State, ...] = (\n";
+    for (const auto& s : m.states) {
+        std::string next = "(";
+        for (const auto& n : s.next) {
+            next += quote(n) + ", ";
+        }
+        if (!s.next.empty()) {
+            next.resize(next.size() - 1);
+            if (s.next.size() > 1) {
+                next.pop_back();
+            }
+        }
+        next += ")";
+        o += fmt::format("    State({}, {}, {}, {}, {}),\n", quote(s.name), s.active ? "True" : "False",
+                         s.finishes_job ? "True" : "False", next, quote(s.meaning));
+    }
+    o += ")\nACTIVE_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.active)\n";
+    o += "TERMINAL_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if not s.active)\n";
+    o += "FINISHING_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.finishes_job)\n\n";
+    o += "# ---- roles, methods, events\n\n";
+    o += "ROLES: Tuple[str, ...] = (";
+    for (const auto& r : m.roles) {
+        o += quote(r.name) + ", ";
+    }
+    o.resize(o.size() - 2);
+    o += ")\nMETHODS: Dict[str, str] = {  # method -> the role it requires\n";
+    for (const auto& x : m.methods) {
+        o += fmt::format("    {}: {},\n", quote(x.name), quote(x.role));
+    }
+    o += fmt::format("}}\nEVENT_METHOD = {}\n", quote(m.event_method));
+    o += "EVENTS: Dict[str, bool] = {  # event -> sent to its tenant only\n";
+    for (const auto& e : m.events) {
+        o += fmt::format("    {}: {},\n", quote(e.name), e.tenant ? "True" : "False");
+    }
+    o += "}\n\n# ---- the job envelope\n";
+    o += wrap(m.envelope_doc, "# ");
+    o += fmt::format("ENVELOPE_FORMAT = {}\n", quote(m.envelope_format));
+    o += fmt::format("ENVELOPE_RESULT_FORMAT = {}\n", quote(m.envelope_result_format));
+    o += fmt::format("ENVELOPE_MAX_CIRCUITS = {}\n", m.envelope_max_circuits);
+    o += fmt::format("QASM_HEADER = {}\n", quote(m.qasm_header));
+    return o;
+}
+
+// ------------------------------------------------------------------- Go
+
+namespace {
+// gofmt's layout of a const block or a struct's fields: the first column
+// padded to the widest, so the output is gofmt-clean as written.
+std::string go_aligned(const std::vector<std::pair<std::string, std::string>>& rows, std::string_view sep) {
+    std::size_t w = 0;
+    for (const auto& r : rows) {
+        w = std::max(w, r.first.size());
+    }
+    std::string o;
+    for (const auto& [a, b] : rows) {
+        o += fmt::format("\t{:<{}}{}{}\n", a, w, sep, b);
+    }
+    return o;
+}
+}  // namespace
+
+std::string write_go(const model& m) {
+    using rows = std::vector<std::pair<std::string, std::string>>;
+    std::string o;
+    o += fmt::format("// Code generated by qrt-protogen from {}. DO NOT EDIT.\n", k_source);
+    o += "// Regenerate with tools/dev/regen-proto.sh.\n\n";
+    o += "// Package qrtproto holds qrtd's protocol facts as the agent spells them:\n";
+    o += "// JSON-RPC codes and reasons, states with their columns, roles, methods,\n";
+    o += "// events and the job envelope.\npackage qrtproto\n\n";
+    rows codes;
+    for (const auto& [k, v] : m.codes) {
+        codes.emplace_back(camel(k), std::to_string(v));
+    }
+    o += "// JSON-RPC error codes.\nconst (\n" + go_aligned(codes, " = ") + ")\n\n";
+    o += "// Reason is one stable data.reason, or a job outcome reason.  Error is\n";
+    o += "// true for a reason raised as a JSON-RPC error, with Code; ExitCode is\n";
+    o += "// qrtctl's exit status for it; Outcome is \"never_sent\", \"failed\" or\n";
+    o += "// \"unknown\" for a job outcome reason.\n";
+    o += "type Reason struct {\n" +
+         go_aligned({{"Name", "string"}, {"Error", "bool"}, {"Code", "int"}, {"ExitCode", "int"},
+                     {"Meaning", "string"}, {"Outcome", "string"}, {"OutcomeMeaning", "string"}},
+                    " ") +
+         "}\n\n";
+    o += "// Reasons is the agent's table, in its order.\nvar Reasons = []Reason{\n";
+    for (const auto& r : m.reasons) {
+        o += fmt::format("\t{{Name: {}, Error: {}, Code: {}, ExitCode: {}, Meaning: {}, Outcome: {}, OutcomeMeaning: {}}},\n",
+                         quote(r.name), r.code ? "true" : "false", r.code ? *r.code : 0, r.exit_code,
+                         quote(r.meaning), quote(r.outcome), quote(r.outcome_meaning));
+    }
+    rows names;
+    for (const auto& r : m.reasons) {
+        names.emplace_back("Reason" + camel(r.name), quote(r.name));
+    }
+    o += "}\n\n// The reasons by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
+    o += "// ClientReason is a failure on the client's side of the socket.\n";
+    o += "type ClientReason struct {\n" +
+         go_aligned({{"Name", "string"}, {"ExitCode", "int"}, {"Meaning", "string"}}, " ") + "}\n\n";
+    o += "// ClientReasons are the clients' local reasons.\nvar ClientReasons = []ClientReason{\n";
+    for (const auto& r : m.client_reasons) {
+        o += fmt::format("\t{{Name: {}, ExitCode: {}, Meaning: {}}},\n", quote(r.name), r.exit_code, quote(r.meaning));
+    }
+    o += "}\n\n// State is a reservation's (and its job's) state with its columns: Active\n";
+    o += "// states occupy QPU time; FinishesJob states end a job (qrtd emits\n// job.finished); Next are the states it may move to.\n";
+    o += "type State struct {\n" +
+         go_aligned({{"Name", "string"}, {"Active", "bool"}, {"FinishesJob", "bool"}, {"Next", "[]string"},
+                     {"Meaning", "string"}},
+                    " ") +
+         "}\n\n";
+    o += "// States is the agent's table, in its order.\nvar States = []State{\n";
+    for (const auto& s : m.states) {
+        std::string next = "nil";
+        if (!s.next.empty()) {
+            next = "[]string{";
+            for (const auto& n : s.next) {
+                next += quote(n) + ", ";
+            }
+            next.resize(next.size() - 2);
+            next += "}";
+        }
+        o += fmt::format("\t{{Name: {}, Active: {}, FinishesJob: {}, Next: {}, Meaning: {}}},\n", quote(s.name),
+                         s.active ? "true" : "false", s.finishes_job ? "true" : "false", next, quote(s.meaning));
+    }
+    names.clear();
+    for (const auto& s : m.states) {
+        names.emplace_back("State" + camel(s.name), quote(s.name));
+    }
+    o += "}\n\n// The states by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
+    o += "// Method is a JSON-RPC method and the role it requires.\n";
+    o += "type Method struct {\n" + go_aligned({{"Name", "string"}, {"Role", "string"}}, " ") + "}\n\n";
+    o += "// Methods is the agent's table, in its order.\nvar Methods = []Method{\n";
+    for (const auto& x : m.methods) {
+        o += fmt::format("\t{{Name: {}, Role: {}}},\n", quote(x.name), quote(x.role));
+    }
+    names.clear();
+    for (const auto& x : m.methods) {
+        names.emplace_back("Method" + camel(x.name), quote(x.name));
+    }
+    o += "}\n\n// The methods by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
+    o += fmt::format("// EventMethod is the notification that carries events.\nconst EventMethod = {}\n\n",
+                     quote(m.event_method));
+    o += "// Event is an event type; Tenant events go to their tenant's subscribers only.\n";
+    o += "type Event struct {\n" + go_aligned({{"Name", "string"}, {"Tenant", "bool"}}, " ") + "}\n\n";
+    o += "// Events is the agent's table, in its order.\nvar Events = []Event{\n";
+    for (const auto& e : m.events) {
+        o += fmt::format("\t{{Name: {}, Tenant: {}}},\n", quote(e.name), e.tenant ? "true" : "false");
+    }
+    names.clear();
+    for (const auto& e : m.events) {
+        names.emplace_back("Event" + camel(e.name), quote(e.name));
+    }
+    o += "}\n\n// The events by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
+    o += wrap(m.envelope_doc, "// ");
+    o += "const (\n" +
+         go_aligned({{"EnvelopeFormat", quote(m.envelope_format)},
+                     {"EnvelopeResultFormat", quote(m.envelope_result_format)},
+                     {"EnvelopeMaxCircuits", std::to_string(m.envelope_max_circuits)},
+                     {"QASMHeader", quote(m.qasm_header)}},
+                    " = ") +
+         ")\n\n";
+    o += "// IsTerminal says whether a state name is one a reservation never leaves.\n";
+    o += "func IsTerminal(state string) bool {\n\tfor _, s := range States {\n\t\tif s.Name == state {\n";
+    o += "\t\t\treturn !s.Active\n\t\t}\n\t}\n\treturn false\n}\n\n";
+    o += "// FinishesJob says whether a state name ends a job (qrtd emits job.finished).\n";
+    o += "func FinishesJob(state string) bool {\n\tfor _, s := range States {\n\t\tif s.Name == state {\n";
+    o += "\t\t\treturn s.FinishesJob\n\t\t}\n\t}\n\treturn false\n}\n\n";
+    o += "// CodeFor is the JSON-RPC error code of a reason, CodeUnlistedReason when\n// the table does not raise it.\n";
+    o += "func CodeFor(reason string) int {\n\tfor _, r := range Reasons {\n\t\tif r.Name == reason && r.Error {\n";
+    o += "\t\t\treturn r.Code\n\t\t}\n\t}\n\treturn CodeUnlistedReason\n}\n";
+    return o;
+}
+
+std::vector<output> generate(const model& m) {
+    return {
+        {"agent/proto/include/qrt/proto/wire.h", write_c(m)},
+        {"agent/proto/include/qrt/proto/table.hpp", write_cpp(m)},
+        {"tools/clients/python/src/qrt_client/protocol.py", write_python(m)},
+        {"tools/clients/go/qrtproto/protocol.go", write_go(m)},
+    };
+}
+
+}  // namespace qrt::protogen

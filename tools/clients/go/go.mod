@@ -1,0 +1,3 @@
+module qrtd.io/tools/clients/go
+
+go 1.26.0

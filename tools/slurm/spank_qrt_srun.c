@@ -1,0 +1,366 @@
+/*
+ * spank_qrt_srun.c: spank_qrt.so in srun (local context), only for
+ * socket=tcp:// (a QPU node reached from compute nodes) or qrtd_node= (each
+ * node its own qrtd):
+ *
+ *   local_user_init  user  after the allocation, before any task: ONE
+ *                         reservation for the step on the remote qrtd, or
+ *                         one per node at a common start; QRT_* (or
+ *                         QRT_FAILURE) into the environment the tasks get
+ *   exit             user  release what srun made, after every node's tasks
+ *
+ * srun runs as the job's user: what it makes and gives back is that user's.
+ * The nodes then inherit (MODE_INHERIT) or take their own part of a common
+ * start (MODE_NODE).  Leases end by the job's time limit (at most
+ * max_lease); with lease= srun's are that short instead and a thread in
+ * srun renews them, so a dead srun leaves its slots to expiry soon.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <slurm/slurm.h>
+#include <slurm/spank.h>
+
+#include "spank_qrt.h"
+
+/* What srun reserved for the step, released at its exit. */
+static struct node_hold {
+	char name[64];
+	char url[256];
+	qrt_slurm_held h;
+	int have;
+} nodes[MAX_NODES];
+static int n_nodes;
+static int local_reserved;
+/* srun's heartbeat thread (lease=): renews nodes[] until stop is set. */
+static pthread_t heartbeat_thread;
+static int heartbeat_running;
+static pthread_mutex_t heartbeat_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t heartbeat_cv = PTHREAD_COND_INITIALIZER;
+static int heartbeat_stop;
+
+/* srun is the job's user: it gives back what it made itself. */
+static void release_local(const char *who)
+{
+	for (int i = 0; i < n_nodes; ++i) {
+		char msg[QRT_SLURM_MSG];
+		int is_error = 0;
+		if (!nodes[i].have) {
+			continue;
+		}
+		if (give_back_at(nodes[i].url, &nodes[i].h, who, msg, sizeof(msg), &is_error) == 0) {
+			nodes[i].have = 0;
+		}
+		if (is_error) {
+			slurm_error("%s", msg);
+		} else {
+			note("%s", msg);
+		}
+	}
+}
+
+static void format_ns(int64_t t, char *buf, size_t len)
+{
+	char utc[48];
+	qrt_slurm_format_utc(t, utc, sizeof(utc));
+	snprintf(buf, len, "%s (%" PRId64 ")", utc, t);
+}
+
+/* The common start (spank_qrt(8), COMMON START; qrtd(8)): every node's
+ * earliest start at or after not_before, S the latest of them; a hold on
+ * each at exactly S; when one refuses (another booking took S meanwhile),
+ * every hold released and the round repeated from S, at most
+ * COMMON_START_ROUNDS times. */
+#define COMMON_START_ROUNDS 4
+
+static void common_start(qrt_client *const *c)
+{
+	int64_t s = req.not_before_ns;
+	char why[QRT_SLURM_MSG] = "";
+	for (int round = 0; round < COMMON_START_ROUNDS; ++round) {
+		int latest = 0;
+		for (int i = 0; i < n_nodes; ++i) {
+			char none[512] = "";
+			const int64_t e = earliest_start(c[i], s, none, sizeof(none));
+			if (e == 0) {
+				fail_with("qrt: no common start for this step: qrtd on %s has no slot "
+					  "of %" PRId64 " ns at or after %" PRId64 ": %s",
+					  nodes[i].name, req.duration_ns, s, none);
+				return;
+			}
+			if (e > s) {
+				s = e;
+				latest = i;
+			}
+		}
+		if (s + req.duration_ns > req.deadline_ns) {
+			char at[80];
+			char dl[80];
+			format_ns(s, at, sizeof(at));
+			format_ns(req.deadline_ns, dl, sizeof(dl));
+			fail_with("qrt: no common start for this step: node %s's earliest start %s "
+				  "leaves no slot of %" PRId64 " ns before the deadline %s (%s); "
+				  "nothing was reserved",
+				  nodes[latest].name, at, req.duration_ns, dl,
+				  req.deadline_from_job ? "the job's time limit" : "--qpu-deadline");
+			return;
+		}
+		char k[192];
+		if (round == 0) {
+			snprintf(k, sizeof(k), "%s", key);
+		} else {
+			snprintf(k, sizeof(k), "%s#%d", key, round);
+		}
+		int ok = 1;
+		int again = 1;
+		for (int i = 0; i < n_nodes && ok; ++i) {
+			qrt_error err;
+			if (reserve_into(c[i], s, s + req.duration_ns, k, &nodes[i].h, &err) < 0) {
+				snprintf(why, sizeof(why), "%s refused the hold at %" PRId64 ": %s "
+					 "(reason %s)", nodes[i].name, s, err.message, err.reason);
+				note("qrt: %s: round %d: %s", key, round + 1, why);
+				ok = 0;
+				/* Only a slot taken since the query is worth another
+				 * round; a quota, a role or a bad request is not. */
+				again = strcmp(err.reason, "no_fit") == 0;
+			} else if (nodes[i].h.start_ns != s) {
+				snprintf(why, sizeof(why), "%s placed the hold at %" PRId64 ", not %"
+					 PRId64, nodes[i].name, nodes[i].h.start_ns, s);
+				nodes[i].have = 1;
+				ok = 0;
+			} else {
+				nodes[i].have = 1;
+			}
+		}
+		if (ok) {
+			return;
+		}
+		release_local(again ? "common start retry" : "common start refused");
+		for (int i = 0; i < n_nodes; ++i) {
+			if (nodes[i].have) {
+				fail_with("qrt: no common start for this step, and the hold on %s could "
+					  "not be released (its lease ends it): %s",
+					  nodes[i].name, why);
+				return;
+			}
+		}
+		if (!again) {
+			fail_with("qrt: no common start for this step: %s; every hold made was "
+				  "released", why);
+			return;
+		}
+	}
+	fail_with("qrt: no common start for this step after %d rounds: %s; nothing is held",
+		  COMMON_START_ROUNDS, why);
+}
+
+/* srun's heartbeat (lease=): every third of the lease, slots.heartbeat on
+ * every hold srun made that is still held; a committed one has no lease
+ * and is left alone.  Ends when srun's exit sets heartbeat_stop. */
+static void *heartbeat_main(void *arg)
+{
+	(void)arg;
+	const int64_t every = cfg.heartbeat_lease_ns / 3;
+	int done[MAX_NODES] = {0};
+	pthread_mutex_lock(&heartbeat_mu);
+	while (!heartbeat_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		const int64_t t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + every;
+		until.tv_sec = (time_t)(t / 1000000000);
+		until.tv_nsec = (long)(t % 1000000000);
+		while (!heartbeat_stop &&
+		       pthread_cond_timedwait(&heartbeat_cv, &heartbeat_mu, &until) == 0) {
+		}
+		if (heartbeat_stop) {
+			break;
+		}
+		pthread_mutex_unlock(&heartbeat_mu);
+		for (int i = 0; i < n_nodes; ++i) {
+			if (!nodes[i].have || done[i]) {
+				continue;
+			}
+			qrt_error err;
+			qrt_reservation r;
+			qrt_client *c = connect_to(nodes[i].url, &err);
+			if (c == NULL) {
+				note("qrt: %s: heartbeat: cannot reach %s: %s", key, nodes[i].url,
+				     err.message);
+				continue;
+			}
+			if (qrt_slots_heartbeat(c, nodes[i].h.member[0].id, nodes[i].h.fencing_token,
+						&r, &err) == 0) {
+				nodes[i].h.lease_expires_ns = r.lease_expires_ns;
+			} else if (strcmp(err.reason, "illegal_transition") == 0) {
+				done[i] = 1; /* committed (or over): no lease to renew */
+			} else {
+				note("qrt: %s: heartbeat of %" PRIu64 " on %s: %s (%s)", key,
+				     nodes[i].h.member[0].id, nodes[i].name, err.message, err.reason);
+			}
+			qrt_close(c);
+		}
+		pthread_mutex_lock(&heartbeat_mu);
+	}
+	pthread_mutex_unlock(&heartbeat_mu);
+	return NULL;
+}
+
+static void heartbeat_end(void)
+{
+	if (!heartbeat_running) {
+		return;
+	}
+	pthread_mutex_lock(&heartbeat_mu);
+	heartbeat_stop = 1;
+	pthread_cond_signal(&heartbeat_cv);
+	pthread_mutex_unlock(&heartbeat_mu);
+	pthread_join(heartbeat_thread, NULL);
+	heartbeat_running = 0;
+}
+
+/* srun, once per step after the allocation, before any task: for a tcp://
+ * qrtd (a QPU node reached from compute nodes) one reservation for the
+ * whole step; with qrtd_node= one reservation per node at one common
+ * start.  What the tasks need goes into the environment srun sends them;
+ * a failure too (QRT_FAILURE), so that each node refuses its tasks with it
+ * before they run. */
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (opts.duration_ns <= 0 || cfg_error[0] != '\0' || opt_error[0] != '\0') {
+		return 0; /* the remote side reports */
+	}
+	if (get_u32(sp, S_JOB_ID, &job_id) < 0 || get_u32(sp, S_JOB_STEPID, &step_id) < 0) {
+		return 0; /* the remote side decides */
+	}
+	const int tcp = strncmp(cfg.socket, "tcp://", 6) == 0;
+	if (cfg.node_url[0] == '\0' && !tcp) {
+		return 0; /* a local qrtd on each node: slurmstepd reserves, as before */
+	}
+	prepare_request(sp);
+	const char *env_key = getenv("QRT_IDEMPOTENCY_KEY");
+	const char *env_req = getenv("QRT_REQUEST");
+	if (env_key != NULL && env_req != NULL && qrt_slurm_key_is_job(env_key, cluster, job_id) &&
+	    strcmp(env_key, key) != 0 && strcmp(env_req, request_text) == 0) {
+		return 0; /* an outer step (the batch script) holds it */
+	}
+	static char names[MAX_NODES][64];
+	const int n = cfg.node_url[0] != '\0' ? step_nodes(names, MAX_NODES) : 0;
+	if (cfg.node_url[0] != '\0' && n < 0) {
+		slurm_error("qrt: %s: cannot list the step's nodes (at most %d for a common start); "
+			    "qrtd_node= not used", key, MAX_NODES);
+	}
+	const int per_node = nodes_have_qrtd(names, n);
+	if (!per_node && !tcp) {
+		return 0; /* nodes outside qrtd_nodes with a local qrtd each */
+	}
+	snprintf(step_socket, sizeof(step_socket), "%s", cfg.socket);
+	local_reserved = 1;
+	unsetenv("QRT_NODE_RESERVATIONS");
+	unsetenv("QRT_FAILURE");
+	build_request();
+	if (cfg.heartbeat_lease_ns > 0 && cfg.heartbeat_lease_ns < req.lease_ns) {
+		/* srun renews it: the slot may still end as late as the job. */
+		req.lease_ns = cfg.heartbeat_lease_ns;
+	}
+	qrt_client *c[MAX_NODES] = {NULL};
+	if (failure[0] == '\0' && per_node) {
+		n_nodes = n;
+		for (int i = 0; i < n && failure[0] == '\0'; ++i) {
+			qrt_error err;
+			snprintf(nodes[i].name, sizeof(nodes[i].name), "%.63s", names[i]);
+			if (qrt_slurm_node_url(&cfg, names[i], nodes[i].url, sizeof(nodes[i].url)) < 0) {
+				fail_with("qrt: qrtd_node= for %s is too long", names[i]);
+			} else if ((c[i] = connect_to(nodes[i].url, &err)) == NULL) {
+				fail_with("qrt: cannot reach qrtd of node %s at %s: %s (reason %s)",
+					  names[i], nodes[i].url, err.message, err.reason);
+			}
+		}
+		if (failure[0] == '\0') {
+			common_start(c);
+		}
+	} else if (failure[0] == '\0') {
+		n_nodes = 1;
+		snprintf(nodes[0].name, sizeof(nodes[0].name), "%.63s", cfg.socket);
+		snprintf(nodes[0].url, sizeof(nodes[0].url), "%s", cfg.socket);
+		qrt_error err;
+		if ((c[0] = connect_to(cfg.socket, &err)) == NULL) {
+			fail_with("qrt: cannot reach qrtd at %s: %s (reason %s)", cfg.socket,
+				  err.message, err.reason);
+		} else {
+			reserve(c[0]);
+			if (have_held) {
+				nodes[0].h = held;
+				nodes[0].have = 1;
+			}
+		}
+	}
+	for (int i = 0; i < MAX_NODES; ++i) {
+		if (c[i] != NULL) {
+			qrt_close(c[i]);
+		}
+	}
+	setenv("QRT_RESERVED_BY", "srun", 1);
+	setenv("QRT_IDEMPOTENCY_KEY", key, 1);
+	setenv("QRT_REQUEST", request_text, 1);
+	if (failure[0] != '\0') {
+		release_local("step refused");
+		slurm_error("%s", failure);
+		setenv("QRT_FAILURE", failure, 1);
+		return 0;
+	}
+	if (cfg.heartbeat_lease_ns > 0 &&
+	    pthread_create(&heartbeat_thread, NULL, heartbeat_main, NULL) == 0) {
+		heartbeat_running = 1;
+	} else if (cfg.heartbeat_lease_ns > 0) {
+		slurm_error("qrt: %s: cannot start the heartbeat thread; the lease may end "
+			    "before the step", key);
+	}
+	if (!per_node) {
+		export_held(sp);
+		return 0;
+	}
+	/* Each node exports its own entry's ids and socket; the times are
+	 * common. */
+	static char entries[MAX_NODES * 128];
+	size_t at = 0;
+	for (int i = 0; i < n_nodes; ++i) {
+		char one[QRT_SLURM_MAX_GANG * 90 + 128];
+		if (qrt_slurm_node_entry_format(nodes[i].name, &nodes[i].h, one, sizeof(one)) < 0 ||
+		    at + strlen(one) + 2 > sizeof(entries)) {
+			release_local("step refused");
+			setenv("QRT_FAILURE", "qrt: the step's reservations are too many to export", 1);
+			return 0;
+		}
+		at += (size_t)snprintf(entries + at, sizeof(entries) - at, "%s%s", i ? ";" : "", one);
+	}
+	held = nodes[0].h;
+	have_held = 1;
+	char num[32];
+	setenv("QRT_NODE_RESERVATIONS", entries, 1);
+	snprintf(num, sizeof(num), "%" PRId64, held.start_ns);
+	setenv("QRT_SLOT_START_NS", num, 1);
+	snprintf(num, sizeof(num), "%" PRId64, held.end_ns);
+	setenv("QRT_SLOT_END_NS", num, 1);
+	snprintf(num, sizeof(num), "%" PRId64, held.start_ns - cfg.submit_lead_ns);
+	setenv("QRT_SUBMIT_BY_NS", num, 1);
+	snprintf(num, sizeof(num), "%" PRId64, held.lease_expires_ns);
+	setenv("QRT_LEASE_EXPIRES_NS", num, 1);
+	note("qrt: %s: common start %" PRId64 " on %d nodes", key, held.start_ns, n_nodes);
+	return 0;
+}
+
+void srun_exit(void)
+{
+	if (local_reserved) {
+		/* The step is over on every node. */
+		heartbeat_end();
+		release_local("srun exit");
+	}
+}
