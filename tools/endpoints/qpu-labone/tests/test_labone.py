@@ -1,0 +1,106 @@
+"""LabOne Q's emulator behind the handler: OpenQASM 3 -> LabOne Q's
+importer -> compile -> upload and arm (the controller held before the start
+trigger) -> FIRE -> counts through the calibration set's thresholds."""
+
+import json
+import time
+
+import pytest
+
+from qpu_labone import calibration
+from qpu_labone.handler import ArmRefused, ArmRequest, InstrumentUnreachable
+
+BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'
+        'c[0] = measure q[0];\nc[1] = measure q[1];\n')
+
+
+def req(job, qasm=BELL, cal=1, shots=8, slot=10**9):
+    env = {"format": "qasm3", "shots": shots, "circuits": [{"name": "c", "qubits": 2, "qasm": qasm}]}
+    return ArmRequest(job, cal, time.time_ns() + 10**9, 0, 2**62, slot, shots, 10**6, json.dumps(env).encode())
+
+
+def test_bell_armed_held_fired_counted(lab):
+    stack, _, _ = lab
+    armed = stack.arm(req(1))
+    assert [s for s, _ in armed.stages] == ["compile", "upload", "arm"]
+    assert all(ns > 0 for _, ns in armed.stages)
+    assert armed.program_duration_ns > 0
+    time.sleep(0.2)
+    job = stack._armed[1]
+    assert job.started_ns == 0, "the controller must not start before FIRE"
+    t = stack.fire(1)
+    r = stack.collect(1)
+    assert r.armed_ns < t <= r.started_ns <= r.ended_ns
+    assert r.status["execution_errors"] == []
+    (res,) = r.payload["results"]
+    assert sum(res["counts"].values()) == 8
+    assert all(len(k) == 2 for k in res["counts"])
+
+
+def test_thresholds_come_from_the_calibration_set(lab, tmp_path):
+    stack, root, _ = lab
+    stack.arm(req(1))
+    stack.fire(1)
+    low = stack.collect(1).payload["results"][0]["counts"]
+    qpu, _ = calibration.example(thresholds=(1e9, 1e9, 1e9))
+    calibration.write_set(root, "qpu0", 2, qpu)
+    stack.arm(req(2, cal=2))
+    stack.fire(2)
+    high = stack.collect(2).payload["results"][0]["counts"]
+    assert low == {"11": 8}
+    assert high == {"00": 8}
+
+
+def test_calibration_switch_recompiles_with_new_amplitudes(lab):
+    """The second job's compiled pulses carry the new set's pi amplitude."""
+    import numpy as np
+    from laboneq.openqasm3 import OpenQASMTranspiler
+
+    stack, root, _ = lab
+    qpu, _ = calibration.example(amplitude_pi=(0.31, 0.29, 0.33))
+    calibration.write_set(root, "qpu0", 2, qpu)
+    peaks = []
+    for cal in (1, 2):
+        q = stack.calibrations.load(cal).qubits[:1]
+        exp = OpenQASMTranspiler(stack.calibrations.load(cal).qpu).experiment(
+            "OPENQASM 3.0;\nqubit[1] q;\nx q[0];\n", qubit_map={"q": q})
+        waves = stack.session.compile(exp).waves
+        peaks.append(max(float(np.abs(np.asarray(w.samples)).max()) for w in waves.values()))
+    assert peaks == pytest.approx([0.62, 0.31])
+    stack.arm(req(1, cal=2))
+    stack.fire(1)
+    assert sum(stack.collect(1).payload["results"][0]["counts"].values()) == 8
+
+
+@pytest.mark.parametrize("qasm,reason", [
+    ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\nccz q[0];\nc[0] = measure q[0];\n', "gate_not_supported"),
+    ('OPENQASM 3.0;\nbit[1] c;\nqubit[4] q;\nx q[3];\nc[0] = measure q[3];\n', "qubit_out_of_range"),
+])
+def test_refusals_name_the_reason_and_nothing_runs(lab, qasm, reason):
+    stack, _, _ = lab
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(req(1, qasm=qasm))
+    assert e.value.reason == reason
+    assert not stack._armed and stack._current is None
+
+
+def test_unknown_calibration_and_too_long(lab):
+    stack, _, _ = lab
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(req(1, cal=99))
+    assert (e.value.stage, e.value.reason) == ("compile", "calibration_unknown")
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(req(2, slot=1000))
+    assert e.value.reason == "program_too_long" and "1000 ns" in e.value.detail
+    assert not stack._armed
+
+
+def test_unreachable(lab):
+    stack, _, _ = lab
+    stack.health()
+    stack.session.disconnect()
+    with pytest.raises(InstrumentUnreachable):
+        stack.health()
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(req(1))
+    assert e.value.reason == "instrument_unreachable"
