@@ -33,54 +33,15 @@ constexpr std::size_t auth_line_bytes = 4096;
 
 // "tcp://ADDR:PORT": ADDR an IPv4 address or a bracketed IPv6 one.
 rtcore::status parse_tcp_listen(std::string_view text, sockaddr_storage& ss, socklen_t& len) {
-    const auto bad = [&](std::string_view why) {
+    const auto a = proto::parse_tcp_address(text);
+    if (!a) {
         return rtcore::error::invalid(fmt::format(
             "rpc.listen '{}': {}; expected tcp://ADDR:PORT, e.g. tcp://10.0.0.5:7470 or tcp://[::]:7470",
-            text, why));
-    };
-    constexpr std::string_view scheme = "tcp://";
-    if (text.substr(0, scheme.size()) != scheme) {
-        return bad("it does not start with tcp://");
+            text, a.err().message));
     }
-    std::string_view rest = text.substr(scheme.size());
-    std::string host;
-    std::string_view port;
-    if (!rest.empty() && rest.front() == '[') {
-        const auto close = rest.find(']');
-        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-            return bad("an IPv6 address goes in brackets, followed by :PORT");
-        }
-        host = std::string(rest.substr(1, close - 1));
-        port = rest.substr(close + 2);
-    } else {
-        const auto colon = rest.rfind(':');
-        if (colon == std::string_view::npos) {
-            return bad("no :PORT");
-        }
-        host = std::string(rest.substr(0, colon));
-        port = rest.substr(colon + 1);
-    }
-    unsigned long p = 0;
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-        (p = std::stoul(std::string(port))) > 65535) {
-        return bad("PORT is not a number in 0..65535");
-    }
-    std::memset(&ss, 0, sizeof ss);
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in);
-        return rtcore::ok();
-    }
-    if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in6);
-        return rtcore::ok();
-    }
-    return bad(fmt::format("'{}' is not an IPv4 or IPv6 address (names are not resolved)", host));
+    ss = a->ss;
+    len = a->len;
+    return rtcore::ok();
 }
 
 // The peer's address as text (an IPv4-mapped IPv6 address as IPv4).
