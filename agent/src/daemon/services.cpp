@@ -255,10 +255,6 @@ rtcore::status services::open_ledger() {
                        "ledger reloaded the database) and their clients got store_error",
                        n.failed_from, n.failed_to, n.why);
         }
-        if (n.failed_to != 0 && _room) {
-            // The reload may have changed the windows the guards follow.
-            _room->on_calibration_all();
-        }
         if (n.stopped) {
             // Fail-stop: memory may hold what the disk does not, and nothing
             // tells which; the ledger refuses every change and plans none of
@@ -273,37 +269,17 @@ rtcore::status services::open_ledger() {
                 _loop.stop();
             }
         }
-        // Acknowledged means dispatchable: a job whose commit became durable
-        // too late for its start is withdrawn, and the request that made it
-        // is answered with a retryable error naming the next possible start
-        // instead.
-        std::vector<timeline::late_job> late;
-        if (n.failed_to == 0 && !n.committed.empty()) {
-            late = _ledger->withdraw_late(n, _clock.now_realtime_ns(),
-                                          _handover.pump_period_ns + _handover.lead_max_ns);
-        }
-        for (const auto& j : late) {
-            ++_late_commits;
-            static log::rate_limiter rl{std::chrono::seconds(10)};
-            log::warn_rl(rl, "timeline", "ledger: {}", j.message);
-            // The request that made the job's change is answered with the
-            // refusal instead, each request of a batch on its own; false: no
-            // reply waits for it (a notification).
-            if (_engine) {
-                (void)_engine->refuse_change(
-                    j.seq, rpc::rpc_failure("unavailable", "ledger: " + j.message,
-                                            nlohmann::json{{"cause", "commit_late"},
-                                                           {"job_id", j.id},
-                                                           {"start_ns", j.start_ns},
-                                                           {"next_start_ns", j.next_start_ns}}));
-            }
-        }
-        // What this group made durable is dispatchable: plan it now, right
-        // after withdraw_late judged it against the clock -- releasing the
-        // replies serves more input of every released connection, which
-        // must not come between the two.
+        // The hand-over room withdraws the jobs durable too late for their
+        // start and plans what is now durable (room::on_commit); the
+        // request that made a withdrawn job's change is answered with the
+        // refusal instead of the acknowledgement, each request of a batch
+        // on its own (false: no reply waits for it, a notification).
         if (_room) {
-            _room->on_durable();
+            for (const auto& j : _room->on_commit(n)) {
+                if (_engine) {
+                    (void)_engine->refuse_change(j.seq, rpc::late_commit_refusal(j));
+                }
+            }
         }
         if (_server) {
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
@@ -683,6 +659,7 @@ rtcore::status services::start_timers() {
     handover::room::options ro;
     ro.plan_horizon_ns = _handover.plan_horizon_ns;
     ro.plan_max_jobs = _handover.plan_max_jobs;
+    ro.handover_ns = _handover.pump_period_ns + _handover.lead_max_ns;
     _room = std::make_unique<handover::room>(_loop, *_ledger, _clock, ro, std::move(targets),
                                              [this] { publish_ledger_events(); });
     job_pump::options po;

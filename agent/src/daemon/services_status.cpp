@@ -418,7 +418,7 @@ telemetry::snapshot services::telemetry_snapshot() {
                     static_cast<double>(_ledger->commit_backlog()));
         s.add_counter("qrt_ledger_late_commits_total",
                       "jobs whose commit became durable too late for their start: refused, not acknowledged", {},
-                      _late_commits);
+                      _room ? _room->counts().late_commits : 0);
     }
 #ifdef QRT_HAVE_BPF
     if (_probes) {
