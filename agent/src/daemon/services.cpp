@@ -180,8 +180,8 @@ rtcore::status services::start() {
     //    base: each dispatcher converts realtime starts with the offset it
     //    samples in its constructor (step c), so a step between that sample
     //    and an arming done later would go unseen and every deadline would
-    //    be off by the step (issue #14: a +2 s step at boot missed all
-    //    jobs).  Armed first, any step after this point makes the watch's
+    //    be off by the step (a +2 s step at boot once missed every
+    //    job).  Armed first, any step after this point makes the watch's
     //    fd readable, and the loop re-converts every queued deadline as
     //    soon as it runs.  (The dispatch threads also check the offset
     //    themselves before each send, see dispatcher.hpp.)  The unit is
@@ -237,7 +237,7 @@ rtcore::status services::open_ledger() {
         }
     };
     _ledger->set_dispatch_gate(std::move(gate));
-    // Group commit (#15 §1): from here the writer thread owns the database.
+    // Group commit: from here the writer thread owns the database.
     // A change is in memory at once and acknowledged when its group is
     // durable; the listener runs on this loop after every group: it takes
     // back the jobs durable too late, plans what is now on disk (due_jobs

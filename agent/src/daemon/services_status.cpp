@@ -437,7 +437,7 @@ telemetry::snapshot services::telemetry_snapshot() {
         }
         if (auto* in = _probes->set.intrusions()) {
             if (auto list = in->read()) {
-                // Label cardinality stays bounded (issue #14 §3): tasks by
+                // Label cardinality stays bounded for months of running: tasks by
                 // command name, at most 32 sources per CPU, the rest "other".
                 for (const auto& a : qrt_bpf::aggregate_for_metrics(std::move(*list), 32)) {
                     telemetry::labels l{{"cpu", std::to_string(a.cpu)},
