@@ -645,25 +645,31 @@ void server::read_some(connection& c) {
             }
             return;
         }
+        return;  // nothing to read now, or c was killed
+    }
+}
+
+ssize_t server::receive(connection& c, std::size_t max) {
+    for (;;) {
+        char* dst = c.in.prepare(max);
+        const ssize_t n = ::recv(c.fd.get(), dst, max, MSG_DONTWAIT);
+        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
+        if (n > 0) {
+            _bytes_in += static_cast<std::uint64_t>(n);
+            c.last_rx_ns = rtcore::monotonic_now_ns();
+            return n;
+        }
+        if (n == 0) {
+            return 0;
+        }
         if (errno == EINTR) {
             continue;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             kill(c, "recv failed");
         }
-        return;
+        return -1;
     }
-}
-
-ssize_t server::receive(connection& c, std::size_t max) {
-    char* dst = c.in.prepare(max);
-    const ssize_t n = ::recv(c.fd.get(), dst, max, MSG_DONTWAIT);
-    c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
-    if (n > 0) {
-        _bytes_in += static_cast<std::uint64_t>(n);
-        c.last_rx_ns = rtcore::monotonic_now_ns();
-    }
-    return n;
 }
 
 void server::process_input(connection& c) {
@@ -858,6 +864,10 @@ void server::begin_close(connection& c, std::string_view last_line) {
     if (c.st != connection::state::open) {
         return;
     }
+    close_with(c, last_line);
+}
+
+void server::close_with(connection& c, std::string_view last_line) {
     append(c, last_line, 0);
     if (c.st == connection::state::dead) {
         return;

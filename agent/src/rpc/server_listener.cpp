@@ -305,16 +305,8 @@ void server::refuse_auth(connection& c, std::string_view cause, const std::strin
 }
 
 void server::close_unserved(connection& c, const rpc_failure& f) {
-    append(c, to_line(make_error_reply(c.auth_id, f)), 0);
-    if (c.st == connection::state::dead) {
-        return;
-    }
     // Closing like begin_close: the last line is read, then EOF.
-    c.st = connection::state::closing;
-    c.closing_since_ns = rtcore::monotonic_now_ns();
-    c.in.clear();
-    flush(c);
-    update_interest(c);
+    close_with(c, to_line(make_error_reply(c.auth_id, f)));
 }
 
 void server::read_auth(connection& c) {
@@ -339,15 +331,8 @@ void server::read_auth(connection& c) {
         }
         if (n == 0) {
             kill(c, "peer closed before it authenticated");
-            return;
         }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            kill(c, "recv failed");
-        }
-        return;
+        return;  // on EOF, or nothing to read now, or c was killed
     }
 }
 

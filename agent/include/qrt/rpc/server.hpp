@@ -263,15 +263,21 @@ private:
     void nss_timed_out(std::uint64_t id);
     void on_event(std::uint64_t id, std::uint32_t events);
     void read_some(connection& c);
-    // One recv(2) of at most max bytes into c's framer, counted, and c's
-    // last input stamped when bytes came; recv's result (errno intact).
+    // One recv(2) of at most max bytes into c's framer (again on EINTR),
+    // counted, and c's last input stamped: the bytes read (> 0), 0 at the
+    // peer's EOF, or -1 when nothing is to be read now (EAGAIN) or recv
+    // failed (c is killed).
     ssize_t receive(connection& c, std::size_t max);
     void process_input(connection& c);
     void flush(connection& c);
     void append(connection& c, std::string_view text, std::size_t requests);
     void update_interest(connection& c);
     bool may_read(const connection& c) const;
+    // Open connections only: close_with.
     void begin_close(connection& c, std::string_view last_line);
+    // The last line appended, then closing: c's input is read and dropped
+    // until the peer has read the line and closes (or close_linger ends).
+    void close_with(connection& c, std::string_view last_line);
     void kill(connection& c, const char* why);
     void reap();
     void sweep();
