@@ -36,6 +36,7 @@ struct room::qpu_state {
     std::int64_t current_until_ns = 0;  // refresh when now reaches this
     std::uint64_t calibration_id = 0;   // what the link's guard holds
     bool calibration_dirty = true;
+    std::uint64_t calibration_generation = 0;  // the ledger's, as of the last refresh
     std::optional<event_loop::timer_id> switch_timer;
     qpu_counts counts;
 };
@@ -227,6 +228,7 @@ void room::refresh_calibration(qpu_state& q, std::int64_t now_ns) {
     }
     q.windows = std::move(*ws);
     q.calibration_dirty = false;
+    q.calibration_generation = _ledger.calibration_generation();
     // The guard follows the window that contains now, or (in a blackout)
     // the next one: it switches at each window's end.
     // With no window at all the guard gets an id that matches no job, so

@@ -70,6 +70,7 @@ durability_hooks ledger::durability_side() {
         if (disk != nullptr) {
             (void)reload_from(std::move(*disk));
         }
+        ++_calibration_generation;  // the reload may have put other windows back
     };
     h.redo = [this] {
         ++_generation;

@@ -251,6 +251,7 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
     ev.time_ns = now_ns;
     _pending_events.push_back(std::move(ev));
     ++_generation;  // the windows changed, even when no row did
+    ++_calibration_generation;
     advance(now_ns);
     if (auto s = persist(); !s) {
         return std::move(s).err();

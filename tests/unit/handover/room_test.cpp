@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -133,6 +134,132 @@ TEST_F(handover_room, a_failed_group_withdraws_nothing) {
     ASSERT_NE(_ledger->find(late.id), nullptr);
     EXPECT_EQ(_ledger->find(late.id)->state, timeline::res_state::committed);
     EXPECT_EQ(_room->counts().late_commits, 0U);
+}
+
+// A QPU whose windows the calibration stack pushes: a calibration.update
+// that takes the window of a handed-over job away re-places the job into
+// the next window, and the room must plan it against that window at once.
+// The calibration events that also tell the room come later, after the
+// acknowledgements (the e2e calibration race once saw the re-placed job
+// refused "placed in calibration 1023, the window at start is 1022" by a
+// plan built before them, and marked missed).
+class handover_room_pushed : public ::testing::Test {
+protected:
+    void SetUp() override {
+        _now = _clock.now_realtime_ns();
+        timeline::ledger_options lo;
+        lo.min_lead_ns = 1 * ms;
+        auto l = timeline::ledger::open({timeline::qpu_spec{"q0", timeline::pushed_calibration{}}}, lo, "", _now);
+        ASSERT_TRUE(l.has_value()) << l.err().message;
+        _ledger = std::move(*l);
+        ASSERT_TRUE(_ledger->update_calibration(
+            "q0", {timeline::calibration_window{1, _now - 1 * s, _now + 3600 * s, 0.99, 0}}, _now));
+
+        dispatch::qpu_link_config lc;
+        lc.endpoint = "file:///dev/null";
+        lc.dispatch.mode = dispatch::dispatch_mode::untuned;
+        lc.dispatch.slots = 64;
+        lc.dispatch.max_payload_bytes = 256;
+        // The link's records reach the room as the daemon wires them.
+        dispatch::qpu_link_callbacks cb;
+        cb.on_outcome = [this](const dispatch::dispatch_outcome& o) { _room->on_outcome(0, o); };
+        cb.on_dispatched = [this](std::uint64_t id, std::int64_t sent) { _room->on_dispatched(0, id, sent); };
+        _link = std::make_unique<dispatch::qpu_link>(_loop, _clock, lc, std::move(cb));
+        ASSERT_TRUE(_link->start());
+
+        handover::room::options ro;
+        ro.plan_horizon_ns = 60 * s;
+        ro.plan_max_jobs = 16;
+        ro.handover_ns = 2 * s;
+        _room = std::make_unique<handover::room>(
+            _loop, *_ledger, _clock, ro,
+            std::vector<handover::qpu_target>{{0, "q0", _link.get(), 300 * ms}}, [] {});
+        timeline::ledger::dispatch_gate gate;
+        gate.withdraw = [this](std::uint64_t id) {
+            return _room->withdraw(id) != dispatch::dispatcher::withdraw_result::too_late;
+        };
+        gate.restore = [this](std::uint64_t id) { _room->restore(id); };
+        _ledger->set_dispatch_gate(std::move(gate));
+        job_pump::options po;
+        po.period_ns = 1 * ms;
+        po.horizon_ns = 30 * s;  // the job below is handed over at once
+        po.max_jobs = 64;
+        ASSERT_TRUE(_room->start(po));
+    }
+    void TearDown() override {
+        if (_room) {
+            _room->stop();
+        }
+        if (_link) {
+            _link->stop();
+        }
+        _room.reset();
+    }
+    // Runs the loop (the pump's reports, the links' records) until pred()
+    // holds, at most for `limit`.
+    template <typename Pred>
+    bool loop_until(Pred pred, std::int64_t limit_ns) {
+        const std::int64_t end = _clock.now_monotonic_ns() + limit_ns;
+        while (!pred()) {
+            if (_clock.now_monotonic_ns() > end) {
+                return false;
+            }
+            _loop.run_once(std::chrono::milliseconds(5));
+        }
+        return true;
+    }
+
+    rtcore::real_clock _clock;
+    event_loop _loop;
+    std::int64_t _now = 0;
+    std::unique_ptr<timeline::ledger> _ledger;
+    std::unique_ptr<dispatch::qpu_link> _link;
+    std::unique_ptr<handover::room> _room;
+};
+
+TEST_F(handover_room_pushed, a_job_re_placed_by_a_calibration_update_is_planned_against_its_new_window) {
+    timeline::request r;
+    r.duration_ns = 1 * ms;
+    r.not_before_ns = _now + 10 * s;
+    r.qpus = {"q0"};
+    auto job = _ledger->submit("tenant", r, "job", timeline::blob{1, 2}, _now);
+    ASSERT_TRUE(job.has_value()) << job.err().message;
+    ASSERT_EQ(job->calibration_id, 1U);
+    _room->on_durable();
+    std::optional<std::int64_t> first;
+    ASSERT_TRUE(loop_until([&] { return (first = _link->dispatch().queued_deadline_ns(job->id)).has_value(); }, 5 * s))
+        << "never handed over";
+
+    // The update takes window 1 away (every window ending after now is
+    // replaced) and opens window 2 a little after the job's start: the job
+    // is withdrawn from the dispatcher and re-placed there.  Nobody calls
+    // on_calibration(): that is the events' path, which comes later.
+    const std::int64_t from = job->start_ns + 60 * ms;
+    auto up = _ledger->update_calibration(
+        "q0", {timeline::calibration_window{2, from, from + 3600 * s, 0.99, 0}}, _clock.now_realtime_ns());
+    ASSERT_TRUE(up.has_value()) << up.err().message;
+    ASSERT_EQ(up->replaced, 1U);
+    const auto* moved = _ledger->find(job->id);
+    ASSERT_NE(moved, nullptr);
+    ASSERT_EQ(moved->calibration_id, 2U);
+    ASSERT_EQ(moved->start_ns, from);
+
+    // The withdrawn copy comes back cancelled and the job is handed over
+    // again, in window 2; it is never refused for the window it left.
+    _room->on_durable();
+    const auto handed_again = [&] {
+        const auto* j = _ledger->find(job->id);
+        const auto dl = _link->dispatch().queued_deadline_ns(job->id);
+        return j == nullptr || j->state != timeline::res_state::committed || (dl && *dl != *first);
+    };
+    ASSERT_TRUE(loop_until(handed_again, 5 * s)) << "the re-placed job was not handed over again";
+    const auto* now = _ledger->find(job->id);
+    ASSERT_NE(now, nullptr);
+    EXPECT_EQ(now->state, timeline::res_state::committed) << now->reason;
+    const auto dl = _link->dispatch().queued_deadline_ns(job->id);
+    ASSERT_TRUE(dl.has_value()) << "not in the dispatcher";
+    EXPECT_EQ(*dl - *first, 60 * ms) << "handed over at its new start, 60 ms later";
+    EXPECT_EQ(_room->counts(0).calibration_id, 2U) << "the guard follows the new window";
 }
 
 }  // namespace

@@ -323,6 +323,13 @@ public:
     // Bumped by every operation that changed a reservation or a window (a
     // cheap "anything new to hand over?" for the daemon).
     std::uint64_t generation() const noexcept { return _generation; }
+    // Bumped by every change of a QPU's calibration windows (an update, a
+    // reload after a failed group): the hand-over room re-reads the windows
+    // its plan and the dispatch guards follow before it plans again, so a
+    // job the change re-placed is never judged against windows it no longer
+    // has.  The calibration events come later (after the acknowledgements)
+    // and are no substitute.
+    std::uint64_t calibration_generation() const noexcept { return _calibration_generation; }
 
     // The dispatcher's say in changing a committed job it may hold (cancel,
     // displacement by a preempting request, a calibration update).
@@ -551,6 +558,7 @@ private:
     void drop_token(std::uint64_t token);
     std::size_t _preemptions = 0;
     std::uint64_t _generation = 0;
+    std::uint64_t _calibration_generation = 0;
 
     dispatch_gate _gate;
     std::vector<std::uint64_t> _dirty;
