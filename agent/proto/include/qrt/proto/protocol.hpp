@@ -57,16 +57,19 @@ constexpr const reason_row* find_outcome(std::string_view name) noexcept {
 
 // The code for a reason; code_unlisted_reason when it is not raised as an
 // error (a ledger reason the table does not know goes out verbatim with it).
+// By index, not by pointer: comparing a pointer into the table with nullptr
+// is not a constant expression under -fsanitize=address.
 constexpr int code_for_reason(std::string_view name) noexcept {
-    const reason_row* r = find_reason(name);
-    return r != nullptr ? r->code : code_unlisted_reason;
+    const std::size_t i = index_in(reasons, name);
+    return i < reasons.size() && reasons[i].error ? reasons[i].code : code_unlisted_reason;
 }
 
 // qrtctl's exit status for any reason: the server's, then the client's own,
 // else 1 (generic failure).
 constexpr int exit_code_for_reason(std::string_view name) noexcept {
-    if (const reason_row* r = find_reason(name)) {
-        return r->exit_code;
+    const std::size_t s = index_in(reasons, name);
+    if (s < reasons.size() && reasons[s].error) {
+        return reasons[s].exit_code;
     }
     const std::size_t i = index_in(client_reasons, name);
     return i < client_reasons.size() ? client_reasons[i].exit_code : 1;
