@@ -376,31 +376,6 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-// parametersOf finds this driver's opaque SlotParameters for the claim's
-// allocation: the claim's own config wins over the class's.
-func parametersOf(claim *resourceapi.ResourceClaim) (*SlotParameters, error) {
-	alloc := claim.Status.Allocation
-	var fromClass, fromClaim []byte
-	for _, c := range alloc.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
-			continue
-		}
-		if c.Source == resourceapi.AllocationConfigSourceClaim {
-			fromClaim = c.Opaque.Parameters.Raw
-		} else {
-			fromClass = c.Opaque.Parameters.Raw
-		}
-	}
-	raw := fromClaim
-	if raw == nil {
-		raw = fromClass
-	}
-	if raw == nil {
-		return nil, fieldErr("(object)", "the claim carries no opaque parameters for driver %s (spec.devices.config[].opaque with kind %s)", DriverName, ParametersKind)
-	}
-	return DecodeParameters(raw)
-}
-
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	defer d.lockClaim(claim.UID)()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "uid", claim.UID)
@@ -443,7 +418,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if err != nil {
 			return nil, err
 		}
-		req, err := params.Resolve(qpus, d.cfg.Now())
+		req, err := Resolve(params, qpus, d.cfg.Now())
 		if err != nil {
 			return nil, err
 		}

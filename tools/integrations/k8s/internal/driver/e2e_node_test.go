@@ -47,8 +47,8 @@ import (
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"qrtd.io/tools/integrations/k8s/internal/cluster"
 	"qrtd.io/tools/clients/go/qrtd"
+	"qrtd.io/tools/integrations/k8s/internal/cluster"
 )
 
 // The one control plane of this test binary, started by the first

@@ -111,7 +111,6 @@ func ProxiedMethods() []string {
 	return out
 }
 
-
 // ClaimSocketName is the socket's name in the claim's directory and in
 // the container's (the base name of --container-qrtd-socket).
 func (d *Driver) claimSocketName() string { return filepath.Base(d.cfg.ContainerSocket) }
