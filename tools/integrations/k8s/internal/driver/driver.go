@@ -100,8 +100,8 @@ type Slot struct {
 
 // Slot states the driver keeps (qrtd's own, "held", and its conclusions).
 const (
-	SlotHeld      = "held"
-	SlotCommitted = "committed"
+	SlotHeld      = qrtproto.StateHeld
+	SlotCommitted = qrtproto.StateCommitted
 	SlotGone      = "gone"
 )
 
@@ -578,13 +578,13 @@ func (d *Driver) reserve(ctx context.Context, cp *Checkpoint) ([]Slot, error) {
 		var g struct {
 			Gang []Slot `json:"gang"`
 		}
-		if err := d.client.Call(ctx, "slots.reserve", p, &g); err != nil {
+		if err := d.client.Call(ctx, qrtproto.MethodSlotsReserve, p, &g); err != nil {
 			return nil, d.explain(ctx, cp, err)
 		}
 		return g.Gang, nil
 	}
 	var s Slot
-	if err := d.client.Call(ctx, "slots.reserve", p, &s); err != nil {
+	if err := d.client.Call(ctx, qrtproto.MethodSlotsReserve, p, &s); err != nil {
 		return nil, d.explain(ctx, cp, err)
 	}
 	return []Slot{s}, nil
@@ -623,7 +623,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		if cp.Request.GangSize > 1 {
 			qp["gang_size"] = cp.Request.GangSize
 		}
-		if qerr := d.client.Call(ctx, "slots.query", qp, &q); qerr == nil {
+		if qerr := d.client.Call(ctx, qrtproto.MethodSlotsQuery, qp, &q); qerr == nil {
 			switch {
 			case len(q.Candidates) > 0:
 				next = q.Candidates[0].StartNS
@@ -724,7 +724,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // nothing is left to give back.
 func finalRelease(err error) bool {
 	switch qrtd.ReasonOf(err) {
-	case "", "unavailable", "internal_error", "quota_exceeded":
+	case "", qrtproto.ReasonUnavailable, qrtproto.ReasonInternalError, qrtproto.ReasonQuotaExceeded:
 		return false
 	}
 	return true
@@ -750,7 +750,7 @@ func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 		if !s.held() {
 			continue // committed to the pod's job, or gone: not ours to release
 		}
-		err := d.client.Call(ctx, "slots.release", map[string]any{
+		err := d.client.Call(ctx, qrtproto.MethodSlotsRelease, map[string]any{
 			"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 			"on_behalf_of": cp.Namespace}, nil)
 		if err != nil && !finalRelease(err) {
@@ -796,7 +796,7 @@ func (d *Driver) Heartbeat(ctx context.Context) {
 			if !s.held() {
 				continue
 			}
-			err := d.client.Call(ctx, "slots.heartbeat", map[string]any{
+			err := d.client.Call(ctx, qrtproto.MethodSlotsHeartbeat, map[string]any{
 				"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 				"on_behalf_of": cp.Namespace}, nil)
 			if err == nil {
