@@ -109,11 +109,20 @@ const (
 // the state was kept says "").
 func (s Slot) held() bool { return s.State == "" || s.State == SlotHeld }
 
+// CheckpointVersion is the format of the claim checkpoints this driver
+// writes (<plugin-dir>/claims/<uid>.json).  A checkpoint without a version
+// was written before the format had one, in the layout of version 1, and
+// is read as such; one of a later version (a newer driver's, before a
+// downgrade) is refused when the driver starts, naming it.
+const CheckpointVersion = 1
+
 // Checkpoint is what the driver keeps of a claim on disk, so that after a
 // restart it prepares the claim to the same reservation (the request as
 // first resolved, retried with the same idempotency key), heartbeats it
 // and can release it.
 type Checkpoint struct {
+	// The format (CheckpointVersion when written).
+	Version   int       `json:"version"`
 	UID       types.UID `json:"uid"`
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
@@ -216,11 +225,11 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		var cp Checkpoint
-		if err := json.Unmarshal(data, &cp); err != nil || cp.UID == "" {
-			return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint: %v", path, err)
+		cp, err := readCheckpoint(path, data)
+		if err != nil {
+			return nil, err
 		}
-		d.claims[cp.UID] = &cp
+		d.claims[cp.UID] = cp
 	}
 	return d, nil
 }
@@ -285,7 +294,29 @@ func writeFileAtomically(path string, data []byte) error {
 	return df.Sync()
 }
 
+// readCheckpoint decodes a claim's checkpoint of this driver's format or
+// an earlier one; a later format is refused, naming the file.
+func readCheckpoint(path string, data []byte) (*Checkpoint, error) {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint: %w", path, err)
+	}
+	if head.Version < 0 || head.Version > CheckpointVersion {
+		return nil, fmt.Errorf("checkpoint %s is of format %d; this driver reads formats up to %d: "+
+			"it was written by a newer qrt-dra-driver, which must run again to unprepare the claim", path, head.Version, CheckpointVersion)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil || cp.UID == "" {
+		return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint (format %d): %v", path, head.Version, err)
+	}
+	cp.Version = CheckpointVersion // format 0 (none) is version 1's layout
+	return &cp, nil
+}
+
 func (d *Driver) saveCheckpoint(cp *Checkpoint) error {
+	cp.Version = CheckpointVersion
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
