@@ -1,6 +1,6 @@
 package driver
 
-// The end-to-end fixture: the real control plane (internal/cluster:
+// The end-to-end fixture: the real control plane (test/cluster:
 // etcd, kube-apiserver, kube-scheduler, kube-controller-manager on
 // 127.0.0.1), the deploy's own manifests applied as an admin would, and per
 // QPU node a real qrtd with qpu-sim (the lab), the driver under the
@@ -48,7 +48,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"qrtd.io/tools/clients/go/qrtd"
-	"qrtd.io/tools/integrations/k8s/internal/cluster"
+	"qrtd.io/tools/integrations/k8s/test/cluster"
 )
 
 // The one control plane of this test binary, started by the first

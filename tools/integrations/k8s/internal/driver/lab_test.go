@@ -35,7 +35,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"qrtd.io/tools/clients/go/qrtd"
-	"qrtd.io/tools/integrations/k8s/internal/apitest"
+	"qrtd.io/tools/integrations/k8s/test/apitest"
 )
 
 const (
