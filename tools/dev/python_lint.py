@@ -139,7 +139,10 @@ def mypy(unit: Unit, tree: Path, srcs: list[Path], env: dict[str, str], cache: P
     p = run([*cmd, *mypy_files(unit)], tree, menv)
     if p.returncode not in (0, 1):
         raise RuntimeError(f"mypy failed on {unit.name} (exit {p.returncode}): {(p.stderr or p.stdout).strip()}")
-    return [line for line in p.stdout.splitlines() if ": error:" in line]
+    # A module another unit owns (found on the path) is that unit's to report.
+    own = {f.resolve() for f in unit.files}
+    return [line for line in p.stdout.splitlines()
+            if ": error:" in line and (tree / line.split(":", 1)[0]).resolve() in own]
 
 
 def lint(tree: Path, out: list[str]) -> int:
