@@ -15,6 +15,7 @@ The functions are imported by tests/integration/e2e as well.
 """
 
 import argparse
+import base64
 import collections
 import json
 import os
@@ -23,14 +24,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
-import qrt_client  # noqa: E402
-from qrt_client.protocol import TERMINAL_STATES as TERMINAL  # noqa: E402
+import qrt_client
+from qrt_client.protocol import TERMINAL_STATES as TERMINAL
 
 
 def plan_starts(windows, count, first_ns, spacing_ns, duration_ns, margin_ns):
     """Up to `count` start times from first_ns on, spacing_ns apart, each
     inside a window with margin_ns to spare at both ends."""
-    out = []
+    out: list[int] = []
     t = first_ns
     ws = sorted(windows, key=lambda w: w["valid_from_ns"])
     for w in ws:
@@ -48,7 +49,8 @@ def plan_starts(windows, count, first_ns, spacing_ns, duration_ns, margin_ns):
 def submit_jobs(client, qpu, starts, duration_ns, key_prefix, shots=100, batch=50):
     """jobs.submit for each start (pipelined in batches).  Returns the
     acknowledged job records and the errors."""
-    acked, errors = [], []
+    acked: list[dict] = []
+    errors: list[Exception] = []
     for i in range(0, len(starts), batch):
         calls = []
         for k, t in enumerate(starts[i:i + batch]):
@@ -56,7 +58,7 @@ def submit_jobs(client, qpu, starts, duration_ns, key_prefix, shots=100, batch=5
             calls.append(("jobs.submit", {
                 "duration_ns": duration_ns, "not_before_ns": t, "qpus": [qpu],
                 "idempotency_key": f"{key_prefix}-{i + k}",
-                "payload": qrt_client.base64.b64encode(payload.encode()).decode()}))
+                "payload": base64.b64encode(payload.encode()).decode()}))
         for r in client.call_many(calls):
             (errors if isinstance(r, Exception) else acked).append(r)
     return acked, errors
@@ -162,8 +164,8 @@ def main():
     acked, errors = submit_jobs(c, a.qpu, starts, duration_ns, f"demo-{os.getpid()}-{first}")
     print(f"[client] submitted: {len(acked)} acknowledged, {len(errors)} refused "
           f"in {time.monotonic() - t0:.2f} s")
-    for e in errors[:3]:
-        print(f"[client]   refused: {e}")
+    for refused in errors[:3]:
+        print(f"[client]   refused: {refused}")
     ids = [r["job_id"] for r in acked]
     last_end = max((r["end_ns"] for r in acked), default=time.time_ns())
     wait_s = max(0.0, (last_end - time.time_ns()) / 1e9) + 5.0
@@ -186,9 +188,10 @@ def main():
               f"p99 {us(arr['p99_ns'])}, max {us(arr['max_ns'])}")
     not_terminal = sum(1 for s in st.values() if not isinstance(s, dict) or s.get("state") not in TERMINAL)
     if a.json:
+        lateness = {k: v for k, v in (h or {}).items() if k.endswith("_ns") or k == "count"}
         print(json.dumps({"jobs": len(starts), "acknowledged": len(acked), "refused": len(errors),
                           "states": states, "not_terminal": not_terminal,
-                          "dispatch_lateness": {k: v for k, v in (h or {}).items() if k.endswith("_ns") or k == "count"}, "windows": len(span_windows)}, default=str))
+                          "dispatch_lateness": lateness, "windows": len(span_windows)}, default=str))
     return 0 if not_terminal == 0 and acked else 1
 
 

@@ -417,12 +417,12 @@ std::string write_python(const model& m) {
     o += "\"\"\"qrtd's protocol facts: the QPU endpoint wire, reasons, states, roles,\n";
     o += "methods, events and the job envelope, as the agent spells them.\"\"\"\n\n";
     o += "from __future__ import annotations\n\nimport enum\nimport struct\n";
-    o += "from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple\n\n";
+    o += "from typing import NamedTuple\n\n";
     o += "# ---- the QPU endpoint wire (qrt/proto/wire.h)\n\n";
     o += fmt::format("WIRE_MAGIC = 0x{:08X}  # {}\n", m.magic, m.magic_doc);
     o += fmt::format("WIRE_VERSION_MIN = {}\n", m.versions.front().version);
     o += fmt::format("WIRE_VERSION_MAX = {}\n", m.versions.back().version);
-    o += "# version -> (header_len, max_hello_payload)\nWIRE_VERSIONS: Dict[int, Tuple[int, int]] = {\n";
+    o += "# version -> (header_len, max_hello_payload)\nWIRE_VERSIONS: dict[int, tuple[int, int]] = {\n";
     for (const auto& v : m.versions) {
         o += fmt::format("    {}: ({}, {}),  # {}\n", v.version, v.header_len, v.max_hello_payload, v.doc);
     }
@@ -432,7 +432,7 @@ std::string write_python(const model& m) {
     for (const auto& t : m.types) {
         o += fmt::format("    {} = {}\n", upper(t.name), t.value);
     }
-    o += "\n\n# frame type -> the first wire version that has it\nFRAME_SINCE: Dict[int, int] = {\n";
+    o += "\n\n# frame type -> the first wire version that has it\nFRAME_SINCE: dict[int, int] = {\n";
     for (const auto& t : m.types) {
         o += fmt::format("    FrameType.{}: {},\n", upper(t.name), t.since);
     }
@@ -446,7 +446,7 @@ std::string write_python(const model& m) {
         o += fmt::format("    {} = {}\n", upper(e.name), e.value);
     }
     o += "\n\n# The job outcome reason the agent records for each ERROR status.\n";
-    o += "WIRE_ERROR_OUTCOME: Dict[int, str] = {\n";
+    o += "WIRE_ERROR_OUTCOME: dict[int, str] = {\n";
     for (const auto& e : m.errors) {
         if (!e.outcome.empty()) {
             o += fmt::format("    WireError.{}: {},\n", upper(e.name), quote(e.outcome));
@@ -457,7 +457,7 @@ std::string write_python(const model& m) {
         o += fmt::format("    {} = {}\n", upper(st.name), st.value);
     }
     o += "\n\n# Version 2: the keys of the endpoint's HELLO payload (JSON) and their types.\n";
-    o += "CAPABILITIES: Dict[str, str] = {\n";
+    o += "CAPABILITIES: dict[str, str] = {\n";
     for (const auto& c : m.capabilities) {
         o += fmt::format("    {}: {},  # {}\n", quote(c.name), quote(c.type), c.doc);
     }
@@ -472,7 +472,7 @@ std::string write_python(const model& m) {
             }
         }
         o += fmt::format("WIRE_HEADER_V{} = struct.Struct({})\n", v.version, quote(fmt_codes));
-        o += fmt::format("WIRE_FIELDS_V{}: Tuple[str, ...] = (\n{})\n", v.version, fields);
+        o += fmt::format("WIRE_FIELDS_V{}: tuple[str, ...] = (\n{})\n", v.version, fields);
         o += fmt::format("assert WIRE_HEADER_V{0}.size == WIRE_VERSIONS[{0}][0] == {1}\n", v.version, v.header_len);
     }
     o += "\n";
@@ -480,24 +480,24 @@ std::string write_python(const model& m) {
     for (const auto& [k, v] : m.codes) {
         o += fmt::format("{} = {}\n", upper(k), v);
     }
-    o += "\n\nclass Reason(NamedTuple):\n    name: str\n    code: Optional[int]  # None: a job outcome only\n";
+    o += "\n\nclass Reason(NamedTuple):\n    name: str\n    code: int | None  # None: a job outcome only\n";
     o += "    exit_code: int  # qrtctl's exit status\n    meaning: str\n";
     o += "    outcome: str  # \"\", \"never_sent\", \"failed\" or \"unknown\"\n    outcome_meaning: str\n\n\n";
-    o += "REASONS: Tuple[Reason, ...] = (\n";
+    o += "REASONS: tuple[Reason, ...] = (\n";
     for (const auto& r : m.reasons) {
         o += fmt::format("    Reason({}, {}, {}, {}, {}, {}),\n", quote(r.name),
                          r.code ? std::to_string(*r.code) : "None", r.exit_code, quote(r.meaning),
                          quote(r.outcome), quote(r.outcome_meaning));
     }
     o += ")\n\n\nclass ClientReason(NamedTuple):\n    name: str\n    exit_code: int\n    meaning: str\n\n\n";
-    o += "CLIENT_REASONS: Tuple[ClientReason, ...] = (\n";
+    o += "CLIENT_REASONS: tuple[ClientReason, ...] = (\n";
     for (const auto& r : m.client_reasons) {
         o += fmt::format("    ClientReason({}, {}, {}),\n", quote(r.name), r.exit_code, quote(r.meaning));
     }
     o += ")\n\n# ---- states\n\n\nclass State(NamedTuple):\n    name: str\n    active: bool\n";
     o += "    finishes_job: bool  # job.finished is emitted when a job reaches it\n";
-    o += "    next: Tuple[str, ...]\n    meaning: str\n\n\n";
-    o += "STATES: Tuple[State, ...] = (\n";
+    o += "    next: tuple[str, ...]\n    meaning: str\n\n\n";
+    o += "STATES: tuple[State, ...] = (\n";
     for (const auto& s : m.states) {
         std::string next = "(";
         for (const auto& n : s.next) {
@@ -513,21 +513,21 @@ std::string write_python(const model& m) {
         o += fmt::format("    State({}, {}, {}, {}, {}),\n", quote(s.name), s.active ? "True" : "False",
                          s.finishes_job ? "True" : "False", next, quote(s.meaning));
     }
-    o += ")\nACTIVE_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.active)\n";
-    o += "TERMINAL_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if not s.active)\n";
-    o += "FINISHING_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.finishes_job)\n\n";
+    o += ")\nACTIVE_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.active)\n";
+    o += "TERMINAL_STATES: frozenset[str] = frozenset(s.name for s in STATES if not s.active)\n";
+    o += "FINISHING_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.finishes_job)\n\n";
     o += "# ---- roles, methods, events\n\n";
-    o += "ROLES: Tuple[str, ...] = (";
+    o += "ROLES: tuple[str, ...] = (";
     for (const auto& r : m.roles) {
         o += quote(r.name) + ", ";
     }
     o.resize(o.size() - 2);
-    o += ")\nMETHODS: Dict[str, str] = {  # method -> the role it requires\n";
+    o += ")\nMETHODS: dict[str, str] = {  # method -> the role it requires\n";
     for (const auto& x : m.methods) {
         o += fmt::format("    {}: {},\n", quote(x.name), quote(x.role));
     }
     o += fmt::format("}}\nEVENT_METHOD = {}\n", quote(m.event_method));
-    o += "EVENTS: Dict[str, bool] = {  # event -> sent to its tenant only\n";
+    o += "EVENTS: dict[str, bool] = {  # event -> sent to its tenant only\n";
     for (const auto& e : m.events) {
         o += fmt::format("    {}: {},\n", quote(e.name), e.tenant ? "True" : "False");
     }

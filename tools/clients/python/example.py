@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "src"))
-from qrt_client import Client, QrtError  # noqa: E402
+from qrt_client import Client, QrtError
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"sigs.k8s.io/yaml"
 
+	qpuv1alpha1 "qrtd.io/tools/integrations/k8s/api/qpu.qrtd.io/v1alpha1"
 	"qrtd.io/tools/integrations/k8s/internal/driver"
 )
 
@@ -78,10 +79,10 @@ func TestDeployManifestsDecodeStrictlyIntoTheAPITypes(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					p, err := driver.DecodeParameters(js)
+					p, err := qpuv1alpha1.NewDecoder().Decode(js)
 					if err != nil {
 						t.Errorf("%s: example parameters: %v", f, err)
-					} else if _, err := p.Resolve([]string{"qpu0"}, timeNow()); err != nil {
+					} else if _, err := driver.Resolve(p, []string{"qpu0"}, timeNow()); err != nil {
 						t.Errorf("%s: example parameters: %v", f, err)
 					}
 				}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ctest k8s.dra_driver: `go test ./...` of the DRA driver (tools/integrations/k8s), once,
+# ctest k8s.dra_driver: gofmt, go vet, the generated code, then `go test ./...`
+# of the DRA driver (tools/integrations/k8s), once,
 # against the qrtd and qpu-sim ctest passes in QRTD and QPU_SIM, and the
 # Kubernetes control plane controlplane/build.sh builds (QRT_K8S_BIN: its
 # directory; given, nothing is built).  Modules
@@ -39,5 +40,13 @@ if [ -z "${QRT_K8S_BIN:-}" ]; then
 fi
 export GOFLAGS="-mod=readonly ${GOFLAGS:-}"
 go mod download
+# The Go ecosystem's own bars: gofmt, go vet, and generated code current
+# (deepcopy-gen, hack/update-codegen.sh).
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted (run gofmt -w)" >&2
+  exit 1
+fi
 go vet ./...
+hack/update-codegen.sh --verify
 exec go test -count=1 ./... "$@"

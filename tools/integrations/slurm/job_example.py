@@ -30,7 +30,7 @@ for _p in (os.environ.get("QRT_PYTHON_DIR", ""), "/usr/share/qrtd/python/qrt-cli
     if _p and os.path.isfile(os.path.join(_p, "qrt_client", "__init__.py")):
         sys.path.insert(0, _p)
         break
-import qrt_client  # noqa: E402
+import qrt_client
 
 
 def qrt_env():

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"qrtd.io/tools/clients/go/qrtproto"
 )
 
 // Error is a JSON-RPC error reply from qrtd: its reason (data.reason,
@@ -229,7 +231,7 @@ func (c *Client) Subscribe(ctx context.Context, topics []string, delegated bool)
 	if delegated {
 		params["delegated"] = true
 	}
-	line, _ := json.Marshal(request{JSONRPC: "2.0", ID: 1, Method: "events.subscribe", Params: params})
+	line, _ := json.Marshal(request{JSONRPC: "2.0", ID: 1, Method: qrtproto.MethodEventsSubscribe, Params: params})
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := nc.Write(append(line, '\n')); err != nil {
 		nc.Close()
@@ -265,7 +267,7 @@ func (c *Client) Subscribe(ctx context.Context, topics []string, delegated bool)
 				Method string `json:"method"`
 				Params Event  `json:"params"`
 			}
-			if json.Unmarshal(line, &n) != nil || n.Method != "events.event" {
+			if json.Unmarshal(line, &n) != nil || n.Method != qrtproto.EventMethod {
 				continue
 			}
 			select {

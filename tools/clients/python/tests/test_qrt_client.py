@@ -3,24 +3,23 @@ temporary AF_UNIX socket): framing, ids, errors and their reasons, events
 interleaved with replies, partial lines, timeouts, pipelining.  The real
 agent is exercised by tests/integration/clients/test_python_client.py.
 
-Run: python3 -m unittest -v test_qrt_client   (ctest runs it as python_client_unit)
+Run from tools/clients/python (ctest runs it as python_client_unit):
+    PYTHONPATH=src python3 -m unittest discover -s tests -v
 """
 
 import base64
 import json
 import os
-import re
 import socket
 import sys
 import tempfile
 import threading
 import time
 import unittest
+from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-import qrt_client  # noqa: E402
-from qrt_client import Client, ClientError, RpcError  # noqa: E402
-
+import qrt_client
+from qrt_client import Client, ClientError, RpcError
 
 
 class FakeAgent:
@@ -49,7 +48,7 @@ class FakeAgent:
             reader = conn.makefile("rb")
             try:
                 script(conn, self._reader(reader))
-            except Exception as e:  # surfaced by close()
+            except Exception as e:  # noqa: BLE001 -- any failure of the script is surfaced by close()
                 self.error = e
 
     def _reader(self, f):
@@ -127,9 +126,8 @@ class ClientUnitTest(unittest.TestCase):
                         "error": {"code": -32003, "message": "nothing fits duration_ns=5",
                                   "data": {"reason": "no_fit", "field": "duration_ns"}}})
         agent = self.with_agent(script)
-        with Client(agent.path) as c:
-            with self.assertRaises(RpcError) as cm:
-                c.slots_query(duration_ns=5)
+        with Client(agent.path) as c, self.assertRaises(RpcError) as cm:
+            c.slots_query(duration_ns=5)
         e = cm.exception
         self.assertEqual((e.code, e.reason, e.exit_code), (-32003, "no_fit", 8))
         self.assertEqual(e.data["field"], "duration_ns")
@@ -141,9 +139,8 @@ class ClientUnitTest(unittest.TestCase):
             send(conn, {"jsonrpc": "2.0", "id": req["id"],
                         "error": {"code": -32601, "message": "no such method"}})
         agent = self.with_agent(script)
-        with Client(agent.path) as c:
-            with self.assertRaises(RpcError) as cm:
-                c.call("nope")
+        with Client(agent.path) as c, self.assertRaises(RpcError) as cm:
+            c.call("nope")
         self.assertEqual(cm.exception.reason, "method_not_found")
         self.assertEqual(cm.exception.exit_code, 3)
 
@@ -200,9 +197,8 @@ class ClientUnitTest(unittest.TestCase):
         def script(conn, read):
             read()
         agent = self.with_agent(script)
-        with Client(agent.path) as c:
-            with self.assertRaises(ClientError) as cm:
-                c.hello()
+        with Client(agent.path) as c, self.assertRaises(ClientError) as cm:
+            c.hello()
         self.assertEqual(cm.exception.reason, "disconnected")
 
     def test_a_reply_that_is_not_json_is_a_protocol_error(self):
@@ -210,9 +206,8 @@ class ClientUnitTest(unittest.TestCase):
             read()
             conn.sendall(b"HTTP/1.0 400 Bad Request\n")
         agent = self.with_agent(script)
-        with Client(agent.path) as c:
-            with self.assertRaises(ClientError) as cm:
-                c.hello()
+        with Client(agent.path) as c, self.assertRaises(ClientError) as cm:
+            c.hello()
         self.assertEqual(cm.exception.reason, "protocol_error")
         self.assertEqual(cm.exception.exit_code, 76)
 
@@ -261,14 +256,40 @@ class ClientUnitTest(unittest.TestCase):
                 c.jobs_submit(b"x", duration_ns=1000)
         self.assertEqual(agent.received, [])
 
+    def test_a_challenge_that_is_not_an_object_of_params_is_a_protocol_error(self):
+        # The network listener's first line is read before any MUNGE
+        # credential is made: a malformed challenge is refused as such.
+        bad: tuple[object, ...] = (None, [], "munge")
+        for params in bad:
+            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(1)
+            srv.settimeout(5)
+            port = srv.getsockname()[1]
+
+            def serve(srv=srv, params=params):
+                conn, _ = srv.accept()
+                with conn:
+                    send(conn, {"jsonrpc": "2.0", "method": "auth.challenge", "params": params})
+                    conn.settimeout(5)
+                    conn.recv(1)  # until the client closes
+            t = threading.Thread(target=serve, daemon=True)
+            t.start()
+            with self.assertRaises(ClientError) as cm:
+                Client(f"tcp://127.0.0.1:{port}", connect_timeout=5)
+            t.join(5)
+            srv.close()
+            self.assertEqual(cm.exception.reason, "protocol_error", params)
+            self.assertIn("is not a MUNGE auth.challenge", cm.exception.message)
+
     def test_every_reason_of_the_protocol_table_maps_to_its_exit_status(self):
         from qrt_client import protocol
         raised = [r for r in protocol.REASONS if r.code is not None]
         self.assertGreater(len(raised), 20)
         for r in raised:
             self.assertEqual(qrt_client.exit_code_for_reason(r.name), r.exit_code, r.name)
-        for r in protocol.CLIENT_REASONS:
-            self.assertEqual(qrt_client.exit_code_for_reason(r.name), r.exit_code, r.name)
+        for cr in protocol.CLIENT_REASONS:
+            self.assertEqual(qrt_client.exit_code_for_reason(cr.name), cr.exit_code, cr.name)
         self.assertEqual(qrt_client.exit_code_for_reason("a_reason_of_the_future"), 1)
         # What a network client's MUNGE credential signs.
         self.assertEqual(qrt_client.AUTH_PAYLOAD_VERSION, protocol.AUTH_PAYLOAD_VERSION)
@@ -298,7 +319,7 @@ def holder(start_ns, rid, log, refuse=None):
 
 class PlaceBest(unittest.TestCase):
     def agents(self, specs):
-        logs = [[] for _ in specs]
+        logs: list[list[dict[str, Any]]] = [[] for _ in specs]
         fakes = [FakeAgent(holder(s, i + 1, logs[i], refuse=r)) for i, (s, r) in enumerate(specs)]
         clients = [Client(f.path, timeout=5) for f in fakes]
 
@@ -314,6 +335,7 @@ class PlaceBest(unittest.TestCase):
         clients, logs = self.agents([(300, None), (100, None), (200, None)])
         p = qrt_client.place_best(clients, 1000, "job-1", qpus=["qpu0"], lease_ns=5)
         self.assertEqual(p.chosen, 1)
+        assert p.reservation is not None
         self.assertEqual(p.reservation["reservation_id"], 2)
         for log in logs:
             self.assertEqual(log[0]["method"], "slots.reserve")
@@ -333,8 +355,9 @@ class PlaceBest(unittest.TestCase):
         clients, _ = self.agents([(100, "no_fit"), (200, None)])
         p = qrt_client.place_best(clients, 1000, "k")
         self.assertEqual(p.chosen, 1)
-        self.assertIsInstance(p.errors[0], RpcError)
-        self.assertEqual(p.errors[0].reason, "no_fit")
+        err = p.errors[0]
+        assert isinstance(err, RpcError)
+        self.assertEqual(err.reason, "no_fit")
 
     def test_when_every_agent_refuses_the_first_answer_is_raised(self):
         clients, _ = self.agents([(0, "no_fit"), (0, "invalid_argument")])

@@ -44,18 +44,22 @@ import os
 import random
 import socket
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # only read by type checkers: the client needs nothing but the standard library
+    from typing_extensions import Self
 
 from . import protocol as _protocol
 
 __all__ = [
+    "DEFAULT_SOCKET",
+    "EXIT_CODES",
+    "REASONS",
     "Client",
     "ClientError",
     "QrtError",
     "RpcError",
-    "DEFAULT_SOCKET",
-    "EXIT_CODES",
-    "REASONS",
     "exit_code_for_reason",
 ]
 
@@ -66,12 +70,12 @@ DEFAULT_SOCKET = "/run/qrtd/qrtd.sock"
 # table (agent/proto/protocol.toml), through its generated copy.
 REASONS = [(r.name, r.code, r.exit_code) for r in _protocol.REASONS if r.code is not None]
 LOCAL_REASONS = [(r.name, r.exit_code) for r in _protocol.CLIENT_REASONS]
-EXIT_CODES: Dict[str, int] = {r: e for r, _, e in REASONS}
+EXIT_CODES: dict[str, int] = {r: e for r, _, e in REASONS}
 EXIT_CODES.update(dict(LOCAL_REASONS))
 
 # The reason to assume when a (foreign) server omits data.reason: the first
 # listed for the code.
-_DEFAULT_REASON: Dict[int, str] = {}
+_DEFAULT_REASON: dict[int, str] = {}
 for _r, _c, _ in REASONS:
     _DEFAULT_REASON.setdefault(_c, _r)
 
@@ -121,7 +125,7 @@ class ClientError(QrtError):
 AUTH_PAYLOAD_VERSION = _protocol.AUTH_PAYLOAD_VERSION
 
 
-def tcp_address_text(peer: Tuple[Any, ...]) -> str:
+def tcp_address_text(peer: tuple[Any, ...]) -> str:
     """tcp://ADDR:PORT of a getpeername() result, as qrtd writes it: an
     IPv6 address in brackets, an IPv4-mapped one as IPv4."""
     host, port = str(peer[0]), int(peer[1])
@@ -132,7 +136,7 @@ def tcp_address_text(peer: Tuple[Any, ...]) -> str:
     return f"tcp://{host}:{port}"
 
 
-def munge_encode(payload: bytes, munge_socket: Optional[str] = None) -> str:
+def munge_encode(payload: bytes, munge_socket: str | None = None) -> str:
     """A MUNGE credential over payload from the local munged (libmunge)."""
     try:
         lib = ctypes.CDLL("libmunge.so.2")
@@ -174,7 +178,7 @@ def munge_encode(payload: bytes, munge_socket: Optional[str] = None) -> str:
         lib.munge_ctx_destroy(ctx)
 
 
-def _split_tcp(path: str) -> tuple:
+def _split_tcp(path: str) -> tuple[str, int]:
     rest = path[len("tcp://"):]
     if rest.startswith("["):
         host, sep, port = rest[1:].partition("]:")
@@ -184,6 +188,7 @@ def _split_tcp(path: str) -> tuple:
         raise ClientError("client_error", f"'{path}' is not tcp://HOST:PORT "
                           "(an IPv6 address goes in brackets: tcp://[::1]:7470)")
     return host, int(port)
+
 
 
 class Client:
@@ -198,15 +203,15 @@ class Client:
 
     MAX_LINE = 64 << 20
 
-    def __init__(self, path: Optional[str] = None, timeout: float = 5.0,
-                 connect_timeout: float = 2.0, munge_socket: Optional[str] = None) -> None:
+    def __init__(self, path: str | None = None, timeout: float = 5.0,
+                 connect_timeout: float = 2.0, munge_socket: str | None = None) -> None:
         self.path = path or os.environ.get("QRT_SOCKET") or DEFAULT_SOCKET
         self.timeout = timeout
         self._next_id = 1
         self._buf = bytearray()
-        self._replies: Dict[Any, Dict[str, Any]] = {}
-        self._events: Deque[Dict[str, Any]] = collections.deque()
-        self.authenticated_as: Optional[Dict[str, Any]] = None
+        self._replies: dict[Any, dict[str, Any]] = {}
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+        self.authenticated_as: dict[str, Any] | None = None
         if self.path.startswith("tcp://"):
             self._open_tcp(connect_timeout, munge_socket)
             return
@@ -226,7 +231,7 @@ class Client:
                               f"{e.strerror or e}{hint}", e.errno or 0) from None
         self._sock.settimeout(None)
 
-    def _open_tcp(self, connect_timeout: float, munge_socket: Optional[str]) -> None:
+    def _open_tcp(self, connect_timeout: float, munge_socket: str | None) -> None:
         # A refusal for the agent's pool of connections not yet authenticated
         # (its cap per host, or in all) passes within milliseconds: many
         # clients of one node connecting at once meet it.  Tried again, with
@@ -247,7 +252,7 @@ class Client:
                 time.sleep(wait)
                 pause = min(pause * 2, 0.1)
 
-    def _open_tcp_once(self, connect_timeout: float, munge_socket: Optional[str]) -> None:
+    def _open_tcp_once(self, connect_timeout: float, munge_socket: str | None) -> None:
         host, port = _split_tcp(self.path)
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -264,7 +269,7 @@ class Client:
             self.close()
             raise
 
-    def _authenticate(self, timeout: float, munge_socket: Optional[str]) -> None:
+    def _authenticate(self, timeout: float, munge_socket: str | None) -> None:
         deadline = time.monotonic() + timeout
         line = self._read_line(deadline)
         if line is None:
@@ -277,9 +282,11 @@ class Client:
         if isinstance(first, dict) and "error" in first:
             _result_of(first, self.path)  # a refusal at accept (a connection cap): raises
         params = first.get("params") if isinstance(first, dict) else None
-        nonce = params.get("nonce", "") if isinstance(params, dict) else ""
+        if not isinstance(params, dict):
+            params = {}
+        nonce = params.get("nonce")
         if (not isinstance(first, dict) or first.get("method") != "auth.challenge"
-                or params.get("mechanism") != "munge" or not nonce
+                or params.get("mechanism") != "munge" or not isinstance(nonce, str) or not nonce
                 or len(nonce) > 128 or any(ch not in "0123456789abcdef" for ch in nonce)):
             raise ClientError("protocol_error", f"{self.path}: the first line is not a MUNGE "
                               f"auth.challenge: {line[:160]!r}")
@@ -315,10 +322,10 @@ class Client:
             self._sock.close()
             self._sock = None  # type: ignore[assignment]
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def fileno(self) -> int:
@@ -329,13 +336,13 @@ class Client:
         self._sock.settimeout(self.timeout)
         try:
             self._sock.sendall(data)
-        except socket.timeout:
+        except TimeoutError:
             raise ClientError("timeout", f"the agent at {self.path} did not read "
                               f"the request within {self.timeout}s") from None
         except OSError as e:
             raise ClientError("disconnected", f"send to {self.path}: {e}", e.errno or 0) from None
 
-    def _read_line(self, deadline: Optional[float]) -> Optional[bytes]:
+    def _read_line(self, deadline: float | None) -> bytes | None:
         """The next line (without newline), or None when the deadline passed."""
         while True:
             nl = self._buf.find(b"\n")
@@ -355,7 +362,7 @@ class Client:
                 self._sock.settimeout(left)
             try:
                 chunk = self._sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return None
             except OSError as e:
                 raise ClientError("disconnected", f"recv from {self.path}: {e}",
@@ -395,30 +402,30 @@ class Client:
 
     # ---------------------------------------------------------------- calls
 
-    def call(self, method: str, params: Optional[Dict[str, Any]] = None) -> Any:
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Call one method and return its result; raise RpcError on error."""
         req_id = self._next_id
         self._next_id += 1
-        req: Dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+        req: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
         if params is not None:
             req["params"] = params
         self._send(req)
         return self._wait(req_id, method)
 
-    def call_many(self, calls: List[tuple]) -> List[Any]:
+    def call_many(self, calls: list[tuple[str, dict[str, Any] | None]]) -> list[Any]:
         """Pipeline several (method, params) calls: every request is written
         before the first reply is read.  Returns each result or, in its
         place, the RpcError instance."""
-        ids = []
+        ids: list[tuple[int, str]] = []
         for method, params in calls:
             req_id = self._next_id
             self._next_id += 1
-            req = {"jsonrpc": "2.0", "id": req_id, "method": method}
+            req: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
             if params is not None:
                 req["params"] = params
             ids.append((req_id, method))
             self._send(req)
-        out: List[Any] = []
+        out: list[Any] = []
         for req_id, method in ids:
             try:
                 out.append(self._wait(req_id, method))
@@ -428,31 +435,31 @@ class Client:
 
     # -------------------------------------------------------- typed helpers
 
-    def hello(self, client: str = "qrt_client.py") -> Dict[str, Any]:
+    def hello(self, client: str = "qrt_client.py") -> dict[str, Any]:
         return self.call("agent.hello", {"client": client})
 
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         return self.call("agent.status", {})
 
-    def qpus(self) -> List[Dict[str, Any]]:
+    def qpus(self) -> list[dict[str, Any]]:
         return self.call("qpus.list", {})["qpus"]
 
-    def calibration_get(self, qpu: str, until_ns: Optional[int] = None) -> List[Dict[str, Any]]:
+    def calibration_get(self, qpu: str, until_ns: int | None = None) -> list[dict[str, Any]]:
         """The QPU's windows ending after now; with until_ns only those
         starting before it and the first starting at or after it."""
-        p: Dict[str, Any] = {"qpu": qpu}
+        p: dict[str, Any] = {"qpu": qpu}
         if until_ns is not None:
             p["until_ns"] = int(until_ns)
         return self.call("calibration.get", p)["windows"]
 
-    def calibration_update(self, qpu: str, windows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def calibration_update(self, qpu: str, windows: list[dict[str, Any]]) -> dict[str, Any]:
         return self.call("calibration.update", {"qpu": qpu, "windows": windows})
 
     @staticmethod
-    def _request(duration_ns: int, qpus: Optional[List[str]], not_before_ns: Optional[int],
-                 deadline_ns: Optional[int], priority: Optional[int],
-                 min_fidelity: Optional[float]) -> Dict[str, Any]:
-        p: Dict[str, Any] = {"duration_ns": int(duration_ns)}
+    def _request(duration_ns: int, qpus: list[str] | None, not_before_ns: int | None,
+                 deadline_ns: int | None, priority: int | None,
+                 min_fidelity: float | None) -> dict[str, Any]:
+        p: dict[str, Any] = {"duration_ns": int(duration_ns)}
         if qpus:
             p["qpus"] = list(qpus)
         if not_before_ns is not None:
@@ -465,11 +472,11 @@ class Client:
             p["min_fidelity"] = float(min_fidelity)
         return p
 
-    def slots_query(self, duration_ns: int, qpus: Optional[List[str]] = None,
-                    not_before_ns: Optional[int] = None, deadline_ns: Optional[int] = None,
-                    priority: Optional[int] = None, min_fidelity: Optional[float] = None,
-                    max_candidates: Optional[int] = None,
-                    gang_size: Optional[int] = None) -> Dict[str, Any]:
+    def slots_query(self, duration_ns: int, qpus: list[str] | None = None,
+                    not_before_ns: int | None = None, deadline_ns: int | None = None,
+                    priority: int | None = None, min_fidelity: float | None = None,
+                    max_candidates: int | None = None,
+                    gang_size: int | None = None) -> dict[str, Any]:
         """{"candidates": [...]} and, when none fits, "why_none" and
         "next_window".  With gang_size k > 1 the candidates are the k
         members of the gang slots_reserve(gang_size=k) would take now."""
@@ -481,10 +488,10 @@ class Client:
         return self.call("slots.query", p)
 
     def slots_reserve(self, duration_ns: int, idempotency_key: str,
-                      qpus: Optional[List[str]] = None, not_before_ns: Optional[int] = None,
-                      deadline_ns: Optional[int] = None, priority: Optional[int] = None,
-                      min_fidelity: Optional[float] = None, lease_ns: Optional[int] = None,
-                      gang_size: Optional[int] = None) -> Dict[str, Any]:
+                      qpus: list[str] | None = None, not_before_ns: int | None = None,
+                      deadline_ns: int | None = None, priority: int | None = None,
+                      min_fidelity: float | None = None, lease_ns: int | None = None,
+                      gang_size: int | None = None) -> dict[str, Any]:
         """A held reservation (reservation_id, fencing_token, start_ns, ...).
         The same idempotency_key returns the same reservation."""
         p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
@@ -495,20 +502,20 @@ class Client:
             p["gang_size"] = int(gang_size)
         return self.call("slots.reserve", p)
 
-    def slots_heartbeat(self, reservation_id: int, fencing_token: int) -> Dict[str, Any]:
+    def slots_heartbeat(self, reservation_id: int, fencing_token: int) -> dict[str, Any]:
         return self.call("slots.heartbeat", {"reservation_id": reservation_id,
                                              "fencing_token": fencing_token})
 
-    def slots_release(self, reservation_id: int, fencing_token: int) -> Dict[str, Any]:
+    def slots_release(self, reservation_id: int, fencing_token: int) -> dict[str, Any]:
         return self.call("slots.release", {"reservation_id": reservation_id,
                                            "fencing_token": fencing_token})
 
-    def jobs_submit(self, payload: bytes, reservation_id: Optional[int] = None,
-                    fencing_token: Optional[int] = None, duration_ns: Optional[int] = None,
-                    idempotency_key: Optional[str] = None,
-                    qpus: Optional[List[str]] = None, not_before_ns: Optional[int] = None,
-                    deadline_ns: Optional[int] = None, priority: Optional[int] = None,
-                    min_fidelity: Optional[float] = None) -> Dict[str, Any]:
+    def jobs_submit(self, payload: bytes | str, reservation_id: int | None = None,
+                    fencing_token: int | None = None, duration_ns: int | None = None,
+                    idempotency_key: str | None = None,
+                    qpus: list[str] | None = None, not_before_ns: int | None = None,
+                    deadline_ns: int | None = None, priority: int | None = None,
+                    min_fidelity: float | None = None) -> dict[str, Any]:
         """Commit payload into a held reservation (reservation_id +
         fencing_token), or place and commit in one step (duration_ns +
         idempotency_key + request fields)."""
@@ -529,24 +536,24 @@ class Client:
         p["payload"] = encoded
         return self.call("jobs.submit", p)
 
-    def jobs_status(self, job_id: int) -> Dict[str, Any]:
+    def jobs_status(self, job_id: int) -> dict[str, Any]:
         return self.call("jobs.status", {"job_id": job_id})
 
-    def jobs_result(self, job_id: int) -> Dict[str, Any]:
+    def jobs_result(self, job_id: int) -> dict[str, Any]:
         """The result record; "result" is decoded to bytes."""
         r = self.call("jobs.result", {"job_id": job_id})
         r["result"] = base64.b64decode(r.get("result", ""), validate=True)
         return r
 
-    def jobs_cancel(self, job_id: int, fencing_token: Optional[int] = None) -> Dict[str, Any]:
+    def jobs_cancel(self, job_id: int, fencing_token: int | None = None) -> dict[str, Any]:
         """Cancel a committed job.  With fencing_token, a token that is not
         the job's is refused (bad_fencing_token)."""
-        p: Dict[str, Any] = {"job_id": job_id}
+        p: dict[str, Any] = {"job_id": job_id}
         if fencing_token is not None:
             p["fencing_token"] = fencing_token
         return self.call("jobs.cancel", p)
 
-    def telemetry(self, prefix: Optional[str] = None) -> Dict[str, Any]:
+    def telemetry(self, prefix: str | None = None) -> dict[str, Any]:
         return self.call("telemetry.snapshot", {"prefix": prefix} if prefix else {})
 
     def metrics(self) -> str:
@@ -554,11 +561,11 @@ class Client:
 
     # --------------------------------------------------------------- events
 
-    def subscribe(self, topics: Optional[List[str]] = None) -> Dict[str, Any]:
+    def subscribe(self, topics: list[str] | None = None) -> dict[str, Any]:
         """Start events on this connection (all types when topics is None)."""
         return self.call("events.subscribe", {"topics": list(topics)} if topics else {})
 
-    def next_event(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event's params ({"seq", "type", "data"}), or None when
         none came within timeout seconds (None: wait forever)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -572,7 +579,7 @@ class Client:
             return note.get("params")
         return note
 
-    def events(self, timeout: Optional[float] = None) -> Iterator[Dict[str, Any]]:
+    def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Iterate over events; stops when none comes within timeout seconds
         (None: never stops)."""
         while True:
@@ -582,7 +589,7 @@ class Client:
             yield ev
 
 
-def _slot_span(reservation: Dict[str, Any]) -> tuple:
+def _slot_span(reservation: dict[str, Any]) -> tuple[int, int]:
     """(start_ns, end_ns) of a slots.reserve result (a gang: its first member)."""
     m = reservation["gang"][0] if "gang" in reservation else reservation
     return (int(m["start_ns"]), int(m["end_ns"]))
@@ -594,13 +601,13 @@ class Placement:
     reserve failed with) and release_errors (per agent)."""
 
     def __init__(self, n: int) -> None:
-        self.chosen: Optional[int] = None
-        self.reservation: Optional[Dict[str, Any]] = None
-        self.errors: List[Optional[QrtError]] = [None] * n
-        self.release_errors: List[Optional[QrtError]] = [None] * n
+        self.chosen: int | None = None
+        self.reservation: dict[str, Any] | None = None
+        self.errors: list[QrtError | None] = [None] * n
+        self.release_errors: list[QrtError | None] = [None] * n
 
 
-def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
+def place_best(agents: list[Client], duration_ns: int, idempotency_key: str,
                **request: Any) -> Placement:
     """Multi-agent placement (power-of-d, qrt-fleet-sim's limited-sharing
     structure): ask every agent at once to hold a slot for one request under
@@ -614,7 +621,7 @@ def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
     in release_errors, not raised: the loser's lease runs out by itself.
     Retrying with the same key is safe: each agent returns the same hold."""
     if not 1 <= len(agents) <= 16:
-        raise ClientError("client_error", "place_best: 1..16 agents, got %d" % len(agents))
+        raise ClientError("client_error", f"place_best: 1..16 agents, got {len(agents)}")
     if not idempotency_key:
         raise ClientError("client_error", "place_best: idempotency_key is required")
     lease_ns = request.pop("lease_ns", None)
@@ -623,35 +630,36 @@ def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
                              request.pop("not_before_ns", None), request.pop("deadline_ns", None),
                              request.pop("priority", None), request.pop("min_fidelity", None))
     if request:
-        raise ClientError("client_error", "place_best: unknown arguments %s" % sorted(request))
+        raise ClientError("client_error", f"place_best: unknown arguments {sorted(request)}")
     params["idempotency_key"] = idempotency_key
     if lease_ns is not None:
         params["lease_ns"] = int(lease_ns)
     if gang_size is not None:
         params["gang_size"] = int(gang_size)
     out = Placement(len(agents))
-    held: List[Optional[Dict[str, Any]]] = [None] * len(agents)
-    ids: List[Optional[int]] = [None] * len(agents)
+    held: list[dict[str, Any] | None] = [None] * len(agents)
+    ids: list[int | None] = [None] * len(agents)
     # Every request out first, then the replies: about one round trip.
     for i, a in enumerate(agents):
-        req_id = a._next_id
+        sent_id = a._next_id
         a._next_id += 1
         try:
-            a._send({"jsonrpc": "2.0", "id": req_id, "method": "slots.reserve",
+            a._send({"jsonrpc": "2.0", "id": sent_id, "method": "slots.reserve",
                      "params": params})
-            ids[i] = req_id
+            ids[i] = sent_id
         except QrtError as e:
             out.errors[i] = e
     for i, a in enumerate(agents):
-        if ids[i] is None:
+        req_id = ids[i]
+        if req_id is None:
             continue
         try:
-            held[i] = a._wait(ids[i], "slots.reserve")
-            _slot_span(held[i])  # type: ignore[arg-type]
+            h = a._wait(req_id, "slots.reserve")
+            _slot_span(h)
+            held[i] = h
             # A retried key returns what it got the first time, in its
             # current state: a released or expired hold holds nothing.
-            h = held[i]
-            state = (h["gang"][0] if "gang" in h else h).get("state")  # type: ignore[index]
+            state = (h["gang"][0] if "gang" in h else h).get("state")
             if state not in ("held", "committed", "dispatched", "completed", "sent"):
                 out.errors[i] = ClientError("not_held", "this idempotency key's "
                                             f"reservation is {state}")
@@ -663,10 +671,10 @@ def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
             out.errors[i] = ClientError("protocol_error",
                                         "slots.reserve reply has no start_ns/end_ns")
             held[i] = None
+    best: tuple[int, int] | None = None
     for i, h in enumerate(held):
-        if h is not None and (out.chosen is None or
-                              _slot_span(h) < _slot_span(held[out.chosen])):  # type: ignore
-            out.chosen = i
+        if h is not None and (best is None or _slot_span(h) < best):
+            out.chosen, best = i, _slot_span(h)
     if out.chosen is None:
         remote = [e for e in out.errors if isinstance(e, RpcError)]
         raise remote[0] if remote else next(e for e in out.errors if e is not None)
@@ -682,13 +690,15 @@ def place_best(agents: List[Client], duration_ns: int, idempotency_key: str,
     return out
 
 
-def _result_of(reply: Dict[str, Any], method: str) -> Any:
+def _result_of(reply: dict[str, Any], method: str) -> Any:
     if "result" in reply:
         return reply["result"]
     err = reply.get("error")
     if not isinstance(err, dict):
         raise ClientError("protocol_error", f"{method}: reply has neither result nor error")
-    code = err.get("code") if isinstance(err.get("code"), int) else -32603
+    code = err.get("code")
+    if not isinstance(code, int):
+        code = _protocol.CODE_INTERNAL_ERROR
     data = err.get("data")
     reason = data.get("reason") if isinstance(data, dict) else None
     if not isinstance(reason, str) or not reason:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 # ---- the QPU endpoint wire (qrt/proto/wire.h)
 
@@ -15,7 +15,7 @@ WIRE_MAGIC = 0x57545251  # "QRTW" as little-endian bytes
 WIRE_VERSION_MIN = 1
 WIRE_VERSION_MAX = 2
 # version -> (header_len, max_hello_payload)
-WIRE_VERSIONS: Dict[int, Tuple[int, int]] = {
+WIRE_VERSIONS: dict[int, tuple[int, int]] = {
     1: (96, 256),  # one phase: JOB at T
     2: (128, 1024),  # two phases: ARM ahead of T, FIRE at T
 }
@@ -35,7 +35,7 @@ class FrameType(enum.IntEnum):
 
 
 # frame type -> the first wire version that has it
-FRAME_SINCE: Dict[int, int] = {
+FRAME_SINCE: dict[int, int] = {
     FrameType.HELLO: 1,
     FrameType.JOB: 1,
     FrameType.RESULT: 1,
@@ -74,7 +74,7 @@ class WireError(enum.IntEnum):
 
 
 # The job outcome reason the agent records for each ERROR status.
-WIRE_ERROR_OUTCOME: Dict[int, str] = {
+WIRE_ERROR_OUTCOME: dict[int, str] = {
     WireError.PROTOCOL: "endpoint_protocol_error",
     WireError.VERSION: "endpoint_protocol_error",
     WireError.OUT_OF_WINDOW: "qpu_out_of_window",
@@ -101,7 +101,7 @@ class WireStage(enum.IntEnum):
 
 
 # Version 2: the keys of the endpoint's HELLO payload (JSON) and their types.
-CAPABILITIES: Dict[str, str] = {
+CAPABILITIES: dict[str, str] = {
     "identity": "string",  # the endpoint's name and version
     "two_phase": "bool",  # it takes ARM and FIRE
     "max_armed": "u32",  # how many jobs it can hold armed at once
@@ -114,7 +114,7 @@ CAPABILITIES: Dict[str, str] = {
 
 # Each version's header, little-endian, field by field.
 WIRE_HEADER_V1 = struct.Struct("<IHBBHHIQQqqqqqqIIq")
-WIRE_FIELDS_V1: Tuple[str, ...] = (
+WIRE_FIELDS_V1: tuple[str, ...] = (
     "magic",
     "version",
     "type",
@@ -136,7 +136,7 @@ WIRE_FIELDS_V1: Tuple[str, ...] = (
 )
 assert WIRE_HEADER_V1.size == WIRE_VERSIONS[1][0] == 96
 WIRE_HEADER_V2 = struct.Struct("<IHBBHHIQQqqqqqqIIqqqqBBHI")
-WIRE_FIELDS_V2: Tuple[str, ...] = (
+WIRE_FIELDS_V2: tuple[str, ...] = (
     "magic",
     "version",
     "type",
@@ -179,14 +179,14 @@ CODE_PARSE_ERROR = -32700
 
 class Reason(NamedTuple):
     name: str
-    code: Optional[int]  # None: a job outcome only
+    code: int | None  # None: a job outcome only
     exit_code: int  # qrtctl's exit status
     meaning: str
     outcome: str  # "", "never_sent", "failed" or "unknown"
     outcome_meaning: str
 
 
-REASONS: Tuple[Reason, ...] = (
+REASONS: tuple[Reason, ...] = (
     Reason("parse_error", -32700, 2, "the line is not valid JSON (or not valid UTF-8)", "", ""),
     Reason("invalid_request", -32600, 2, "not a valid JSON-RPC 2.0 request object", "", ""),
     Reason("line_too_long", -32600, 2, "a request line exceeds the per-line byte limit; the connection is closed", "", ""),
@@ -245,7 +245,7 @@ class ClientReason(NamedTuple):
     meaning: str
 
 
-CLIENT_REASONS: Tuple[ClientReason, ...] = (
+CLIENT_REASONS: tuple[ClientReason, ...] = (
     ClientReason("degraded", 18, "qrtctl health: the agent answered but reports itself degraded"),
     ClientReason("munge_error", 23, "no MUNGE credential could be made here: munged is not running or not reachable (tcp:// agents)"),
     ClientReason("client_error", 64, "bad command line or arguments (EX_USAGE)"),
@@ -262,11 +262,11 @@ class State(NamedTuple):
     name: str
     active: bool
     finishes_job: bool  # job.finished is emitted when a job reaches it
-    next: Tuple[str, ...]
+    next: tuple[str, ...]
     meaning: str
 
 
-STATES: Tuple[State, ...] = (
+STATES: tuple[State, ...] = (
     State("held", True, False, ("committed", "expired", "released", "displaced"), "reserved, not yet committed; holds a lease"),
     State("committed", True, False, ("dispatched", "cancelled", "missed", "displaced"), "a job was submitted into it and acknowledged"),
     State("dispatched", True, False, ("completed", "failed", "sent"), "the job's frame left the dispatch thread"),
@@ -279,14 +279,14 @@ STATES: Tuple[State, ...] = (
     State("displaced", False, False, (), "a calibration change or a preemption took its slot and it could not be re-placed"),
     State("sent", False, True, (), "written on time to a write-only endpoint; no result can come back"),
 )
-ACTIVE_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.active)
-TERMINAL_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if not s.active)
-FINISHING_STATES: FrozenSet[str] = frozenset(s.name for s in STATES if s.finishes_job)
+ACTIVE_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.active)
+TERMINAL_STATES: frozenset[str] = frozenset(s.name for s in STATES if not s.active)
+FINISHING_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.finishes_job)
 
 # ---- roles, methods, events
 
-ROLES: Tuple[str, ...] = ("none", "reader", "scheduler", "calibration", "admin")
-METHODS: Dict[str, str] = {  # method -> the role it requires
+ROLES: tuple[str, ...] = ("none", "reader", "scheduler", "calibration", "admin")
+METHODS: dict[str, str] = {  # method -> the role it requires
     "agent.hello": "none",
     "agent.status": "reader",
     "telemetry.snapshot": "reader",
@@ -309,7 +309,7 @@ METHODS: Dict[str, str] = {  # method -> the role it requires
     "auth.munge": "none",
 }
 EVENT_METHOD = "events.event"
-EVENTS: Dict[str, bool] = {  # event -> sent to its tenant only
+EVENTS: dict[str, bool] = {  # event -> sent to its tenant only
     "reservation.reserved": True,
     "reservation.committed": True,
     "reservation.released": True,

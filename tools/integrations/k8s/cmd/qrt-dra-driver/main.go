@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"qrtd.io/tools/integrations/k8s/internal/driver"
 	"qrtd.io/tools/clients/go/qrtd"
+	"qrtd.io/tools/integrations/k8s/internal/driver"
 )
 
 const usage = `Usage: qrt-dra-driver [flags]

@@ -36,6 +36,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
+
+	qpuv1alpha1 "qrtd.io/tools/integrations/k8s/api/qpu.qrtd.io/v1alpha1"
 )
 
 // The device's binding condition and binding failure condition.
@@ -223,11 +225,11 @@ func (d *Driver) syncBinding(ctx context.Context, lister resourcelisters.Resourc
 	if cp == nil {
 		qpus, devices, err := d.devicesOf(ctx, claim)
 		if err == nil {
-			var params *SlotParameters
+			var params *qpuv1alpha1.SlotParameters
 			if params, err = parametersOf(claim); err == nil {
 				var req Request
 				start := d.podStart(claim)
-				if req, err = params.Resolve(qpus, start); err == nil {
+				if req, err = Resolve(params, qpus, start); err == nil {
 					if params.NotBefore == "" {
 						req.NotBeforeNS = start.UnixNano() // not before the pod runs
 					}

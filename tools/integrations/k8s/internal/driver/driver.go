@@ -100,8 +100,8 @@ type Slot struct {
 
 // Slot states the driver keeps (qrtd's own, "held", and its conclusions).
 const (
-	SlotHeld      = "held"
-	SlotCommitted = "committed"
+	SlotHeld      = qrtproto.StateHeld
+	SlotCommitted = qrtproto.StateCommitted
 	SlotGone      = "gone"
 )
 
@@ -109,11 +109,20 @@ const (
 // the state was kept says "").
 func (s Slot) held() bool { return s.State == "" || s.State == SlotHeld }
 
+// CheckpointVersion is the format of the claim checkpoints this driver
+// writes (<plugin-dir>/claims/<uid>.json).  A checkpoint without a version
+// was written before the format had one, in the layout of version 1, and
+// is read as such; one of a later version (a newer driver's, before a
+// downgrade) is refused when the driver starts, naming it.
+const CheckpointVersion = 1
+
 // Checkpoint is what the driver keeps of a claim on disk, so that after a
 // restart it prepares the claim to the same reservation (the request as
 // first resolved, retried with the same idempotency key), heartbeats it
 // and can release it.
 type Checkpoint struct {
+	// The format (CheckpointVersion when written).
+	Version   int       `json:"version"`
 	UID       types.UID `json:"uid"`
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
@@ -216,11 +225,11 @@ func New(cfg Config, client *qrtd.Client) (*Driver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		var cp Checkpoint
-		if err := json.Unmarshal(data, &cp); err != nil || cp.UID == "" {
-			return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint: %v", path, err)
+		cp, err := readCheckpoint(path, data)
+		if err != nil {
+			return nil, err
 		}
-		d.claims[cp.UID] = &cp
+		d.claims[cp.UID] = cp
 	}
 	return d, nil
 }
@@ -285,7 +294,29 @@ func writeFileAtomically(path string, data []byte) error {
 	return df.Sync()
 }
 
+// readCheckpoint decodes a claim's checkpoint of this driver's format or
+// an earlier one; a later format is refused, naming the file.
+func readCheckpoint(path string, data []byte) (*Checkpoint, error) {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint: %w", path, err)
+	}
+	if head.Version < 0 || head.Version > CheckpointVersion {
+		return nil, fmt.Errorf("checkpoint %s is of format %d; this driver reads formats up to %d: "+
+			"it was written by a newer qrt-dra-driver, which must run again to unprepare the claim", path, head.Version, CheckpointVersion)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil || cp.UID == "" {
+		return nil, fmt.Errorf("checkpoint %s is not a claim checkpoint (format %d): %v", path, head.Version, err)
+	}
+	cp.Version = CheckpointVersion // format 0 (none) is version 1's layout
+	return &cp, nil
+}
+
 func (d *Driver) saveCheckpoint(cp *Checkpoint) error {
+	cp.Version = CheckpointVersion
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return err
@@ -376,31 +407,6 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-// parametersOf finds this driver's opaque SlotParameters for the claim's
-// allocation: the claim's own config wins over the class's.
-func parametersOf(claim *resourceapi.ResourceClaim) (*SlotParameters, error) {
-	alloc := claim.Status.Allocation
-	var fromClass, fromClaim []byte
-	for _, c := range alloc.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
-			continue
-		}
-		if c.Source == resourceapi.AllocationConfigSourceClaim {
-			fromClaim = c.Opaque.Parameters.Raw
-		} else {
-			fromClass = c.Opaque.Parameters.Raw
-		}
-	}
-	raw := fromClaim
-	if raw == nil {
-		raw = fromClass
-	}
-	if raw == nil {
-		return nil, fieldErr("(object)", "the claim carries no opaque parameters for driver %s (spec.devices.config[].opaque with kind %s)", DriverName, ParametersKind)
-	}
-	return DecodeParameters(raw)
-}
-
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	defer d.lockClaim(claim.UID)()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "uid", claim.UID)
@@ -443,7 +449,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if err != nil {
 			return nil, err
 		}
-		req, err := params.Resolve(qpus, d.cfg.Now())
+		req, err := Resolve(params, qpus, d.cfg.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -603,13 +609,13 @@ func (d *Driver) reserve(ctx context.Context, cp *Checkpoint) ([]Slot, error) {
 		var g struct {
 			Gang []Slot `json:"gang"`
 		}
-		if err := d.client.Call(ctx, "slots.reserve", p, &g); err != nil {
+		if err := d.client.Call(ctx, qrtproto.MethodSlotsReserve, p, &g); err != nil {
 			return nil, d.explain(ctx, cp, err)
 		}
 		return g.Gang, nil
 	}
 	var s Slot
-	if err := d.client.Call(ctx, "slots.reserve", p, &s); err != nil {
+	if err := d.client.Call(ctx, qrtproto.MethodSlotsReserve, p, &s); err != nil {
 		return nil, d.explain(ctx, cp, err)
 	}
 	return []Slot{s}, nil
@@ -648,7 +654,7 @@ func (d *Driver) explain(ctx context.Context, cp *Checkpoint, err error) error {
 		if cp.Request.GangSize > 1 {
 			qp["gang_size"] = cp.Request.GangSize
 		}
-		if qerr := d.client.Call(ctx, "slots.query", qp, &q); qerr == nil {
+		if qerr := d.client.Call(ctx, qrtproto.MethodSlotsQuery, qp, &q); qerr == nil {
 			switch {
 			case len(q.Candidates) > 0:
 				next = q.Candidates[0].StartNS
@@ -749,7 +755,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // nothing is left to give back.
 func finalRelease(err error) bool {
 	switch qrtd.ReasonOf(err) {
-	case "", "unavailable", "internal_error", "quota_exceeded":
+	case "", qrtproto.ReasonUnavailable, qrtproto.ReasonInternalError, qrtproto.ReasonQuotaExceeded:
 		return false
 	}
 	return true
@@ -775,7 +781,7 @@ func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 		if !s.held() {
 			continue // committed to the pod's job, or gone: not ours to release
 		}
-		err := d.client.Call(ctx, "slots.release", map[string]any{
+		err := d.client.Call(ctx, qrtproto.MethodSlotsRelease, map[string]any{
 			"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 			"on_behalf_of": cp.Namespace}, nil)
 		if err != nil && !finalRelease(err) {
@@ -821,7 +827,7 @@ func (d *Driver) Heartbeat(ctx context.Context) {
 			if !s.held() {
 				continue
 			}
-			err := d.client.Call(ctx, "slots.heartbeat", map[string]any{
+			err := d.client.Call(ctx, qrtproto.MethodSlotsHeartbeat, map[string]any{
 				"reservation_id": s.ReservationID, "fencing_token": s.FencingToken,
 				"on_behalf_of": cp.Namespace}, nil)
 			if err == nil {

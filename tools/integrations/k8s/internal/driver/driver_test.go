@@ -21,6 +21,8 @@ import (
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	qpuv1alpha1 "qrtd.io/tools/integrations/k8s/api/qpu.qrtd.io/v1alpha1"
 )
 
 // slotStart is a whole second at least lead ahead: its window of qpu0 is
@@ -281,13 +283,13 @@ func TestRefusedClaimsNameTheFieldOrQrtdsReasonAndTheNextStart(t *testing.T) {
 	impossible := newClaim("team-a", "too-tight", slotParams(fmt.Sprintf(`"duration":"50ms","notBefore":%q,"deadline":%q`,
 		rfc(T), rfc(T.Add(90*time.Millisecond)))), "qpu0")
 	cases := map[string]*resourceapi.ResourceClaim{
-		"no_fit":                     newClaim("team-a", "x", "{}", "qpu0"), // replaced below
-		"SlotParameters.duration":    newClaim("team-a", "bad-duration", slotParams(`"duration":"fast"`), "qpu0"),
-		"SlotParameters.durration":   newClaim("team-a", "typo", slotParams(`"durration":"2ms"`), "qpu0"),
-		"SlotParameters.minFidelity": newClaim("team-a", "fid", slotParams(`"duration":"2ms","minFidelity":1.5`), "qpu0"),
-		"SlotParameters.count":       newClaim("team-a", "gang", slotParams(`"duration":"2ms","count":2`), "qpu0"),
-		"SlotParameters.kind":        newClaim("team-a", "kind", `{"apiVersion":"qpu.qrtd.io/v1alpha1","kind":"Slot","duration":"2ms"}`, "qpu0"),
-		"SlotParameters.deadline":    newClaim("team-a", "dl", slotParams(`"duration":"2s","deadline":"1s"`), "qpu0"),
+		"no_fit": newClaim("team-a", "x", "{}", "qpu0"), // replaced below
+		"SlotParameters: duration: Invalid value":    newClaim("team-a", "bad-duration", slotParams(`"duration":"fast"`), "qpu0"),
+		"SlotParameters: durration: Forbidden":       newClaim("team-a", "typo", slotParams(`"durration":"2ms"`), "qpu0"),
+		"SlotParameters: minFidelity: Invalid value": newClaim("team-a", "fid", slotParams(`"duration":"2ms","minFidelity":1.5`), "qpu0"),
+		"SlotParameters: count: Invalid value":       newClaim("team-a", "gang", slotParams(`"duration":"2ms","count":2`), "qpu0"),
+		"SlotParameters: kind: Unsupported value":    newClaim("team-a", "kind", `{"apiVersion":"qpu.qrtd.io/v1alpha1","kind":"Slot","duration":"2ms"}`, "qpu0"),
+		"SlotParameters: deadline: Invalid value":    newClaim("team-a", "dl", slotParams(`"duration":"2s","deadline":"1s"`), "qpu0"),
 	}
 	cases["no_fit"] = impossible
 	var all []*resourceapi.ResourceClaim
@@ -401,7 +403,7 @@ func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) 
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	req, err := slotParamsOf(t, y).Resolve([]string{"qpu0"}, time.Now())
+	req, err := Resolve(slotParamsOf(t, y), []string{"qpu0"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +461,7 @@ func TestASIGKILLedDriverPreparesTheSameClaimToTheSameReservation(t *testing.T) 
 	}
 }
 
-func slotParamsOf(t *testing.T, c *resourceapi.ResourceClaim) *SlotParameters {
+func slotParamsOf(t *testing.T, c *resourceapi.ResourceClaim) *qpuv1alpha1.SlotParameters {
 	t.Helper()
 	p, err := parametersOf(c)
 	if err != nil {

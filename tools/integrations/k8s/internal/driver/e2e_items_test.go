@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -90,6 +91,17 @@ func TestRealClusterAClaimAllocatedAgainGetsANewReservation(t *testing.T) {
 	n := e.addNode("qpu-node-re", "ne", periodic)
 	e.namespace("realloc")
 	e.slotResourceClaim("realloc", "shared", slotParams(`"duration":"20ms","notBefore":"2s","deadline":"60s"`))
+	// A kubelet slow after it reported the first pod Running: the pod's
+	// container (its CDI environment) is what the pod runs with, whatever
+	// the kubelet does next.  (It once read as reservation 0: the stand-in
+	// kept the container's environment only after the status write.)
+	n.mu.Lock()
+	n.reported = func(p *corev1.Pod) {
+		if p.Name == "first" {
+			time.Sleep(2 * time.Second)
+		}
+	}
+	n.mu.Unlock()
 	first := e.createPod(podWith("realloc", "first", "shared", ""))
 	_, p1, _ := e.waitRunning(first, podStart, n)
 	id1 := p1.Container.ReservationID

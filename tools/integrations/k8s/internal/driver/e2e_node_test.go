@@ -1,6 +1,6 @@
 package driver
 
-// The end-to-end fixture: the real control plane (internal/cluster:
+// The end-to-end fixture: the real control plane (test/cluster:
 // etcd, kube-apiserver, kube-scheduler, kube-controller-manager on
 // 127.0.0.1), the deploy's own manifests applied as an admin would, and per
 // QPU node a real qrtd with qpu-sim (the lab), the driver under the
@@ -47,8 +47,8 @@ import (
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"qrtd.io/tools/integrations/k8s/internal/cluster"
 	"qrtd.io/tools/clients/go/qrtd"
+	"qrtd.io/tools/integrations/k8s/test/cluster"
 )
 
 // The one control plane of this test binary, started by the first
@@ -222,7 +222,10 @@ type e2eNode struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*e2ePod
-	wake chan struct{}
+	// Called by the kubelet stand-in after it reported a pod Running (a
+	// test widens the window between that report and what follows it).
+	reported func(*corev1.Pod)
+	wake     chan struct{}
 	// The running driver: stopDriver ends it.
 	driverStop func()
 }
@@ -276,8 +279,9 @@ func (n *e2eNode) stopDriver() {
 type e2ePod struct {
 	Name, Namespace string
 	Claims          []*resourceapi.ResourceClaim
-	Container       slotEnv // the container's environment and /run/qrtd mount, from the CDI specs
-	Running         time.Time
+	Container       slotEnv   // the container's environment and /run/qrtd mount, from the CDI specs
+	Running         time.Time // when its containers started (before the pod is reported Running)
+	Reported        bool      // the pod's status says Running
 	PrepareError    string
 	Unprepared      bool
 }
@@ -448,9 +452,20 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 			GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		return
 	}
-	if !p.Running.IsZero() || (len(pod.Spec.ResourceClaims) > 0 && kl == nil) {
+	if p.Reported || (p.Running.IsZero() && len(pod.Spec.ResourceClaims) > 0 && kl == nil) {
 		return
 	}
+	if p.Running.IsZero() && !n.startContainers(ctx, pod, p, kl) {
+		return
+	}
+	n.reportRunning(ctx, pod, p)
+}
+
+// startContainers prepares the pod's claims and "starts" its containers:
+// their environment and mounts, from the CDI specs, are recorded before
+// the pod is reported Running, as a kubelet starts the containers before
+// it reports them (false: not started, the reason in PrepareError).
+func (n *e2eNode) startContainers(ctx context.Context, pod *corev1.Pod, p *e2ePod, kl *kubelet) bool {
 	// The pod's claims, as the kubelet resolves them: by name, or the
 	// claim the resourceclaim controller made from the template.
 	var claims []*resourceapi.ResourceClaim
@@ -462,12 +477,12 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 			}
 		}
 		if name == "" {
-			return // not made yet
+			return false // not made yet
 		}
 		claim, err := n.nodeKube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			n.setPrepareError(p, err.Error())
-			return
+			return false
 		}
 		reservedForPod := false
 		for _, r := range claim.Status.ReservedFor {
@@ -475,7 +490,7 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 		}
 		if !reservedForPod {
 			n.setPrepareError(p, fmt.Sprintf("claim %s is not reserved for the pod", name))
-			return
+			return false
 		}
 		claims = append(claims, claim)
 	}
@@ -490,14 +505,14 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 		cancel()
 		if err != nil {
 			n.setPrepareError(p, err.Error())
-			return
+			return false
 		}
 		var ids []string
 		for _, c := range claims {
 			r := resp.Claims[string(c.UID)]
 			if r == nil || r.Error != "" {
 				n.setPrepareError(p, fmt.Sprintf("claim %s: %v", c.Name, r))
-				return
+				return false
 			}
 			for _, d := range r.Devices {
 				ids = append(ids, d.CdiDeviceIds...)
@@ -505,10 +520,18 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 		}
 		if env, err = cdiSlot(n.rc.CDIDir, ids...); err != nil {
 			n.setPrepareError(p, err.Error())
-			return
+			return false
 		}
 	}
-	// The containers "start": the pod is Running and Ready.
+	n.mu.Lock()
+	p.Claims, p.Container, p.Running, p.PrepareError = claims, env, time.Now(), ""
+	n.mu.Unlock()
+	return true
+}
+
+// reportRunning writes the pod's status: Running and Ready, its containers
+// started (retried on the next look when the write fails).
+func (n *e2eNode) reportRunning(ctx context.Context, pod *corev1.Pod, p *e2ePod) {
 	now := metav1.Now()
 	st := pod.Status.DeepCopy()
 	st.Phase = corev1.PodRunning
@@ -531,8 +554,12 @@ func (n *e2eNode) syncPod(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	n.mu.Lock()
-	p.Claims, p.Container, p.Running, p.PrepareError = claims, env, time.Now(), ""
+	p.Reported, p.PrepareError = true, ""
+	hook := n.reported
 	n.mu.Unlock()
+	if hook != nil {
+		hook(pod)
+	}
 }
 
 func setPodCondition(st *corev1.PodStatus, c corev1.PodCondition) {
@@ -619,6 +646,10 @@ func (e *e2e) waitRunning(pod *corev1.Pod, timeout time.Duration, nodes ...*e2eN
 			for _, n := range nodes {
 				if n.name == cur.Spec.NodeName {
 					p := n.pod(cur.UID)
+					if p == nil || p.Running.IsZero() {
+						e.t.Fatalf("pod %s is Running at the API server, and the kubelet stand-in of %s has no record of its container (%+v)",
+							pod.Name, n.name, p)
+					}
 					return n, p, p.Running.Sub(cur.CreationTimestamp.Time)
 				}
 			}

@@ -182,7 +182,7 @@ func (d *Driver) syncGang(ctx context.Context, claim *resourceapi.ResourceClaim,
 		params, err := parametersOf(claim)
 		var req Request
 		if err == nil {
-			req, err = params.Resolve(qpus, d.podStart(claim))
+			req, err = Resolve(params, qpus, d.podStart(claim))
 		}
 		if err != nil {
 			return d.reportGang(ctx, claim, nil, plan.Round, &RefusedError{Reason: "InvalidRequest", Message: err.Error()})

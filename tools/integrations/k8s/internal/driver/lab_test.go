@@ -34,8 +34,8 @@ import (
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"qrtd.io/tools/integrations/k8s/internal/apitest"
 	"qrtd.io/tools/clients/go/qrtd"
+	"qrtd.io/tools/integrations/k8s/test/apitest"
 )
 
 const (

@@ -1,65 +1,14 @@
 package driver
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"math"
-	"strings"
 	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	qpuv1alpha1 "qrtd.io/tools/integrations/k8s/api/qpu.qrtd.io/v1alpha1"
 )
-
-// ParametersAPIVersion and ParametersKind name the opaque parameter object
-// a ResourceClaim (or its DeviceClass) passes to this driver in
-// spec.devices.config[].opaque.parameters.
-const (
-	ParametersAPIVersion = "qpu.qrtd.io/v1alpha1"
-	ParametersKind       = "SlotParameters"
-)
-
-// Limits of the parameter object (documented in tools/integrations/k8s/README.md).
-const (
-	MaxDuration = time.Hour
-	MaxGang     = 64
-	// How far ahead notBefore and deadline may lie (qrtd's own horizon
-	// refuses what it cannot plan, with its reason).
-	MaxAhead = 30 * 24 * time.Hour
-)
-
-// SlotParameters is the opaque parameter object:
-//
-//	apiVersion: qpu.qrtd.io/v1alpha1
-//	kind: SlotParameters
-//	duration: 2ms          # the slot's length (Go duration), required
-//	notBefore: 5s          # a duration from the prepare, or RFC 3339 time
-//	deadline: 60s          # the slot ends by then (same forms)
-//	minFidelity: 0.95      # predicted fidelity at the slot's start, 0..1
-//	priority: 0            # qrtd priority (capped by the tenant's ceiling)
-//	count: 2               # a gang: must equal the devices allocated
-type SlotParameters struct {
-	APIVersion  string   `json:"apiVersion"`
-	Kind        string   `json:"kind"`
-	Duration    string   `json:"duration"`
-	NotBefore   string   `json:"notBefore,omitempty"`
-	Deadline    string   `json:"deadline,omitempty"`
-	MinFidelity *float64 `json:"minFidelity,omitempty"`
-	Priority    *int32   `json:"priority,omitempty"`
-	Count       *int     `json:"count,omitempty"`
-}
-
-// FieldError is a refused parameter, naming its field.
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("SlotParameters.%s: %s", e.Field, e.Message)
-}
-
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
 
 // Request is what the driver asks qrtd for (slots.reserve), resolved to
 // absolute times once, when the claim is first prepared.
@@ -73,114 +22,89 @@ type Request struct {
 	GangSize    int      `json:"gang_size,omitempty"`
 }
 
-// DecodeParameters decodes raw strictly: unknown fields, a wrong
-// apiVersion/kind, trailing data and bad values are refused naming the
-// field.
-func DecodeParameters(raw []byte) (*SlotParameters, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var p SlotParameters
-	if err := dec.Decode(&p); err != nil {
-		msg := err.Error()
-		if i := strings.Index(msg, "unknown field "); i >= 0 {
-			name := strings.Trim(msg[i+len("unknown field "):], `"`)
-			return nil, fieldErr(name, "unknown field (known: apiVersion, kind, duration, notBefore, deadline, minFidelity, priority, count)")
-		}
-		var te *json.UnmarshalTypeError
-		if asType(err, &te) {
-			return nil, fieldErr(te.Field, "must be a %s, not %s", te.Type.String(), te.Value)
-		}
-		return nil, fieldErr("(object)", "not a JSON object of SlotParameters: %v", err)
-	}
-	if dec.More() {
-		return nil, fieldErr("(object)", "trailing data after the object")
-	}
-	if p.APIVersion != ParametersAPIVersion {
-		return nil, fieldErr("apiVersion", "must be %q, got %q", ParametersAPIVersion, p.APIVersion)
-	}
-	if p.Kind != ParametersKind {
-		return nil, fieldErr("kind", "must be %q, got %q", ParametersKind, p.Kind)
-	}
-	return &p, nil
-}
+// paramsDecoder reads the opaque parameters (api/qpu.qrtd.io/v1alpha1):
+// strictly, through the API's scheme.
+var paramsDecoder = qpuv1alpha1.NewDecoder()
 
-func asType(err error, te **json.UnmarshalTypeError) bool {
-	t, ok := err.(*json.UnmarshalTypeError)
-	if ok {
-		*te = t
-	}
-	return ok
-}
-
-// parseWhen reads a time: a Go duration from now ("5s", "+5s") or an RFC
-// 3339 time.
-func parseWhen(field, text string, now time.Time) (int64, error) {
-	if d, err := time.ParseDuration(strings.TrimPrefix(text, "+")); err == nil {
-		if d < 0 || d > MaxAhead {
-			return 0, fieldErr(field, "%q: a duration from now must be in [0, %s]", text, MaxAhead)
+// parametersOf finds this driver's opaque SlotParameters for the claim's
+// allocation (the claim's own config wins over the class's), decoded and
+// validated.
+func parametersOf(claim *resourceapi.ResourceClaim) (*qpuv1alpha1.SlotParameters, error) {
+	alloc := claim.Status.Allocation
+	var fromClass, fromClaim []byte
+	for _, c := range alloc.Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+			continue
 		}
-		return now.Add(d).UnixNano(), nil
+		if c.Source == resourceapi.AllocationConfigSourceClaim {
+			fromClaim = c.Opaque.Parameters.Raw
+		} else {
+			fromClass = c.Opaque.Parameters.Raw
+		}
 	}
-	t, err := time.Parse(time.RFC3339Nano, text)
-	if err != nil {
-		return 0, fieldErr(field, "%q is neither a duration from now (5s, 2m) nor an RFC 3339 time", text)
+	raw := fromClaim
+	if raw == nil {
+		raw = fromClass
 	}
-	if t.Sub(now) > MaxAhead {
-		return 0, fieldErr(field, "%q is more than %s ahead", text, MaxAhead)
+	if raw == nil {
+		return nil, qpuv1alpha1.Invalid(field.ErrorList{field.Required(qpuv1alpha1.ObjectPath,
+			fmt.Sprintf("the claim carries no opaque parameters for driver %s (spec.devices.config[].opaque with kind %s)",
+				DriverName, qpuv1alpha1.SlotParametersKind))})
 	}
-	return t.UnixNano(), nil
+	return paramsDecoder.Decode(raw)
 }
 
 // Resolve turns the parameters into a qrtd request for the allocated
-// QPUs, with times relative to now.
-func (p *SlotParameters) Resolve(qpus []string, now time.Time) (Request, error) {
+// QPUs, a relative notBefore or deadline counted from start (the pod's
+// start).  A refusal is a *qpuv1alpha1.InvalidError naming the field.
+func Resolve(p *qpuv1alpha1.SlotParameters, qpus []string, start time.Time) (Request, error) {
 	var r Request
-	if p.Duration == "" {
-		return r, fieldErr("duration", "is required (a Go duration such as 2ms)")
+	if errs := p.Validate(); len(errs) > 0 {
+		return r, qpuv1alpha1.Invalid(errs)
 	}
-	d, err := time.ParseDuration(p.Duration)
-	if err != nil {
-		return r, fieldErr("duration", "%q is not a Go duration (2ms, 500us)", p.Duration)
-	}
-	if d <= 0 || d > MaxDuration {
-		return r, fieldErr("duration", "%s must be in (0, %s]", d, MaxDuration)
-	}
+	var errs field.ErrorList
+	d := p.SlotDuration()
 	r.DurationNS = d.Nanoseconds()
-	if p.NotBefore != "" {
-		if r.NotBeforeNS, err = parseWhen("notBefore", p.NotBefore, now); err != nil {
-			return r, err
+	when := func(path *field.Path, text string) int64 {
+		if text == "" {
+			return 0
 		}
+		w, _ := qpuv1alpha1.ParseWhen(path, text) // Validate took it
+		t := w.From(start)
+		if t.Sub(start) > qpuv1alpha1.MaxAhead {
+			errs = append(errs, field.Invalid(path, text, fmt.Sprintf("more than %s after the pod's start", qpuv1alpha1.MaxAhead)))
+		}
+		return t.UnixNano()
 	}
-	if p.Deadline != "" {
-		if r.DeadlineNS, err = parseWhen("deadline", p.Deadline, now); err != nil {
-			return r, err
+	r.NotBeforeNS = when(qpuv1alpha1.NotBeforePath, p.NotBefore)
+	r.DeadlineNS = when(qpuv1alpha1.DeadlinePath, p.Deadline)
+	if r.DeadlineNS != 0 {
+		from := r.NotBeforeNS
+		if from == 0 {
+			from = start.UnixNano()
 		}
-		start := r.NotBeforeNS
-		if start == 0 {
-			start = now.UnixNano()
-		}
-		if r.DeadlineNS < start+r.DurationNS {
-			return r, fieldErr("deadline", "%s leaves less than duration %s after notBefore", p.Deadline, d)
+		if r.DeadlineNS < from+r.DurationNS {
+			errs = append(errs, field.Invalid(qpuv1alpha1.DeadlinePath, p.Deadline,
+				fmt.Sprintf("leaves less than duration %s after notBefore (or the pod's start)", d)))
 		}
 	}
 	if p.MinFidelity != nil {
-		f := *p.MinFidelity
-		if math.IsNaN(f) || f < 0 || f > 1 {
-			return r, fieldErr("minFidelity", "%v must be in [0, 1]", f)
-		}
-		r.MinFidelity = f
+		r.MinFidelity = *p.MinFidelity
 	}
 	if p.Priority != nil {
 		r.Priority = *p.Priority
 	}
-	if len(qpus) == 0 {
-		return r, fieldErr("count", "no QPU of this driver is allocated to the claim")
+	switch {
+	case len(qpus) == 0:
+		errs = append(errs, field.Invalid(qpuv1alpha1.CountPath, 0, "no QPU of this driver is allocated to the claim"))
+	case len(qpus) > qpuv1alpha1.MaxGang:
+		errs = append(errs, field.Invalid(qpuv1alpha1.CountPath, len(qpus), fmt.Sprintf("QPUs allocated; a gang has at most %d", qpuv1alpha1.MaxGang)))
+	case p.Count != nil && *p.Count != len(qpus):
+		errs = append(errs, field.Invalid(qpuv1alpha1.CountPath, *p.Count,
+			fmt.Sprintf("the claim was allocated %d QPU(s) (set the request's count to match)", len(qpus))))
 	}
-	if len(qpus) > MaxGang {
-		return r, fieldErr("count", "%d QPUs allocated; a gang has at most %d", len(qpus), MaxGang)
-	}
-	if p.Count != nil && *p.Count != len(qpus) {
-		return r, fieldErr("count", "%d, but the claim was allocated %d QPU(s) (set the request's count to match)", *p.Count, len(qpus))
+	if len(errs) > 0 {
+		return r, qpuv1alpha1.Invalid(errs)
 	}
 	r.QPUs = append([]string(nil), qpus...)
 	if len(qpus) > 1 {

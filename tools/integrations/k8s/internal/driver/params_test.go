@@ -3,72 +3,73 @@ package driver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	qpuv1alpha1 "qrtd.io/tools/integrations/k8s/api/qpu.qrtd.io/v1alpha1"
 )
 
-func TestParametersAreDecodedStrictlyAndRefusalsNameTheField(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// The decoder's own refusals are api/qpu.qrtd.io/v1alpha1's tests; here
+// what needs the allocation or the pod's start, each naming its field.
+func TestResolveCountsFromThePodsStartAndRefusalsNameTheField(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	good := `{"apiVersion":"qpu.qrtd.io/v1alpha1","kind":"SlotParameters","duration":"2ms","notBefore":"5s",` +
 		`"deadline":"2026-01-01T00:01:00Z","minFidelity":0.95,"priority":3,"count":1}`
-	p, err := DecodeParameters([]byte(good))
+	p, err := paramsDecoder.Decode([]byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.Resolve([]string{"qpu0"}, now)
+	r, err := Resolve(p, []string{"qpu0"}, start)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Request{DurationNS: 2e6, NotBeforeNS: now.Add(5 * time.Second).UnixNano(),
-		DeadlineNS: now.Add(time.Minute).UnixNano(), MinFidelity: 0.95, Priority: 3, QPUs: []string{"qpu0"}}
+	want := Request{DurationNS: 2e6, NotBeforeNS: start.Add(5 * time.Second).UnixNano(),
+		DeadlineNS: start.Add(time.Minute).UnixNano(), MinFidelity: 0.95, Priority: 3, QPUs: []string{"qpu0"}}
 	if r.DurationNS != want.DurationNS || r.NotBeforeNS != want.NotBeforeNS || r.DeadlineNS != want.DeadlineNS ||
 		r.MinFidelity != want.MinFidelity || r.Priority != want.Priority || r.GangSize != 0 {
 		t.Errorf("resolved %+v, want %+v", r, want)
 	}
-	if g, err := p.Resolve([]string{"a", "b"}, now); err == nil || !strings.Contains(err.Error(), "count") {
-		t.Errorf("count 1 with 2 QPUs: %v %+v", err, g)
-	}
 	p.Count = nil
-	if g, _ := p.Resolve([]string{"a", "b"}, now); g.GangSize != 2 {
+	if g, _ := Resolve(p, []string{"a", "b"}, start); g.GangSize != 2 {
 		t.Errorf("two QPUs are a gang of 2: %+v", g)
 	}
-
-	head := `{"apiVersion":"qpu.qrtd.io/v1alpha1","kind":"SlotParameters",`
-	for field, raw := range map[string]string{
-		"durations":  head + `"durations":"2ms"}`,
-		"duration":   head + `"duration":2}`,
-		"apiVersion": `{"apiVersion":"v1","kind":"SlotParameters","duration":"2ms"}`,
-		"kind":       `{"apiVersion":"qpu.qrtd.io/v1alpha1","duration":"2ms"}`,
-		"priority":   head + `"duration":"2ms","priority":"high"}`,
-		"(object)":   head + `"duration":"2ms"} {}`,
+	one := 1
+	for _, c := range []struct {
+		p     qpuv1alpha1.SlotParameters
+		qpus  int
+		field string
+	}{
+		{qpuv1alpha1.SlotParameters{Duration: "1ms", Count: &one}, 2, "count"},
+		{qpuv1alpha1.SlotParameters{Duration: "1ms"}, 0, "count"},
+		{qpuv1alpha1.SlotParameters{Duration: "1ms"}, qpuv1alpha1.MaxGang + 1, "count"},
+		{qpuv1alpha1.SlotParameters{Duration: "1ms", NotBefore: "2026-03-01T00:00:00Z"}, 1, "notBefore"},
+		{qpuv1alpha1.SlotParameters{Duration: "10ms", Deadline: "2025-12-31T23:59:59Z"}, 1, "deadline"},
+		{qpuv1alpha1.SlotParameters{Duration: "10ms", NotBefore: "1s", Deadline: "2026-01-01T00:00:01Z"}, 1, "deadline"},
+		{qpuv1alpha1.SlotParameters{Duration: "fast"}, 1, "duration"},
 	} {
-		_, err := DecodeParameters([]byte(raw))
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != field {
-			t.Errorf("%s: error %v, want one naming field %q", raw, err, field)
+		qpus := make([]string, c.qpus)
+		for i := range qpus {
+			qpus[i] = fmt.Sprint("qpu", i)
+		}
+		_, err := Resolve(&c.p, qpus, start)
+		var ie *qpuv1alpha1.InvalidError
+		if !errors.As(err, &ie) || len(ie.Errs) != 1 || ie.Errs[0].Field != c.field {
+			t.Errorf("%+v on %d QPUs: %v, want one error of field %q", c.p, c.qpus, err, c.field)
 		}
 	}
-	for field, p := range map[string]SlotParameters{
-		"duration":    {},
-		"duration ":   {Duration: "1h1m"},
-		"notBefore":   {Duration: "1ms", NotBefore: "yesterday"},
-		"deadline":    {Duration: "10ms", NotBefore: "1s", Deadline: "1s"},
-		"minFidelity": {Duration: "1ms", MinFidelity: ptrTo(1.01)},
-		"notBefore ":  {Duration: "1ms", NotBefore: "1000h"},
-	} {
-		_, err := p.Resolve([]string{"qpu0"}, now)
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != strings.TrimSpace(field) {
-			t.Errorf("%+v: error %v, want one naming field %q", p, err, strings.TrimSpace(field))
-		}
-	}
-	if _, err := (&SlotParameters{Duration: "1ms"}).Resolve(nil, now); err == nil {
-		t.Error("no QPU allocated: accepted")
+	// No parameters at all: the object is refused, saying what is missing.
+	claim := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	_, err = parametersOf(claim)
+	var ie *qpuv1alpha1.InvalidError
+	if !errors.As(err, &ie) || ie.Errs[0].Field != "(object)" || ie.Errs[0].Type != field.ErrorTypeRequired {
+		t.Errorf("no parameters: %v", err)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func TestDeviceNamesAreDNSLabels(t *testing.T) {
 	for in, want := range map[string]string{"qpu0": "qpu0", "QPU_A.1": "qpu-a-1", "__": "qpu",

@@ -88,17 +88,17 @@ type methodRule struct {
 }
 
 var proxiedMethods = map[string]methodRule{
-	"agent.hello": {},
-	"qpus.list":   {},
-	"slots.query": {onBehalf: true},
-	"jobs.submit": {onBehalf: true, pin: "reservation_id"},
-	"jobs.status": {onBehalf: true, pin: "job_id"},
-	"jobs.result": {onBehalf: true, pin: "job_id"},
-	"jobs.cancel": {onBehalf: true, pin: "job_id"},
+	qrtproto.MethodAgentHello: {},
+	qrtproto.MethodQpusList:   {},
+	qrtproto.MethodSlotsQuery: {onBehalf: true},
+	qrtproto.MethodJobsSubmit: {onBehalf: true, pin: "reservation_id"},
+	qrtproto.MethodJobsStatus: {onBehalf: true, pin: "job_id"},
+	qrtproto.MethodJobsResult: {onBehalf: true, pin: "job_id"},
+	qrtproto.MethodJobsCancel: {onBehalf: true, pin: "job_id"},
 	// qrtd would not push root/<namespace>'s events to the driver: served
 	// here (pollJobs).
-	"events.subscribe":   {events: true},
-	"events.unsubscribe": {events: true},
+	qrtproto.MethodEventsSubscribe:   {events: true},
+	qrtproto.MethodEventsUnsubscribe: {events: true},
 }
 
 // ProxiedMethods is the sorted list of methods a claim socket serves.
@@ -110,7 +110,6 @@ func ProxiedMethods() []string {
 	sort.Strings(out)
 	return out
 }
-
 
 // ClaimSocketName is the socket's name in the claim's directory and in
 // the container's (the base name of --container-qrtd-socket).
@@ -266,7 +265,7 @@ func (p *claimProxy) acceptLoop() {
 		p.mu.Unlock()
 		if full {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write(errorLine(nil, "overloaded", fmt.Sprintf("claim %s/%s holds %d connections, the most its socket serves at once",
+			_, _ = c.Write(errorLine(nil, qrtproto.ReasonOverloaded, fmt.Sprintf("claim %s/%s holds %d connections, the most its socket serves at once",
 				p.namespace, p.name, p.d.cfg.Proxy.MaxConns), map[string]any{"cause": "connections_per_claim", "limit": p.d.cfg.Proxy.MaxConns}))
 			_ = c.Close()
 			continue
@@ -316,7 +315,7 @@ func (p *claimProxy) serveConn(c net.Conn) {
 		}
 		line, err := readLine(rd, lim.MaxLineBytes)
 		if errors.Is(err, errLineTooLong) {
-			_ = pc.write(errorLine(nil, "line_too_long", fmt.Sprintf("request line over %d bytes", lim.MaxLineBytes),
+			_ = pc.write(errorLine(nil, qrtproto.ReasonLineTooLong, fmt.Sprintf("request line over %d bytes", lim.MaxLineBytes),
 				map[string]any{"limit": lim.MaxLineBytes}))
 			return
 		}
@@ -395,7 +394,7 @@ func (p *claimProxy) pushFinished(ev qrtd.Event) {
 	}
 	p.mu.Unlock()
 	for i, pc := range subs {
-		line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "events.event", "params": map[string]any{
+		line, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": qrtproto.EventMethod, "params": map[string]any{
 			"seq": seqs[i], "type": ev.Type, "tenant": ev.Tenant, "data": ev.Data}})
 		_ = pc.write(append(line, '\n'))
 	}
@@ -403,34 +402,34 @@ func (p *claimProxy) pushFinished(ev qrtd.Event) {
 
 func (p *claimProxy) handleEvents(pc *proxyConn, method string, params map[string]json.RawMessage) ([]byte, *qrtd.Error) {
 	if pc == nil {
-		return nil, &qrtd.Error{Code: -32603, Message: "no connection", Data: map[string]any{"reason": "internal_error"}}
+		return nil, &qrtd.Error{Code: qrtproto.CodeInternalError, Message: "no connection", Data: map[string]any{"reason": qrtproto.ReasonInternalError}}
 	}
-	if method == "events.unsubscribe" {
+	if method == qrtproto.MethodEventsUnsubscribe {
 		was := p.subscribe(pc, false)
 		out, _ := json.Marshal(map[string]any{"subscribed": false, "was_subscribed": was})
 		return out, nil
 	}
 	for k := range params {
 		if k != "topics" {
-			return nil, &qrtd.Error{Code: -32602, Message: fmt.Sprintf("unknown parameter '%s' (accepted: topics)", truncate(k, 64)),
-				Data: map[string]any{"reason": "invalid_params", "field": truncate(k, 64)}}
+			return nil, &qrtd.Error{Code: qrtproto.CodeInvalidParams, Message: fmt.Sprintf("unknown parameter '%s' (accepted: topics)", truncate(k, 64)),
+				Data: map[string]any{"reason": qrtproto.ReasonInvalidParams, "field": truncate(k, 64)}}
 		}
 	}
 	if raw, ok := params["topics"]; ok {
 		var topics []string
 		if err := json.Unmarshal(raw, &topics); err != nil {
-			return nil, &qrtd.Error{Code: -32602, Message: "topics must be an array of strings",
-				Data: map[string]any{"reason": "invalid_params", "field": "topics"}}
+			return nil, &qrtd.Error{Code: qrtproto.CodeInvalidParams, Message: "topics must be an array of strings",
+				Data: map[string]any{"reason": qrtproto.ReasonInvalidParams, "field": "topics"}}
 		}
 		for _, t := range topics {
-			if t != "job.finished" {
-				return nil, &qrtd.Error{Code: -32602, Message: fmt.Sprintf("a claim socket pushes only job.finished, of the claim's own reservations, not %q", truncate(t, 64)),
-					Data: map[string]any{"reason": "invalid_params", "field": "topics"}}
+			if t != qrtproto.EventJobFinished {
+				return nil, &qrtd.Error{Code: qrtproto.CodeInvalidParams, Message: fmt.Sprintf("a claim socket pushes only job.finished, of the claim's own reservations, not %q", truncate(t, 64)),
+					Data: map[string]any{"reason": qrtproto.ReasonInvalidParams, "field": "topics"}}
 			}
 		}
 	}
 	p.subscribe(pc, true)
-	out, _ := json.Marshal(map[string]any{"subscribed": true, "topics": []string{"job.finished"}, "next_seq": 1, "scope": "claim"})
+	out, _ := json.Marshal(map[string]any{"subscribed": true, "topics": []string{qrtproto.EventJobFinished}, "next_seq": 1, "scope": "claim"})
 	return out, nil
 }
 
@@ -488,7 +487,8 @@ func replyLine(id json.RawMessage, result json.RawMessage, e *qrtd.Error) []byte
 		}{"2.0", id, result})
 	}
 	if err != nil {
-		out = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"encode reply","data":{"reason":"internal_error"}}}`)
+		out = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"encode reply","data":{"reason":%q}}}`,
+			qrtproto.CodeInternalError, qrtproto.ReasonInternalError)
 	}
 	return append(out, '\n')
 }
@@ -499,7 +499,7 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 	// Every line is charged before it is parsed, as qrtd does.
 	allowed := p.lim.Allow()
 	if trimmed[0] == '[' {
-		return errorLine(nil, "invalid_request", "the claim socket forwards one request per line: batches are not accepted", nil)
+		return errorLine(nil, qrtproto.ReasonInvalidRequest, "the claim socket forwards one request per line: batches are not accepted", nil)
 	}
 	var req struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -508,7 +508,7 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 		Params  json.RawMessage `json:"params"`
 	}
 	if err := json.Unmarshal(trimmed, &req); err != nil {
-		return errorLine(nil, "parse_error", "the line is not a JSON object: "+err.Error(), nil)
+		return errorLine(nil, qrtproto.ReasonParseError, "the line is not a JSON object: "+err.Error(), nil)
 	}
 	notification := req.ID == nil
 	answer := func(b []byte) []byte {
@@ -518,43 +518,43 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 		return b
 	}
 	if !allowed {
-		return answer(errorLine(req.ID, "quota_exceeded", fmt.Sprintf("claim %s/%s sends more than %g requests per second (burst %d)",
+		return answer(errorLine(req.ID, qrtproto.ReasonQuotaExceeded, fmt.Sprintf("claim %s/%s sends more than %g requests per second (burst %d)",
 			p.namespace, p.name, p.d.cfg.Proxy.RequestsPerS, p.d.cfg.Proxy.RequestBurst),
 			map[string]any{"quota": "claim_requests", "limit": p.d.cfg.Proxy.RequestsPerS}))
 	}
 	if req.JSONRPC != "2.0" || req.Method == "" {
-		return answer(errorLine(req.ID, "invalid_request", `a request needs "jsonrpc": "2.0" and a "method"`, nil))
+		return answer(errorLine(req.ID, qrtproto.ReasonInvalidRequest, `a request needs "jsonrpc": "2.0" and a "method"`, nil))
 	}
 	rule, ok := proxiedMethods[req.Method]
 	if !ok {
-		return answer(errorLine(req.ID, "permission_denied", fmt.Sprintf("the claim socket does not serve %s; it serves %s",
+		return answer(errorLine(req.ID, qrtproto.ReasonPermissionDenied, fmt.Sprintf("the claim socket does not serve %s; it serves %s",
 			truncate(req.Method, 128), strings.Join(ProxiedMethods(), ", ")),
 			map[string]any{"method": truncate(req.Method, 128), "allowed": ProxiedMethods()}))
 	}
 	params := map[string]json.RawMessage{}
 	if len(req.Params) > 0 && string(req.Params) != "null" {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
-			return answer(errorLine(req.ID, "invalid_params", "params must be an object of named parameters",
+			return answer(errorLine(req.ID, qrtproto.ReasonInvalidParams, "params must be an object of named parameters",
 				map[string]any{"field": "params"}))
 		}
 	}
 	if _, ok := params["on_behalf_of"]; ok {
-		return answer(errorLine(req.ID, "invalid_params", fmt.Sprintf("on_behalf_of is set by the driver: this claim's calls run for namespace %s", p.namespace),
+		return answer(errorLine(req.ID, qrtproto.ReasonInvalidParams, fmt.Sprintf("on_behalf_of is set by the driver: this claim's calls run for namespace %s", p.namespace),
 			map[string]any{"field": "on_behalf_of"}))
 	}
 	if rule.pin != "" {
 		raw, ok := params[rule.pin]
 		if !ok {
-			return answer(errorLine(req.ID, "invalid_params", fmt.Sprintf("%s needs %s: one of this claim's reservations (%s)",
+			return answer(errorLine(req.ID, qrtproto.ReasonInvalidParams, fmt.Sprintf("%s needs %s: one of this claim's reservations (%s)",
 				req.Method, rule.pin, p.idList()), map[string]any{"field": rule.pin}))
 		}
 		var id uint64
 		if err := json.Unmarshal(raw, &id); err != nil {
-			return answer(errorLine(req.ID, "invalid_params", fmt.Sprintf("%s must be a reservation id (an unsigned integer)", rule.pin),
+			return answer(errorLine(req.ID, qrtproto.ReasonInvalidParams, fmt.Sprintf("%s must be a reservation id (an unsigned integer)", rule.pin),
 				map[string]any{"field": rule.pin}))
 		}
 		if !p.ids[id] {
-			return answer(errorLine(req.ID, "permission_denied", fmt.Sprintf("%s %d is not a reservation of claim %s/%s (%s)",
+			return answer(errorLine(req.ID, qrtproto.ReasonPermissionDenied, fmt.Sprintf("%s %d is not a reservation of claim %s/%s (%s)",
 				rule.pin, id, p.namespace, p.name, p.idList()), map[string]any{"field": rule.pin}))
 		}
 	}
@@ -571,14 +571,14 @@ func (p *claimProxy) handle(pc *proxyConn, line []byte) []byte {
 	var qe *qrtd.Error
 	switch {
 	case err == nil:
-		if req.Method == "jobs.submit" {
+		if req.Method == qrtproto.MethodJobsSubmit {
 			p.submitted(params[rule.pin], result)
 		}
 		return answer(replyLine(req.ID, result, nil))
 	case errors.As(err, &qe):
 		return answer(replyLine(req.ID, nil, qe))
 	default:
-		return answer(errorLine(req.ID, "unavailable", "the driver could not ask qrtd: "+err.Error(), map[string]any{"cause": "qrtd"}))
+		return answer(errorLine(req.ID, qrtproto.ReasonUnavailable, "the driver could not ask qrtd: "+err.Error(), map[string]any{"cause": "qrtd"}))
 	}
 }
 

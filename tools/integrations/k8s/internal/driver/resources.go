@@ -15,6 +15,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"qrtd.io/tools/clients/go/qrtproto"
 )
 
 // QPU is one entry of qrtd's qpus.list (with the device facts of
@@ -103,7 +105,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 	var list struct {
 		QPUs []QPU `json:"qpus"`
 	}
-	if err := d.client.Call(ctx, "qpus.list", nil, &list); err != nil {
+	if err := d.client.Call(ctx, qrtproto.MethodQpusList, nil, &list); err != nil {
 		return nil, err
 	}
 	now := d.cfg.Now().UnixNano()
@@ -121,7 +123,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		var cal struct {
 			Windows []window `json:"windows"`
 		}
-		if err := d.client.Call(ctx, "calibration.get", map[string]any{"qpu": q.Name}, &cal); err != nil {
+		if err := d.client.Call(ctx, qrtproto.MethodCalibrationGet, map[string]any{"qpu": q.Name}, &cal); err != nil {
 			return nil, err
 		}
 		name := DeviceName(q.Name)
@@ -198,7 +200,7 @@ func (d *Driver) backlog(ctx context.Context, qpu string, now int64) (time.Durat
 			StartNS int64 `json:"start_ns"`
 		} `json:"candidates"`
 	}
-	if err := d.client.Call(ctx, "slots.query", map[string]any{"duration_ns": 1000, "qpus": []string{qpu},
+	if err := d.client.Call(ctx, qrtproto.MethodSlotsQuery, map[string]any{"duration_ns": 1000, "qpus": []string{qpu},
 		"max_candidates": 1}, &q); err != nil {
 		return 0, err
 	}
@@ -375,7 +377,7 @@ func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
 	}
 	failed := false
 	for ctx.Err() == nil {
-		events, err := d.client.Subscribe(ctx, []string{"calibration.changed", "job.finished"}, true)
+		events, err := d.client.Subscribe(ctx, []string{qrtproto.EventCalibrationChanged, qrtproto.EventJobFinished}, true)
 		if err != nil {
 			if !failed {
 				logger.Info("Cannot subscribe to qrtd's events (retrying every --poll): the slice is published every --poll, claim sockets hear no job.finished", "err", err)
@@ -395,9 +397,9 @@ func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
 		signal()
 		for ev := range events {
 			switch ev.Type {
-			case "calibration.changed":
+			case qrtproto.EventCalibrationChanged:
 				signal()
-			case "job.finished":
+			case qrtproto.EventJobFinished:
 				d.relayFinished(ev)
 			}
 		}

@@ -17,7 +17,7 @@ OpenQASM 3 envelope holding every circuit and the shot count (qrtd(8), "Job
 payloads").  Errors are QrtdError (a QiskitError) carrying qrtd's reason.
 """
 
-from .backend import QrtdBackend, QrtdError, QrtdJob, QrtdJobError, make_envelope
+from .backend import JOB_STATUS, QrtdBackend, QrtdError, QrtdJob, QrtdJobError, job_status, make_envelope
 
-__all__ = ["QrtdBackend", "QrtdJob", "QrtdError", "QrtdJobError", "make_envelope"]
+__all__ = ["JOB_STATUS", "QrtdBackend", "QrtdError", "QrtdJob", "QrtdJobError", "job_status", "make_envelope"]
 __version__ = "0.1.0"
