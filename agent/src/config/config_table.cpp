@@ -630,6 +630,28 @@ std::vector<config_option> build_table() {
                     "qpu.endpoint_down and qpu.endpoint_up tell subscribers at once.  0 "
                     "ignores the endpoint's state.",
          QRT_FIELD(timeline, endpoint_down_horizon_ns)},
+        {.section = "timeline", .key = "calibration_preempt", .kind = k::enumeration,
+         .default_value = std::string("never"), .allowed = names_of<calibration_preempt>(),
+         .meaning = "Calibration blocks (calibration.request, qrtd(8) CALIBRATION BLOCKS): what "
+                    "becomes of a held reservation that was asked to yield to a block "
+                    "(reservation.yield_requested) and neither released nor moved by the deadline.  "
+                    "\"never\": it stays and the block fails.  \"held\": it is revoked (displaced, its "
+                    "fencing token dead) when the block's urgency is above its priority.  A committed "
+                    "job is never displaced for calibration under either.",
+         QRT_FIELD(timeline, calibration_preempt)},
+        {.section = "timeline", .key = "calibration_yield_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{10 * sec}, .min = 1'000'000, .max = 1 * hour,
+         .meaning = "Calibration blocks: how long the holder of a held reservation in a requested "
+                    "block's time has to release or move it (the yield_requested event's "
+                    "deadline_ns), at most until the block's start.",
+         QRT_FIELD(timeline, calibration_yield_ns)},
+        {.section = "timeline", .key = "max_calibration_blocks", .kind = k::integer,
+         .default_value = std::int64_t{16}, .min = 1, .max = 4096,
+         .meaning = "Calibration blocks one QPU holds live (yielding, scheduled, started), in "
+                    "memory and in the ledger database; one more is refused with `overloaded`.  "
+                    "Blocks that ended are kept timeline.retention_ns after their end, and at "
+                    "most this many per QPU (the oldest go first).",
+         QRT_FIELD(timeline, max_calibration_blocks)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,
