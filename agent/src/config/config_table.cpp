@@ -782,9 +782,10 @@ std::vector<config_option> build_table() {
         {.section = "roles", .key = "reader", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
          .meaning = "Peers allowed to query: agent.status, qpus.list, calibration.get, "
-                    "slots.query, jobs.status (of their own tenant's jobs), telemetry.snapshot, "
-                    "telemetry.outliers, metrics, events.subscribe and events.unsubscribe "
-                    "(events of their own tenant's objects, and calibration changes); "
+                    "calibration.blocks, slots.query, jobs.status (of their own tenant's jobs), "
+                    "telemetry.snapshot, telemetry.outliers, metrics, events.subscribe and "
+                    "events.unsubscribe (events of their own tenant's objects, and calibration "
+                    "changes and blocks); "
                     "agent.hello needs no role.  Entries are \"user:NAME\", \"group:NAME\", "
                     "\"uid:N\" or \"gid:N\", matched against SO_PEERCRED and the peer's groups.",
          .check = check_principal, QRT_FIELD(roles, reader)},
@@ -796,8 +797,10 @@ std::vector<config_option> build_table() {
          .check = check_principal, QRT_FIELD(roles, scheduler)},
         {.section = "roles", .key = "calibration", .kind = k::string_list,
          .default_value = strings{},
-         .meaning = "Peers allowed what readers are, and to push calibration windows: "
-                    "calibration.update.",
+         .meaning = "Peers allowed what readers are, and to push calibration windows and ask "
+                    "for calibration blocks: calibration.update, calibration.request, "
+                    "calibration.cancel.  A calibration service that runs its own experiments in "
+                    "its blocks (block_id) holds the scheduler role too.",
          .check = check_principal, QRT_FIELD(roles, calibration)},
         {.section = "roles", .key = "admin", .kind = k::string_list,
          .default_value = strings{"uid:0"},
