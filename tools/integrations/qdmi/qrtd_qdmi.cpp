@@ -23,7 +23,8 @@
 //
 // The device facts (qubits, basis gates, coupling map, gate durations,
 // max shots) come from qpus.list's "device" of the QPU; status is
-// CALIBRATION while no calibration window is in force (a blackout).
+// CALIBRATION while no calibration window is in force (a blackout) or a
+// calibration block is (qpus.list's "calibrating").
 //
 // Every entry point catches everything: no C++ exception crosses the C ABI.
 // A refusal that QDMI can only report as an error code is also written as
@@ -1046,7 +1047,9 @@ int QRTD_QDMI_device_session_query_device_property(QRTD_QDMI_Device_Session sess
                             }
                         }
                     }
-                    if (!in_window) {
+                    // A blackout, or inside a calibration block qrtd granted
+                    // (qrtd(8), CALIBRATION BLOCKS): calibrating.
+                    if (!in_window || q.value("calibrating", false)) {
                         st = QDMI_DEVICE_STATUS_CALIBRATION;
                     } else if (q.value("queued_jobs", std::size_t{0}) > 0) {
                         st = QDMI_DEVICE_STATUS_BUSY;
