@@ -81,6 +81,12 @@ json to_json(const timeline::calibration_block& b);
 // (calibration_methods.cpp); register_timeline_methods registers them.
 void register_calibration_methods(engine& rpc, timeline::ledger& ledger, const timeline_options& opts);
 
+// The answer to the request that made a job whose commit became durable too
+// late for its start (the hand-over room withdrew it, ledger::withdraw_late)
+// instead of its acknowledgement: `unavailable`, data.cause "commit_late",
+// with the job, its start and the next possible start (0: none fits).
+rpc_failure late_commit_refusal(const timeline::late_job& j);
+
 // expire_leases + mark_missed + settle_blocks, then the resulting events
 // are published.  The
 // daemon calls this from a periodic loop timer (see install_housekeeping).
