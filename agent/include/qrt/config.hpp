@@ -37,6 +37,7 @@ enum class dispatch_mode { tuned, untuned };
 enum class submit_mode { syscall, sqpoll, automatic };
 enum class placement_policy { fifo, edf_backfill, priority_preempt, fidelity_aware };
 enum class calibration_change { replace, fail };
+enum class calibration_preempt { never, held };
 enum class calibration_source { periodic, pushed };
 enum class probe_flavour { automatic, raw_tp };
 enum class require_rt_mode { automatic, always, never };
@@ -69,6 +70,10 @@ struct enum_names<placement_policy> {
 template <>
 struct enum_names<calibration_change> {
     static constexpr std::array<std::string_view, 2> names{"replace", "fail"};
+};
+template <>
+struct enum_names<calibration_preempt> {
+    static constexpr std::array<std::string_view, 2> names{"never", "held"};
 };
 template <>
 struct enum_names<calibration_source> {
@@ -202,6 +207,11 @@ struct timeline_config {
     std::uint32_t commit_group_wait_us = 0;  // how long a group may wait to fill
     std::uint32_t commit_queue_max = 0;      // changes waiting for their commit before refusing
     std::int64_t endpoint_down_horizon_ns = 0;  // endpoint down: no start sooner than this
+    // calibration blocks: what a holder that did not yield comes to, how
+    // long it has, and the live blocks per QPU
+    qrt::calibration_preempt calibration_preempt = qrt::calibration_preempt::never;
+    std::int64_t calibration_yield_ns = 0;
+    std::uint32_t max_calibration_blocks = 0;
     bool operator==(const timeline_config&) const = default;
 };
 

@@ -427,6 +427,23 @@ void read_rpc(const toml::table& top, model& m) {
         }
     }
 
+    const auto& bstates = array_at(r, "rpc", "block_states");
+    for (std::size_t i = 0; i < bstates.size(); ++i) {
+        const auto c = fmt::format("rpc.block_states[{}]", i);
+        const auto& e = entry(bstates[i], c, i);
+        only_keys(e, c, {"name", "live", "meaning"});
+        block_state b;
+        b.name = str(e, c, "name");
+        check_name(c, b.name);
+        b.live = boolean(e, c, "live");
+        b.meaning = str(e, c, "meaning");
+        m.block_states.push_back(std::move(b));
+    }
+    unique(m.block_states, "rpc.block_states");
+    if (std::none_of(m.block_states.begin(), m.block_states.end(), [](const auto& b) { return b.live; })) {
+        fail("rpc.block_states: no live state; a block must start live");
+    }
+
     const auto& roles = array_at(r, "rpc", "roles");
     for (std::size_t i = 0; i < roles.size(); ++i) {
         const auto c = fmt::format("rpc.roles[{}]", i);

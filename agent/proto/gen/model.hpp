@@ -63,6 +63,13 @@ struct state {
     std::string meaning;
 };
 
+// A calibration block's state: live ones are a blackout in the timeline.
+struct block_state {
+    std::string name;
+    bool live = false;
+    std::string meaning;
+};
+
 struct role {
     std::string name;
     int bit = -1;  // -1: none
@@ -98,6 +105,7 @@ struct model {
     std::vector<reason> reasons;
     std::vector<client_reason> client_reasons;
     std::vector<state> states;
+    std::vector<block_state> block_states;
     std::vector<role> roles;
     std::vector<method> methods;
     std::string event_method;

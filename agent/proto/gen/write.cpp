@@ -333,6 +333,19 @@ std::string write_cpp(const model& m) {
     }
     o += "}};\n// clang-format on\n\n";
 
+    o += "// The state of a calibration block (calibration.request).  live: a blackout\n";
+    o += "// in the timeline.  The order is the table's: append only.\nenum class block_state : std::uint8_t {\n";
+    for (const auto& b : m.block_states) {
+        o += fmt::format("    {},  // {}\n", b.name, b.meaning);
+    }
+    o += "};\n\nstruct block_state_row {\n    std::string_view name;\n    bool live;  // a blackout in the timeline\n";
+    o += "    std::string_view meaning;\n};\n\n// clang-format off\n";
+    o += fmt::format("inline constexpr std::array<block_state_row, {}> block_states{{{{\n", m.block_states.size());
+    for (const auto& b : m.block_states) {
+        o += fmt::format("    {{{}, {}, {}}},\n", quote(b.name), b.live ? "true" : "false", quote(b.meaning));
+    }
+    o += "}};\n// clang-format on\n\n";
+
     o += "// Roles a peer may hold; a method requires one (none: anyone).\n";
     o += "enum class role : std::uint8_t {\n";
     for (const auto& r : m.roles) {
@@ -516,6 +529,13 @@ std::string write_python(const model& m) {
     o += ")\nACTIVE_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.active)\n";
     o += "TERMINAL_STATES: frozenset[str] = frozenset(s.name for s in STATES if not s.active)\n";
     o += "FINISHING_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.finishes_job)\n\n";
+    o += "\n# ---- calibration blocks\n\n\nclass BlockState(NamedTuple):\n    name: str\n";
+    o += "    live: bool  # a blackout in the timeline\n    meaning: str\n\n\n";
+    o += "BLOCK_STATES: tuple[BlockState, ...] = (\n";
+    for (const auto& b : m.block_states) {
+        o += fmt::format("    BlockState({}, {}, {}),\n", quote(b.name), b.live ? "True" : "False", quote(b.meaning));
+    }
+    o += ")\nLIVE_BLOCK_STATES: frozenset[str] = frozenset(b.name for b in BLOCK_STATES if b.live)\n\n";
     o += "# ---- roles, methods, events\n\n";
     o += "ROLES: tuple[str, ...] = (";
     for (const auto& r : m.roles) {
@@ -627,6 +647,19 @@ std::string write_go(const model& m) {
         names.emplace_back("State" + camel(s.name), quote(s.name));
     }
     o += "}\n\n// The states by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
+    o += "// BlockState is a calibration block's state; Live ones are a blackout in\n// the timeline.\n";
+    o += "type BlockState struct {\n" + go_aligned({{"Name", "string"}, {"Live", "bool"}, {"Meaning", "string"}}, " ") +
+         "}\n\n";
+    o += "// BlockStates is the agent's table, in its order.\nvar BlockStates = []BlockState{\n";
+    for (const auto& b : m.block_states) {
+        o += fmt::format("\t{{Name: {}, Live: {}, Meaning: {}}},\n", quote(b.name), b.live ? "true" : "false",
+                         quote(b.meaning));
+    }
+    names.clear();
+    for (const auto& b : m.block_states) {
+        names.emplace_back("BlockState" + camel(b.name), quote(b.name));
+    }
+    o += "}\n\n// The block states by name.\nconst (\n" + go_aligned(names, " = ") + ")\n\n";
     o += "// Method is a JSON-RPC method and the role it requires.\n";
     o += "type Method struct {\n" + go_aligned({{"Name", "string"}, {"Role", "string"}}, " ") + "}\n\n";
     o += "// Methods is the agent's table, in its order.\nvar Methods = []Method{\n";
@@ -667,6 +700,9 @@ std::string write_go(const model& m) {
     o += "// FinishesJob says whether a state name ends a job (qrtd emits job.finished).\n";
     o += "func FinishesJob(state string) bool {\n\tfor _, s := range States {\n\t\tif s.Name == state {\n";
     o += "\t\t\treturn s.FinishesJob\n\t\t}\n\t}\n\treturn false\n}\n\n";
+    o += "// BlockIsLive says whether a calibration block in this state is a blackout.\n";
+    o += "func BlockIsLive(state string) bool {\n\tfor _, b := range BlockStates {\n\t\tif b.Name == state {\n";
+    o += "\t\t\treturn b.Live\n\t\t}\n\t}\n\treturn false\n}\n\n";
     o += "// CodeFor is the JSON-RPC error code of a reason, CodeUnlistedReason when\n// the table does not raise it.\n";
     o += "func CodeFor(reason string) int {\n\tfor _, r := range Reasons {\n\t\tif r.Name == reason && r.Error {\n";
     o += "\t\t\treturn r.Code\n\t\t}\n\t}\n\treturn CodeUnlistedReason\n}\n";

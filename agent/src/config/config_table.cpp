@@ -443,6 +443,28 @@ std::vector<config_option> build_table() {
                     "qpu.endpoint_down and qpu.endpoint_up tell subscribers at once.  0 "
                     "ignores the endpoint's state.",
          QRT_FIELD(timeline, endpoint_down_horizon_ns)},
+        {.section = "timeline", .key = "calibration_preempt", .kind = k::enumeration,
+         .default_value = std::string("never"), .allowed = names_of<calibration_preempt>(),
+         .meaning = "Calibration blocks (calibration.request, qrtd(8) CALIBRATION BLOCKS): what "
+                    "becomes of a held reservation that was asked to yield to a block "
+                    "(reservation.yield_requested) and neither released nor moved by the deadline.  "
+                    "\"never\": it stays and the block fails.  \"held\": it is revoked (displaced, its "
+                    "fencing token dead) when the block's urgency is above its priority.  A committed "
+                    "job is never displaced for calibration under either.",
+         QRT_FIELD(timeline, calibration_preempt)},
+        {.section = "timeline", .key = "calibration_yield_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{10 * sec}, .min = 1'000'000, .max = 1 * hour,
+         .meaning = "Calibration blocks: how long the holder of a held reservation in a requested "
+                    "block's time has to release or move it (the yield_requested event's "
+                    "deadline_ns), at most until the block's start.",
+         QRT_FIELD(timeline, calibration_yield_ns)},
+        {.section = "timeline", .key = "max_calibration_blocks", .kind = k::integer,
+         .default_value = std::int64_t{16}, .min = 1, .max = 4096,
+         .meaning = "Calibration blocks one QPU holds live (yielding, scheduled, started), in "
+                    "memory and in the ledger database; one more is refused with `overloaded`.  "
+                    "Blocks that ended are kept timeline.retention_ns after their end, and at "
+                    "most this many per QPU (the oldest go first).",
+         QRT_FIELD(timeline, max_calibration_blocks)},
 
         // ------------------------------------------------------------------ rpc
         {.section = "rpc", .key = "socket_path", .kind = k::string,
@@ -573,9 +595,10 @@ std::vector<config_option> build_table() {
         {.section = "roles", .key = "reader", .kind = k::string_list,
          .default_value = strings{"group:qrt"},
          .meaning = "Peers allowed to query: agent.status, qpus.list, calibration.get, "
-                    "slots.query, jobs.status (of their own tenant's jobs), telemetry.snapshot, "
-                    "telemetry.outliers, metrics, events.subscribe and events.unsubscribe "
-                    "(events of their own tenant's objects, and calibration changes); "
+                    "calibration.blocks, slots.query, jobs.status (of their own tenant's jobs), "
+                    "telemetry.snapshot, telemetry.outliers, metrics, events.subscribe and "
+                    "events.unsubscribe (events of their own tenant's objects, and calibration "
+                    "changes and blocks); "
                     "agent.hello needs no role.  Entries are \"user:NAME\", \"group:NAME\", "
                     "\"uid:N\" or \"gid:N\", matched against SO_PEERCRED and the peer's groups.",
          .check = check_principal, QRT_FIELD(roles, reader)},
@@ -587,8 +610,10 @@ std::vector<config_option> build_table() {
          .check = check_principal, QRT_FIELD(roles, scheduler)},
         {.section = "roles", .key = "calibration", .kind = k::string_list,
          .default_value = strings{},
-         .meaning = "Peers allowed what readers are, and to push calibration windows: "
-                    "calibration.update.",
+         .meaning = "Peers allowed what readers are, and to push calibration windows and ask "
+                    "for calibration blocks: calibration.update, calibration.request, "
+                    "calibration.cancel.  A calibration service that runs its own experiments in "
+                    "its blocks (block_id) holds the scheduler role too.",
          .check = check_principal, QRT_FIELD(roles, calibration)},
         {.section = "roles", .key = "admin", .kind = k::string_list,
          .default_value = strings{"uid:0"},

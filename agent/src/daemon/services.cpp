@@ -97,6 +97,15 @@ timeline::ledger_options ledger_options_for(const config& cfg) {
     }
     lo.commit_group_wait = std::chrono::microseconds(cfg.timeline.commit_group_wait_us);
     lo.endpoint_down_horizon_ns = cfg.timeline.endpoint_down_horizon_ns;
+    lo.calibration_preempt = cfg.timeline.calibration_preempt == calibration_preempt::held
+                                 ? timeline::calibration_preempt::held
+                                 : timeline::calibration_preempt::never;
+    if (cfg.timeline.calibration_yield_ns > 0) {
+        lo.calibration_yield_ns = cfg.timeline.calibration_yield_ns;
+    }
+    if (cfg.timeline.max_calibration_blocks > 0) {
+        lo.max_calibration_blocks = cfg.timeline.max_calibration_blocks;
+    }
     if (cfg.timeline.commit_queue_max > 0) {
         lo.commit_queue_max = cfg.timeline.commit_queue_max;
     }

@@ -419,6 +419,21 @@ telemetry::snapshot services::telemetry_snapshot() {
         s.add_counter("qrt_ledger_late_commits_total",
                       "jobs whose commit became durable too late for their start: refused, not acknowledged", {},
                       _room ? _room->counts().late_commits : 0);
+        s.add_gauge("qrt_calibration_blocks", "live calibration blocks (yielding, scheduled, started)", {},
+                    static_cast<double>(ls.live_blocks));
+        // Each QPU's next calibration block (the one in force, else the
+        // next to start): absent when none.
+        const std::int64_t now = rtcore::realtime_now_ns();
+        for (const auto& qpu : _ledger->qpu_names()) {
+            if (const auto b = _ledger->next_block(qpu, now)) {
+                s.add_gauge("qrt_calibration_next_start_seconds",
+                            "start of the QPU's next calibration block (the one in force, else the next), "
+                            "Unix time",
+                            {{"qpu", qpu}}, static_cast<double>(b->start_ns) / 1e9);
+                s.add_gauge("qrt_calibration_next_duration_seconds", "length of the QPU's next calibration block",
+                            {{"qpu", qpu}}, static_cast<double>(b->duration_ns) / 1e9);
+            }
+        }
     }
 #ifdef QRT_HAVE_BPF
     if (_probes) {

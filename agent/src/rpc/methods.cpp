@@ -6,18 +6,21 @@
 
 #include <fmt/format.h>
 
+#include "qrt/proto/protocol.hpp"
 #include "qrt/version.hpp"
 
 namespace qrt::rpc {
 
+// The event types a subscriber may name: the protocol's table, in its order.
 const std::vector<std::string_view>& event_types() {
-    static const std::vector<std::string_view> types{
-        "reservation.reserved",  "reservation.committed", "reservation.released",
-        "reservation.cancelled", "reservation.expired",   "reservation.replaced",
-        "reservation.displaced", "calibration.changed",   "job.dispatched",
-        "job.finished",          "outlier",               "qpu.endpoint_down",
-        "qpu.endpoint_up",
-    };
+    static const std::vector<std::string_view> types = [] {
+        std::vector<std::string_view> out;
+        out.reserve(proto::events.size());
+        for (const auto& e : proto::events) {
+            out.push_back(e.name);
+        }
+        return out;
+    }();
     return types;
 }
 

@@ -56,6 +56,22 @@ tl::request read_request(const params_reader& p) {
     return r;
 }
 
+// block_id (slots.reserve, a one-shot jobs.submit): a job of the calibration
+// service, inside its own calibration block.  Only a caller holding the
+// calibration role places one there (qrtd(8), CALIBRATION BLOCKS).
+std::uint64_t read_block_id(const params_reader& p, const call_context& ctx) {
+    if (!p.has("block_id")) {
+        return 0;
+    }
+    const auto id = static_cast<std::uint64_t>(p.i64("block_id", 1, i64_max));
+    if (!ctx.caller.roles.holds(role::calibration) && !ctx.caller.roles.holds(role::admin)) {
+        throw rpc_failure("permission_denied",
+                          "block_id: only the calibration role places jobs into a calibration block",
+                          json{{"field", "block_id"}});
+    }
+    return id;
+}
+
 tl::blob decode_payload(const params_reader& p, std::size_t max_bytes) {
     const std::string text = p.str("payload", (max_bytes + 2) / 3 * 4 + 4);
     auto raw = base64_decode_strict(text);
@@ -117,6 +133,7 @@ public:
         : _ledger(ledger), _opts(std::move(opts)), _max_depth(max_depth) {}
 
     tl::ledger& ledger() noexcept { return _ledger; }
+    const timeline_options& options() const noexcept { return _opts; }
     const tenant_limits* limits() const noexcept { return _opts.limits.get(); }
 
     json qpus_list(const json& params, call_context&);
@@ -391,6 +408,11 @@ json ledger_methods::qpus_list(const json& params, call_context&) {
         // Its queue: committed jobs waiting for their start (QDMI's queue
         // length).
         q["queued_jobs"] = _ledger.queued_jobs(name);
+        // The live calibration block in force, else the next (null: none),
+        // and whether now lies in one (QDMI's CALIBRATION, the DRA taint).
+        const auto block = _ledger.next_block(name, t);
+        q["calibration_block"] = block ? to_json(*block) : json(nullptr);
+        q["calibrating"] = block && block->start_ns <= t && t < block->end_ns();
         if (_opts.qpu_details) {
             json extra = _opts.qpu_details(name);
             if (extra.is_object()) {
@@ -416,10 +438,11 @@ json ledger_methods::calibration_get(const json& params, call_context&) {
     return json{{"qpu", qpu}, {"windows", std::move(out)}};
 }
 
-json ledger_methods::calibration_update(const json& params, call_context&) {
+json ledger_methods::calibration_update(const json& params, call_context& ctx) {
     check_commit_backlog();
-    params_reader p(params, {"qpu", "windows"});
+    params_reader p(params, {"qpu", "windows", "block_id"});
     const std::string qpu = p.str("qpu", 128);
+    const auto block_id = static_cast<std::uint64_t>(p.opt_i64("block_id", 1, i64_max).value_or(0));
     const json& jw = p.raw("windows");
     if (!jw.is_array()) {
         throw invalid_params("windows", "parameter 'windows' must be an array");
@@ -433,11 +456,23 @@ json ledger_methods::calibration_update(const json& params, call_context&) {
     for (std::size_t i = 0; i < jw.size(); ++i) {
         windows.push_back(read_window(jw[i], i));
     }
-    auto report = take(_ledger.update_calibration(qpu, std::move(windows), now()));
-    return json{{"qpu", qpu},
-                {"windows", report.windows},
-                {"replaced", report.replaced},
-                {"displaced", report.displaced}};
+    std::string tenant = ctx.caller.tenant;
+    if (block_id != 0 && ctx.caller.roles.holds(role::admin)) {
+        if (const tl::calibration_block* b = _ledger.find_block(block_id); b != nullptr) {
+            tenant = b->tenant;
+        }
+    }
+    auto report = take(_ledger.update_calibration(qpu, std::move(windows), now(), block_id, tenant));
+    json out{{"qpu", qpu},
+             {"windows", report.windows},
+             {"replaced", report.replaced},
+             {"displaced", report.displaced}};
+    if (block_id != 0) {
+        if (const tl::calibration_block* b = _ledger.find_block(block_id); b != nullptr) {
+            out["block"] = to_json(*b);
+        }
+    }
+    return out;
 }
 
 // slots.query is the hot read: its result is written straight out (no
@@ -507,8 +542,9 @@ json ledger_methods::slots_reserve(const json& params, call_context& ctx) {
     check_commit_backlog();
     const params_reader p(params, {"duration_ns", "not_before_ns", "deadline_ns",
                                    "priority", "min_fidelity", "qpus",
-                                   "idempotency_key", "lease_ns", "gang_size"});
-    const tl::request req = read_request(p);
+                                   "idempotency_key", "lease_ns", "gang_size", "block_id"});
+    tl::request req = read_request(p);
+    req.block_id = read_block_id(p, ctx);
     const std::string key = p.str("idempotency_key", 128);
     if (key.empty()) {
         throw invalid_params("idempotency_key", "idempotency_key must not be empty");
@@ -557,7 +593,7 @@ json ledger_methods::jobs_submit(const json& params, call_context& ctx) {
     const params_reader p(params, {"reservation_id", "fencing_token", "payload",
                                    "duration_ns", "not_before_ns", "deadline_ns",
                                    "priority", "min_fidelity", "qpus",
-                                   "idempotency_key", "shots"});
+                                   "idempotency_key", "shots", "block_id"});
     return p.has("reservation_id") ? submit_into_held(p, ctx) : submit_one_shot(p, ctx);
 }
 
@@ -575,6 +611,10 @@ json ledger_methods::submit_into_held(const params_reader& p, call_context& ctx)
         throw invalid_params("idempotency_key",
                              "'idempotency_key' is not accepted with "
                              "reservation_id (the fencing token guards retries)");
+    }
+    if (p.has("block_id")) {
+        throw invalid_params("block_id", "'block_id' is not accepted with reservation_id (the "
+                                         "reservation fixes the slot)");
     }
     const auto id = read_id(p, "reservation_id");
     const auto token =
@@ -604,6 +644,7 @@ json ledger_methods::submit_one_shot(const params_reader& p, call_context& ctx) 
                              "'fencing_token' needs 'reservation_id'");
     }
     tl::request req = read_request(p);
+    req.block_id = read_block_id(p, ctx);
     const std::string key = p.str("idempotency_key", 128);
     if (key.empty()) {
         throw invalid_params("idempotency_key", "idempotency_key must not be empty");
@@ -710,7 +751,8 @@ json to_json(const tl::reservation& r) {
                 {"has_result", !r.result.empty()},
                 {"sent_ns", r.sent_ns},
                 {"created_ns", r.created_ns},
-                {"updated_ns", r.updated_ns}};
+                {"updated_ns", r.updated_ns},
+                {"block_id", r.block_id}};  // the calibration block it runs in (0: none)
 }
 
 std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
@@ -718,6 +760,39 @@ std::vector<event> to_rpc_events(const std::vector<tl::event>& evs) {
     out.reserve(evs.size());
     for (const auto& ev : evs) {
         event pushed;
+        if (ev.block && ev.type != tl::event_type::yield_requested) {
+            // A calibration block placed, cleared, started or ended: every
+            // subscriber, as calibration.changed.
+            pushed.type = ev.type == tl::event_type::calibration_scheduled ? proto::event::calibration_scheduled
+                          : ev.type == tl::event_type::calibration_started ? proto::event::calibration_started
+                                                                            : proto::event::calibration_ended;
+            pushed.data = json{{"qpu", ev.qpu},
+                               {"state", std::string(tl::to_string(ev.block->state))},
+                               {"reason", ev.reason},
+                               {"time_ns", ev.time_ns},
+                               {"ledger_event", ev.type},
+                               {"block", to_json(*ev.block)}};
+            out.push_back(std::move(pushed));
+            continue;
+        }
+        if (ev.type == tl::event_type::yield_requested) {
+            pushed.type = proto::event::reservation_yield_requested;
+            pushed.tenant = ev.tenant;
+            pushed.data = json{{"qpu", ev.qpu},
+                               {"state", std::string(tl::to_string(ev.state))},
+                               {"reason", ev.reason},
+                               {"time_ns", ev.time_ns},
+                               {"ledger_event", ev.type},
+                               {"reservation_id", ev.reservation_id},
+                               {"job_id", ev.reservation_id},
+                               {"start_ns", ev.start_ns},
+                               {"block", ev.block ? to_json(*ev.block) : json(nullptr)},
+                               {"deadline_ns", ev.deadline_ns},
+                               {"free_start_ns", ev.free_start_ns},
+                               {"at_deadline", ev.at_deadline}};
+            out.push_back(std::move(pushed));
+            continue;
+        }
         if (ev.type == tl::event_type::calibration) {
             pushed.type = "calibration.changed";
         } else if (ev.type == tl::event_type::endpoint_down || ev.type == tl::event_type::endpoint_up) {
@@ -755,6 +830,9 @@ void ledger_housekeeping(engine& rpc, tl::ledger& ledger, std::int64_t now_ns,
     }
     if (auto missed = ledger.mark_missed(now_ns, missed_tolerance_ns); !missed) {
         log::warn("rpc", "mark_missed: {} ({})", missed.err().message, missed.err().reason);
+    }
+    if (auto settled = ledger.settle_blocks(now_ns); !settled) {
+        log::warn("rpc", "settle_blocks: {} ({})", settled.err().message, settled.err().reason);
     }
     rpc.drain_event_sources();
 }
@@ -850,6 +928,7 @@ void register_timeline_methods(engine& rpc, tl::ledger& ledger, timeline_options
     reg.add({"calibration.update", role::calibration,
              "replace a pushed QPU's windows from now on (reservations are re-placed or displaced)",
              bind(&ledger_methods::calibration_update), acknowledged_when_durable});
+    register_calibration_methods(rpc, ledger, methods->options());
     reg.add({"slots.query", role::reader,
              "candidate slots for a request, or the next window when none fits", {}},
             delegable_raw(&ledger_methods::slots_query));

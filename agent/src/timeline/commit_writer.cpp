@@ -20,8 +20,18 @@ status write_change(store& st, const change_set& c) {
             return s;
         }
     }
-    if (auto s = st.put_counters(c.next_id, c.next_gang); !s) {
+    if (auto s = st.put_counters(c.next_id, c.next_gang, c.next_block); !s) {
         return s;
+    }
+    for (const calibration_block& b : c.block_puts) {
+        if (auto s = st.put_block(b); !s) {
+            return s;
+        }
+    }
+    for (const std::uint64_t id : c.block_erases) {
+        if (auto s = st.erase_block(id); !s) {
+            return s;
+        }
     }
     if (c.dispatch_mark) {
         if (auto s = st.put_dispatch_mark(*c.dispatch_mark); !s) {

@@ -101,6 +101,35 @@ std::size_t gap_index::seg_first(std::size_t from, std::int64_t len_ns) const {
     return b < _blocks.size() ? b : npos;
 }
 
+std::size_t gap_index::seg_last(std::size_t upto, std::int64_t len_ns) const {
+    if (_blocks.empty()) {
+        return npos;
+    }
+    upto = std::min(upto, _blocks.size() - 1);
+    // Walk up from the leaf, looking left for a subtree that qualifies,
+    // then down to its rightmost qualifying leaf.
+    std::size_t i = _cap + upto;
+    if (_seg[i] >= len_ns) {
+        return upto;
+    }
+    for (;;) {
+        while (i % 2 == 0) {  // left child: go up until we are a right child
+            i /= 2;
+        }
+        if (i == 1) {
+            return npos;  // the root: nothing further left
+        }
+        --i;  // the left sibling
+        if (_seg[i] >= len_ns) {
+            break;
+        }
+    }
+    while (i < _cap) {
+        i = _seg[2 * i + 1] >= len_ns ? 2 * i + 1 : 2 * i;
+    }
+    return i - _cap;
+}
+
 void gap_index::insert(gap g) {
     ++_size;
     if (_blocks.empty()) {
@@ -229,6 +258,41 @@ std::optional<gap_index::gap> gap_index::first_fit_from(std::int64_t t_ns,
         return c;
     }
     return first_fit(t_ns + 1, len_ns);
+}
+
+std::optional<gap_index::gap> gap_index::last_fit(std::int64_t max_end_ns, std::int64_t len_ns) const {
+    if (_blocks.empty() || len_ns <= 0) {
+        return std::nullopt;
+    }
+    // The block holding the last gap that starts before max_end: only there
+    // may a gap reach past max_end; every earlier gap ends before it.
+    const std::size_t b = locate(max_end_ns - 1);
+    {
+        const auto& gs = _blocks[b].gaps;
+        auto pos = static_cast<std::size_t>(
+            std::lower_bound(gs.begin(), gs.end(), max_end_ns, start_less) - gs.begin());
+        while (pos > 0) {
+            --pos;
+            const gap& g = gs[pos];
+            if (std::min(g.end_ns, max_end_ns) - g.start_ns >= len_ns) {
+                return g;
+            }
+        }
+    }
+    if (b == 0) {
+        return std::nullopt;
+    }
+    const std::size_t prev = seg_last(b - 1, len_ns);
+    if (prev == npos) {
+        return std::nullopt;
+    }
+    const auto& gs = _blocks[prev].gaps;
+    for (std::size_t i = gs.size(); i > 0; --i) {
+        if (gs[i - 1].end_ns - gs[i - 1].start_ns >= len_ns) {
+            return gs[i - 1];
+        }
+    }
+    return std::nullopt;
 }
 
 std::optional<gap_index::gap> gap_index::first() const {

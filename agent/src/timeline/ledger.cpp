@@ -188,6 +188,11 @@ result<std::unique_ptr<ledger>> ledger::open(std::vector<qpu_spec> qpus, ledger_
     if (auto s = l->persist(); !s) {
         return std::move(s).err();
     }
+    // Calibration blocks go on as time went: one whose end passed while
+    // qrtd was down ended, one whose start passed started.
+    if (auto s = l->settle_blocks(now_ns); !s) {
+        return std::move(s).err();
+    }
     if (mark != 0) {
         // The jobs it covered are resolved (and durable) above.  Best
         // effort: a mark left behind only makes a later crash report more
@@ -219,11 +224,16 @@ status ledger::reload_from(stored_state state) {
     _going_out.clear();
     _tokens.clear();
     _booked.clear();
+    _blocks.clear();
+    _block_idem.clear();
+    _dirty_blocks.clear();
     _next_id = std::max<std::uint64_t>(1, loaded->next_id);
     _next_gang = std::max<std::uint64_t>(1, loaded->next_gang);
+    _next_block = std::max<std::uint64_t>(1, loaded->next_block);
     for (qpu_state& qs : _qpus) {
         qs.busy.clear();
         qs.pending.clear();
+        qs.blocks.clear();
         qs.gaps.clear();
         if (!qs.periodic) {
             qs.windows.clear();
@@ -285,6 +295,24 @@ status ledger::reload_from(stored_state state) {
     }
     for (auto& [gid, ids] : _gangs) {
         std::sort(ids.begin(), ids.end());
+    }
+    for (calibration_block& b : loaded->blocks) {
+        _next_block = std::max(_next_block, b.id + 1);
+        const auto qit = _qpu_index.find(b.qpu);
+        if (qit == _qpu_index.end()) {
+            if (is_live(b.state)) {
+                return make_error(reason::unknown_qpu,
+                                  "store: calibration block " + u2s(b.id) + " is on qpu \"" + b.qpu +
+                                      "\", which the configuration no longer declares");
+            }
+        } else if (is_live(b.state)) {
+            _qpus[qit->second].blocks.emplace(b.start_ns, b.id);
+        }
+        if (!b.idempotency_key.empty()) {
+            _block_idem[idem_key(b.tenant, b.idempotency_key)] = b.id;
+        }
+        const std::uint64_t id = b.id;
+        _blocks.emplace(id, std::move(b));
     }
     for (std::size_t q = 0; q < _qpus.size(); ++q) {
         rebuild_gaps(q);
@@ -431,7 +459,9 @@ ledger_stats ledger::stats() const {
         s.active += qs.busy.size();
         s.windows += qs.windows.size();
         s.gaps += qs.gaps.size();
+        s.live_blocks += qs.blocks.size();
     }
+    s.blocks = _blocks.size();
     s.reservation_buckets = _res.bucket_count();
     s.window_visits = _window_visits;
     s.store_rows_written = _store_rows;

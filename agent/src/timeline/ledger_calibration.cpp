@@ -37,7 +37,8 @@ result<std::vector<calibration_window>> ledger::calibration(std::string_view qpu
 
 result<calibration_report> ledger::update_calibration(std::string_view qpu,
                                                       std::vector<calibration_window> windows,
-                                                      std::int64_t now_ns) {
+                                                      std::int64_t now_ns, std::uint64_t block_id,
+                                                      std::string_view tenant) {
     const auto qit = _qpu_index.find(std::string(qpu));
     if (qit == _qpu_index.end()) {
         return make_error(reason::unknown_qpu,
@@ -49,6 +50,29 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
         return make_error(reason::invalid_argument,
                           "qpu \"" + std::string(qpu) +
                               "\" has a periodic calibration source; windows cannot be pushed");
+    }
+    // The block it closes: checked before anything changes.
+    calibration_block* closing = nullptr;
+    if (block_id != 0) {
+        const auto bit = _blocks.find(block_id);
+        if (bit == _blocks.end()) {
+            return make_error(reason::not_found, "block_id: calibration block " + u2s(block_id) + " does not exist");
+        }
+        closing = &bit->second;
+        if (closing->tenant != tenant) {
+            return make_error(reason::not_owner, "block_id: calibration block " + u2s(block_id) +
+                                                     " does not belong to tenant \"" + std::string(tenant) + "\"");
+        }
+        if (closing->qpu != qpu) {
+            return make_error(reason::invalid_argument, "block_id: calibration block " + u2s(block_id) +
+                                                            " is on qpu \"" + closing->qpu + "\", not \"" +
+                                                            std::string(qpu) + "\"");
+        }
+        if (!is_live(closing->state)) {
+            return make_error(reason::illegal_transition,
+                              "block_id: calibration block " + u2s(block_id) + " is " +
+                                  std::string(to_string(closing->state)) + " already");
+        }
     }
     std::set<std::uint64_t> ids;
     for (std::size_t i = 0; i < windows.size(); ++i) {
@@ -253,6 +277,10 @@ result<calibration_report> ledger::update_calibration(std::string_view qpu,
     ++_generation;  // the windows changed, even when no row did
     ++_calibration_generation;
     advance(now_ns);
+    if (closing != nullptr) {
+        end_block(*closing, block_state::completed,
+                  "closed by calibration.update (" + std::to_string(rep.windows) + " windows)", now_ns);
+    }
     if (auto s = persist(); !s) {
         return std::move(s).err();
     }

@@ -5,6 +5,8 @@
 //   ledger.cpp              construction, reload, lookups, the one ownership check
 //   ledger_placement.cpp    windows, occupancy, search and placement, slots.query
 //   ledger_calibration.cpp  calibration.get and calibration.update
+//   ledger_blocks.cpp       calibration blocks: request, placement, yield, settle
+//   ledger_persist.cpp      durability (persist, the change sets) and withdraw_late
 //   ledger_transitions.cpp  every state change, and its durability (persist)
 //   ledger_invariants.cpp   check_invariants
 
@@ -75,6 +77,7 @@ struct ledger::qpu_state {
     gap_index gaps;
     std::map<std::int64_t, std::uint64_t> busy;     // active reservations by start
     std::map<std::int64_t, std::uint64_t> pending;  // committed jobs by start
+    std::map<std::int64_t, std::uint64_t> blocks;   // live calibration blocks by start
     std::int64_t pruned_before_ns = std::numeric_limits<std::int64_t>::min();
     endpoint_state endpoint;
     // No placement starts earlier (now + endpoint_down_horizon_ns while the
@@ -86,6 +89,14 @@ struct ledger::slot {
     std::size_t q = 0;
     std::int64_t start_ns = 0;
     calibration_window window;
+};
+
+// Where a calibration block goes: its start and window, and the held
+// reservations in its time (empty: the time is free).
+struct ledger::block_place {
+    std::int64_t start_ns = 0;
+    calibration_window window;
+    std::vector<std::uint64_t> yielders;
 };
 
 struct ledger::preempt_plan {

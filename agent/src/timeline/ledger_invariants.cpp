@@ -198,7 +198,33 @@ std::vector<std::string> ledger::check_invariants() const {
             fail(name + " holds " + u2s(qs.windows.size()) + " windows, more than 2 x max_windows (" +
                  u2s(_opts.max_windows) + ") and one per live reservation");
         }
-        // Gaps must equal windows minus busy intervals (from the pruning point).
+        // Live calibration blocks: indexed by start, disjoint, and a
+        // blackout: no active reservation in one but its own jobs and, while
+        // it is yielding, the held reservations asked to yield.
+        std::int64_t bprev = std::numeric_limits<std::int64_t>::min();
+        for (const auto& [start, id] : qs.blocks) {
+            const auto it = _blocks.find(id);
+            if (it == _blocks.end() || !is_live(it->second.state) || it->second.start_ns != start ||
+                it->second.qpu != name) {
+                fail("block index of " + name + " holds stale entry " + u2s(id));
+                continue;
+            }
+            const calibration_block& b = it->second;
+            if (start < bprev) {
+                fail("calibration block " + u2s(id) + " overlaps another on " + name);
+            }
+            bprev = b.end_ns();
+            for (const std::uint64_t rid : overlapping(q, b.start_ns, b.end_ns(), b.id)) {
+                const reservation& r = _res.at(rid);
+                if (b.state != block_state::yielding || r.state != res_state::held) {
+                    fail("reservation " + u2s(rid) + " (" + std::string(to_string(r.state)) +
+                         ") lies in calibration block " + u2s(id) + " (" + std::string(to_string(b.state)) +
+                         ") on " + name);
+                }
+            }
+        }
+        // Gaps must equal windows minus busy intervals minus live blocks
+        // (from the pruning point).
         std::vector<gap_index::gap> want;
         for (const auto& [from, w] : qs.windows) {
             std::int64_t free_from = w.valid_from_ns;
@@ -217,6 +243,25 @@ std::vector<std::string> ledger::check_invariants() const {
                 want.push_back({free_from, w.valid_until_ns});
             }
         }
+        {
+            std::vector<gap_index::gap> cut;
+            for (gap_index::gap g : want) {
+                for (const auto& [start, id] : qs.blocks) {
+                    const calibration_block& b = _blocks.at(id);
+                    if (!b.overlaps(g.start_ns, g.end_ns)) {
+                        continue;
+                    }
+                    if (b.start_ns > g.start_ns) {
+                        cut.push_back({g.start_ns, b.start_ns});
+                    }
+                    g.start_ns = std::max(g.start_ns, b.end_ns());
+                }
+                if (g.start_ns < g.end_ns) {
+                    cut.push_back(g);
+                }
+            }
+            want = std::move(cut);
+        }
         auto clip = [&](std::vector<gap_index::gap> gs) {
             std::vector<gap_index::gap> out;
             for (gap_index::gap g : gs) {
@@ -231,6 +276,21 @@ std::vector<std::string> ledger::check_invariants() const {
             fail("free-gap index of " + name + " differs from windows minus reservations (" +
                  std::to_string(qs.gaps.size()) + " gaps, want " + std::to_string(want.size()) +
                  ")");
+        }
+    }
+    for (const auto& [id, b] : _blocks) {
+        if (b.id != id) {
+            fail("calibration block " + u2s(id) + ": id field " + u2s(b.id));
+        }
+        const auto qit = _qpu_index.find(b.qpu);
+        const bool indexed = qit != _qpu_index.end() && _qpus[qit->second].blocks.count(b.start_ns) != 0 &&
+                             _qpus[qit->second].blocks.at(b.start_ns) == id;
+        if (indexed != is_live(b.state)) {
+            fail("calibration block " + u2s(id) + " (" + std::string(to_string(b.state)) +
+                 "): block index membership is " + (indexed ? "set" : "unset"));
+        }
+        if (b.id >= _next_block) {
+            fail("calibration block " + u2s(id) + " is not below the next id " + u2s(_next_block));
         }
     }
     if (busy_total != active) {

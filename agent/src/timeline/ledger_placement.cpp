@@ -39,17 +39,19 @@ void ledger::extend_periodic(qpu_state& qs, std::int64_t until_ns, std::int64_t 
             qs.first_cycle = qs.next_cycle;
         }
         if (qs.windows.emplace(w.valid_from_ns, w).second) {
-            // A new window may already hold reservations loaded from the store.
+            // A new window may already hold reservations and calibration
+            // blocks loaded from the store.
+            const auto q = static_cast<std::size_t>(&qs - _qpus.data());
             std::int64_t free_from = w.valid_from_ns;
             for (; it != qs.busy.end() && it->first < w.valid_until_ns; ++it) {
                 const reservation& r = _res.at(it->second);
                 if (r.start_ns > free_from) {
-                    qs.gaps.insert({free_from, r.start_ns});
+                    add_free(q, free_from, r.start_ns);
                 }
                 free_from = std::max(free_from, r.end_ns());
             }
             if (free_from < w.valid_until_ns) {
-                qs.gaps.insert({free_from, w.valid_until_ns});
+                add_free(q, free_from, w.valid_until_ns);
             }
         }
         ++qs.next_cycle;
@@ -205,7 +207,7 @@ void ledger::rebuild_gaps(std::size_t q) {
     }
     const auto add = [&](std::int64_t s, std::int64_t e) {
         if (e > from_ns) {
-            qs.gaps.insert({s, e});
+            add_free(q, s, e);
         }
     };
     for (; wit != qs.windows.end(); ++wit) {
@@ -234,13 +236,16 @@ void ledger::rebuild_gaps(std::size_t q) {
 
 void ledger::occupy(std::size_t q, const reservation& r) {
     qpu_state& qs = _qpus[q];
-    const std::int64_t s = r.start_ns;
-    const std::int64_t e = r.end_ns();
-    qs.busy.emplace(s, r.id);
-    _booked.add(r.tenant, r.id, s, e);
+    qs.busy.emplace(r.start_ns, r.id);
+    _booked.add(r.tenant, r.id, r.start_ns, r.end_ns());
     if (r.state == res_state::committed) {
-        qs.pending.emplace(s, r.id);
+        qs.pending.emplace(r.start_ns, r.id);
     }
+    carve(q, r.start_ns, r.end_ns());
+}
+
+void ledger::carve(std::size_t q, std::int64_t s, std::int64_t e) {
+    qpu_state& qs = _qpus[q];
     auto g = qs.gaps.containing(s);
     if (!g) {
         g = qs.gaps.first_fit(s, 1);
@@ -269,20 +274,38 @@ void ledger::vacate(std::size_t q, const reservation& r) {
     if (const auto p = qs.pending.find(r.start_ns); p != qs.pending.end() && p->second == r.id) {
         qs.pending.erase(p);
     }
-    // Give back the part of [start, end) that lies inside windows, merged
-    // with neighbouring gaps of the same window.
-    auto wit = qs.windows.upper_bound(r.start_ns);
-    if (wit != qs.windows.begin()) {
-        --wit;
+    free_interval(q, r.start_ns, r.end_ns());
+}
+
+void ledger::add_free(std::size_t q, std::int64_t s, std::int64_t e) {
+    qpu_state& qs = _qpus[q];
+    // Live blocks are few (timeline.max_calibration_blocks): a gap is the
+    // free time between them.
+    auto b = qs.blocks.lower_bound(s);
+    if (b != qs.blocks.begin()) {
+        --b;
     }
-    for (; wit != qs.windows.end() && wit->second.valid_from_ns < r.end_ns(); ++wit) {
-        ++_window_visits;
-        const calibration_window& w = wit->second;
-        std::int64_t s = std::max(r.start_ns, w.valid_from_ns);
-        std::int64_t e = std::min(r.end_ns(), w.valid_until_ns);
-        if (s >= e) {
+    for (; b != qs.blocks.end() && b->first < e && s < e; ++b) {
+        const calibration_block& blk = _blocks.at(b->second);
+        if (blk.end_ns() <= s) {
             continue;
         }
+        if (blk.start_ns > s) {
+            qs.gaps.insert({s, blk.start_ns});
+        }
+        s = std::max(s, blk.end_ns());
+    }
+    if (s < e) {
+        qs.gaps.insert({s, e});
+    }
+}
+
+void ledger::free_interval(std::size_t q, std::int64_t s0, std::int64_t e0) {
+    qpu_state& qs = _qpus[q];
+    // Give back the part of [s0, e0) that lies inside windows and outside
+    // reservations and live blocks, merged with neighbouring gaps of the
+    // same window.
+    const auto insert_merged = [&](const calibration_window& w, std::int64_t s, std::int64_t e) {
         if (s > w.valid_from_ns) {
             if (const auto left = qs.gaps.containing(s - 1); left && left->end_ns == s) {
                 qs.gaps.erase(left->start_ns);
@@ -296,6 +319,42 @@ void ledger::vacate(std::size_t q, const reservation& r) {
             }
         }
         qs.gaps.insert({s, e});
+    };
+    auto wit = qs.windows.upper_bound(s0);
+    if (wit != qs.windows.begin()) {
+        --wit;
+    }
+    for (; wit != qs.windows.end() && wit->second.valid_from_ns < e0; ++wit) {
+        ++_window_visits;
+        const calibration_window& w = wit->second;
+        std::int64_t t = std::max(s0, w.valid_from_ns);
+        const std::int64_t end = std::min(e0, w.valid_until_ns);
+        while (t < end) {
+            // Step over what holds t (a reservation, a live block), then
+            // free up to the next thing that starts.
+            auto bi = qs.busy.upper_bound(t);
+            if (bi != qs.busy.begin()) {
+                if (const reservation& r = _res.at(std::prev(bi)->second); r.end_ns() > t) {
+                    t = r.end_ns();
+                    continue;
+                }
+            }
+            if (const calibration_block* blk = live_block_at(q, t)) {
+                t = blk->end_ns();
+                continue;
+            }
+            std::int64_t next = end;
+            if (bi != qs.busy.end()) {
+                next = std::min(next, bi->first);
+            }
+            if (const auto nb = qs.blocks.upper_bound(t); nb != qs.blocks.end()) {
+                next = std::min(next, nb->first);
+            }
+            if (next > t) {
+                insert_merged(w, t, next);
+            }
+            t = next;
+        }
     }
 }
 
@@ -641,6 +700,10 @@ std::optional<ledger::preempt_plan> ledger::preemption_fit(const request& req,
                     w.predicted_fidelity(s) + k_fidelity_slack < req.min_fidelity) {
                     break;
                 }
+                if (const calibration_block* blk = live_block_over(q, s, s + d)) {
+                    s = blk->end_ns();  // a blackout: never preempted into
+                    continue;
+                }
                 std::vector<std::uint64_t> victims;
                 bool blocked = false;
                 auto b = st.busy.upper_bound(s);
@@ -709,6 +772,7 @@ error ledger::no_fit_error(const request& req, const std::vector<std::size_t>& q
     if (req.min_fidelity > 0.0) {
         msg += " with min_fidelity " + fmt_double(req.min_fidelity);
     }
+    msg += blocks_in_the_way(req, qs, now_ns);
     return make_error(reason::no_fit, msg);
 }
 

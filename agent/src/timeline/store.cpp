@@ -54,6 +54,15 @@ constexpr std::array<std::string_view, store::k_schema_version> k_migrations = {
     " AND json_extract(CAST(payload AS TEXT), '$.shots') > 0"
     " THEN MIN(json_extract(CAST(payload AS TEXT), '$.shots'), 1000000) ELSE 0 END) ELSE 0 END"
     " WHERE payload IS NOT NULL AND substr(payload, 1, 1) = CAST('{' AS BLOB);",
+    // 3 -> 4: calibration blocks (calibration.request), and the block a
+    // calibration service's job was placed in (0: none, as every job before).
+    "CREATE TABLE calibration_blocks("
+    " id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, qpu TEXT NOT NULL, step TEXT NOT NULL,"
+    " start_ns INTEGER NOT NULL, duration_ns INTEGER NOT NULL, needed_by_ns INTEGER NOT NULL,"
+    " urgency INTEGER NOT NULL, calibration_id INTEGER NOT NULL, state TEXT NOT NULL,"
+    " reason TEXT NOT NULL, yield_deadline_ns INTEGER NOT NULL, idempotency_key TEXT NOT NULL,"
+    " created_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL);"
+    "ALTER TABLE reservations ADD COLUMN block_id INTEGER NOT NULL DEFAULT 0;",
 };
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
@@ -160,13 +169,18 @@ result<std::unique_ptr<store>> store::open(const std::string& path, int busy_tim
         sqlite_stmt* stmt;
         std::string_view sql;
     };
-    const std::array<named, 10> stmts = {{
+    const std::array<named, 12> stmts = {{
         {&st->_put,
          "INSERT OR REPLACE INTO reservations(id, tenant, qpu, start_ns, duration_ns,"
          " not_before_ns, deadline_ns, priority, min_fidelity, calibration_id,"
          " idempotency_key, lease_ns, lease_expires_ns, fencing_token, state, reason,"
-         " gang_id, payload, result, sent_ns, created_ns, updated_ns, shots)"
-         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+         " gang_id, payload, result, sent_ns, created_ns, updated_ns, shots, block_id)"
+         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+        {&st->_put_block,
+         "INSERT OR REPLACE INTO calibration_blocks(id, tenant, qpu, step, start_ns, duration_ns,"
+         " needed_by_ns, urgency, calibration_id, state, reason, yield_deadline_ns,"
+         " idempotency_key, created_ns, updated_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+        {&st->_erase_block, "DELETE FROM calibration_blocks WHERE id = ?"},
         {&st->_erase, "DELETE FROM reservations WHERE id = ?"},
         {&st->_put_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)"},
         {&st->_del_windows, "DELETE FROM windows WHERE qpu = ?"},
@@ -364,6 +378,9 @@ status store::put(const reservation& r) {
     if (rc == SQLITE_OK) {
         rc = u.bind_u(++i, r.shots);
     }
+    if (rc == SQLITE_OK) {
+        rc = u.bind_u(++i, r.block_id);
+    }
     if (rc != SQLITE_OK) {
         return sql_error("bind reservation " + std::to_string(r.id));
     }
@@ -382,9 +399,9 @@ status store::erase(std::uint64_t id) {
     return {};
 }
 
-status store::put_counters(std::uint64_t next_id, std::uint64_t next_gang) {
-    const std::array<std::pair<std::string_view, std::uint64_t>, 2> rows = {
-        {{"next_id", next_id}, {"next_gang", next_gang}}};
+status store::put_counters(std::uint64_t next_id, std::uint64_t next_gang, std::uint64_t next_block) {
+    const std::array<std::pair<std::string_view, std::uint64_t>, 3> rows = {
+        {{"next_id", next_id}, {"next_gang", next_gang}, {"next_block", next_block}}};
     for (const auto& [key, value] : rows) {
         stmt_use u(_put_meta);
         u.bind(1, key);
@@ -392,6 +409,49 @@ status store::put_counters(std::uint64_t next_id, std::uint64_t next_gang) {
         if (sqlite3_step(u.s) != SQLITE_DONE) {
             return sql_error("update meta " + std::string(key));
         }
+    }
+    return {};
+}
+
+status store::put_block(const calibration_block& b) {
+    stmt_use u(_put_block);
+    int rc = u.bind_u(1, b.id);
+    int i = 1;
+    auto bind = [&](auto v) {
+        if (rc == SQLITE_OK) {
+            rc = u.bind(++i, v);
+        }
+    };
+    bind(std::string_view(b.tenant));
+    bind(std::string_view(b.qpu));
+    bind(std::string_view(b.step));
+    bind(b.start_ns);
+    bind(b.duration_ns);
+    bind(b.needed_by_ns);
+    bind(static_cast<std::int64_t>(b.urgency));
+    if (rc == SQLITE_OK) {
+        rc = u.bind_u(++i, b.calibration_id);
+    }
+    bind(to_string(b.state));
+    bind(std::string_view(b.reason));
+    bind(b.yield_deadline_ns);
+    bind(std::string_view(b.idempotency_key));
+    bind(b.created_ns);
+    bind(b.updated_ns);
+    if (rc != SQLITE_OK) {
+        return sql_error("bind calibration block " + std::to_string(b.id));
+    }
+    if (sqlite3_step(u.s) != SQLITE_DONE) {
+        return sql_error("insert calibration block " + std::to_string(b.id));
+    }
+    return {};
+}
+
+status store::erase_block(std::uint64_t id) {
+    stmt_use u(_erase_block);
+    u.bind_u(1, id);
+    if (sqlite3_step(u.s) != SQLITE_DONE) {
+        return sql_error("delete calibration block " + std::to_string(id));
     }
     return {};
 }
@@ -476,6 +536,8 @@ result<stored_state> store::load() {
                 out.next_id = value;
             } else if (key == "next_gang") {
                 out.next_gang = value;
+            } else if (key == "next_block") {
+                out.next_block = value;
             } else if (key == "dispatch_mark") {
                 out.dispatch_mark_ns = static_cast<std::int64_t>(value);
             }
@@ -486,7 +548,7 @@ result<stored_state> store::load() {
             "SELECT id, tenant, qpu, start_ns, duration_ns, not_before_ns, deadline_ns,"
             " priority, min_fidelity, calibration_id, idempotency_key, lease_ns,"
             " lease_expires_ns, fencing_token, state, reason, gang_id, payload, result,"
-            " sent_ns, created_ns, updated_ns, shots FROM reservations ORDER BY id");
+            " sent_ns, created_ns, updated_ns, shots, block_id FROM reservations ORDER BY id");
         if (!sel) {
             return std::move(sel).err();
         }
@@ -524,6 +586,7 @@ result<stored_state> store::load() {
             r.created_ns = sqlite3_column_int64(s, 20);
             r.updated_ns = sqlite3_column_int64(s, 21);
             r.shots = static_cast<std::uint32_t>(std::clamp<std::int64_t>(sqlite3_column_int64(s, 22), 0, UINT32_MAX));
+            r.block_id = static_cast<std::uint64_t>(sqlite3_column_int64(s, 23));
             out.reservations.push_back(std::move(r));
         }
         if (rc != SQLITE_DONE) {
@@ -546,6 +609,46 @@ result<stored_state> store::load() {
             w.f0 = sqlite3_column_double(s, 4);
             w.tau_ns = sqlite3_column_int64(s, 5);
             out.windows.emplace_back(column_text(s, 0), w);
+        }
+    }
+    {
+        auto sel = prepare(
+            "SELECT id, tenant, qpu, step, start_ns, duration_ns, needed_by_ns, urgency,"
+            " calibration_id, state, reason, yield_deadline_ns, idempotency_key, created_ns,"
+            " updated_ns FROM calibration_blocks ORDER BY id");
+        if (!sel) {
+            return std::move(sel).err();
+        }
+        sqlite3_stmt* s = sel->get();
+        int rc = 0;
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+            calibration_block b;
+            b.id = static_cast<std::uint64_t>(sqlite3_column_int64(s, 0));
+            b.tenant = column_text(s, 1);
+            b.qpu = column_text(s, 2);
+            b.step = column_text(s, 3);
+            b.start_ns = sqlite3_column_int64(s, 4);
+            b.duration_ns = sqlite3_column_int64(s, 5);
+            b.needed_by_ns = sqlite3_column_int64(s, 6);
+            b.urgency = sqlite3_column_int(s, 7);
+            b.calibration_id = static_cast<std::uint64_t>(sqlite3_column_int64(s, 8));
+            const std::string state = column_text(s, 9);
+            const auto st = block_state_from_string(state);
+            if (!st) {
+                return make_error(reason::store_error, "store " + _path + ": calibration block " +
+                                                           std::to_string(b.id) +
+                                                           " has unknown state " + quoted(state));
+            }
+            b.state = *st;
+            b.reason = column_text(s, 10);
+            b.yield_deadline_ns = sqlite3_column_int64(s, 11);
+            b.idempotency_key = column_text(s, 12);
+            b.created_ns = sqlite3_column_int64(s, 13);
+            b.updated_ns = sqlite3_column_int64(s, 14);
+            out.blocks.push_back(std::move(b));
+        }
+        if (rc != SQLITE_DONE) {
+            return sql_error("select calibration blocks");
         }
     }
     return out;

@@ -464,6 +464,39 @@ TEST(QdmiSpec, StatusIsCalibrationInABlackout) {
     QRTD_QDMI_device_session_free(s);
 }
 
+// A calibration block qrtd granted (calibration.request): the status reads
+// CALIBRATION inside it, though a window is in force, and not before or
+// after it.
+TEST(QdmiSpec, StatusIsCalibrationInsideACalibrationBlock) {
+    push_windows({{-1, 600}});
+    QRTD_QDMI_Device_Session s = open_session();
+    const std::int64_t t = now_ns();
+    const json b = rpc("calibration.request", {{"qpu", "qpu0"},
+                                               {"step", "qdmi_status"},
+                                               {"duration_ns", 5 * k_s},
+                                               {"needed_by_ns", t + 8 * k_s},
+                                               {"idempotency_key", "qdmi-" + std::to_string(t)}});
+    ASSERT_EQ(b.value("state", ""), "scheduled") << b.dump();
+    const std::int64_t start = b.at("start_ns");
+    const std::int64_t end = b.at("end_ns");
+    ASSERT_GT(start, now_ns());
+    EXPECT_EQ(status_of(s), QDMI_DEVICE_STATUS_IDLE);  // before it
+    // Inside it (polled from its start, bounded by its end).
+    bool calibrating = false;
+    while (!calibrating && now_ns() < end) {
+        if (now_ns() >= start) {
+            calibrating = status_of(s) == QDMI_DEVICE_STATUS_CALIBRATION;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(calibrating) << "the status never read CALIBRATION inside the block";
+    while (now_ns() < end + 100'000'000) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(status_of(s), QDMI_DEVICE_STATUS_IDLE);  // after it
+    QRTD_QDMI_device_session_free(s);
+}
+
 TEST(QdmiSpec, JobRunsAndGivesItsHistogram) {
     push_windows({{-1, 600}});
     QRTD_QDMI_Device_Session s = open_session();

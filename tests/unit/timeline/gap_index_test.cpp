@@ -27,6 +27,13 @@ TEST(gap_index, finds_containing_exact_and_first_fit) {
     EXPECT_FALSE(g.first_fit(31, 1));
     EXPECT_FALSE(g.first_fit(0, 71));
     EXPECT_EQ(g.first(), (gap{0, 10}));
+    EXPECT_EQ(g.last_fit(100, 70), (gap{30, 100}));
+    EXPECT_EQ(g.last_fit(60, 30), (gap{30, 100}));  // [30, 60) ends by 60
+    EXPECT_FALSE(g.last_fit(60, 31));
+    EXPECT_EQ(g.last_fit(34, 5), (gap{20, 25}));    // [30, 34) is too short
+    EXPECT_EQ(g.last_fit(25, 6), (gap{0, 10}));
+    EXPECT_FALSE(g.last_fit(9, 10));
+    EXPECT_FALSE(g.last_fit(0, 1));
     EXPECT_TRUE(g.erase(20));
     EXPECT_FALSE(g.erase(20));
     EXPECT_EQ(g.first_fit(1, 1), (gap{30, 100}));
@@ -76,6 +83,17 @@ TEST(gap_index, matches_a_linear_reference_under_random_operations) {
                 }
             }
             ASSERT_EQ(g.first_fit_from(t, len), from) << "step " << step;
+            // The latest place a len-long interval ending by max_end fits.
+            const std::int64_t max_end = start + static_cast<std::int64_t>(rng() % 40);
+            std::optional<gap> last;
+            for (auto l = ref.lower_bound(max_end); l != ref.begin();) {
+                --l;
+                if (std::min(l->second, max_end) - l->first >= len) {
+                    last = gap{l->first, l->second};
+                    break;
+                }
+            }
+            ASSERT_EQ(g.last_fit(max_end, len), last) << "step " << step;
         }
         ASSERT_EQ(g.size(), ref.size());
     }

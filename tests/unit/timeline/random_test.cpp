@@ -84,6 +84,9 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
     ledger_options o;
     o.policy = GetParam();
     o.horizon_ns = 20 * period_ns;
+    o.calibration_yield_ns = 20 * s_ns;
+    o.calibration_preempt = std::string(GetParam()) == "fidelity-aware" ? calibration_preempt::never
+                                                                         : calibration_preempt::held;
     o.calibration_change = std::string(GetParam()) == "fifo" ? on_calibration_change::fail
                                                              : on_calibration_change::replace;
     auto opened = ledger::open({periodic_qpu("q0"), periodic_qpu("q1"), pushed_qpu("p0")}, o, "",
@@ -96,6 +99,9 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
     std::size_t failed_ops = 0;
     std::size_t replaced_or_displaced = 0;
     std::size_t gangs_dispatched = 0;
+    std::size_t blocks_placed = 0;
+    std::size_t blocks_yielding = 0;
+    std::set<std::uint64_t> blocks;
     auto snap = [&] {
         std::vector<reservation> out;
         for (const std::uint64_t id : w.known) {
@@ -126,7 +132,17 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
         const auto before = snap();
         bool ok = true;
         std::string what;
-        const int op = static_cast<int>(w.uni(0, 15));
+        const int op = static_cast<int>(w.uni(0, 18));
+        // No acknowledged job is displaced for calibration: every committed
+        // or dispatched job keeps its state and start through a block op.
+        std::vector<reservation> acknowledged;
+        if (op >= 16) {
+            for (const reservation& r : before) {
+                if (r.state == res_state::committed || r.state == res_state::dispatched) {
+                    acknowledged.push_back(r);
+                }
+            }
+        }
         auto track = [&](const auto& r) {
             ok = r.has_value();
             if (ok) {
@@ -233,10 +249,50 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
             }
             break;
         }
+        case 16: {
+            what = "calibration block";
+            const char* q = w.chance(0.4) ? "q0" : (w.chance(0.6) ? "p0" : (w.chance(0.95) ? "q1" : "zz"));
+            block_request br{q, "step" + std::to_string(w.uni(0, 3)), w.uni(1, 40) * s_ns,
+                             w.now + w.uni(-5, 400) * s_ns, static_cast<std::int32_t>(w.uni(0, 4))};
+            auto b = l.request_block(tenant, br, key, w.now);
+            ok = b.has_value();
+            if (ok) {
+                blocks.insert(b->id);
+                ++blocks_placed;
+                blocks_yielding += b->state == block_state::yielding ? 1U : 0U;
+                if (b->state != block_state::yielding && w.chance(0.5)) {
+                    // The service's own job, inside the block.
+                    request in;
+                    in.duration_ns = std::max<std::int64_t>(1, b->duration_ns / 4);
+                    in.block_id = b->id;
+                    (void)l.drain_events();
+                    ASSERT_TRUE(l.check_invariants().empty());
+                    (void)l.submit(b->tenant, in, "", {5}, w.now);
+                }
+            }
+            break;
+        }
+        case 17:
+            what = "settle blocks";
+            ok = l.settle_blocks(w.now).has_value();
+            break;
+        case 18: {
+            what = "cancel block";
+            const std::uint64_t bid = blocks.empty() ? 99U : *std::next(blocks.begin(), w.uni(0, static_cast<std::int64_t>(blocks.size()) - 1));
+            const calibration_block* b = l.find_block(bid);
+            ok = l.cancel_block(b != nullptr && w.chance(0.9) ? b->tenant : tenant, bid, w.now).has_value();
+            break;
+        }
         default:
             what = "status";
             ok = l.status(who, id).has_value();
             break;
+        }
+        for (const reservation& a : acknowledged) {
+            const reservation* now_r = l.find(a.id);
+            ASSERT_NE(now_r, nullptr) << "step " << step << " (" << what << ")";
+            ASSERT_EQ(now_r->state, a.state) << "step " << step << " (" << what << ") changed job " << a.id;
+            ASSERT_EQ(now_r->start_ns, a.start_ns) << "step " << step << " (" << what << ") moved job " << a.id;
         }
         const auto events = l.drain_events();
         if (!ok) {
@@ -261,6 +317,8 @@ TEST_P(random_ops, keep_every_invariant_over_ten_thousand_operations) {
     EXPECT_GT(failed_ops, 500U);
     EXPECT_GT(replaced_or_displaced, 0U);
     EXPECT_GT(gangs_dispatched, 0U);
+    EXPECT_GT(blocks_placed, 100U);
+    EXPECT_GT(blocks_yielding, 0U);
     if (std::string(GetParam()) == "priority-preempt") {
         EXPECT_GT(l.stats().preemptions, 0U);
     }

@@ -197,14 +197,15 @@ TEST_F(store_test, schema_is_versioned_and_migrated) {
         ASSERT_TRUE(s);
         EXPECT_EQ((*s)->schema_version(), store::k_schema_version);
     }
-    // Pretend the file was written by schema 1 (before the index and the
-    // shots column existed).
+    // Pretend the file was written by schema 1 (before the index, the
+    // shots column and the calibration blocks existed).
     sql("DROP INDEX reservations_idempotency; ALTER TABLE reservations DROP COLUMN shots;"
+        " DROP TABLE calibration_blocks; ALTER TABLE reservations DROP COLUMN block_id;"
         " UPDATE schema_version SET version = 1;");
     {
         auto s = store::open(_db);
         ASSERT_TRUE(s);
-        EXPECT_EQ((*s)->schema_version(), 3);
+        EXPECT_EQ((*s)->schema_version(), 4);
     }
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(_db.c_str(), &db), SQLITE_OK);
@@ -470,7 +471,8 @@ TEST_F(store_test, a_schema_2_ledger_is_migrated_and_its_jobs_keep_the_shot_coun
             ids.push_back(b->id);
         }
     }
-    sql("ALTER TABLE reservations DROP COLUMN shots; UPDATE schema_version SET version = 2;");
+    sql("ALTER TABLE reservations DROP COLUMN shots; DROP TABLE calibration_blocks;"
+        " ALTER TABLE reservations DROP COLUMN block_id; UPDATE schema_version SET version = 2;");
     auto l = open_at(t0_ns);
     ASSERT_TRUE(l);
     for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -210,7 +210,9 @@ int QRTD_QDMI_device_session_query_device_property(QRTD_QDMI_Device_Session sess
                             }
                         }
                     }
-                    if (!in_window) {
+                    // A blackout, or inside a calibration block qrtd granted
+                    // (qrtd(8), CALIBRATION BLOCKS): calibrating.
+                    if (!in_window || q.value("calibrating", false)) {
                         st = QDMI_DEVICE_STATUS_CALIBRATION;
                     } else if (q.value("queued_jobs", std::size_t{0}) > 0) {
                         st = QDMI_DEVICE_STATUS_BUSY;

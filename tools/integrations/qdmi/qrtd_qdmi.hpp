@@ -25,7 +25,8 @@
 //
 // The device facts (qubits, basis gates, coupling map, gate durations,
 // max shots) come from qpus.list's "device" of the QPU; status is
-// CALIBRATION while no calibration window is in force (a blackout).
+// CALIBRATION while no calibration window is in force (a blackout) or a
+// calibration block is (qpus.list's "calibrating").
 //
 // Every entry point catches everything: no C++ exception crosses the C ABI.
 // A refusal that QDMI can only report as an error code is also written as

@@ -12,14 +12,22 @@
 //   qpus.list           reader       {}
 //   calibration.get     reader       {qpu}
 //   calibration.update  calibration  {qpu, windows:[{calibration_id,
-//                                     valid_from_ns, valid_until_ns, f0?, tau_ns?}]}
+//                                     valid_from_ns, valid_until_ns, f0?, tau_ns?}],
+//                                     block_id?}
+//   calibration.request calibration  {qpu, step, duration_ns, needed_by_ns,
+//                                     idempotency_key, urgency?}
+//   calibration.cancel  calibration  {block_id}
+//   calibration.blocks  reader       {qpu?}
+//   (calibration_methods.cpp; qrtd(8), CALIBRATION BLOCKS)
 //   slots.query         reader       request fields + max_candidates?
 //   slots.reserve       scheduler    request fields + idempotency_key,
-//                                    lease_ns?, gang_size?
+//                                    lease_ns?, gang_size?, block_id?
 //   slots.heartbeat     scheduler    {reservation_id, fencing_token}
 //   slots.release       scheduler    {reservation_id, fencing_token}
 //   jobs.submit         scheduler    {reservation_id, fencing_token, payload}
 //                                    or request fields + idempotency_key + payload
+//                                    (+ block_id?: the caller's calibration block,
+//                                    calibration role)
 //   jobs.status         scheduler    {job_id}
 //   jobs.result         scheduler    {job_id}
 //   jobs.cancel         scheduler    {job_id}
@@ -66,6 +74,12 @@ void register_timeline_methods(engine& rpc, timeline::ledger& ledger, timeline_o
 std::vector<event> to_rpc_events(const std::vector<timeline::event>& evs);
 
 json to_json(const timeline::reservation& r);
+// A calibration block as every answer and event shows it.
+json to_json(const timeline::calibration_block& b);
+
+// calibration.request, calibration.cancel and calibration.blocks
+// (calibration_methods.cpp); register_timeline_methods registers them.
+void register_calibration_methods(engine& rpc, timeline::ledger& ledger, const timeline_options& opts);
 
 // The answer to the request that made a job whose commit became durable too
 // late for its start (the hand-over room withdrew it, ledger::withdraw_late)
@@ -73,7 +87,8 @@ json to_json(const timeline::reservation& r);
 // with the job, its start and the next possible start (0: none fits).
 rpc_failure late_commit_refusal(const timeline::late_job& j);
 
-// expire_leases + mark_missed, then the resulting events are published.  The
+// expire_leases + mark_missed + settle_blocks, then the resulting events
+// are published.  The
 // daemon calls this from a periodic loop timer (see install_housekeeping).
 void ledger_housekeeping(engine& rpc, timeline::ledger& ledger, std::int64_t now_ns,
                          std::int64_t missed_tolerance_ns = 0);

@@ -63,11 +63,16 @@ struct change_set {
         std::optional<calibration_window> put;  // nullopt: delete the row
     };
     std::vector<window_row> windows;
+    std::vector<calibration_block> block_puts;
+    std::vector<std::uint64_t> block_erases;
     std::uint64_t next_id = 1;
     std::uint64_t next_gang = 1;
+    std::uint64_t next_block = 1;
     std::optional<std::int64_t> dispatch_mark;  // set: write meta dispatch_mark
 
-    std::size_t rows() const noexcept { return puts.size() + erases.size() + windows.size() + 1; }
+    std::size_t rows() const noexcept {
+        return puts.size() + erases.size() + windows.size() + block_puts.size() + block_erases.size() + 1;
+    }
 };
 
 // Write one change set into the open transaction of `st`.

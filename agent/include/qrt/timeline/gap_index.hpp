@@ -38,6 +38,10 @@ public:
     // The leftmost gap g with max(g.start, t) + len <= g.end: the earliest
     // place a len-long interval starting at or after t fits.
     std::optional<gap> first_fit_from(std::int64_t t_ns, std::int64_t len_ns) const;
+    // The rightmost gap g with g.start + len <= min(g.end, max_end): the
+    // latest place a len-long interval ending by max_end fits (a
+    // calibration block, placed as late as it may be).
+    std::optional<gap> last_fit(std::int64_t max_end_ns, std::int64_t len_ns) const;
     std::optional<gap> first() const;
     std::vector<gap> to_vector() const;
 
@@ -55,6 +59,7 @@ private:
     void rebuild();                                         // after blocks were added/removed
     void seg_set(std::size_t b);
     std::size_t seg_first(std::size_t from, std::int64_t len_ns) const;  // npos if none
+    std::size_t seg_last(std::size_t upto, std::int64_t len_ns) const;   // npos if none
     std::optional<gap> scan(std::size_t b, std::size_t from_pos, std::int64_t len_ns) const;
 
     std::vector<block> _blocks;

@@ -89,6 +89,10 @@
 namespace qrt::timeline {
 
 enum class on_calibration_change : std::uint8_t { replace, fail };
+// What a held reservation that was asked to yield to a calibration block,
+// and did not, comes to at the deadline: never revoked (the block fails),
+// or revoked when the block's urgency is above its priority.
+enum class calibration_preempt : std::uint8_t { never, held };
 
 struct ledger_options {
     std::string policy = "edf-backfill";
@@ -128,6 +132,13 @@ struct ledger_options {
     // acknowledged there could not be dispatched.  Further ahead is
     // accepted.  0: endpoint state is ignored.
     std::int64_t endpoint_down_horizon_ns = 30'000'000'000;
+    // Calibration blocks (request_block): how long a holder asked to yield
+    // has (at most until the block's start), what happens to one that does
+    // not (calibration_preempt), and the live blocks one QPU holds (as many
+    // again that ended are kept, the oldest dropped first).
+    timeline::calibration_preempt calibration_preempt = timeline::calibration_preempt::never;
+    std::int64_t calibration_yield_ns = 10'000'000'000;
+    std::size_t max_calibration_blocks = 16;
     // Test seams for the writer (commit_writer.hpp, writer_options):
     // before each COMMIT, and before the reload after a failed group.
     std::function<status(std::size_t changes)> commit_hook;
@@ -155,6 +166,8 @@ struct ledger_stats {
     std::size_t active = 0;        // held + committed + dispatched
     std::size_t preemptions = 0;   // reservations displaced or moved by preemption
     std::size_t calibration_pinned = 0;  // committed jobs a calibration update left in place: already going out
+    std::size_t blocks = 0;       // calibration blocks held, ended ones included
+    std::size_t live_blocks = 0;  // yielding, scheduled, started
     std::size_t windows = 0;
     std::size_t gaps = 0;
     std::size_t reservation_buckets = 0;  // hash buckets behind the records
@@ -253,10 +266,55 @@ public:
         std::int64_t until_ns = std::numeric_limits<std::int64_t>::max());
     // calibration.update on a pushed QPU: the windows replace every window
     // ending after now_ns.  Reservations whose window changed are re-placed
-    // or displaced (options().calibration_change).
+    // or displaced (options().calibration_change).  With block_id, the
+    // tenant's live block on that QPU is then completed (checked first:
+    // nothing changes when it is not).
     result<calibration_report> update_calibration(std::string_view qpu,
                                                   std::vector<calibration_window> windows,
-                                                  std::int64_t now_ns);
+                                                  std::int64_t now_ns, std::uint64_t block_id = 0,
+                                                  std::string_view tenant = {});
+
+    // ------------------------------------------------ calibration blocks
+    //
+    // calibration.request: time on one QPU for a calibration, ending by
+    // req.needed_by_ns, placed at the latest start that does so: in free
+    // time (scheduled), else where only held reservations stand in the way
+    // (yielding: their holders get a yield_requested event and have until
+    // the block's yield_deadline_ns).  A committed or dispatched job is
+    // never moved for a block.  A live block is a blackout: no other job is
+    // placed in its time (only the block's tenant's, with request::block_id).
+    // Errors, with nothing changed: unknown_qpu, deadline_passed (needed_by
+    // not after now), invalid_argument (a duration longer than every window,
+    // a bad step), overloaded (max_calibration_blocks live on the QPU),
+    // duplicate (the key with another request), no_fit (no block ends by
+    // needed_by: earliest_block() and predicted_fidelity() say what the
+    // caller may want instead).  The same idempotency key with the same
+    // request returns the same block.
+    result<calibration_block> request_block(std::string_view tenant, const block_request& req,
+                                            std::string_view idempotency_key, std::int64_t now_ns);
+    // calibration.cancel: a live block is given back (cancelled); committed
+    // jobs in it stay.  Only its tenant.
+    result<calibration_block> cancel_block(std::string_view tenant, std::uint64_t id,
+                                           std::int64_t now_ns);
+    // Every block held (of one QPU; empty: all), by start.
+    std::vector<calibration_block> blocks(std::string_view qpu = {}) const;
+    const calibration_block* find_block(std::uint64_t id) const;
+    // The held reservations a yielding block waits for (empty otherwise).
+    std::vector<std::uint64_t> yielders(std::uint64_t block_id) const;
+    // The live block on a QPU in force at now, else the next to start.
+    std::optional<calibration_block> next_block(std::string_view qpu, std::int64_t now_ns) const;
+    // Housekeeping: yielding blocks whose time cleared become scheduled,
+    // those past their yield deadline are cleared by revocation (policy) or
+    // fail; scheduled blocks whose start passed start, started ones whose
+    // end passed end.  Returns how many changed.
+    result<std::size_t> settle_blocks(std::int64_t now_ns);
+    // The earliest block of duration_ns on qpu that fits anywhere from now
+    // (free time inside one window), as a slot; nullopt when none fits.
+    std::optional<candidate> earliest_block(std::string_view qpu, std::int64_t duration_ns,
+                                            std::int64_t now_ns);
+    // The calibration in force at t on qpu: the model of the last window
+    // starting at or before t, carried past its end; nullopt when none.
+    std::optional<double> predicted_fidelity(std::string_view qpu, std::int64_t t_ns) const;
 
     // A QPU's endpoint connection, as the daemon's QPU link sees it.  While
     // it is down, placement on that QPU starts no earlier than now +
@@ -464,6 +522,37 @@ private:
     error no_fit_error(const request& req, const std::vector<std::size_t>& qs,
                        std::int64_t now_ns) const;
 
+    // calibration blocks (ledger_blocks.cpp)
+    struct block_place;
+    std::optional<block_place> place_block(std::size_t q, std::int64_t d, std::int64_t from_ns,
+                                           std::int64_t until_ns) const;
+    // The first start in block b (live) that fits req, at or after from_ns.
+    std::optional<slot> block_fit(const calibration_block& b, std::int64_t from_ns,
+                                  const request& req) const;
+    result<const calibration_block*> block_for_job(std::string_view tenant, const request& req) const;
+    // The live block of q that holds t (start <= t < end), or nullptr.
+    const calibration_block* live_block_at(std::size_t q, std::int64_t t_ns) const;
+    // The first live block of q that overlaps [s, e), or nullptr.
+    const calibration_block* live_block_over(std::size_t q, std::int64_t s, std::int64_t e) const;
+    // Active reservations on q overlapping [s, e) that are not block b's own.
+    std::vector<std::uint64_t> overlapping(std::size_t q, std::int64_t s, std::int64_t e,
+                                           std::uint64_t block_id) const;
+    void set_block_state(calibration_block& b, block_state to, std::string_view why,
+                         std::int64_t now_ns);
+    void emit_block(std::string_view type, const calibration_block& b, std::int64_t now_ns);
+    // A block leaves the timeline (completed, cancelled, ended, failed): its
+    // time left is free again.
+    void end_block(calibration_block& b, block_state to, std::string_view why, std::int64_t now_ns);
+    // A held reservation in a yielding block's time was committed: the
+    // block cannot clear, it fails now.
+    void fail_blocks_of(const reservation& r, std::int64_t now_ns);
+    std::string earliest_block_text(std::size_t q, std::int64_t d, std::int64_t now_ns);
+    // A no_fit's words about the live blocks in the request's way.
+    std::string blocks_in_the_way(const request& req, const std::vector<std::size_t>& qs,
+                                  std::int64_t now_ns) const;
+    void touch_block(std::uint64_t id) { _dirty_blocks.push_back(id); }
+    void forget_blocks(std::int64_t before_ns);
+
     // mutation helpers (never fail)
     void advance(std::int64_t now_ns);
     void extend_periodic(qpu_state& qs, std::int64_t until_ns, std::int64_t now_ns);
@@ -478,6 +567,14 @@ private:
     bool holds_live(std::size_t q, const calibration_window& w) const;
     void occupy(std::size_t q, const reservation& r);
     void vacate(std::size_t q, const reservation& r);
+    // Free time: [s, e) leaves the gaps (occupy, a block placed); the free
+    // part of [s, e) -- inside windows, outside reservations and live
+    // blocks -- becomes gaps, merged with their neighbours in the same
+    // window (vacate, a block ended); and a new gap minus live blocks
+    // (rebuild_gaps, extend_periodic).
+    void carve(std::size_t q, std::int64_t s, std::int64_t e);
+    void free_interval(std::size_t q, std::int64_t s, std::int64_t e);
+    void add_free(std::size_t q, std::int64_t s, std::int64_t e);
     void rebuild_gaps(std::size_t q);
     void set_state(reservation& r, res_state to, std::string_view why, std::int64_t now_ns,
                    std::string_view ev_type);
@@ -549,6 +646,13 @@ private:
     std::set<std::pair<std::int64_t, std::uint64_t>> _leases;  // held: (lease expiry, id)
     std::uint64_t _next_id = 1;
     std::uint64_t _next_gang = 1;
+    // Calibration blocks, live and ended (until forgotten), their
+    // idempotency keys (tenant '\0' key -> id), and the ones changed by the
+    // operation under way (persist writes them).
+    std::unordered_map<std::uint64_t, calibration_block> _blocks;
+    std::unordered_map<std::string, std::uint64_t> _block_idem;
+    std::uint64_t _next_block = 1;
+    std::vector<std::uint64_t> _dirty_blocks;
     // Fencing tokens: drawn at random (draw_token), so that no tenant can
     // work one out from its own; a token is unique among the records held
     // (the value: how many hold it, the members of a gang share one).

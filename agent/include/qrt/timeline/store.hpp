@@ -70,8 +70,10 @@ using sqlite_stmt = sqlite_handle<sqlite3_stmt>;
 struct stored_state {
     std::vector<reservation> reservations;
     std::vector<std::pair<std::string, calibration_window>> windows;  // pushed QPUs only
+    std::vector<calibration_block> blocks;
     std::uint64_t next_id = 1;
     std::uint64_t next_gang = 1;
+    std::uint64_t next_block = 1;
     // meta "dispatch_mark": jobs starting up to here may have been handed to
     // a dispatch thread (ledger::extend_dispatch_mark); 0 after a clean
     // close, so a job whose start passed while the agent was down is known
@@ -81,7 +83,7 @@ struct stored_state {
 
 class store {
 public:
-    static constexpr int k_schema_version = 3;
+    static constexpr int k_schema_version = 4;
 
     // Opens or creates the database and applies pending migrations.
     static result<std::unique_ptr<store>> open(const std::string& path, int busy_timeout_ms = 2000);
@@ -101,7 +103,10 @@ public:
     status erase(std::uint64_t id);
     // The id counters (fencing tokens are drawn at random: no counter; a
     // "next_token" row of an older store is ignored).
-    status put_counters(std::uint64_t next_id, std::uint64_t next_gang);
+    status put_counters(std::uint64_t next_id, std::uint64_t next_gang, std::uint64_t next_block = 1);
+    // One calibration block row, by id.
+    status put_block(const calibration_block& b);
+    status erase_block(std::uint64_t id);
     // meta "dispatch_mark" (stored_state::dispatch_mark_ns), in the open
     // transaction: raised to mark_ns (never lowered: marks written out of
     // order keep the highest), or set to 0 with reset.
@@ -139,6 +144,8 @@ private:
     sqlite_stmt _put_window;
     sqlite_stmt _upsert_window;
     sqlite_stmt _erase_window;
+    sqlite_stmt _put_block;
+    sqlite_stmt _erase_block;
     sqlite_stmt _begin;
     sqlite_stmt _commit;
     sqlite_stmt _rollback;

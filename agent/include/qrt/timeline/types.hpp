@@ -121,6 +121,9 @@ struct request {
     // (jobs.submit's "shots", or its envelope's); 0: not stated (the
     // hand-over's default, 1000).
     std::uint32_t shots = 0;
+    // reserve and submit only: place it inside this calibration block (the
+    // block's own service; 0: outside every block, as every other job).
+    std::uint64_t block_id = 0;
 };
 
 // An immutable byte buffer that copies share.  A reservation is copied
@@ -185,9 +188,52 @@ struct reservation {
     std::int64_t sent_ns = 0;
     std::int64_t created_ns = 0;
     std::int64_t updated_ns = 0;
+    std::uint64_t block_id = 0;  // the calibration block it was placed in (0: none)
 
     std::int64_t end_ns() const noexcept { return start_ns + duration_ns; }
     bool operator==(const reservation&) const = default;
+};
+
+// ---------------------------------------------------- calibration blocks
+
+// A calibration block's state: the protocol's table (qrt/proto/protocol.hpp;
+// yielding, scheduled and started are live: a blackout in the timeline).
+using proto::block_state;
+using proto::is_live;
+inline std::optional<block_state> block_state_from_string(std::string_view s) noexcept {
+    return proto::block_state_from_string(s);
+}
+
+// calibration.request: time on one QPU for a calibration step, ending by
+// needed_by_ns (when the parameters in force go stale).
+struct block_request {
+    std::string qpu;
+    std::string step;
+    std::int64_t duration_ns = 0;
+    std::int64_t needed_by_ns = 0;
+    std::int32_t urgency = 0;  // above a held reservation's priority: it may be revoked (policy)
+};
+
+struct calibration_block {
+    std::uint64_t id = 0;
+    std::string tenant;  // the calibration service that asked
+    std::string qpu;
+    std::string step;
+    std::int64_t start_ns = 0;
+    std::int64_t duration_ns = 0;
+    std::int64_t needed_by_ns = 0;
+    std::int32_t urgency = 0;
+    std::uint64_t calibration_id = 0;  // the window it lies in
+    block_state state = block_state::scheduled;
+    std::string reason;
+    std::int64_t yield_deadline_ns = 0;  // yielding: when the holders' time is up
+    std::string idempotency_key;
+    std::int64_t created_ns = 0;
+    std::int64_t updated_ns = 0;
+
+    std::int64_t end_ns() const noexcept { return start_ns + duration_ns; }
+    bool overlaps(std::int64_t s, std::int64_t e) const noexcept { return start_ns < e && s < end_ns(); }
+    bool operator==(const calibration_block&) const = default;
 };
 
 struct candidate {
@@ -248,6 +294,13 @@ inline constexpr std::string_view calibration = "calibration";  // windows chang
 // reason: the connection's last error).
 inline constexpr std::string_view endpoint_down = "endpoint_down";
 inline constexpr std::string_view endpoint_up = "endpoint_up";
+// A calibration block was placed or cleared, started, ended (event::block
+// set, reservation_id 0); a held reservation is asked to yield to one
+// (reservation_id, tenant and event::block set).
+inline constexpr std::string_view calibration_scheduled = "calibration_scheduled";
+inline constexpr std::string_view calibration_started = "calibration_started";
+inline constexpr std::string_view calibration_ended = "calibration_ended";
+inline constexpr std::string_view yield_requested = "yield_requested";
 }  // namespace event_type
 
 struct event {
@@ -259,6 +312,14 @@ struct event {
     std::int64_t time_ns = 0;
     std::int64_t start_ns = 0;  // the reservation's start after the change
     res_state state = res_state::held;
+    // Calibration block events: the block as the change left it.  A yield
+    // request adds when the holder's time is up, the nearest free start
+    // for its reservation (0: none) and what happens at the deadline
+    // ("revoke" or "keep").
+    std::optional<calibration_block> block;
+    std::int64_t deadline_ns = 0;
+    std::int64_t free_start_ns = 0;
+    std::string at_deadline;
 };
 
 }  // namespace qrt::timeline

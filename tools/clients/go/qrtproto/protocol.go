@@ -178,7 +178,7 @@ var States = []State{
 	{Name: "released", Active: false, FinishesJob: false, Next: nil, Meaning: "released by its holder before a commit"},
 	{Name: "cancelled", Active: false, FinishesJob: false, Next: nil, Meaning: "cancelled by its tenant or an admin before its start"},
 	{Name: "missed", Active: false, FinishesJob: true, Next: nil, Meaning: "never sent: the start passed by more than the tolerance (reason says why)"},
-	{Name: "displaced", Active: false, FinishesJob: false, Next: nil, Meaning: "a calibration change or a preemption took its slot and it could not be re-placed"},
+	{Name: "displaced", Active: false, FinishesJob: false, Next: nil, Meaning: "a calibration change or a preemption took its slot and it could not be re-placed, or a calibration block revoked it (held only)"},
 	{Name: "sent", Active: false, FinishesJob: true, Next: nil, Meaning: "written on time to a write-only endpoint; no result can come back"},
 }
 
@@ -195,6 +195,36 @@ const (
 	StateMissed     = "missed"
 	StateDisplaced  = "displaced"
 	StateSent       = "sent"
+)
+
+// BlockState is a calibration block's state; Live ones are a blackout in
+// the timeline.
+type BlockState struct {
+	Name    string
+	Live    bool
+	Meaning string
+}
+
+// BlockStates is the agent's table, in its order.
+var BlockStates = []BlockState{
+	{Name: "yielding", Live: true, Meaning: "placed where held reservations sit; their holders were asked to yield (reservation.yield_requested) by yield_deadline_ns"},
+	{Name: "scheduled", Live: true, Meaning: "granted: its time is clear and no one else's job is placed there"},
+	{Name: "started", Live: true, Meaning: "its start passed: the QPU is calibrating"},
+	{Name: "completed", Live: false, Meaning: "closed by the calibration service with calibration.update (block_id); what was left of it is free again"},
+	{Name: "cancelled", Live: false, Meaning: "given back with calibration.cancel; what was left of it is free again"},
+	{Name: "ended", Live: false, Meaning: "its end passed without the service closing it"},
+	{Name: "failed", Live: false, Meaning: "a reservation asked to yield did not (it was committed, or kept past the deadline without revocation): the block never started; reason names the earliest block then"},
+}
+
+// The block states by name.
+const (
+	BlockStateYielding  = "yielding"
+	BlockStateScheduled = "scheduled"
+	BlockStateStarted   = "started"
+	BlockStateCompleted = "completed"
+	BlockStateCancelled = "cancelled"
+	BlockStateEnded     = "ended"
+	BlockStateFailed    = "failed"
 )
 
 // Method is a JSON-RPC method and the role it requires.
@@ -215,6 +245,9 @@ var Methods = []Method{
 	{Name: "qpus.list", Role: "reader"},
 	{Name: "calibration.get", Role: "reader"},
 	{Name: "calibration.update", Role: "calibration"},
+	{Name: "calibration.request", Role: "calibration"},
+	{Name: "calibration.cancel", Role: "calibration"},
+	{Name: "calibration.blocks", Role: "reader"},
 	{Name: "slots.query", Role: "reader"},
 	{Name: "slots.reserve", Role: "scheduler"},
 	{Name: "slots.heartbeat", Role: "scheduler"},
@@ -229,26 +262,29 @@ var Methods = []Method{
 
 // The methods by name.
 const (
-	MethodAgentHello        = "agent.hello"
-	MethodAgentStatus       = "agent.status"
-	MethodTelemetrySnapshot = "telemetry.snapshot"
-	MethodMetrics           = "metrics"
-	MethodTelemetryOutliers = "telemetry.outliers"
-	MethodEventsSubscribe   = "events.subscribe"
-	MethodEventsUnsubscribe = "events.unsubscribe"
-	MethodQpusList          = "qpus.list"
-	MethodCalibrationGet    = "calibration.get"
-	MethodCalibrationUpdate = "calibration.update"
-	MethodSlotsQuery        = "slots.query"
-	MethodSlotsReserve      = "slots.reserve"
-	MethodSlotsHeartbeat    = "slots.heartbeat"
-	MethodSlotsRelease      = "slots.release"
-	MethodJobsSubmit        = "jobs.submit"
-	MethodJobsStatus        = "jobs.status"
-	MethodJobsResult        = "jobs.result"
-	MethodJobsCancel        = "jobs.cancel"
-	MethodAuthChallenge     = "auth.challenge"
-	MethodAuthMunge         = "auth.munge"
+	MethodAgentHello         = "agent.hello"
+	MethodAgentStatus        = "agent.status"
+	MethodTelemetrySnapshot  = "telemetry.snapshot"
+	MethodMetrics            = "metrics"
+	MethodTelemetryOutliers  = "telemetry.outliers"
+	MethodEventsSubscribe    = "events.subscribe"
+	MethodEventsUnsubscribe  = "events.unsubscribe"
+	MethodQpusList           = "qpus.list"
+	MethodCalibrationGet     = "calibration.get"
+	MethodCalibrationUpdate  = "calibration.update"
+	MethodCalibrationRequest = "calibration.request"
+	MethodCalibrationCancel  = "calibration.cancel"
+	MethodCalibrationBlocks  = "calibration.blocks"
+	MethodSlotsQuery         = "slots.query"
+	MethodSlotsReserve       = "slots.reserve"
+	MethodSlotsHeartbeat     = "slots.heartbeat"
+	MethodSlotsRelease       = "slots.release"
+	MethodJobsSubmit         = "jobs.submit"
+	MethodJobsStatus         = "jobs.status"
+	MethodJobsResult         = "jobs.result"
+	MethodJobsCancel         = "jobs.cancel"
+	MethodAuthChallenge      = "auth.challenge"
+	MethodAuthMunge          = "auth.munge"
 )
 
 // EventMethod is the notification that carries events.
@@ -275,23 +311,31 @@ var Events = []Event{
 	{Name: "outlier", Tenant: false},
 	{Name: "qpu.endpoint_down", Tenant: false},
 	{Name: "qpu.endpoint_up", Tenant: false},
+	{Name: "calibration.scheduled", Tenant: false},
+	{Name: "calibration.started", Tenant: false},
+	{Name: "calibration.ended", Tenant: false},
+	{Name: "reservation.yield_requested", Tenant: true},
 }
 
 // The events by name.
 const (
-	EventReservationReserved  = "reservation.reserved"
-	EventReservationCommitted = "reservation.committed"
-	EventReservationReleased  = "reservation.released"
-	EventReservationCancelled = "reservation.cancelled"
-	EventReservationExpired   = "reservation.expired"
-	EventReservationReplaced  = "reservation.replaced"
-	EventReservationDisplaced = "reservation.displaced"
-	EventCalibrationChanged   = "calibration.changed"
-	EventJobDispatched        = "job.dispatched"
-	EventJobFinished          = "job.finished"
-	EventOutlier              = "outlier"
-	EventQpuEndpointDown      = "qpu.endpoint_down"
-	EventQpuEndpointUp        = "qpu.endpoint_up"
+	EventReservationReserved       = "reservation.reserved"
+	EventReservationCommitted      = "reservation.committed"
+	EventReservationReleased       = "reservation.released"
+	EventReservationCancelled      = "reservation.cancelled"
+	EventReservationExpired        = "reservation.expired"
+	EventReservationReplaced       = "reservation.replaced"
+	EventReservationDisplaced      = "reservation.displaced"
+	EventCalibrationChanged        = "calibration.changed"
+	EventJobDispatched             = "job.dispatched"
+	EventJobFinished               = "job.finished"
+	EventOutlier                   = "outlier"
+	EventQpuEndpointDown           = "qpu.endpoint_down"
+	EventQpuEndpointUp             = "qpu.endpoint_up"
+	EventCalibrationScheduled      = "calibration.scheduled"
+	EventCalibrationStarted        = "calibration.started"
+	EventCalibrationEnded          = "calibration.ended"
+	EventReservationYieldRequested = "reservation.yield_requested"
 )
 
 // qrtd(8), JOB PAYLOADS: a JSON object {"format": "qasm3", "shots": N,
@@ -326,6 +370,16 @@ func FinishesJob(state string) bool {
 	for _, s := range States {
 		if s.Name == state {
 			return s.FinishesJob
+		}
+	}
+	return false
+}
+
+// BlockIsLive says whether a calibration block in this state is a blackout.
+func BlockIsLive(state string) bool {
+	for _, b := range BlockStates {
+		if b.Name == state {
+			return b.Live
 		}
 	}
 	return false

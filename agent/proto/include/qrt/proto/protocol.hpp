@@ -2,7 +2,7 @@
 // Lookups over the protocol's one table (qrt/proto/table.hpp, generated from
 // agent/proto/protocol.toml): a reason's JSON-RPC code and qrtctl exit
 // status, a job outcome's row, a state's name and columns, the transitions
-// between states, roles and methods.  Header-only and constexpr, so the
+// between states, calibration block states, roles and methods.  Header-only and constexpr, so the
 // agent, the clients and the tools use the same answers, and the checks
 // below run at compile time.
 //
@@ -109,6 +109,23 @@ constexpr bool transition_allowed(state from, state to) noexcept {
     return (states[static_cast<std::size_t>(from)].next >> static_cast<unsigned>(to) & 1U) != 0;
 }
 
+// ---------------------------------------------- calibration blocks
+
+constexpr std::string_view to_string(block_state s) noexcept {
+    return block_states[static_cast<std::size_t>(s)].name;
+}
+
+constexpr std::optional<block_state> block_state_from_string(std::string_view name) noexcept {
+    const std::size_t i = index_in(block_states, name);
+    if (i == block_states.size()) {
+        return std::nullopt;
+    }
+    return static_cast<block_state>(i);
+}
+
+// yielding, scheduled, started: a blackout in the timeline.
+constexpr bool is_live(block_state s) noexcept { return block_states[static_cast<std::size_t>(s)].live; }
+
 // --------------------------------------------------- roles and methods
 
 constexpr std::string_view role_name(role r) noexcept {
@@ -167,6 +184,7 @@ static_assert(detail::app_codes_are_unique_and_in_range());
 static_assert(code_for_reason(reason::no_fit) == -32003);
 static_assert(transition_allowed(state::held, state::committed) &&
               !transition_allowed(state::completed, state::failed));
+static_assert(is_live(block_state::yielding) && is_live(block_state::started) && !is_live(block_state::ended));
 static_assert(finishes_job(state::sent), "a job on a write-only endpoint ends sent: job.finished goes out");
 
 }  // namespace qrt::proto

@@ -185,7 +185,7 @@ enum class state : std::uint8_t {
     released,  // released by its holder before a commit
     cancelled,  // cancelled by its tenant or an admin before its start
     missed,  // never sent: the start passed by more than the tolerance (reason says why)
-    displaced,  // a calibration change or a preemption took its slot and it could not be re-placed
+    displaced,  // a calibration change or a preemption took its slot and it could not be re-placed, or a calibration block revoked it (held only)
     sent,  // written on time to a write-only endpoint; no result can come back
 };
 
@@ -208,8 +208,38 @@ inline constexpr std::array<state_row, 11> states{{
     {"released", false, false, 0x000, "released by its holder before a commit"},
     {"cancelled", false, false, 0x000, "cancelled by its tenant or an admin before its start"},
     {"missed", false, true, 0x000, "never sent: the start passed by more than the tolerance (reason says why)"},
-    {"displaced", false, false, 0x000, "a calibration change or a preemption took its slot and it could not be re-placed"},
+    {"displaced", false, false, 0x000, "a calibration change or a preemption took its slot and it could not be re-placed, or a calibration block revoked it (held only)"},
     {"sent", false, true, 0x000, "written on time to a write-only endpoint; no result can come back"},
+}};
+// clang-format on
+
+// The state of a calibration block (calibration.request).  live: a blackout
+// in the timeline.  The order is the table's: append only.
+enum class block_state : std::uint8_t {
+    yielding,  // placed where held reservations sit; their holders were asked to yield (reservation.yield_requested) by yield_deadline_ns
+    scheduled,  // granted: its time is clear and no one else's job is placed there
+    started,  // its start passed: the QPU is calibrating
+    completed,  // closed by the calibration service with calibration.update (block_id); what was left of it is free again
+    cancelled,  // given back with calibration.cancel; what was left of it is free again
+    ended,  // its end passed without the service closing it
+    failed,  // a reservation asked to yield did not (it was committed, or kept past the deadline without revocation): the block never started; reason names the earliest block then
+};
+
+struct block_state_row {
+    std::string_view name;
+    bool live;  // a blackout in the timeline
+    std::string_view meaning;
+};
+
+// clang-format off
+inline constexpr std::array<block_state_row, 7> block_states{{
+    {"yielding", true, "placed where held reservations sit; their holders were asked to yield (reservation.yield_requested) by yield_deadline_ns"},
+    {"scheduled", true, "granted: its time is clear and no one else's job is placed there"},
+    {"started", true, "its start passed: the QPU is calibrating"},
+    {"completed", false, "closed by the calibration service with calibration.update (block_id); what was left of it is free again"},
+    {"cancelled", false, "given back with calibration.cancel; what was left of it is free again"},
+    {"ended", false, "its end passed without the service closing it"},
+    {"failed", false, "a reservation asked to yield did not (it was committed, or kept past the deadline without revocation): the block never started; reason names the earliest block then"},
 }};
 // clang-format on
 
@@ -218,7 +248,7 @@ enum class role : std::uint8_t {
     none = 0,  // no role required
     reader = 1U << 0,  // read the timeline, jobs, telemetry and events
     scheduler = 1U << 1,  // reserve slots and submit, cancel and read jobs of its tenant
-    calibration = 1U << 2,  // push calibration windows
+    calibration = 1U << 2,  // push calibration windows and ask for calibration blocks
     admin = 1U << 3,  // every method, on every tenant's objects
 };
 struct role_row {
@@ -238,7 +268,7 @@ struct method_row {
     std::string_view name;
     role required;
 };
-inline constexpr std::array<method_row, 20> methods{{
+inline constexpr std::array<method_row, 23> methods{{
     {"agent.hello", role::none},
     {"agent.status", role::reader},
     {"telemetry.snapshot", role::reader},
@@ -249,6 +279,9 @@ inline constexpr std::array<method_row, 20> methods{{
     {"qpus.list", role::reader},
     {"calibration.get", role::reader},
     {"calibration.update", role::calibration},
+    {"calibration.request", role::calibration},
+    {"calibration.cancel", role::calibration},
+    {"calibration.blocks", role::reader},
     {"slots.query", role::reader},
     {"slots.reserve", role::scheduler},
     {"slots.heartbeat", role::scheduler},
@@ -271,6 +304,9 @@ inline constexpr std::string_view events_unsubscribe = "events.unsubscribe";
 inline constexpr std::string_view qpus_list = "qpus.list";
 inline constexpr std::string_view calibration_get = "calibration.get";
 inline constexpr std::string_view calibration_update = "calibration.update";
+inline constexpr std::string_view calibration_request = "calibration.request";
+inline constexpr std::string_view calibration_cancel = "calibration.cancel";
+inline constexpr std::string_view calibration_blocks = "calibration.blocks";
 inline constexpr std::string_view slots_query = "slots.query";
 inline constexpr std::string_view slots_reserve = "slots.reserve";
 inline constexpr std::string_view slots_heartbeat = "slots.heartbeat";
@@ -290,7 +326,7 @@ struct event_row {
     std::string_view name;
     bool tenant;
 };
-inline constexpr std::array<event_row, 13> events{{
+inline constexpr std::array<event_row, 17> events{{
     {"reservation.reserved", true},
     {"reservation.committed", true},
     {"reservation.released", true},
@@ -304,6 +340,10 @@ inline constexpr std::array<event_row, 13> events{{
     {"outlier", false},
     {"qpu.endpoint_down", false},
     {"qpu.endpoint_up", false},
+    {"calibration.scheduled", false},
+    {"calibration.started", false},
+    {"calibration.ended", false},
+    {"reservation.yield_requested", true},
 }};
 namespace event {
 inline constexpr std::string_view reservation_reserved = "reservation.reserved";
@@ -319,6 +359,10 @@ inline constexpr std::string_view job_finished = "job.finished";
 inline constexpr std::string_view outlier = "outlier";
 inline constexpr std::string_view qpu_endpoint_down = "qpu.endpoint_down";
 inline constexpr std::string_view qpu_endpoint_up = "qpu.endpoint_up";
+inline constexpr std::string_view calibration_scheduled = "calibration.scheduled";
+inline constexpr std::string_view calibration_started = "calibration.started";
+inline constexpr std::string_view calibration_ended = "calibration.ended";
+inline constexpr std::string_view reservation_yield_requested = "reservation.yield_requested";
 }  // namespace event
 
 // qrtd(8), JOB PAYLOADS: a JSON object {"format": "qasm3", "shots": N,

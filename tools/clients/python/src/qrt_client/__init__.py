@@ -58,6 +58,8 @@ __all__ = [
     "REASONS",
     "Client",
     "ClientError",
+    "YieldRequest",
+    "yield_request",
     "QrtError",
     "RpcError",
     "exit_code_for_reason",
@@ -452,8 +454,36 @@ class Client:
             p["until_ns"] = int(until_ns)
         return self.call("calibration.get", p)["windows"]
 
-    def calibration_update(self, qpu: str, windows: list[dict[str, Any]]) -> dict[str, Any]:
-        return self.call("calibration.update", {"qpu": qpu, "windows": windows})
+    def calibration_update(self, qpu: str, windows: list[dict[str, Any]],
+                           block_id: int | None = None) -> dict[str, Any]:
+        """Replace a QPU's windows from now on; with block_id, also close
+        that calibration block (completed; the answer carries "block")."""
+        p: dict[str, Any] = {"qpu": qpu, "windows": windows}
+        if block_id is not None:
+            p["block_id"] = int(block_id)
+        return self.call("calibration.update", p)
+
+    # ------------------------------------------------- calibration blocks
+
+    def calibration_request(self, qpu: str, step: str, duration_ns: int, needed_by_ns: int,
+                            idempotency_key: str, urgency: int = 0) -> dict[str, Any]:
+        """Ask for a calibration block (qrtd(8), CALIBRATION BLOCKS): the
+        block (block_id, state "scheduled" or "yielding", start_ns, end_ns,
+        predicted_fidelity_at_needed_by, ...).  When needed_by cannot be
+        met, RpcError reason "no_fit" whose data holds "earliest" (the
+        earliest block, or None) and "predicted_fidelity_at_needed_by"."""
+        return self.call("calibration.request", {
+            "qpu": qpu, "step": step, "duration_ns": int(duration_ns),
+            "needed_by_ns": int(needed_by_ns), "urgency": int(urgency),
+            "idempotency_key": idempotency_key})
+
+    def calibration_cancel(self, block_id: int) -> dict[str, Any]:
+        """Give a live calibration block back (state "cancelled")."""
+        return self.call("calibration.cancel", {"block_id": int(block_id)})
+
+    def calibration_blocks(self, qpu: str | None = None) -> list[dict[str, Any]]:
+        """The calibration blocks qrtd holds (of one QPU), by start."""
+        return self.call("calibration.blocks", {"qpu": qpu} if qpu else {})["blocks"]
 
     @staticmethod
     def _request(duration_ns: int, qpus: list[str] | None, not_before_ns: int | None,
@@ -491,15 +521,20 @@ class Client:
                       qpus: list[str] | None = None, not_before_ns: int | None = None,
                       deadline_ns: int | None = None, priority: int | None = None,
                       min_fidelity: float | None = None, lease_ns: int | None = None,
-                      gang_size: int | None = None) -> dict[str, Any]:
+                      gang_size: int | None = None,
+                      block_id: int | None = None) -> dict[str, Any]:
         """A held reservation (reservation_id, fencing_token, start_ns, ...).
-        The same idempotency_key returns the same reservation."""
+        The same idempotency_key returns the same reservation.  block_id:
+        inside that calibration block (the block's tenant, calibration
+        role)."""
         p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
         p["idempotency_key"] = idempotency_key
         if lease_ns is not None:
             p["lease_ns"] = int(lease_ns)
         if gang_size is not None:
             p["gang_size"] = int(gang_size)
+        if block_id is not None:
+            p["block_id"] = int(block_id)
         return self.call("slots.reserve", p)
 
     def slots_heartbeat(self, reservation_id: int, fencing_token: int) -> dict[str, Any]:
@@ -510,15 +545,17 @@ class Client:
         return self.call("slots.release", {"reservation_id": reservation_id,
                                            "fencing_token": fencing_token})
 
-    def jobs_submit(self, payload: bytes | str, reservation_id: int | None = None,
+    def jobs_submit(self, payload: bytes, reservation_id: int | None = None,
                     fencing_token: int | None = None, duration_ns: int | None = None,
                     idempotency_key: str | None = None,
                     qpus: list[str] | None = None, not_before_ns: int | None = None,
                     deadline_ns: int | None = None, priority: int | None = None,
-                    min_fidelity: float | None = None) -> dict[str, Any]:
+                    min_fidelity: float | None = None,
+                    block_id: int | None = None) -> dict[str, Any]:
         """Commit payload into a held reservation (reservation_id +
         fencing_token), or place and commit in one step (duration_ns +
-        idempotency_key + request fields)."""
+        idempotency_key + request fields; block_id: inside that calibration
+        block, for the block's own calibration service)."""
         if isinstance(payload, str):
             payload = payload.encode()
         encoded = base64.b64encode(bytes(payload)).decode("ascii")
@@ -534,6 +571,8 @@ class Client:
         p = self._request(duration_ns, qpus, not_before_ns, deadline_ns, priority, min_fidelity)
         p["idempotency_key"] = idempotency_key
         p["payload"] = encoded
+        if block_id is not None:
+            p["block_id"] = int(block_id)
         return self.call("jobs.submit", p)
 
     def jobs_status(self, job_id: int) -> dict[str, Any]:
@@ -589,7 +628,48 @@ class Client:
             yield ev
 
 
-def _slot_span(reservation: dict[str, Any]) -> tuple[int, int]:
+class YieldRequest:
+    """A reservation.yield_requested event, read: qrtd asks the holder of a
+    held reservation to give its time to a calibration block by deadline_ns
+    (qrtd(8), CALIBRATION BLOCKS).  Release it, or move: reserve again at
+    or after free_start_ns (0: no free start known) and release it.
+    at_deadline says what happens otherwise: "revoke" (the reservation is
+    displaced, its fencing token dead) or "keep"."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        block = data.get("block") or {}
+        self.reservation_id: int = int(data["reservation_id"])
+        self.qpu: str = str(data.get("qpu", ""))
+        self.start_ns: int = int(data.get("start_ns", 0))
+        self.deadline_ns: int = int(data["deadline_ns"])
+        self.free_start_ns: int = int(data.get("free_start_ns", 0))
+        self.at_deadline: str = str(data.get("at_deadline", "keep"))
+        self.reason: str = str(data.get("reason", ""))
+        self.block: dict[str, Any] = dict(block)
+        self.block_id: int = int(block.get("block_id", 0))
+        self.block_start_ns: int = int(block.get("start_ns", 0))
+        self.block_end_ns: int = int(block.get("end_ns", 0))
+        self.step: str = str(block.get("step", ""))
+
+    def __repr__(self) -> str:
+        return (f"YieldRequest(reservation_id={self.reservation_id}, qpu={self.qpu!r}, "
+                f"block_id={self.block_id}, deadline_ns={self.deadline_ns}, "
+                f"free_start_ns={self.free_start_ns}, at_deadline={self.at_deadline!r})")
+
+
+_YIELD_EVENT = "reservation.yield_requested"
+assert _YIELD_EVENT in _protocol.EVENTS
+
+
+def yield_request(event: dict[str, Any]) -> YieldRequest | None:
+    """The YieldRequest an event (Client.next_event's {"seq", "type",
+    "data"}) carries, or None for any other event."""
+    if not isinstance(event, dict) or event.get("type") != _YIELD_EVENT:
+        return None
+    return YieldRequest(event.get("data") or {})
+
+
+def _slot_span(reservation: dict[str, Any]) -> tuple:
     """(start_ns, end_ns) of a slots.reserve result (a gang: its first member)."""
     m = reservation["gang"][0] if "gang" in reservation else reservation
     return (int(m["start_ns"]), int(m["end_ns"]))

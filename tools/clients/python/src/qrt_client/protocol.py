@@ -276,12 +276,33 @@ STATES: tuple[State, ...] = (
     State("released", False, False, (), "released by its holder before a commit"),
     State("cancelled", False, False, (), "cancelled by its tenant or an admin before its start"),
     State("missed", False, True, (), "never sent: the start passed by more than the tolerance (reason says why)"),
-    State("displaced", False, False, (), "a calibration change or a preemption took its slot and it could not be re-placed"),
+    State("displaced", False, False, (), "a calibration change or a preemption took its slot and it could not be re-placed, or a calibration block revoked it (held only)"),
     State("sent", False, True, (), "written on time to a write-only endpoint; no result can come back"),
 )
 ACTIVE_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.active)
 TERMINAL_STATES: frozenset[str] = frozenset(s.name for s in STATES if not s.active)
 FINISHING_STATES: frozenset[str] = frozenset(s.name for s in STATES if s.finishes_job)
+
+
+# ---- calibration blocks
+
+
+class BlockState(NamedTuple):
+    name: str
+    live: bool  # a blackout in the timeline
+    meaning: str
+
+
+BLOCK_STATES: Tuple[BlockState, ...] = (
+    BlockState("yielding", True, "placed where held reservations sit; their holders were asked to yield (reservation.yield_requested) by yield_deadline_ns"),
+    BlockState("scheduled", True, "granted: its time is clear and no one else's job is placed there"),
+    BlockState("started", True, "its start passed: the QPU is calibrating"),
+    BlockState("completed", False, "closed by the calibration service with calibration.update (block_id); what was left of it is free again"),
+    BlockState("cancelled", False, "given back with calibration.cancel; what was left of it is free again"),
+    BlockState("ended", False, "its end passed without the service closing it"),
+    BlockState("failed", False, "a reservation asked to yield did not (it was committed, or kept past the deadline without revocation): the block never started; reason names the earliest block then"),
+)
+LIVE_BLOCK_STATES: FrozenSet[str] = frozenset(b.name for b in BLOCK_STATES if b.live)
 
 # ---- roles, methods, events
 
@@ -297,6 +318,9 @@ METHODS: dict[str, str] = {  # method -> the role it requires
     "qpus.list": "reader",
     "calibration.get": "reader",
     "calibration.update": "calibration",
+    "calibration.request": "calibration",
+    "calibration.cancel": "calibration",
+    "calibration.blocks": "reader",
     "slots.query": "reader",
     "slots.reserve": "scheduler",
     "slots.heartbeat": "scheduler",
@@ -323,6 +347,10 @@ EVENTS: dict[str, bool] = {  # event -> sent to its tenant only
     "outlier": False,
     "qpu.endpoint_down": False,
     "qpu.endpoint_up": False,
+    "calibration.scheduled": False,
+    "calibration.started": False,
+    "calibration.ended": False,
+    "reservation.yield_requested": True,
 }
 
 # ---- the job envelope

@@ -273,6 +273,46 @@ func TestRealClusterAClaimTakesQPUBWhenQPUACannotGiveASlotBeforeItsDeadline(t *t
 	}
 }
 
+// A calibration block on QPU A: the driver taints A's device NoSchedule
+// for the block (from BindingCheck + PodStart before it), so the
+// prioritized list "A, else B" takes B, though A's backlog is nothing; the
+// taint is gone after the block.
+func TestRealClusterACalibrationBlockOnQPUATaintsItAndTheClaimTakesQPUB(t *testing.T) {
+	e := realCluster(t)
+	a := e.addNode("qpu-node-ka", "ka", pushed, "qpu-a")
+	b := e.addNode("qpu-node-kb", "kb", periodic, "qpu-b")
+	e.namespace("calib")
+	base := a.lab.windowFromNow(t, "qpu-a", 1, 10*time.Minute)
+	waitFor(t, "QPU A free now", 30*time.Second, func() bool {
+		return intOf(a.slice()["qpu-a"], "backlogMs") == 0
+	})
+	blk := a.lab.requestBlock(t, "qpu-a", "k8s", 20*time.Second, base.Add(30*time.Second))
+	if blk.State != "scheduled" {
+		t.Fatalf("block %+v", blk)
+	}
+	waitFor(t, "the calibration taint on QPU A", 30*time.Second, func() bool {
+		tt := taintOf(a.slice()["qpu-a"], TaintCalibration)
+		return tt != nil && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule
+	})
+	if intOf(a.slice()["qpu-a"], "backlogMs") >= 60000 {
+		t.Fatalf("QPU A's backlog excludes it anyway: the taint would prove nothing")
+	}
+	params := slotParams(`"duration":"20ms","notBefore":"3s","deadline":"60s"`)
+	e.templateOf("calib", "a-else-b", e.firstAvailableSpec(params))
+	pod := e.createPod(podWith("calib", "job", "", "a-else-b"))
+	n, _, took := e.waitRunning(pod, podStart, a, b)
+	got := e.claimOf(pod).Status.Allocation.Devices.Results[0].Request
+	t.Logf("QPU A calibrating from %s: Running on %s (request %s) in %v", rfc(time.Unix(0, blk.StartNS)), n.name, got,
+		took.Round(time.Millisecond))
+	if n != b || got != "qpu/qpu-b" {
+		t.Fatalf("the claim went to %s as %s, want %s as qpu/qpu-b", n.name, got, b.name)
+	}
+	waitFor(t, "the calibration taint gone from QPU A after the block", time.Until(time.Unix(0, blk.EndNS))+30*time.Second,
+		func() bool {
+			return time.Now().UnixNano() >= blk.EndNS && taintOf(a.slice()["qpu-a"], TaintCalibration) == nil
+		})
+}
+
 // startGangController runs the gang controller under the deploy's
 // ServiceAccount qrt-dra-gang-controller until the test ends.
 func (e *e2e) startGangController() {

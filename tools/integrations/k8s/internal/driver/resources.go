@@ -27,6 +27,20 @@ type QPU struct {
 	CalibrationID uint64      `json:"calibration_id"` // MaxUint64: none yet
 	MinLeadNS     int64       `json:"min_lead_ns"`
 	Device        *DeviceInfo `json:"device"`
+	// The live calibration block in force, else the next (nil: none):
+	// qrtd(8), CALIBRATION BLOCKS.
+	CalibrationBlock *CalibrationBlock `json:"calibration_block"`
+}
+
+// CalibrationBlock is a calibration block as qrtd shows it (qpus.list,
+// the calibration.* events, reservation.yield_requested).
+type CalibrationBlock struct {
+	BlockID uint64 `json:"block_id"`
+	QPU     string `json:"qpu"`
+	Step    string `json:"step"`
+	State   string `json:"state"`
+	StartNS int64  `json:"start_ns"`
+	EndNS   int64  `json:"end_ns"`
 }
 
 // DeviceInfo: the QPU's facts, when qrtd.toml gives them.
@@ -53,6 +67,9 @@ type resourcesState struct {
 	taints    map[string][]resourceapi.DeviceTaint // device name -> the driver's own taints
 	published *resourceslice.DriverResources
 	changed   chan struct{} // health watchers wake on a change
+	// The next time a calibration block's taint goes on or off (0: none
+	// known): PublishLoop publishes again then.
+	nextTaintChange int64
 }
 
 // DeviceName is the DRA device of a QPU: a DNS label (lower case,
@@ -119,6 +136,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 	}
 	d.res.mu.Unlock()
 	var devices []resourceapi.Device
+	var nextChange int64
 	for _, q := range list.QPUs {
 		var cal struct {
 			Windows []window `json:"windows"`
@@ -154,6 +172,23 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 		} else {
 			delete(downSince, name)
 		}
+		// NoSchedule for a live calibration block, from when a claim
+		// allocated now would run inside it (the binding check and the
+		// pod's start ahead of it) to its end: new claims go to another
+		// QPU, or wait.  The taint's time is the block's start.
+		if b := q.CalibrationBlock; b != nil && qrtproto.BlockIsLive(b.State) && now < b.EndNS {
+			from := b.StartNS - d.taintLead().Nanoseconds()
+			if now >= from {
+				since := metav1.NewTime(time.Unix(0, b.StartNS).Truncate(time.Second))
+				dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintCalibration,
+					Value: fmt.Sprintf("%s.block-%d", DeviceName(q.Name), b.BlockID),
+					Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &since})
+				taints[name] = dev.Taints
+				nextChange = earliest(nextChange, b.EndNS)
+			} else {
+				nextChange = earliest(nextChange, from)
+			}
+		}
 		if d.cfg.BindingConditions {
 			// The scheduler holds the pod until the controller reserved
 			// (binding.go).  The slice is the node's: BindsToNode is not
@@ -173,6 +208,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 	d.res.health = health
 	d.res.downSince = downSince
 	d.res.taints = taints
+	d.res.nextTaintChange = nextChange
 	d.res.mu.Unlock()
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
@@ -182,6 +218,25 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 // TaintEndpointDown is the driver's taint (NoSchedule, the value the QPU's
 // name) on a device while qrtd's link to the QPU's endpoint is down.
 const TaintEndpointDown = DriverName + "/endpoint-down"
+
+// TaintCalibration is the driver's taint (NoSchedule, the value
+// "<device>.block-<block id>") on a device from taintLead before a
+// calibration block qrtd granted until its end.
+const TaintCalibration = DriverName + "/calibration"
+
+// taintLead: how long before a calibration block its taint goes on -- the
+// time from a claim's allocation to its pod running (the scheduler's
+// binding check and the pod's start), so that a claim allocated now is not
+// given a QPU that calibrates when its pod runs.
+func (d *Driver) taintLead() time.Duration { return d.cfg.BindingCheck + d.cfg.PodStart }
+
+// earliest of two times, 0 meaning none.
+func earliest(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
 
 // backlogSteps are the values the attribute backlogMs takes: the wait is
 // rounded down to one of them, so that the slice changes when the wait
@@ -348,23 +403,44 @@ func (d *Driver) PublishLoop(ctx context.Context, p Publisher, kick, calibration
 	}
 	publish(true)
 	for {
+		// A calibration block's taint goes on or off at a time of its own:
+		// publish then, not a poll later.
+		var at <-chan time.Time
+		var timer *time.Timer
+		d.res.mu.Lock()
+		next := d.res.nextTaintChange
+		d.res.mu.Unlock()
+		if next != 0 {
+			wait := time.Duration(next-d.cfg.Now().UnixNano()) + time.Millisecond
+			timer = time.NewTimer(max(wait, 0))
+			at = timer.C
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-calibration:
 			publish(false)
 		case <-kick:
 			publish(true)
 		case <-t.C:
 			publish(false)
+		case <-at:
+			publish(false)
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
 
 // EventLoop is the driver's one subscription to qrtd's events, until ctx
-// ends: calibration.changed (signalled on calibration: the slice is
-// published again) and, as a delegate, job.finished of every tenant it
-// books for, relayed to the claim sockets whose reservation it is.  It
+// ends: calibration.changed and the calibration blocks' events (signalled
+// on calibration: the slice is published again) and, as a delegate,
+// job.finished of every tenant it books for, relayed to the claim sockets
+// whose reservation it is, and reservation.yield_requested, written into
+// the claim's status (recordYield).  It
 // subscribes again (every Poll) while qrtd is away, and signals
 // calibration then: what changed meanwhile was not pushed.
 func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
@@ -377,7 +453,9 @@ func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
 	}
 	failed := false
 	for ctx.Err() == nil {
-		events, err := d.client.Subscribe(ctx, []string{qrtproto.EventCalibrationChanged, qrtproto.EventJobFinished}, true)
+		events, err := d.client.Subscribe(ctx, []string{qrtproto.EventCalibrationChanged, qrtproto.EventJobFinished,
+			qrtproto.EventCalibrationScheduled, qrtproto.EventCalibrationStarted, qrtproto.EventCalibrationEnded,
+			qrtproto.EventReservationYieldRequested}, true)
 		if err != nil {
 			if !failed {
 				logger.Info("Cannot subscribe to qrtd's events (retrying every --poll): the slice is published every --poll, claim sockets hear no job.finished", "err", err)
@@ -397,10 +475,13 @@ func (d *Driver) EventLoop(ctx context.Context, calibration chan<- struct{}) {
 		signal()
 		for ev := range events {
 			switch ev.Type {
-			case qrtproto.EventCalibrationChanged:
+			case qrtproto.EventCalibrationChanged, qrtproto.EventCalibrationScheduled,
+				qrtproto.EventCalibrationStarted, qrtproto.EventCalibrationEnded:
 				signal()
 			case qrtproto.EventJobFinished:
 				d.relayFinished(ev)
+			case qrtproto.EventReservationYieldRequested:
+				d.recordYield(ctx, ev)
 			}
 		}
 	}
