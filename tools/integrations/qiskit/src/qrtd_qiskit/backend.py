@@ -28,6 +28,7 @@ ENVELOPE_FORMAT = protocol.ENVELOPE_FORMAT
 RESULT_FORMAT = protocol.ENVELOPE_RESULT_FORMAT
 MAX_CIRCUITS = protocol.ENVELOPE_MAX_CIRCUITS  # per job, as qrtd and qpu-aer take them
 DEFAULT_DURATION_NS = 5_000_000
+MEAS_CLASSIFIED = 2  # qiskit's MeasLevel.CLASSIFIED: counts
 
 # qrtd's reservation states -> Qiskit's job status.
 _STATUS = {
@@ -135,7 +136,9 @@ class QrtdBackend(BackendV2):
     CLOCK_REALTIME ns), min_fidelity, priority, seed_simulator (carried to
     an executing endpoint), reservation_id and fencing_token (submit into a
     held reservation; default $QRT_RESERVATION_ID / $QRT_FENCING_TOKEN, as a
-    Slurm step has them)."""
+    Slurm step has them), block_id (inside that calibration block: the
+    calibration service's own experiments, qrtd(8) CALIBRATION BLOCKS),
+    meas_level (2 only: counts, as qiskit-experiments passes it)."""
 
     def __init__(self, qpu: Optional[str] = None, socket: Optional[str] = None,
                  client: Optional[qrt_client.Client] = None, timeout: float = 10.0,
@@ -192,7 +195,7 @@ class QrtdBackend(BackendV2):
     def _default_options(cls) -> Options:
         return Options(shots=1024, memory=False, duration_ns=DEFAULT_DURATION_NS, not_before_ns=None,
                        deadline_ns=None, min_fidelity=None, priority=None, seed_simulator=None,
-                       reservation_id=None, fencing_token=None)
+                       reservation_id=None, fencing_token=None, block_id=None, meas_level=MEAS_CLASSIFIED)
 
     def run(self, run_input: Union[QuantumCircuit, List[QuantumCircuit]], **options: Any) -> "QrtdJob":
         circuits = [run_input] if isinstance(run_input, QuantumCircuit) else list(run_input)
@@ -203,6 +206,9 @@ class QrtdBackend(BackendV2):
         opt = dict(self.options.__dict__)
         opt.update(options)
         shots = opt["shots"]
+        if int(opt["meas_level"]) != MEAS_CLASSIFIED:
+            raise QrtdError("invalid_argument", f"run: meas_level = {opt['meas_level']!r}: qrtd's endpoints answer "
+                                                f"counts only (meas_level {MEAS_CLASSIFIED})")
         # Refused here, before qrtd is asked: what the target cannot take.
         if not circuits or len(circuits) > MAX_CIRCUITS:
             raise QrtdError("invalid_argument", f"run: give 1..{MAX_CIRCUITS} circuits, got {len(circuits)}")
@@ -233,7 +239,7 @@ class QrtdBackend(BackendV2):
         else:
             params = {"duration_ns": int(opt["duration_ns"]), "qpus": [self.qpu],
                       "idempotency_key": "qiskit-" + uuid.uuid4().hex}
-            for k in ("not_before_ns", "deadline_ns", "priority"):
+            for k in ("not_before_ns", "deadline_ns", "priority", "block_id"):
                 if opt[k] is not None:
                     params[k] = int(opt[k])
             if opt["min_fidelity"] is not None:
