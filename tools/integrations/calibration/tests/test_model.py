@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from qrt_calibration.model import NS_PER_S, Model, Point, fit, reference_fidelity
+from qrt_calibration.model import NS_PER_S, Model, Point, crossing, fit, reference_fidelity
 
 
 def test_fit_recovers_an_exponential_decay():
@@ -16,12 +16,17 @@ def test_fit_recovers_an_exponential_decay():
     assert m.tau_ns / NS_PER_S == pytest.approx(tau_s, rel=1e-6)
 
 
-def test_fit_carries_f0_back_to_the_window_start():
-    # The first check comes 100 s after the window opened.
-    pts = [Point(int(a * NS_PER_S), 0.99 * math.exp(-a / 1000.0)) for a in (100, 400, 900)]
+def test_fit_meets_the_latest_measurement_of_a_steepening_decay():
+    # A coherent over-rotation: cos^2 of a growing angle, slow then fast.
+    pts = [Point(int(a * NS_PER_S), math.cos(0.01 * a) ** 2) for a in (0, 10, 20, 30, 40)]
     m = fit(pts, None)
-    assert m.f0 == pytest.approx(0.99, rel=1e-9)
-    assert m.tau_ns / NS_PER_S == pytest.approx(1000.0, rel=1e-6)
+    assert m.f0 == pytest.approx(1.0)
+    assert m.at(40 * NS_PER_S) == pytest.approx(math.cos(0.4) ** 2, rel=1e-6)
+    # The recent slope crosses a threshold sooner than the model does.
+    c = crossing(pts, 0.8)
+    assert c is not None and c < m.age_below(0.8)
+    assert crossing(pts, 0.9) == 40 * NS_PER_S   # below already
+    assert crossing(pts[:1], 0.5) is None
 
 
 def test_one_point_takes_the_prior_decay_and_none_the_prior_itself():
@@ -33,6 +38,7 @@ def test_one_point_takes_the_prior_decay_and_none_the_prior_itself():
 
 def test_no_decay_seen_is_no_drift():
     assert fit([Point(0, 0.9), Point(NS_PER_S, 0.95)], None) == Model(0.9, 0)
+    assert fit([Point(0, 0.9), Point(NS_PER_S, 0.95)], Model(0.8, 5)) == Model(0.9, 5)
 
 
 def test_age_below_threshold():

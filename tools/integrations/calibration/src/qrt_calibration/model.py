@@ -73,33 +73,51 @@ def clamp_fidelity(f: float) -> float:
 
 
 def fit(points: Sequence[Point], prior: Model | None) -> Model | None:
-    """The model of a window from its measurements.
-
-    f0 is the first measurement (the freshest after the calibration); tau is
-    the least-squares fit of ln(f0 / F_i) = age_i / tau through it over the
-    later ones (weighted as the fit weighs them: later ages count more,
-    which is where the threshold is crossed).  With one measurement, tau is
-    the prior's (the last window's fit: the drift is taken to repeat); with
-    none, the prior itself.  A decay that does not show (no later
-    measurement lower than f0) is tau 0: no drift known."""
+    """The model of a window from its measurements, through the first and
+    the latest: f0 is the first (the freshest after the calibration, taken
+    at the window's start), tau makes f0 * exp(-age / tau) meet the latest,
+    so qrtd's prediction always agrees with the last thing measured (a
+    coherent drift decays slowly at first and faster later: a fit over all
+    points would lag behind it).  With one measurement, or no decay seen yet
+    (within noise: less than 0.2 %), tau is the prior's (the last window's:
+    the drift is taken to repeat), else 0, no drift known; with none, the
+    prior itself."""
     if not points:
         return prior
     pts = sorted(points, key=lambda p: p.age_ns)
-    first = pts[0]
-    f0 = clamp_fidelity(first.fidelity)
-    later = [p for p in pts[1:] if p.age_ns > first.age_ns]
-    if not later:
-        return Model(f0, prior.tau_ns if prior else 0)
-    # Ages from the first measurement, so that f0 is where the line starts.
-    num = 0.0
-    den = 0.0
-    for p in later:
-        a = (p.age_ns - first.age_ns) / NS_PER_S
-        num += a * a
-        den += a * math.log(f0 / clamp_fidelity(p.fidelity))
+    f0 = clamp_fidelity(pts[0].fidelity)
+    last = pts[-1]
+    fallback = Model(f0, prior.tau_ns if prior else 0)
+    if len(pts) < 2 or last.age_ns <= 0:
+        return fallback
+    drop = math.log(f0 / clamp_fidelity(last.fidelity))
+    if drop < 0.002:
+        return fallback
+    return Model(f0, max(1, int(last.age_ns / drop)))
+
+
+def crossing(points: Sequence[Point], threshold: float, recent: int = 3) -> int | None:
+    """The age at which the recent measurements, extrapolated, fall below
+    threshold: the slope of ln F over the last `recent` points (least
+    squares) from the latest on; the latest's age when it is below already;
+    None without a decay.  Earlier than the model's own crossing while the
+    decay steepens."""
+    pts = sorted(points, key=lambda p: p.age_ns)[-recent:]
+    if not pts:
+        return None
+    last = pts[-1]
+    if last.fidelity < threshold:
+        return last.age_ns
+    if len(pts) < 2:
+        return None
+    xs = [p.age_ns / NS_PER_S for p in pts]
+    ys = [math.log(clamp_fidelity(p.fidelity)) for p in pts]
+    mx = sum(xs) / len(xs)
+    my = sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
     if den <= 0.0:
-        return Model(f0, 0)
-    tau_s = num / den
-    # Carried back to the window's start: f0 * exp(first.age / tau).
-    f_start = clamp_fidelity(f0 * math.exp(first.age_ns / NS_PER_S / tau_s))
-    return Model(f_start, max(1, int(tau_s * NS_PER_S)))
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den
+    if slope >= 0.0:
+        return None
+    return last.age_ns + int(math.log(clamp_fidelity(last.fidelity) / threshold) / -slope * NS_PER_S)

@@ -7,11 +7,13 @@ Each pass (every check_interval_s):
    unknown until the first checks: f0 1, tau 0).
 2. The cheap checks of every step, as ordinary jobs.  Their measurements give
    the reference fidelity now (model.reference_fidelity); the window's
-   points give its model (model.fit), pushed to qrtd (calibration.update of
+   points give its model (model.fit: through the first and the latest
+   measurement), pushed to qrtd (calibration.update of
    the same window, f0 and tau_ns) whenever it moved, so that min_fidelity
    placement uses what was measured.
 3. needed_by: the earliest of the window's end, each step's last run plus
-   its staleness timeout, the time the model falls below threshold, and,
+   its staleness timeout, the time the model, or the trend of the last
+   measurements (model.crossing), falls below threshold, and,
    for a check out of spec, now plus the block and out_of_spec_grace_s.
    Within request_lead_s of it, a calibration.request for the due steps
    (the block's step is their names joined by "/").  A no_fit answer's
@@ -225,6 +227,10 @@ class Service:
         if age is not None:
             candidates.append((w.valid_from_ns + age, [s.name for s in self.steps],
                                f"the predicted fidelity falls below {self.s.threshold}"))
+        trend = M.crossing(st.points, self.s.threshold)
+        if trend is not None:
+            candidates.append((w.valid_from_ns + trend, [s.name for s in self.steps],
+                               f"the measured fidelity's trend falls below {self.s.threshold}"))
         t = min(c[0] for c in candidates)
         due: list[str] = []
         whys: list[str] = []
