@@ -52,8 +52,8 @@ READOUT_PER_HOUR = 0.15     # the discriminator drifts 0.15 half-separations an 
 THRESHOLD = 0.85
 DEPTH = 16
 SHOTS = 2000
-USER_EVERY_S = 3.0
-BOOK_AHEAD_S = 6.0
+USER_EVERY_S = 2.0          # a 50 ms job every 2 s: a 1.5 s block fits only between two
+BOOK_AHEAD_S = 15.0         # booked this far ahead: committed before the block is asked for
 DEADLINE_S = 240
 
 QPU = """
@@ -174,7 +174,7 @@ class Loop(unittest.TestCase):
                 c.close()
         if not base.wait_for(up, 30):
             raise RuntimeError("qrtd or its endpoint did not come up: " + cls.tail("qrtd"))
-        env = dict(os.environ, PYTHONPATH=DRIFT_DIR)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (DRIFT_DIR, os.environ.get("PYTHONPATH")) if p))
         cls.start("qrt-calibration", [sys.executable, "-m", "qrt_calibration", "run", "-c",
                                       os.path.join(cls.dir, "calibration.toml"), "--events", cls.events], env=env)
         cls.client = qrt_client.Client(cls.sock, timeout=10)
@@ -198,7 +198,7 @@ class Loop(unittest.TestCase):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-        if getattr(cls, "dir", None):
+        if getattr(cls, "dir", None) and not os.environ.get("QRT_KEEP_TEST_DIR"):
             shutil.rmtree(cls.dir, ignore_errors=True)
         base.E2E.tearDownClass.__func__(cls)
 
@@ -229,8 +229,11 @@ class Loop(unittest.TestCase):
         while time.monotonic() < give_up:
             self.assertIsNone(self.procs[-1].poll(), "qrt-calibration exited: " + self.tail("qrt-calibration"))
             if time.monotonic() >= next_user:
+                # The first at once (the error before drift), the others booked ahead.
+                ahead = int(BOOK_AHEAD_S * S) if jobs else 0
                 jobs.append(self.backend.run(fixed_circuit(), shots=SHOTS, seed_simulator=9, duration_ns=S // 20,
-                                             not_before_ns=time.time_ns() + int(BOOK_AHEAD_S * S)))
+                                             not_before_ns=time.time_ns() + ahead))
+                jobs[-1].acked_ns = time.time_ns()
                 next_user += USER_EVERY_S
             done = self.service_events("calibrated")
             if done and calibrated is None:
@@ -250,7 +253,7 @@ class Loop(unittest.TestCase):
             st = self.client.jobs_status(j.qrtd_job_id)
             self.assertEqual(st["state"], "completed", st)
             runs.append((int(st["start_ns"]), int(st["end_ns"]), int(st["calibration_id"]),
-                         error_of(r.get_counts())))
+                         error_of(r.get_counts()), j.acked_ns, int(j.ack["start_ns"]), int(j.ack["end_ns"])))
         runs.sort()
         old_id = calibrated["previous"]
         new_id = calibrated["calibration_id"]
@@ -269,18 +272,25 @@ class Loop(unittest.TestCase):
 
         # The block: asked for before the predicted fidelity fell below the
         # threshold, ending by needed_by, around every committed job.
-        block = calibrated["block"]
-        self.assertEqual(block["state"], "completed", block)
-        request = [e for e in self.service_events("request")][-1]
-        model = request["model"]
-        self.assertGreater(model["tau_ns"], 0, request)
+        block = self.service_events("granted")[-1]["block"]
+        closed = [b for b in self.client.calibration_blocks("qpu0") if b["block_id"] == block["block_id"]]
+        self.assertEqual([b["state"] for b in closed], ["completed"], closed)
+        request = self.service_events("request")[-1]
+        self.assertGreater(request["model"]["tau_ns"], 0, request)
         self.assertLess(block["created_ns"], block["needed_by_ns"])
         self.assertLessEqual(block["end_ns"], block["needed_by_ns"])
         self.assertGreaterEqual(block["predicted_fidelity_at_start"], THRESHOLD - 1e-9, block)
         windows = {w["calibration_id"]: w for w in self.client.calibration_get("qpu0")}
-        for start, end, cid, _ in runs:
-            self.assertTrue(end <= block["start_ns"] or start >= block["end_ns"],
-                            f"job [{start}, {end}) lies in block [{block['start_ns']}, {block['end_ns']})")
+        b0, b1 = block["start_ns"], block["end_ns"]
+        for start, end, _, _, _, ack_start, ack_end in runs:
+            for s0, s1 in ((start, end), (ack_start, ack_end)):
+                self.assertTrue(s1 <= b0 or s0 >= b1, f"job [{s0}, {s1}) lies in block [{b0}, {b1})")
+        # Granted around committed jobs: jobs acknowledged before the request
+        # sat right before and right after the time it got.
+        near = int(USER_EVERY_S * S) + S // 2
+        committed = [r for r in runs if r[4] < block["created_ns"]]
+        self.assertTrue(any(b0 - near <= r[6] <= b0 for r in committed), (block, runs))
+        self.assertTrue(any(b1 <= r[5] <= b1 + near for r in committed), (block, runs))
 
         # The service's own jobs (checks, the block's experiments) all gave
         # results, and the new window carries a fitted model.

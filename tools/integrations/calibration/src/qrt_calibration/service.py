@@ -194,7 +194,9 @@ class Service:
         if fitted is not None and self.model_moved(st.window, fitted):
             w = Window(st.window.calibration_id, st.window.valid_from_ns, st.window.valid_until_ns,
                        fitted.f0, fitted.tau_ns)
-            self.client.calibration_update(self.s.name, [w.to_json()])
+            # An update replaces every window ending after now: the others go again as they are.
+            ahead = [x for x in self.windows() if x.calibration_id != w.calibration_id]
+            self.client.calibration_update(self.s.name, [x.to_json() for x in [w, *ahead]])
             st.window = w
             self.log(f"calibration {w.calibration_id}: fidelity {f:.4f} at {age / NS:.1f} s; model f0 "
                      f"{w.f0:.4f}, tau {w.tau_ns / NS:.1f} s")
@@ -323,12 +325,13 @@ class Service:
                                                 block_id=block["block_id"])
         st.prior = ended
         st.calibrations += 1
+        points = len(st.points)
         for name in due:
             st.last_run_ns[name] = start
         self.adopt(new)
         self.log(f"calibration {cid} ({'/'.join(due)}) written to {path}, in force from {start}; model "
                  f"f0 {new.f0:.4f} tau {new.tau_ns / NS:.1f} s (from calibration {old.calibration_id}'s "
-                 f"{len(st.points)} points); {answer.get('replaced', 0)} re-placed, "
+                 f"{points} points); {answer.get('replaced', 0)} re-placed, "
                  f"{answer.get('displaced', 0)} displaced")
         self.emit("calibrated", calibration_id=cid, previous=old.calibration_id, steps=due, path=str(path),
                   window=new.to_json(), block=answer.get("block"), replaced=answer.get("replaced"),
@@ -339,6 +342,11 @@ class Service:
     def maintain(self) -> None:
         """One pass (the module docstring's 1 to 4)."""
         now = self.clock()
+        st = self.state
+        if st.window is not None and st.window.valid_from_ns > now:
+            # A calibration of ours opens shortly: its checks are the next ones.
+            time.sleep((st.window.valid_from_ns - now) / NS)
+            now = self.clock()
         w = self.in_force(now)
         if w is None:
             upcoming = [x for x in self.windows() if x.valid_from_ns > now]
