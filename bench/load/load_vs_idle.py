@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""load-vs-idle: the production path, idle against loaded, in one run (issue 15 §2).
+"""load-vs-idle: the production path, idle against loaded, in one run.
 
     bench/load/load_vs_idle.py --build build          # as root; about 3 minutes
 

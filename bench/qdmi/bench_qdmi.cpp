@@ -1,5 +1,5 @@
 // bench_qdmi: what libqrtd-qdmi.so adds to a job, against the same job
-// submitted with libqrt-client in the same run (issue 27, benchmarks).
+// submitted with libqrt-client in the same run.
 //
 // Run inside a lab (tests/integration/qdmi/qdmi_lab.py names the socket in
 // QRTD_QDMI_SOCKET):

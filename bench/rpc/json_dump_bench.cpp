@@ -1,6 +1,6 @@
 // bench_json_dump: ways of appending a serialised nlohmann::json to a reused
-// reply buffer (issue 16: no nlohmann::detail in the agent; "keep the speed,
-// through a public API, and let the RPC benchmark decide").
+// reply buffer: no nlohmann::detail in the agent, so the speed is kept
+// through a public API, and the RPC benchmark decides which.
 //   detail    nlohmann::detail::serializer over an output_adapter (what
 //             json_rpc.cpp did; here only as the reference)
 //   dump      out += j.dump(...)  (public; one temporary string per call)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the Qiskit backend adds to a job (issue 27, benchmarks).
+"""What the Qiskit backend adds to a job.
 
 One run of real `qrtd run` + qpu-aer, the same 2-qubit Bell job submitted N
 times through each path, alternating:

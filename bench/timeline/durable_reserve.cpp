@@ -1,5 +1,5 @@
 // qrt-durable-reserve: durable slots.reserve per second, pipelined from 4
-// clients through the real socket to the real daemon (#15 §3: >= 20,000/s
+// clients through the real socket to the real daemon (the goal: >= 20,000/s
 // with an fsync behind every acknowledgement).
 //
 // One run starts `qrtd run` (the binary, untuned, host untouched, a

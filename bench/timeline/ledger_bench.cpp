@@ -7,7 +7,7 @@
 // and the daemon's group-commit writer: each iteration is a reserve and a
 // release AND the wait until both are durable (one transaction, one fsync),
 // in wall time (the fsync is not this thread's CPU).  Its 100k/1k ratio is
-// the "100k vs 1k including the SQLite commit" of #15.
+// the goal "100k vs 1k including the SQLite commit" (bench/README.md).
 #include <benchmark/benchmark.h>
 
 #include <condition_variable>

@@ -12,7 +12,13 @@
 # and slurmctld, slurmd and munge ran at every boot of the machine.  A
 # package that was installed before deps.sh ran (a real Slurm node) is not
 # recorded and never touched; deps.sh only names its unit when it is enabled.
+#
+# Last, as any user, the pinned published packages the build finds locally
+# (configure reaches no registry) go into the user's cache, outside the
+# clone, keyed by version and checksum, once: the mqt-core wheel whose QDMI
+# headers build libqrtd-qdmi.so (tools/integrations/qdmi/qdmi-cache.sh).
 set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
 
 state_dir=${QRT_DEPS_STATE_DIR:-/var/lib/qrt-deps}
 policy_rc=${QRT_DEPS_POLICY_RC:-/usr/sbin/policy-rc.d}
@@ -31,10 +37,10 @@ QRT_PACKAGES=(
   libmunge-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   rt-tests libbpf-tools stress-ng systemd python3
-  # `python3 -m venv` for the pinned PyPI packages under the build tree: the
-  # SDK tests' build/venv (tools/integrations/qiskit/sdk_venv.sh: qiskit, qiskit-aer) and
-  # build/venv-qdmi (tools/integrations/qdmi/venv.sh: mqt.core, whose QDMI headers build
-  # libqrtd-qdmi.so); never the system Python.
+  # `python3 -m venv` for the pinned PyPI packages: the SDK tests' build/venv
+  # (tools/integrations/qiskit/sdk_venv.sh: qiskit, qiskit-aer) and the pip
+  # that fetches the mqt-core wheel into the cache (tools/integrations/qdmi/
+  # qdmi-cache.sh: QDMI's headers for libqrtd-qdmi.so); never the system Python.
   python3-venv
   # setfacl: .ci/run grants the test users (nobody, qrtd) search on a 0700
   # checkout by ACL instead of opening it to every local user.
@@ -79,6 +85,15 @@ test_service_unit() {  # the unit of a test-only package, or nothing
   done
 }
 recorded() { [ -f "$state_dir/test-services" ] && grep -qx "$1" "$state_dir/test-services"; }
+# The pinned wheels the build finds in the user's cache (nothing when there).
+pinned_downloads() {
+  local dir
+  dir=$(bash "$here/tools/integrations/qdmi/qdmi-cache.sh") || {
+    echo "[deps] the pinned mqt-core wheel (QDMI's headers) could not be fetched; see above" >&2
+    return 1
+  }
+  echo "[deps] QDMI's headers: mqt-core in $dir"
+}
 
 # The units of the test-only packages deps.sh installed: disabled at boot
 # and stopped, every run (idempotent).  Others are only named when enabled.
@@ -114,6 +129,7 @@ done
 if [ "$(id -u)" -ne 0 ]; then
   if [ ${#missing[@]} -eq 0 ]; then
     echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
+    pinned_downloads
     exit 0
   fi
   echo "[deps] missing packages: ${missing[*]}" >&2
@@ -123,6 +139,7 @@ fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[deps] all ${#QRT_PACKAGES[@]} packages already installed"
   quiet_test_services
+  pinned_downloads
   exit 0
 fi
 echo "[deps] installing ${#missing[@]} packages: ${missing[*]}"
@@ -155,4 +172,5 @@ if [ ${#held[@]} -gt 0 ]; then
   [ "${status:-0}" = 0 ] || exit "$status"
 fi
 quiet_test_services
+pinned_downloads
 echo "[deps] done"

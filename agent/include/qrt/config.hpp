@@ -237,7 +237,7 @@ struct roles_config {
     bool operator==(const roles_config&) const = default;
 };
 
-// What one tenant may do (issue #14 section 2).  Admins are exempt from the
+// What one tenant may do, so that tenants cannot hurt each other.  Admins are exempt from the
 // quotas and the request rate; their priority has its own ceiling.
 struct tenants_config {
     std::int32_t scheduler_max_priority = 0;

@@ -79,7 +79,7 @@ struct snapshot {
     void merge(snapshot other);
 };
 
-// Recent windows of every histogram, in bounded memory (issue #14 §3): the
+// Recent windows of every histogram, in bounded memory for months of running: the
 // lifetime figures stay, and next to them "the last minute" and "the last
 // hour" that operators can compare.  Each window keeps a ring of slices+1
 // checkpoints of the lifetime histogram, one every length/slices (a

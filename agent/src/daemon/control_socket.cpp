@@ -1,6 +1,8 @@
-// The control socket's settings from [rpc] (services.hpp), shared by
+// The control socket: its settings from [rpc] (services.hpp), shared by
 // `qrtd run`'s bind while still root (daemon.cpp, step 7) and
-// services::start_server.
+// services::start_server, which starts it last of the services: the
+// engine with the agent's and the ledger's methods, the tenants' limits,
+// the roles, the server.
 
 #include "services.hpp"
 #include "services_internal.hpp"
@@ -9,12 +11,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <memory>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "qrt/rpc/auth.hpp"
+#include "qrt/rpc/timeline_methods.hpp"
 #include "rtcore/capabilities.hpp"
 
 namespace qrt {
@@ -27,6 +35,9 @@ bool services_detail::group_exists(const std::string& name) {
 }
 
 namespace {
+
+using json = nlohmann::json;
+using services_detail::group_exists;
 
 // The name of group gid, or its number.
 std::string group_name(gid_t gid) {
@@ -138,6 +149,151 @@ rpc::server_options control_socket_options(const config& cfg, bool warn) {
     }
     so.munge_socket = cfg.rpc.munge_socket;
     return so;
+}
+
+rtcore::status services::start_server() {
+    _engine = std::make_unique<rpc::engine>(rpc::engine_limits{
+        _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256,
+        _cfg.tenants.request_bytes > 0 ? _cfg.tenants.request_bytes : 16384U});
+    _hooks.status = [this] { return status_json(); };
+    _hooks.telemetry = [this] { return telemetry_snapshot(); };
+    _hooks.annotate = [this](telemetry::snapshot& s) {
+        if (_recent) {
+            _recent->annotate(s, _clock.now_monotonic_ns());
+        }
+    };
+#ifdef QRT_HAVE_BPF
+    if (_probes && _probes->outliers) {
+        _hooks.outliers = [this](std::size_t limit) {
+            std::uint64_t dropped = 0;
+            if (auto* op = _probes->set.outliers()) {
+                dropped = op->dropped().value_or(0);
+            }
+            return _probes->outliers->to_json(limit, dropped);
+        };
+    }
+#endif
+    rpc::register_agent_methods(*_engine, _hooks);
+    rpc::timeline_options to;
+    to.now_ns = [this] { return _clock.now_realtime_ns(); };
+    to.qpu_details = [this](std::string_view name) {
+        std::optional<qpu_device> device;
+        for (const auto& qc : _cfg.qpus) {
+            if (qc.name == name) {
+                device = qc.device;
+            }
+        }
+        for (const auto& q : _qpus) {
+            if (q->name == name) {
+                return json{{"device", device_to_json(device)},
+                            {"endpoint", q->endpoint},
+                            {"endpoint_up", q->link->endpoint_up()},
+                            {"dispatch_cpu", q->dispatch_cpu},
+                            {"calibration_id", _room ? _room->counts(q->index).calibration_id : 0},
+                            {"min_lead_ns", _handover.min_lead_ns}};
+            }
+        }
+        return json::object();
+    };
+    if (_cfg.dispatch.max_payload_bytes > 0) {
+        to.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
+    }
+    // [tenants]: priority ceilings and quotas, checked by the methods; the
+    // request rate, checked before any handler runs.
+    rpc::tenant_policy tp;
+    tp.scheduler_max_priority = _cfg.tenants.scheduler_max_priority;
+    tp.admin_max_priority = _cfg.tenants.admin_max_priority;
+    for (const auto& c : _cfg.tenants.priority_ceilings) {
+        tp.priority_ceilings.emplace_back(c.who.text, c.max_priority);
+    }
+    tp.max_reservations = _cfg.tenants.max_reservations;
+    tp.max_booked_ns = _cfg.tenants.max_booked_ns;
+    if (_cfg.tenants.near_term_ns > 0) {
+        tp.near_term_ns = _cfg.tenants.near_term_ns;
+        tp.max_near_term_ns = _cfg.tenants.max_near_term_ns;
+    }
+    tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
+    tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
+    tp.request_burst = _cfg.tenants.request_burst;
+    tp.delegated_max_priority = _cfg.tenants.delegated_max_priority;
+    for (const auto& d : _cfg.tenants.delegates) {
+        tp.delegates.push_back(d.text);
+    }
+    tp.max_delegated_tenants = _cfg.tenants.max_delegated_tenants;
+    tp.request_bytes = static_cast<std::uint32_t>(_engine->limits().request_bytes);
+    auto limits = rpc::tenant_limits::compile(tp);
+    if (!limits) {
+        return rtcore::error{limits.err().code, limits.err().message};
+    }
+    auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
+    to.limits = shared_limits;
+    _hooks.may_delegate = [shared_limits](const rpc::session& s) {
+        return shared_limits->may_delegate(s);
+    };
+    // A calibration change re-reads the windows the links' guards follow.
+    to.on_calibration = [this](std::string_view qpu) {
+        if (_room) {
+            _room->on_calibration(qpu);
+        }
+    };
+    _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
+        shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
+    });
+    rpc::register_timeline_methods(*_engine, *_ledger, to);
+
+    // A group that does not exist on this host grants nothing (a fresh host
+    // has no `qrt` group until the package's sysusers.d runs): it is left
+    // out with a warning instead of keeping the agent from starting.
+    rpc::role_map rm;
+    const auto copy = [](const char* role, const std::vector<principal>& from, std::vector<std::string>& out) {
+        for (const auto& p : from) {
+            if (p.type == principal::kind::group && !group_exists(p.name)) {
+                log::warn("rpc", "roles.{}: group '{}' does not exist on this host: it grants nothing",
+                          role, p.name);
+                continue;
+            }
+            out.push_back(p.text);
+        }
+    };
+    copy("reader", _cfg.roles.reader, rm.reader);
+    copy("scheduler", _cfg.roles.scheduler, rm.scheduler);
+    copy("calibration", _cfg.roles.calibration, rm.calibration);
+    copy("admin", _cfg.roles.admin, rm.admin);
+    auto auth = rpc::authorizer::compile(rm);
+    if (!auth) {
+        return rtcore::error{auth.err().code, "roles: " + auth.err().message};
+    }
+    _auth = std::make_unique<rpc::authorizer>(std::move(*auth));
+
+    rpc::server_options so = control_socket_options(_cfg, _prebound.fd < 0);
+    so.prebound = std::exchange(_prebound, rpc::prebound_socket{});
+    if (so.prebound.fd < 0) {
+        // The socket's directory (/run/qrtd under systemd's RuntimeDirectory=;
+        // created here for `qrtd run` by hand).
+        if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
+            std::error_code ec;
+            if (std::filesystem::create_directories(dir, ec); ec) {
+                return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(),
+                                                             ec.message())};
+            }
+        }
+    }
+    _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);
+    rpc::server* srv = _server.get();
+    _hooks.transport = [srv] { return srv->stats(); };
+    if (!so.metrics_textfile.empty()) {
+        rpc::engine* eng = _engine.get();
+        _server->set_metrics_source([eng, this] { return rpc::metrics_text(*eng, _hooks); });
+    }
+    if (auto st = _server->start(); !st) {
+        return rtcore::error{st.err().code, "rpc: " + st.err().message};
+    }
+    log::info("rpc", "listening on {} ({})", so.socket_path, _server->listen_source());
+    // Recovery's changes (missed, expired) reach subscribers from now on.
+    publish_ledger_events();
+    // The first checkpoint of the recent windows: they count from here.
+    telemetry_tick();
+    return rtcore::ok();
 }
 
 }  // namespace qrt

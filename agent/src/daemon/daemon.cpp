@@ -823,17 +823,15 @@ exit_code daemon::run() {
             log::error("daemon", "{}", listener.err().message);
             return exit_code::failure;
         }
+        // A prebound socket is a plain value (rpc/server.hpp): owned here
+        // until the services take it in step 9.
+        rtcore::unique_fd listener_fd(std::exchange(listener->fd, -1));
 
         // 8. Drop privileges: become agent.user (when started as root) with
         //    only CAP_SYS_NICE (SCHED_FIFO, affinity), CAP_IPC_LOCK
         //    (mlockall), CAP_BPF and CAP_PERFMON (probes).  After everything
         //    above that needed root, and BEFORE any thread is created.
         if (!drop_privileges(*identity, facts)) {
-            if (listener->fd >= 0) {
-                // A prebound socket holds its fd bare until the server takes
-                // it (rpc/server.hpp): closed here, before the server starts.
-                ::close(listener->fd);
-            }
             return exit_code::failure;
         }
 
@@ -856,6 +854,7 @@ exit_code daemon::run() {
         //       so no client is answered before the state it queries exists.
         facts.isolation = *isolation_used;
         services svc(loop, cfg, std::move(facts));
+        listener->fd = listener_fd.release();
         svc.use_prebound_socket(*listener);
         bool fatal = false;
         svc.on_fatal([&](std::string why) {

@@ -1,5 +1,5 @@
 #pragma once
-// The housekeeping side of probe 3 (issue #14 §4): every outlier the ring
+// The housekeeping side of probe 3 (what the agent knows, it says): every outlier the ring
 // buffer delivers is
 //   - kept in a ring of the last `keep` outliers (telemetry.outliers,
 //     qrt-jitter-report against the agent);

@@ -46,11 +46,11 @@ rtcore::status owned_partition::start_helper(rtcore::journal_dir& dir, helper_se
         return rtcore::error::from_errno(err, "fork (restore helper)");
     }
     if (pid == 0) {
-        // The child leaves by _exit, so no destructor runs: it closes by
-        // hand the parent's end and what it must not keep.
-        ::close(fds[1]);
+        // The child leaves by _exit, so no destructor runs: it closes the
+        // parent's end now, and by hand its copies of what it must not keep.
+        write_end.reset();
         for (int fd : close_in_child) {
-            ::close(fd);
+            ::close(fd);  // bare close: the child's copy of an fd its owner in the parent keeps
         }
         ::_exit(helper_main(fds[0], dir, hs, parent));
     }

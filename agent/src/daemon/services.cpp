@@ -1,6 +1,7 @@
 // The daemon's services, wired: start-up in order, stop in reverse (see
 // services.hpp).  The hand-over is agent/src/handover (handover::room),
-// status in services_status.cpp.
+// status in services_status.cpp, the control socket's start in
+// control_socket.cpp.
 
 #include "services.hpp"
 #include "services_internal.hpp"
@@ -25,7 +26,6 @@
 #include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/submit_choice.hpp"
 #include "qrt/log.hpp"
-#include "qrt/rpc/auth.hpp"
 #include "qrt/rpc/timeline_methods.hpp"
 #include "rtcore/host_fs.hpp"
 #include "rtcore/task_ops.hpp"
@@ -38,8 +38,6 @@
 namespace qrt {
 namespace {
 
-using json = nlohmann::json;
-using services_detail::group_exists;
 using services_detail::k_ms;
 using services_detail::tl_error;
 
@@ -182,8 +180,8 @@ rtcore::status services::start() {
     //    base: each dispatcher converts realtime starts with the offset it
     //    samples in its constructor (step c), so a step between that sample
     //    and an arming done later would go unseen and every deadline would
-    //    be off by the step (issue #14: a +2 s step at boot missed all
-    //    jobs).  Armed first, any step after this point makes the watch's
+    //    be off by the step (a +2 s step at boot once missed every
+    //    job).  Armed first, any step after this point makes the watch's
     //    fd readable, and the loop re-converts every queued deadline as
     //    soon as it runs.  (The dispatch threads also check the offset
     //    themselves before each send, see dispatcher.hpp.)  The unit is
@@ -239,7 +237,7 @@ rtcore::status services::open_ledger() {
         }
     };
     _ledger->set_dispatch_gate(std::move(gate));
-    // Group commit (#15 §1): from here the writer thread owns the database.
+    // Group commit: from here the writer thread owns the database.
     // A change is in memory at once and acknowledged when its group is
     // durable; the listener runs on this loop after every group: it takes
     // back the jobs durable too late, plans what is now on disk (due_jobs
@@ -255,10 +253,6 @@ rtcore::status services::open_ledger() {
                        "ledger reloaded the database) and their clients got store_error",
                        n.failed_from, n.failed_to, n.why);
         }
-        if (n.failed_to != 0 && _room) {
-            // The reload may have changed the windows the guards follow.
-            _room->on_calibration_all();
-        }
         if (n.stopped) {
             // Fail-stop: memory may hold what the disk does not, and nothing
             // tells which; the ledger refuses every change and plans none of
@@ -273,37 +267,17 @@ rtcore::status services::open_ledger() {
                 _loop.stop();
             }
         }
-        // Acknowledged means dispatchable: a job whose commit became durable
-        // too late for its start is withdrawn, and the request that made it
-        // is answered with a retryable error naming the next possible start
-        // instead.
-        std::vector<timeline::late_job> late;
-        if (n.failed_to == 0 && !n.committed.empty()) {
-            late = _ledger->withdraw_late(n, _clock.now_realtime_ns(),
-                                          _handover.pump_period_ns + _handover.lead_max_ns);
-        }
-        for (const auto& j : late) {
-            ++_late_commits;
-            static log::rate_limiter rl{std::chrono::seconds(10)};
-            log::warn_rl(rl, "timeline", "ledger: {}", j.message);
-            // The request that made the job's change is answered with the
-            // refusal instead, each request of a batch on its own; false: no
-            // reply waits for it (a notification).
-            if (_engine) {
-                (void)_engine->refuse_change(
-                    j.seq, rpc::rpc_failure("unavailable", "ledger: " + j.message,
-                                            nlohmann::json{{"cause", "commit_late"},
-                                                           {"job_id", j.id},
-                                                           {"start_ns", j.start_ns},
-                                                           {"next_start_ns", j.next_start_ns}}));
-            }
-        }
-        // What this group made durable is dispatchable: plan it now, right
-        // after withdraw_late judged it against the clock -- releasing the
-        // replies serves more input of every released connection, which
-        // must not come between the two.
+        // The hand-over room withdraws the jobs durable too late for their
+        // start and plans what is now durable (room::on_commit); the
+        // request that made a withdrawn job's change is answered with the
+        // refusal instead of the acknowledgement, each request of a batch
+        // on its own (false: no reply waits for it, a notification).
         if (_room) {
-            _room->on_durable();
+            for (const auto& j : _room->on_commit(n)) {
+                if (_engine) {
+                    (void)_engine->refuse_change(j.seq, rpc::late_commit_refusal(j));
+                }
+            }
         }
         if (_server) {
             _server->on_durable(n.durable_seq, n.failed_from, n.failed_to, n.why);
@@ -683,6 +657,7 @@ rtcore::status services::start_timers() {
     handover::room::options ro;
     ro.plan_horizon_ns = _handover.plan_horizon_ns;
     ro.plan_max_jobs = _handover.plan_max_jobs;
+    ro.handover_ns = _handover.pump_period_ns + _handover.lead_max_ns;
     _room = std::make_unique<handover::room>(_loop, *_ledger, _clock, ro, std::move(targets),
                                              [this] { publish_ledger_events(); });
     job_pump::options po;
@@ -845,151 +820,6 @@ void services::start_probes() {
     _probes_status = "unavailable (qrtd built without qrt_bpf)";
     log::warn("probes", "{}", _probes_status);
 #endif
-}
-
-rtcore::status services::start_server() {
-    _engine = std::make_unique<rpc::engine>(rpc::engine_limits{
-        _cfg.rpc.max_line_bytes > 0 ? _cfg.rpc.max_line_bytes : (1U << 20), 64, 256,
-        _cfg.tenants.request_bytes > 0 ? _cfg.tenants.request_bytes : 16384U});
-    _hooks.status = [this] { return status_json(); };
-    _hooks.telemetry = [this] { return telemetry_snapshot(); };
-    _hooks.annotate = [this](telemetry::snapshot& s) {
-        if (_recent) {
-            _recent->annotate(s, _clock.now_monotonic_ns());
-        }
-    };
-#ifdef QRT_HAVE_BPF
-    if (_probes && _probes->outliers) {
-        _hooks.outliers = [this](std::size_t limit) {
-            std::uint64_t dropped = 0;
-            if (auto* op = _probes->set.outliers()) {
-                dropped = op->dropped().value_or(0);
-            }
-            return _probes->outliers->to_json(limit, dropped);
-        };
-    }
-#endif
-    rpc::register_agent_methods(*_engine, _hooks);
-    rpc::timeline_options to;
-    to.now_ns = [this] { return _clock.now_realtime_ns(); };
-    to.qpu_details = [this](std::string_view name) {
-        std::optional<qpu_device> device;
-        for (const auto& qc : _cfg.qpus) {
-            if (qc.name == name) {
-                device = qc.device;
-            }
-        }
-        for (const auto& q : _qpus) {
-            if (q->name == name) {
-                return json{{"device", device_to_json(device)},
-                            {"endpoint", q->endpoint},
-                            {"endpoint_up", q->link->endpoint_up()},
-                            {"dispatch_cpu", q->dispatch_cpu},
-                            {"calibration_id", _room ? _room->counts(q->index).calibration_id : 0},
-                            {"min_lead_ns", _handover.min_lead_ns}};
-            }
-        }
-        return json::object();
-    };
-    if (_cfg.dispatch.max_payload_bytes > 0) {
-        to.max_payload_bytes = _cfg.dispatch.max_payload_bytes;
-    }
-    // [tenants]: priority ceilings and quotas, checked by the methods; the
-    // request rate, checked before any handler runs.
-    rpc::tenant_policy tp;
-    tp.scheduler_max_priority = _cfg.tenants.scheduler_max_priority;
-    tp.admin_max_priority = _cfg.tenants.admin_max_priority;
-    for (const auto& c : _cfg.tenants.priority_ceilings) {
-        tp.priority_ceilings.emplace_back(c.who.text, c.max_priority);
-    }
-    tp.max_reservations = _cfg.tenants.max_reservations;
-    tp.max_booked_ns = _cfg.tenants.max_booked_ns;
-    if (_cfg.tenants.near_term_ns > 0) {
-        tp.near_term_ns = _cfg.tenants.near_term_ns;
-        tp.max_near_term_ns = _cfg.tenants.max_near_term_ns;
-    }
-    tp.max_payload_bytes = static_cast<std::uint64_t>(_cfg.tenants.max_payload_bytes);
-    tp.max_requests_per_s = _cfg.tenants.max_requests_per_s;
-    tp.request_burst = _cfg.tenants.request_burst;
-    tp.delegated_max_priority = _cfg.tenants.delegated_max_priority;
-    for (const auto& d : _cfg.tenants.delegates) {
-        tp.delegates.push_back(d.text);
-    }
-    tp.max_delegated_tenants = _cfg.tenants.max_delegated_tenants;
-    tp.request_bytes = static_cast<std::uint32_t>(_engine->limits().request_bytes);
-    auto limits = rpc::tenant_limits::compile(tp);
-    if (!limits) {
-        return rtcore::error{limits.err().code, limits.err().message};
-    }
-    auto shared_limits = std::make_shared<rpc::tenant_limits>(std::move(*limits));
-    to.limits = shared_limits;
-    _hooks.may_delegate = [shared_limits](const rpc::session& s) {
-        return shared_limits->may_delegate(s);
-    };
-    // A calibration change re-reads the windows the links' guards follow.
-    to.on_calibration = [this](std::string_view qpu) {
-        if (_room) {
-            _room->on_calibration(qpu);
-        }
-    };
-    _engine->set_admission([shared_limits, this](rpc::session& s, std::uint64_t requests) {
-        shared_limits->admit(s, _clock.now_monotonic_ns(), requests);
-    });
-    rpc::register_timeline_methods(*_engine, *_ledger, to);
-
-    // A group that does not exist on this host grants nothing (a fresh host
-    // has no `qrt` group until the package's sysusers.d runs): it is left
-    // out with a warning instead of keeping the agent from starting.
-    rpc::role_map rm;
-    const auto copy = [](const char* role, const std::vector<principal>& from, std::vector<std::string>& out) {
-        for (const auto& p : from) {
-            if (p.type == principal::kind::group && !group_exists(p.name)) {
-                log::warn("rpc", "roles.{}: group '{}' does not exist on this host: it grants nothing",
-                          role, p.name);
-                continue;
-            }
-            out.push_back(p.text);
-        }
-    };
-    copy("reader", _cfg.roles.reader, rm.reader);
-    copy("scheduler", _cfg.roles.scheduler, rm.scheduler);
-    copy("calibration", _cfg.roles.calibration, rm.calibration);
-    copy("admin", _cfg.roles.admin, rm.admin);
-    auto auth = rpc::authorizer::compile(rm);
-    if (!auth) {
-        return rtcore::error{auth.err().code, "roles: " + auth.err().message};
-    }
-    _auth = std::make_unique<rpc::authorizer>(std::move(*auth));
-
-    rpc::server_options so = control_socket_options(_cfg, _prebound.fd < 0);
-    so.prebound = std::exchange(_prebound, rpc::prebound_socket{});
-    if (so.prebound.fd < 0) {
-        // The socket's directory (/run/qrtd under systemd's RuntimeDirectory=;
-        // created here for `qrtd run` by hand).
-        if (const auto dir = std::filesystem::path(so.socket_path).parent_path(); !dir.empty()) {
-            std::error_code ec;
-            if (std::filesystem::create_directories(dir, ec); ec) {
-                return rtcore::error{ec.value(), fmt::format("rpc: create_directories {}: {}", dir.string(),
-                                                             ec.message())};
-            }
-        }
-    }
-    _server = std::make_unique<rpc::server>(_loop, *_engine, *_auth, so);
-    rpc::server* srv = _server.get();
-    _hooks.transport = [srv] { return srv->stats(); };
-    if (!so.metrics_textfile.empty()) {
-        rpc::engine* eng = _engine.get();
-        _server->set_metrics_source([eng, this] { return rpc::metrics_text(*eng, _hooks); });
-    }
-    if (auto st = _server->start(); !st) {
-        return rtcore::error{st.err().code, "rpc: " + st.err().message};
-    }
-    log::info("rpc", "listening on {} ({})", so.socket_path, _server->listen_source());
-    // Recovery's changes (missed, expired) reach subscribers from now on.
-    publish_ledger_events();
-    // The first checkpoint of the recent windows: they count from here.
-    telemetry_tick();
-    return rtcore::ok();
 }
 
 void services::stop() noexcept {

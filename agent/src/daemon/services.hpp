@@ -199,7 +199,6 @@ private:
     rpc::prebound_socket _prebound;
 
     std::uint64_t _ledger_errors = 0;  // the commit listener's; the room counts its own
-    std::uint64_t _late_commits = 0;  // jobs durable too late for their start (withdrawn)
     bool _stopped = false;
     std::function<void(std::string why)> _on_fatal;
     bool _refused_not_realtime = false;

@@ -1,8 +1,9 @@
 #pragma once
-// What the two parts of the services share (private to agent/src/daemon):
+// What the parts of the services share (private to agent/src/daemon):
 //   services.cpp         wiring: start-up in order, stop in reverse
 //   services_status.cpp  agent.status, telemetry.snapshot, the probes' feed
-//   control_socket.cpp   the control socket's settings from [rpc]
+//   control_socket.cpp   the control socket: its settings from [rpc], and
+//                        start_server (engine, methods, tenants, roles)
 // The hand-over between the ledger and the dispatch threads (the job pump,
 // outcomes, calibration) is agent/src/handover's room.
 

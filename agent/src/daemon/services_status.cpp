@@ -418,7 +418,7 @@ telemetry::snapshot services::telemetry_snapshot() {
                     static_cast<double>(_ledger->commit_backlog()));
         s.add_counter("qrt_ledger_late_commits_total",
                       "jobs whose commit became durable too late for their start: refused, not acknowledged", {},
-                      _late_commits);
+                      _room ? _room->counts().late_commits : 0);
     }
 #ifdef QRT_HAVE_BPF
     if (_probes) {
@@ -437,7 +437,7 @@ telemetry::snapshot services::telemetry_snapshot() {
         }
         if (auto* in = _probes->set.intrusions()) {
             if (auto list = in->read()) {
-                // Label cardinality stays bounded (issue #14 §3): tasks by
+                // Label cardinality stays bounded for months of running: tasks by
                 // command name, at most 32 sources per CPU, the rest "other".
                 for (const auto& a : qrt_bpf::aggregate_for_metrics(std::move(*list), 32)) {
                     telemetry::labels l{{"cpu", std::to_string(a.cpu)},

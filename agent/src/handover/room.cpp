@@ -1,7 +1,8 @@
-// The hand-over room, the event loop's side of it: each QPU's plan for the
-// job pump (job_pump.hpp, its own thread), the pump's reports and the
-// dispatch outcomes back into the ledger, the ledger's dispatch gate, and
-// the calibration each link's guard follows.  See qrt/handover/room.hpp.
+// The hand-over room, the event loop's side of it: the late-commit
+// withdrawal, each QPU's plan for the job pump (job_pump.hpp, its own
+// thread), the pump's reports and the dispatch outcomes back into the
+// ledger, the ledger's dispatch gate, and the calibration each link's guard
+// follows.  See qrt/handover/room.hpp.
 
 #include "qrt/handover/room.hpp"
 
@@ -137,6 +138,31 @@ bool room::needs_plan() const noexcept {
         }
     }
     return _ledger.generation() != _pumped_generation;
+}
+
+// Acknowledged means dispatchable: a job whose commit became durable too
+// late for its start is withdrawn, and the request that made it is
+// answered (by the caller) with a retryable error naming the next possible
+// start instead.  What the group made durable is planned right after
+// withdraw_late judged it against the clock -- releasing the replies serves
+// more input of every released connection, which must not come between
+// the two.
+std::vector<timeline::late_job> room::on_commit(const timeline::commit_notice& n) {
+    if (n.failed_to != 0) {
+        // The reload may have changed the windows the guards follow.
+        on_calibration_all();
+    }
+    std::vector<timeline::late_job> late;
+    if (n.failed_to == 0 && !n.committed.empty()) {
+        late = _ledger.withdraw_late(n, _clock.now_realtime_ns(), _opts.handover_ns);
+    }
+    for (const auto& j : late) {
+        ++_counts.late_commits;
+        static log::rate_limiter rl{std::chrono::seconds(10)};
+        log::warn_rl(rl, "timeline", "ledger: {}", j.message);
+    }
+    on_durable();
+    return late;
 }
 
 // A job is planned as soon as it is durable, before it is acknowledged: a

@@ -150,7 +150,8 @@ void append_json_double(std::string& out, double v) {
     }
 }
 
-// Through nlohmann's public API only (issue 16: not its detail::serializer).
+// Through nlohmann's public API only (not its detail::serializer, which a
+// new nlohmann release may change without notice).
 // json::dump returns a new string, so the values whose text is fixed by the
 // JSON grammar alone (integers, booleans, null, plain ASCII strings, and
 // doubles in nlohmann's layout around std::to_chars' shortest digits) and

@@ -53,7 +53,13 @@ using detail::send_nowait;
 using detail::to_ns;
 
 server::server(event_loop& loop, engine& eng, const authorizer& auth, server_options opts)
-    : _loop(loop), _engine(eng), _auth(auth), _opts(std::move(opts)), _names(_opts.nss_cache_opts) {}
+    : _loop(loop),
+      _engine(eng),
+      _auth(auth),
+      _opts(std::move(opts)),
+      _names(_opts.nss_cache_opts),
+      _prebound_fd(std::exchange(_opts.prebound.fd, -1)),
+      _prebound_tcp_fd(std::exchange(_opts.prebound_tcp.fd, -1)) {}
 
 server::~server() { stop(); }
 
@@ -158,12 +164,12 @@ rtcore::result<prebound_socket> server::bind_socket(const server_options& opts) 
 }
 
 rtcore::status server::start() {
-    if (_listen_fd >= 0) {
+    if (_listen_fd) {
         return rtcore::error::invalid("rpc: server already started");
     }
-    int fd = -1;
-    if (_opts.prebound.fd >= 0) {
-        fd = std::exchange(_opts.prebound.fd, -1);
+    rtcore::unique_fd fd;
+    if (_prebound_fd) {
+        fd = std::move(_prebound_fd);
         _bound_here = true;
         _bound_ino = _opts.prebound.ino;
         _listen_source = "bind";
@@ -174,64 +180,44 @@ rtcore::status server::start() {
         }
         for (int i = 0; i < n; ++i) {
             const int cand = SD_LISTEN_FDS_START + i;
-            if (fd < 0 && ::sd_is_socket_unix(cand, SOCK_STREAM, 1, nullptr, 0) > 0) {
-                fd = cand;
-            } else if (_tcp_fd < 0 && ::sd_is_socket_inet(cand, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
-                if (_opts.listen.empty()) {
-                    // Off unless configured: an address in a drop-in alone
-                    // does not open the network path.
-                    log::warn("rpc", "ignoring passed fd {}: a TCP socket, but rpc.listen is not set", cand);
-                    continue;
+            if (!fd && ::sd_is_socket_unix(cand, SOCK_STREAM, 1, nullptr, 0) > 0) {
+                fd.reset(cand);
+            } else if (!_tcp_fd && ::sd_is_socket_inet(cand, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
+                if (auto st = take_passed_listener(cand); !st) {
+                    return st;
                 }
-                const int flags = ::fcntl(cand, F_GETFL);
-                if (flags < 0 || ::fcntl(cand, F_SETFL, flags | O_NONBLOCK) < 0) {
-                    const int err = errno;
-                    return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", cand));
-                }
-                _tcp_fd = cand;
-                _tcp_source = "systemd";
             } else {
                 log::warn("rpc", "ignoring passed fd {} (not a listening AF_UNIX stream socket)", cand);
             }
         }
-        if (n > 0 && fd < 0) {
+        if (n > 0 && !fd) {
             return rtcore::error::invalid(
                 fmt::format("rpc: systemd passed {} fds but none is a listening AF_UNIX stream", n));
         }
-        if (fd >= 0) {
-            const int flags = ::fcntl(fd, F_GETFL);
-            if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        if (fd) {
+            const int flags = ::fcntl(fd.get(), F_GETFL);
+            if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) < 0) {
                 const int err = errno;
-                return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", fd));
+                return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", fd.get()));
             }
             _listen_source = "systemd";
         }
     }
-    if (fd < 0) {
+    if (!fd) {
         auto b = bind_socket(_opts);
         if (!b) {
             return std::move(b).err();
         }
-        fd = b->fd;
+        fd.reset(b->fd);
         _bound_here = true;
         _bound_ino = b->ino;
         _listen_source = "bind";
     }
-    _listen_fd = fd;
-    if (_tcp_fd < 0 && _opts.prebound_tcp.fd >= 0) {
-        _tcp_fd = std::exchange(_opts.prebound_tcp.fd, -1);
-        _tcp_source = "bind";
-    } else if (_tcp_fd < 0 && !_opts.listen.empty()) {
-        auto b = bind_tcp(_opts);
-        if (!b) {
-            return std::move(b).err();
-        }
-        _tcp_fd = b->fd;
-        _tcp_source = "bind";
-    } else if (_opts.prebound_tcp.fd >= 0) {  // systemd's won
-        ::close(std::exchange(_opts.prebound_tcp.fd, -1));
+    _listen_fd = std::move(fd);
+    if (auto st = open_listener(); !st) {
+        return st;
     }
-    _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    _spare_fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     nss_resolver::options ro;
     ro.queue_capacity = _opts.nss_queue;
     _resolver = std::make_unique<nss_resolver>(
@@ -244,16 +230,16 @@ rtcore::status server::start() {
                 }
             });
         });
-    if (auto st = _loop.add_fd(_listen_fd, EPOLLIN, [this](std::uint32_t) { on_accept(); }); !st) {
+    if (auto st = _loop.add_fd(_listen_fd.get(), EPOLLIN, [this](std::uint32_t) { on_accept(); }); !st) {
         return st;
     }
-    if (_tcp_fd >= 0) {
+    if (_tcp_fd) {
         if (auto st = start_listener(); !st) {
             return st;
         }
     }
     auto every = _opts.idle_timeout / 4;
-    if (_tcp_fd >= 0) {  // the listener's timeouts are swept as often
+    if (_tcp_fd) {  // the listener's timeouts are swept as often
         every = std::min({every, _opts.auth_silent_timeout / 4, _opts.auth_timeout / 4});
     }
     const auto tick = std::clamp(every, std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
@@ -296,26 +282,13 @@ void server::stop() noexcept {
         _loop.cancel_timer(_textfile_timer);
         _textfile_timer = 0;
     }
-    if (_listen_fd >= 0) {
-        _loop.remove_fd(_listen_fd);
-        ::close(_listen_fd);
-        _listen_fd = -1;
+    if (_listen_fd) {
+        _loop.remove_fd(_listen_fd.get());
+        _listen_fd.reset();
     }
-    if (_tcp_fd >= 0) {
-        _loop.remove_fd(_tcp_fd);
-        ::close(_tcp_fd);
-        _tcp_fd = -1;
-    }
-    if (_spare_fd >= 0) {
-        ::close(_spare_fd);
-        _spare_fd = -1;
-    }
-    if (_opts.prebound.fd >= 0) {  // handed in, never started
-        ::close(std::exchange(_opts.prebound.fd, -1));
-    }
-    if (_opts.prebound_tcp.fd >= 0) {
-        ::close(std::exchange(_opts.prebound_tcp.fd, -1));
-    }
+    stop_listener();
+    _spare_fd.reset();
+    _prebound_fd.reset();  // handed in, never started
     if (_bound_here) {
         struct stat st {};
         // Unlink only our own inode, not a successor's socket.
@@ -331,14 +304,14 @@ void server::stop() noexcept {
 // descriptors, it frees the spare, accepts and drops one peer so the
 // listening socket does not stay readable forever.
 void server::accept_pending(int listen_fd, std::string_view what,
-                            const std::function<void(int, const sockaddr_storage&)>& take) {
+                            const std::function<void(rtcore::unique_fd, const sockaddr_storage&)>& take) {
     for (int i = 0; i < accepts_per_event; ++i) {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
-        const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
-                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            take(fd, ss);
+        rtcore::unique_fd fd(::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
+                                       SOCK_NONBLOCK | SOCK_CLOEXEC));
+        if (fd) {
+            take(std::move(fd), ss);
             continue;
         }
         const int e = errno;
@@ -347,13 +320,11 @@ void server::accept_pending(int listen_fd, std::string_view what,
         }
         if (e == EMFILE || e == ENFILE) {
             ++_rejected_cap;
-            if (_spare_fd >= 0) {
-                ::close(_spare_fd);
-                const int victim = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-                if (victim >= 0) {
-                    ::close(victim);
-                }
-                _spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (_spare_fd) {
+                _spare_fd.reset();
+                // Accepted only to be closed at once.
+                const rtcore::unique_fd victim(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+                _spare_fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
             }
             log::warn("rpc", "accept4 ({}): {}; dropped a connection", what, std::strerror(e));
             return;
@@ -366,32 +337,32 @@ void server::accept_pending(int listen_fd, std::string_view what,
 }
 
 void server::on_accept() {
-    accept_pending(_listen_fd, "UNIX socket", [this](int fd, const sockaddr_storage&) { accept_one(fd); });
+    accept_pending(_listen_fd.get(), "UNIX socket",
+                   [this](rtcore::unique_fd fd, const sockaddr_storage&) { accept_one(std::move(fd)); });
 }
 
-void server::accept_one(int fd) {
+void server::accept_one(rtcore::unique_fd fd) {
     std::size_t live = 0;  // network peers not yet authenticated have a pool of their own
     for (const auto& [id, c] : _conns) {
         live += c->in_main_pool() ? 1U : 0U;
     }
     if (live >= _opts.max_connections) {
         ++_rejected_cap;
-        send_nowait(fd, engine::overloaded_reply(fmt::format(
-                            "connection limit of {} reached; try again later", _opts.max_connections)));
-        ::close(fd);
+        send_nowait(fd.get(), engine::overloaded_reply(fmt::format(
+                                  "connection limit of {} reached; try again later", _opts.max_connections)));
         return;
     }
     // The kernel's word only (SO_PEERCRED, SO_PEERGROUPS): never blocks.
-    auto peer = peer_credentials_of(fd);
+    auto peer = peer_credentials_of(fd.get());
     if (!peer) {
         ++_peercred_failures;
         log::warn("rpc", "closing a connection: {}", peer.err().message);
-        ::close(fd);
         return;
     }
+    const int raw = fd.get();
     auto c = std::make_unique<connection>(_opts.max_line_bytes);
     c->id = _next_id++;
-    c->fd = fd;
+    c->fd = std::move(fd);
     c->last_rx_ns = rtcore::monotonic_now_ns();
     c->sess.id = c->id;
     c->sess.peer = std::move(*peer);
@@ -400,10 +371,9 @@ void server::accept_one(int fd) {
     // Registered with no interest while resolving: epoll still reports a
     // hang-up, nothing is read.
     c->interest = 0;
-    if (auto st = _loop.add_fd(fd, 0, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
+    if (auto st = _loop.add_fd(raw, 0, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
         log::warn("rpc", "{}", st.err().message);
-        ::close(fd);
-        return;
+        return;  // c closes it
     }
     ++_accepted;
     connection& conn = *c;
@@ -413,7 +383,7 @@ void server::accept_one(int fd) {
 
 void server::start_identity(connection& conn) {
     const std::uint64_t id = conn.id;
-    const int fd = conn.fd;
+    const int fd = conn.fd.get();
     const nss_query q{conn.sess.peer.uid, conn.sess.peer.gid, conn.sess.peer.groups_source.empty()};
     if (const nss_answer* a = _names.find(q.uid, rtcore::monotonic_now_ns(), q.want_groups)) {
         apply_nss_answer(conn.sess.peer, *a);
@@ -457,7 +427,7 @@ void server::on_nss_answer(const nss_query& q, const nss_answer& a) {
             if (_resolver->submit(nss_query{c.sess.peer.uid, c.sess.peer.gid, true}) ==
                 nss_resolver::submitted::full) {
                 ++_closed_nss_queue_full;
-                send_nowait(c.fd, engine::overloaded_reply("rpc: too many user lookups (NSS) waiting"));
+                send_nowait(c.fd.get(), engine::overloaded_reply("rpc: too many user lookups (NSS) waiting"));
                 kill(c, "nss queue full");
             }
             continue;
@@ -476,7 +446,7 @@ void server::nss_failed(connection& c, int err) {
                                     "try again later",
                                     c.sess.peer.uid, std::strerror(err)),
                         json{{"cause", "nss_error"}, {"uid", c.sess.peer.uid}, {"errno", err}});
-    send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+    send_nowait(c.fd.get(), to_line(make_error_reply(nullptr, f)));
     kill(c, "nss error");
 }
 
@@ -497,7 +467,7 @@ void server::nss_timed_out(std::uint64_t id) {
                         json{{"cause", "nss_timeout"},
                              {"uid", c.sess.peer.uid},
                              {"timeout_ms", _opts.nss_timeout.count()}});
-    send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+    send_nowait(c.fd.get(), to_line(make_error_reply(nullptr, f)));
     kill(c, "nss timeout");
 }
 
@@ -543,7 +513,7 @@ bool server::admit_identity(connection& c) {
     }
     log::warn_rl(_refused_log, "rpc", "refused a connection of uid {} ({}) pid {}: {}", c.sess.peer.uid,
                  c.sess.tenant, c.sess.peer.pid, refusal->message());
-    send_nowait(c.fd, to_line(make_error_reply(nullptr, *refusal)));
+    send_nowait(c.fd.get(), to_line(make_error_reply(nullptr, *refusal)));
     kill(c, "connection limit");
     return false;
 }
@@ -644,7 +614,7 @@ void server::read_some(connection& c) {
             // Draining: read and drop whatever the peer still sends, so it
             // can finish writing and read our last line.
             char sink[16384];
-            const ssize_t n = ::recv(c.fd, sink, sizeof sink, MSG_DONTWAIT);
+            const ssize_t n = ::recv(c.fd.get(), sink, sizeof sink, MSG_DONTWAIT);
             if (n > 0) {
                 continue;
             }
@@ -656,12 +626,8 @@ void server::read_some(connection& c) {
         if (!may_read(c)) {
             return;
         }
-        char* dst = c.in.prepare(read_chunk);
-        const ssize_t n = ::recv(c.fd, dst, read_chunk, MSG_DONTWAIT);
-        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
+        const ssize_t n = receive(c, read_chunk);
         if (n > 0) {
-            _bytes_in += static_cast<std::uint64_t>(n);
-            c.last_rx_ns = rtcore::monotonic_now_ns();
             process_input(c);
             if (c.st == connection::state::dead) {
                 return;
@@ -679,13 +645,30 @@ void server::read_some(connection& c) {
             }
             return;
         }
+        return;  // nothing to read now, or c was killed
+    }
+}
+
+ssize_t server::receive(connection& c, std::size_t max) {
+    for (;;) {
+        char* dst = c.in.prepare(max);
+        const ssize_t n = ::recv(c.fd.get(), dst, max, MSG_DONTWAIT);
+        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
+        if (n > 0) {
+            _bytes_in += static_cast<std::uint64_t>(n);
+            c.last_rx_ns = rtcore::monotonic_now_ns();
+            return n;
+        }
+        if (n == 0) {
+            return 0;
+        }
         if (errno == EINTR) {
             continue;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             kill(c, "recv failed");
         }
-        return;
+        return -1;
     }
 }
 
@@ -813,7 +796,7 @@ void server::append(connection& c, std::string_view text, std::size_t requests) 
 
 void server::flush(connection& c) {
     while (c.st != connection::state::dead && c.out_pending() > 0) {
-        const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out_pending(),
+        const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_off, c.out_pending(),
                                  MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             c.out_off += static_cast<std::size_t>(n);
@@ -846,7 +829,7 @@ void server::flush(connection& c) {
     }
     if (c.out_pending() == 0) {
         if (c.st == connection::state::closing && !c.shut_wr) {
-            ::shutdown(c.fd, SHUT_WR);  // the peer reads our last line, then EOF
+            ::shutdown(c.fd.get(), SHUT_WR);  // the peer reads our last line, then EOF
             c.shut_wr = true;
         }
         if (c.peer_eof && c.held.empty() && !c.in.has_complete_line()) {
@@ -870,7 +853,7 @@ void server::update_interest(connection& c) {
     if (want == c.interest) {
         return;
     }
-    if (auto st = _loop.modify_fd(c.fd, want); !st) {
+    if (auto st = _loop.modify_fd(c.fd.get(), want); !st) {
         kill(c, "epoll_ctl MOD failed");
         return;
     }
@@ -881,6 +864,10 @@ void server::begin_close(connection& c, std::string_view last_line) {
     if (c.st != connection::state::open) {
         return;
     }
+    close_with(c, last_line);
+}
+
+void server::close_with(connection& c, std::string_view last_line) {
     append(c, last_line, 0);
     if (c.st == connection::state::dead) {
         return;
@@ -901,9 +888,8 @@ void server::kill(connection& c, const char* why) {
     if (c.nss_timer != 0) {
         _loop.cancel_timer(std::exchange(c.nss_timer, 0));
     }
-    _loop.remove_fd(c.fd);
-    ::close(c.fd);
-    c.fd = -1;
+    _loop.remove_fd(c.fd.get());
+    c.fd.reset();
     // sess.push stays: kill() may run inside that very closure (a push whose
     // flush fails), and destroying it there is undefined.  The closure sees
     // the dead state and does nothing; reap() detaches the session.
@@ -975,7 +961,7 @@ void server::sweep() {
             const rpc_failure f("idle_timeout",
                                 fmt::format("no complete request for {} ms; closing",
                                             _opts.idle_timeout.count()));
-            send_nowait(c.fd, to_line(make_error_reply(nullptr, f)));
+            send_nowait(c.fd.get(), to_line(make_error_reply(nullptr, f)));
         }
         kill(c, "idle timeout");
     }

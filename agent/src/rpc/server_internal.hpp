@@ -15,6 +15,7 @@
 
 #include "qrt/rpc/framing.hpp"
 #include "qrt/rpc/server.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrt::rpc {
 
@@ -25,7 +26,7 @@ struct server::connection {
     enum class state : std::uint8_t { authenticating, verifying, resolving, open, closing, dead };
 
     std::uint64_t id = 0;
-    int fd = -1;
+    rtcore::unique_fd fd;  // closed by kill()
     state st = state::open;
     session sess;
     line_framer in;

@@ -1,14 +1,17 @@
-// The network listener (rpc.listen): binding it, accepting its peers and
-// their MUNGE authentication, up to the point where an authenticated peer
-// joins the connections of the UNIX socket (start_identity).
+// The network listener (rpc.listen): its listening socket (bound here, taken
+// from systemd or prebound), accepting its peers and their MUNGE
+// authentication, up to the point where an authenticated peer joins the
+// connections of the UNIX socket (start_identity); and closing it.
 #include "qrt/rpc/server.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <systemd/sd-daemon.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,54 +36,15 @@ constexpr std::size_t auth_line_bytes = 4096;
 
 // "tcp://ADDR:PORT": ADDR an IPv4 address or a bracketed IPv6 one.
 rtcore::status parse_tcp_listen(std::string_view text, sockaddr_storage& ss, socklen_t& len) {
-    const auto bad = [&](std::string_view why) {
+    const auto a = proto::parse_tcp_address(text);
+    if (!a) {
         return rtcore::error::invalid(fmt::format(
             "rpc.listen '{}': {}; expected tcp://ADDR:PORT, e.g. tcp://10.0.0.5:7470 or tcp://[::]:7470",
-            text, why));
-    };
-    constexpr std::string_view scheme = "tcp://";
-    if (text.substr(0, scheme.size()) != scheme) {
-        return bad("it does not start with tcp://");
+            text, a.err().message));
     }
-    std::string_view rest = text.substr(scheme.size());
-    std::string host;
-    std::string_view port;
-    if (!rest.empty() && rest.front() == '[') {
-        const auto close = rest.find(']');
-        if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-            return bad("an IPv6 address goes in brackets, followed by :PORT");
-        }
-        host = std::string(rest.substr(1, close - 1));
-        port = rest.substr(close + 2);
-    } else {
-        const auto colon = rest.rfind(':');
-        if (colon == std::string_view::npos) {
-            return bad("no :PORT");
-        }
-        host = std::string(rest.substr(0, colon));
-        port = rest.substr(colon + 1);
-    }
-    unsigned long p = 0;
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-        (p = std::stoul(std::string(port))) > 65535) {
-        return bad("PORT is not a number in 0..65535");
-    }
-    std::memset(&ss, 0, sizeof ss);
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in);
-        return rtcore::ok();
-    }
-    if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(static_cast<std::uint16_t>(p));
-        len = sizeof(sockaddr_in6);
-        return rtcore::ok();
-    }
-    return bad(fmt::format("'{}' is not an IPv4 or IPv6 address (names are not resolved)", host));
+    ss = a->ss;
+    len = a->len;
+    return rtcore::ok();
 }
 
 // The peer's address as text (an IPv4-mapped IPv6 address as IPv4).
@@ -146,8 +110,53 @@ rtcore::result<prebound_socket> server::bind_tcp(const server_options& opts) {
     return out;
 }
 
+// A TCP socket systemd passed (start() found it among the passed fds).
+rtcore::status server::take_passed_listener(int fd) {
+    if (_opts.listen.empty()) {
+        // Off unless configured: an address in a drop-in alone
+        // does not open the network path.
+        log::warn("rpc", "ignoring passed fd {}: a TCP socket, but rpc.listen is not set", fd);
+        return rtcore::ok();
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        const int err = errno;
+        return rtcore::error::from_errno(err, fmt::format("fcntl O_NONBLOCK fd {}", fd));
+    }
+    _tcp_fd.reset(fd);
+    _tcp_source = "systemd";
+    return rtcore::ok();
+}
+
+// The listening socket of rpc.listen, once start() has the UNIX one:
+// systemd's (taken already), else the prebound one, else bound here.
+rtcore::status server::open_listener() {
+    if (!_tcp_fd && _prebound_tcp_fd) {
+        _tcp_fd = std::move(_prebound_tcp_fd);
+        _tcp_source = "bind";
+    } else if (!_tcp_fd && !_opts.listen.empty()) {
+        auto b = bind_tcp(_opts);
+        if (!b) {
+            return std::move(b).err();
+        }
+        _tcp_fd.reset(b->fd);
+        _tcp_source = "bind";
+    } else {
+        _prebound_tcp_fd.reset();  // systemd's won
+    }
+    return rtcore::ok();
+}
+
+void server::stop_listener() noexcept {
+    if (_tcp_fd) {
+        _loop.remove_fd(_tcp_fd.get());
+        _tcp_fd.reset();
+    }
+    _prebound_tcp_fd.reset();  // handed in, never started
+}
+
 rtcore::status server::start_listener() {
-    _tcp_port = port_of(_tcp_fd);
+    _tcp_port = port_of(_tcp_fd.get());
     credential_decoder decode = _opts.decode_fn;
     if (!decode) {
         decode = [sock = _opts.munge_socket](std::string_view cred) { return munge_check(sock, cred); };
@@ -172,7 +181,7 @@ rtcore::status server::start_listener() {
                 }
             });
         });
-    if (auto st = _loop.add_fd(_tcp_fd, EPOLLIN, [this](std::uint32_t) { on_accept_tcp(); }); !st) {
+    if (auto st = _loop.add_fd(_tcp_fd.get(), EPOLLIN, [this](std::uint32_t) { on_accept_tcp(); }); !st) {
         return st;
     }
     const std::string msock = _opts.munge_socket.empty() ? "/run/munge/munge.socket.2" : _opts.munge_socket;
@@ -192,19 +201,19 @@ rtcore::status server::start_listener() {
 }
 
 void server::on_accept_tcp() {
-    accept_pending(_tcp_fd, "network listener",
-                   [this](int fd, const sockaddr_storage& ss) { accept_remote(fd, host_of(ss)); });
+    accept_pending(_tcp_fd.get(), "network listener", [this](rtcore::unique_fd fd, const sockaddr_storage& ss) {
+        accept_remote(std::move(fd), host_of(ss));
+    });
 }
 
-void server::refuse_at_accept(int fd, const std::string& host, std::string_view cause, std::size_t limit,
-                              const std::string& message) {
+void server::refuse_at_accept(rtcore::unique_fd fd, const std::string& host, std::string_view cause,
+                              std::size_t limit, const std::string& message) {
     log::warn_rl(_refused_log, "rpc", "refused a connection from {}: {}", host, message);
     const rpc_failure f("overloaded", message, json{{"cause", cause}, {"limit", limit}});
-    send_nowait(fd, to_line(make_error_reply(nullptr, f)));
-    ::close(fd);
+    send_nowait(fd.get(), to_line(make_error_reply(nullptr, f)));
 }
 
-void server::accept_remote(int fd, const std::string& host) {
+void server::accept_remote(rtcore::unique_fd fd, const std::string& host) {
     std::size_t same_host = 0;
     std::size_t waiting = 0;       // not yet authenticated, every host
     std::size_t waiting_here = 0;  // the same from this host
@@ -223,7 +232,7 @@ void server::accept_remote(int fd, const std::string& host) {
     // its own, so that peers who never do cannot keep anyone else out.
     if (waiting_here >= _opts.max_unauthenticated_per_host) {
         ++_rejected_unauthenticated_per_host;
-        refuse_at_accept(fd, host, "unauthenticated_per_host", _opts.max_unauthenticated_per_host,
+        refuse_at_accept(std::move(fd), host, "unauthenticated_per_host", _opts.max_unauthenticated_per_host,
                          fmt::format("host {} already has {} connections that have not authenticated, the "
                                      "limit per host (rpc.max_unauthenticated_per_host); try again later",
                                      host, waiting_here));
@@ -231,7 +240,7 @@ void server::accept_remote(int fd, const std::string& host) {
     }
     if (waiting >= _opts.max_unauthenticated) {
         ++_rejected_unauthenticated;
-        refuse_at_accept(fd, host, "unauthenticated_connections", _opts.max_unauthenticated,
+        refuse_at_accept(std::move(fd), host, "unauthenticated_connections", _opts.max_unauthenticated,
                          fmt::format("{} network connections have not authenticated yet, the limit "
                                      "(rpc.max_unauthenticated); try again later",
                                      waiting));
@@ -239,17 +248,18 @@ void server::accept_remote(int fd, const std::string& host) {
     }
     if (same_host >= _opts.max_connections_per_host) {
         ++_rejected_per_host;
-        refuse_at_accept(fd, host, "connections_per_host", _opts.max_connections_per_host,
+        refuse_at_accept(std::move(fd), host, "connections_per_host", _opts.max_connections_per_host,
                          fmt::format("host {} already has {} connections, the limit per host "
                                      "(rpc.max_connections_per_host); close one or try again later",
                                      host, same_host));
         return;
     }
+    const int raw = fd.get();
     const int one = 1;
-    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    (void)::setsockopt(raw, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_unique<connection>(_opts.max_line_bytes);
     c->id = _next_id++;
-    c->fd = fd;
+    c->fd = std::move(fd);
     c->remote = true;
     c->peer_host = host;
     c->accepted_ns = c->last_rx_ns = rtcore::monotonic_now_ns();
@@ -259,17 +269,16 @@ void server::accept_remote(int fd, const std::string& host) {
     // credential must be made for (check_binding).
     sockaddr_storage local{};
     socklen_t local_len = sizeof local;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
+    if (::getsockname(raw, reinterpret_cast<sockaddr*>(&local), &local_len) == 0) {
         c->local_name = tcp_address_text(reinterpret_cast<const sockaddr*>(&local));
     }
     c->st = connection::state::authenticating;
     c->nonce = make_nonce();
     const std::uint64_t id = c->id;
     c->interest = EPOLLIN;
-    if (auto st = _loop.add_fd(fd, EPOLLIN, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
+    if (auto st = _loop.add_fd(raw, EPOLLIN, [this, id](std::uint32_t ev) { on_event(id, ev); }); !st) {
         log::warn("rpc", "{}", st.err().message);
-        ::close(fd);
-        return;
+        return;  // c closes it
     }
     ++_accepted;
     ++_accepted_remote;
@@ -296,16 +305,8 @@ void server::refuse_auth(connection& c, std::string_view cause, const std::strin
 }
 
 void server::close_unserved(connection& c, const rpc_failure& f) {
-    append(c, to_line(make_error_reply(c.auth_id, f)), 0);
-    if (c.st == connection::state::dead) {
-        return;
-    }
     // Closing like begin_close: the last line is read, then EOF.
-    c.st = connection::state::closing;
-    c.closing_since_ns = rtcore::monotonic_now_ns();
-    c.in.clear();
-    flush(c);
-    update_interest(c);
+    close_with(c, to_line(make_error_reply(c.auth_id, f)));
 }
 
 void server::read_auth(connection& c) {
@@ -316,12 +317,8 @@ void server::read_auth(connection& c) {
                                     auth_line_bytes));
             return;
         }
-        char* dst = c.in.prepare(auth_line_bytes);
-        const ssize_t n = ::recv(c.fd, dst, auth_line_bytes, MSG_DONTWAIT);
-        c.in.commit(n > 0 ? static_cast<std::size_t>(n) : 0U);
+        const ssize_t n = receive(c, auth_line_bytes);
         if (n > 0) {
-            _bytes_in += static_cast<std::uint64_t>(n);
-            c.last_rx_ns = rtcore::monotonic_now_ns();
             c.sent_any = true;
             const line_framer::item it = c.in.next();
             if (it.st == line_framer::status::line) {
@@ -334,15 +331,8 @@ void server::read_auth(connection& c) {
         }
         if (n == 0) {
             kill(c, "peer closed before it authenticated");
-            return;
         }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            kill(c, "recv failed");
-        }
-        return;
+        return;  // on EOF, or nothing to read now, or c was killed
     }
 }
 

@@ -677,6 +677,14 @@ json ledger_methods::jobs_cancel(const json& params, call_context& ctx) {
     return to_json(take(_ledger.cancel(tenant_for(ctx, id), id, now(), token)));
 }
 
+rpc_failure late_commit_refusal(const tl::late_job& j) {
+    return rpc_failure("unavailable", "ledger: " + j.message,
+                       json{{"cause", "commit_late"},
+                            {"job_id", j.id},
+                            {"start_ns", j.start_ns},
+                            {"next_start_ns", j.next_start_ns}});
+}
+
 json to_json(const tl::reservation& r) {
     return json{{"reservation_id", r.id},
                 {"job_id", r.id},

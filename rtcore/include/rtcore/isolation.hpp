@@ -24,7 +24,8 @@
 // its start) and the next one is tried.  Real-time threads join the isolated
 // cgroup (isolation_report::isolated_cgroup) or set their affinity.
 //
-// DESIGN: how the dispatch threads reach their isolated CPU (issue #11 §1).
+// DESIGN: how the dispatch threads reach their isolated CPU under systemd,
+// on cgroup v1 and v2.
 //
 // The dispatch threads are threads of `qrtd run`, whose other threads (the
 // event loop, the ledger, the probes) must stay on the housekeeping CPUs,

@@ -1,5 +1,6 @@
 #pragma once
-// Locked memory for the dispatch path only (issue #14 section 3).
+// Locked memory for the dispatch path only, so that months of running do
+// not lock every page the process ever allocates.
 //
 // mlockall(MCL_CURRENT | MCL_FUTURE) locks every page the process has and
 // will ever map: the ledger, SQLite's cache and every client connection's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24 item 13: .ci/run used to `chmod o+x` the checkout's root (0644
+# .ci/run used to `chmod o+x` the checkout's root (0644
 # files below it: the whole tree readable by every local user) and never
 # revert it.  Now the test users alone get search by ACL, undone at exit.
 set -u

@@ -340,8 +340,8 @@ TEST_P(dispatch_submit_modes, five_hundred_jobs_all_complete_and_none_arrives_ou
     const auto by = reasons(rr);
     // Without faults, on time and tuned: every job completes with its
     // result, except one the host held the dispatch thread up for beyond
-    // the tolerance (issue 24 item 20: a stall of the VM, or the SQPOLL
-    // poller's CPU busy, once failed CI with 499 of 500).  Such a job is
+    // the tolerance (a stall of the VM, or the SQPOLL poller's CPU busy,
+    // once failed CI with 499 of 500).  Such a job is
     // missed, never sent late, and the thread measured the hold-up itself:
     // a miss that no late wake-up or late send of the same run accounts for
     // is qrtd's, and fails.
@@ -455,7 +455,8 @@ TEST_F(dispatch_with_qpu_sim, the_same_run_over_loopback_tcp) {
 
 // file:// to a FIFO: the reader is the QPU side and nothing comes back, so
 // the link is write-only.  Every frame reaches the reader in order, and each
-// job ends `sent`, never `completed`: nobody knows that it ran (issue #14 §4).
+// job ends `sent`, never `completed`: nobody knows that it ran, and the
+// agent says no more than it knows.
 TEST(dispatch_file_endpoint, a_fifo_endpoints_jobs_end_sent_not_completed_and_its_reader_gets_every_frame) {
     char dir_tmpl[] = "/tmp/qrt-dispatch-fifo-XXXXXX";
     ASSERT_NE(::mkdtemp(dir_tmpl), nullptr);
@@ -542,7 +543,7 @@ TEST(dispatch_file_endpoint, a_regular_file_endpoint_is_refused_naming_path_type
     ::unlink(tmpl);
 }
 
-// Issue 24 item 5: qpu-sim sets its socket's group and mode itself, so a
+// qpu-sim sets its socket's group and mode itself, so a
 // caller running as root never chgrps or chmods a path in a directory
 // another user can write (the demo did, and followed a planted symlink).
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Acknowledged means dispatchable: qpu-sim + `qrtd run` + the Python client.
 
-What the socket acknowledges, the agent delivers (issue 14, section 1):
+What the socket acknowledges, the agent delivers:
 
   1. Every job acknowledged with a start at least the stated minimum lead
      ahead (agent.status / qpus.list min_lead_ns) ends `completed`, with and
@@ -46,7 +46,7 @@ class AckedDispatch(base.E2E):
             text = f.read()
         with open(self.cfg, "w") as f:
             text = text.replace('policy = "edf-backfill"', 'policy = "priority-preempt"')
-            # Priority is a ceiling the config grants (issue #14 §2): the
+            # Priority is a ceiling the config grants ([tenants]): the
             # preempting job below asks for 5, so this scheduler may use up to 10.
             grant = "scheduler_max_priority = 10\n"
             if "[tenants]\n" in text:

@@ -287,7 +287,7 @@ class E2E(unittest.TestCase):
         # one the host held the dispatch thread up for beyond the tolerance
         # (never sent, as checked above).  The thread measures such hold-ups
         # itself; a miss they do not account for is the agent's, and fails
-        # (issue 24 item 20: a VM stall must not decide CI by chance).
+        # (a VM stall must not decide CI by chance).
         self.assertEqual(set(states) - {"completed", "missed"}, set(), self.outcomes(st))
         missed = states.get("missed", 0)
         held = demo_client.held_up(c.telemetry(), "qpu0", 20_000_000)  # the config's miss_tolerance_ns

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The job pump keeps handing over while the event loop is stalled (#15 §1).
+"""The job pump keeps handing over while the event loop is stalled.
 
 qpu-sim + `qrtd run` (tuned) + the Python client.  The daemon's test hook
 QRTD_TEST_LOOP_STALL="1000:400" blocks its event loop for 400 ms every

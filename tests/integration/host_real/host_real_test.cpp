@@ -376,7 +376,7 @@ TEST_F(host_real, restore_after_the_applying_process_was_killed_puts_back_every_
     }
 }
 
-// #10: later applies trusted a journal whose partition had drifted (a
+// The root boundary: later applies trusted a journal whose partition had drifted (a
 // restore helper that stopped half way put the IRQs back on every CPU).
 // apply now checks the journal against the host and re-pins.
 TEST_F(host_real, apply_over_a_journal_whose_irqs_drifted_back_re_pins_them) {
@@ -412,7 +412,8 @@ TEST_F(host_real, apply_over_a_journal_whose_irqs_drifted_back_re_pins_them) {
     expect_restored(before);
 }
 
-// #11 §2: unbound kworkers ran on the isolated CPU because nothing set the
+// Runtime isolation at parity with tuned's cpu-partitioning profile: unbound
+// kworkers ran on the isolated CPU because nothing set the
 // workqueue cpumask.  apply sets it (and the writeback workqueue's) to the
 // housekeeping CPUs; restore puts back the exact bytes.
 TEST_F(host_real, apply_sets_the_workqueue_cpumasks_to_housekeeping_and_restore_puts_back_the_exact_bytes) {

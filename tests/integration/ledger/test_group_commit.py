@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Group commit, on the real daemon through its real socket (#15 §1).
+"""Group commit, on the real daemon through its real socket.
 
   1. kill -9 right after N pipelined slots.reserve acknowledgements from 4
      clients, restart on the same state directory: every acknowledged
@@ -14,16 +14,16 @@
      writer's group fails; the waiting client gets store_error (never an
      acknowledgement), and the reservation is nowhere -- not in jobs.status,
      not after a restart.
-  5. acknowledged means dispatched (issue 24 #3): a job submitted at the
+  5. acknowledged means dispatched: a job submitted at the
      minimum lead whose commit is held up past its start (the lock) is
      refused with a retryable error naming the next possible start, never
      acknowledged and then missed; the same behind another client's burst
      of 64 KiB jobs.
-  6. slots.heartbeat is answered under a commit backlog (issue 24 #11): the
+  6. slots.heartbeat is answered under a commit backlog: the
      lease it renews is not lost while client changes are refused.
   7. a job sent just before a kill -9, its mark_dispatched held up by the
      lock, is `failed` with dispatch_unknown after the restart, not
-     `missed` (issue 24 #17).
+     `missed` (the QPU may have run it).
   8. a late job is refused even when a retry that changed nothing (an
      idempotent retry of an earlier submit, on another connection) waits
      for the same commit; in a batch, only the late job is refused, the
@@ -350,7 +350,7 @@ class GroupCommit(unittest.TestCase):
         self.assertIn("result", self.status_of(c, again["result"]["reservation_id"]))
         c.close()
 
-    # ------------------------------------------------------------ issue 24
+    # ------------------------------------ acknowledged means dispatched
 
     TERMINAL = ("completed", "failed", "sent", "missed", "cancelled", "displaced", "expired",
                 "released")

@@ -70,18 +70,15 @@ has libqrt-client-dev /usr/lib/x86_64-linux-gnu/pkgconfig/qrt-client.pc
 has qrtd-slurm /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_qrt.so
 has qrtd-slurm /usr/sbin/qrt-slurm-healthcheck
 has qrtd-slurm /usr/share/man/man8/spank_qrt.8.gz
-# The QDMI device library, where the build had the pinned mqt.core.
-if [ -e "$build/tools/integrations/qdmi/libqrtd-qdmi.so" ]; then
-  check "package qrtd-qdmi_${version}_amd64.deb built" test -f "$(deb qrtd-qdmi)"
-  has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/libqrtd-qdmi.so
-  has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json
-  has qrtd-qdmi /usr/share/man/man7/qrtd-qdmi.7.gz
-  check "qrtd-qdmi depends on libqrt-client1 (shlibs)" sh -c "dpkg-deb -f '$(deb qrtd-qdmi)' Depends | grep -q libqrt-client1"
-  check "the manifest names the library beside it" sh -c "dpkg-deb --fsys-tarfile '$(deb qrtd-qdmi)' | tar -xO ./usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json | grep -q '\"library\": \"libqrtd-qdmi.so\"'"
-else
-  echo "ok: $build has no libqrtd-qdmi.so (no mqt.core at configure time): no qrtd-qdmi package"
-  check "no qrtd-qdmi package without the library" test ! -e "$(deb qrtd-qdmi)"
-fi
+has qrtd-slurm /usr/sbin/qrt-slurm-prolog
+check "qrt-slurm-prolog is the C program over libqrt-client (shlibs)" sh -c "dpkg-deb -f '$(deb qrtd-slurm)' Depends | grep -q libqrt-client1"
+# The QDMI device library: always built (configure fails without QDMI).
+check "package qrtd-qdmi_${version}_amd64.deb built" test -f "$(deb qrtd-qdmi)"
+has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/libqrtd-qdmi.so
+has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json
+has qrtd-qdmi /usr/share/man/man7/qrtd-qdmi.7.gz
+check "qrtd-qdmi depends on libqrt-client1 (shlibs)" sh -c "dpkg-deb -f '$(deb qrtd-qdmi)' Depends | grep -q libqrt-client1"
+check "the manifest names the library beside it" sh -c "dpkg-deb --fsys-tarfile '$(deb qrtd-qdmi)' | tar -xO ./usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json | grep -q '\"library\": \"libqrtd-qdmi.so\"'"
 # The shared library policy split: the runtime package holds no .so symlink
 # or header (a -dev package does), so two sonames can be co-installed.
 if contents libqrt-client1 | grep -qE '\.so$|\.h$'; then fail "libqrt-client1 ships only the versioned library"; else echo "ok: libqrt-client1 ships only the versioned library"; fi

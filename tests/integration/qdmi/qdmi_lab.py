@@ -10,10 +10,17 @@ calibration is pushed, so a test decides when the QPU is in a blackout
 facts the library reports (qubits, basis gates, coupling map, durations,
 max shots) when this qrtd knows the section.
 
+QPU qpu1's endpoint is write-only (file:///dev/null): its jobs end `sent`,
+with no result.  Where munge is installed, qrtd also listens on tcp://
+(rpc.listen on 127.0.0.1, a munged of the lab's own and its key), as on a
+QPU node that compute nodes reach.
+
 As a command: `qdmi_lab.py PROGRAM ARGS...` starts the lab, runs PROGRAM
-with QRTD_QDMI_SOCKET (the socket), QRTD_QDMI_ENDPOINT (aer|sim) and
-QRTD_QDMI_DEVICE (1 when the device facts are served) in its environment,
-stops the lab and exits with PROGRAM's status.
+with QRTD_QDMI_SOCKET (the socket), QRTD_QDMI_URL (the tcp:// address, or
+empty without munge) and QRT_MUNGE_SOCKET (the lab's munged),
+QRTD_QDMI_ENDPOINT (aer|sim) and QRTD_QDMI_DEVICE (1 when the device facts
+are served) in its environment, stops the lab and exits with PROGRAM's
+status.
 
 Only the processes this module started are signalled, by pid.
 Environment: QRTD, QPU_SIM, optionally QPU_AER (a command line) and
@@ -24,6 +31,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +67,7 @@ horizon_ns = 600_000_000_000
 default_lease_ns = 600_000_000_000
 [rpc]
 socket_path = "{dir}/qrtd.sock"
+{listen}
 [roles]
 reader = []
 scheduler = ["uid:{uid}"]
@@ -82,6 +91,17 @@ basis_gates = ["rz", "sx", "x", "cx", "measure"]
 coupling_map = [[0, 1], [1, 0], [1, 2], [2, 1], [2, 3], [3, 2], [3, 4], [4, 3]]
 gate_durations_ns = {{ rz = 0, sx = 35, x = 35, cx = 300, measure = 1200 }}
 max_shots = {max_shots}
+"""
+
+# A write-only QPU: what is sent there ends `sent`, and nothing comes back.
+WRITE_ONLY = """
+[[qpu]]
+name = "qpu1"
+endpoint = "file:///dev/null"
+calibration = "periodic"
+period_ns = 1_000_000_000
+blackout_ns = 100_000_000
+fidelity_f0 = 0.99
 """
 
 
@@ -126,6 +146,8 @@ class Lab:
         self.device = knows_device_section(self.qrtd)
         self.procs = []
         self.logs = []
+        self.url = ""
+        self.munge_sock = ""
 
     def log_tail(self):
         try:
@@ -147,13 +169,15 @@ class Lab:
                         90) or self.procs[0].poll() is not None:
             with open(os.path.join(self.dir, "endpoint.log")) as f:
                 raise RuntimeError(f"the endpoint ({self.endpoint}) did not listen:\n" + f.read()[-2000:])
+        listen = self.start_munged()
         cfg = os.path.join(self.dir, "qrtd.toml")
         with open(cfg, "w") as f:
             import pwd
-            text = CONFIG.format(dir=self.dir, uid=os.getuid(), user=pwd.getpwuid(os.getuid()).pw_name)
+            text = CONFIG.format(dir=self.dir, uid=os.getuid(), user=pwd.getpwuid(os.getuid()).pw_name,
+                                 listen=listen)
             if self.device:
                 text += DEVICE.format(qubits=QUBITS, max_shots=MAX_SHOTS)
-            f.write(text)
+            f.write(text + WRITE_ONLY)
         state = os.path.join(self.dir, "state")
         os.mkdir(state, 0o750)
         self.logs.append(open(os.path.join(self.dir, "qrtd.log"), "w"))
@@ -179,6 +203,33 @@ class Lab:
             if not wait_for(endpoint_up, 60, 0.1):
                 raise RuntimeError(f"qrtd never reached the endpoint ({self.endpoint}):\n" + self.log_tail())
         return self
+
+    def start_munged(self):
+        """qrtd's rpc.listen lines, with a munged of the lab's own (its key,
+        its socket) when munge is installed; none otherwise."""
+        path = "/usr/sbin:/usr/bin:/sbin:/bin"
+        munged, mungekey = shutil.which("munged", path=path), shutil.which("mungekey", path=path)
+        if not munged or not mungekey:
+            return ""
+        d = os.path.join(self.dir, "munge")
+        os.mkdir(d, 0o755)
+        key = os.path.join(d, "munge.key")
+        subprocess.run([mungekey, "--create", "--keyfile=" + key], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.chmod(key, 0o400)
+        sock = os.path.join(d, "munge.sock")
+        self.procs.append(subprocess.Popen(
+            [munged, "--foreground", "--force", "--socket=" + sock, "--key-file=" + key,
+             "--pid-file=" + os.path.join(d, "munged.pid"), "--seed-file=" + os.path.join(d, "seed"),
+             "--log-file=" + os.path.join(d, "munged.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if not wait_for(lambda: os.path.exists(sock), 10):
+            raise RuntimeError("munged did not create " + sock)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url, self.munge_sock = f"tcp://127.0.0.1:{port}", sock
+        return f'listen = "{self.url}"\nmunge_socket = "{sock}"'
 
     def client(self):
         return qrt_client.Client(self.sock, timeout=30)
@@ -208,7 +259,8 @@ class Lab:
 
     def env(self):
         e = dict(os.environ)
-        e.update({"QRTD_QDMI_SOCKET": self.sock, "QRTD_QDMI_ENDPOINT": self.endpoint,
+        e.update({"QRTD_QDMI_SOCKET": self.sock, "QRTD_QDMI_URL": self.url,
+                  "QRT_MUNGE_SOCKET": self.munge_sock, "QRTD_QDMI_ENDPOINT": self.endpoint,
                   "QRTD_QDMI_WHY_SIM": self.why_sim,
                   "QRTD_QDMI_DEVICE": "1" if self.device else "0"})
         return e

@@ -708,6 +708,112 @@ TEST(QdmiSpec, TwoProgramsInOneJobEachGetTheirCounts) {
     QRTD_QDMI_device_session_free(s);
 }
 
+// "Is this OpenQASM 3" is qrtd's question, asked where qrtd asks it
+// (qrt_proto): a header qrtd would refuse at jobs.submit is refused when the
+// program is set, before anything is sent, and one it accepts is accepted.
+TEST(QdmiSpec, ProgramsAreOpenQasm3ExactlyWhenQrtdSaysSo) {
+    push_windows({{-1, 600}});
+    QRTD_QDMI_Device_Session s = open_session();
+    const std::size_t before = queued_jobs();
+    for (const char* text : {"OPENQASM /* version */ 3;\nqubit q;\n", "OPENQASM\n3;\nqubit q;\n",
+                             "OPENQASM 2.0;\nqreg q[1];\n"}) {
+        QRTD_QDMI_Device_Job j = nullptr;
+        ASSERT_EQ(QRTD_QDMI_device_session_create_device_job(s, &j), QDMI_SUCCESS);
+        const std::size_t size = std::strlen(text) + 1;
+        const void* programs[] = {text};
+        EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 1, &size, programs),
+                  QDMI_ERROR_NOTSUPPORTED)
+            << text;
+        EXPECT_EQ(QRTD_QDMI_device_job_submit(j), QDMI_ERROR_BADSTATE) << "no program was set: " << text;
+        QRTD_QDMI_device_job_free(j);
+    }
+    EXPECT_EQ(queued_jobs(), before);
+    const char* fine = "\t// a comment\n/* and another */ OPENQASM\t3.0;\nqubit q;\nbit c;\nc = measure q;\n";
+    QRTD_QDMI_Device_Job j = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_create_device_job(s, &j), QDMI_SUCCESS);
+    const std::size_t size = std::strlen(fine) + 1;
+    const void* programs[] = {fine};
+    EXPECT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 1, &size, programs), QDMI_SUCCESS);
+    const std::string d = std::to_string(job_duration_ns());
+    ASSERT_EQ(QRTD_QDMI_device_job_set_parameter(j, QDMI_DEVICE_JOB_PARAMETER_CUSTOM3, d.size() + 1, d.c_str()),
+              QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_submit(j), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_wait(j, 60), QDMI_SUCCESS);
+    QDMI_Job_Status st{};
+    ASSERT_EQ(QRTD_QDMI_device_job_check(j, &st), QDMI_SUCCESS);
+    EXPECT_EQ(st, QDMI_JOB_STATUS_DONE);
+    QRTD_QDMI_device_job_free(j);
+    QRTD_QDMI_device_session_free(s);
+}
+
+// A QPU whose endpoint is write-only (qpu1: file:///dev/null): its job ends
+// `sent`, which ends the job (the protocol's table says so), so wait returns
+// and the job is done; its results are refused, saying so.
+TEST(QdmiSpec, AJobOnAWriteOnlyQpuEndsAndWaitReturns) {
+    QRTD_QDMI_Device_Session s = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_alloc(&s), QDMI_SUCCESS);
+    ASSERT_EQ(set_text(s, QDMI_DEVICE_SESSION_PARAMETER_BASEURL, socket_path()), QDMI_SUCCESS);
+    ASSERT_EQ(set_text(s, QDMI_DEVICE_SESSION_PARAMETER_CUSTOM3, "qpu1"), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_session_init(s), QDMI_SUCCESS);
+    QRTD_QDMI_Device_Job j = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_create_device_job(s, &j), QDMI_SUCCESS);
+    const std::size_t size = std::strlen(k_bell) + 1;
+    const void* programs[] = {k_bell};
+    ASSERT_EQ(QRTD_QDMI_device_job_set_programs(j, QDMI_PROGRAM_FORMAT_QASM3, 1, &size, programs), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_submit(j), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_wait(j, 60), QDMI_SUCCESS);
+    QDMI_Job_Status st{};
+    ASSERT_EQ(QRTD_QDMI_device_job_check(j, &st), QDMI_SUCCESS);
+    EXPECT_EQ(st, QDMI_JOB_STATUS_DONE);
+    const json rec = rpc("jobs.status", {{"job_id", std::stoull(job_id(j))}});
+    EXPECT_EQ(rec.value("state", ""), "sent") << rec.dump();
+    std::size_t n = 0;
+    EXPECT_EQ(QRTD_QDMI_device_job_get_results(j, 0, QDMI_JOB_RESULT_HIST_KEYS, 0, nullptr, &n),
+              QDMI_ERROR_NOTSUPPORTED);
+    QRTD_QDMI_device_job_free(j);
+    QRTD_QDMI_device_session_free(s);
+}
+
+// A compute node reaches the QPU node's qrtd over tcp:// (README, Cluster:
+// QRT_SOCKET=tcp://...): BASEURL takes the address, the session and its
+// job's wait speak MUNGE-authenticated TCP (libqrt-client), and the job
+// is this user's.
+TEST(QdmiSpec, ASessionOverTcpRunsAJob) {
+    const char* url = std::getenv("QRTD_QDMI_URL");
+    if (url == nullptr || url[0] == '\0') {
+        GTEST_SKIP() << "munged or mungekey is not installed (tools/dev/deps.sh installs munge): "
+                        "the lab's qrtd has no tcp:// listener";
+    }
+    push_windows({{-1, 600}});
+    QRTD_QDMI_Device_Session bad = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_alloc(&bad), QDMI_SUCCESS);
+    for (const char* wrong : {"tcp://", "tcp://127.0.0.1", "tcp://:7470", "https://example.invalid/"}) {
+        EXPECT_EQ(set_text(bad, QDMI_DEVICE_SESSION_PARAMETER_BASEURL, wrong), QDMI_ERROR_INVALIDARGUMENT) << wrong;
+    }
+    QRTD_QDMI_device_session_free(bad);
+
+    QRTD_QDMI_Device_Session s = nullptr;
+    ASSERT_EQ(QRTD_QDMI_device_session_alloc(&s), QDMI_SUCCESS);
+    ASSERT_EQ(set_text(s, QDMI_DEVICE_SESSION_PARAMETER_BASEURL, url), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_session_init(s), QDMI_SUCCESS);
+    EXPECT_EQ(string_prop(s, QDMI_DEVICE_PROPERTY_NAME), "qrtd/qpu0");
+    QRTD_QDMI_Device_Job j = bell_job(s, 200);
+    ASSERT_EQ(QRTD_QDMI_device_job_submit(j), QDMI_SUCCESS);
+    ASSERT_EQ(QRTD_QDMI_device_job_wait(j, 60), QDMI_SUCCESS);
+    QDMI_Job_Status st{};
+    ASSERT_EQ(QRTD_QDMI_device_job_check(j, &st), QDMI_SUCCESS);
+    ASSERT_EQ(st, QDMI_JOB_STATUS_DONE);
+    std::size_t total = 0;
+    for (const auto& [k, v] : histogram(j)) {
+        total += v;
+    }
+    EXPECT_EQ(total, 200U);
+    const json rec = rpc("jobs.status", {{"job_id", std::stoull(job_id(j))}});
+    EXPECT_EQ(rec.value("state", ""), "completed") << rec.dump();
+    QRTD_QDMI_device_job_free(j);
+    QRTD_QDMI_device_session_free(s);
+}
+
 TEST(QdmiSpec, FinalizeEndsService) {
     ASSERT_EQ(QRTD_QDMI_device_finalize(), QDMI_SUCCESS);
     QRTD_QDMI_Device_Session s = nullptr;

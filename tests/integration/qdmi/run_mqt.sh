@@ -1,17 +1,19 @@
 #!/bin/sh
-# run_mqt.sh QDMI_VENV SDK_VENV SCRIPT [ARGS...]: run SCRIPT where mqt.core
-# (QDMI_VENV, made at configure time by tools/integrations/qdmi/venv.sh) can be imported,
-# with Qiskit too when the SDK venv (tests/integration/qiskit's sdk_venv
-# fixture) is there: its python, and QDMI_VENV's site-packages on the path
-# (both venvs come from the same python3).  Without the SDK venv, QDMI_VENV's
-# python alone (the Qiskit-backend test then skips, naming why).
-qdmi=$1
+# run_mqt.sh QDMI_SITE SDK_VENV SCRIPT [ARGS...]: run SCRIPT where mqt.core
+# can be imported: QDMI_SITE (the pinned wheel unpacked in the cache
+# tools/dev/deps.sh fills, tools/integrations/qdmi/qdmi-cache.sh) on the
+# path of the SDK venv's python (tests/integration/qiskit's sdk_venv
+# fixture: Qiskit too), else of Debian's python3 (the Qiskit-backend test
+# then skips, naming why).  Both are the python3 the wheel is built for.
+site=$1
 sdk=$2
 shift 2
-site=$("$qdmi/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || {
-  echo "SKIP: $qdmi/bin/python does not run"; exit 77; }
-if [ -x "$sdk/bin/python" ] && [ "$("$sdk/bin/python" -c 'import sys; print(sys.version_info[:2])')" = \
-     "$("$qdmi/bin/python" -c 'import sys; print(sys.version_info[:2])')" ]; then
-  PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} exec "$sdk/bin/python" "$@"
+if [ -z "$site" ] || [ ! -f "$site/mqt/core/__init__.py" ]; then
+  echo "SKIP: mqt.core is not unpacked in the cache ('$site'): run tools/dev/deps.sh"
+  exit 77
 fi
-exec "$qdmi/bin/python" "$@"
+python=python3
+if [ -x "$sdk/bin/python" ] && PYTHONPATH=$site "$sdk/bin/python" -c 'import mqt.core.qdmi' 2>/dev/null; then
+  python=$sdk/bin/python
+fi
+PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} exec "$python" "$@"

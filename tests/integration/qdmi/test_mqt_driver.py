@@ -21,7 +21,11 @@ tree has no qpu-aer, on qpu-sim (pseudo-random counts: the mechanics only):
     circuit run through it gives 00/11 (needs Qiskit: run_mqt.sh runs this
     file with the SDK venv's python when there is one).
 
-Run by ctest (qdmi.mqt_driver) with build/venv-qdmi's python.  Asserts
+  - the same device over tcp:// (the lab's rpc.listen, MUNGE) runs a Bell
+    circuit, where munge is installed.
+
+Run by ctest (qdmi.mqt_driver) through run_mqt.sh: the pinned mqt.core
+unpacked in the cache (tools/integrations/qdmi/qdmi-cache.sh) on the path.  Asserts
 behaviour, never timings.  Environment: QRTD, QPU_SIM (or QPU_AER),
 QRT_PYTHON_DIR, QRTD_QDMI_MANIFEST.
 """
@@ -169,6 +173,22 @@ class MqtDriver(unittest.TestCase):
             with self.assertRaises(Exception):
                 d.submit_job("OPENQASM 3.0;\nqubit[9] q;\n", qdmi.ProgramFormat.QASM3, 100)
         self.assertEqual(d.queue_length(), before)
+
+    def test_a_device_over_tcp_runs_bell(self):
+        # A compute node: the QPU node's qrtd at tcp://, MUNGE-authenticated
+        # by libqrt-client with this node's munged.
+        if not self.lab.url:
+            self.skipTest("munged or mungekey is not installed: the lab's qrtd has no tcp:// listener")
+        os.environ["QRT_MUNGE_SOCKET"] = self.lab.munge_sock
+        self.lab.push([(-1, 600, 71)])
+        d = builtin_driver.open_device(DEVICE_ID, base_url=self.lab.url)
+        self.assertEqual(d.name(), "qrtd/qpu0")
+        job = self.submit(d, BELL, 500)
+        self.assertTrue(job.wait(60), "the job did not finish")
+        self.assertEqual(job.check(), qdmi.Job.Status.DONE)
+        self.assertEqual(sum(job.get_counts().values()), 500)
+        with self.lab.client() as c:
+            self.assertEqual(c.jobs_status(int(job.id))["state"], "completed")
 
     def test_mqt_qiskit_backend_runs_bell(self):
         try:

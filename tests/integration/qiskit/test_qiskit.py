@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Quantum SDKs through qrtd (issue 27): real `qrtd run` + qpu-aer (qiskit-aer
+"""Quantum SDKs through qrtd: real `qrtd run` + qpu-aer (qiskit-aer
 executing OpenQASM 3) + the Qiskit backend qrtd_qiskit.
 
   1. qpus.list serves the [qpu.device] facts; the backend's target has them.

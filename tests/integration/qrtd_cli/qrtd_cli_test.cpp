@@ -274,7 +274,8 @@ TEST(qrtd_cli, host_plan_on_a_fake_tree_prints_json_and_changes_nothing) {
     EXPECT_EQ(snapshot_tree(t.root), before);
 }
 
-// #11 §2: every runtime knob with its value before and after, text and JSON.
+// Runtime isolation at parity with tuned's cpu-partitioning profile: every
+// runtime knob with its value before and after, text and JSON.
 TEST(qrtd_cli, host_plan_lists_each_runtime_knob_with_its_before_and_after_value) {
     tree_copy t("vm2-v1");
     const auto before = snapshot_tree(t.root);
@@ -308,7 +309,8 @@ TEST(qrtd_cli, host_plan_lists_each_runtime_knob_with_its_before_and_after_value
     EXPECT_EQ(snapshot_tree(t.root), before) << "plan changed the tree";
 }
 
-// #11 §1: on a cgroup v2 host the plan says the partition is out of the
+// The dispatch thread must reach its isolated CPU under systemd: on a
+// cgroup v2 host the plan says the partition is out of the
 // dispatch threads' reach, why, and what apply uses instead.
 TEST(qrtd_cli, host_plan_on_a_v2_tree_says_the_fence_is_used_and_why_not_the_partition) {
     tree_copy t("host8-v2");
@@ -335,7 +337,7 @@ TEST(qrtd_cli, host_plan_with_a_synthetic_topology_isolates_whole_cores) {
     EXPECT_EQ(j["plan"]["isolated"], "6-7") << r.out;
 }
 
-// #25 section 5: two tuned QPUs on a host with one core to spare.  With
+// More QPUs than spare cores: two tuned QPUs on a host with one core to spare.  With
 // dispatch.qpus_per_cpu = 2 the plan puts both on the one isolated CPU and
 // says why; with the default 1 it is refused, naming the cores.
 TEST(qrtd_cli, host_plan_puts_two_tuned_qpus_on_one_cpu_only_with_qpus_per_cpu_2) {
@@ -432,7 +434,8 @@ TEST(qrtd_cli, host_verify_without_apply_exits_1) {
     EXPECT_NE(r.err.find("not applied"), std::string::npos) << r.err;
 }
 
-// #14 section 4: the drift watch under systemd is qrtd-repin.service, one
+// What the agent knows, it says: the drift watch under systemd is
+// qrtd-repin.service, one
 // `qrtd host verify --repin` per timer tick.  A known IRQ that drifted back
 // onto the isolated CPU and an IRQ that appeared after apply are both
 // pinned by one run, which exits 0 (the host is as applied again); the new
@@ -619,7 +622,7 @@ TEST(qrtd_cli, run_reloads_on_sighup_pings_the_watchdog_and_restores_on_sigterm)
     EXPECT_EQ(snapshot_tree(t.root), before) << log;
 }
 
-// Issue 24 item 19: in a container (RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK)
+// In a container (RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK)
 // qrtd exited at start even in untuned mode, "dispatch:
 // io_uring_register_buffers (67239936 bytes): Cannot allocate memory: Cannot
 // allocate memory", and systemd restarted it until it gave up.  Untuned now
@@ -767,7 +770,7 @@ std::map<std::string, std::string> snapshot_host() {
     return snap;
 }
 
-// ---- the root boundary (#10), on fake trees as root -----------------------
+// ---- the root boundary, on fake trees as root ----------------------------
 
 std::string crc_line(const std::string& body) {
     // zlib's CRC-32, as the journal uses: what a forger computes.
@@ -1128,7 +1131,7 @@ TEST_F(real_host, run_applies_the_partition_and_restores_the_host_byte_for_byte)
     expect_same_host(before, "after the run");
 }
 
-// #10: "qrtd run as root fails on any host where group qrt exists" (it
+// The root boundary: "qrtd run as root fails on any host where group qrt exists" (it
 // dropped CAP_CHOWN before chowning its socket), and "run by hand, the
 // daemon keeps uid 0".  Run the deployed way: user qrtd from the shipped
 // sysusers.d file.
@@ -1179,7 +1182,7 @@ TEST_F(real_host, run_as_root_binds_a_qrt_socket_then_runs_as_qrtd_with_exactly_
     expect_same_host(before, "after SIGTERM");
 }
 
-// #10: a restart (or `qrtd host restore`) right after a kill -9 of `qrtd
+// The root boundary: a restart (or `qrtd host restore`) right after a kill -9 of `qrtd
 // run` collided with the restore helper; now it waits for it, and the host
 // ends byte for byte as it was, under load, every time.
 TEST_F(real_host, a_restart_racing_the_restore_helper_after_kill_9_leaves_the_host_byte_for_byte) {
@@ -1241,7 +1244,7 @@ std::vector<std::string> write_irqs_back(const std::map<std::string, std::string
     return moved;
 }
 
-// #10: later daemons trusted a journal whose partition had drifted (IRQs back
+// The root boundary: later daemons trusted a journal whose partition had drifted (IRQs back
 // on every CPU) and said "already applied".  Now qrtd run checks it against
 // the host and re-pins, even when `qrtd host apply` owns it.
 TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_applied) {
@@ -1264,7 +1267,8 @@ TEST_F(real_host, run_over_a_drifted_journal_re_pins_instead_of_saying_already_a
     expect_same_host(before, "after restore");
 }
 
-// #14 section 4: under systemd the IRQ drift watch is qrtd-repin.service
+// What the agent knows, it says: under systemd the IRQ drift watch is
+// qrtd-repin.service
 // (`qrtd host verify --repin` as root, every 30 s).  An IRQ whose affinity
 // is written back onto the isolated CPU after apply is re-pinned by one run,
 // which exits 0 and logs it; restore still puts every value back byte for
@@ -1294,7 +1298,7 @@ TEST_F(real_host, one_run_of_the_repin_helper_re_pins_a_drifted_irq_and_restore_
 
 }  // namespace
 
-// ---- #11 §1: the dispatch thread on its isolated CPU, for real (cgroup v1) ----
+// ---- the dispatch thread on its isolated CPU, for real (cgroup v1) ----
 
 namespace {
 
@@ -1561,7 +1565,7 @@ TEST_F(dispatch_placement, with_the_affinity_fence_a_unit_like_run_reaches_the_i
     restore_and_expect_the_host_as_before();
 }
 
-// Issue 24 item 1, for real: on a fence host the drift watch (`qrtd host
+// For real: on a fence host the drift watch (`qrtd host
 // verify --repin`, what qrtd-repin.timer runs every 30 s) used to move the
 // SCHED_FIFO dispatch thread off its isolated CPU with every other task, and
 // say the host was as applied.  Two runs of it later the thread must still

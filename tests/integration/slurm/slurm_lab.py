@@ -20,7 +20,8 @@ in each v1 hierarchy, or under the v2 root) are removed when they did not
 exist before.  Nothing here signals a process it did not start.
 
 Environment: QRTD, QPU_SIM, QRTCTL, SPANK_QRT, JOB_EXAMPLE (binaries),
-QRT_SLURM_TOOLS (tools/integrations/slurm), QRT_PYTHON_DIR (tools/clients/python/src).
+QRT_SLURM_TOOLS (tools/integrations/slurm), QRT_SLURM_PROLOG (the built qrt-slurm-prolog),
+QRT_PYTHON_DIR (tools/clients/python/src).
 """
 
 import grp
@@ -337,8 +338,8 @@ class Lab:
         wrapper = os.path.join(self.dir, "qrt-prolog.sh")
         with open(wrapper, "w") as f:
             f.write("#!/bin/sh\n"
-                    f"export SLURM_CONF={self.conf} QRT_PYTHON_DIR={os.environ['QRT_PYTHON_DIR']}\n"
-                    f"exec {os.environ['QRT_SLURM_TOOLS']}/qrt-slurm-prolog --socket {self.sock} "
+                    f"export SLURM_CONF={self.conf}\n"
+                    f"exec {os.environ['QRT_SLURM_PROLOG']} --socket {self.sock} "
                     f"--state-dir {self.dir}/prolog-state --setup-margin 3 \"$@\"\n")
         os.chmod(wrapper, 0o755)
         self.point_plugin_at(None if on else self.sock)

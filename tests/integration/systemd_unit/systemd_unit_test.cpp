@@ -211,7 +211,7 @@ TEST_F(installed, tmpfiles_makes_the_socket_dir_reachable_by_group_qrt_from_boot
     EXPECT_NE(conf.find("\nd /run/qrtd 0750 qrtd qrt -\n"), std::string::npos) << conf;
 }
 
-// Issue 24 item 15: whoever holds /dev/cpu_dma_latency open keeps the whole
+// Whoever holds /dev/cpu_dma_latency open keeps the whole
 // machine out of deep C-states.  tmpfiles gave it to group qrt (0660 root
 // qrt), so every member of qrt could; now user qrtd alone may write it.
 TEST_F(installed, tmpfiles_gives_cpu_dma_latency_to_user_qrtd_alone) {
@@ -246,7 +246,7 @@ TEST_F(installed, tmpfiles_gives_cpu_dma_latency_to_user_qrtd_alone) {
     EXPECT_EQ(st.st_gid, 0U);
 }
 
-// The root boundary (#10): the journal root replays lives in a directory
+// The root boundary: the journal root replays lives in a directory
 // only root can read or write, made by tmpfiles.d, and the daemon's sandbox
 // does not even see it.
 TEST_F(installed, tmpfiles_creates_the_journal_dir_for_root_alone_and_the_daemon_cannot_see_it) {
@@ -274,7 +274,7 @@ TEST_F(installed, tmpfiles_creates_the_journal_dir_for_root_alone_and_the_daemon
     }
 }
 
-// #14 section 4: the IRQ drift watch under systemd.  The timer runs
+// The IRQ drift watch under systemd.  The timer runs
 // `qrtd host verify --repin` as root while qrtd.service runs; the oneshot
 // reads nothing user qrtd can write and cannot even see the daemon's
 // directories.

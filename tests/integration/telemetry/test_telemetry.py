@@ -262,7 +262,7 @@ class Outliers(Agent):
             # this CPU may be worse); the JSON holds every kept one.
             self.assertRegex(r.stdout, r"qpu0 cpu\d+ tid \d+ [0-9.]+[mun]?s at \d\d:\d\d:\d\d\.\d\d\d: mostly ",
                              r.stdout)
-            # One outlier, one line (issue 24 item 18: the demo printed one twice).
+            # One outlier, one line (the demo once printed one twice).
             worst = r.stdout.split("worst wakeups over the outlier threshold", 1)[1].split("\n\n", 1)[0]
             rows = [l for l in worst.splitlines() if l.startswith("  qpu0 ")]
             self.assertEqual(len(rows), len(set(rows)), worst)

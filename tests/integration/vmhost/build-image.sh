@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The image of the emulated Debian 12 lab host (issue #11, section 4): a
+# The image of the emulated Debian 12 lab host: a
 # minimal bookworm root with both of Debian's own 6.1 kernels
 # (linux-image-rt-amd64 and linux-image-amd64), systemd as PID 1, and the
 # qrtd packages installed through the chroot, so the guest needs no network

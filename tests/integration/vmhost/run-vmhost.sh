@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The emulated Debian 12 lab host test (issue #11, section 4): boots the
+# The emulated Debian 12 lab host test: boots the
 # image of build-image.sh under qemu (TCG, 2 vCPUs, no network) once per
 # kernel, Debian's linux-image-rt-amd64 and linux-image-amd64, lets the
 # runner baked into the image (guest/runner.py) check qrtd under the guest's

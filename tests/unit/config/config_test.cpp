@@ -404,7 +404,7 @@ TEST(config_tenants, priority_ceilings_parse_and_a_bad_entry_names_what_is_wrong
     EXPECT_NE(big.find("is not a priority"), std::string::npos) << big;
 }
 
-// ---- [qpu.device] (issue 27: the per-QPU facts the SDKs build on) --------
+// ---- [qpu.device] (the per-QPU facts the SDKs build on) ------------------
 
 constexpr const char* device_qpu =
     "[[qpu]]\nname = \"q0\"\nendpoint = \"unix:///run/q0.sock\"\n"

@@ -20,7 +20,7 @@ qrt_bpf::outlier one(std::uint32_t tid, unsigned cpu, std::uint64_t switch_ns, s
     return o;
 }
 
-// Issue 24 item 18: the demo's report listed one outlier twice ("273us at
+// The demo's report listed one outlier twice ("273us at
 // 05:55:11" on two lines).  One switch is one outlier, however often it is
 // delivered; two switches are two, even in the same second with the same
 // latency.

@@ -408,7 +408,7 @@ TEST_F(dispatcher_fixture, a_realtime_step_during_the_last_sleep_moves_the_send_
     EXPECT_EQ(read_frames().size(), 1u);
 }
 
-// ---- realtime steps nobody has reported yet (issue #14 §4) ----
+// ---- realtime steps nobody has reported yet ----
 //
 // The step watch runs on the housekeeping loop; until it has re-converted
 // (the loop is busy, or the step came before the watch was armed), the
@@ -684,7 +684,7 @@ TEST_F(dispatcher_fixture, a_withdrawn_job_is_reported_at_once_not_at_its_start)
 }
 
 
-// Issue #14 section 3: a tuned dispatch thread locks its dispatch path (the
+// A tuned dispatch thread locks its dispatch path (the
 // frame pool, rings, its stack and code) and nothing the process allocates
 // later: 64 MiB of "client buffers" written after it started stay unlocked.
 // Under mlockall(MCL_CURRENT | MCL_FUTURE) VmLck grew by all 64 MiB.
@@ -731,7 +731,7 @@ TEST_F(dispatcher_fixture, a_tuned_thread_locks_its_dispatch_path_and_not_what_i
     EXPECT_LE(rtcore::read_process_locked_memory().vm_lck_bytes, before.vm_lck_bytes);
 }
 
-// Issue 24 item 19: a container (or a unit without LimitMEMLOCK=) gives 8
+// A container (or a unit without LimitMEMLOCK=) gives 8
 // MiB of RLIMIT_MEMLOCK and no CAP_IPC_LOCK; the default frame pool
 // (1024 slots of 64 KiB payloads) is 64.1 MiB, and registering it with
 // io_uring locks it.  qrtd exited at start even in untuned mode

@@ -165,7 +165,7 @@ TEST(agent_snapshot, recent_windows_and_outliers_reach_every_rendering) {
                        {"summary", "tid 77 (qrt-dispatch) on cpu 1: 80.0 us after wakeup"}},
                       {{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 900'000}, {"at_ns", now_ns - 3'000'000'000},
                        {"cause", nullptr}, {"summary", "s"}},
-                      // The first one again (issue 24 item 18: printed twice).
+                      // The first one again (the report once printed it twice).
                       {{"cpu", 1}, {"tid", 77}, {"qpu", "q0"}, {"latency_ns", 80'000}, {"at_ns", now_ns - 2'000'000'000},
                        {"cause", {{"kind", "task"}, {"source", "task stress-ng/9"}}},
                        {"summary", "tid 77 (qrt-dispatch) on cpu 1: 80.0 us after wakeup"}}})}};

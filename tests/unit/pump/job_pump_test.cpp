@@ -24,8 +24,8 @@
 using namespace qrt;
 
 // Every allocation and free of this test binary, counted per thread, with a
-// switch that makes them fail: the pump's pass must do neither (issue 24
-// item 12: it allocated under its priority-inheriting lock on its SCHED_FIFO
+// switch that makes them fail: the pump's pass must do neither (it once
+// allocated under its priority-inheriting lock on its SCHED_FIFO
 // thread, and an allocation failure after submit reported a queued job as
 // missed).
 namespace {
@@ -316,7 +316,7 @@ TEST_F(job_pump_fixture, the_pump_thread_and_a_busy_loop_share_the_link_without_
     EXPECT_GT(tel.counters.submitted, 0U);
 }
 
-// Issue 24 item 12: a pass (hand-overs, refusals, a withdrawal after a new
+// A pass (hand-overs, refusals, a withdrawal after a new
 // plan) neither allocates nor frees: the loop sized its storage in publish()
 // and take_reports(), and the text of a refusal is made on the loop.
 TEST_F(job_pump_fixture, a_pass_allocates_and_frees_nothing) {

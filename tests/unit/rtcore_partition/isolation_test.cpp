@@ -157,7 +157,7 @@ TEST(isolation, verify_fence_refences_a_task_that_moved_itself_back) {
     EXPECT_EQ(tasks.tasks().at(500).affinity, (cpu_set{0, 1}));
 }
 
-// Issue 24 item 1: on a fence host the dispatch threads reach their CPU by
+// On a fence host the dispatch threads reach their CPU by
 // pinning themselves, and the drift watch (verify --repin, the root
 // helper) used to move them off it like any other task.  The sweep leaves
 // exactly the daemon's own dispatch threads, each alone on its planned CPU,
@@ -228,7 +228,7 @@ TEST(isolation, verify_fence_leaves_the_daemons_dispatch_threads_on_their_planne
     EXPECT_EQ(tasks.tasks().at(801).affinity, (cpu_set{0, 1}));
 }
 
-// Issue 24 item 4: on a fence host every verify (the repin timer) journals
+// On a fence host every verify (the repin timer) journals
 // each new thread that touches an isolated CPU, and any local user can make
 // threads.  200,000 short-lived threads before each of ten verifies took the
 // journal past the 64 MiB load reads, and restore, repin and apply then

@@ -290,7 +290,7 @@ TEST(journal, task_records_skip_exited_and_reused_tids_and_respect_later_changes
     EXPECT_EQ(tasks.tasks().at(1).affinity, (rtcore::cpu_set{0, 1, 2, 3}));
 }
 
-// Issue 24 item 4: the journal never grows past what load reads.  A batch
+// The journal never grows past what load reads.  A batch
 // that would take it past its limit is refused whole, and what is there
 // still loads and restores.
 TEST(journal, an_append_past_the_size_limit_is_refused_whole_and_the_journal_still_loads) {

@@ -1,7 +1,7 @@
 // The root boundary on fake trees: what a root helper replays comes only
 // from a directory nobody else can write, every record passes the restore
 // allow-list, no write goes through a symlink, and a refused journal writes
-// nothing at all (issue #10).  Tests that need another owner (chown) skip
+// nothing at all.  Tests that need another owner (chown) skip
 // without root.
 
 #include <gtest/gtest.h>
@@ -492,7 +492,7 @@ TEST(root_boundary, apply_with_other_cpus_than_the_journal_restores_that_partiti
     EXPECT_EQ(first_difference(before, snapshot(t.root())), "");
 }
 
-// The crash case of #10: a restore whose rmdir meets tasks still leaving the
+// The crash case of the root boundary: a restore whose rmdir meets tasks still leaving the
 // cgroup (EBUSY) retries instead of leaving a half-restored host.
 TEST(root_boundary, restore_retries_an_rmdir_that_is_busy_for_a_moment) {
     class busy_twice final : public rtcore::task_ops {

@@ -1,4 +1,4 @@
-// #11 §1: how the dispatch threads reach their isolated CPU, on fake cgroup
+// How the dispatch threads reach their isolated CPU under systemd, on fake cgroup
 // v1 and v2 trees.  The kernel rules these trees stand for (Linux 6.1):
 //   v2: a partition takes its CPUs from every other cgroup; its parent must
 //       be a partition root; a thread moves only inside its process's

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The scripts root runs, checked offline.
 
-demo.sh (issue 24 item 5): it hands /run/qrtd-demo to user qrtd, and it
+demo.sh: it hands /run/qrtd-demo to user qrtd, and it
 used to chgrp and chmod $run_dir/qpu0.sock there afterwards, as root,
 following whatever symlink a compromised daemon planted.  Root now changes
 no owner or mode in a directory another user can write: qpu-sim sets its
 socket's group and mode itself, in a directory only root writes.
 
-deps.sh (issue 24 item 14): it left prometheus (every interface, :9090),
+deps.sh: it left prometheus (every interface, :9090),
 slurmctld, slurmd and munge enabled at boot, although only the tests use
 them and the tests run their own daemons.  It now installs them with starts
 held back and keeps them disabled and stopped, on every run; a package that

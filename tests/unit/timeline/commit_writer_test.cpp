@@ -323,7 +323,7 @@ request short_req(std::int64_t duration_ns) {
     return r;
 }
 
-// Issue 24 #3: the earliest start offered counts the commit backlog, as
+// The earliest start offered counts the commit backlog, as
 // observed: a change made now waits for the groups ahead of it.
 TEST_F(group_commit, the_earliest_start_offered_includes_the_observed_commit_backlog) {
     ledger& l = open(4096, 10 * ms_ns);
@@ -349,7 +349,7 @@ TEST_F(group_commit, the_earliest_start_offered_includes_the_observed_commit_bac
     ASSERT_TRUE(_loop.run_until([&] { return l.durable_seq() == l.latest_seq(); }));
 }
 
-// Issue 24 #3: a job whose commit became durable when its start was already
+// Acknowledged means dispatchable: a job whose commit became durable when its start was already
 // inside the hand-over lead is taken back before its acknowledgement, and
 // the next possible start is named; one still on time is kept.
 TEST_F(group_commit, a_job_durable_too_late_for_its_start_is_withdrawn_not_acknowledged) {
@@ -413,7 +413,7 @@ TEST_F(group_commit, a_job_durable_too_late_for_its_start_is_withdrawn_not_ackno
     EXPECT_EQ((*disk)->find(held->id)->state, res_state::held);
 }
 
-// Issue 24 #6: a failed group undoes the dispatcher's transitions with the
+// A failed group undoes the dispatcher's transitions with the
 // rest of its range; they record what happened on the wire, so they are
 // applied again after the reload.
 TEST_F(group_commit, a_failed_group_keeps_the_dispatchers_own_transitions) {
@@ -458,7 +458,7 @@ TEST_F(group_commit, a_failed_group_keeps_the_dispatchers_own_transitions) {
     check(**disk);
 }
 
-// Issue 24 #17: a job handed to the dispatch thread (within the durable
+// A job handed to the dispatch thread (within the durable
 // dispatch mark) whose mark_dispatched never reached the disk before a
 // crash is unknown on restart, not missed; one beyond the mark is missed;
 // after a clean close nothing is unknown.

@@ -254,7 +254,7 @@ TEST_F(store_test, a_reservation_on_a_qpu_no_longer_configured_is_refused_on_ope
 
 // The ledger holds every tenant's payloads: no other local user may read the
 // database or its WAL, whether the store is new or was created 0644 by an
-// older qrtd (issue #14: another tenant read a victim's payload from it).
+// older qrtd (another tenant read a victim's payload from it).
 TEST_F(store_test, the_database_and_its_wal_are_readable_by_their_owner_only) {
     const auto mode_of = [](const std::string& p) {
         struct stat st {};

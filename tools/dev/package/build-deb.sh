@@ -80,6 +80,11 @@ ddebs=
 if [ -n "$build_dir" ] && ! readelf -S "$build_dir/agent/qrtd" 2>/dev/null | grep -q '\.debug_info'; then
   ddebs=noddebs
 fi
+# debhelper gives its build a HOME of its own: name by its root the cache
+# deps.sh filled for this user (QDMI's headers, tools/integrations/qdmi/
+# qdmi-cache.sh), so that configure finds them there.
+qdmi_dir=$(bash "$here/tools/integrations/qdmi/qdmi-cache.sh" --dir)
+export QRT_QDMI_CACHE=${QRT_QDMI_CACHE:-$(dirname "$qdmi_dir")}
 echo "[deb] building qrtd $version in $root${build_dir:+ from $build_dir}"
 start=$(date +%s)
 (cd "$root" && QRT_DEB_BUILD_DIR=$build_dir \

@@ -1,8 +1,13 @@
 /*
- * qrt_slurm.c: the Slurm-independent half of spank_qrt.so (see qrt_slurm.h).
+ * qrt_slurm.c: the Slurm-independent half of spank_qrt.so and
+ * qrt-slurm-prolog (see qrt_slurm.h): options, requests, keys, CPU lists,
+ * a step's state file and the messages.  qrt_slurm_job.c holds what only
+ * the prolog asks (a job comment's request, its job record, scontrol's
+ * times).
  */
 #define _GNU_SOURCE
 #include "qrt_slurm.h"
+#include "qrt_slurm_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,10 +21,7 @@
 #define NS_PER_S INT64_C(1000000000)
 #define MAX_DURATION_NS (INT64_C(366) * 24 * 3600 * NS_PER_S)
 
-static int say(char *msg, size_t len, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int say(char *msg, size_t len, int rc, const char *fmt, ...)
+int qrt_slurm_say(char *msg, size_t len, int rc, const char *fmt, ...)
 {
 	if (msg != NULL && len > 0) {
 		va_list ap;
@@ -30,10 +32,7 @@ static int say(char *msg, size_t len, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* snprintf into buf; -ENOSPC when it did not fit. */
-static int put(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int put(char *buf, size_t len, const char *fmt, ...)
+int qrt_slurm_put(char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -45,7 +44,7 @@ static int put(char *buf, size_t len, const char *fmt, ...)
 	return 0;
 }
 
-static int copy(char *dst, size_t cap, const char *src)
+int qrt_slurm_copy(char *dst, size_t cap, const char *src)
 {
 	const size_t n = strlen(src);
 	if (n >= cap) {
@@ -54,6 +53,11 @@ static int copy(char *dst, size_t cap, const char *src)
 	memcpy(dst, src, n + 1);
 	return 0;
 }
+
+#define say qrt_slurm_say
+#define put qrt_slurm_put
+#define copy qrt_slurm_copy
+#define parse_u64 qrt_slurm_parse_u64
 
 void qrt_slurm_config_default(qrt_slurm_config *cfg)
 {
@@ -73,8 +77,7 @@ void qrt_slurm_options_default(qrt_slurm_options *o)
 	o->count = 1;
 }
 
-/* Strict unsigned decimal: digits only, no sign, no spaces, no overflow. */
-static int parse_u64(const char *s, size_t n, uint64_t *out)
+int qrt_slurm_parse_u64(const char *s, size_t n, uint64_t *out)
 {
 	if (n == 0) {
 		return -EINVAL;
@@ -164,7 +167,7 @@ int qrt_slurm_parse_time(const char *text, int *relative, int64_t *out_ns, char 
 		}
 	}
 	return say(msg, msg_len, -EINVAL,
-		   "'%s' is not a time: expected +DURATION (from the step's start, e.g. +30s) or "
+		   "'%s' is not a time: expected +DURATION (from the step's or job's start, e.g. +30s) or "
 		   "@UNIX_SECONDS (e.g. @1767225600.5)",
 		   text != NULL ? text : "");
 }
@@ -172,13 +175,21 @@ int qrt_slurm_parse_time(const char *text, int *relative, int64_t *out_ns, char 
 int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, char *msg,
 		     size_t msg_len)
 {
+	char label[64];
+	snprintf(label, sizeof(label), "--%s", name);
+	return qrt_slurm_option_as(o, name, label, value, msg, msg_len);
+}
+
+int qrt_slurm_option_as(qrt_slurm_options *o, const char *name, const char *label,
+			const char *value, char *msg, size_t msg_len)
+{
 	char inner[QRT_SLURM_MSG];
 	if (value == NULL) {
-		return say(msg, msg_len, -EINVAL, "--%s needs a value", name);
+		return say(msg, msg_len, -EINVAL, "%s needs a value", label);
 	}
 	if (strcmp(name, "qpu-duration") == 0) {
 		if (qrt_slurm_parse_duration(value, &o->duration_ns, inner, sizeof(inner)) < 0) {
-			return say(msg, msg_len, -EINVAL, "--qpu-duration: %s", inner);
+			return say(msg, msg_len, -EINVAL, "%s: %s", label, inner);
 		}
 		return 0;
 	}
@@ -187,7 +198,7 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 		int rel = 0;
 		int64_t t = 0;
 		if (qrt_slurm_parse_time(value, &rel, &t, inner, sizeof(inner)) < 0) {
-			return say(msg, msg_len, -EINVAL, "--%s: %s", name, inner);
+			return say(msg, msg_len, -EINVAL, "%s: %s", label, inner);
 		}
 		if (is_deadline) {
 			o->deadline_set = 1;
@@ -206,7 +217,7 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 		const double f = strtod(value, &end);
 		if (errno != 0 || end == value || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
 			return say(msg, msg_len, -EINVAL,
-				   "--qpu-min-fidelity: '%s' is not a number in (0, 1]", value);
+				   "%s: '%s' is not a number in (0, 1]", label, value);
 		}
 		o->min_fidelity = f;
 		return 0;
@@ -220,7 +231,7 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 		}
 		if (parse_u64(s, strlen(s), &v) < 0 || v > (uint64_t)INT32_MAX + (neg ? 1u : 0u)) {
 			return say(msg, msg_len, -EINVAL,
-				   "--qpu-priority: '%s' is not an integer in [%d, %d]", value,
+				   "%s: '%s' is not an integer in [%d, %d]", label, value,
 				   INT32_MIN, INT32_MAX);
 		}
 		o->priority_set = 1;
@@ -231,13 +242,13 @@ int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, 
 		uint64_t v = 0;
 		if (parse_u64(value, strlen(value), &v) < 0 || v < 1 || v > QRT_SLURM_MAX_GANG) {
 			return say(msg, msg_len, -EINVAL,
-				   "--qpu-count: '%s' is not an integer in [1, %d]", value,
+				   "%s: '%s' is not an integer in [1, %d]", label, value,
 				   QRT_SLURM_MAX_GANG);
 		}
 		o->count = (int)v;
 		return 0;
 	}
-	return say(msg, msg_len, -EINVAL, "unknown option --%s", name);
+	return say(msg, msg_len, -EINVAL, "unknown option %s", label);
 }
 
 int qrt_slurm_node_url(const qrt_slurm_config *cfg, const char *node, char *buf, size_t len)
@@ -453,9 +464,12 @@ int qrt_slurm_build_request(const qrt_slurm_options *o, const qrt_slurm_config *
 			    size_t msg_len)
 {
 	char when[48];
+	const char *deadline_name = o->from_comment ? "the comment's deadline" : "--qpu-deadline";
 	memset(out, 0, sizeof(*out));
+	out->from_comment = o->from_comment;
 	if (o->duration_ns <= 0) {
-		return say(msg, msg_len, -EINVAL, "--qpu-duration was not given");
+		return say(msg, msg_len, -EINVAL, "%s was not given",
+			   o->from_comment ? "the comment's duration" : "--qpu-duration");
 	}
 	out->duration_ns = o->duration_ns;
 	out->count = o->count;
@@ -493,7 +507,7 @@ int qrt_slurm_build_request(const qrt_slurm_options *o, const qrt_slurm_config *
 	}
 	if (out->deadline_ns <= now_ns) {
 		qrt_slurm_format_utc(out->deadline_ns, when, sizeof(when));
-		return say(msg, msg_len, -ERANGE, "--qpu-deadline %s is already past", when);
+		return say(msg, msg_len, -ERANGE, "%s %s is already past", deadline_name, when);
 	}
 	if (out->not_before_ns + out->duration_ns > out->deadline_ns) {
 		char nb[48];
@@ -502,7 +516,7 @@ int qrt_slurm_build_request(const qrt_slurm_options *o, const qrt_slurm_config *
 		return say(msg, msg_len, -ERANGE,
 			   "a slot of %" PRId64 " ns starting no earlier than %s cannot end by %s (%s)",
 			   out->duration_ns, nb, when,
-			   out->deadline_from_job ? "the job's time limit" : "--qpu-deadline");
+			   out->deadline_from_job ? "the job's time limit" : deadline_name);
 	}
 	return 0;
 }
@@ -564,6 +578,17 @@ int qrt_slurm_key(const char *cluster, uint32_t job_id, uint32_t step_id, char *
 	step_name(step_id, step, sizeof(step));
 	return put(buf, len, "slurm:%s:%" PRIu32 ".%s", cluster[0] != '\0' ? cluster : "-",
 		   job_id, step);
+}
+
+int qrt_slurm_job_key(const char *cluster, uint32_t job_id, char *buf, size_t len)
+{
+	if (cluster[0] != '\0' && !qrt_slurm_cluster_ok(cluster)) {
+		if (len > 0) {
+			buf[0] = '\0';
+		}
+		return -EINVAL;
+	}
+	return put(buf, len, "slurm:%s:%" PRIu32 ".job", cluster[0] != '\0' ? cluster : "-", job_id);
 }
 
 int qrt_slurm_key_is_job(const char *key, const char *cluster, uint32_t job_id)
@@ -696,9 +721,7 @@ int qrt_slurm_state_name(uint32_t job_id, uint32_t step_id, char *buf, size_t le
 	return put(buf, len, "%" PRIu32 ".%s", job_id, step);
 }
 
-/* A state file value: no control character (a newline would start a line
- * of its own) and none of also. */
-static int field_ok(const char *v, const char *also)
+int qrt_slurm_field_ok(const char *v, const char *also)
 {
 	for (const unsigned char *p = (const unsigned char *)v; *p != '\0'; ++p) {
 		if (*p < 0x20 || *p == 0x7f || strchr(also, *p) != NULL) {
@@ -708,13 +731,13 @@ static int field_ok(const char *v, const char *also)
 	return 1;
 }
 
-int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len)
+int qrt_slurm_held_lines(const qrt_slurm_held *h, char *buf, size_t len)
 {
 	char ids[QRT_SLURM_MAX_GANG * 21];
 	char qpus[QRT_SLURM_MAX_GANG * 65];
-	int ok = field_ok(h->key, "");
+	int ok = qrt_slurm_field_ok(h->key, "");
 	for (int i = 0; i < h->n && ok; ++i) {
-		ok = field_ok(h->member[i].qpu, ",");
+		ok = qrt_slurm_field_ok(h->member[i].qpu, ",");
 	}
 	if (!ok) {
 		if (len > 0) {
@@ -727,12 +750,26 @@ int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len)
 		return -ENOSPC;
 	}
 	return put(buf, len,
-		   "# spank_qrt: a step's reservation, released by the job epilog if the step "
-		   "could not\n"
 		   "key=%s\nids=%s\nqpus=%s\nfencing_token=%" PRIu64 "\nstart_ns=%" PRId64
 		   "\nend_ns=%" PRId64 "\nlease_expires_ns=%" PRId64 "\n",
 		   h->key, ids, qpus, h->fencing_token, h->start_ns, h->end_ns,
 		   h->lease_expires_ns);
+}
+
+int qrt_slurm_state_format(const qrt_slurm_held *h, char *buf, size_t len)
+{
+	static const char header[] =
+		"# spank_qrt: a step's reservation, released by the job epilog if the step "
+		"could not\n";
+	if (len <= sizeof(header) - 1) {
+		return -ENOSPC;
+	}
+	memcpy(buf, header, sizeof(header));
+	const int rc = qrt_slurm_held_lines(h, buf + sizeof(header) - 1, len - (sizeof(header) - 1));
+	if (rc < 0) {
+		buf[0] = '\0';
+	}
+	return rc;
 }
 
 static int parse_i64_field(const char *v, int64_t *out)
@@ -864,10 +901,13 @@ void qrt_slurm_failure_message(const qrt_slurm_request *req, const char *reason,
 		snprintf(next, sizeof(next), "; qrtd knows no start that fits these QPUs at all");
 	}
 	snprintf(buf, len,
-		 "qrt: no QPU slot for this step: %s (reason %s). Asked for %d QPU%s x %" PRId64
-		 " ns from %s to %s (%s)%s",
+		 "qrt: no QPU slot for this %s: %s (reason %s). Asked for %d QPU%s x %" PRId64
+		 " ns from %s to %s (deadline: %s)%s",
+		 req->from_comment ? "job" : "step",
 		 detail != NULL && detail[0] != '\0' ? detail : "qrtd refused", reason != NULL ? reason : "?",
 		 req->count, req->count == 1 ? "" : "s", req->duration_ns, nb, dl,
-		 req->deadline_from_job ? "deadline: the job's time limit" : "deadline: --qpu-deadline",
+		 req->deadline_from_job ? "the job's time limit"
+		 : req->from_comment    ? "the comment's deadline"
+					: "--qpu-deadline",
 		 next);
 }

@@ -1,9 +1,12 @@
 /*
- * qrt_slurm.h: the Slurm-independent half of spank_qrt.so, so it can be
- * unit-tested without Slurm: option parsing, the reservation request
- * derived from a job's options and its time limit, the idempotency key,
- * the QRT_* environment, CPU lists, the per-step state file that the job
- * epilog reads, and the messages a user sees.
+ * qrt_slurm.h: the Slurm-independent half of spank_qrt.so and
+ * qrt-slurm-prolog, so it can be unit-tested without Slurm: option parsing
+ * (--qpu-* options, or a job comment's "qpu:" request), the reservation
+ * request derived from them and the job's time limit, the idempotency key,
+ * the QRT_* environment, CPU lists, the state files root keeps (a step's,
+ * for the job epilog; a job's, for the prolog's TaskProlog and Epilog), and
+ * the messages a user sees.  Both programs take every Slurm semantic from
+ * here: durations, +/@ times, keys, limits, state files.
  *
  * Conventions (as libqrt-client): int functions return 0 or a NEGATIVE
  * errno; every message buffer is filled on failure; nothing here reads a
@@ -68,6 +71,8 @@ typedef struct qrt_slurm_options {
 	int priority_set;
 	int32_t priority;
 	int count;           /* --qpu-count; 1 when not given */
+	int from_comment;    /* given as a job comment's qpu: request (messages
+			      * name its keys, and "this job", not --qpu-*) */
 } qrt_slurm_options;
 
 /* What the plugin sends to slots.reserve. */
@@ -80,6 +85,7 @@ typedef struct qrt_slurm_request {
 	int32_t priority;
 	int count;
 	int deadline_from_job; /* the job's time limit, not the user, set it */
+	int from_comment;      /* the options came from a job comment */
 } qrt_slurm_request;
 
 /* One reservation of a step (a gang has count of them, one token). */
@@ -133,6 +139,14 @@ int qrt_slurm_parse_time(const char *text, int *relative, int64_t *out_ns, char 
 int qrt_slurm_option(qrt_slurm_options *o, const char *name, const char *value, char *msg,
                      size_t msg_len);
 
+/* The request of a job comment, for sites without SPANK (qrt-slurm-prolog):
+ * the first word "qpu:KEY=VALUE,..." of comment, keys duration (required),
+ * count, deadline, not-before, min-fidelity and priority, each taking what
+ * its --qpu-* option takes.  1 with *o set (from_comment), 0 when the
+ * comment has no qpu: word, -EINVAL with msg naming the item. */
+int qrt_slurm_comment_options(const char *comment, qrt_slurm_options *o, char *msg,
+                              size_t msg_len);
+
 /* The reservation request of a step that starts at now_ns, in a job that
  * ends at job_end_ns (0: unknown or unlimited).  Fails (with why) when the
  * job's time limit leaves no room for the slot, or the options contradict
@@ -154,6 +168,9 @@ int qrt_slurm_cluster_ok(const char *name);
  * "interactive"; cluster "" is "-".  -EINVAL when cluster is not
  * qrt_slurm_cluster_ok. */
 int qrt_slurm_key(const char *cluster, uint32_t job_id, uint32_t step_id, char *buf, size_t len);
+/* "slurm:<cluster>:<job>.job": the key of a whole job's reservation
+ * (qrt-slurm-prolog); -EINVAL as qrt_slurm_key. */
+int qrt_slurm_job_key(const char *cluster, uint32_t job_id, char *buf, size_t len);
 /* Whether key names a step of job_id on cluster. */
 int qrt_slurm_key_is_job(const char *key, const char *cluster, uint32_t job_id);
 
@@ -181,9 +198,33 @@ int qrt_slurm_state_parse(const char *text, qrt_slurm_held *out);
 /* "<job>.<step>" (file name of a step's state) */
 int qrt_slurm_state_name(uint32_t job_id, uint32_t step_id, char *buf, size_t len);
 
+/* The record qrt-slurm-prolog keeps per job ("<job>.job" in its state
+ * directory, root's): what its Prolog reserved and at which qrtd, or why
+ * there is no reservation (its TaskProlog hands that to the job as
+ * QRT_ERROR).  Formatting refuses (-EINVAL) a key, socket, QPU name or
+ * reason that would break a line, and writes error with every control
+ * character as a space; parsing refuses an unknown field or one given
+ * twice, and a record that is neither. */
+typedef struct qrt_slurm_job_record {
+	qrt_slurm_held held;      /* held.n 0: no reservation (reason, error) */
+	char socket[256];
+	char reason[64];
+	char error[QRT_SLURM_MSG];
+} qrt_slurm_job_record;
+int qrt_slurm_job_record_format(const qrt_slurm_job_record *r, char *buf, size_t len);
+int qrt_slurm_job_record_parse(const char *text, qrt_slurm_job_record *out);
+
+/* A time of `scontrol show job -o` ("StartTime=2026-12-01T04:30:31"), the
+ * calendar fields in *out (local time, as scontrol prints it: the caller
+ * gives them to mktime).  0, or -ENOENT when the field is missing or not a
+ * time ("Unknown", "None"). */
+struct tm;
+int qrt_slurm_scontrol_time(const char *text, const char *field, struct tm *out);
+
 /* The message a user reads when the reservation failed: what was asked,
  * qrtd's reason and message, and the next possible start when known
- * (next_start_ns 0: none known). */
+ * (next_start_ns 0: none known).  "this step", or "this job" for a
+ * request from a job comment. */
 void qrt_slurm_failure_message(const qrt_slurm_request *req, const char *reason,
                                const char *detail, int64_t next_start_ns, int64_t now_ns,
                                char *buf, size_t len);

@@ -236,13 +236,7 @@ int export_held(spank_t sp)
 
 qrt_client *connect_to(const char *url, qrt_error *err)
 {
-	qrt_client *c = NULL;
-	const int timeout = cfg.timeout_ms < 2000 ? cfg.timeout_ms : 2000;
-	if (qrt_connect_timeout(url, timeout, &c, err) < 0) {
-		return NULL;
-	}
-	qrt_set_timeout(c, cfg.timeout_ms);
-	return c;
+	return qrt_slurm_connect(url, cfg.timeout_ms, err);
 }
 
 static qrt_client *connect_qrtd(qrt_error *err)
@@ -261,38 +255,7 @@ static int64_t next_possible_start(qrt_client *c)
  * not_before_ns, ignoring the deadline, or 0 (why says why). */
 int64_t earliest_start(qrt_client *c, int64_t not_before_ns, char *why, size_t why_len)
 {
-	char params[512];
-	char *out = NULL;
-	char buf[32];
-	int n = snprintf(params, sizeof(params),
-			 "{\"duration_ns\":%" PRId64 ",\"not_before_ns\":%" PRId64
-			 ",\"priority\":%" PRId32 ",\"max_candidates\":1",
-			 req.duration_ns, not_before_ns, req.priority);
-	if (req.min_fidelity > 0) {
-		n += snprintf(params + n, sizeof(params) - (size_t)n, ",\"min_fidelity\":%.17g",
-			      req.min_fidelity);
-	}
-	if (req.count > 1) {
-		n += snprintf(params + n, sizeof(params) - (size_t)n, ",\"gang_size\":%d", req.count);
-	}
-	snprintf(params + n, sizeof(params) - (size_t)n, "}");
-	qrt_error err;
-	if (qrt_call(c, "slots.query", params, &out, &err) < 0) {
-		if (why != NULL) {
-			snprintf(why, why_len, "slots.query: %.400s (reason %.60s)", err.message, err.reason);
-		}
-		return 0;
-	}
-	int64_t start = 0;
-	if (qrt_json_get(out, "/candidates/0/start_ns", buf, sizeof(buf)) == 0) {
-		start = strtoll(buf, NULL, 10);
-	} else if (why != NULL) {
-		char none[256] = "no candidate";
-		qrt_json_get(out, "/why_none", none, sizeof(none));
-		snprintf(why, why_len, "%s", none);
-	}
-	qrt_free(out);
-	return start;
+	return qrt_slurm_earliest_start(c, &req, not_before_ns, why, why_len);
 }
 
 static void read_isolated(qrt_client *c)
@@ -313,39 +276,20 @@ static void read_isolated(qrt_client *c)
 }
 
 /* slots.reserve of the step's request between not_before_ns and
- * deadline_ns under idempotency key k: 0 and *h, or -1 and *err. */
+ * deadline_ns under idempotency key k: 0 and *h (its key the step's), or
+ * -1 and *err. */
 int reserve_into(qrt_client *c, int64_t not_before_ns, int64_t deadline_ns,
 			const char *k, qrt_slurm_held *h, qrt_error *err)
 {
-	qrt_slot_request r;
-	qrt_reservation got[QRT_SLURM_MAX_GANG];
-	memset(&r, 0, sizeof(r));
-	r.duration_ns = req.duration_ns;
-	r.not_before_ns = not_before_ns;
-	r.deadline_ns = deadline_ns;
-	r.priority = req.priority;
-	r.min_fidelity = req.min_fidelity;
-	const int n = qrt_slots_reserve_gang(c, &r, (size_t)req.count, k, req.lease_ns, got,
-					     QRT_SLURM_MAX_GANG, err);
-	if (n < 0) {
+	if (qrt_slurm_reserve(c, &req, not_before_ns, deadline_ns, k, h, err) < 0) {
 		return -1;
 	}
-	memset(h, 0, sizeof(*h));
-	h->n = n;
-	for (int i = 0; i < n; ++i) {
-		h->member[i].id = got[i].reservation_id;
-		snprintf(h->member[i].qpu, sizeof(h->member[i].qpu), "%s", got[i].qpu);
-	}
-	h->fencing_token = got[0].fencing_token;
-	h->start_ns = got[0].start_ns;
-	h->end_ns = got[0].end_ns;
-	h->lease_expires_ns = got[0].lease_expires_ns;
 	snprintf(h->key, sizeof(h->key), "%s", key);
 	char ids[256];
 	qrt_slurm_ids_text(h, ids, sizeof(ids));
 	note("qrt: %s: reserved %s (%d QPU%s) start_ns %" PRId64 " end_ns %" PRId64
 		   " lease until %" PRId64,
-		   k, ids, n, n == 1 ? "" : "s", h->start_ns, h->end_ns, h->lease_expires_ns);
+		   k, ids, h->n, h->n == 1 ? "" : "s", h->start_ns, h->end_ns, h->lease_expires_ns);
 	return 0;
 }
 

@@ -10,6 +10,9 @@
  *                     heartbeat
  *   spank_qrt_state.c the step's state file and the job epilog
  *   spank_qrt_user.c  the job's user, and giving a slot back as that user
+ *
+ * The calls to qrtd themselves (reserve, query, give back, as the job's
+ * user) are qrt_slurm_user.c's, which qrt-slurm-prolog shares.
  */
 #ifndef SPANK_QRT_H
 #define SPANK_QRT_H
@@ -22,6 +25,7 @@
 #include <qrt/client.h>
 
 #include "qrt_slurm.h"
+#include "qrt_slurm_user.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -35,8 +39,6 @@ enum step_mode {
 
 /* How many nodes a common-start step may span. */
 #define MAX_NODES 64
-/* The most supplementary groups of a job's user the plugin carries. */
-#define QRT_JOB_MAX_GROUPS 1024
 
 /* One slurmstepd serves one step: module state is the step's state. */
 extern qrt_slurm_config cfg;
@@ -98,25 +100,13 @@ void remove_state(uint32_t job, uint32_t step);
 void srun_exit(void);
 
 /* The job's user: every call to qrtd the plugin makes is made as this user,
- * never as root (spank_qrt(8), WHO TALKS TO QRTD). */
-typedef struct job_user {
-	uid_t uid;
-	gid_t gid;
-	int ngroups;
-	gid_t groups[QRT_JOB_MAX_GROUPS];
-} job_user;
+ * never as root (spank_qrt(8), WHO TALKS TO QRTD; qrt_slurm_user.h). */
+typedef qrt_slurm_user job_user;
 
 /* slurmstepd: the step's uid, gid and supplementary groups. */
 int job_user_of_step(spank_t sp, job_user *u, char *why, size_t len);
-/* slurmd's job script context (only the uid is known): its passwd entry's
- * gid and its groups. */
-int job_user_of_uid(uid_t uid, job_user *u, char *why, size_t len);
 
-/* Give a step's slot back at url: release a held one, cancel a committed
- * one (with its fencing token); one that was dispatched, has ended, or is
- * not the caller's needs nothing.  0 when qrtd has it in a final state, -1
- * when qrtd could not be told (try again later); *msg says what happened,
- * *is_error whether that is worth an error. */
+/* qrt_slurm_give_back with the plugin's timeout=. */
 int give_back_at(const char *url, const qrt_slurm_held *h, const char *who, char *msg,
 		 size_t len, int *is_error);
 /* give_back_at from a child process that has become u for good (groups,

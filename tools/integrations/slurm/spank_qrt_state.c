@@ -112,7 +112,7 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 		return 0; /* no step of any job left anything */
 	}
 	const spank_err_t rc = spank_get_item(sp, S_JOB_UID, &uid);
-	if (rc != ESPANK_SUCCESS || job_user_of_uid(uid, &user, why, sizeof(why)) < 0) {
+	if (rc != ESPANK_SUCCESS || qrt_slurm_user_of(uid, (gid_t)-1, &user, why, sizeof(why)) < 0) {
 		slurm_error("qrt: job epilog: job %" PRIu32 ": the job's user is not known (%s); "
 			    "what its steps left is not given back (their leases end it)", job,
 			    rc != ESPANK_SUCCESS ? spank_strerror(rc) : why);

@@ -9,9 +9,17 @@
 //
 // Its inputs, each a plain call on the event loop (no event source, no
 // session of its own):
-//   on_durable()          the commit listener: a group became durable, so
-//                         plan what it made dispatchable now, before the
-//                         listener sends the acknowledgements (and the
+//   on_commit(notice)     the commit listener: a group became durable (or
+//                         failed).  First the late-commit withdrawal: a job
+//                         it committed whose start is now too close to
+//                         hand over (options::handover_ns) is taken back
+//                         from the ledger (ledger::withdraw_late) and
+//                         returned, so that the listener answers its
+//                         request with a retryable refusal instead of the
+//                         acknowledgement (an acknowledged job is one the
+//                         agent can dispatch); then on_durable()
+//   on_durable()          plan what the group made dispatchable now, before
+//                         the listener sends the acknowledgements (and the
 //                         loop serves more input); the listener publishes
 //                         the ledger's events after them
 //   on_outcome(), on_dispatched()
@@ -65,8 +73,10 @@ struct qpu_counts {
 // outcomes could not make; max_plan_publish_ns: the longest sync();
 // published_jobs: the jobs in the plans the loop published last (over every
 // QPU; the pump takes them at its next tick).
+// late_commits: jobs on_commit withdrew, durable too late for their start.
 struct room_counts {
     std::uint64_t handed = 0, refused_by_dispatcher = 0, missed_before_handover = 0, ledger_errors = 0;
+    std::uint64_t late_commits = 0;
     std::int64_t max_plan_publish_ns = 0;
     std::size_t published_jobs = 0;
 };
@@ -76,6 +86,11 @@ public:
     struct options {
         std::int64_t plan_horizon_ns = 500'000'000;  // what the loop plans ahead
         std::size_t plan_max_jobs = 0;               // per QPU
+        // What the hand-over still needs between a durable commit and the
+        // send: the pump period + the dispatch threads' largest lead
+        // (min_lead_ns without its margin).  A job committed with less
+        // than this left before its start is withdrawn (on_commit).
+        std::int64_t handover_ns = 0;
     };
 
     // on_ledger_events: the ledger changed here (an outcome, a miss):
@@ -93,6 +108,8 @@ public:
     void stop() noexcept;
 
     // ---- the inputs (event loop) ----
+    // Returns the jobs withdrawn as late, for their requests' refusal.
+    std::vector<timeline::late_job> on_commit(const timeline::commit_notice& n);
     void on_durable() noexcept;
     // Every pump period (the loop's plan timer): reports in, plans out,
     // and the ledger's events published (unless publish_events is false:

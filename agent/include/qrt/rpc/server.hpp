@@ -118,11 +118,14 @@
 #include "qrt/rpc/munge_auth.hpp"
 #include "qrt/telemetry.hpp"
 #include "rtcore/error.hpp"
+#include "rtcore/unique_fd.hpp"
 
 namespace qrt::rpc {
 
-// A socket bound at socket_path by server::bind_socket; the server owns it
-// once started (closes it, and unlinks the path if it is still this inode).
+// A socket bound at socket_path by server::bind_socket, handed over as a
+// plain value (server_options stays copyable): its holder closes it until a
+// server is made with it, which owns it from its constructor on (closes it,
+// and unlinks the path if it is still this inode).
 struct prebound_socket {
     int fd = -1;
     std::uint64_t ino = 0;
@@ -224,13 +227,19 @@ public:
 private:
     struct connection;
     void accept_pending(int listen_fd, std::string_view what,
-                        const std::function<void(int, const sockaddr_storage&)>& take);
+                        const std::function<void(rtcore::unique_fd, const sockaddr_storage&)>& take);
     void on_accept();
-    void accept_one(int fd);
-    // The network listener's half of start(): the verifier, the listening fd.
+    void accept_one(rtcore::unique_fd fd);
+    // The network listener's half of start() and stop()
+    // (server_listener.cpp): a TCP socket systemd passed; the listening
+    // socket otherwise (prebound or bound); the verifier and the listening
+    // fd in the loop; closing it.
+    rtcore::status take_passed_listener(int fd);
+    rtcore::status open_listener();
     rtcore::status start_listener();
+    void stop_listener() noexcept;
     void on_accept_tcp();
-    void accept_remote(int fd, const std::string& host);
+    void accept_remote(rtcore::unique_fd fd, const std::string& host);
     // Ask NSS (or the cache) for c's name, then finish_identity.
     void start_identity(connection& c);
     void read_auth(connection& c);
@@ -240,7 +249,7 @@ private:
     void refuse_auth(connection& c, std::string_view cause, const std::string& message);
     // A network connection refused at accept, before it is registered: one
     // `overloaded` line naming the limit (data.cause, data.limit), closed.
-    void refuse_at_accept(int fd, const std::string& host, std::string_view cause, std::size_t limit,
+    void refuse_at_accept(rtcore::unique_fd fd, const std::string& host, std::string_view cause, std::size_t limit,
                           const std::string& message);
     // The last line (the reply to auth.munge), then closed as refuse_auth does.
     void close_unserved(connection& c, const rpc_failure& f);
@@ -254,12 +263,21 @@ private:
     void nss_timed_out(std::uint64_t id);
     void on_event(std::uint64_t id, std::uint32_t events);
     void read_some(connection& c);
+    // One recv(2) of at most max bytes into c's framer (again on EINTR),
+    // counted, and c's last input stamped: the bytes read (> 0), 0 at the
+    // peer's EOF, or -1 when nothing is to be read now (EAGAIN) or recv
+    // failed (c is killed).
+    ssize_t receive(connection& c, std::size_t max);
     void process_input(connection& c);
     void flush(connection& c);
     void append(connection& c, std::string_view text, std::size_t requests);
     void update_interest(connection& c);
     bool may_read(const connection& c) const;
+    // Open connections only: close_with.
     void begin_close(connection& c, std::string_view last_line);
+    // The last line appended, then closing: c's input is read and dropped
+    // until the peer has read the line and closes (or close_linger ends).
+    void close_with(connection& c, std::string_view last_line);
     void kill(connection& c, const char* why);
     void reap();
     void sweep();
@@ -272,13 +290,17 @@ private:
     nss_cache _names;  // uid -> user name (and groups) for the accept path
     std::unique_ptr<nss_resolver> _resolver;  // made by start()
 
-    int _listen_fd = -1;
-    int _tcp_fd = -1;
+    // The prebound sockets of _opts, owned from the constructor until
+    // start() takes them (or stop() closes them, never started).
+    rtcore::unique_fd _prebound_fd;
+    rtcore::unique_fd _prebound_tcp_fd;
+    rtcore::unique_fd _listen_fd;
+    rtcore::unique_fd _tcp_fd;
     std::uint16_t _tcp_port = 0;
     std::string _tcp_source;
     std::unique_ptr<credential_verifier> _verifier;  // made by start() with a listener
     std::vector<std::string> _listen_names;  // listen_aliases, canonical
-    int _spare_fd = -1;  // held to shed connections when out of fds (EMFILE)
+    rtcore::unique_fd _spare_fd;  // held to shed connections when out of fds (EMFILE)
     bool _bound_here = false;
     std::uint64_t _bound_ino = 0;
     std::string _listen_source;

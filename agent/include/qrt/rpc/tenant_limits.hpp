@@ -1,6 +1,6 @@
 #pragma once
 // What one tenant may do on the socket, so that tenants cannot hurt each
-// other (qrtd.toml [tenants]; issue #14 section 2):
+// other (qrtd.toml [tenants]):
 //
 //   priority ceiling   per role (scheduler, admin) or per principal; a
 //                      request above it is refused.  A tenant a delegate

@@ -67,6 +67,12 @@ std::vector<event> to_rpc_events(const std::vector<timeline::event>& evs);
 
 json to_json(const timeline::reservation& r);
 
+// The answer to the request that made a job whose commit became durable too
+// late for its start (the hand-over room withdrew it, ledger::withdraw_late)
+// instead of its acknowledgement: `unavailable`, data.cause "commit_late",
+// with the job, its start and the next possible start (0: none fits).
+rpc_failure late_commit_refusal(const timeline::late_job& j);
+
 // expire_leases + mark_missed, then the resulting events are published.  The
 // daemon calls this from a periodic loop timer (see install_housekeeping).
 void ledger_housekeeping(engine& rpc, timeline::ledger& ledger, std::int64_t now_ns,

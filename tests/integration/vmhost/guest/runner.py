@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The in-guest side of the emulated Debian 12 lab host test (issue #11 §4).
+"""The in-guest side of the emulated Debian 12 lab host test.
 
 Started at boot by qrt-vmhost-test.service (after multi-user.target), under
 the guest's real systemd, with the packaged qrtd.service and qrtd.socket
@@ -587,7 +587,7 @@ def c_repin_under_systemd():
 
 
 def c_dispatch_stays_after_repin_timer():
-    """Issue 24 item 1: on this cgroup v2 host the dispatch thread reaches
+    """On this cgroup v2 host the dispatch thread reaches
     CPU 1 by pinning itself (the fence), and the drift watch used to move it
     off with every other task while the repin unit said "the host is as
     applied".  After qrtd-repin.timer has fired twice more (it runs every

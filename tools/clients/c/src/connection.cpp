@@ -251,7 +251,7 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
     }
     // The credential names the listener this socket is connected to, so
     // that another qrtd refuses it should this one have relayed its
-    // challenge (qrt/rpc/auth_binding.hpp).
+    // challenge (qrt/proto/auth_binding.hpp).
     sockaddr_storage peer{};
     socklen_t peer_len = sizeof peer;
     if (::getpeername(_fd.get(), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {

@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "qrt/proto/table.hpp"
+#include "rtcore/error.hpp"
 
 namespace qrt::proto {
 
@@ -61,12 +62,18 @@ inline std::string tcp_address_text(const sockaddr* sa) {
     return out;
 }
 
-// The tcp_address_text of "tcp://ADDR:PORT" with a literal ADDR (nullopt
-// when it is not one): how a configured or signed address is compared.
-inline std::optional<std::string> canonical_tcp_address(std::string_view text) {
+// A literal "tcp://ADDR:PORT" (ADDR an IPv4 address or a bracketed IPv6
+// one, PORT 0..65535; names are not resolved) as a socket address, or why it
+// is not one: the network listener's rpc.listen and the addresses a
+// credential is compared with.
+struct tcp_sockaddr {
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+};
+inline rtcore::result<tcp_sockaddr> parse_tcp_address(std::string_view text) {
     constexpr std::string_view scheme = "tcp://";
     if (text.substr(0, scheme.size()) != scheme) {
-        return std::nullopt;
+        return rtcore::error::invalid("it does not start with tcp://");
     }
     std::string_view rest = text.substr(scheme.size());
     std::string host;
@@ -74,14 +81,14 @@ inline std::optional<std::string> canonical_tcp_address(std::string_view text) {
     if (!rest.empty() && rest.front() == '[') {
         const auto close = rest.find(']');
         if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-            return std::nullopt;
+            return rtcore::error::invalid("an IPv6 address goes in brackets, followed by :PORT");
         }
         host = std::string(rest.substr(1, close - 1));
         port = rest.substr(close + 2);
     } else {
         const auto colon = rest.rfind(':');
         if (colon == std::string_view::npos) {
-            return std::nullopt;
+            return rtcore::error::invalid("no :PORT");
         }
         host = std::string(rest.substr(0, colon));
         port = rest.substr(colon + 1);
@@ -89,21 +96,34 @@ inline std::optional<std::string> canonical_tcp_address(std::string_view text) {
     unsigned long p = 0;
     if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
         (p = std::stoul(std::string(port))) > 65535) {
+        return rtcore::error::invalid("PORT is not a number in 0..65535");
+    }
+    tcp_sockaddr out;
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&out.ss);
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.ss);
+    if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(static_cast<std::uint16_t>(p));
+        out.len = sizeof(sockaddr_in);
+        return out;
+    }
+    if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(static_cast<std::uint16_t>(p));
+        out.len = sizeof(sockaddr_in6);
+        return out;
+    }
+    return rtcore::error::invalid("'" + host + "' is not an IPv4 or IPv6 address (names are not resolved)");
+}
+
+// The tcp_address_text of "tcp://ADDR:PORT" with a literal ADDR (nullopt
+// when it is not one): how a configured or signed address is compared.
+inline std::optional<std::string> canonical_tcp_address(std::string_view text) {
+    const auto a = parse_tcp_address(text);
+    if (!a) {
         return std::nullopt;
     }
-    sockaddr_in6 in6{};
-    sockaddr_in in{};
-    if (::inet_pton(AF_INET, host.c_str(), &in.sin_addr) == 1) {
-        in.sin_family = AF_INET;
-        in.sin_port = htons(static_cast<std::uint16_t>(p));
-        return tcp_address_text(reinterpret_cast<const sockaddr*>(&in));
-    }
-    if (::inet_pton(AF_INET6, host.c_str(), &in6.sin6_addr) == 1) {
-        in6.sin6_family = AF_INET6;
-        in6.sin6_port = htons(static_cast<std::uint16_t>(p));
-        return tcp_address_text(reinterpret_cast<const sockaddr*>(&in6));
-    }
-    return std::nullopt;
+    return tcp_address_text(reinterpret_cast<const sockaddr*>(&a->ss));
 }
 
 // The payload a client signs for the challenge `nonce` on a connection to
