@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{s.s.name}: no calibration in force")
                 continue
             s.adopt(st)
-            s.check(s.clock())
+            s.check(s.clock(), publish=False)
             for m in s.state.latest.values():
                 print(f"{s.s.name}: calibration {st.calibration_id}: {m.step}: "
                       f"{'in spec' if m.in_spec else 'OUT OF SPEC'} (worst {m.worst:.4g})")

@@ -170,7 +170,9 @@ class Service:
         rot, ro = over_rotation_and_readout(self.state.latest)
         return M.reference_fidelity(rot, ro, self.s.reference_depth)
 
-    def check(self, now: int) -> None:
+    def check(self, now: int, publish: bool = True) -> None:
+        """Every step's cheap check; the window's model refitted and, with
+        publish, pushed to qrtd when it moved."""
         st = self.state
         assert st.window is not None
         for step in self.steps:
@@ -191,7 +193,7 @@ class Service:
         fitted = M.fit(st.points, st.prior)
         self.emit("fidelity", calibration_id=st.window.calibration_id, age_ns=age, fidelity=f,
                   f0=fitted.f0 if fitted else None, tau_ns=fitted.tau_ns if fitted else None)
-        if fitted is not None and self.model_moved(st.window, fitted):
+        if publish and fitted is not None and self.model_moved(st.window, fitted):
             w = Window(st.window.calibration_id, st.window.valid_from_ns, st.window.valid_until_ns,
                        fitted.f0, fitted.tau_ns)
             # An update replaces every window ending after now: the others go again as they are.
