@@ -151,7 +151,7 @@ class Loop(unittest.TestCase):
             f.write(SERVICE.format(dir=cls.dir))
         args = [sys.executable, QPU_AER, "--listen", f"unix://{cls.dir}/qpu0.sock", "--qubits", "2",
                 "--max-shots", "20000", "--seed", "7", "--verbose",
-                "--calibration-dir", os.path.join(cls.dir, "calibration"),
+                "--calibration-dir", os.path.join(cls.dir, "calibration", "qpu0"),
                 "--drift-x-per-hour", str(X_GAIN_PER_HOUR), "--drift-readout-per-hour", str(READOUT_PER_HOUR),
                 "--drift-time-scale", str(TIME_SCALE), "--duration-s", str(DEADLINE_S + 60)]
         if os.geteuid() == 0:

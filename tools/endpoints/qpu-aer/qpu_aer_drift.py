@@ -127,11 +127,12 @@ def parse_set(data: Any, where: str) -> AerSet:
     return AerSet(cid, measured, out)
 
 
-def load_set(root: Path | str, qpu: str, calibration_id: int) -> AerSet:
-    """The set of calibration_id: <root>/<qpu>/<id>/aer.json, checked."""
-    path = Path(root) / qpu / str(calibration_id) / SET_FILE
+def load_set(qdir: Path | str, calibration_id: int) -> AerSet:
+    """The set of calibration_id in a QPU's directory (<root>/<qpu>):
+    <qdir>/<id>/aer.json, checked."""
+    path = Path(qdir) / str(calibration_id) / SET_FILE
     if calibration_id <= 0 or not path.is_file():
-        raise SetError(f"no calibration set {calibration_id} for {qpu}: {path} does not exist")
+        raise SetError(f"no calibration set {calibration_id}: {path} does not exist")
     st = path.stat()
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise SetError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); only the "
@@ -147,31 +148,30 @@ def load_set(root: Path | str, qpu: str, calibration_id: int) -> AerSet:
 
 
 class SetStore:
-    """The sets of one QPU.  Sets are immutable, so a loaded one is kept (the
-    last MAX_CACHED)."""
+    """The sets of one QPU, in its directory <root>/<qpu>.  Sets are
+    immutable, so a loaded one is kept (the last MAX_CACHED)."""
 
-    def __init__(self, root: Path | str, qpu: str) -> None:
-        self.root = Path(root)
-        self.qpu = qpu
+    def __init__(self, qdir: Path | str) -> None:
+        self.qdir = Path(qdir)
         self._cache: OrderedDict[int, AerSet] = OrderedDict()
 
     def load(self, calibration_id: int) -> AerSet:
         if calibration_id in self._cache:
             self._cache.move_to_end(calibration_id)
             return self._cache[calibration_id]
-        s = load_set(self.root, self.qpu, calibration_id)
+        s = load_set(self.qdir, calibration_id)
         self._cache[calibration_id] = s
         if len(self._cache) > MAX_CACHED:
             self._cache.popitem(last=False)
         return s
 
 
-def write_set(root: Path | str, qpu: str, s: AerSet) -> Path:
+def write_set(qdir: Path | str, s: AerSet) -> Path:
     """Write a set (for the calibration service): whole or not at all, by one
     rename of a directory made beside it.  An id that exists is refused:
     sets are never changed; a new calibration is a new id."""
     parse_set(s.to_json(), f"calibration set {s.calibration_id}")
-    qdir = Path(root) / qpu
+    qdir = Path(qdir)
     final = qdir / str(s.calibration_id)
     if final.exists():
         raise SetError(f"{final} exists: a calibration set is never changed; write a new id")
@@ -288,11 +288,10 @@ class AerSetWriter:
         give: tau = (Qi(p10) - Qi(p01)) / (Qi(p10) + Qi(p01)), Qi = Q^-1."""
 
     def __init__(self, root: Path | str, qpu: str) -> None:
-        self.root = Path(root)
-        self.qpu = qpu
+        self.qdir = Path(root) / qpu
 
     def read(self, calibration_id: int) -> AerSet:
-        return load_set(self.root, self.qpu, calibration_id)
+        return load_set(self.qdir, calibration_id)
 
     def nominal(self, calibration_id: int) -> AerSet:
         return AerSet(calibration_id, 0, {})
@@ -324,6 +323,6 @@ class AerSetWriter:
         return AerSet(calibration_id, measured_ns, qubits)
 
     def write(self, s: AerSet) -> Path:
-        return write_set(self.root, self.qpu, s)
+        return write_set(self.qdir, s)
 
 

@@ -13,23 +13,23 @@ from qrt_calibration.sets import load_writer, next_id
 
 def test_write_and_read_a_set(tmp_path):
     s = D.AerSet(3, 123, {0: D.QubitParams(0.99, 0.1)})
-    path = D.write_set(tmp_path, "qpu0", s)
+    path = D.write_set(tmp_path / "qpu0", s)
     assert path == tmp_path / "qpu0" / "3"
-    assert D.load_set(tmp_path, "qpu0", 3) == s
+    assert D.load_set(tmp_path / "qpu0", 3) == s
     assert oct(os.stat(path / D.SET_FILE).st_mode & 0o777) == "0o644"
     with pytest.raises(D.SetError, match="never changed"):
-        D.write_set(tmp_path, "qpu0", s)
+        D.write_set(tmp_path / "qpu0", s)
     assert [p.name for p in (tmp_path / "qpu0").iterdir()] == ["3"]  # no temporary left
 
 
 def test_a_set_writable_by_others_or_missing_or_malformed_is_refused(tmp_path):
-    D.write_set(tmp_path, "qpu0", D.AerSet(1))
+    D.write_set(tmp_path / "qpu0", D.AerSet(1))
     f = tmp_path / "qpu0" / "1" / D.SET_FILE
     os.chmod(f, 0o664)
     with pytest.raises(D.SetError, match="writable by group or others"):
-        D.load_set(tmp_path, "qpu0", 1)
+        D.load_set(tmp_path / "qpu0", 1)
     with pytest.raises(D.SetError, match="no calibration set 2"):
-        D.load_set(tmp_path, "qpu0", 2)
+        D.load_set(tmp_path / "qpu0", 2)
     with pytest.raises(D.SetError, match="x_amp"):
         D.parse_set({"format": D.SET_FORMAT, "version": 1, "calibration_id": 1,
                      "qubits": {"0": {"x_amp": 7}}}, "x")
@@ -39,7 +39,7 @@ def test_a_set_writable_by_others_or_missing_or_malformed_is_refused(tmp_path):
 
 def test_next_id_is_past_every_set_and_window(tmp_path):
     assert next_id(tmp_path, "qpu0") == 1
-    D.write_set(tmp_path, "qpu0", D.AerSet(4))
+    D.write_set(tmp_path / "qpu0", D.AerSet(4))
     assert next_id(tmp_path, "qpu0") == 5
     assert next_id(tmp_path, "qpu0", 9) == 10
 
