@@ -52,7 +52,7 @@ READOUT_PER_HOUR = 0.15     # the discriminator drifts 0.15 half-separations an 
 THRESHOLD = 0.85
 DEPTH = 16
 SHOTS = 2000
-USER_EVERY_S = 2.0          # a 50 ms job every 2 s: a 1.5 s block fits only between two
+USER_EVERY_S = 3.0          # a 50 ms job every 3 s: a 2.5 s block fits only between two
 BOOK_AHEAD_S = 15.0         # booked this far ahead: committed before the block is asked for
 DEADLINE_S = 240
 
@@ -90,7 +90,7 @@ seed = 5
 [[step]]
 kind = "readout"
 staleness_s = 3600.0
-duration_s = 0.6
+duration_s = 1.0
 tolerance = 0.3
 shots = 4000
 check_shots = 2000
@@ -98,7 +98,7 @@ check_shots = 2000
 [[step]]
 kind = "x_amplitude"
 staleness_s = 3600.0
-duration_s = 0.9
+duration_s = 1.5
 tolerance_rad = 0.3
 shots = 2000
 check_shots = 1000
