@@ -31,6 +31,7 @@ MAX_CIRCUITS = protocol.ENVELOPE_MAX_CIRCUITS  # per job, as qrtd and qpu-aer ta
 DEFAULT_DURATION_NS = 5_000_000
 # What a QPU takes when its [qpu.device] states no max_shots (qrtd's own default).
 DEFAULT_MAX_SHOTS = 100_000
+MEAS_CLASSIFIED = 2  # qiskit's MeasLevel.CLASSIFIED: counts
 
 # Every state of qrtd's protocol table (qrt_client.protocol.STATES) as
 # Qiskit's job status.  tests/test_backend.py fails for a state of the table
@@ -139,11 +140,11 @@ def _target_from_device(qpu: str, device: dict[str, Any]) -> Target:
 # The options whose default is None: None given for one means "not
 # stated" (qrtd's default), and is taken as it is.
 _UNSTATED = frozenset({"not_before_ns", "deadline_ns", "min_fidelity", "priority", "seed_simulator",
-                       "reservation_id", "fencing_token"})
+                       "reservation_id", "fencing_token", "block_id"})
 # Counts and nanoseconds.  Qiskit's validators take a bool for an int, and
 # any number within the range of shots: refused here.
 _INTEGRAL = frozenset({"shots", "duration_ns", "not_before_ns", "deadline_ns", "priority", "seed_simulator",
-                       "reservation_id", "fencing_token"})
+                       "reservation_id", "fencing_token", "block_id", "meas_level"})
 
 
 class QrtdBackend(BackendV2):
@@ -162,7 +163,9 @@ class QrtdBackend(BackendV2):
     CLOCK_REALTIME ns), min_fidelity, priority, seed_simulator (carried to
     an executing endpoint), reservation_id and fencing_token (submit into a
     held reservation; default $QRT_RESERVATION_ID / $QRT_FENCING_TOKEN, as a
-    Slurm step has them).  Each is checked by Qiskit's option validators
+    Slurm step has them), block_id (inside that calibration block: the
+    calibration service's own experiments, qrtd(8) CALIBRATION BLOCKS),
+    meas_level (2 only: counts, as qiskit-experiments passes it).  Each is checked by Qiskit's option validators
     (shots within the QPU's max_shots, min_fidelity within [0, 1], the
     others' types; print(backend.options) lists them) before anything
     reaches qrtd: an unknown or refused option raises QrtdError
@@ -226,7 +229,8 @@ class QrtdBackend(BackendV2):
     def _default_options(cls) -> Options:
         opts = Options(shots=1024, memory=False, duration_ns=DEFAULT_DURATION_NS, not_before_ns=None,
                        deadline_ns=None, min_fidelity=None, priority=None, seed_simulator=None,
-                       reservation_id=None, fencing_token=None)
+                       reservation_id=None, fencing_token=None, block_id=None,
+                       meas_level=MEAS_CLASSIFIED)
         opts.set_validator("shots", (1, DEFAULT_MAX_SHOTS))
         opts.set_validator("memory", bool)
         opts.set_validator("duration_ns", int)
@@ -237,6 +241,8 @@ class QrtdBackend(BackendV2):
         opts.set_validator("seed_simulator", int)
         opts.set_validator("reservation_id", int)
         opts.set_validator("fencing_token", int)
+        opts.set_validator("block_id", int)
+        opts.set_validator("meas_level", int)
         return opts
 
     def _with_options(self, given: Mapping[str, Any], what: str) -> Options:
@@ -268,6 +274,9 @@ class QrtdBackend(BackendV2):
         circuits = [run_input] if isinstance(run_input, QuantumCircuit) else list(run_input)
         opt = self._with_options(options, "run")
         shots = int(opt.shots)
+        if int(opt.meas_level) != MEAS_CLASSIFIED:
+            raise QrtdError("invalid_argument", f"run: meas_level = {opt.meas_level!r}: qrtd's endpoints answer "
+                                                f"counts only (meas_level {MEAS_CLASSIFIED})", {"option": "meas_level"})
         # Refused here, before qrtd is asked: what the target cannot take.
         if not circuits or len(circuits) > MAX_CIRCUITS:
             raise QrtdError("invalid_argument", f"run: give 1..{MAX_CIRCUITS} circuits, got {len(circuits)}")
@@ -294,7 +303,7 @@ class QrtdBackend(BackendV2):
         else:
             params = {"duration_ns": opt.duration_ns, "qpus": [self.qpu],
                       "idempotency_key": "qiskit-" + uuid.uuid4().hex}
-            for k in ("not_before_ns", "deadline_ns", "priority", "min_fidelity"):
+            for k in ("not_before_ns", "deadline_ns", "priority", "min_fidelity", "block_id"):
                 if opt[k] is not None:
                     params[k] = opt[k]
         params["payload"] = base64.b64encode(payload).decode("ascii")
