@@ -6,9 +6,9 @@ import json
 import time
 
 import pytest
+from qrt_endpoint.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 from qpu_labone import calibration
-from qpu_labone.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')

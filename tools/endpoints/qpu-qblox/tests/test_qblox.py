@@ -8,9 +8,9 @@ import pytest
 from qblox_instruments import SequencerStates
 from qblox_instruments.ieee488_2 import DummyBinnedAcquisitionData
 from qblox_scheduler.backends.graph_compilation import SerialCompiler
+from qrt_endpoint.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 from qpu_qblox import calibration, dummy, qasm
-from qpu_qblox.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')

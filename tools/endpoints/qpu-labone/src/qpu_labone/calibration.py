@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
+from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 QPU_FILE = "qpu.json"

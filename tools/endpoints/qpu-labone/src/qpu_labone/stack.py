@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 import openqasm3
 from openqasm3 import ast
-
-from . import envelope
-from .calibration import CalibrationSet, CalibrationStore
-from .handler import (
+from qrt_endpoint import envelope
+from qrt_endpoint.handler import (
     BEYOND_HORIZON,
     GATE_NOT_SUPPORTED,
     INSTRUMENT_UNREACHABLE,
@@ -50,6 +48,8 @@ from .handler import (
     Result,
     UnknownJob,
 )
+
+from .calibration import CalibrationSet, CalibrationStore
 
 DEFAULT_HORIZON_NS = 60_000_000_000
 DEFAULT_MIN_LEAD_NS = 500_000_000

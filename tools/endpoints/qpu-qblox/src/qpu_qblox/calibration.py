@@ -36,8 +36,7 @@ from typing import Any
 
 from qblox_scheduler.backends.graph_compilation import DeviceCompilationConfig, SerialCompilationConfig
 from qblox_scheduler.backends.qblox_backend import QbloxHardwareCompilationConfig
-
-from .handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
+from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 DEVICE_FILE = "device_config.json"

@@ -20,10 +20,8 @@ from qblox_scheduler import CZ, Measure, Reset, Rxy, Rz, Schedule
 from qblox_scheduler.backends.circuit_to_device import ConfigKeyError
 from qblox_scheduler.backends.graph_compilation import SerialCompiler
 from qblox_scheduler.instrument_coordinator.components.qblox import ClusterComponent
-
-from . import envelope, qasm
-from .calibration import CalibrationSet, CalibrationStore
-from .handler import (
+from qrt_endpoint import envelope
+from qrt_endpoint.handler import (
     BEYOND_HORIZON,
     GATE_NOT_SUPPORTED,
     INSTRUCTION_MEMORY_EXCEEDED,
@@ -45,6 +43,9 @@ from .handler import (
     Result,
     UnknownJob,
 )
+
+from . import qasm
+from .calibration import CalibrationSet, CalibrationStore
 
 NAME = "qpu-qblox"
 DEFAULT_HORIZON_NS = 60_000_000_000
