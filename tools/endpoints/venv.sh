@@ -4,7 +4,10 @@
 # qpu-labone: the pinned packages of PACKAGE/requirements.txt, then this
 # repository's qrt-client (tools/clients/python), qrt-endpoint (the
 # framework) and PACKAGE itself, installed by pip as a user would; never the
-# system Python.  Reruns are cheap: a stamp of the requirements and the
+# system Python.  It runs from the source tree (tools/endpoints/venv.sh,
+# into build/venv-qblox, build/venv-labone) and installed
+# (/usr/share/qrtd/python/endpoint-venv.sh, beside the distributions: as
+# root, into /opt/qrtd/PACKAGE, what PACKAGE.service runs).  Reruns are cheap: a stamp of the requirements and the
 # interpreter says they are in, a stamp of the three packages' sources says
 # those are.  The base interpreter is Debian's own when there is one, so
 # that any user (the endpoint's own, under systemd) can run the venv;
@@ -15,6 +18,12 @@ set -eu
 pkg=${1:?usage: venv.sh PACKAGE VENV_DIR}
 venv=${2:?usage: venv.sh PACKAGE VENV_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
+if [ -d "$here/../clients/python" ]; then   # the source tree: tools/endpoints
+  client=$here/../clients/python
+else                                        # installed: /usr/share/qrtd/python
+  client=$here/qrt-client
+fi
+framework=$here/qrt-endpoint
 dir=$here/$pkg
 [ -f "$dir/pyproject.toml" ] && [ -f "$dir/requirements.txt" ] || { echo "venv.sh: no package $dir" >&2; exit 1; }
 if [ -n "${QRT_PYTHON:-}" ]; then
@@ -25,14 +34,12 @@ else
   python=python3
 fi
 command -v "$python" >/dev/null 2>&1 || { echo "venv.sh: $python not found" >&2; exit 1; }
-client=$here/../clients/python
-framework=$here/qrt-endpoint
 module=$(echo "$pkg" | tr - _)
 req=$dir/requirements.txt
 sum=$( (cat "$req"; readlink -f "$(command -v "$python")") | sha256sum | cut -d' ' -f1)
-srcsum=$(cd "$here/.." && find clients/python/pyproject.toml clients/python/src endpoints/qrt-endpoint/pyproject.toml \
-           endpoints/qrt-endpoint/src "endpoints/$pkg/pyproject.toml" "endpoints/$pkg/src" -type f \
-           ! -path '*__pycache__*' | sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+srcsum=$(for d in "$client" "$framework" "$dir"; do
+           (cd "$d" && find pyproject.toml src -type f ! -path '*__pycache__*' | sort | xargs sha256sum)
+         done | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.qrt-requirements.sha256" 2>/dev/null)" != "$sum" ]; then
   rm -rf "$venv"
   "$python" -m venv "$venv" >&2 || { echo "venv.sh: '$python -m venv' failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
@@ -53,13 +60,13 @@ if [ "$(cat "$venv/.qrt-package.sha256" 2>/dev/null)" != "$srcsum" ]; then
   # *.egg-info), and the source tree stays as it was.
   src=$(mktemp -d "${TMPDIR:-/tmp}/qrt-endpoint-src.XXXXXX")
   trap 'rm -rf "$src"' EXIT
-  for d in "$client" "$framework" "$dir"; do
-    mkdir "$src/$(basename "$d")"
-    cp -r "$d/pyproject.toml" "$d/src" "$src/$(basename "$d")/"
+  for d in "qrt-client:$client" "qrt-endpoint:$framework" "$pkg:$dir"; do
+    mkdir "$src/${d%%:*}"
+    cp -r "${d#*:}/pyproject.toml" "${d#*:}/src" "$src/${d%%:*}/"
   done
   find "$src" -name __pycache__ -prune -exec rm -rf {} +
   "$venv/bin/pip" install --disable-pip-version-check --no-input -q --no-deps --no-build-isolation \
-    --force-reinstall "$src/python" "$src/qrt-endpoint" "$src/$pkg" >&2 \
+    --force-reinstall "$src/qrt-client" "$src/qrt-endpoint" "$src/$pkg" >&2 \
     || { echo "venv.sh: could not install qrt-client, qrt-endpoint and $pkg" >&2; exit 1; }
   echo "$srcsum" > "$venv/.qrt-package.sha256"
 fi
