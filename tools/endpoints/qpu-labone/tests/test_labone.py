@@ -6,9 +6,9 @@ import json
 import time
 
 import pytest
+from qrt_endpoint.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 from qpu_labone import calibration
-from qpu_labone.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')
@@ -75,7 +75,7 @@ def test_calibration_switch_recompiles_with_new_amplitudes(lab):
 @pytest.mark.parametrize("qasm,reason", [
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\nccz q[0];\nc[0] = measure q[0];\n', "gate_not_supported"),
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[4] q;\nx q[3];\nc[0] = measure q[3];\n', "qubit_out_of_range"),
-])
+], ids=["gate", "qubit"])
 def test_refusals_name_the_reason_and_nothing_runs(lab, qasm, reason):
     stack, _, _ = lab
     with pytest.raises(ArmRefused) as e:
@@ -104,3 +104,85 @@ def test_unreachable(lab):
     with pytest.raises(ArmRefused) as e:
         stack.arm(req(1))
     assert e.value.reason == "instrument_unreachable"
+
+
+# ------------------------------------------------------------ precompiled programs
+
+def native(stack, cal=1, shots=4, **kw):
+    """A CompiledExperiment made off the endpoint (a lab's own tooling), in qrtd's envelope."""
+    from laboneq.openqasm3 import MultiProgramOptions, OpenQASMTranspiler
+    from laboneq.serializers import to_json
+    from laboneq.simple import AcquisitionType, AveragingMode
+
+    c = stack.calibrations.load(1)
+    exp = OpenQASMTranspiler(c.qpu).batch_experiment(
+        [BELL], qubit_map={"q": c.qubits[:2]},
+        options=MultiProgramOptions(count=shots, acquisition_type=AcquisitionType.INTEGRATION,
+                                    averaging_mode=AveragingMode.SINGLE_SHOT))
+    compiled = stack.session.compile(exp)
+    return compiled, {"format": "laboneq-compiled", "shots": shots, "calibration_id": cal, "raw": True,
+                      "compiled": to_json(compiled), **kw}
+
+
+def native_req(job, env, cal=1):
+    return ArmRequest(job, cal, time.time_ns() + 10**9, 0, 2**62, 10**9, env["shots"], 10**6, json.dumps(env).encode())
+
+
+def test_a_precompiled_experiment_runs_and_returns_its_raw_acquisitions(lab):
+    stack, _, _ = lab
+    compiled, env = native(stack, calibration_sha256=stack.calibrations.load(1).digest)
+    armed = stack.arm(native_req(1, env))
+    assert armed.program_duration_ns == pytest.approx(compiled.estimated_runtime * 1e9, abs=1)
+    assert stack._armed[1].started_ns == 0
+    stack.fire(1)
+    r = stack.collect(1)
+    assert r.payload["format"] == "laboneq-raw"
+    assert sorted(r.payload["acquisitions"]) == ["c[0]", "c[1]"]
+    assert all(len(v) == 4 and all(len(x) == 2 for x in v) for v in r.payload["acquisitions"].values())
+
+
+@pytest.mark.parametrize("change,reason,text", [
+    ({"calibration_id": 2}, "calibration_mismatch", "compiled for calibration 2; the job runs under calibration 1"),
+    ({"calibration_sha256": "0" * 64}, "calibration_mismatch", "compiled against a calibration set 0000"),
+    ({"raw": False}, "program_invalid", 'give "raw": true'),
+    ({"compiled": "{}"}, "program_invalid", "compiled:"),
+], ids=["calibration_id", "digest", "not_raw", "not_compiled"])
+def test_a_precompiled_experiment_is_checked_against_the_calibration(lab, change, reason, text):
+    stack, _, _ = lab
+    _, env = native(stack)
+    env.update(change)
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(native_req(1, env))
+    assert (e.value.stage, e.value.reason) == ("parse", reason), e.value.detail
+    assert text in e.value.detail
+    assert not stack._armed and stack._current is None
+
+
+def test_switched_off_emulated_instruments_are_unreachable_and_reconnected_when_back(tmp_path):
+    from qpu_labone.lab import Lab
+    from qpu_labone.stack import LabOneStack
+
+    qpu, setup = calibration.example(thresholds=(0.0, 0.0, 0.0))
+    calibration.write_set(tmp_path, "qpu0", 1, qpu)
+    power = tmp_path / "power"
+    power.touch()
+    lab_ = Lab(setup, emulate=True, power_file=str(power))
+    stack = LabOneStack(lab_.connect(), calibration.CalibrationStore(tmp_path, "qpu0"), reconnect=lab_.connect,
+                        probe=lab_.probe)
+    try:
+        stack.health()
+        power.unlink()
+        with pytest.raises(InstrumentUnreachable):
+            stack.health()
+        with pytest.raises(ArmRefused) as e:
+            stack.arm(req(1))
+        assert e.value.reason == "instrument_unreachable"
+        first = stack.session
+        power.touch()
+        stack.health()
+        assert stack.session is not first
+        stack.arm(req(2))
+        stack.fire(2)
+        assert sum(stack.collect(2).payload["results"][0]["counts"].values()) == 8
+    finally:
+        stack.close()

@@ -8,9 +8,10 @@ import pytest
 from qblox_instruments import SequencerStates
 from qblox_instruments.ieee488_2 import DummyBinnedAcquisitionData
 from qblox_scheduler.backends.graph_compilation import SerialCompiler
+from qrt_endpoint.handler import ArmRefused, ArmRequest, InstrumentUnreachable
 
 from qpu_qblox import calibration, dummy, qasm
-from qpu_qblox.handler import ArmRefused, ArmRequest, InstrumentUnreachable
+from qpu_qblox.stack import QbloxStack
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')
@@ -49,7 +50,7 @@ class Spy:
             setattr(cluster, n, call)
 
 
-@pytest.mark.parametrize("text,nq", [(BELL, 2), (GHZ3, 3)])
+@pytest.mark.parametrize("text,nq", [(BELL, 2), (GHZ3, 3)], ids=["bell", "ghz3"])
 def test_sequencers_hold_what_the_compiler_made_armed_then_started(lab, text, nq):
     stack, _ = lab
     cl = stack.cluster
@@ -132,7 +133,7 @@ def test_calibration_switch_uploads_new_frequencies_and_amplitudes(lab):
     ('OPENQASM 3.0;\nbit[1] c;\nx $5;\nc[0] = measure $5;\n', "compile", "qubit_out_of_range"),
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\n' + "x q[0];\nz q[0];\n" * 9000 + "c[0] = measure q[0];\n",
      "compile", "instruction_memory_exceeded"),
-])
+], ids=["gate", "coupler", "qubit", "physical_qubit", "instructions"])
 def test_refusals_are_named_and_nothing_is_armed(lab, text, stage, reason):
     stack, _ = lab
     with pytest.raises(ArmRefused) as e:
@@ -165,3 +166,92 @@ def test_unreachable(lab):
     with pytest.raises(ArmRefused) as e:
         stack.arm(req(1))
     assert e.value.reason == "instrument_unreachable"
+
+
+# ------------------------------------------------------------ precompiled programs
+
+def native(stack, text=BELL, shots=4, cal=1, **kw):
+    """A CompiledSchedule made off the endpoint (as a lab's own tooling
+    would), in qrtd's envelope."""
+    c = stack.calibrations.load(1)
+    compiled = SerialCompiler("lab").compile(stack.schedule(c, [("c", qasm.read(text, 3))], shots), config=c.config)
+    env = {"format": "qblox-compiled", "shots": shots, "calibration_id": cal, "raw": True,
+           "schedule": compiled.to_json(), **kw}
+    return compiled, env
+
+
+def native_req(job, env, cal=1):
+    return ArmRequest(job, cal, time.time_ns() + 10**9, 0, 2**62, 10**9, env["shots"], 10**6,
+                      json.dumps(env).encode())
+
+
+def test_a_precompiled_schedule_is_uploaded_as_compiled_and_returns_its_raw_acquisitions(lab):
+    stack, _ = lab
+    cl = stack.cluster
+    compiled, env = native(stack, calibration_sha256=stack.calibrations.load(1).digest)
+    armed = stack.arm(native_req(1, env))
+    assert armed.program_duration_ns == round(compiled.duration * 1e9)
+    job = stack._armed[1]
+    want = compiled.compiled_instructions["cluster0"]
+    for slot, seq in job.sequencers:
+        got = getattr(getattr(cl, f"module{slot}"), f"sequencer{seq}").sequence.cache()
+        assert got["program"] == want[f"cluster0_module{slot}"]["sequencers"][f"seq{seq}"].sequence["program"]
+    readout = sorted((s, q) for s, q in job.sequencers if s == 8)
+    for k, (slot, seq) in enumerate(readout):
+        cl.set_dummy_binned_acquisition_data(slot, seq, "0", [
+            DummyBinnedAcquisitionData(data=(float(k * 10 + i), -1.0), thres=0, avg_cnt=1) for i in range(4)])
+    stack.fire(1)
+    r = stack.collect(1)
+    assert r.payload["format"] == "qblox-raw"
+    acq = r.payload["acquisitions"]
+    assert sorted(acq) == ["0:0", "0:1"]
+    # the integrator's sums, divided by the integration length, as the driver returns them
+    firsts = sorted(v[0][0] for v in acq.values())
+    assert firsts[0] == pytest.approx(0.0) and firsts[1] == pytest.approx(10.0 / 800)
+    assert all(len(v) == 4 for v in acq.values())
+
+
+@pytest.mark.parametrize("change,reason,text", [
+    ({"calibration_id": 2}, "calibration_mismatch", "compiled for calibration 2; the job runs under calibration 1"),
+    ({"calibration_sha256": "0" * 64}, "calibration_mismatch", "compiled against a calibration set 0000"),
+    ({"raw": False}, "program_invalid", 'give "raw": true'),
+    ({"schedule": "{}"}, "program_invalid", "schedule:"),
+])
+def test_a_precompiled_schedule_is_checked_against_the_calibration(lab, change, reason, text):
+    stack, _ = lab
+    _, env = native(stack)
+    env.update(change)
+    with pytest.raises(ArmRefused) as e:
+        stack.arm(native_req(1, env))
+    assert (e.value.stage, e.value.reason) == ("parse", reason), e.value.detail
+    assert text in e.value.detail
+    assert not stack._armed
+
+
+# ------------------------------------------------------------ the instrument lost and back
+
+def test_a_powered_off_dummy_is_unreachable_and_the_stack_reconnects_when_it_is_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calibration.write_set(tmp_path, "qpu0", 1, calibration.example_device(), calibration.example_hardware())
+    power = tmp_path / "power"
+    power.touch()
+    bench = dummy.DummyLab("cluster0", calibration.EXAMPLE_MODULES, power_file=str(power))
+    stack = QbloxStack(bench.connect(), calibration.CalibrationStore(tmp_path, "qpu0"), reconnect=bench.connect)
+    try:
+        stack.health()
+        power.unlink()
+        with pytest.raises(InstrumentUnreachable) as e:
+            stack.health()
+        assert "is absent" in str(e.value)
+        with pytest.raises(ArmRefused) as r:
+            stack.arm(req(1))
+        assert r.value.reason == "instrument_unreachable"
+        first = stack.cluster
+        power.touch()
+        stack.health()
+        assert stack.cluster is not first, "a new connection, as after a power cycle"
+        stack.arm(req(2))
+        stack.fire(2)
+        assert sum(stack.collect(2).payload["results"][0]["counts"].values()) == 8
+    finally:
+        stack.close()

@@ -14,8 +14,9 @@ import tempfile
 import time
 from typing import Any
 
+from qrt_endpoint.handler import ArmRequest
+
 from .calibration import CalibrationStore, example, write_set
-from .handler import ArmRequest
 from .stack import LabOneStack
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'

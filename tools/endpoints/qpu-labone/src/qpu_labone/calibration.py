@@ -26,6 +26,7 @@ readout_rotation_deg, and, on the lower qubit of a coupled pair, "cz":
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
+from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 QPU_FILE = "qpu.json"
@@ -48,6 +49,9 @@ class CalibrationSet:
     calibration_id: int
     qpu: Any            # laboneq.dsl.quantum.QPU
     qubits: list[Any]   # its Transmon qubits, in order
+    # sha256 of qpu.json as stored: what a precompiled program names to say
+    # which set it was compiled against
+    digest: str = ""
 
     def threshold(self, q: int) -> tuple[float, float]:
         c = self.qubits[q].parameters.custom
@@ -90,7 +94,7 @@ def _build(calibration_id: int, qpu_json: bytes, where: Path) -> CalibrationSet:
                                "reset_delay_length") if k not in q.parameters.custom]
         if missing:
             raise CalibrationError(f"{where}: qubit {i} ({q.uid}) lacks {', '.join(missing)}")
-    return CalibrationSet(calibration_id, qpu, qubits)
+    return CalibrationSet(calibration_id, qpu, qubits, hashlib.sha256(qpu_json).hexdigest())
 
 
 class CalibrationStore:

@@ -10,27 +10,37 @@ LabOne Q's public API runs upload, arm and start in one call
 the start trigger: the controller's step that emits the start trigger
 and waits for the end (Controller._wait_execution_to_stop, laboneq
 26.7.0, pinned) is wrapped on this session's controller so that it first
-waits for FIRE.  One job is armed at a time (max_armed 1).
+waits for FIRE; the submission of the step's result collection, whose
+deadline counts from it, is held to FIRE too.  One job is armed at a
+time (max_armed 1).
+
+Input is qrtd's OpenQASM 3 envelope, or a precompiled program
+("laboneq-compiled": a CompiledExperiment in LabOne Q's serialization,
+checked against the job's calibration id and, when it names one, the
+set's digest), whose acquisitions come back raw.
+
+health() checks the session (and `probe`, when given); after a failure,
+with a `reconnect` (a function returning a connected Session), the next
+health() connects anew.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import openqasm3
 from openqasm3 import ast
-
-from . import envelope
-from .calibration import CalibrationSet, CalibrationStore
-from .handler import (
-    BEYOND_HORIZON,
+from qrt_client import protocol as P
+from qrt_endpoint import envelope
+from qrt_endpoint.handler import (
+    CALIBRATION_MISMATCH,
     GATE_NOT_SUPPORTED,
     INSTRUMENT_UNREACHABLE,
     PROGRAM_INVALID,
@@ -51,17 +61,21 @@ from .handler import (
     UnknownJob,
 )
 
+from .calibration import CalibrationSet, CalibrationStore
+
 DEFAULT_HORIZON_NS = 60_000_000_000
 DEFAULT_MIN_LEAD_NS = 500_000_000
 ARM_TIMEOUT_S = 30.0
 COLLECT_TIMEOUT_S = 30.0
+NATIVE_FORMAT = "laboneq-compiled"
+RAW_FORMAT = "laboneq-raw"
 
 
 @dataclass
 class _Job:
     job_id: int
     cal: CalibrationSet
-    names: list[str]
+    names: list[str]                          # none for a precompiled program (raw acquisitions)
     registers: list[list[tuple[str, int]]]
     measured: list[dict[str, int]]            # per circuit: handle -> device qubit
     shots: int
@@ -69,6 +83,7 @@ class _Job:
     submission: Any = None
     armed: threading.Event = field(default_factory=threading.Event)
     fired: asyncio.Future[None] | None = None
+    result_context: Any = None
     uploaded_pc: int = 0
     armed_pc: int = 0
     armed_ns: int = 0
@@ -90,25 +105,45 @@ class LabOneStack:
     (connect(do_emulation=True) for the emulator)."""
 
     def __init__(self, session: Any, calibrations: CalibrationStore, *,
-                 horizon_ns: int = DEFAULT_HORIZON_NS, min_lead_ns: int = DEFAULT_MIN_LEAD_NS) -> None:
-        self.session = session
+                 horizon_ns: int = DEFAULT_HORIZON_NS, min_lead_ns: int = DEFAULT_MIN_LEAD_NS,
+                 reconnect: Callable[[], Any] | None = None, probe: Callable[[], None] | None = None) -> None:
         self.calibrations = calibrations
         self.horizon_ns = horizon_ns
         self.min_lead_ns = min_lead_ns
+        self.reconnect = reconnect
+        self.probe = probe
         self._armed: dict[int, _Job] = {}
         self._fired: dict[int, _Job] = {}
         self._current: _Job | None = None
+        self._broken = ""
+        self._attach(session)
+
+    def _attach(self, session: Any) -> None:
+        self.session = session
         controller = session._assert_connected()
         self._controller = controller
         self._loop: asyncio.AbstractEventLoop = controller._event_loop._loop
         prepare = controller._prepare_nt_step
         start_and_wait = controller._wait_execution_to_stop
+        collector = controller._result_collector
+        collect = collector.submit
 
         async def prepared(*a: Any, **kw: Any) -> Any:
             r = await prepare(*a, **kw)
             if self._current is not None:
                 self._current.uploaded_pc = time.perf_counter_ns()
             return r
+
+        async def deferred(context: Any) -> Any:
+            # The result collection's deadline counts from its submission
+            # (the execution's time and 2 s): it is submitted at FIRE, not
+            # when the instruments are armed, or a job held armed longer
+            # would lose its results.
+            job = self._current
+            if job is None:
+                return await collect(context)
+            job.result_context = context
+            return None
 
         async def gated(*a: Any, **kw: Any) -> Any:
             job = self._current
@@ -117,18 +152,43 @@ class LabOneStack:
                 job.armed_pc = time.perf_counter_ns()
                 job.armed.set()
                 await job.fired
+                if job.result_context is not None:
+                    await collect(job.result_context)
                 job.started_ns = time.time_ns()
             return await start_and_wait(*a, **kw)
 
         controller._prepare_nt_step = prepared
         controller._wait_execution_to_stop = gated
+        collector.submit = deferred
+
+    def close(self) -> None:
+        try:
+            if self.session.connection_state.connected:
+                self.session.disconnect()
+        except Exception:  # noqa: S110 -- already gone
+            pass
 
     def capabilities(self) -> dict[str, Any]:
         return {"two_phase": True, "max_armed": 1, "horizon_ns": self.horizon_ns,
                 "min_lead_ns": self.min_lead_ns, "start": "on_fire"}
 
     def health(self) -> None:
+        if self._broken and self.reconnect is not None and not self._armed and not self._fired:
+            self.close()
+            try:
+                session = self.reconnect()
+            except Exception as e:  # LabOne Q's and the transport's errors
+                raise InstrumentUnreachable(f"LabOne Q: cannot connect again: {type(e).__name__}: {e}") from None
+            self._attach(session)
+            self._broken = ""
+        try:
+            if self.probe is not None:
+                self.probe()
+        except Exception as e:  # the probe's errors: the instruments do not answer
+            self._broken = f"{type(e).__name__}: {e}"
+            raise InstrumentUnreachable(f"LabOne Q: {self._broken}") from None
         if not self.session.connection_state.connected:
+            self._broken = "the session is not connected"
             raise InstrumentUnreachable("LabOne Q session is not connected to the instruments")
 
     # ------------------------------------------------------------ ARM
@@ -188,23 +248,48 @@ class LabOneStack:
 
     def arm(self, req: ArmRequest) -> Armed:
         if req.job_id in self._armed or req.job_id in self._fired:
-            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"job {req.job_id} is already held")
+            raise ArmRefused(STAGE_ARM, PROGRAM_REJECTED, f"job {req.job_id} is already held")
         if self._armed or self._fired:
             held = next(iter(self._armed or self._fired))
             raise ArmRefused(STAGE_ARM, TOO_MANY_ARMED, f"the instruments hold job {held} (max_armed 1)")
-        if req.fire_at_ns - time.time_ns() > self.horizon_ns:
-            raise ArmRefused(STAGE_PARSE, BEYOND_HORIZON, f"fire_at is beyond the {self.horizon_ns} ns horizon")
         try:
             self.health()
         except InstrumentUnreachable as e:
             raise ArmRefused(STAGE_UPLOAD, INSTRUMENT_UNREACHABLE, str(e)) from None
+        t0 = time.perf_counter_ns()
+        env = envelope.parse(req.program, req.shots)
+        if env.fmt == NATIVE_FORMAT:
+            compiled, job = self._native(req, env)
+        elif env.fmt == P.ENVELOPE_FORMAT:
+            compiled, job = self._compile(req, env)
+        else:
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f'payload format "{env.fmt}": this endpoint takes '
+                             f'"{P.ENVELOPE_FORMAT}" or "{NATIVE_FORMAT}"')
+        job.duration_ns = math.ceil(compiled.estimated_runtime * 1e9)
+        if job.duration_ns > req.slot_ns:
+            raise ArmRefused(STAGE_COMPILE, PROGRAM_TOO_LONG,
+                             f"the compiled experiment runs {job.duration_ns} ns (LabOne Q's estimate); "
+                             f"the slot is {req.slot_ns} ns")
+        t1 = time.perf_counter_ns()
+        self._current = job
+        try:
+            job.submission = self._controller.submit_compiled(compiled.scheduled_experiment)
+        except Exception as e:  # the controller's errors
+            self._current = None
+            raise ArmRefused(STAGE_UPLOAD, PROGRAM_REJECTED, f"{type(e).__name__}: {e}") from None
+        if not job.armed.wait(ARM_TIMEOUT_S):
+            self._current = None
+            raise ArmRefused(STAGE_ARM, INSTRUMENT_UNREACHABLE, f"not armed within {ARM_TIMEOUT_S} s")
+        job.armed_ns = time.time_ns()
+        upload = max(job.uploaded_pc - t1, 0)
+        self._armed[req.job_id] = job
+        return Armed(req.job_id, [(STAGE_COMPILE, t1 - t0), (STAGE_UPLOAD, upload),
+                                  (STAGE_ARM, job.armed_pc - t1 - upload)], job.duration_ns)
+
+    def _compile(self, req: ArmRequest, env: envelope.Envelope) -> tuple[Any, _Job]:
         from laboneq.openqasm3 import MultiProgramOptions, OpenQasmException, OpenQASMTranspiler
         from laboneq.simple import AcquisitionType, AveragingMode
 
-        t0 = time.perf_counter_ns()
-        env = envelope.parse(req.program, req.shots)
-        if env.fmt != "qasm3":
-            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f'payload format "{env.fmt}": this endpoint takes "qasm3"')
         cal = self.calibrations.load(req.calibration_id)
         n = len(cal.qubits)
         maps = [self._qubit_map(c.qasm, n, cal) for c in env.circuits]
@@ -230,32 +315,43 @@ class LabOneStack:
             text = str(e)
             reason = WAVEFORM_MEMORY_EXCEEDED if "memory" in text.lower() else PROGRAM_INVALID
             raise ArmRefused(STAGE_COMPILE, reason, f"LabOne Q compiler: {text}") from None
-        duration_ns = math.ceil(compiled.estimated_runtime * 1e9)
-        if duration_ns > req.slot_ns:
-            raise ArmRefused(STAGE_COMPILE, PROGRAM_TOO_LONG,
-                             f"the compiled experiment runs {duration_ns} ns (LabOne Q's estimate); "
-                             f"the slot is {req.slot_ns} ns")
         job = _Job(req.job_id, cal, [c.name for c in env.circuits], [m[0] for m in measured],
-                   [m[1] for m in measured], env.shots, duration_ns)
-        t1 = time.perf_counter_ns()
-        self._current = job
+                   [m[1] for m in measured], env.shots, 0)
+        return compiled, job
+
+    def _native(self, req: ArmRequest, env: envelope.Envelope) -> tuple[Any, _Job]:
+        """A precompiled program: {"format": "laboneq-compiled", "shots",
+        "calibration_id", "calibration_sha256" (optional), "raw": true,
+        "compiled": laboneq.serializers.to_json(CompiledExperiment)}."""
+        from laboneq.core.types.compiled_experiment import CompiledExperiment
+        from laboneq.serializers import from_json
+
+        raw = env.raw
+        if raw.get("calibration_id") != req.calibration_id:
+            raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH,
+                             f"the program was compiled for calibration {raw.get('calibration_id')!r}; the job runs "
+                             f"under calibration {req.calibration_id}")
+        cal = self.calibrations.load(req.calibration_id)
+        digest = raw.get("calibration_sha256")
+        if digest is not None and digest != cal.digest:
+            raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH,
+                             f"the program was compiled against a calibration set {str(digest)[:16]}..., this "
+                             f"endpoint's set {req.calibration_id} is {cal.digest[:16]}...")
+        if raw.get("raw") is not True:
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, 'a precompiled program\'s acquisitions come back raw: '
+                             'give "raw": true')
+        if not isinstance(raw.get("compiled"), str):
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, 'a precompiled program needs "compiled": the '
+                             "CompiledExperiment in LabOne Q's serialization (laboneq.serializers.to_json)")
         try:
-            job.submission = self._controller.submit_compiled(compiled.scheduled_experiment)
-        except Exception as e:  # the controller's errors
-            self._current = None
-            raise ArmRefused(STAGE_UPLOAD, PROGRAM_REJECTED, f"{type(e).__name__}: {e}") from None
-        if not job.armed.wait(ARM_TIMEOUT_S):
-            self._current = None
-            raise ArmRefused(STAGE_ARM, INSTRUMENT_UNREACHABLE, f"not armed within {ARM_TIMEOUT_S} s")
-        job.armed_ns = time.time_ns()
-        upload = max(job.uploaded_pc - t1, 0)
-        if not self._armed and not self._fired:
-            gc.collect()
-            gc.freeze()
-            gc.disable()
-        self._armed[req.job_id] = job
-        return Armed(req.job_id, [(STAGE_COMPILE, t1 - t0), (STAGE_UPLOAD, upload),
-                                  (STAGE_ARM, job.armed_pc - t1 - upload)], duration_ns)
+            compiled = from_json(raw["compiled"])
+        except Exception as e:  # the deserializer's errors are of several types
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"compiled: not LabOne Q's serialization: "
+                             f"{type(e).__name__}: {str(e)[:500]}") from None
+        if not isinstance(compiled, CompiledExperiment):
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"compiled: a {type(compiled).__name__}, not a "
+                             "CompiledExperiment")
+        return compiled, _Job(req.job_id, cal, [], [], [], env.shots, 0)
 
     # ------------------------------------------------------------ FIRE ...
 
@@ -279,7 +375,6 @@ class LabOneStack:
         except (asyncio.CancelledError, Exception):  # noqa: S110 -- the cancelled run ends here
             pass
         self._current = None
-        self._settle_gc()
 
     def collect(self, job_id: int) -> Result:
         job = self._fired.get(job_id)
@@ -289,19 +384,22 @@ class LabOneStack:
             self._controller.wait_submission(job.submission)
             job.ended_ns = time.time_ns()
             res = self._controller.submission_results(job.submission)
-            payload = self._counts(job, res.acquired_results)
+            payload = self._counts(job, res.acquired_results) if job.names else self._raw(job, res.acquired_results)
             status = {"execution_errors": [str(e) for e in res.execution_errors],
                       "emulation": bool(getattr(self.session.connection_state, "emulated", False))}
         finally:
             self._fired.pop(job_id, None)
             self._current = None
-            self._settle_gc()
         return Result(job_id, payload, status, job.armed_ns, job.started_ns, job.ended_ns)
 
-    def _settle_gc(self) -> None:
-        if not self._armed and not self._fired:
-            gc.enable()
-            gc.unfreeze()
+    @staticmethod
+    def _raw(job: _Job, acquired: dict[str, Any]) -> dict[str, Any]:
+        """A precompiled program's acquisitions, per handle: [re, im] per value."""
+        out: dict[str, Any] = {}
+        for handle, r in acquired.items():
+            vals = np.asarray(r.data, dtype=np.complex128).reshape(-1)
+            out[str(handle)] = [[float(v.real), float(v.imag)] for v in vals]
+        return {"format": RAW_FORMAT, "shots": job.shots, "acquisitions": out}
 
     def _counts(self, job: _Job, acquired: dict[str, Any]) -> dict[str, Any]:
         """Handles are the importer's "<reg>[<i>]"; the data of a batch of

@@ -1,7 +1,8 @@
 """qpu-qblox: the instrument side of a qrtd endpoint for a Qblox Cluster."""
 
+from qrt_endpoint.handler import Armed, ArmRefused, ArmRequest, Handler, InstrumentUnreachable, Result
+
 from .calibration import CalibrationStore, write_set
-from .handler import Armed, ArmRefused, ArmRequest, Handler, InstrumentUnreachable, Result
 from .stack import QbloxStack
 
 __all__ = ["ArmRefused", "ArmRequest", "Armed", "CalibrationStore", "Handler", "InstrumentUnreachable",

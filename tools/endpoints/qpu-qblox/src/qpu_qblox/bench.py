@@ -14,8 +14,9 @@ import tempfile
 import time
 from typing import Any
 
+from qrt_endpoint.handler import ArmRequest
+
 from . import calibration, dummy
-from .handler import ArmRequest
 from .stack import QbloxStack
 
 BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];\ncx q[0], q[1];\n'

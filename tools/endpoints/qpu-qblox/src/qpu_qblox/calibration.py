@@ -25,6 +25,7 @@ acq_threshold (on the integrated, rotated I).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -36,8 +37,7 @@ from typing import Any
 
 from qblox_scheduler.backends.graph_compilation import DeviceCompilationConfig, SerialCompilationConfig
 from qblox_scheduler.backends.qblox_backend import QbloxHardwareCompilationConfig
-
-from .handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
+from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 DEVICE_FILE = "device_config.json"
@@ -59,6 +59,10 @@ class CalibrationSet:
     qubits: list[str]
     edges: list[tuple[int, int]]
     thresholds: dict[str, Threshold]
+    # sha256 of the set's files as stored (device, then hardware
+    # configuration): what a precompiled program names to say which set it
+    # was compiled against
+    digest: str = ""
 
 
 class CalibrationError(ValueError):
@@ -75,18 +79,25 @@ def _check_factories(device: dict[str, Any], where: Path) -> None:
                                            f"{' and '.join(FACTORY_PREFIXES)}")
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> tuple[dict[str, Any], bytes]:
     st = path.stat()
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise CalibrationError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
                                "only the calibration service may write calibration sets")
-    data = json.loads(path.read_text())
+    raw = path.read_bytes()
+    data = json.loads(raw)
     if not isinstance(data, dict):
         raise CalibrationError(f"{path}: not a JSON object")
-    return data
+    return data, raw
 
 
-def build(calibration_id: int, device: dict[str, Any], hardware: dict[str, Any], where: Path) -> CalibrationSet:
+def digest_of(device: bytes, hardware: bytes) -> str:
+    """The digest of a set: sha256 of its two files as stored."""
+    return hashlib.sha256(device + b"\0" + hardware).hexdigest()
+
+
+def build(calibration_id: int, device: dict[str, Any], hardware: dict[str, Any], where: Path,
+          digest: str = "") -> CalibrationSet:
     _check_factories(device, where)
     dev = DeviceCompilationConfig.model_validate(device)
     hw = QbloxHardwareCompilationConfig.model_validate(hardware)
@@ -105,7 +116,7 @@ def build(calibration_id: int, device: dict[str, Any], hardware: dict[str, Any],
         thresholds[q] = Threshold(float(kw.get("acq_rotation", 0.0)), float(kw.get("acq_threshold", 0.0)))
     config = SerialCompilationConfig(name=f"qrtd calibration {calibration_id}", device_compilation_config=dev,
                                      hardware_compilation_config=hw)
-    return CalibrationSet(calibration_id, config, qubits, sorted(edges), thresholds)
+    return CalibrationSet(calibration_id, config, qubits, sorted(edges), thresholds, digest)
 
 
 class CalibrationStore:
@@ -126,7 +137,8 @@ class CalibrationStore:
                              f"no calibration set {calibration_id} in {self.dir} "
                              f"({DEVICE_FILE} and {HARDWARE_FILE})")
         try:
-            cal = build(calibration_id, _read(where / DEVICE_FILE), _read(where / HARDWARE_FILE), where)
+            (device, dev_raw), (hardware, hw_raw) = _read(where / DEVICE_FILE), _read(where / HARDWARE_FILE)
+            cal = build(calibration_id, device, hardware, where, digest_of(dev_raw, hw_raw))
         except (OSError, ValueError) as e:
             raise ArmRefused(STAGE_COMPILE, CALIBRATION_UNKNOWN, f"calibration set {calibration_id}: {e}") from None
         self._cache[calibration_id] = cal

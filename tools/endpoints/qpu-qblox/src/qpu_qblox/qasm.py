@@ -20,8 +20,7 @@ from typing import Any
 
 import openqasm3
 from openqasm3 import ast
-
-from .handler import GATE_NOT_SUPPORTED, PROGRAM_INVALID, QUBIT_OUT_OF_RANGE, STAGE_COMPILE, STAGE_PARSE, ArmRefused
+from qrt_endpoint.handler import GATE_NOT_SUPPORTED, PROGRAM_INVALID, QUBIT_OUT_OF_RANGE, STAGE_COMPILE, STAGE_PARSE, ArmRefused
 
 
 @dataclass(frozen=True)

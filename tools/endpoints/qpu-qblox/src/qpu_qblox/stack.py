@@ -2,15 +2,24 @@
 uploads to the Cluster's sequencers and arms them at ARM; FIRE is one
 start command; RESULT thresholds the binned acquisitions.
 
-The Cluster's sequencers hold one program each, so one job is armed at a
-time (max_armed 1): the next ARM comes after the previous job's RESULT.
+The Cluster's sequencers hold one program each, so one job is held at a
+time (max_armed 1): the endpoint framework takes the next ARM after the
+previous job's collect.  Input is qrtd's OpenQASM 3 envelope, or a
+precompiled program ("qblox-compiled": a serialized CompiledSchedule,
+checked against the job's calibration id and, when it names one, the
+set's digest), whose acquisitions come back raw.
+
+When the Cluster stops answering, health() raises InstrumentUnreachable;
+given a `reconnect` (a function opening the Cluster again), the next
+health() closes the old connection and opens a new one, so the endpoint
+is up again once the instrument is.
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +29,11 @@ from qblox_scheduler import CZ, Measure, Reset, Rxy, Rz, Schedule
 from qblox_scheduler.backends.circuit_to_device import ConfigKeyError
 from qblox_scheduler.backends.graph_compilation import SerialCompiler
 from qblox_scheduler.instrument_coordinator.components.qblox import ClusterComponent
-
-from . import envelope, qasm
-from .calibration import CalibrationSet, CalibrationStore
-from .handler import (
-    BEYOND_HORIZON,
+from qblox_scheduler.schedules.schedule import CompiledSchedule
+from qrt_client import protocol as P
+from qrt_endpoint import envelope
+from qrt_endpoint.handler import (
+    CALIBRATION_MISMATCH,
     GATE_NOT_SUPPORTED,
     INSTRUCTION_MEMORY_EXCEEDED,
     INSTRUMENT_UNREACHABLE,
@@ -46,19 +55,24 @@ from .handler import (
     UnknownJob,
 )
 
+from . import qasm
+from .calibration import CalibrationSet, CalibrationStore
+
 NAME = "qpu-qblox"
 DEFAULT_HORIZON_NS = 60_000_000_000
 # The least lead this stack states: compile + upload + arm of a small job on
 # the dummy is ~0.1-0.3 s (bench/); a real Cluster adds the network.
 DEFAULT_MIN_LEAD_NS = 500_000_000
 COLLECT_TIMEOUT_S = 10.0
+NATIVE_FORMAT = "qblox-compiled"
+RAW_FORMAT = "qblox-raw"
 
 
 @dataclass
 class _Job:
     job_id: int
     cal: CalibrationSet
-    circuits: list[tuple[str, qasm.Circuit]]
+    circuits: list[tuple[str, qasm.Circuit]]   # none for a precompiled program (raw acquisitions)
     shots: int
     program: dict[str, Any]
     sequencers: list[tuple[int, int]]          # (slot, sequencer index) armed
@@ -83,14 +97,20 @@ class QbloxStack:
     uses.  `calibrations` reads the QPU's calibration sets."""
 
     def __init__(self, cluster: Cluster, calibrations: CalibrationStore, *,
-                 horizon_ns: int = DEFAULT_HORIZON_NS, min_lead_ns: int = DEFAULT_MIN_LEAD_NS) -> None:
-        self.cluster = cluster
-        self.component = ClusterComponent(cluster)
+                 horizon_ns: int = DEFAULT_HORIZON_NS, min_lead_ns: int = DEFAULT_MIN_LEAD_NS,
+                 reconnect: Callable[[], Cluster] | None = None) -> None:
         self.calibrations = calibrations
         self.horizon_ns = horizon_ns
         self.min_lead_ns = min_lead_ns
+        self.reconnect = reconnect
         self._armed: dict[int, _Job] = {}
         self._fired: dict[int, _Job] = {}
+        self._broken = ""
+        self._attach(cluster)
+
+    def _attach(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.component = ClusterComponent(cluster)
         self._start = cluster.start_sequencer
 
     def close(self) -> None:
@@ -110,26 +130,31 @@ class QbloxStack:
     def health(self) -> None:
         """Raises InstrumentUnreachable when the Cluster does not answer.
         Its system status (flags such as a past temperature excursion) is
-        not a reason to refuse: it goes into each RESULT's status."""
+        not a reason to refuse: it goes into each RESULT's status.  After a
+        failure, with a `reconnect`, the connection is opened anew first."""
+        if self._broken and self.reconnect is not None and not self._armed and not self._fired:
+            self.close()
+            try:
+                cluster = self.reconnect()
+            except Exception as e:  # the transport's errors are of several types
+                raise InstrumentUnreachable(f"cluster: cannot connect again: {type(e).__name__}: {e}") from None
+            self._attach(cluster)
+            self._broken = ""
         self._system_status()
 
     def _system_status(self) -> str:
         try:
             return str(self.cluster.get_system_status())
         except Exception as e:  # the transport's errors are of several types
-            raise InstrumentUnreachable(f"cluster {self.cluster.name}: {type(e).__name__}: {e}") from None
+            self._broken = f"{type(e).__name__}: {e}"
+            raise InstrumentUnreachable(f"cluster {self.cluster.name}: {self._broken}") from None
 
     def arm(self, req: ArmRequest) -> Armed:
         if req.job_id in self._armed or req.job_id in self._fired:
-            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"job {req.job_id} is already held")
+            raise ArmRefused(STAGE_ARM, PROGRAM_REJECTED, f"job {req.job_id} is already held")
         if self._armed or self._fired:
             held = next(iter(self._armed or self._fired))
             raise ArmRefused(STAGE_ARM, TOO_MANY_ARMED, f"the sequencers hold job {held} (max_armed 1)")
-        now = _ns()
-        if req.fire_at_ns - now > self.horizon_ns:
-            raise ArmRefused(STAGE_PARSE, BEYOND_HORIZON,
-                             f"fire_at is {(req.fire_at_ns - now) / 1e9:.3f} s ahead; the horizon is "
-                             f"{self.horizon_ns / 1e9:.3f} s")
         try:
             self.health()
         except InstrumentUnreachable as e:
@@ -143,10 +168,6 @@ class QbloxStack:
         self._arm(job)
         t3 = time.perf_counter_ns()
         job.armed_ns = _ns()
-        if not self._armed and not self._fired:
-            gc.collect()
-            gc.freeze()
-            gc.disable()
         self._armed[req.job_id] = job
         return Armed(req.job_id, [(STAGE_COMPILE, t1 - t0), (STAGE_UPLOAD, t2 - t1), (STAGE_ARM, t3 - t2)],
                      job.duration_ns)
@@ -155,22 +176,17 @@ class QbloxStack:
         job = self._armed.pop(job_id, None)
         if job is None:
             raise UnknownJob(job_id)
+        self._fired[job_id] = job
         t = _ns()
         self._start()
-        job.fire_call_ns = t
         job.started_ns = t
-        self._fired[job_id] = job
         return t
 
     def disarm(self, job_id: int) -> None:
         job = self._armed.pop(job_id, None)
         if job is None:
             raise UnknownJob(job_id)
-        try:
-            for slot, seq in job.sequencers:
-                self.cluster.stop_sequencer(slot, seq)
-        finally:
-            self._settle_gc()
+        self._stop(job)
 
     def collect(self, job_id: int) -> Result:
         job = self._fired.get(job_id)
@@ -181,20 +197,20 @@ class QbloxStack:
             job.ended_ns = _ns()
             status["system"] = self._system_status()
             dataset = self.component.retrieve_acquisition()
-            payload = self._counts(job, dataset)
+            payload = self._counts(job, dataset) if job.circuits else self._raw(job, dataset)
+        except InstrumentUnreachable:
+            raise
+        except Exception as e:  # the driver's errors on the way: the instrument went
+            self._broken = f"{type(e).__name__}: {e}"
+            raise InstrumentUnreachable(f"cluster {self.cluster.name}: {self._broken}") from None
         finally:
             self._fired.pop(job_id, None)
-            self._settle_gc()
         return Result(job_id, payload, status, job.armed_ns, job.started_ns, job.ended_ns)
 
     # ------------------------------------------------------------ the stages
 
-    def _settle_gc(self) -> None:
-        if not self._armed and not self._fired:
-            gc.enable()
-            gc.unfreeze()
-
-    def schedule(self, cal: CalibrationSet, circuits: list[tuple[str, qasm.Circuit]], shots: int) -> Schedule:
+    @staticmethod
+    def schedule(cal: CalibrationSet, circuits: list[tuple[str, qasm.Circuit]], shots: int) -> Schedule:
         """One schedule for the job: its circuits one after another, each
         from a reset of the qubits it uses, repeated `shots` times."""
         s = Schedule("qrtd job", repetitions=shots)
@@ -224,8 +240,11 @@ class QbloxStack:
 
     def _compile(self, req: ArmRequest) -> _Job:
         env = envelope.parse(req.program, req.shots)
-        if env.fmt != "qasm3":
-            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f'payload format "{env.fmt}": this endpoint takes "qasm3"')
+        if env.fmt == NATIVE_FORMAT:
+            return self._native(req, env)
+        if env.fmt != P.ENVELOPE_FORMAT:
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f'payload format "{env.fmt}": this endpoint takes '
+                             f'"{P.ENVELOPE_FORMAT}" or "{NATIVE_FORMAT}"')
         cal = self.calibrations.load(req.calibration_id)
         circuits = []
         for i, c in enumerate(env.circuits):
@@ -245,6 +264,43 @@ class QbloxStack:
             if "waveform" in text.lower() and ("limit" in text or "exceed" in text):
                 raise ArmRefused(STAGE_COMPILE, WAVEFORM_MEMORY_EXCEEDED, text) from None
             raise ArmRefused(STAGE_COMPILE, PROGRAM_INVALID, f"qblox-scheduler: {type(e).__name__}: {text}") from None
+        return self._place(req, cal, circuits, env.shots, compiled)
+
+    def _native(self, req: ArmRequest, env: envelope.Envelope) -> _Job:
+        """A precompiled program: {"format": "qblox-compiled", "shots",
+        "calibration_id", "calibration_sha256" (optional), "raw": true,
+        "schedule": CompiledSchedule.to_json()}."""
+        raw = env.raw
+        if raw.get("calibration_id") != req.calibration_id:
+            raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH,
+                             f"the program was compiled for calibration {raw.get('calibration_id')!r}; the job runs "
+                             f"under calibration {req.calibration_id}")
+        cal = self.calibrations.load(req.calibration_id)
+        digest = raw.get("calibration_sha256")
+        if digest is not None and digest != cal.digest:
+            raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH,
+                             f"the program was compiled against a calibration set {str(digest)[:16]}..., this "
+                             f"endpoint's set {req.calibration_id} is {cal.digest[:16]}...")
+        if raw.get("raw") is not True:
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, 'a precompiled program\'s acquisitions come back raw: '
+                             'give "raw": true')
+        if not isinstance(raw.get("schedule"), str):
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, 'a precompiled program needs "schedule": the '
+                             "CompiledSchedule's JSON (CompiledSchedule.to_json())")
+        try:
+            compiled = CompiledSchedule.from_json(raw["schedule"])
+        except Exception as e:  # the decoder's errors are of several types
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"schedule: not a CompiledSchedule: {type(e).__name__}: "
+                             f"{str(e)[:500]}") from None
+        if not isinstance(compiled, CompiledSchedule):
+            raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, f"schedule: a {type(compiled).__name__}, not a "
+                             "CompiledSchedule")
+        return self._place(req, cal, [], env.shots, compiled)
+
+    def _place(self, req: ArmRequest, cal: CalibrationSet, circuits: list[tuple[str, qasm.Circuit]], shots: int,
+               compiled: CompiledSchedule) -> _Job:
+        """The compiled program's duration against the slot, and the
+        modules and sequencers it drives against the Cluster's."""
         duration_ns = math.ceil(compiled.duration * 1e9 - 1e-3)
         if duration_ns > req.slot_ns:
             raise ArmRefused(STAGE_COMPILE, PROGRAM_TOO_LONG,
@@ -252,8 +308,8 @@ class QbloxStack:
         program = compiled.compiled_instructions.get(self.cluster.name)
         if program is None:
             raise ArmRefused(STAGE_COMPILE, SEQUENCER_NOT_CONFIGURED,
-                             f"the calibration set's hardware configuration drives no cluster named "
-                             f"{self.cluster.name!r} (it has {', '.join(compiled.compiled_instructions)})")
+                             f"the program drives no cluster named {self.cluster.name!r} (it has "
+                             f"{', '.join(compiled.compiled_instructions)})")
         sequencers = []
         present = {int(m.slot_idx) for m in self.cluster.get_connected_modules().values()}
         for key, mod in program.items():
@@ -265,7 +321,7 @@ class QbloxStack:
                                  f"the program drives module {slot} of {self.cluster.name}; no module is there")
             for seq_name in mod.get("sequencers", {}):
                 sequencers.append((slot, int(seq_name.removeprefix("seq"))))
-        return _Job(req.job_id, cal, circuits, env.shots, program, sorted(sequencers), duration_ns)
+        return _Job(req.job_id, cal, circuits, shots, program, sorted(sequencers), duration_ns)
 
     def _upload(self, job: _Job) -> None:
         try:
@@ -316,6 +372,16 @@ class QbloxStack:
                 "info": [f.name for f in st.info_flags], "warnings": [f.name for f in st.warn_flags],
                 "errors": [f.name for f in st.err_flags]}
         return out
+
+    @staticmethod
+    def _raw(job: _Job, dataset: Any) -> dict[str, Any]:
+        """A precompiled program's acquisitions, per label: [re, im] per bin
+        (null where the instrument acquired nothing)."""
+        out: dict[str, Any] = {}
+        for label in dataset.data_vars:
+            vals = np.asarray(dataset[label].values, dtype=np.complex128).reshape(-1)
+            out[str(label)] = [[None, None] if np.isnan(v) else [float(v.real), float(v.imag)] for v in vals]
+        return {"format": RAW_FORMAT, "shots": job.shots, "acquisitions": out}
 
     def _counts(self, job: _Job, dataset: Any) -> dict[str, Any]:
         results = []

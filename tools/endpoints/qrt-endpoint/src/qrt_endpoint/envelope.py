@@ -1,5 +1,5 @@
-"""qrtd's job envelope (qrtd(8), "Job payloads") as the control stacks read
-it, and the answer envelope they return."""
+"""qrtd's job envelope (qrtd(8), "Job payloads"; the table's [envelope])
+as the endpoints read it, and the answer envelope they return."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from qrt_client import protocol as P
+
 from .handler import PROGRAM_INVALID, STAGE_PARSE, ArmRefused
 
-MAX_CIRCUITS = 256
 MAX_NAME = 128
 
 
@@ -50,10 +51,10 @@ def parse(program: bytes, wire_shots: int) -> Envelope:
     if wire_shots and wire_shots != shots:
         raise refuse(f"payload: shots = {shots} but the job says {wire_shots}")
     circuits: list[Circuit] = []
-    if env["format"] == "qasm3":
+    if env["format"] == P.ENVELOPE_FORMAT:
         raw = env.get("circuits")
-        if not isinstance(raw, list) or not raw or len(raw) > MAX_CIRCUITS:
-            raise refuse(f"payload: circuits must be an array of 1..{MAX_CIRCUITS} circuits")
+        if not isinstance(raw, list) or not raw or len(raw) > P.ENVELOPE_MAX_CIRCUITS:
+            raise refuse(f"payload: circuits must be an array of 1..{P.ENVELOPE_MAX_CIRCUITS} circuits")
         for i, c in enumerate(raw):
             if not isinstance(c, dict) or not isinstance(c.get("qasm"), str):
                 raise refuse(f"payload: circuits[{i}] has no qasm string")
@@ -65,4 +66,4 @@ def parse(program: bytes, wire_shots: int) -> Envelope:
 
 
 def counts_answer(results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"format": "qasm3-counts", "results": results}
+    return {"format": P.ENVELOPE_RESULT_FORMAT, "results": results}
