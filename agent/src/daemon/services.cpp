@@ -508,6 +508,7 @@ rtcore::status services::start_links() {
         lc.endpoint = qc.target.uri;
         lc.identity = "qrtd/" + qc.name;
         lc.wire_version = static_cast<unsigned>(qc.wire);
+        lc.arm_lead_ns = qc.arm_lead_ns;
         auto& dc = lc.dispatch;
         dc.qpu_index = i;
         dc.mode = _cfg.dispatch.mode == dispatch_mode::untuned ? dispatch::dispatch_mode::untuned

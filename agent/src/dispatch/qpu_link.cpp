@@ -50,6 +50,7 @@ qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_confi
     _adopting.reserve(_dispatcher.slot_count());
     _ids_in_flight.reserve(_dispatcher.slot_count());
     if (two_phase()) {
+        _arm_lead_pub.store(_cfg.arm_lead_ns, std::memory_order_relaxed);
         if (_addr.kind == proto::endpoint_kind::file) {
             throw std::invalid_argument("qpu link: " + _addr.uri + ": wire version 2 needs a unix:// or tcp:// "
                                         "endpoint (two connections); a file:// endpoint speaks version 1");
@@ -411,6 +412,9 @@ void qpu_link::answer(pending_job& p, wire::frame&& f) {
     }
     if (static_cast<wire::frame_type>(f.hdr.type) == wire::frame_type::result) {
         ++_counters.completed;
+        if (f.hdr.version >= 2 && f.v2.started_ns != 0) {
+            _hist->start_lateness.record(f.v2.started_ns - p.job.scheduled_ns);
+        }
         finish(id, job_state::completed, "ok", "", &f.hdr, std::move(f.payload));
         return;
     }
@@ -714,6 +718,10 @@ void qpu_link::on_record(const dispatch_record& r) {
         return;
     case dispatch_status::not_armed:
         ++_not_armed;
+        if (p.arm == arm_phase::arming) {
+            // It took at least this long and did not make it: the lead rises.
+            observe_arm(_clock.now_monotonic_ns() - p.arm_sent_mono_ns);
+        }
         finish(r.job_id, job_state::missed, std::string(outcome::not_armed),
                std::string(p.arm == arm_phase::arming ? "ARM sent, no ARMED from " : "no ARM could be sent to ") +
                    _addr.uri + " by T; never fired");
@@ -804,6 +812,17 @@ dispatch_telemetry qpu_link::telemetry() const {
     t.dispatch_lateness = _hist->dispatch_lateness.summary();
     t.arrival_lateness = _hist->arrival_lateness.summary();
     t.wakeup_latency = _hist->wakeup_latency.summary();
+    t.wire_version = _cfg.wire_version;
+    t.arm_lead_ns = arm_lead_ns();
+    t.arm_lead_floor_ns = _arm_lead_floor_ns;
+    t.arms_sent = _arms_sent;
+    t.armed = _armed_total;
+    t.arm_refused = _arm_refused;
+    t.not_armed = _not_armed;
+    t.disarms_sent = _disarms_sent;
+    t.arm_latency = _hist->arm_latency.summary();
+    t.arm_cost = _hist->arm_cost.summary();
+    t.start_lateness = _hist->start_lateness.summary();
     return t;
 }
 

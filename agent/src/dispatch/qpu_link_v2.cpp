@@ -30,6 +30,18 @@ void qpu_link::on_hello_v2(const wire::frame& f) {
         return;
     }
     _caps = std::move(*caps);
+    // The floor: what the daemon budgets and what the endpoint says it
+    // needs; what was learned on an earlier connection is kept above it.
+    _arm_lead_floor_ns = std::max(_cfg.arm_lead_ns, _caps.min_lead_ns);
+    lead_config lc;
+    lc.min_ns = _arm_lead_floor_ns;
+    lc.max_ns = std::max<std::int64_t>(_arm_lead_floor_ns, 600'000'000'000);
+    lc.initial_ns = std::max(_arm_lead_floor_ns, arm_lead_ns());
+    lc.margin_ns = std::max<std::int64_t>(_arm_lead_floor_ns / 10, 5'000'000);
+    lc.quantile = 0.99;
+    lc.window = 32;
+    _arm_lead = std::make_unique<lead_controller>(lc);
+    _arm_lead_pub.store(_arm_lead->lead_ns(), std::memory_order_relaxed);
     start_fire_connection();
 }
 
@@ -197,6 +209,23 @@ void qpu_link::arm_due() {
     }
 }
 
+void qpu_link::observe_arm(std::int64_t took_ns) {
+    if (!_arm_lead) {
+        return;
+    }
+    _arm_lead->observe(took_ns);
+    _arm_lead->adapt();
+    const std::int64_t lead = _arm_lead->lead_ns();
+    _arm_lead_pub.store(lead, std::memory_order_relaxed);
+    if (lead > _cfg.arm_lead_ns && !_warned_arm_lead) {
+        _warned_arm_lead = true;
+        log::warn("dispatch", "qpu {}: endpoint {} needs an arm lead of {} ms (ARM -> ARMED, 99th percentile + "
+                              "margin), more than this QPU's arm_lead_ns ({} ms): jobs handed over later than that "
+                              "end not_armed; raise arm_lead_ns",
+                  _cfg.dispatch.qpu_index, _addr.uri, lead / 1'000'000, _cfg.arm_lead_ns / 1'000'000);
+    }
+}
+
 void qpu_link::send_disarm(const pending_job& p) {
     if (_state != conn_state::up) {
         return;
@@ -276,7 +305,11 @@ bool qpu_link::handle_v2_frame(wire::frame& f) {
             return true;
         }
         const std::int64_t waited = _clock.now_monotonic_ns() - p.arm_sent_mono_ns;
-        _arm_wait_max_ns = std::max(_arm_wait_max_ns, waited);
+        _hist->arm_latency.record(waited);
+        if (auto cost = wire::parse_armed(f.payload_text()); cost) {
+            _hist->arm_cost.record(cost->total_ns());
+        }
+        observe_arm(waited);
         if (_dispatcher.set_armed(p.job.job_id, true)) {
             p.arm = arm_phase::armed;
             ++_armed_total;

@@ -210,6 +210,21 @@ TEST_F(dispatch_two_phase, every_job_is_armed_ahead_and_none_starts_late_by_its_
             ASSERT_TRUE(_link->submit(make_job(100 + i, t0 + static_cast<std::int64_t>(i) * 260 * ms), program(i)));
         }
         run_until(n, std::chrono::seconds(30));
+        const dispatch_telemetry tel = _link->telemetry();
+        if (version == 2) {
+            // The arm lead learned from ARMED: at least what the endpoint's
+            // HELLO states (200 ms + 16 ms for the largest program) and what
+            // ARM -> ARMED took here; the endpoint's own start after T is
+            // what the link saw in RESULT.
+            EXPECT_GE(tel.arm_lead_ns, 216 * ms);
+            EXPECT_GE(tel.arm_lead_ns, tel.arm_latency.p50_ns);
+            EXPECT_GE(tel.arm_latency.min_ns, 200 * ms);
+            EXPECT_EQ(tel.armed, n);
+            EXPECT_EQ(tel.start_lateness.count, n);
+            EXPECT_LT(tel.start_lateness.max_ns, 200 * ms);
+        } else {
+            EXPECT_EQ(tel.arms_sent, 0U);
+        }
         _link->stop();
         by_version[version] = s.stop();
         ASSERT_EQ(_outcomes.size(), n) << reasons();
@@ -276,6 +291,8 @@ TEST_F(dispatch_two_phase, a_job_not_armed_by_its_start_is_never_fired) {
     EXPECT_EQ(_outcomes[7].reason, outcome::not_armed) << _outcomes[7].detail;
     EXPECT_EQ(_outcomes[7].state, job_state::missed);
     EXPECT_EQ(_outcomes[7].sent_ns, 0);
+    EXPECT_EQ(_link->telemetry().not_armed, 1U);
+    EXPECT_GE(_link->arm_lead_ns(), 600 * ms) << "never below what the endpoint's HELLO states";
     _link->stop();
     const auto j = s.stop();
     EXPECT_EQ(j["two_phase"]["fires"].get<std::uint64_t>(), 0U) << j.dump();

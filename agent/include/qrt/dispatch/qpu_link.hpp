@@ -70,6 +70,9 @@ struct qpu_link_config {
     std::uint32_t stall_timeouts = 3;                 // consecutive timeouts => reconnect
     std::chrono::microseconds poll_interval{500};     // record drain / timeout scan
     std::string identity = "qrtd";
+    // Version 2: the arm lead the daemon budgets (qpu.arm_lead_ns): the
+    // learned lead's floor, and a warning when the learned one outgrows it.
+    std::int64_t arm_lead_ns = 0;
     // 1: JOB at T.  2: ARM ahead, FIRE at T (dispatch.wire_version must be
     // the same; the daemon sets both from the QPU's `wire` option).
     unsigned wire_version = 1;
@@ -118,6 +121,9 @@ public:
     std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
 
     bool endpoint_up() const noexcept { return _state == conn_state::up; }
+    // Version 2: the arm lead learned from this endpoint's ARMED answers
+    // (any thread).
+    std::int64_t arm_lead_ns() const noexcept { return _arm_lead_pub.load(std::memory_order_relaxed); }
     const std::string& last_endpoint_error() const noexcept { return _last_error; }
     std::size_t pending() const noexcept { return _pending.size(); }
     dispatch_telemetry telemetry() const;
@@ -257,7 +263,14 @@ private:
     bool _out_watched = false;       // EPOLLOUT asked for
     std::uint32_t _arms_out = 0;     // jobs arming or armed on this connection
     std::uint64_t _arms_sent = 0, _armed_total = 0, _arm_refused = 0, _disarms_sent = 0, _not_armed = 0;
-    std::int64_t _arm_wait_max_ns = 0;  // the longest ARM -> ARMED seen
+    // The learned arm lead (lead_controller's rule over ARM -> ARMED
+    // times: up at once, down a window at a time), never below the floor:
+    // max(arm_lead_ns, the endpoint's HELLO min_lead_ns).
+    std::unique_ptr<lead_controller> _arm_lead;
+    std::int64_t _arm_lead_floor_ns = 0;
+    std::atomic<std::int64_t> _arm_lead_pub{0};
+    bool _warned_arm_lead = false;
+    void observe_arm(std::int64_t took_ns);
 };
 
 }  // namespace qrt::dispatch
