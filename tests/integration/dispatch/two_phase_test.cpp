@@ -3,7 +3,8 @@
 // program: every job is armed before its start and fired on time, none
 // starts late by its upload (against version 1 in the same run, where every
 // job does); a burst beyond the endpoint's max_armed is paced, not failed;
-// a withdrawn armed job is DISARMed and never fired; a job not armed by T
+// a withdrawn armed job is DISARMed and never fired, a re-placed one armed
+// again and fired at its new start; a job not armed by T
 // ends not_armed; a refusal at ARM ends arm_refused naming the stage; an
 // endpoint killed with armed jobs: each is re-armed after the restart or
 // ends endpoint_disconnected, none is fired unarmed.  Counted at the
@@ -280,6 +281,34 @@ TEST_F(dispatch_two_phase, a_withdrawn_armed_job_is_disarmed_and_never_fired) {
     EXPECT_EQ(j["two_phase"]["disarmed"].get<std::uint64_t>(), 1U) << j.dump();
     EXPECT_EQ(j["two_phase"]["fires"].get<std::uint64_t>(), 2U);
     EXPECT_EQ(j["two_phase"]["fired_unarmed"].get<std::uint64_t>(), 0U);
+}
+
+// Preempted or moved (a calibration switch's re-placement goes the same
+// way: the gate withdraws, the room hands the job over again): DISARM,
+// then ARM again for the new start, and FIRE at that one.
+TEST_F(dispatch_two_phase, a_replaced_armed_job_is_disarmed_rearmed_and_fired_at_its_new_start) {
+    sim s(_sock, _dir, {"--prepare-ms", "20"});
+    open_link(2);
+    const std::int64_t t_old = _clock.now_realtime_ns() + 800 * ms;
+    ASSERT_TRUE(_link->submit(make_job(5, t_old), program(0)));
+    run_for(std::chrono::milliseconds(300));  // armed
+    ASSERT_EQ(_link->withdraw(5), dispatcher::withdraw_result::withdrawn);
+    _link->report_withdrawn();
+    run_until(1, std::chrono::seconds(10));
+    ASSERT_EQ(_outcomes.size(), 1U);
+    EXPECT_EQ(_outcomes[5].reason, outcome::cancelled);
+    _outcomes.clear();
+    dispatch_job moved = make_job(5, t_old + 600 * ms);
+    moved.calibration_id = 2;  // its new window's
+    ASSERT_TRUE(_link->submit(moved, program(0)));
+    run_until(1, std::chrono::seconds(10));
+    ASSERT_EQ(_outcomes.size(), 1U) << reasons();
+    EXPECT_EQ(_outcomes[5].state, job_state::completed) << _outcomes[5].detail;
+    EXPECT_GE(_outcomes[5].sent_ns, moved.scheduled_ns) << "fired at its new start, not the old";
+    _link->stop();
+    const auto j = s.stop();
+    EXPECT_EQ(s.frames()[5], (std::vector<std::string>{"ARM", "DISARM", "ARM", "FIRE"}));
+    EXPECT_EQ(j["two_phase"]["fired_unarmed"].get<std::uint64_t>(), 0U) << j.dump();
 }
 
 TEST_F(dispatch_two_phase, a_job_not_armed_by_its_start_is_never_fired) {
