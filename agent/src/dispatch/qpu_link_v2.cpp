@@ -319,6 +319,11 @@ bool qpu_link::handle_v2_frame(wire::frame& f) {
         _hist->arm_latency.record(waited);
         if (auto cost = wire::parse_armed(f.payload_text()); cost) {
             _hist->arm_cost.record(cost->total_ns());
+            for (std::size_t i = 0; i < dispatch_histograms::arm_stages; ++i) {
+                if (const std::int64_t v = cost->by_stage[QRT_WIRE_STAGE_PARSE + i]; v > 0) {
+                    _hist->arm_stage_cost[i].record(v);
+                }
+            }
         }
         observe_arm(waited);
         if (_dispatcher.set_armed(p.job.job_id, true)) {
