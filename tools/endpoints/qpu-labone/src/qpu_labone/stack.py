@@ -230,7 +230,7 @@ class LabOneStack:
 
         def one(ref: Any) -> tuple[str, int]:
             if isinstance(ref, ast.IndexedIdentifier):
-                return ref.name.name, int(getattr(ref.indices[0][0], "value", 0))  # type: ignore[index]
+                return ref.name.name, int(getattr(ref.indices[0][0], "value", 0))
             return ref.name, -1
 
         for s in program.statements:
