@@ -96,10 +96,12 @@ fidelity_f0 = 0.99
 # dispatch thread in time, a late commit is refused.  Not the send's
 # precision: the dispatch thread runs untuned (SCHED_OTHER) on a shared host,
 # where hypervisor steal and CPU hogs hold it for milliseconds, past the
-# default 100 us, and the job would be `missed` (not sent) for the host's
-# sake.  The tolerance is stated here, in the config the daemon judges by;
-# a job handed over later than it is still missed, and fails the test.
-MISS_TOLERANCE_NS = 2_000_000_000
+# default 100 us (or, the whole VM held by its hypervisor, for seconds), and
+# the job would be `missed` (not sent) for the host's sake.  The tolerance is
+# stated here, in the config the daemon judges by: the largest it takes
+# (10 s, below wait_terminal's 20 s); a job handed over later than that is
+# still missed, and fails the test.
+MISS_TOLERANCE_NS = 10_000_000_000
 # One calibration window around the whole test (a day, its middle now): a
 # job sent late near a window's end would be refused by the window ("would
 # not end inside the window; not sent"), which is not what is judged here.
