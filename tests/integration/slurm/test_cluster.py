@@ -293,23 +293,37 @@ class Cluster(unittest.TestCase):
                 cands = c.slots_query(5 * MS, max_candidates=1)["candidates"]
                 if not cands or cands[0]["start_ns"] >= until_ns:
                     return held
-                # A gap starting now begins past qrtd's minimum lead by the
-                # time the hold arrives: from a little later (the part in
-                # between is past before any step asks).
-                start = max(cands[0]["start_ns"], self.now_ns() + 50 * MS)
-                # Blocks of at most 200 ms, halved where one does not fit
-                # (the window's end is not always usable to the last ns).
-                length = min(cands[0]["window_until_ns"] - start, 200 * MS)
+                # qrtd places each block: from the start it offered, or
+                # from its minimum lead when the hold arrives later than
+                # that (a loaded host delays it by any amount), to the
+                # calibration window's end at the latest.  Blocks of at
+                # most 200 ms, halved where one no longer fits what is
+                # left of the window (no_fit); a gap that time passed is
+                # not offered by the next query.
+                start, until = cands[0]["start_ns"], cands[0]["window_until_ns"]
+                length = min(until - start, 200 * MS)
                 while length >= 5 * MS:
                     try:
                         r = c.slots_reserve(length, f"block-{node}-{until_ns}-{i}-{length}",
-                                            not_before_ns=start, deadline_ns=start + length)
+                                            not_before_ns=start, deadline_ns=until)
                         held.append((r["reservation_id"], r["fencing_token"]))
                         break
                     except slurm_cluster.qrt_client.RpcError as e:
                         last_error = e
                         length //= 2
         self.fail(f"could not book {node} up to {until_ns}: last refusal {last_error}")
+
+    def book_ahead(self, node, ahead_ns):
+        """node booked up to at least ahead_ns past the moment this returns:
+        booking takes time on a loaded host, so what it took is booked too."""
+        held = []
+        for _ in range(20):
+            more = self.book_up(node, self.now_ns() + ahead_ns)
+            held += more
+            if not more:
+                return held
+        self.unbook(node, held)
+        self.fail(f"{node} was never booked {ahead_ns} ns ahead in 20 rounds")
 
     def unbook(self, node, held):
         with self.cl.client(node) as c:
@@ -321,7 +335,7 @@ class Cluster(unittest.TestCase):
 
     def test_3_common_start_on_two_qpu_nodes(self):
         task = self.task_script()
-        blocks = self.book_up("qpu2", self.now_ns() + 5_000_000_000)
+        blocks = self.book_ahead("qpu2", 5_000_000_000)
         try:
             with self.cl.client("qpu2") as c:
                 later = c.slots_query(5 * MS, max_candidates=1)["candidates"][0]["start_ns"]
@@ -357,7 +371,7 @@ class Cluster(unittest.TestCase):
 
         # qpu2 booked past the deadline: the step fails before any task.
         marker = os.path.join(self.cl.jobs, "ran")
-        blocks = self.book_up("qpu2", self.now_ns() + 8_000_000_000)
+        blocks = self.book_ahead("qpu2", 8_000_000_000)
         try:
             r = self.srun("-N2", "-p", "qpu", "-t", "2", "--qpu-duration=5ms",
                           "--qpu-deadline=+4s", "sh", "-c", f"touch {marker}")
