@@ -202,7 +202,20 @@ std::string write_c(const model& m) {
         o += fmt::format("    QRT_WIRE_{} = {},{}\n", upper(t.name), t.value,
                          t.since > 1 ? fmt::format(" /* version {} */", t.since) : "");
     }
-    o += "};\n\n/* flags (bit set) */\nenum qrt_wire_flag {\n";
+    o += "};\n/* the first version that has each frame type */\n";
+    std::int64_t last_type = 0;
+    for (const auto& t : m.types) {
+        o += fmt::format("#define QRT_WIRE_{}_SINCE {}u\n", upper(t.name), t.since);
+        last_type = std::max(last_type, t.value);
+    }
+    o += fmt::format("#define QRT_WIRE_TYPE_LAST {}\n", last_type);
+    o += "/* The first version that has frame type `type`; 0 for an unknown type. */\n"
+         "static inline unsigned qrt_wire_type_since(unsigned type) {\n    switch (type) {\n";
+    for (const auto& t : m.types) {
+        o += fmt::format("    case QRT_WIRE_{}: return QRT_WIRE_{}_SINCE;\n", upper(t.name), upper(t.name));
+    }
+    o += "    default: return 0u;\n    }\n}\n";
+    o += "\n/* flags (bit set) */\nenum qrt_wire_flag {\n";
     for (const auto& f : m.flags) {
         o += c_comment(f.doc, "    ");
         o += fmt::format("    QRT_WIRE_FLAG_{} = 1u << {},\n", upper(f.name), f.value);
