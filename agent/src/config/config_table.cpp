@@ -817,8 +817,9 @@ std::vector<config_option> build_table() {
          .meaning = "wire = 2: how long before its start a job's ARM must go out: at least the "
                     "endpoint's prepare (compile, upload, arm) of the largest program, plus a "
                     "margin.  It adds to the minimum lead (no start is accepted sooner than it "
-                    "from now; refusals carry next_start_ns) and to the hand-over horizon.  0 with "
-                    "wire = 1.",
+                    "from now; refusals carry next_start_ns) and to the hand-over horizon.  The "
+                    "arm lead learned from the endpoint (agent.status qpus[].arm.lead_ns) raises "
+                    "both for this QPU when it is larger, never lowers them.  0 with wire = 1.",
          QRT_QPU_FIELD(arm_lead_ns)},
     };
 }

@@ -509,6 +509,7 @@ rtcore::status services::start_links() {
         lc.identity = "qrtd/" + qc.name;
         lc.wire_version = static_cast<unsigned>(qc.wire);
         lc.arm_lead_ns = qc.arm_lead_ns;
+        lc.budgeted_arm_lead_ns = _handover.arm_lead_ns;
         auto& dc = lc.dispatch;
         dc.qpu_index = i;
         dc.mode = _cfg.dispatch.mode == dispatch_mode::untuned ? dispatch::dispatch_mode::untuned
@@ -606,6 +607,15 @@ rtcore::status services::start_links() {
             // while it is down; subscribers hear of it now.
             _ledger->set_endpoint_state(qp->name, up, reason, remedy, _clock.now_realtime_ns());
             publish_ledger_events();
+        };
+        // The learned arm lead beyond what min_lead_ns budgets: no start on
+        // this QPU is offered or acknowledged that its endpoint could not
+        // be armed for (the pump and the plan reach that much further too).
+        cb.on_extra_lead = [this, qp](std::int64_t extra_ns) {
+            log::info("dispatch", "{}: the learned arm lead needs {} ms more than min_lead_ns; the earliest start "
+                                  "offered on it moves by as much",
+                      qp->name, extra_ns / 1'000'000);
+            _ledger->set_extra_lead(qp->name, extra_ns, _clock.now_realtime_ns());
         };
         try {
             q->link = std::make_unique<dispatch::qpu_link>(_loop, _clock, lc, std::move(cb));

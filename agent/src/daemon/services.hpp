@@ -94,7 +94,11 @@ struct host_facts {
 //   min_lead_ns = pump_period_ns + lead_max_ns + handover_margin_ns
 //
 // The ledger never offers or accepts a start earlier than now + min_lead_ns
-// (ledger_options::min_lead_ns); agent.status and qpus.list state it.  A
+// (ledger_options::min_lead_ns); agent.status and qpus.list state it.  On a
+// wire-2 QPU whose learned arm lead is larger than the arm_lead_ns it
+// includes, the link's extra lead (qpu_link::extra_lead_ns) adds to it:
+// the ledger's placement (ledger::set_extra_lead), the pump's horizon and
+// the plan's reach grow by it for that QPU.  A
 // loop stall shorter than plan_horizon_ns - horizon_ns delays no hand-over
 // of a job planned before it (the pump keeps handing over from the plan it
 // has).

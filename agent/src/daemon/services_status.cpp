@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 
 #include "qrt/log.hpp"
+#include "qrt/proto/protocol.hpp"
+#include "qrt/proto/wire.h"
 #include "rtcore/memory_lock.hpp"
 
 #ifdef QRT_HAVE_BPF
@@ -255,6 +257,13 @@ nlohmann::json services::status_json() {
                         {"arm_to_armed", summary_json(q->link->histograms().arm_latency)},
                         {"endpoint_cost", summary_json(q->link->histograms().arm_cost)},
                         {"start_lateness", summary_json(q->link->histograms().start_lateness)}};
+            json by_stage = json::object();
+            for (std::size_t i = 0; i < dispatch::dispatch_histograms::arm_stages; ++i) {
+                if (const auto& sh = q->link->histograms().arm_stage_cost[i]; sh.count() > 0) {
+                    by_stage[std::string(proto::wire_stages[QRT_WIRE_STAGE_PARSE + i])] = summary_json(sh);
+                }
+            }
+            j["arm"]["endpoint_cost_by_stage"] = std::move(by_stage);
         }
         if (!q->link->endpoint_up()) {
             j["endpoint_error"] = q->link->last_endpoint_error();
@@ -352,6 +361,21 @@ telemetry::snapshot services::telemetry_snapshot() {
                         "arrival at the QPU endpoint minus T (CLOCK_REALTIME)", l, h.arrival_lateness);
         if (tel.wire_version >= 2) {
             s.add_histogram("qrt_dispatch_arm_seconds", "ARM sent to ARMED read (wire 2)", l, h.arm_latency);
+            // The endpoint's own cost from ARMED: in all, then by stage
+            // (a stage the endpoint never reported is left out).
+            auto total = l;
+            total.emplace_back("stage", "total");
+            s.add_histogram("qrt_dispatch_arm_cost_seconds", "the endpoint's arm cost from ARMED (wire 2)", total,
+                            h.arm_cost);
+            for (std::size_t i = 0; i < dispatch::dispatch_histograms::arm_stages; ++i) {
+                if (h.arm_stage_cost[i].count() == 0) {
+                    continue;
+                }
+                auto ll = l;
+                ll.emplace_back("stage", std::string(proto::wire_stages[QRT_WIRE_STAGE_PARSE + i]));
+                s.add_histogram("qrt_dispatch_arm_cost_seconds", "the endpoint's arm cost from ARMED (wire 2)", ll,
+                                h.arm_stage_cost[i]);
+            }
             s.add_histogram("qrt_dispatch_start_lateness_seconds",
                             "the endpoint's started_ns minus T (wire 2, CLOCK_REALTIME)", l, h.start_lateness);
         }

@@ -41,7 +41,7 @@ void qpu_link::on_hello_v2(const wire::frame& f) {
     lc.quantile = 0.99;
     lc.window = 32;
     _arm_lead = std::make_unique<lead_controller>(lc);
-    _arm_lead_pub.store(_arm_lead->lead_ns(), std::memory_order_relaxed);
+    publish_arm_lead(_arm_lead->lead_ns());
     start_fire_connection();
 }
 
@@ -209,6 +209,17 @@ void qpu_link::arm_due() {
     }
 }
 
+void qpu_link::publish_arm_lead(std::int64_t lead_ns) {
+    _arm_lead_pub.store(lead_ns, std::memory_order_relaxed);
+    const std::int64_t extra = extra_lead_ns();
+    if (extra != _extra_lead_told) {
+        _extra_lead_told = extra;
+        if (_cb.on_extra_lead) {
+            _cb.on_extra_lead(extra);
+        }
+    }
+}
+
 void qpu_link::observe_arm(std::int64_t took_ns) {
     if (!_arm_lead) {
         return;
@@ -216,7 +227,7 @@ void qpu_link::observe_arm(std::int64_t took_ns) {
     _arm_lead->observe(took_ns);
     _arm_lead->adapt();
     const std::int64_t lead = _arm_lead->lead_ns();
-    _arm_lead_pub.store(lead, std::memory_order_relaxed);
+    publish_arm_lead(lead);
     if (lead > _cfg.arm_lead_ns && !_warned_arm_lead) {
         _warned_arm_lead = true;
         log::warn("dispatch", "qpu {}: endpoint {} needs an arm lead of {} ms (ARM -> ARMED, 99th percentile + "
@@ -308,6 +319,11 @@ bool qpu_link::handle_v2_frame(wire::frame& f) {
         _hist->arm_latency.record(waited);
         if (auto cost = wire::parse_armed(f.payload_text()); cost) {
             _hist->arm_cost.record(cost->total_ns());
+            for (std::size_t i = 0; i < dispatch_histograms::arm_stages; ++i) {
+                if (const std::int64_t v = cost->by_stage[QRT_WIRE_STAGE_PARSE + i]; v > 0) {
+                    _hist->arm_stage_cost[i].record(v);
+                }
+            }
         }
         observe_arm(waited);
         if (_dispatcher.set_armed(p.job.job_id, true)) {

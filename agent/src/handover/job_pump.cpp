@@ -183,7 +183,9 @@ void job_pump::pass_lane(lane& l, std::int64_t now_rt_ns) noexcept {
     if (withdrew) {
         l.link->report_withdrawn();
     }
-    const std::int64_t horizon_end = now_rt_ns + _opts.horizon_ns;
+    // A wire-2 QPU whose endpoint arms slower than the daemon's minimum
+    // lead budgets gets its jobs that much earlier (its ARM leaves then).
+    const std::int64_t horizon_end = now_rt_ns + _opts.horizon_ns + l.link->extra_lead_ns();
     for (const auto& e : l.plan.jobs) {
         const auto& j = e.job;
         if (j.scheduled_ns >= horizon_end) {

@@ -310,7 +310,9 @@ std::size_t room::publish_plan(qpu_state& q, std::int64_t now_ns) {
         q.calibration_generation != _ledger.calibration_generation()) {
         refresh_calibration(q, now_ns);
     }
-    const std::int64_t plan_end = now_ns + _opts.plan_horizon_ns;
+    // The plan reaches as much further as the pump hands over earlier on a
+    // QPU with an extra lead (ledger::set_extra_lead).
+    const std::int64_t plan_end = now_ns + _opts.plan_horizon_ns + _ledger.extra_lead_ns(q.target.name);
     const auto due = _ledger.due_jobs(q.target.name, plan_end);
     // A job is handed over only once the ledger's dispatch mark covers its
     // start (durable), so that a restart after a crash tells a job that may

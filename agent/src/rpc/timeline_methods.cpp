@@ -26,7 +26,12 @@ constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 constexpr std::size_t max_qpus_in_request = 64;
 constexpr std::size_t max_windows_in_update = 10'000;
 
-[[noreturn]] void fail(const tl::error& e) { throw rpc_failure(e.reason, e.message); }
+[[noreturn]] void fail(const tl::error& e) {
+    if (e.next_start_ns > 0) {
+        throw rpc_failure(e.reason, e.message, json{{"next_start_ns", e.next_start_ns}});
+    }
+    throw rpc_failure(e.reason, e.message);
+}
 
 template <typename T>
 T take(tl::result<T> r) {

@@ -83,6 +83,10 @@ struct ledger::qpu_state {
     // No placement starts earlier (now + endpoint_down_horizon_ns while the
     // endpoint is down; set by advance() and set_endpoint_state()).
     std::int64_t placeable_from_ns = std::numeric_limits<std::int64_t>::min();
+    // The hand-over's lead on this QPU beyond min_lead_ns (set_extra_lead):
+    // placeable_from_ns is at least now + min_lead_ns + this + the commit
+    // backlog while it is above 0.
+    std::int64_t extra_lead_ns = 0;
 };
 
 struct ledger::slot {

@@ -100,7 +100,8 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
             continue;
         }
         const reservation& r = it->second;
-        if (r.state != res_state::committed || r.start_ns >= need || change_seq_of(r.id) != 0) {
+        const std::int64_t need_here = sat_add(need, _qpus[_qpu_index.at(r.qpu)].extra_lead_ns);
+        if (r.state != res_state::committed || r.start_ns >= need_here || change_seq_of(r.id) != 0) {
             continue;  // on time, already changed again, or not this change's to judge
         }
         const std::vector<std::uint64_t> ids = members(r);
@@ -168,7 +169,7 @@ std::vector<late_job> ledger::withdraw_late(const commit_notice& n, std::int64_t
         }
         lj.message = "job " + u2s(lj.id) + " became durable at " + n2s(now_ns) +
                      ", too late to hand over for its start_ns " + n2s(lj.start_ns) +
-                     " (the hand-over needs " + n2s(handover_ns) +
+                     " (the hand-over needs " + n2s(need_here - now_ns) +
                      " ns); it was not kept, retry" +
                      (lj.next_start_ns > 0 ? ": the next possible start is " + n2s(lj.next_start_ns)
                                            : std::string());

@@ -80,9 +80,7 @@ void ledger::advance(std::int64_t now_ns) {
                 prune_windows(q, std::numeric_limits<std::int64_t>::min(), now_ns);
             }
         }
-        qs.placeable_from_ns = !qs.endpoint.up && _opts.endpoint_down_horizon_ns > 0
-                                   ? sat_add(now_ns, _opts.endpoint_down_horizon_ns)
-                                   : std::numeric_limits<std::int64_t>::min();
+        update_placeable(qs, now_ns);
         // Free time in the past can never be used again.
         if (now_ns <= qs.pruned_before_ns) {
             continue;
@@ -406,9 +404,7 @@ bool ledger::set_endpoint_state(std::string_view qpu, bool up, std::string error
     qs.endpoint.up = up;
     qs.endpoint.error = up ? std::string() : std::move(error);
     qs.endpoint.remedy = up ? std::string() : std::move(remedy);
-    qs.placeable_from_ns = !up && _opts.endpoint_down_horizon_ns > 0
-                               ? sat_add(now_ns, _opts.endpoint_down_horizon_ns)
-                               : std::numeric_limits<std::int64_t>::min();
+    update_placeable(qs, now_ns);
     if (changed) {
         event ev;
         ev.type = std::string(up ? event_type::endpoint_up : event_type::endpoint_down);
@@ -533,6 +529,32 @@ status ledger::validate(const request& req, std::int64_t now_ns) const {
                               " ns) of the requested QPUs");
     }
     return {};
+}
+
+void ledger::update_placeable(qpu_state& qs, std::int64_t now_ns) const {
+    qs.placeable_from_ns = !qs.endpoint.up && _opts.endpoint_down_horizon_ns > 0
+                               ? sat_add(now_ns, _opts.endpoint_down_horizon_ns)
+                               : std::numeric_limits<std::int64_t>::min();
+    if (qs.extra_lead_ns > 0) {
+        qs.placeable_from_ns = std::max(
+            qs.placeable_from_ns, sat_add(now_ns, sat_add(_opts.min_lead_ns + commit_lead_ns(), qs.extra_lead_ns)));
+    }
+}
+
+bool ledger::set_extra_lead(std::string_view qpu, std::int64_t ns, std::int64_t now_ns) {
+    const auto it = _qpu_index.find(std::string(qpu));
+    if (it == _qpu_index.end()) {
+        return false;
+    }
+    qpu_state& qs = _qpus[it->second];
+    qs.extra_lead_ns = std::max<std::int64_t>(ns, 0);
+    update_placeable(qs, now_ns);
+    return true;
+}
+
+std::int64_t ledger::extra_lead_ns(std::string_view qpu) const {
+    const auto it = _qpu_index.find(std::string(qpu));
+    return it == _qpu_index.end() ? 0 : _qpus[it->second].extra_lead_ns;
 }
 
 std::optional<ledger::slot> ledger::earliest_fit(std::size_t q, std::int64_t from_ns,

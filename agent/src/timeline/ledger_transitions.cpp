@@ -523,15 +523,21 @@ result<reservation> ledger::commit(std::string_view tenant, std::uint64_t id,
     // Acknowledged means dispatchable: a start the hand-over can no longer
     // meet (the lead, and the commit backlog ahead of this change) is
     // refused now rather than acknowledged and missed.
-    if (const std::int64_t lead = _opts.min_lead_ns + commit_lead_ns();
-        _opts.min_lead_ns > 0 && r.start_ns < now_ns + lead) {
-        return make_error(reason::unavailable,
-                          "reservation " + u2s(id) + " start_ns " + n2s(r.start_ns) +
-                              " is less than the hand-over lead (" + n2s(lead) +
-                              " ns, min_lead_ns and the commit backlog) away; it can no "
-                              "longer be dispatched on time");
-    }
     const auto group = members(r);
+    std::int64_t extra = 0;
+    for (const std::uint64_t m : group) {
+        extra = std::max(extra, _qpus[_qpu_index.at(_res.at(m).qpu)].extra_lead_ns);
+    }
+    if (const std::int64_t lead = _opts.min_lead_ns + commit_lead_ns() + extra;
+        _opts.min_lead_ns > 0 && r.start_ns < now_ns + lead) {
+        error e = make_error(reason::unavailable,
+                             "reservation " + u2s(id) + " start_ns " + n2s(r.start_ns) +
+                                 " is less than the hand-over lead (" + n2s(lead) +
+                                 " ns, min_lead_ns, the QPU's learned arm lead and the commit backlog) away; "
+                                 "it can no longer be dispatched on time");
+        e.next_start_ns = sat_add(now_ns, lead);
+        return e;
+    }
     // Acknowledged means dispatchable: not while the endpoint is down and
     // the start is within the horizon (the reservation stays held).
     for (const std::uint64_t m : group) {

@@ -10,7 +10,8 @@ its endpoint a qpu-sim whose prepare costs 200 ms plus 1 ms per 64 KiB.
      by its upload (qpu-sim's start lateness), none is fired unarmed, and
      the learned arm lead is at least the endpoint's stated one;
   3. a job cancelled once it is armed is disarmed at the endpoint: ARM and
-     DISARM reach qpu-sim, never a FIRE.
+     DISARM reach qpu-sim, never a FIRE; the endpoint's arm cost by stage
+     is in agent.status and telemetry.snapshot.
 
 Counted at the endpoint (qpu-sim's summary and arrivals file).  Tuned
 (root) only: every job completing is only promised tuned.  Environment as
@@ -100,6 +101,13 @@ class TwoPhase(base.E2E):
         arm = c.status()["qpus"][0]["arm"]
         self.assertGreaterEqual(arm["lead_ns"], 216 * MS, arm)
         self.assertEqual(arm["not_armed"], 0, arm)
+        # The endpoint's arm cost by stage (qpu-sim: compile, upload, arm),
+        # in agent.status and in telemetry.snapshot for qrt-jitter-report.
+        self.assertEqual(sorted(arm["endpoint_cost_by_stage"]), ["arm", "compile", "upload"], arm)
+        self.assertGreaterEqual(arm["endpoint_cost_by_stage"]["upload"]["p50_ns"], 60 * MS, arm)
+        stages = sorted(h["labels"]["stage"] for h in c.call("telemetry.snapshot")["histograms"]
+                        if h["name"] == "qrt_dispatch_arm_cost_seconds")
+        self.assertEqual(stages, ["arm", "compile", "total", "upload"], stages)
         self.assertTrue(wait_for(lambda: c.status()["qpus"][0]["arm"]["disarms_sent"] == 1, 10),
                         c.status()["qpus"][0])
         time.sleep(0.2)  # the DISARMED on its way; counted at the endpoint below

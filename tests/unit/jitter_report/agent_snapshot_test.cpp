@@ -4,6 +4,7 @@
 
 #include "jitter_report/agent_source.hpp"
 #include "jitter_report/render.hpp"
+#include "jitter_report/slo.hpp"
 #include "qrt/telemetry.hpp"
 
 using namespace qrt::jitter;
@@ -199,4 +200,73 @@ TEST(agent_snapshot, recent_windows_and_outliers_reach_every_rendering) {
     ASSERT_EQ(back->series_list[0].recent.size(), 2U);
     EXPECT_EQ(back->series_list[0].recent[1].window, "1h");
     EXPECT_NE(render_svg(*r).find("last 1m: p99"), std::string::npos);
+}
+
+// Wire version 2: a two-phase QPU's arm and start figures, as the agent
+// names them (services_status.cpp), reach the text (where the time goes:
+// before T the arm, at T the host's send, then the endpoint's start), the
+// JSON and the SVG.
+TEST(agent_snapshot, a_two_phase_qpus_arm_fire_and_start_reach_every_rendering) {
+    qrt::telemetry::snapshot s;
+    s.taken_ns = now_ns - 1'000'000'000;
+    const qrt::telemetry::labels l{{"qpu", "q0"}, {"cpu", "1"}};
+    const auto with_stage = [&](const char* stage) {
+        auto ll = l;
+        ll.emplace_back("stage", stage);
+        return ll;
+    };
+    s.add_histogram("qrt_dispatch_lateness_seconds", "FIRE", l, lateness(3'000, 100));
+    s.add_histogram("qrt_dispatch_arm_seconds", "ARM -> ARMED", l, lateness(210'000'000, 100));
+    s.add_histogram("qrt_dispatch_arm_cost_seconds", "cost", with_stage("total"), lateness(200'000'000, 100));
+    s.add_histogram("qrt_dispatch_arm_cost_seconds", "cost", with_stage("upload"), lateness(150'000'000, 100));
+    s.add_histogram("qrt_dispatch_arm_cost_seconds", "cost", with_stage("parse"), lateness(50'000'000, 100));
+    s.add_histogram("qrt_dispatch_start_lateness_seconds", "start", l, lateness(40'000, 100));
+    auto r = report_from_snapshot(qrt::telemetry::to_json(s), json{{"probes", "available"}}, {}, now_ns);
+    ASSERT_TRUE(r) << r.err().message;
+    std::vector<std::string> metrics;
+    for (const auto& x : r->series_list) {
+        EXPECT_EQ(x.name, "q0");
+        metrics.push_back(x.metric);
+    }
+    EXPECT_EQ(metrics, (std::vector<std::string>{"dispatch_lateness", "arm_to_armed", "arm_cost", "arm_cost_upload",
+                                                 "arm_cost_parse", "start_lateness"}));
+
+    const std::string text = render_text(*r);
+    const auto where = text.find("two-phase QPUs (wire 2): where the time goes");
+    ASSERT_NE(where, std::string::npos) << text;
+    const auto arm = text.find("ARM -> ARMED", where);
+    const auto cost = text.find("arm cost (endpoint)", where);
+    const auto send = text.find("1. host send (FIRE sent - T)", where);
+    const auto start = text.find("2. endpoint start (started - T)", where);
+    ASSERT_NE(arm, std::string::npos) << text;
+    ASSERT_NE(cost, std::string::npos) << text;
+    ASSERT_NE(send, std::string::npos) << text;
+    ASSERT_NE(start, std::string::npos) << text;
+    EXPECT_LT(arm, send);
+    EXPECT_LT(send, start) << "the host's send, then the endpoint's start";
+    const auto parse = text.find("                parse               p50 " +
+                                 format_ns(static_cast<double>(lateness(50'000'000, 100).summary().p50_ns)));
+    const auto upload = text.find("                upload              p50 ");
+    ASSERT_NE(parse, std::string::npos) << text;
+    ASSERT_NE(upload, std::string::npos) << text;
+    EXPECT_LT(cost, parse);
+    EXPECT_LT(parse, upload) << "stages in the order they are spent";
+    EXPECT_LT(upload, send);
+
+    const json j = to_json(*r);
+    ASSERT_EQ(j["series"].size(), 6U);
+    EXPECT_EQ(j["series"][5]["metric"], "start_lateness");
+    EXPECT_EQ(j["series"][5]["p99_ns"].get<std::int64_t>(), lateness(40'000, 100).summary().p99_ns) << j["series"][5];
+    auto back = report_from_json(j);
+    ASSERT_TRUE(back) << back.err().message;
+    EXPECT_EQ(back->series_list[3].metric, "arm_cost_upload");
+
+    const std::string svg = render_svg(*r);
+    const auto fire_panel = svg.find("q0 dispatch lateness");
+    const auto start_panel = svg.find("q0 start lateness at the endpoint");
+    ASSERT_NE(fire_panel, std::string::npos) << svg;
+    ASSERT_NE(start_panel, std::string::npos) << svg;
+    EXPECT_LT(fire_panel, start_panel);
+    EXPECT_NE(svg.find("q0 ARM -&gt; ARMED"), std::string::npos) << svg;
+    EXPECT_NE(svg.find("q0 arm cost at the endpoint"), std::string::npos) << svg;
 }

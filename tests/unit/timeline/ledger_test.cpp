@@ -689,6 +689,39 @@ TEST(ledger, no_start_earlier_than_now_plus_min_lead_is_offered_or_accepted) {
     EXPECT_INVARIANTS(*l);
 }
 
+TEST(ledger, a_qpus_extra_lead_moves_its_earliest_start_and_refuses_a_commit_inside_it) {
+    // A two-phase QPU whose endpoint arms slower than min_lead_ns budgets:
+    // the daemon sets the difference, and no start inside it is offered,
+    // placed or acknowledged; the refusal says from when one can be.
+    const std::int64_t now = w0 + 1 * s_ns;
+    const std::int64_t lead = 1 * s_ns;
+    const std::int64_t extra = 3 * s_ns;
+    auto l = make_ledger_with_min_lead(lead, now);
+    auto held = l->reserve("t", req(1, now + lead + 1 * s_ns), "", 0, now);  // inside lead + extra
+    ASSERT_TRUE(held) << held.err().message;
+    ASSERT_TRUE(l->set_extra_lead("q0", extra, now));
+    EXPECT_FALSE(l->set_extra_lead("nope", extra, now));
+    EXPECT_EQ(l->extra_lead_ns("q0"), extra);
+    auto q = l->query(req(1), now);
+    ASSERT_TRUE(q) << q.err().message;
+    ASSERT_FALSE(q->candidates.empty());
+    for (const auto& c : q->candidates) {
+        EXPECT_GE(c.start_ns, now + lead + extra) << "slots.query offered a start inside the extra lead";
+    }
+    auto job = l->submit("t", req(1, now + 1), "", {1}, now);
+    ASSERT_TRUE(job) << job.err().message;
+    EXPECT_GE(job->start_ns, now + lead + extra);
+    auto late = l->commit("t", held->id, held->fencing_token, {1}, now);
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.err().reason, reason::unavailable);
+    EXPECT_EQ(late.err().next_start_ns, now + lead + extra) << late.err().message;
+    // Learned down again: back to min_lead_ns alone.
+    ASSERT_TRUE(l->set_extra_lead("q0", 0, now));
+    auto again = l->commit("t", held->id, held->fencing_token, {1}, now);
+    EXPECT_TRUE(again) << again.err().message;
+    EXPECT_INVARIANTS(*l);
+}
+
 TEST(ledger, cancel_of_a_job_whose_frame_is_going_out_is_refused_and_changes_nothing) {
     auto l = make_ledger();
     auto a = l->submit("t", req(1), "", {1}, t0_ns);

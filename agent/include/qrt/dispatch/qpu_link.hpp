@@ -73,6 +73,10 @@ struct qpu_link_config {
     // Version 2: the arm lead the daemon budgets (qpu.arm_lead_ns): the
     // learned lead's floor, and a warning when the learned one outgrows it.
     std::int64_t arm_lead_ns = 0;
+    // Version 2: the arm lead the daemon's minimum lead already includes
+    // (the largest qpu.arm_lead_ns of a wire-2 QPU): the learned lead beyond
+    // it is this QPU's extra lead (extra_lead_ns, on_extra_lead).
+    std::int64_t budgeted_arm_lead_ns = 0;
     // 1: JOB at T.  2: ARM ahead, FIRE at T (dispatch.wire_version must be
     // the same; the daemon sets both from the QPU's `wire` option).
     unsigned wire_version = 1;
@@ -82,6 +86,9 @@ struct qpu_link_callbacks {
     std::function<void(std::uint64_t job_id, std::int64_t sent_ns)> on_dispatched;
     std::function<void(const dispatch_outcome&)> on_outcome;
     std::function<void(bool up, const std::string& reason)> on_endpoint_state;
+    // Version 2: the extra lead changed (the loop, never the dispatch
+    // thread): the learned arm lead beyond budgeted_arm_lead_ns, 0 if none.
+    std::function<void(std::int64_t extra_lead_ns)> on_extra_lead;
 };
 
 class qpu_link {
@@ -124,6 +131,12 @@ public:
     // Version 2: the arm lead learned from this endpoint's ARMED answers
     // (any thread).
     std::int64_t arm_lead_ns() const noexcept { return _arm_lead_pub.load(std::memory_order_relaxed); }
+    // How much longer than the daemon's minimum lead a job needs on this
+    // QPU: max(0, arm_lead_ns() - budgeted_arm_lead_ns); 0 on wire 1 (any
+    // thread: the pump hands jobs over this much earlier).
+    std::int64_t extra_lead_ns() const noexcept {
+        return two_phase() ? std::max<std::int64_t>(arm_lead_ns() - _cfg.budgeted_arm_lead_ns, 0) : 0;
+    }
     const std::string& last_endpoint_error() const noexcept { return _last_error; }
     std::size_t pending() const noexcept { return _pending.size(); }
     dispatch_telemetry telemetry() const;
@@ -271,6 +284,9 @@ private:
     std::atomic<std::int64_t> _arm_lead_pub{0};
     bool _warned_arm_lead = false;
     void observe_arm(std::int64_t took_ns);
+    // Stores the learned lead and tells on_extra_lead when the extra changed.
+    void publish_arm_lead(std::int64_t lead_ns);
+    std::int64_t _extra_lead_told = 0;
 };
 
 }  // namespace qrt::dispatch

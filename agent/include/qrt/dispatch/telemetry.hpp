@@ -4,6 +4,7 @@
 // housekeeping thread from the dispatcher's records; the RT thread only
 // publishes the current lead.
 
+#include <array>
 #include <cstdint>
 
 #include "rtcore/histogram.hpp"
@@ -68,6 +69,10 @@ struct dispatch_histograms {
     rtcore::histogram arm_latency;     // version 2: ARM sent -> ARMED read
     rtcore::histogram arm_cost;        // version 2: ARMED's stages, summed
     rtcore::histogram start_lateness;  // version 2: RESULT's started_ns - T
+    // Version 2: ARMED's cost of each preparing stage, parse, compile,
+    // upload and arm (index: the wire stage - 1; proto::wire_stages names it).
+    static constexpr std::size_t arm_stages = 4;
+    std::array<rtcore::histogram, arm_stages> arm_stage_cost;
 };
 
 }  // namespace qrt::dispatch

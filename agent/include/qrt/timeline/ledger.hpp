@@ -335,6 +335,14 @@ public:
     // The state of a QPU whose endpoint is down; nullptr when it is up (or
     // the QPU is unknown).
     const endpoint_state* endpoint_down(std::string_view qpu) const;
+    // How much longer than min_lead_ns the hand-over needs on this QPU
+    // (the daemon: the arm lead learned from a wire-2 endpoint beyond the
+    // one min_lead_ns includes; 0 or less: none).  No start on it earlier
+    // than now + min_lead_ns + this (+ the commit backlog) is offered,
+    // placed or acknowledged; a commit durable later than that is withdrawn
+    // (withdraw_late).  False for an unknown QPU.
+    bool set_extra_lead(std::string_view qpu, std::int64_t ns, std::int64_t now_ns);
+    std::int64_t extra_lead_ns(std::string_view qpu) const;
 
     // Housekeeping.  Return how many reservations changed.
     result<std::size_t> expire_leases(std::int64_t now_ns);
@@ -555,6 +563,8 @@ private:
 
     // mutation helpers (never fail)
     void advance(std::int64_t now_ns);
+    // qpu_state::placeable_from_ns from the endpoint's state and the extra lead.
+    void update_placeable(qpu_state& qs, std::int64_t now_ns) const;
     void extend_periodic(qpu_state& qs, std::int64_t until_ns, std::int64_t now_ns);
     // Every change of a QPU's window set goes through these two, which keep
     // the id and length indexes and the store's dirty list.

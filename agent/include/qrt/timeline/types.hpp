@@ -38,6 +38,9 @@ struct error {
     std::string reason;   // one of qrt::proto::reason::*
     std::string message;  // names the field and the value
     std::string qpu;      // the QPU it is about, when one (endpoint_down)
+    // A start refused as too soon for the hand-over: no start before this
+    // can be acknowledged now (0: none given; the RPC error's data).
+    std::int64_t next_start_ns = 0;
 };
 
 inline error make_error(std::string_view why, std::string message) {

@@ -50,10 +50,17 @@ struct metric_entry {
     bool primary;
 };
 
-constexpr std::array<metric_entry, 4> metric_table{{
+// Wire version 2 (two-phase QPUs) adds the arm and start figures: ARM ->
+// ARMED at the host, the endpoint's arm cost (label stage: "total" or the
+// stage; series "arm_cost" and "arm_cost_<stage>"), and the start at the
+// endpoint after T.  Their FIRE lateness is dispatch_lateness.
+constexpr std::array<metric_entry, 7> metric_table{{
     {"qrt_dispatch_lateness_seconds", "dispatch_lateness", true},
     {"qrt_dispatch_wakeup_latency_seconds", "timer_wakeup", false},
     {"qrt_dispatch_arrival_lateness_seconds", "arrival_lateness", false},
+    {"qrt_dispatch_arm_seconds", "arm_to_armed", false},
+    {"qrt_dispatch_arm_cost_seconds", "arm_cost", false},
+    {"qrt_dispatch_start_lateness_seconds", "start_lateness", false},
     {"qrt_probe_wakeup_latency_seconds", "probe_wakeup", false},
 }};
 
@@ -126,6 +133,9 @@ double window_length_s(const std::string& w) {
 rtcore::result<series> series_of(const json& h, const metric_entry& e) {
     series s;
     s.metric = e.metric;
+    if (const std::string stage = label(h, "stage"); !stage.empty() && stage != "total") {
+        s.metric += "_" + stage;
+    }
     s.primary = e.primary;
     auto cpu = cpu_label(h, e.name);
     if (!cpu) {

@@ -118,10 +118,21 @@ void panel(std::string& out, const series& s, int top) {
 }  // namespace
 
 std::string render_svg(const report& r) {
+    // Each primary series; a two-phase QPU's (wire 2) is followed by where
+    // the rest of its time goes: the start at the endpoint after the host's
+    // send, then ahead of T the ARM -> ARMED and the endpoint's arm cost.
     std::vector<const series*> shown;
     for (const auto& s : r.series_list) {
-        if (s.primary && s.stats.count > 0) {
-            shown.push_back(&s);
+        if (!s.primary || s.stats.count == 0) {
+            continue;
+        }
+        shown.push_back(&s);
+        for (const char* metric : {"start_lateness", "arm_to_armed", "arm_cost"}) {
+            for (const auto& t : r.series_list) {
+                if (t.scope == s.scope && t.name == s.name && t.metric == metric && t.stats.count > 0) {
+                    shown.push_back(&t);
+                }
+            }
         }
     }
     const int panels = std::max<int>(1, static_cast<int>(shown.size()));

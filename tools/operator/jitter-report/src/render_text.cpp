@@ -206,6 +206,51 @@ void histograms(std::string& out, const report& r, const text_options& opt) {
     }
 }
 
+// Wire version 2: where the time of each two-phase QPU goes, in the order
+// it is spent: ahead of T the arm (ARM -> ARMED, and the endpoint's own
+// cost by stage), then at T the host's send (FIRE sent - T), then the
+// start at the endpoint (started - T).
+void two_phase(std::string& out, const report& r) {
+    const auto find = [&](const std::string& qpu, const std::string& metric) -> const series* {
+        for (const auto& s : r.series_list) {
+            if (s.scope == "qpu" && s.name == qpu && s.metric == metric && s.stats.count > 0) {
+                return &s;
+            }
+        }
+        return nullptr;
+    };
+    const auto p50_p99 = [](const series& s) {
+        return fmt::format("p50 {} p99 {}", format_ns(static_cast<double>(s.stats.p50_ns)),
+                           format_ns(static_cast<double>(s.stats.p99_ns)));
+    };
+    bool any = false;
+    for (const auto& st : r.series_list) {
+        if (st.scope != "qpu" || st.metric != "start_lateness" || st.stats.count == 0) {
+            continue;
+        }
+        if (!any) {
+            out += "\ntwo-phase QPUs (wire 2): where the time goes\n";
+            any = true;
+        }
+        out += fmt::format("  {}\n", st.name);
+        if (const series* a = find(st.name, "arm_to_armed")) {
+            out += fmt::format("    before T  ARM -> ARMED        {}\n", p50_p99(*a));
+        }
+        if (const series* c = find(st.name, "arm_cost")) {
+            out += fmt::format("    before T  arm cost (endpoint) {}\n", p50_p99(*c));
+            for (const char* stage : {"parse", "compile", "upload", "arm"}) {
+                if (const series* p = find(st.name, std::string("arm_cost_") + stage)) {
+                    out += fmt::format("                {:<20}{}\n", stage, p50_p99(*p));
+                }
+            }
+        }
+        if (const series* f = find(st.name, "dispatch_lateness")) {
+            out += fmt::format("    at T      1. host send (FIRE sent - T)        {}\n", p50_p99(*f));
+        }
+        out += fmt::format("    at T      2. endpoint start (started - T)     {}\n", p50_p99(st));
+    }
+}
+
 void intrusions(std::string& out, const report& r, const text_options& opt) {
     if (r.intrusions.empty()) {
         if (r.probes.available) {
@@ -314,6 +359,7 @@ std::string render_text(const report& r, const text_options& opt) {
     if (opt.histograms) {
         histograms(out, r, opt);
     }
+    two_phase(out, r);
     intrusions(out, r, opt);
     outliers(out, r, opt);
     baseline(out, r);

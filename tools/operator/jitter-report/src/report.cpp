@@ -7,11 +7,18 @@
 namespace qrt::jitter {
 
 std::string metric_title(const std::string& metric) {
-    static constexpr std::array<std::pair<const char*, const char*>, 5> titles{{
+    static constexpr std::array<std::pair<const char*, const char*>, 12> titles{{
         {"timer_lateness", "timer lateness"},
         {"dispatch_lateness", "dispatch lateness"},
         {"timer_wakeup", "dispatch timer wakeup"},
         {"arrival_lateness", "arrival lateness at the QPU"},
+        {"arm_to_armed", "ARM -> ARMED"},
+        {"arm_cost", "arm cost at the endpoint"},
+        {"arm_cost_parse", "arm cost: parse"},
+        {"arm_cost_compile", "arm cost: compile"},
+        {"arm_cost_upload", "arm cost: upload"},
+        {"arm_cost_arm", "arm cost: arm"},
+        {"start_lateness", "start lateness at the endpoint (started - T)"},
         {"probe_wakeup", "wakeup latency (eBPF)"},
     }};
     for (const auto& [id, title] : titles) {

@@ -7,6 +7,9 @@
 //   histograms  qrt_dispatch_lateness_seconds{qpu[,cpu]}        primary
 //               qrt_dispatch_wakeup_latency_seconds{qpu[,cpu]}
 //               qrt_dispatch_arrival_lateness_seconds{qpu[,cpu]}
+//               qrt_dispatch_arm_seconds{qpu[,cpu]}               wire 2
+//               qrt_dispatch_arm_cost_seconds{qpu[,cpu],stage}    wire 2
+//               qrt_dispatch_start_lateness_seconds{qpu[,cpu]}    wire 2
 //               qrt_probe_wakeup_latency_seconds{cpu|qpu}
 //   counters    qrt_probe_intrusions_total{cpu,kind,source}
 //   counters or gauges
