@@ -14,6 +14,12 @@ BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')
 
 
+# 4200 rotations by distinct angles: one command table entry each, past the
+# 4096 a sequencer has.
+MANY_ANGLES = ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\n' +
+               "".join(f"rx({0.001 * (i + 1):.4f}) q[0];\n" for i in range(4200)) + "c[0] = measure q[0];\n")
+
+
 def req(job, qasm=BELL, cal=1, shots=8, slot=10**9):
     env = {"format": "qasm3", "shots": shots, "circuits": [{"name": "c", "qubits": 2, "qasm": qasm}]}
     return ArmRequest(job, cal, time.time_ns() + 10**9, 0, 2**62, slot, shots, 10**6, json.dumps(env).encode())
@@ -105,7 +111,8 @@ def test_calibration_switch_recompiles_with_new_amplitudes(lab):
 @pytest.mark.parametrize("qasm,reason", [
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\nccz q[0];\nc[0] = measure q[0];\n', "gate_not_supported"),
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[4] q;\nx q[3];\nc[0] = measure q[3];\n', "qubit_out_of_range"),
-], ids=["gate", "qubit"])
+    (MANY_ANGLES, "instruction_memory_exceeded"),
+], ids=["gate", "qubit", "instructions"])
 def test_refusals_name_the_reason_and_nothing_runs(lab, qasm, reason):
     stack, _, _ = lab
     with pytest.raises(ArmRefused) as e:

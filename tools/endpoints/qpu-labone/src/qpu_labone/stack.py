@@ -44,6 +44,7 @@ from qrt_endpoint import envelope
 from qrt_endpoint.handler import (
     CALIBRATION_MISMATCH,
     GATE_NOT_SUPPORTED,
+    INSTRUCTION_MEMORY_EXCEEDED,
     INSTRUMENT_UNREACHABLE,
     PROGRAM_INVALID,
     PROGRAM_REJECTED,
@@ -356,7 +357,14 @@ class LabOneStack:
             compiled = self.session.compile(exp)
         except Exception as e:  # LabOne Q's compiler raises its own exception types
             text = str(e)
-            reason = WAVEFORM_MEMORY_EXCEEDED if "memory" in text.lower() else PROGRAM_INVALID
+            low = text.lower()
+            if "resource limitation" in low and "waveform" not in low:
+                # a sequencer's instructions or command table entries (ResourceLimitationError)
+                reason = INSTRUCTION_MEMORY_EXCEEDED
+            elif "memory" in low or "resource limitation" in low:
+                reason = WAVEFORM_MEMORY_EXCEEDED
+            else:
+                reason = PROGRAM_INVALID
             raise ArmRefused(STAGE_COMPILE, reason, f"LabOne Q compiler: {text}") from None
         job = _Job(req.job_id, cal, [c.name for c in env.circuits], [m[0] for m in measured],
                    [m[1] for m in measured], env.shots, 0)
