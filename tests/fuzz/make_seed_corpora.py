@@ -4,7 +4,10 @@
   corpus/config/      the shipped configs (config/*.toml, profiles) and a few
                       broken ones; byte 0 says whether online CPUs are known.
   corpus/wire/        QPU endpoint streams: HELLO, JOB, RESULT, ERROR frames,
-                      back to back, torn, with each header field wrong once.
+                      back to back, torn, with each header field wrong once;
+                      version 2: the capabilities HELLO, ARMED with its
+                      costs, DISARMED, RESULT with the endpoint's times,
+                      ERROR with a stage, FIRE, each v2 field wrong once.
   corpus/bpf_decode/  byte 0 picks the record: 0 a probe-3 ring record
                       (struct qrt_outlier_event), 1 probe-2 map entries
                       (qrt_intrusion_key + qrt_intrusion_value), 2 per-CPU
@@ -76,6 +79,13 @@ def frame(typ, payload=b"", **kw):
     return header(typ, len(payload), **kw) + payload
 
 
+def frame2(typ, payload=b"", armed=0, started=0, ended=0, stage=0, r2=0, r3=0, r4=0, **kw):
+    kw.setdefault("version", 2)
+    kw.setdefault("header_len", 128)
+    return (header(typ, len(payload), **kw) + struct.pack("<qqqBBHI", armed, started, ended, stage, r2, r3, r4)
+            + payload)
+
+
 def wire_seeds():
     hello = frame(1, b"qpu-sim 0.1.0 qpu=0")
     job = frame(2, b"OPENQASM 3; qubit q; h q; measure q;", flags=1)
@@ -95,9 +105,33 @@ def wire_seeds():
         "huge-hello": header(1, 4096) + b"x" * 300,
         "huge-payload": header(3, (1 << 20) + 1),
     }
+    caps = json.dumps({"identity": "qpu-sim 0.2.0", "two_phase": True, "max_armed": 8, "horizon_ns": 10**10,
+                       "min_lead_ns": 2 * 10**8, "start": "on_fire", "session": "ab" * 16}).encode()
+    hello2 = frame2(1, caps)
+    armed = frame2(6, json.dumps({"stages": [{"name": "compile", "ns": 1000}, {"name": "upload", "ns": 200000},
+                                             {"name": "vendor", "ns": 5}], "program_duration_ns": 9000}).encode(),
+                   armed=1_799_999_999_800_000_000)
+    result2 = frame2(3, b'{"format":"qasm3-counts"}', arrival=1_800_000_000_000_000_050,
+                     armed=1_799_999_999_800_000_000, started=1_800_000_000_000_000_060,
+                     ended=1_800_000_000_001_000_060)
+    seeds.update({
+        "v2-hello": hello2,
+        "v2-fire-hello": frame2(1, b'{"channel":"fire","session":"abab"}'),
+        "v2-session": hello + hello2 + armed + result2 + frame2(9) + frame2(4, b"program refused: line 3",
+                                                                       status=7, stage=1),
+        "v2-armed-bad-json": frame2(6, b'{"stages": [{"name": 1}]'),
+        "v2-fire": frame2(7),
+        "v2-fire-with-payload": frame2(7, b"x"),
+        "v2-bad-stage": frame2(4, b"x", status=7, stage=99),
+        "v2-stage-on-result": frame2(3, stage=1),
+        "v2-bad-reserved": frame2(9, r3=1),
+        "v2-short-header": frame2(6)[:110],
+        "v2-in-v1": frame(5, b"x"),
+    })
     for name, data in seeds.items():
         write("wire", name, b"\x05" + data)
     write("wire", "session-bytewise", b"\x40" + hello + result)
+    write("wire", "v2-session-bytewise", b"\x40" + hello + hello2 + armed + result2)
 
 
 # ---------------------------------------------------------------- bpf

@@ -311,6 +311,8 @@ struct qpu_config {
     double fidelity_f0 = 0;
     std::int64_t fidelity_tau_ns = 0;      // 0: no decay
     std::int64_t job_tolerance_ns = -1;    // -1 inherits dispatch.miss_tolerance_ns
+    int wire = 1;                          // the endpoint wire's version: 1 JOB at T, 2 ARM ahead + FIRE at T
+    std::int64_t arm_lead_ns = 0;          // wire 2: the ARM goes out at least this long before T
     std::optional<qpu_device> device;      // [qpu.device]; nullopt: not stated
 
     // The tolerance that applies to this QPU's jobs.

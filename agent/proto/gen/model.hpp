@@ -142,5 +142,6 @@ std::string write_c(const model& m);
 std::string write_cpp(const model& m);
 std::string write_python(const model& m);
 std::string write_go(const model& m);
+std::string write_c_names(const model& m);
 
 }  // namespace qrt::protogen

@@ -655,6 +655,17 @@ private:
                       fmt::format("{0}.phase_ns = {1} must be less than {0}.period_ns = {2}", p,
                                   q.phase_ns, q.period_ns));
             }
+            if (q.wire >= 2 && q.target.type == endpoint::kind::device_file) {
+                error(line(p + ".wire", p + ".endpoint"), p + ".wire",
+                      fmt::format("{0}.wire = 2 needs two connections to the endpoint; {0}.endpoint = \"{1}\" "
+                                  "is a file: give a unix:// or tcp:// endpoint, or wire = 1",
+                                  p, q.target.uri));
+            }
+            if (q.wire < 2 && q.arm_lead_ns != 0) {
+                error(line(p + ".arm_lead_ns", p + ".wire"), p + ".arm_lead_ns",
+                      fmt::format("{0}.arm_lead_ns = {1} is for wire = 2 ({0}.wire = {2}): a version-1 job "
+                                  "is never armed", p, q.arm_lead_ns, q.wire));
+            }
             if (!q.name.empty()) {
                 auto [it, fresh] = names.emplace(q.name, i);
                 if (!fresh) {
@@ -704,7 +715,10 @@ std::uint64_t frame_pool_bytes(const config& cfg) {
     }
     const std::uint64_t payload =
         cfg.dispatch.max_payload_bytes > 0 ? cfg.dispatch.max_payload_bytes : defaults.max_payload_bytes;
-    return dispatch::dispatcher::frame_pool_bytes(slots, payload);
+    // The largest pool a QPU needs: a wire = 2 QPU's holds FIRE headers only.
+    const bool any_v1 = cfg.qpus.empty() || std::any_of(cfg.qpus.begin(), cfg.qpus.end(),
+                                                         [](const qpu_config& q) { return q.wire < 2; });
+    return dispatch::dispatcher::frame_pool_bytes(slots, payload, any_v1 ? 1U : 2U);
 }
 
 std::optional<std::string> journal_dir_apart(const std::string& journal_dir, const std::string& state_dir) {

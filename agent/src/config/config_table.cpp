@@ -799,6 +799,27 @@ std::vector<config_option> build_table() {
          .meaning = "Lateness after which this QPU's jobs are marked missed instead of sent.  "
                     "-1 inherits dispatch.miss_tolerance_ns.",
          QRT_QPU_FIELD(job_tolerance_ns)},
+        {.section = "qpu", .key = "wire", .kind = k::integer,
+         .default_value = std::int64_t{1}, .min = 1, .max = 2,
+         .meaning = "The endpoint wire's version (README.md, \"The QPU endpoint wire format\").  1: the "
+                    "dispatch thread sends the whole job (header and program) at its start; the "
+                    "endpoint prepares it then, so the job starts late by its upload.  2: the QPU "
+                    "link sends the program in ARM ahead of the start (at least arm_lead_ns ahead, "
+                    "within the endpoint's max_armed and horizon), the dispatch thread sends a "
+                    "128-byte FIRE at the start, and only for a job the endpoint answered ARMED "
+                    "(otherwise the job ends not_armed); its frame pool holds FIRE headers only.  "
+                    "2 needs a unix:// or tcp:// endpoint that speaks version 2 (qpu-sim, "
+                    "qrt-endpoint's stacks); a version-1 endpoint is refused "
+                    "(endpoint_protocol_error) and retried.",
+         QRT_QPU_FIELD(wire)},
+        {.section = "qpu", .key = "arm_lead_ns", .kind = k::duration_ns,
+         .default_value = std::int64_t{0}, .min = 0, .max = 60 * sec,
+         .meaning = "wire = 2: how long before its start a job's ARM must go out: at least the "
+                    "endpoint's prepare (compile, upload, arm) of the largest program, plus a "
+                    "margin.  It adds to the minimum lead (no start is accepted sooner than it "
+                    "from now; refusals carry next_start_ns) and to the hand-over horizon.  0 with "
+                    "wire = 1.",
+         QRT_QPU_FIELD(arm_lead_ns)},
     };
 }
 

@@ -160,7 +160,14 @@ handover_timing handover_timing_for(const config& cfg) {
     const std::int64_t lead_min = cfg.dispatch.lead_min_ns > 0 ? cfg.dispatch.lead_min_ns : defaults.min_ns;
     h.lead_max_ns = std::max(cfg.dispatch.lead_max_ns > 0 ? cfg.dispatch.lead_max_ns : defaults.max_ns, lead_min);
     h.margin_ns = cfg.dispatch.handover_margin_ns;
-    h.min_lead_ns = h.pump_period_ns + h.lead_max_ns + h.margin_ns;
+    // Wire version 2: a job's ARM leaves when it is handed over, and must
+    // leave arm_lead before its start: the lead, and so the horizon, grow by it.
+    for (const auto& q : cfg.qpus) {
+        if (q.wire >= 2) {
+            h.arm_lead_ns = std::max(h.arm_lead_ns, q.arm_lead_ns);
+        }
+    }
+    h.min_lead_ns = h.pump_period_ns + h.lead_max_ns + h.margin_ns + h.arm_lead_ns;
     // Hand jobs over well before their lead starts: a housekeeping stall
     // shorter than the horizon delays no dispatch already handed over.
     h.horizon_ns = std::max<std::int64_t>(h.min_lead_ns + 20 * k_ms, 250 * k_ms);
@@ -500,6 +507,8 @@ rtcore::status services::start_links() {
         dispatch::qpu_link_config lc;
         lc.endpoint = qc.target.uri;
         lc.identity = "qrtd/" + qc.name;
+        lc.wire_version = static_cast<unsigned>(qc.wire);
+        lc.arm_lead_ns = qc.arm_lead_ns;
         auto& dc = lc.dispatch;
         dc.qpu_index = i;
         dc.mode = _cfg.dispatch.mode == dispatch_mode::untuned ? dispatch::dispatch_mode::untuned

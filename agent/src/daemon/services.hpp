@@ -105,6 +105,7 @@ struct handover_timing {
     std::size_t plan_max_jobs = 0;     // per QPU: 2 x the dispatch ring's slots
     std::int64_t lead_max_ns = 0;      // the dispatch threads' largest spin lead
     std::int64_t margin_ns = 0;        // dispatch.handover_margin_ns
+    std::int64_t arm_lead_ns = 0;      // the largest qpu.arm_lead_ns of a wire = 2 QPU
     std::int64_t min_lead_ns = 0;
 };
 handover_timing handover_timing_for(const config& cfg);

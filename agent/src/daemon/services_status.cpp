@@ -241,6 +241,21 @@ nlohmann::json services::status_json() {
             }
             j["dispatch_lateness"] = std::move(lat);
         }
+        j["wire"] = tel.wire_version;
+        if (tel.wire_version >= 2) {
+            // Where the time goes: ARM -> ARMED (and the endpoint's own
+            // cost), then the start at the endpoint after T.
+            j["arm"] = {{"lead_ns", tel.arm_lead_ns},
+                        {"lead_floor_ns", tel.arm_lead_floor_ns},
+                        {"sent", tel.arms_sent},
+                        {"armed", tel.armed},
+                        {"refused", tel.arm_refused},
+                        {"not_armed", tel.not_armed},
+                        {"disarms_sent", tel.disarms_sent},
+                        {"arm_to_armed", summary_json(q->link->histograms().arm_latency)},
+                        {"endpoint_cost", summary_json(q->link->histograms().arm_cost)},
+                        {"start_lateness", summary_json(q->link->histograms().start_lateness)}};
+        }
         if (!q->link->endpoint_up()) {
             j["endpoint_error"] = q->link->last_endpoint_error();
             degraded.push_back(fmt::format("qpu {}: endpoint {} is {}", q->name, q->endpoint,
@@ -335,6 +350,11 @@ telemetry::snapshot services::telemetry_snapshot() {
                         "send time minus the job's start T (CLOCK_MONOTONIC)", l, h.dispatch_lateness);
         s.add_histogram("qrt_dispatch_arrival_lateness_seconds",
                         "arrival at the QPU endpoint minus T (CLOCK_REALTIME)", l, h.arrival_lateness);
+        if (tel.wire_version >= 2) {
+            s.add_histogram("qrt_dispatch_arm_seconds", "ARM sent to ARMED read (wire 2)", l, h.arm_latency);
+            s.add_histogram("qrt_dispatch_start_lateness_seconds",
+                            "the endpoint's started_ns minus T (wire 2, CLOCK_REALTIME)", l, h.start_lateness);
+        }
         s.add_histogram("qrt_dispatch_wakeup_latency_seconds",
                         "dispatch thread timer wake-up minus the requested wake-up", l, h.wakeup_latency);
         const auto& c = tel.counters;
@@ -361,6 +381,16 @@ telemetry::snapshot services::telemetry_snapshot() {
         s.add_counter("qrt_dispatch_submitted_total", "jobs handed to the dispatcher", l, c.submitted);
         s.add_counter("qrt_dispatch_endpoint_reconnects_total", "endpoint reconnects", l, c.reconnects);
         s.add_gauge("qrt_dispatch_lead_seconds", "current spin lead", l, static_cast<double>(tel.lead_ns) / 1e9);
+        if (tel.wire_version >= 2) {
+            s.add_gauge("qrt_dispatch_arm_lead_seconds", "learned arm lead (wire 2)", l,
+                        static_cast<double>(tel.arm_lead_ns) / 1e9);
+            s.add_counter("qrt_dispatch_arms_total", "ARM frames sent (wire 2)", l, tel.arms_sent);
+            s.add_counter("qrt_dispatch_armed_total", "ARMED answers (wire 2)", l, tel.armed);
+            s.add_counter("qrt_dispatch_arm_refused_total", "jobs refused at ARM (wire 2)", l, tel.arm_refused);
+            s.add_counter("qrt_dispatch_not_armed_total", "jobs not armed by T, never fired (wire 2)", l,
+                          tel.not_armed);
+            s.add_counter("qrt_dispatch_disarms_total", "DISARM frames sent (wire 2)", l, tel.disarms_sent);
+        }
         s.add_gauge("qrt_dispatch_spin_seconds_per_dispatch", "CPU time spent spinning per dispatch", l,
                     tel.spin_ns_per_dispatch / 1e9);
         const auto ts = q->link->dispatch().thread_stats();

@@ -92,6 +92,7 @@ bool nowait_capable(int fd) noexcept {
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 static_assert(dispatcher::wire_header_bytes == wire::header_len, "frame_pool_bytes assumes the wire header size");
+static_assert(dispatcher::wire_v2_header_bytes == wire::header_len_v2, "frame_pool_bytes assumes the v2 header size");
 
 }  // namespace
 
@@ -141,8 +142,12 @@ dispatcher::dispatcher(const dispatcher_config& cfg, rtcore::clock_source& clock
         throw std::invalid_argument("dispatch: max_payload_bytes " + std::to_string(cfg.max_payload_bytes) +
                                     " exceeds the wire limit " + std::to_string(wire::max_payload));
     }
-    _slot_bytes = round_up(wire::header_len + cfg.max_payload_bytes, 64);
-    _pool_bytes = frame_pool_bytes(_slot_count, cfg.max_payload_bytes);
+    if (cfg.wire_version != 1 && cfg.wire_version != 2) {
+        throw std::invalid_argument("dispatch: wire_version " + std::to_string(cfg.wire_version) + "; 1 or 2");
+    }
+    _slot_bytes = cfg.wire_version >= 2 ? round_up(wire::header_len_v2, 64)
+                                        : round_up(wire::header_len + cfg.max_payload_bytes, 64);
+    _pool_bytes = frame_pool_bytes(_slot_count, cfg.max_payload_bytes, cfg.wire_version);
     // Registering the pool locks it: without CAP_IPC_LOCK it must fit
     // RLIMIT_MEMLOCK.  Tuned mode refuses (locked memory is what it
     // promises); untuned writes from unregistered buffers.
@@ -367,25 +372,36 @@ submit_refusal dispatcher::try_submit(const dispatch_job& job, std::span<const s
     const std::uint32_t slot = _free.back();
     _free.pop_back();
 
-    wire::header h = wire::header_for(job);
-    h.flags = _cfg.frame_flags;
-    h.payload_len = static_cast<std::uint32_t>(payload.size());
     std::uint8_t* buf = slot_buffer(slot);
-    wire::encode_header(h, buf);
-    if (!payload.empty()) {
-        std::memcpy(buf + wire::header_len, payload.data(), payload.size());
+    std::uint32_t frame_len = 0;
+    if (_cfg.wire_version >= 2) {
+        // FIRE: the header only, naming the armed job (no flags: they went
+        // out with its ARM).
+        const wire::header_v2 f = wire::header_v2_for(job, wire::frame_type::fire);
+        wire::encode_header(f, buf);
+        frame_len = static_cast<std::uint32_t>(wire::header_len_v2);
+    } else {
+        wire::header h = wire::header_for(job);
+        h.flags = _cfg.frame_flags;
+        h.payload_len = static_cast<std::uint32_t>(payload.size());
+        wire::encode_header(h, buf);
+        if (!payload.empty()) {
+            std::memcpy(buf + wire::header_len, payload.data(), payload.size());
+        }
+        frame_len = static_cast<std::uint32_t>(wire::header_len + payload.size());
     }
 
     slot_state& s = _slots[slot];
     s.scheduled_rt_ns = job.scheduled_ns;
     s.job_id = job.job_id;
     s.queued = true;
+    s.armed.store(_cfg.wire_version < 2, std::memory_order_relaxed);  // version 1: the JOB carries the program
     s.phase.store(phase_queued, std::memory_order_relaxed);  // published by the ring push
     s.deadline_ns.store(_base.to_monotonic_ns(job.scheduled_ns), std::memory_order_release);
 
     queued_job q;
     q.slot = slot;
-    q.frame_len = static_cast<std::uint32_t>(wire::header_len + payload.size());
+    q.frame_len = frame_len;
     q.job_id = job.job_id;
     q.calibration_id = job.calibration_id;
     q.scheduled_rt_ns = job.scheduled_ns;
@@ -494,6 +510,17 @@ bool dispatcher::restore(std::uint64_t job_id) noexcept {
         if (_slots[i].queued && _slots[i].job_id == job_id) {
             std::uint8_t expected = phase_withdrawn;
             return _slots[i].phase.compare_exchange_strong(expected, phase_queued, std::memory_order_acq_rel);
+        }
+    }
+    return false;
+}
+
+bool dispatcher::set_armed(std::uint64_t job_id, bool armed) noexcept {
+    std::lock_guard<rtcore::pi_mutex> lk(_hk_mutex);
+    for (std::size_t i = 0; i < _slot_count; ++i) {
+        if (_slots[i].queued && _slots[i].job_id == job_id) {
+            _slots[i].armed.store(armed || _cfg.wire_version < 2, std::memory_order_release);
+            return true;
         }
     }
     return false;

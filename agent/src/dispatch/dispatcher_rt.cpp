@@ -476,6 +476,7 @@ dispatch_status dispatcher::claim_send(const queued_job& j, std::int64_t deadlin
     g.scheduled_rt_ns = j.scheduled_rt_ns;
     g.calibration_switch_rt_ns = cal.switch_rt_ns;
     g.endpoint_up = _endpoint_up.load(std::memory_order_acquire);
+    g.armed = s.armed.load(std::memory_order_acquire);
     dispatch_status verdict = check_before_send(g);
     if (verdict != dispatch_status::sent) {
         return verdict;

@@ -27,13 +27,12 @@ proto::endpoint_address parse_or_throw(const std::string& uri) {
     return *a;
 }
 
-const char* reason_for_qpu_error(std::uint16_t status) {
-    switch (status) {
-    case QRT_WIRE_ERR_OUT_OF_WINDOW: return outcome::qpu_out_of_window.data();
-    case QRT_WIRE_ERR_CALIBRATION: return outcome::qpu_calibration_mismatch.data();
-    case QRT_WIRE_ERR_BUSY: return outcome::qpu_busy.data();
-    default: return outcome::qpu_error.data();
+qpu_link_config with_wire(qpu_link_config cfg) {
+    if (cfg.wire_version != 1 && cfg.wire_version != 2) {
+        throw std::invalid_argument("qpu link: wire version " + std::to_string(cfg.wire_version) + "; give 1 or 2");
     }
+    cfg.dispatch.wire_version = cfg.wire_version;
+    return cfg;
 }
 
 }  // namespace
@@ -41,7 +40,7 @@ const char* reason_for_qpu_error(std::uint16_t status) {
 qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_config cfg, qpu_link_callbacks cb)
     : _loop(loop),
       _clock(clock),
-      _cfg(std::move(cfg)),
+      _cfg(with_wire(std::move(cfg))),
       _cb(std::move(cb)),
       _addr(parse_or_throw(_cfg.endpoint)),
       _dispatcher(_cfg.dispatch, clock),
@@ -50,6 +49,20 @@ qpu_link::qpu_link(event_loop& loop, rtcore::clock_source& clock, qpu_link_confi
     _submitted.reserve(_dispatcher.slot_count());
     _adopting.reserve(_dispatcher.slot_count());
     _ids_in_flight.reserve(_dispatcher.slot_count());
+    if (two_phase()) {
+        _arm_lead_pub.store(_cfg.arm_lead_ns, std::memory_order_relaxed);
+        if (_addr.kind == proto::endpoint_kind::file) {
+            throw std::invalid_argument("qpu link: " + _addr.uri + ": wire version 2 needs a unix:// or tcp:// "
+                                        "endpoint (two connections); a file:// endpoint speaks version 1");
+        }
+        // Not touched until used: the kernel backs only what programs fill.
+        _payload_store = std::make_unique_for_overwrite<std::uint8_t[]>(_dispatcher.slot_count() *
+                                                                         _cfg.dispatch.max_payload_bytes);
+        _payload_free.reserve(_dispatcher.slot_count());
+        for (std::size_t i = _dispatcher.slot_count(); i-- > 0;) {
+            _payload_free.push_back(static_cast<std::uint32_t>(i));
+        }
+    }
 }
 
 qpu_link::~qpu_link() { stop(); }
@@ -94,6 +107,11 @@ void qpu_link::stop() {
     }
     _dispatcher.clear_endpoint();
     _fd.reset();
+    if (_fire_watched) {
+        _loop.remove_fd(_fire_fd.get());
+        _fire_watched = false;
+    }
+    _fire_fd.reset();
     _state = conn_state::stopped;
     adopt_submitted();
     std::vector<std::uint64_t> ids;
@@ -182,7 +200,10 @@ void qpu_link::on_connect_writable() {
 void qpu_link::send_hello() {
     _state = conn_state::hello;
     const int fd = _fd.get();
-    if (_addr.kind != proto::endpoint_kind::file) {
+    if (two_phase()) {
+        // Version 2: the control connection is the loop's alone (the
+        // dispatch thread writes on the fire connection): non-blocking.
+    } else if (_addr.kind != proto::endpoint_kind::file) {
         // The dispatch thread's io_uring writes need a blocking-mode socket
         // (O_NONBLOCK makes io_uring return -EAGAIN instead of waiting in
         // the kernel); this side reads with MSG_DONTWAIT.
@@ -231,7 +252,8 @@ void qpu_link::send_hello() {
         return;
     }
     const auto hello = wire::encode_frame(wire::make_header(wire::frame_type::hello),
-                                          _cfg.identity + " qpu=" + std::to_string(_cfg.dispatch.qpu_index));
+                                          _cfg.identity + " qpu=" + std::to_string(_cfg.dispatch.qpu_index) +
+                                              (two_phase() ? " wire=2" : ""));
     const ssize_t n = _addr.kind == proto::endpoint_kind::file
                           ? ::write(fd, hello.data(), hello.size())
                           : ::send(fd, hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -242,7 +264,8 @@ void qpu_link::send_hello() {
     }
     auto t = _loop.add_timer(_cfg.hello_timeout, std::chrono::nanoseconds{0}, [this] {
         _hello_timer.reset();
-        if (_state == conn_state::hello) {
+        if (_state == conn_state::hello || _state == conn_state::fire_connecting ||
+            _state == conn_state::fire_hello) {
             drop_connection(std::string(outcome::endpoint_down), "no HELLO from " + _addr.uri + " within " +
                                                  std::to_string(_cfg.hello_timeout.count()) + " ms");
         }
@@ -253,6 +276,12 @@ void qpu_link::send_hello() {
 }
 
 void qpu_link::on_readable(std::uint32_t events) {
+    if ((events & EPOLLOUT) != 0) {
+        flush_control();
+        if (!_fd.valid()) {
+            return;
+        }
+    }
     std::uint8_t buf[16384];
     // Read what is there (bounded: a peer flooding us cannot starve the loop).
     for (int round = 0; round < 16; ++round) {
@@ -282,7 +311,7 @@ void qpu_link::on_readable(std::uint32_t events) {
         _reader.feed({buf, static_cast<std::size_t>(n)});
         while (auto f = _reader.next()) {
             handle_frame(std::move(*f));
-            if (_state != conn_state::hello && _state != conn_state::up) {
+            if (_state == conn_state::idle || _state == conn_state::stopped || !_fd.valid()) {
                 return;  // handle_frame dropped the connection
             }
         }
@@ -307,6 +336,17 @@ void qpu_link::handle_frame(wire::frame&& f) {
                             std::string("expected HELLO from ") + _addr.uri + ", got " + wire::to_string(type));
             return;
         }
+        if (f.hdr.version >= 2) {
+            on_hello_v2(f);
+            return;
+        }
+        if (two_phase()) {
+            ++_counters.endpoint_protocol_errors;
+            drop_connection(std::string(outcome::endpoint_protocol_error),
+                            _addr.uri + " answered wire=2 with a version-1 HELLO (\"" + std::string(f.payload_text()) +
+                                "\"): it speaks only version 1; set this QPU's wire = 1");
+            return;
+        }
         if (_hello_timer) {
             _loop.cancel_timer(*_hello_timer);
             _hello_timer.reset();
@@ -329,6 +369,9 @@ void qpu_link::handle_frame(wire::frame&& f) {
         return;
     }
     if (type == wire::frame_type::hello) {
+        return;
+    }
+    if (two_phase() && handle_v2_frame(f)) {
         return;
     }
     if (type == wire::frame_type::job) {
@@ -369,11 +412,18 @@ void qpu_link::answer(pending_job& p, wire::frame&& f) {
     }
     if (static_cast<wire::frame_type>(f.hdr.type) == wire::frame_type::result) {
         ++_counters.completed;
+        if (f.hdr.version >= 2 && f.v2.started_ns != 0) {
+            _hist->start_lateness.record(f.v2.started_ns - p.job.scheduled_ns);
+        }
         finish(id, job_state::completed, "ok", "", &f.hdr, std::move(f.payload));
         return;
     }
     ++_counters.endpoint_errors;
-    finish(id, job_state::failed, reason_for_qpu_error(f.hdr.status), std::string(f.payload_text()), &f.hdr);
+    std::string detail(f.payload_text());
+    if (f.hdr.version >= 2 && f.v2.stage != QRT_WIRE_STAGE_NONE && f.v2.stage < proto::wire_stages.size()) {
+        detail = "stage " + std::string(proto::wire_stages[f.v2.stage]) + ": " + detail;
+    }
+    finish(id, job_state::failed, std::string(outcome_for_wire_error(f.hdr.status)), std::move(detail), &f.hdr);
 }
 
 void qpu_link::report_down(const std::string& why) {
@@ -408,6 +458,27 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
     if (_hello_timer) {
         _loop.cancel_timer(*_hello_timer);
         _hello_timer.reset();
+    }
+    if (_fire_fd.valid()) {
+        ::shutdown(_fire_fd.get(), SHUT_RDWR);
+        if (_fire_watched) {
+            _loop.remove_fd(_fire_fd.get());
+            _fire_watched = false;
+        }
+        _fire_fd.reset();
+    }
+    _out.clear();
+    _out_off = 0;
+    _out_watched = false;
+    _arms_out = 0;
+    // What was armed on the lost connection is armed no more: re-armed
+    // after the reconnect if its T allows, never fired meanwhile.
+    for (auto& [id, p] : _pending) {
+        if (p.phase == job_phase::queued && p.arm != arm_phase::none) {
+            p.was_armed = p.was_armed || p.arm == arm_phase::armed;
+            p.arm = arm_phase::none;
+            _dispatcher.set_armed(id, false);
+        }
     }
     _last_error = detail;
     if (was_up) {
@@ -451,7 +522,8 @@ submit_refusal qpu_link::try_submit(const dispatch_job& job, std::span<const std
     // (at most a slot count of entries to look through).
     const bool queued_already =
         _ids_in_flight.count(job.job_id) != 0 ||
-        std::any_of(_submitted.begin(), _submitted.end(), [&](const dispatch_job& j) { return j.job_id == job.job_id; });
+        std::any_of(_submitted.begin(), _submitted.end(),
+                    [&](const submitted_job& j) { return j.job.job_id == job.job_id; });
     if (queued_already) {
         _rejected_submits.fetch_add(1, std::memory_order_relaxed);
         return submit_refusal::already_queued;
@@ -460,6 +532,10 @@ submit_refusal qpu_link::try_submit(const dispatch_job& job, std::span<const std
         _rejected_submits.fetch_add(1, std::memory_order_relaxed);
         return submit_refusal::no_free_slot;
     }
+    if (two_phase() && (_payload_free.empty() || payload.size() > _cfg.dispatch.max_payload_bytes)) {
+        _rejected_submits.fetch_add(1, std::memory_order_relaxed);
+        return _payload_free.empty() ? submit_refusal::no_free_slot : submit_refusal::payload_too_large;
+    }
     // Under the lock, so the loop cannot see this job's record (or its
     // RESULT) before the job itself: adopt_submitted() waits for us.
     if (const auto r = _dispatcher.try_submit(job, payload); r != submit_refusal::none) {
@@ -467,7 +543,18 @@ submit_refusal qpu_link::try_submit(const dispatch_job& job, std::span<const std
         return r;
     }
     _submitted_total.fetch_add(1, std::memory_order_relaxed);
-    _submitted.push_back(job);  // within the capacity reserved at construction
+    submitted_job s;
+    s.job = job;
+    if (two_phase()) {  // the program goes out in ARM, from the link's store
+        s.payload_buf = _payload_free.back();
+        _payload_free.pop_back();
+        s.payload_len = static_cast<std::uint32_t>(payload.size());
+        if (!payload.empty()) {
+            std::memcpy(_payload_store.get() + std::size_t{s.payload_buf} * _cfg.dispatch.max_payload_bytes,
+                        payload.data(), payload.size());
+        }
+    }
+    _submitted.push_back(s);  // within the capacity reserved at construction
     return submit_refusal::none;
 }
 
@@ -481,13 +568,15 @@ void qpu_link::adopt_submitted() {
         // In the set before the lock is let go: a repeat submit of these
         // ids is refused from now on.
         for (const auto& j : _adopting) {
-            _ids_in_flight.insert(j.job_id);
+            _ids_in_flight.insert(j.job.job_id);
         }
     }
     for (const auto& j : _adopting) {
         pending_job p;
-        p.job = j;
-        _pending.emplace(j.job_id, std::move(p));
+        p.job = j.job;
+        p.payload_buf = j.payload_buf;
+        p.payload_len = j.payload_len;
+        _pending.emplace(j.job.job_id, std::move(p));
     }
     _adopting.clear();
 }
@@ -496,6 +585,9 @@ void qpu_link::poll() {
     adopt_submitted();
     _dispatcher.drain_records([this](const dispatch_record& r) { on_record(r); });
     expire_timeouts();
+    if (two_phase()) {
+        arm_due();
+    }
 }
 
 void qpu_link::on_record(const dispatch_record& r) {
@@ -523,6 +615,12 @@ void qpu_link::on_record(const dispatch_record& r) {
         }
         p.phase = job_phase::sent;
         p.sent_ns = r.sent_ns;
+        if (p.arm != arm_phase::none) {
+            p.arm = arm_phase::none;  // fired: no longer held armed
+            if (_arms_out > 0) {
+                --_arms_out;
+            }
+        }
         p.lateness_ns = r.lateness_ns;
         if (r.endpoint_gen != _live_gen && !p.early_answer) {
             // Sent on a connection that has since been dropped (the loop may
@@ -570,6 +668,12 @@ void qpu_link::on_record(const dispatch_record& r) {
         return;
     case dispatch_status::endpoint_down:
         ++_counters.endpoint_down;
+        if (p.was_armed) {
+            finish(r.job_id, job_state::failed, std::string(outcome::endpoint_disconnected),
+                   "armed on a connection to " + _addr.uri + " that was lost, and not armed again by T" +
+                       (_last_error.empty() ? std::string() : " (" + _last_error + ")") + "; never fired");
+            return;
+        }
         finish(r.job_id, job_state::failed, std::string(outcome::endpoint_down),
                "endpoint " + _addr.uri + " was not connected at T" +
                    (_last_error.empty() ? std::string() : " (" + _last_error + ")") + "; not sent");
@@ -607,7 +711,20 @@ void qpu_link::on_record(const dispatch_record& r) {
         return;
     }
     case dispatch_status::cancelled:
+        if (p.arm != arm_phase::none) {
+            send_disarm(p);  // withdrawn before FIRE: the endpoint lets go of it
+        }
         finish(r.job_id, job_state::failed, std::string(outcome::cancelled), "withdrawn, or the dispatcher stopped, before T; not sent");
+        return;
+    case dispatch_status::not_armed:
+        ++_not_armed;
+        if (p.arm == arm_phase::arming) {
+            // It took at least this long and did not make it: the lead rises.
+            observe_arm(_clock.now_monotonic_ns() - p.arm_sent_mono_ns);
+        }
+        finish(r.job_id, job_state::missed, std::string(outcome::not_armed),
+               std::string(p.arm == arm_phase::arming ? "ARM sent, no ARMED from " : "no ARM could be sent to ") +
+                   _addr.uri + " by T; never fired");
         return;
     }
 }
@@ -660,10 +777,17 @@ void qpu_link::finish(std::uint64_t job_id, job_state st, std::string reason, st
     if (st == job_state::failed) {
         ++_counters.failed;
     }
+    if (it->second.arm != arm_phase::none && _arms_out > 0) {
+        --_arms_out;  // its place at the endpoint is free
+    }
+    const std::uint32_t buf = it->second.payload_buf;
     _pending.erase(it);
     {
         std::lock_guard<rtcore::pi_mutex> lk(_submit_mutex);
         _ids_in_flight.erase(job_id);
+        if (buf != no_payload_buf) {
+            _payload_free.push_back(buf);  // capacity: one per slot
+        }
     }
     if (_cb.on_outcome) {
         _cb.on_outcome(o);
@@ -688,6 +812,17 @@ dispatch_telemetry qpu_link::telemetry() const {
     t.dispatch_lateness = _hist->dispatch_lateness.summary();
     t.arrival_lateness = _hist->arrival_lateness.summary();
     t.wakeup_latency = _hist->wakeup_latency.summary();
+    t.wire_version = _cfg.wire_version;
+    t.arm_lead_ns = arm_lead_ns();
+    t.arm_lead_floor_ns = _arm_lead_floor_ns;
+    t.arms_sent = _arms_sent;
+    t.armed = _armed_total;
+    t.arm_refused = _arm_refused;
+    t.not_armed = _not_armed;
+    t.disarms_sent = _disarms_sent;
+    t.arm_latency = _hist->arm_latency.summary();
+    t.arm_cost = _hist->arm_cost.summary();
+    t.start_lateness = _hist->start_lateness.summary();
     return t;
 }
 

@@ -303,7 +303,11 @@ bool room::durable(const timeline::reservation& r) const { return _ledger.change
 // horizon, in start order, at most plan_max_jobs, each with the window the
 // dispatch guard checks it against (or why it cannot be sent).
 std::size_t room::publish_plan(qpu_state& q, std::int64_t now_ns) {
-    if (q.calibration_dirty || now_ns >= q.current_until_ns) {
+    // The generation catches an update whose event has not come yet (events
+    // go out after the request's answer): a job it re-placed is planned
+    // against its new window, never refused for the one it left.
+    if (q.calibration_dirty || now_ns >= q.current_until_ns ||
+        q.calibration_generation != _ledger.calibration_generation()) {
         refresh_calibration(q, now_ns);
     }
     const std::int64_t plan_end = now_ns + _opts.plan_horizon_ns;

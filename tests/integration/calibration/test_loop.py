@@ -17,7 +17,10 @@ seconds, each booked ahead, and reads its error from the counts.
   - after the calibration the error is back at its baseline, and the new
     window carries a fidelity model fitted from the measurements (tau_ns > 0);
   - no acknowledged job is missed or displaced: every job the user and the
-    service submitted completed.
+    service submitted completed;
+  - Prometheus reads the block (qrt_calibration_next_start_seconds and
+    qrt_calibration_next_duration_seconds) once granted, and not after it
+    ended.
 
 Prints the error before drift, just before the calibration and after it.
 Behaviour, not timings: seeded simulators, generous margins, bounded waits.
@@ -27,6 +30,7 @@ QPU_AER_DRIFT (the folder of qpu-aer's drift module), QRT_E2E_DIR.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -112,6 +116,12 @@ def fixed_circuit():
         qc.x(1)
     qc.measure([0, 1], [0, 1])
     return qc
+
+
+def gauge(text, name, qpu):
+    """A per-QPU gauge's value in Prometheus text, or None when absent."""
+    m = re.search(rf'^{name}{{qpu="{qpu}"}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def error_of(counts):
@@ -226,6 +236,7 @@ class Loop(unittest.TestCase):
         give_up = time.monotonic() + DEADLINE_S
         next_user = time.monotonic()
         calibrated = None
+        scraped = None
         while time.monotonic() < give_up:
             self.assertIsNone(self.procs[-1].poll(), "qrt-calibration exited: " + self.tail("qrt-calibration"))
             if time.monotonic() >= next_user:
@@ -235,6 +246,10 @@ class Loop(unittest.TestCase):
                                              not_before_ns=time.time_ns() + ahead))
                 jobs[-1].acked_ns = time.time_ns()
                 next_user += USER_EVERY_S
+            granted = self.service_events("granted")
+            if granted and scraped is None:
+                # What Prometheus reads while the block is ahead or in force.
+                scraped = (time.time_ns(), self.client.metrics())
             done = self.service_events("calibrated")
             if done and calibrated is None:
                 calibrated = done[0]
@@ -280,6 +295,17 @@ class Loop(unittest.TestCase):
         self.assertLess(block["created_ns"], block["needed_by_ns"])
         self.assertLessEqual(block["end_ns"], block["needed_by_ns"])
         self.assertGreaterEqual(block["predicted_fidelity_at_start"], THRESHOLD - 1e-9, block)
+        # Announced to Prometheus: the QPU's next block, its start and length
+        # (scraped as soon as it was granted, seconds before its end).
+        self.assertIsNotNone(scraped)
+        self.assertLess(scraped[0], block["end_ns"], "the metrics were read after the block's end")
+        self.assertAlmostEqual(gauge(scraped[1], "qrt_calibration_next_start_seconds", "qpu0"),
+                               block["start_ns"] / S, delta=1e-3)
+        self.assertAlmostEqual(gauge(scraped[1], "qrt_calibration_next_duration_seconds", "qpu0"),
+                               block["duration_ns"] / S, delta=1e-6)
+        # Once it has ended it is no longer the next (absent, or a later block).
+        after_end = gauge(self.client.metrics(), "qrt_calibration_next_start_seconds", "qpu0")
+        self.assertTrue(after_end is None or after_end >= block["end_ns"] / S, after_end)
         windows = {w["calibration_id"]: w for w in self.client.calibration_get("qpu0")}
         b0, b1 = block["start_ns"], block["end_ns"]
         for start, end, _, _, _, ack_start, ack_end in runs:

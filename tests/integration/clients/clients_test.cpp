@@ -619,6 +619,72 @@ TEST_F(c_abi, events_arrive_through_next_event_in_order) {
     }
 }
 
+// The holder of a held reservation in a calibration block's way hears
+// reservation.yield_requested; qrt_yield_request_read gives its fields
+// (the block, the deadline, the nearest free start, what happens then).
+TEST_F(c_abi, a_yield_request_reaches_the_holder_and_reads_into_its_fields) {
+    qrt_error err;
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t now_ns = now.tv_sec * 1'000'000'000LL + now.tv_nsec;
+    constexpr std::int64_t s = 1'000'000'000;
+    const json windows{{"qpu", "qpu1"},
+                       {"windows", json::array({{{"calibration_id", 7101},
+                                                 {"valid_from_ns", now_ns},
+                                                 {"valid_until_ns", now_ns + 120 * s}}})}};
+    ASSERT_EQ(qrt_call(c, "calibration.update", windows.dump().c_str(), nullptr, &err), 0)
+        << err.message;
+    ASSERT_EQ(qrt_call(c, "events.subscribe", R"({"topics":["reservation.yield_requested"]})", nullptr,
+                       &err),
+              0)
+        << err.message;
+    // Held from 2 s to 30 s: a 10 s block ending by 30 s fits only there.
+    qrt_slot_request req{};
+    req.duration_ns = 28 * s;
+    req.not_before_ns = now_ns + 2 * s;
+    req.qpu = "qpu1";
+    qrt_reservation held{};
+    ASSERT_EQ(qrt_slots_reserve(c, &req, key("held").c_str(), 60 * s, &held, &err), 0) << err.message;
+    ASSERT_EQ(held.start_ns, now_ns + 2 * s);
+    const json ask{{"qpu", "qpu1"},         {"step", "x_amplitude"},  {"duration_ns", 10 * s},
+                   {"needed_by_ns", now_ns + 30 * s}, {"idempotency_key", key("block")}};
+    char* out = nullptr;
+    ASSERT_EQ(qrt_call(c, "calibration.request", ask.dump().c_str(), &out, &err), 0) << err.message;
+    const json block = json::parse(out);
+    qrt_free(out);
+    ASSERT_EQ(block["state"], "yielding") << block.dump();
+
+    char* ev = nullptr;
+    ASSERT_EQ(qrt_next_event(c, 5000, &ev, &err), 0) << err.message;
+    qrt_yield_request y;
+    const int rc = qrt_yield_request_read(ev, &y);
+    const json j = json::parse(ev);
+    qrt_free(ev);
+    ASSERT_EQ(rc, 0) << j.dump();
+    EXPECT_EQ(y.reservation_id, held.reservation_id);
+    EXPECT_EQ(y.start_ns, held.start_ns);
+    EXPECT_STREQ(y.qpu, "qpu1");
+    EXPECT_EQ(y.block_id, block["block_id"].get<std::uint64_t>());
+    EXPECT_EQ(y.block_start_ns, block["start_ns"].get<std::int64_t>());
+    EXPECT_EQ(y.block_end_ns, block["end_ns"].get<std::int64_t>());
+    EXPECT_STREQ(y.step, "x_amplitude");
+    EXPECT_EQ(y.deadline_ns, block["yield_deadline_ns"].get<std::int64_t>());
+    EXPECT_EQ(y.free_start_ns, j["data"]["free_start_ns"].get<std::int64_t>());
+    EXPECT_GE(y.free_start_ns, y.block_end_ns);
+    EXPECT_STREQ(y.at_deadline, "keep");  // timeline.calibration_preempt = "never"
+    EXPECT_NE(std::string(y.reason).find("calibration block"), std::string::npos) << y.reason;
+
+    // Any other event is -ENOENT, and what is not an event -EINVAL.
+    EXPECT_EQ(qrt_yield_request_read(R"({"seq":1,"type":"reservation.reserved","data":{}})", &y), -ENOENT);
+    EXPECT_EQ(y.reservation_id, 0U);
+    EXPECT_EQ(qrt_yield_request_read("[1]", &y), -EINVAL);
+    EXPECT_EQ(qrt_yield_request_read(R"({"type":"reservation.yield_requested","data":{}})", &y), -EINVAL);
+    EXPECT_EQ(qrt_yield_request_read(nullptr, &y), -EINVAL);
+
+    // The holder gives its time back.
+    ASSERT_EQ(qrt_slots_release(c, held.reservation_id, held.fencing_token, &err), 0) << err.message;
+}
+
 TEST_F(clients, c_abi_a_hung_agent_is_etimedout_after_the_set_timeout) {
     const qrt::testing::unix_socket_file hung(*dir + "/hung-c.sock", 8);
     qrt_client* c = nullptr;

@@ -282,3 +282,118 @@ TEST(calibration_rpc, only_the_calibration_role_places_jobs_into_its_block) {
     EXPECT_EQ(reason_of(refused), rpc::reason::permission_denied) << refused.dump();
     EXPECT_EQ(refused.at("error").at("data").at("field"), "block_id");
 }
+
+namespace {
+
+// The same block as above, with a holder that neither releases nor moves
+// by the deadline: what the holder and every subscriber hear, under
+// timeline.calibration_preempt = `preempt`.
+struct unyielding {
+    json held;   // the holder's reservation (slots.reserve's answer)
+    json block;  // calibration.request's answer
+    json yield;  // the holder's reservation.yield_requested
+};
+
+unyielding holder_does_not_yield(harness& h, client& c, client& watcher) {
+    watcher.ok("events.subscribe", {{"topics",
+                                     {"reservation.yield_requested", "reservation.displaced",
+                                      "calibration.scheduled", "calibration.ended"}}});
+    const calibrated cal = push_windows(h, c);
+    json a = job_at(cal, 70, 40, "a");
+    a["payload"] = rpc::base64_encode("x");
+    c.ok("jobs.submit", a);
+    // Held [15 s, 70 s): the 5 s free before it are too few, so the block
+    // goes where it sits, and the yield deadline (10 s from now) comes
+    // before its start.
+    json hold = job_at(cal, 15, 55, "h");
+    hold.erase("deadline_ns");
+    hold["lease_ns"] = 200 * s_ns;
+    unyielding u;
+    u.held = c.ok("slots.reserve", hold);
+    EXPECT_EQ(u.held.at("start_ns"), cal.at(15));
+    // Urgency 3 above the reservation's priority 0: revocable under "held".
+    u.block = c.ok("calibration.request", ask(cal, 10, 80, "y", 3));
+    EXPECT_EQ(u.block.at("state"), "yielding");
+    EXPECT_EQ(u.block.at("start_ns"), cal.at(60));
+    EXPECT_EQ(u.block.at("yielding"), json::array({u.held.at("reservation_id")}));
+    u.yield = next_event(watcher, "reservation.yield_requested");
+    EXPECT_FALSE(u.yield.is_null());
+    // The deadline passes with the reservation still held (its lease kept).
+    c.ok("slots.heartbeat", {{"reservation_id", u.held.at("reservation_id")},
+                             {"fencing_token", u.held.at("fencing_token")}});
+    h.skew_ns += u.block.at("yield_deadline_ns").get<std::int64_t>() - h.now() + s_ns;
+    housekeeping(h);
+    return u;
+}
+
+harness_options preempting(tl::calibration_preempt p) {
+    harness_options o = calibration_service();
+    o.tune_ledger = [p](tl::ledger_options& lo) { lo.calibration_preempt = p; };
+    return o;
+}
+
+}  // namespace
+
+// Under "never" the holder keeps its reservation (and may still commit it);
+// the block fails, and its end names the earliest block there is then.
+TEST(calibration_rpc, a_holder_that_does_not_yield_keeps_its_slot_under_never_and_the_block_fails) {
+    harness h(preempting(tl::calibration_preempt::never));
+    client c(h.socket_path);
+    client watcher(h.socket_path);
+    const unyielding u = holder_does_not_yield(h, c, watcher);
+    ASSERT_FALSE(u.yield.is_null());
+    EXPECT_EQ(u.yield.at("data").at("at_deadline"), "keep");
+    const json ended = next_event(watcher, "calibration.ended");
+    ASSERT_FALSE(ended.is_null());
+    const json& b = ended.at("data").at("block");
+    EXPECT_EQ(b.at("block_id"), u.block.at("block_id"));
+    EXPECT_EQ(b.at("state"), "failed");
+    EXPECT_NE(b.at("reason").get<std::string>().find("did not yield"), std::string::npos) << b.dump();
+    EXPECT_NE(b.at("reason").get<std::string>().find("the earliest block is start_ns"), std::string::npos)
+        << b.dump();
+    const json id = u.held.at("reservation_id");
+    EXPECT_EQ(c.ok("jobs.status", {{"job_id", id}}).at("state"), "held");
+    EXPECT_EQ(c.ok("calibration.blocks", {{"qpu", "qp"}}).at("blocks").at(0).at("state"), "failed");
+    // An acknowledged hold stays a promise: it commits in its slot.
+    const json committed = c.ok("jobs.submit", {{"reservation_id", id},
+                                                {"fencing_token", u.held.at("fencing_token")},
+                                                {"payload", rpc::base64_encode("x")}});
+    EXPECT_EQ(committed.at("start_ns"), u.held.at("start_ns"));
+    EXPECT_TRUE(h.on_loop([&] { return h.ledger->check_invariants(); }).empty());
+}
+
+// Under "held" (the block's urgency above the reservation's priority) the
+// reservation is revoked at the deadline: its holder hears
+// reservation.displaced naming the block, its fencing token is dead, and
+// the block is scheduled.
+TEST(calibration_rpc, a_holder_that_does_not_yield_is_revoked_under_held_and_its_token_is_dead) {
+    harness h(preempting(tl::calibration_preempt::held));
+    client c(h.socket_path);
+    client watcher(h.socket_path);
+    const unyielding u = holder_does_not_yield(h, c, watcher);
+    ASSERT_FALSE(u.yield.is_null());
+    EXPECT_EQ(u.yield.at("data").at("at_deadline"), "revoke");
+    const json id = u.held.at("reservation_id");
+    const json displaced = next_event(watcher, "reservation.displaced");
+    ASSERT_FALSE(displaced.is_null());
+    EXPECT_EQ(displaced.at("data").at("reservation_id"), id);
+    const std::string why = displaced.at("data").at("reason").get<std::string>();
+    EXPECT_NE(why.find("revoked for calibration block " + u.block.at("block_id").dump()), std::string::npos)
+        << displaced.dump();
+    const json scheduled = next_event(watcher, "calibration.scheduled");
+    ASSERT_FALSE(scheduled.is_null());
+    EXPECT_EQ(scheduled.at("data").at("block").at("state"), "scheduled");
+    EXPECT_EQ(c.ok("jobs.status", {{"job_id", id}}).at("state"), "displaced");
+    // The token is dead: no commit, heartbeat or release with it.
+    const json token = u.held.at("fencing_token");
+    const json commit = c.call("jobs.submit", {{"reservation_id", id},
+                                               {"fencing_token", token},
+                                               {"payload", rpc::base64_encode("x")}});
+    ASSERT_TRUE(commit.contains("error")) << commit.dump();
+    EXPECT_NE(commit.at("error").at("message").get<std::string>().find("revoked"), std::string::npos)
+        << commit.dump();
+    EXPECT_TRUE(c.call("slots.heartbeat", {{"reservation_id", id}, {"fencing_token", token}}).contains("error"));
+    EXPECT_TRUE(c.call("slots.release", {{"reservation_id", id}, {"fencing_token", token}}).contains("error"));
+    // The committed job after the block was never touched.
+    EXPECT_TRUE(h.on_loop([&] { return h.ledger->check_invariants(); }).empty());
+}

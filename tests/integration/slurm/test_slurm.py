@@ -30,11 +30,14 @@ run as user nobody.
  10. without SPANK, qrt-slurm-prolog as Prolog/TaskProlog/Epilog gives a
      job the same slot and QRT_* variables, idempotently, keyed by job id.
  11. the README's example batch script (tools/integrations/slurm/job.sbatch) runs as written.
+ 12. a step asking for a start inside a calibration block qrtd granted is
+     refused, naming the block and the earliest start after it.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 Slurm, munge, root or the plugin are missing.
 """
 
+import calendar
 import json
 import os
 import re
@@ -413,6 +416,47 @@ class SlurmQrt(unittest.TestCase):
         text = self.read(os.path.join(self.lab.jobs, f"qpu-example-{job_id}.out"))
         self.assertRegex(text, r"slot: qpu\d from \d+ to \d+ \(reservation \d+\)")
         self.assertRegex(text, r"qrt-job: reservation \d+ qpu qpu\d state completed")
+
+
+    def test_12_a_step_inside_a_calibration_block_is_refused_naming_it(self):
+        # A calibration block on every QPU (root holds the calibration role
+        # here), 800 ms of a 900 ms window, ending by needed_by 30 s ahead.
+        needed_by = time.time_ns() + 30_000 * MS
+        qpus = [f"qpu{i}" for i in range(self.lab.nqpus)]
+        with self.lab.client() as c:
+            blocks = [c.calibration_request(q, "slurm_probe", 800 * MS, needed_by, f"slurm-probe-{q}")
+                      for q in qpus]
+        try:
+            for b in blocks:
+                self.assertEqual(b["state"], "scheduled", b)
+            start = max(b["start_ns"] for b in blocks)
+            end = min(b["end_ns"] for b in blocks)
+            self.assertGreater(end - start, 500 * MS, blocks)
+            # A 100 ms step from 200 ms into the block, due 300 ms later:
+            # the window holds it; only the block stands in its way.
+            nb, dl = (start + 200 * MS) / 1e9, (start + 500 * MS) / 1e9
+            r = self.lab.run(["srun", "-t", "2", "--qpu-duration=100ms", f"--qpu-not-before=@{nb:.3f}",
+                              f"--qpu-deadline=@{dl:.3f}", "sh", "-c", "echo TASK-RAN"], timeout=60)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("TASK-RAN", r.stdout)
+            self.assertIn("qrt: no QPU slot for this step", r.stderr)
+            self.assertIn("reason no_fit", r.stderr)
+            # It names each block, and the earliest start after it.
+            for b in blocks:
+                m = re.search(rf"calibration block {b['block_id']} \(step slurm_probe\) holds qpu {b['qpu']} "
+                              rf"from {b['start_ns']} to {b['end_ns']}; the earliest start after it is (\d+)",
+                              r.stderr)
+                self.assertTrue(m, r.stderr)
+                self.assertGreaterEqual(int(m.group(1)), b["end_ns"], r.stderr)
+            # The plugin's next possible start lies after the blocks.
+            m = re.search(r"the next possible start is (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z", r.stderr)
+            self.assertTrue(m, r.stderr)
+            at_ms = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) * 1000 + int(m.group(2))
+            self.assertGreaterEqual(at_ms, end // MS, r.stderr)
+        finally:
+            with self.lab.client() as c:
+                for b in blocks:
+                    c.calibration_cancel(b["block_id"])
 
 
 def main():

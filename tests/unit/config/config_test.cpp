@@ -276,6 +276,17 @@ TEST(config_errors, bad_endpoint_urls) {
               "file:// must name a device under /dev (file:///dev/qpu0)");
 }
 
+TEST(config_errors, wire_2_needs_a_socket_endpoint_and_an_arm_lead_needs_wire_2) {
+    EXPECT_EQ(only_error("[[qpu]]\nname = \"a\"\nendpoint = \"file:///dev/null\"\nwire = 2\n"),
+              "qrtd.toml:4: qpu[0].wire = 2 needs two connections to the endpoint; qpu[0].endpoint = "
+              "\"file:///dev/null\" is a file: give a unix:// or tcp:// endpoint, or wire = 1");
+    EXPECT_EQ(only_error(std::string(one_qpu) + "arm_lead_ns = 300_000_000\n"),
+              "qrtd.toml:5: qpu[0].arm_lead_ns = 300000000 is for wire = 2 (qpu[0].wire = 1): a version-1 job "
+              "is never armed");
+    EXPECT_EQ(only_error(std::string(one_qpu) + "wire = 3\n"),
+              "qrtd.toml:5: qpu[0].wire = 3 is out of range 1..2");
+}
+
 TEST(config_errors, duplicate_qpu_names) {
     EXPECT_EQ(only_error("[[qpu]]\nname = \"a\"\nendpoint = \"unix:///a\"\n"
                          "[[qpu]]\nname = \"a\"\nendpoint = \"unix:///b\"\n"),

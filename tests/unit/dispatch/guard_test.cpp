@@ -105,3 +105,15 @@ TEST(endpoint, a_job_is_not_sent_to_a_down_endpoint) {
     g.endpoint_up = false;
     EXPECT_EQ(check_before_send(g), dispatch_status::endpoint_down);
 }
+
+// Wire version 2: a FIRE never goes out for a job the endpoint has not
+// answered ARMED for; every earlier refusal still wins (it says more).
+TEST(armed, a_job_not_armed_at_t_is_never_fired) {
+    guard_input g = on_time();
+    g.armed = false;
+    EXPECT_EQ(check_before_send(g), dispatch_status::not_armed);
+    g.endpoint_up = false;
+    EXPECT_EQ(check_before_send(g), dispatch_status::endpoint_down);
+    g.now_ns = g.deadline_ns + g.tolerance_ns + 1;
+    EXPECT_EQ(check_before_send(g), dispatch_status::missed);
+}

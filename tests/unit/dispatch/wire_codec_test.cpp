@@ -101,13 +101,25 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         malformed_case{"magic", [](wire::header& h) { h.magic = 0x12345678; }, wire::decode_status::bad_magic},
         malformed_case{"version0", [](wire::header& h) { h.version = 0; }, wire::decode_status::bad_version},
-        malformed_case{"version2", [](wire::header& h) { h.version = 2; }, wire::decode_status::bad_version},
+        malformed_case{"version3", [](wire::header& h) { h.version = 3; }, wire::decode_status::bad_version},
+        malformed_case{"version2_with_v1_header_len", [](wire::header& h) { h.version = 2; },
+                       wire::decode_status::bad_header_len},
         malformed_case{"header_len_short", [](wire::header& h) { h.header_len = 64; },
                        wire::decode_status::bad_header_len},
         malformed_case{"header_len_long", [](wire::header& h) { h.header_len = 128; },
                        wire::decode_status::bad_header_len},
         malformed_case{"type0", [](wire::header& h) { h.type = 0; }, wire::decode_status::bad_type},
-        malformed_case{"type5", [](wire::header& h) { h.type = 5; }, wire::decode_status::bad_type},
+        malformed_case{"arm_in_version1", [](wire::header& h) { h.type = QRT_WIRE_ARM; },
+                       wire::decode_status::bad_type},
+        malformed_case{"fire_in_version1", [](wire::header& h) { h.type = QRT_WIRE_FIRE; },
+                       wire::decode_status::bad_type},
+        malformed_case{"type10", [](wire::header& h) { h.type = 10; }, wire::decode_status::bad_type},
+        malformed_case{"v2_status_in_version1",
+                       [](wire::header& h) {
+                           h.type = QRT_WIRE_ERROR;
+                           h.status = QRT_WIRE_ERR_PROGRAM_REFUSED;
+                       },
+                       wire::decode_status::bad_status},
         malformed_case{"type255", [](wire::header& h) { h.type = 255; }, wire::decode_status::bad_type},
         malformed_case{"unknown_flag", [](wire::header& h) { h.flags = 0x80; }, wire::decode_status::bad_flags},
         malformed_case{"status_on_job", [](wire::header& h) { h.status = QRT_WIRE_ERR_BUSY; },

@@ -53,12 +53,14 @@ TEST(protogen, the_real_table_loads_and_gives_the_96_and_128_byte_headers) {
     EXPECT_EQ(m.versions[0].header_len, 96U);
     EXPECT_EQ(m.versions[1].header_len, 128U);
     const auto outs = generate(m);
-    ASSERT_EQ(outs.size(), 4U);
+    ASSERT_EQ(outs.size(), 5U);
     for (const auto& o : outs) {
         EXPECT_NE(o.text.find("qrt-protogen"), std::string::npos) << o.path << " does not say it is generated";
     }
     EXPECT_NE(write_python(m).find("WIRE_HEADER_V1 = struct.Struct(\"<IHBBHHIQQqqqqqqIIq\")"), std::string::npos);
     EXPECT_NE(write_go(m).find("StateSent"), std::string::npos);
+    EXPECT_NE(write_c_names(m).find("#define QRT_REASON_NO_FIT \"no_fit\""), std::string::npos);
+    EXPECT_NE(write_c_names(m).find("#define QRT_STATE_SENT \"sent\""), std::string::npos);
 }
 
 TEST(protogen, a_duplicate_reason_is_refused_by_name) {

@@ -47,10 +47,11 @@ import os
 import stat
 import tempfile
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
 SET_FILE = "aer.json"
@@ -74,7 +75,7 @@ class QubitParams:
     x_amp: float = 1.0              # X amplitude, relative to the nominal pi pulse
     readout_threshold: float = 0.0  # discriminator threshold, in half blob separations
 
-    def to_json(self) -> Dict[str, float]:
+    def to_json(self) -> dict[str, float]:
         return {"x_amp": self.x_amp, "readout_threshold": self.readout_threshold}
 
 
@@ -90,7 +91,7 @@ class AerSet:
     def params(self, q: int) -> QubitParams:
         return self.qubits.get(q, NOMINAL)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"format": SET_FORMAT, "version": SET_VERSION, "calibration_id": self.calibration_id,
                 "measured_ns": self.measured_ns,
                 "qubits": {str(q): p.to_json() for q, p in sorted(self.qubits.items())}}
@@ -112,7 +113,7 @@ def parse_set(data: Any, where: str) -> AerSet:
     qubits = data.get("qubits", {})
     if not isinstance(qubits, dict) or len(qubits) > MAX_QUBITS:
         raise SetError(f"{where}: qubits must be an object of at most {MAX_QUBITS} qubits")
-    out: Dict[int, QubitParams] = {}
+    out: dict[int, QubitParams] = {}
     for key, p in qubits.items():
         if not key.isdigit() or int(key) >= MAX_QUBITS:
             raise SetError(f"{where}: qubits.{key}: not a qubit index 0..{MAX_QUBITS - 1}")
@@ -244,13 +245,13 @@ class Drift:
         gain = 1.0 + self.x_gain_per_hour * (1.0 + self.qubit_spread * q) * self.hours(t_ns)
         return math.pi * (p.x_amp * gain - 1.0)
 
-    def readout(self, q: int, t_ns: int, p: QubitParams) -> Tuple[float, float]:
+    def readout(self, q: int, t_ns: int, p: QubitParams) -> tuple[float, float]:
         """(p10, p01): P(read 1 | prepared 0), P(read 0 | prepared 1)."""
         shift = self.readout_shift_per_hour * (1.0 + self.qubit_spread * q) * self.hours(t_ns)
         off = shift - p.readout_threshold
         return q_tail((1.0 + off) / self.readout_sigma), q_tail((1.0 - off) / self.readout_sigma)
 
-    def noise_spec(self, s: AerSet, t_ns: int, qubits: int) -> Dict[str, Any]:
+    def noise_spec(self, s: AerSet, t_ns: int, qubits: int) -> dict[str, Any]:
         """What a job's simulator needs (JSON, sent to the worker process):
         per qubit, the X over-rotation and (p10, p01)."""
         return {"calibration_id": s.calibration_id, "t_ns": t_ns,
@@ -310,7 +311,7 @@ class AerSetWriter:
         if step not in (STEP_X_AMPLITUDE, STEP_READOUT):
             raise SetError(f"qpu-aer's set has no parameter for step {step!r} (it takes "
                            f"{STEP_X_AMPLITUDE} and {STEP_READOUT})")
-        qubits: Dict[int, QubitParams] = dict(s.qubits)
+        qubits: dict[int, QubitParams] = dict(s.qubits)
         shots = int(measurement.get("shots", 1_000_000))
         for key, m in measurement["qubits"].items():
             q = int(key)

@@ -1,13 +1,18 @@
 // qpu-sim: a simulated QPU control endpoint speaking the qrt/proto/wire.h protocol.
 //
-// It timestamps each JOB on receipt (CLOCK_REALTIME), checks that the arrival
-// lies inside the job's window, "runs" the job for its duration, and answers a
-// RESULT with deterministic pseudo-random bitstring counts.  Faults can be
+// Version 1 (one phase): it timestamps each JOB on receipt (CLOCK_REALTIME),
+// checks that the arrival lies inside the job's window, prepares it (the
+// --prepare-* cost, zero by default), "runs" the job for its duration, and
+// answers a RESULT with deterministic pseudo-random bitstring counts.
+// Version 2 (when the agent's HELLO offers wire=2 and --wire is 2): ARM on
+// the control connection is prepared ahead and answered ARMED, FIRE on the
+// fire connection starts it (two_phase.hpp).  Faults can be
 // injected (stall, drop, disconnect, slow answers, garbage) for every N-th
 // job.  At exit (SIGTERM, SIGINT, --duration-s, --max-jobs) it prints the
 // counters and arrival-lateness percentiles, as text or one JSON line.
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <grp.h>
 #include <poll.h>
 #include <sched.h>
@@ -36,10 +41,13 @@
 #include "qrt/proto/wire_codec.hpp"
 #include "rtcore/histogram.hpp"
 #include "rtcore/clock.hpp"
+#include "two_phase.hpp"
 
 namespace {
 
 using rtcore::unique_fd;
+using qpu_sim::bitstring_counts;
+using qpu_sim::splitmix64;
 namespace wire = qrt::wire;
 
 volatile sig_atomic_t g_stop = 0;
@@ -74,6 +82,12 @@ struct options {
     double slow_ms = 0;
     std::uint64_t stop_reading_after = 0;
     unsigned qubits = 4;
+    // the wire: the highest version it answers (2: version 2 when offered)
+    unsigned wire_version = 2;
+    std::string prepare_dist = "fixed";
+    qpu_sim::two_phase_options v2;
+    double horizon_ms = 60'000;
+    double min_lead_ms = -1;
     // calibration schedule printing
     bool print_calibration = false;
     double period_s = 1.0;
@@ -98,15 +112,39 @@ struct counters {
     std::uint64_t disconnects = 0;
     std::uint64_t garbage = 0;
     std::uint64_t slow = 0;
+    std::uint64_t control_connections = 0;
+    std::uint64_t fire_connections = 0;
 };
+
+// What a connection is once its HELLO is read.
+enum class conn_kind { fresh, v1, control, fire };
 
 struct client {
     unique_fd fd;
     wire::frame_reader reader;
-    bool hello_done = false;
+    conn_kind kind = conn_kind::fresh;
     bool reading = true;
     std::uint64_t id = 0;
+    std::string session;          // control: its session
+    std::uint64_t control_id = 0; // fire: its control connection
 };
+
+std::string new_session() {
+    unsigned char b[16] = {};
+    if (::getrandom(b, sizeof(b), 0) != static_cast<ssize_t>(sizeof(b))) {
+        std::uint64_t s = static_cast<std::uint64_t>(rtcore::monotonic_now_ns());
+        for (auto& x : b) {
+            x = static_cast<unsigned char>(splitmix64(s));
+        }
+    }
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (const unsigned char x : b) {
+        out += hex[x >> 4];
+        out += hex[x & 15];
+    }
+    return out;
+}
 
 struct pending_answer {
     std::uint64_t client_id = 0;
@@ -114,46 +152,6 @@ struct pending_answer {
 };
 
 bool every(std::uint64_t n, std::uint64_t seq) { return n != 0 && seq % n == 0; }
-
-std::uint64_t splitmix64(std::uint64_t& s) {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-// "<bitstring> <count>\n" for each outcome with a non-zero count; the counts
-// sum to shots.  Deterministic in (job_id, calibration_id).
-std::string bitstring_counts(std::uint64_t job_id, std::uint64_t calibration_id, std::uint32_t shots,
-                             unsigned qubits) {
-    const std::size_t outcomes = std::size_t{1} << qubits;
-    std::vector<std::uint32_t> counts(outcomes, 0);
-    std::uint64_t seed = job_id * 0x100000001b3ULL ^ calibration_id;
-    // Biased towards |0...0> and |1...1>, as a GHZ-like program would be.
-    for (std::uint32_t i = 0; i < shots; ++i) {
-        const std::uint64_t r = splitmix64(seed);
-        std::size_t k = 0;
-        if ((r & 0xff) < 200) {
-            k = ((r >> 8) & 1) != 0 ? outcomes - 1 : 0;
-        } else {
-            k = static_cast<std::size_t>((r >> 16) % outcomes);
-        }
-        ++counts[k];
-    }
-    std::string out;
-    for (std::size_t k = 0; k < outcomes; ++k) {
-        if (counts[k] == 0) {
-            continue;
-        }
-        for (unsigned b = qubits; b-- > 0;) {
-            out.push_back(((k >> b) & 1) != 0 ? '1' : '0');
-        }
-        out += ' ';
-        out += std::to_string(counts[k]);
-        out += '\n';
-    }
-    return out;
-}
 
 // --socket-mode: octal permission bits, 0 to 0777.
 bool parse_mode(const std::string& text, mode_t& out) {
@@ -192,7 +190,13 @@ bool parse_group(const std::string& text, gid_t& out, std::string& why) {
 
 class simulator {
 public:
-    explicit simulator(options opt) : _opt(std::move(opt)) {}
+    explicit simulator(options opt)
+        : _opt(std::move(opt)),
+          _v2(_opt.v2, [this](std::uint64_t id, std::vector<std::uint8_t> b) { send_to(id, b); },
+              [this](std::int64_t due, std::uint64_t id, std::vector<std::uint8_t> b) {
+                  _answers.emplace(due, pending_answer{id, std::move(b)});
+              },
+              _busy_until_mono, _start_lateness) {}
 
     int run() {
         if (!_opt.arrivals_file.empty()) {
@@ -241,9 +245,11 @@ public:
         std::vector<std::uint64_t> pclients;
         while (g_stop == 0) {
             const std::int64_t now = rtcore::monotonic_now_ns();
-            if (now >= end_mono || (_opt.max_jobs != 0 && _c.jobs >= _opt.max_jobs && _answers.empty())) {
+            if (now >= end_mono ||
+                (_opt.max_jobs != 0 && _c.jobs >= _opt.max_jobs && _answers.empty() && _v2.next_due() == INT64_MAX)) {
                 break;
             }
+            _v2.tick(now);
             flush_due(now);
             pfds.clear();
             pclients.clear();
@@ -258,6 +264,9 @@ public:
             std::int64_t wait_ns = std::min<std::int64_t>(end_mono - now, 100'000'000);
             if (!_answers.empty()) {
                 wait_ns = std::min(wait_ns, std::max<std::int64_t>(0, _answers.begin()->first - now));
+            }
+            if (const std::int64_t due = _v2.next_due(); due != INT64_MAX) {
+                wait_ns = std::min(wait_ns, std::max<std::int64_t>(0, due - now));
             }
             if (_opt.busy_poll) {
                 wait_ns = 0;
@@ -305,7 +314,18 @@ private:
         _clients.emplace(c->id, std::move(c));
     }
 
+    // A control connection takes its armed jobs (never started) and its
+    // fire connection with it.
     void close_client(std::uint64_t id) {
+        auto found = _clients.find(id);
+        if (found != _clients.end() && found->second->kind == conn_kind::control) {
+            _v2.on_control_closed(id);
+            _sessions.erase(found->second->session);
+            for (auto c = _clients.begin(); c != _clients.end();) {
+                c = c->second->kind == conn_kind::fire && c->second->control_id == id ? _clients.erase(c)
+                                                                                       : std::next(c);
+            }
+        }
         _clients.erase(id);
         for (auto it = _answers.begin(); it != _answers.end();) {
             it = it->second.client_id == id ? _answers.erase(it) : std::next(it);
@@ -331,6 +351,16 @@ private:
         }
     }
 
+    void send_to(std::uint64_t id, const std::vector<std::uint8_t>& bytes) {
+        auto it = _clients.find(id);
+        if (it != _clients.end()) {
+            send_now(*it->second, bytes);
+            if (!bytes.empty() && wire::decode_header(bytes).hdr.type == QRT_WIRE_ERROR) {
+                ++_c.errors_sent;
+            }
+        }
+    }
+
     void flush_due(std::int64_t now) {
         while (!_answers.empty() && _answers.begin()->first <= now) {
             auto node = _answers.extract(_answers.begin());
@@ -341,12 +371,22 @@ private:
         }
     }
 
+    // In the connection's version (version 1 before its HELLO).
     void send_error(client& c, const wire::header& job, qrt_wire_error code, const std::string& why) {
-        wire::header h = wire::header_for(job, wire::frame_type::error);
-        h.status = static_cast<std::uint16_t>(code);
-        h.arrival_ns = job.arrival_ns;
-        h.sent_ns = rtcore::realtime_now_ns();
-        send_now(c, wire::encode_frame(h, why));
+        wire::header_v2 h = wire::header_v2_for(job, wire::frame_type::error);
+        if (c.kind != conn_kind::control && c.kind != conn_kind::fire) {
+            h.v1.version = 1;
+            h.v1.header_len = wire::header_len;
+        }
+        h.v1.status = static_cast<std::uint16_t>(code);
+        h.v1.arrival_ns = job.arrival_ns;
+        h.v1.sent_ns = rtcore::realtime_now_ns();
+        auto bytes = wire::encode_frame(h, why);
+        if (c.kind == conn_kind::fire) {
+            send_to(c.control_id, bytes);  // nothing is written on a fire connection
+        } else {
+            send_now(c, bytes);
+        }
         ++_c.errors_sent;
     }
 
@@ -384,32 +424,91 @@ private:
         }
     }
 
+    // The first frame: HELLO.  A version-1 HELLO offering wire=2 (with
+    // --wire 2) opens a control connection, answered with the capabilities;
+    // a version-2 HELLO naming a session opens its fire connection; any
+    // other HELLO is answered in version 1.
+    bool hello(client& c, const wire::frame& f) {
+        if (f.hdr.type != QRT_WIRE_HELLO) {
+            ++_c.protocol_errors;
+            send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL, "protocol error: first frame must be HELLO");
+            return false;
+        }
+        const std::string identity = std::string("qpu-sim ") + QRT_VERSION;
+        if (f.hdr.version == 2) {
+            auto session = wire::parse_fire_hello(f.payload_text());
+            auto ctl = session ? _sessions.find(*session) : _sessions.end();
+            if (ctl == _sessions.end()) {
+                ++_c.protocol_errors;
+                send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL,
+                           session ? "protocol error: no control connection has that session"
+                                   : "protocol error: " + session.err().message);
+                return false;
+            }
+            c.kind = conn_kind::fire;
+            c.control_id = ctl->second;
+            ++_c.fire_connections;
+            send_now(c, wire::encode_frame(wire::make_header_v2(wire::frame_type::hello),
+                                           wire::fire_hello_json(*session)));
+            return true;
+        }
+        if (_opt.wire_version >= 2 && wire::offers_v2(f.payload_text())) {
+            c.kind = conn_kind::control;
+            c.session = new_session();
+            _sessions[c.session] = c.id;
+            ++_c.control_connections;
+            send_now(c, wire::encode_frame(wire::make_header_v2(wire::frame_type::hello),
+                                           _v2.capabilities(identity, c.session)));
+            return true;
+        }
+        c.kind = conn_kind::v1;
+        send_now(c, wire::encode_frame(wire::make_header(wire::frame_type::hello), identity));
+        return true;
+    }
+
     // false: close the connection.
     bool handle(client& c, const wire::frame& f, std::int64_t arrival_ns, std::int64_t arrival_mono) {
         const auto type = static_cast<wire::frame_type>(f.hdr.type);
-        if (!c.hello_done) {
-            if (type != wire::frame_type::hello) {
-                ++_c.protocol_errors;
-                send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL, "protocol error: first frame must be HELLO");
-                return false;
+        if (c.kind == conn_kind::fresh) {
+            return hello(c, f);
+        }
+        if (type == wire::frame_type::hello) {
+            return true;  // harmless repeat
+        }
+        const unsigned version = c.kind == conn_kind::v1 ? 1U : 2U;
+        if (f.hdr.version != version) {
+            ++_c.protocol_errors;
+            send_error(c, f.hdr, QRT_WIRE_ERR_VERSION,
+                       "protocol error: a version-" + std::to_string(f.hdr.version) + " frame on a version-" +
+                           std::to_string(version) + " connection");
+            return false;
+        }
+        if (c.kind == conn_kind::control && (type == wire::frame_type::arm || type == wire::frame_type::disarm)) {
+            if (type == wire::frame_type::arm) {
+                ++_c.jobs;
+                record_arrival(_c.jobs, f.hdr, arrival_ns, "ARM");
+                _v2.on_arm(c.id, f, arrival_ns, arrival_mono);
+            } else {
+                record_arrival(_c.jobs, f.hdr, arrival_ns, "DISARM");
+                _v2.on_disarm(c.id, f, arrival_ns);
             }
-            c.hello_done = true;
-            send_now(c, wire::encode_frame(wire::make_header(wire::frame_type::hello),
-                                           std::string("qpu-sim ") + QRT_VERSION));
             return true;
         }
-        if (type != wire::frame_type::job) {
-            if (type == wire::frame_type::hello) {
-                return true;  // harmless repeat
-            }
+        if (c.kind == conn_kind::fire && type == wire::frame_type::fire) {
+            record_arrival(_c.jobs, f.hdr, arrival_ns, "FIRE");
+            _v2.on_fire(c.control_id, f, arrival_ns, arrival_mono);
+            return true;
+        }
+        if (c.kind != conn_kind::v1 || type != wire::frame_type::job) {
             ++_c.protocol_errors;
-            send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL, "protocol error: unexpected frame type");
+            send_error(c, f.hdr, QRT_WIRE_ERR_PROTOCOL,
+                       std::string("protocol error: unexpected frame type ") + wire::to_string(type));
             return false;
         }
         const std::uint64_t seq = ++_c.jobs;
         wire::header job = f.hdr;
         job.arrival_ns = arrival_ns;
-        record_arrival(seq, job);
+        record_arrival(seq, job, arrival_ns, nullptr);
         const std::int64_t lateness_ns = arrival_ns - job.scheduled_ns;
         _lateness.record(lateness_ns);
         if (lateness_ns < 0) {
@@ -454,14 +553,18 @@ private:
                            std::to_string(_opt.calibration_id) + ")");
             return true;
         }
-        // One job at a time: a job that arrives while the previous one still
-        // runs waits for it (counted as busy).
-        std::int64_t start_mono = arrival_mono;
-        if (arrival_mono < _busy_until_mono) {
+        // One phase: the program is prepared as it arrives (the --prepare-*
+        // cost, zero by default), then runs.  One job at a time: a job that
+        // arrives while the previous one still runs waits for it (counted as
+        // busy).
+        const std::int64_t prepared_mono = arrival_mono + _opt.v2.prepare.draw(job.job_id, f.payload.size()).total_ns();
+        std::int64_t start_mono = prepared_mono;
+        if (prepared_mono < _busy_until_mono) {
             ++_c.busy;
             start_mono = _busy_until_mono;
         }
         _busy_until_mono = start_mono + std::max<std::int64_t>(job.duration_ns, 0);
+        _start_lateness.record(arrival_ns + (start_mono - arrival_mono) - job.scheduled_ns);
         wire::header r = wire::header_for(job, wire::frame_type::result);
         r.arrival_ns = arrival_ns;
         if (job.tolerance_ns > 0 && lateness_ns > job.tolerance_ns) {
@@ -488,20 +591,23 @@ private:
     }
 
     // After the arrival stamp, so the stamp does not pay for the write.
-    void record_arrival(std::uint64_t seq, const wire::header& job) {
+    // Version 2's frames add "frame": "ARM" | "FIRE" | "DISARM".
+    void record_arrival(std::uint64_t seq, const wire::header& job, std::int64_t arrival_ns, const char* frame) {
         if (_arrivals == nullptr) {
             return;
         }
         std::fprintf(_arrivals.get(),
                      "{\"seq\":%" PRIu64 ",\"job_id\":%" PRIu64 ",\"calibration_id\":%" PRIu64
-                     ",\"scheduled_ns\":%" PRId64 ",\"sent_ns\":%" PRId64 ",\"arrival_ns\":%" PRId64 "}\n",
+                     ",\"scheduled_ns\":%" PRId64 ",\"sent_ns\":%" PRId64 ",\"arrival_ns\":%" PRId64 "%s%s%s}\n",
                      seq, static_cast<std::uint64_t>(job.job_id), static_cast<std::uint64_t>(job.calibration_id),
                      static_cast<std::int64_t>(job.scheduled_ns), static_cast<std::int64_t>(job.sent_ns),
-                     static_cast<std::int64_t>(job.arrival_ns));
+                     static_cast<std::int64_t>(arrival_ns), frame != nullptr ? ",\"frame\":\"" : "",
+                     frame != nullptr ? frame : "", frame != nullptr ? "\"" : "");
     }
 
     void report() const {
         const rtcore::histogram_summary s = _lateness.summary();
+        const rtcore::histogram_summary st = _start_lateness.summary();
         nlohmann::json j = {
             {"tool", "qpu-sim"},
             {"connections", _c.connections},
@@ -520,6 +626,17 @@ private:
               {"disconnects", _c.disconnects},
               {"garbage", _c.garbage},
               {"slow", _c.slow}}},
+            {"wire", _opt.wire_version},
+            {"control_connections", _c.control_connections},
+            {"fire_connections", _c.fire_connections},
+            {"start_lateness_ns",
+             {{"count", st.count},
+              {"min", st.min_ns},
+              {"p50", st.p50_ns},
+              {"p95", st.p95_ns},
+              {"p99", st.p99_ns},
+              {"max", st.max_ns},
+              {"mean", st.mean_ns}}},
             {"arrival_lateness_ns",
              {{"count", s.count},
               {"p50", s.p50_ns},
@@ -530,6 +647,7 @@ private:
               {"mean", s.mean_ns},
               {"stddev", s.stddev_ns}}},
         };
+        _v2.report(j);
         if (!_opt.summary_file.empty()) {
             std::ofstream(_opt.summary_file) << j.dump() << '\n';
         }
@@ -561,12 +679,15 @@ private:
     std::unique_ptr<std::FILE, file_closer> _arrivals;
     counters _c;
     rtcore::histogram _lateness;
+    rtcore::histogram _start_lateness;  // when the program started - scheduled_ns
+    std::int64_t _busy_until_mono = 0;
+    qpu_sim::two_phase _v2;
+    std::map<std::string, std::uint64_t> _sessions;  // control connections by session
     std::vector<unique_fd> _listeners;
     std::vector<std::string> _unix_paths;
     std::map<std::uint64_t, std::unique_ptr<client>> _clients;
     std::uint64_t _next_client = 0;
     std::multimap<std::int64_t, pending_answer> _answers;  // by monotonic due time
-    std::int64_t _busy_until_mono = 0;
 };
 
 // Periodic calibration schedule: window k is valid from phase + k*period to
@@ -630,6 +751,28 @@ int main(int argc, char** argv) {
     app.add_option("--slow-every", opt.slow_every, "only every N-th answer is slow");
     app.add_option("--stop-reading-after", opt.stop_reading_after, "stop reading the connection after N jobs");
     app.add_option("--qubits", opt.qubits, "bitstring width of results")->check(CLI::Range(1, 16));
+    app.add_option("--wire", opt.wire_version,
+                   "highest wire version to speak: 2 (default) answers an agent offering wire=2 with version 2, "
+                   "1 always answers version 1")
+        ->check(CLI::Range(1, 2));
+    app.add_option("--prepare-ms", opt.v2.prepare.base_ms,
+                   "prepare cost (compile, upload, arm) of each program, ms (default 0)")
+        ->check(CLI::Range(0.0, 3'600'000.0));
+    app.add_option("--prepare-dist", opt.prepare_dist, "fixed (default), uniform (+- --prepare-spread-ms) or "
+                                                       "exponential (--prepare-ms + a mean of --prepare-spread-ms)");
+    app.add_option("--prepare-spread-ms", opt.v2.prepare.spread_ms, "spread of the prepare cost, ms")
+        ->check(CLI::Range(0.0, 3'600'000.0));
+    app.add_option("--prepare-ns-per-byte", opt.v2.prepare.ns_per_byte,
+                   "prepare cost per payload byte, ns (1 ms per 64 KiB: 15.2587890625)")
+        ->check(CLI::Range(0.0, 1e6));
+    app.add_option("--max-armed", opt.v2.max_armed, "version 2: jobs held armed at once (default 16)")
+        ->check(CLI::Range(1U, 1U << 20));
+    app.add_option("--horizon-ms", opt.horizon_ms, "version 2: how far ahead of fire_at an ARM is taken (default 60000)")
+        ->check(CLI::Range(1.0, 86'400'000.0));
+    app.add_option("--min-lead-ms", opt.min_lead_ms,
+                   "version 2: the min_lead_ns its HELLO states (default: the largest prepare cost it can draw)");
+    app.add_option("--refuse-marker", opt.v2.refuse_marker,
+                   "version 2: refuse at ARM (program_refused, stage parse, with its line) a program containing this");
     app.add_flag("--print-calibration", opt.print_calibration, "print a periodic calibration schedule as JSON and exit");
     app.add_option("--period-s", opt.period_s, "calibration period (s)");
     app.add_option("--blackout-s", opt.blackout_s, "blackout at the end of each period (s)");
@@ -640,6 +783,15 @@ int main(int argc, char** argv) {
     if (opt.print_calibration) {
         return print_calibration(opt);
     }
+    if (!qpu_sim::parse_dist(opt.prepare_dist, opt.v2.prepare.shape)) {
+        std::fprintf(stderr, "qpu-sim: --prepare-dist \"%s\": give fixed, uniform or exponential\n",
+                     opt.prepare_dist.c_str());
+        return 2;
+    }
+    opt.v2.horizon_ns = static_cast<std::int64_t>(opt.horizon_ms * 1e6);
+    opt.v2.min_lead_ns = opt.min_lead_ms < 0 ? -1 : static_cast<std::int64_t>(opt.min_lead_ms * 1e6);
+    opt.v2.calibration_id = opt.calibration_id;
+    opt.v2.qubits = opt.qubits;
     if (opt.listen.empty()) {
         std::fprintf(stderr, "qpu-sim: give at least one --listen endpoint (see --help)\n");
         return 2;

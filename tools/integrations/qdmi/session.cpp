@@ -4,6 +4,7 @@
 // retrieving jobs; and how a failed call to qrtd is told.
 
 #include "qrtd_qdmi.hpp"
+#include <qrt/names.h>
 
 namespace qrtd_qdmi {
 
@@ -12,8 +13,8 @@ std::atomic<bool> g_initialized{false};
 // QDMI code for a libqrt-client failure, saying it on stderr.
 int fail_call(const char* what, int rc, const qrt_error& err) {
     say(std::string(what) + ": " + (err.reason[0] != '\0' ? err.reason : "error") + ": " + err.message);
-    if (rc == -EREMOTEIO && (std::strcmp(err.reason, "permission_denied") == 0 ||
-                             std::strcmp(err.reason, "not_owner") == 0)) {
+    if (rc == -EREMOTEIO && (std::strcmp(err.reason, QRT_REASON_PERMISSION_DENIED) == 0 ||
+                             std::strcmp(err.reason, QRT_REASON_NOT_OWNER) == 0)) {
         return QDMI_ERROR_PERMISSIONDENIED;
     }
     if (rc == -ETIMEDOUT) {
@@ -246,7 +247,7 @@ int QRTD_QDMI_device_session_retrieve_device_job_by_id(QRTD_QDMI_Device_Session 
         qrt_error err{};
         json st;
         const int rc = session->call("jobs.status", json{{"job_id", *id}}, &st, &err);
-        if (rc == -EREMOTEIO && std::strcmp(err.reason, "not_found") == 0) {
+        if (rc == -EREMOTEIO && std::strcmp(err.reason, QRT_REASON_NOT_FOUND) == 0) {
             return QDMI_ERROR_NOTFOUND;
         }
         if (rc != 0) {

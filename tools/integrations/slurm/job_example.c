@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include <qrt/client.h>
+#include <qrt/names.h>
 
 #define MAX_MEMBERS 64
 
@@ -180,14 +181,14 @@ int main(int argc, char **argv)
 		if (qrt_jobs_result(c, ids[i], &bytes, &len, NULL, &err) < 0) {
 			printf("qrt-job: reservation %" PRIu64 " qpu %s state %s: no result (%s)\n",
 			       ids[i], st.qpu, st.state, err.reason);
-			status = qrt_exit_code_for_reason(strcmp(st.state, "missed") == 0 ? "missed"
+			status = qrt_exit_code_for_reason(strcmp(st.state, QRT_STATE_MISSED) == 0 ? QRT_REASON_MISSED
 											  : err.reason);
 			continue;
 		}
 		printf("qrt-job: reservation %" PRIu64 " qpu %s state %s start_ns %" PRId64
 		       " result %zu bytes: %s\n",
 		       ids[i], st.qpu, st.state, st.start_ns, len, (const char *)bytes);
-		if (strcmp(st.state, "completed") != 0 && status == 0) {
+		if (strcmp(st.state, QRT_STATE_COMPLETED) != 0 && status == 0) {
 			status = 1;
 		}
 		qrt_free(bytes);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <qrt/names.h>
 
 #define NS_PER_S INT64_C(1000000000)
 #define MAX_DURATION_NS (INT64_C(366) * 24 * 3600 * NS_PER_S)
@@ -897,7 +898,7 @@ void qrt_slurm_failure_message(const qrt_slurm_request *req, const char *reason,
 		qrt_slurm_format_utc(next_start_ns, at, sizeof(at));
 		snprintf(next, sizeof(next), "; the next possible start is %s (in %.1f s)", at,
 			 (double)(next_start_ns - now_ns) / 1e9);
-	} else if (reason != NULL && strcmp(reason, "no_fit") == 0) {
+	} else if (reason != NULL && strcmp(reason, QRT_REASON_NO_FIT) == 0) {
 		snprintf(next, sizeof(next), "; qrtd knows no start that fits these QPUs at all");
 	}
 	snprintf(buf, len,

@@ -40,6 +40,7 @@
 
 #include "qrt_slurm.h"
 #include "qrt_slurm_user.h"
+#include <qrt/names.h>
 
 #define NS_PER_S INT64_C(1000000000)
 /* Each call to qrtd. */
@@ -402,8 +403,8 @@ static void reserve_child(void *arg, char *out, size_t len)
 		return;
 	}
 	if (qrt_slurm_reserve(c, req, req->not_before_ns, req->deadline_ns, w->key, &h, &err) < 0) {
-		const int64_t next = strcmp(err.reason, "no_fit") == 0 ||
-					     strcmp(err.reason, "deadline_passed") == 0
+		const int64_t next = strcmp(err.reason, QRT_REASON_NO_FIT) == 0 ||
+					     strcmp(err.reason, QRT_REASON_DEADLINE_PASSED) == 0
 				     ? qrt_slurm_earliest_start(c, req, req->not_before_ns, NULL, 0)
 				     : 0;
 		qrt_slurm_failure_message(req, err.reason, err.message, next, realtime_ns(), msg,

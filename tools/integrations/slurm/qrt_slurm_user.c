@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <qrt/names.h>
 
 int qrt_slurm_user_of(uid_t uid, gid_t gid, qrt_slurm_user *u, char *why, size_t len)
 {
@@ -255,11 +256,11 @@ int qrt_slurm_give_back(const char *url, int timeout_ms, const qrt_slurm_held *h
 	const uint64_t id = h->member[0].id; /* a gang acts as one */
 	if (qrt_slots_release(c, id, h->fencing_token, &err) == 0) {
 		snprintf(msg, len, "qrt: %s: %s: released reservation %" PRIu64, who, h->key, id);
-	} else if (strcmp(err.reason, "illegal_transition") == 0) {
+	} else if (strcmp(err.reason, QRT_REASON_ILLEGAL_TRANSITION) == 0) {
 		if (qrt_jobs_cancel_fenced(c, id, h->fencing_token, &err) == 0) {
 			snprintf(msg, len, "qrt: %s: %s: cancelled committed job %" PRIu64, who,
 				 h->key, id);
-		} else if (strcmp(err.reason, "illegal_transition") == 0) {
+		} else if (strcmp(err.reason, QRT_REASON_ILLEGAL_TRANSITION) == 0) {
 			snprintf(msg, len, "qrt: %s: %s: job %" PRIu64 " is already on its way to "
 				 "the QPU or over", who, h->key, id);
 		} else {
@@ -268,12 +269,12 @@ int qrt_slurm_give_back(const char *url, int timeout_ms, const qrt_slurm_held *h
 				 h->key, id, err.message, err.reason);
 			rc = -1;
 		}
-	} else if (strcmp(err.reason, "not_found") == 0 ||
-		   strcmp(err.reason, "lease_expired") == 0) {
+	} else if (strcmp(err.reason, QRT_REASON_NOT_FOUND) == 0 ||
+		   strcmp(err.reason, QRT_REASON_LEASE_EXPIRED) == 0) {
 		snprintf(msg, len, "qrt: %s: %s: reservation %" PRIu64 " is already over (%s)", who,
 			 h->key, id, err.reason);
-	} else if (strcmp(err.reason, "not_owner") == 0 ||
-		   strcmp(err.reason, "bad_fencing_token") == 0) {
+	} else if (strcmp(err.reason, QRT_REASON_NOT_OWNER) == 0 ||
+		   strcmp(err.reason, QRT_REASON_BAD_FENCING_TOKEN) == 0) {
 		/* Not this user's to give back: nothing the caller may do. */
 		*is_error = 1;
 		snprintf(msg, len, "qrt: %s: %s: reservation %" PRIu64 " was not given back: %s "

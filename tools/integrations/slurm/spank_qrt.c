@@ -69,6 +69,7 @@
 #include <slurm/spank.h>
 
 #include "spank_qrt.h"
+#include <qrt/names.h>
 
 SPANK_PLUGIN(qrt, 1)
 
@@ -298,8 +299,8 @@ void reserve(qrt_client *c)
 	qrt_error err;
 	if (reserve_into(c, req.not_before_ns, req.deadline_ns, key, &held, &err) < 0) {
 		char msg[QRT_SLURM_MSG];
-		const int64_t next = strcmp(err.reason, "no_fit") == 0 ||
-					     strcmp(err.reason, "deadline_passed") == 0
+		const int64_t next = strcmp(err.reason, QRT_REASON_NO_FIT) == 0 ||
+					     strcmp(err.reason, QRT_REASON_DEADLINE_PASSED) == 0
 				     ? next_possible_start(c)
 				     : 0;
 		qrt_slurm_failure_message(&req, err.reason, err.message, next, realtime_ns(), msg,

@@ -27,6 +27,7 @@
 #include <slurm/spank.h>
 
 #include "spank_qrt.h"
+#include <qrt/names.h>
 
 /* What srun reserved for the step, released at its exit. */
 static struct node_hold {
@@ -127,7 +128,7 @@ static void common_start(qrt_client *const *c)
 				ok = 0;
 				/* Only a slot taken since the query is worth another
 				 * round; a quota, a role or a bad request is not. */
-				again = strcmp(err.reason, "no_fit") == 0;
+				again = strcmp(err.reason, QRT_REASON_NO_FIT) == 0;
 			} else if (nodes[i].h.start_ns != s) {
 				snprintf(why, sizeof(why), "%s placed the hold at %" PRId64 ", not %"
 					 PRId64, nodes[i].name, nodes[i].h.start_ns, s);
@@ -196,7 +197,7 @@ static void *heartbeat_main(void *arg)
 			if (qrt_slots_heartbeat(c, nodes[i].h.member[0].id, nodes[i].h.fencing_token,
 						&r, &err) == 0) {
 				nodes[i].h.lease_expires_ns = r.lease_expires_ns;
-			} else if (strcmp(err.reason, "illegal_transition") == 0) {
+			} else if (strcmp(err.reason, QRT_REASON_ILLEGAL_TRANSITION) == 0) {
 				done[i] = 1; /* committed (or over): no lease to renew */
 			} else {
 				note("qrt: %s: heartbeat of %" PRIu64 " on %s: %s (%s)", key,

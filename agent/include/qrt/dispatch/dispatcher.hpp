@@ -170,6 +170,11 @@ struct dispatcher_config {
     std::size_t slots = 256;            // in-flight jobs (power of two)
     std::size_t max_payload_bytes = 64 * 1024;
     std::uint8_t frame_flags = 0;       // qrt_wire_flag bits set on every JOB frame
+    // The wire version the dispatch thread speaks: 1 sends the JOB (header
+    // and program) at T; 2 sends only a FIRE header at T for a job the
+    // housekeeping side has marked armed (set_armed), and its slots hold
+    // headers only (the program goes out in ARM, from the QPU link).
+    unsigned wire_version = 1;
     lead_config lead{};
     double max_spin_fraction = 0.25;    // spin at most this share of the gap before T
     std::int64_t max_sleep_chunk_ns = 20'000'000;  // re-check stop/deadline at least this often
@@ -257,11 +262,15 @@ public:
     // Bytes of the slot pool a dispatcher with these sizes maps, registers
     // with io_uring and locks: slots frames of header + max_payload_bytes,
     // each rounded up to 64, the whole to a page.  (config checks it too.)
-    static constexpr std::uint64_t frame_pool_bytes(std::uint64_t slots, std::uint64_t max_payload_bytes) noexcept {
-        const std::uint64_t slot = (wire_header_bytes + max_payload_bytes + 63) / 64 * 64;
+    // Wire version 2: slots of a FIRE header only.
+    static constexpr std::uint64_t frame_pool_bytes(std::uint64_t slots, std::uint64_t max_payload_bytes,
+                                                    unsigned wire_version = 1) noexcept {
+        const std::uint64_t slot = wire_version >= 2 ? (wire_v2_header_bytes + 63) / 64 * 64
+                                                     : (wire_header_bytes + max_payload_bytes + 63) / 64 * 64;
         return (slot * slots + 4095) / 4096 * 4096;
     }
-    static constexpr std::uint64_t wire_header_bytes = 96;  // == wire::header_len (static_asserted)
+    static constexpr std::uint64_t wire_header_bytes = 96;      // == wire::header_len (static_asserted)
+    static constexpr std::uint64_t wire_v2_header_bytes = 128;  // == wire::header_len_v2 (static_asserted)
 
     // Creates the slot pool, rings and the io_uring (with registered buffer
     // and a one-entry sparse file table).  Throws std::system_error /
@@ -332,6 +341,11 @@ public:
     // max_sleep_chunk_ns).  Call it once the withdrawals are final: a job
     // reported cannot be restored.
     void report_withdrawn() noexcept { rtcore::wake_sleepers(*_wakeup); }
+    // Wire version 2: the endpoint answered ARMED for job_id (true), or the
+    // job is no longer armed (false: a DISARM, a lost connection).  The
+    // dispatch thread fires only a job marked armed.  false when job_id is
+    // not queued.
+    bool set_armed(std::uint64_t job_id, bool armed) noexcept;
     // The monotonic deadline a queued (or in-flight) job will be sent at.
     std::optional<std::int64_t> queued_deadline_ns(std::uint64_t job_id) const noexcept;
 
@@ -393,6 +407,7 @@ private:
         // dispatch thread, just before the write); withdrawn -> queued
         // (restore) or -> dropped (the dispatch thread: reported cancelled).
         std::atomic<std::uint8_t> phase{0};
+        std::atomic<bool> armed{false};            // version 2: ARMED answered (set_armed)
         std::int64_t scheduled_rt_ns = 0;          // housekeeping only
         std::uint64_t job_id = 0;                  // housekeeping only
         bool queued = false;                       // housekeeping only

@@ -33,11 +33,15 @@ struct guard_input {
     std::int64_t scheduled_rt_ns = 0;                   // T, realtime
     std::int64_t calibration_switch_rt_ns = INT64_MAX;  // realtime
     bool endpoint_up = false;
+    // Wire version 2: the endpoint answered ARMED for this job (version 1:
+    // always true, the frame carries the program).
+    bool armed = true;
 };
 
 // sent means "go ahead and send now".  Order of precedence: a job whose start
 // passed by more than its tolerance is missed (whatever else holds); then the
-// calibration guard; then the window; then the endpoint.
+// calibration guard; then the window; then the endpoint; then (version 2)
+// whether the job is armed: a FIRE never goes out for a job that is not.
 constexpr dispatch_status check_before_send(const guard_input& in) noexcept {
     if (in.now_ns - in.deadline_ns > in.tolerance_ns) {
         return dispatch_status::missed;
@@ -52,6 +56,9 @@ constexpr dispatch_status check_before_send(const guard_input& in) noexcept {
     }
     if (!in.endpoint_up) {
         return dispatch_status::endpoint_down;
+    }
+    if (!in.armed) {
+        return dispatch_status::not_armed;
     }
     return dispatch_status::sent;
 }

@@ -37,6 +37,7 @@ enum class dispatch_status : std::uint8_t {
     endpoint_down,         // no connected endpoint at T, never sent
     send_failed,           // the io_uring write failed or was short
     cancelled,             // dispatcher stopped with the job queued
+    not_armed,             // wire version 2: the endpoint had not answered ARMED by T, never fired
 };
 
 // The outcome reasons the QPU link and the job pump write: the first word
@@ -47,6 +48,10 @@ namespace outcome = proto::reason;
 // Stable spellings, used as failure reasons (the outcome:: names but for
 // `sent`).
 const char* to_string(dispatch_status s) noexcept;
+
+// The job outcome reason the protocol's table gives an endpoint's ERROR
+// status (qpu_error for a status it does not know).
+std::string_view outcome_for_wire_error(std::uint16_t status) noexcept;
 
 // The state a job ends in, as the QPU link reports it: completed (RESULT
 // received), failed (see reason), missed (never sent) or sent (written on

@@ -20,6 +20,21 @@
 //
 // Nothing here blocks: connects are non-blocking, the reader only reads what
 // epoll says is there, and the dispatch thread never waits on the endpoint.
+//
+// Wire version 2 (wire_version = 2, qpu_link_v2.cpp): the HELLO offers
+// wire=2; the endpoint's version-2 HELLO gives its capabilities and a
+// session, and a second connection (the fire connection, named by that
+// session) becomes the dispatcher's registered file: the dispatch thread
+// writes FIRE headers there and nothing else.  The control connection is
+// the loop's: ARM (the program, from the link's own payload store) goes out
+// when the job is handed over, within the endpoint's max_armed and
+// horizon (more wait, never fail); ARMED marks the job armed in the
+// dispatcher (set_armed), an ERROR at ARM ends it `arm_refused` (or the
+// table's outcome of the status) naming the stage; a job withdrawn before
+// FIRE is DISARMed; a job still unarmed at T ends `not_armed`.  When the
+// endpoint is lost, armed jobs are re-armed after the reconnect; one whose
+// T comes first ends `endpoint_disconnected`.  Never a FIRE for a job that
+// is not armed.
 
 #include <atomic>
 #include <chrono>
@@ -38,6 +53,7 @@
 #include "qrt/dispatch/job.hpp"
 #include "qrt/dispatch/telemetry.hpp"
 #include "qrt/proto/wire_codec.hpp"
+#include "qrt/proto/wire_v2.hpp"
 #include "qrt/event_loop.hpp"
 #include "rtcore/clock.hpp"
 #include "rtcore/pi_mutex.hpp"
@@ -54,6 +70,12 @@ struct qpu_link_config {
     std::uint32_t stall_timeouts = 3;                 // consecutive timeouts => reconnect
     std::chrono::microseconds poll_interval{500};     // record drain / timeout scan
     std::string identity = "qrtd";
+    // Version 2: the arm lead the daemon budgets (qpu.arm_lead_ns): the
+    // learned lead's floor, and a warning when the learned one outgrows it.
+    std::int64_t arm_lead_ns = 0;
+    // 1: JOB at T.  2: ARM ahead, FIRE at T (dispatch.wire_version must be
+    // the same; the daemon sets both from the QPU's `wire` option).
+    unsigned wire_version = 1;
 };
 
 struct qpu_link_callbacks {
@@ -99,6 +121,9 @@ public:
     std::size_t on_realtime_step(const rtcore::time_base& base) { return _dispatcher.on_realtime_step(base); }
 
     bool endpoint_up() const noexcept { return _state == conn_state::up; }
+    // Version 2: the arm lead learned from this endpoint's ARMED answers
+    // (any thread).
+    std::int64_t arm_lead_ns() const noexcept { return _arm_lead_pub.load(std::memory_order_relaxed); }
     const std::string& last_endpoint_error() const noexcept { return _last_error; }
     std::size_t pending() const noexcept { return _pending.size(); }
     dispatch_telemetry telemetry() const;
@@ -112,11 +137,24 @@ public:
     void poll();
 
 private:
-    enum class conn_state { idle, connecting, hello, up, stopped };
+    enum class conn_state { idle, connecting, hello, fire_connecting, fire_hello, up, stopped };
     enum class job_phase { queued, sent };
+    // Version 2: where the job's ARM stands on the current connection.
+    enum class arm_phase { none, arming, armed };
+    static constexpr std::uint32_t no_payload_buf = UINT32_MAX;
+    struct submitted_job {
+        dispatch_job job;
+        std::uint32_t payload_buf = no_payload_buf;  // version 2: index into the payload store
+        std::uint32_t payload_len = 0;
+    };
     struct pending_job {
         dispatch_job job;
         job_phase phase = job_phase::queued;
+        arm_phase arm = arm_phase::none;
+        bool was_armed = false;          // armed on a connection since lost
+        std::int64_t arm_sent_mono_ns = 0;
+        std::uint32_t payload_buf = no_payload_buf;
+        std::uint32_t payload_len = 0;
         std::int64_t sent_ns = 0;
         std::int64_t lateness_ns = 0;
         std::int64_t result_due_mono_ns = 0;
@@ -137,6 +175,25 @@ private:
     void expire_timeouts();
     // Loop: move what submit() queued into _pending.
     void adopt_submitted();
+
+    // ---- version 2 (qpu_link_v2.cpp) ----
+    bool two_phase() const noexcept { return _cfg.wire_version >= 2; }
+    // The endpoint's version-2 HELLO on the control connection: its
+    // capabilities, then the fire connection.
+    void on_hello_v2(const wire::frame& f);
+    void start_fire_connection();
+    void send_fire_hello();
+    void on_fire_event(std::uint32_t events);
+    void fire_up();
+    // Frames only version 2 has, or a version-2 answer to an ARM; true when handled.
+    bool handle_v2_frame(wire::frame& f);
+    void queue_control(const std::vector<std::uint8_t>& bytes);
+    void flush_control();
+    // ARM every handed-over job not armed on this connection, within
+    // max_armed and the horizon.
+    void arm_due();
+    void send_disarm(const pending_job& p);
+    std::span<const std::uint8_t> payload_of(const pending_job& p) const noexcept;
 
     event_loop& _loop;
     rtcore::clock_source& _clock;
@@ -174,8 +231,8 @@ private:
     // Submitted, not adopted yet: at most one per dispatch slot (a slot is
     // freed only by the loop, which adopts first), so both vectors keep a
     // slot count of capacity and the pump's push never allocates.
-    std::vector<dispatch_job> _submitted;
-    std::vector<dispatch_job> _adopting;  // the loop's side of the swap
+    std::vector<submitted_job> _submitted;
+    std::vector<submitted_job> _adopting;  // the loop's side of the swap
     // The ring's duplicate guard, for whoever submits: the link's own
     // invariant (a job id is in the ring or the dispatcher at most once),
     // checked on the submit path under _submit_mutex and cleared by the
@@ -190,6 +247,30 @@ private:
     std::unique_ptr<dispatch_histograms> _hist;
     std::uint64_t _spin_ns_total = 0;
     std::uint64_t _sent_total = 0;
+
+    // Version 2.  The payload store: one max_payload buffer per dispatch
+    // slot, allocated (not touched) at construction; the pump copies a
+    // job's program into a free one under _submit_mutex (no allocation),
+    // the loop sends it in ARM and frees it when the job ends.
+    std::unique_ptr<std::uint8_t[]> _payload_store;
+    std::vector<std::uint32_t> _payload_free;  // under _submit_mutex
+    wire::capabilities _caps;
+    rtcore::unique_fd _fire_fd;
+    bool _fire_watched = false;
+    wire::frame_reader _fire_reader;
+    std::vector<std::uint8_t> _out;  // control connection: bytes not yet written
+    std::size_t _out_off = 0;
+    bool _out_watched = false;       // EPOLLOUT asked for
+    std::uint32_t _arms_out = 0;     // jobs arming or armed on this connection
+    std::uint64_t _arms_sent = 0, _armed_total = 0, _arm_refused = 0, _disarms_sent = 0, _not_armed = 0;
+    // The learned arm lead (lead_controller's rule over ARM -> ARMED
+    // times: up at once, down a window at a time), never below the floor:
+    // max(arm_lead_ns, the endpoint's HELLO min_lead_ns).
+    std::unique_ptr<lead_controller> _arm_lead;
+    std::int64_t _arm_lead_floor_ns = 0;
+    std::atomic<std::int64_t> _arm_lead_pub{0};
+    bool _warned_arm_lead = false;
+    void observe_arm(std::int64_t took_ns);
 };
 
 }  // namespace qrt::dispatch

@@ -46,6 +46,18 @@ struct dispatch_telemetry {
     rtcore::histogram_summary dispatch_lateness;  // submit time - T (monotonic)
     rtcore::histogram_summary arrival_lateness;   // QPU arrival stamp - T (realtime)
     rtcore::histogram_summary wakeup_latency;     // timer wake - (T - lead)
+    // Wire version 2 (zero with version 1).
+    unsigned wire_version = 1;
+    std::int64_t arm_lead_ns = 0;        // learned: quantile of ARM -> ARMED + margin, >= the floor
+    std::int64_t arm_lead_floor_ns = 0;  // max(qpu.arm_lead_ns, the endpoint's HELLO min_lead_ns)
+    std::uint64_t arms_sent = 0;
+    std::uint64_t armed = 0;
+    std::uint64_t arm_refused = 0;
+    std::uint64_t not_armed = 0;
+    std::uint64_t disarms_sent = 0;
+    rtcore::histogram_summary arm_latency;        // ARM sent -> ARMED read (monotonic)
+    rtcore::histogram_summary arm_cost;           // the endpoint's own cost, all stages (ARMED)
+    rtcore::histogram_summary start_lateness;     // the endpoint's started_ns - T (RESULT, realtime)
 };
 
 // Full histograms (for Prometheus buckets); large (3 x 30 KiB), copy sparingly.
@@ -53,6 +65,9 @@ struct dispatch_histograms {
     rtcore::histogram dispatch_lateness;
     rtcore::histogram arrival_lateness;
     rtcore::histogram wakeup_latency;
+    rtcore::histogram arm_latency;     // version 2: ARM sent -> ARMED read
+    rtcore::histogram arm_cost;        // version 2: ARMED's stages, summed
+    rtcore::histogram start_lateness;  // version 2: RESULT's started_ns - T
 };
 
 }  // namespace qrt::dispatch

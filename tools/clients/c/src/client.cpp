@@ -572,6 +572,51 @@ int qrt_next_event(qrt_client* c, int timeout_ms, char** event_json, qrt_error* 
     });
 }
 
+int qrt_yield_request_read(const char* event_json, qrt_yield_request* out) {
+    try {
+        if (event_json == nullptr || out == nullptr) {
+            return -EINVAL;
+        }
+        *out = qrt_yield_request{};
+        const json ev = json::parse(event_json, nullptr, false);
+        if (ev.is_discarded() || !ev.is_object() || !ev.contains("type") || !ev.at("type").is_string()) {
+            return -EINVAL;
+        }
+        if (ev.at("type").get<std::string>() != qrt::proto::event::reservation_yield_requested) {
+            return -ENOENT;
+        }
+        const auto data = ev.find("data");
+        if (data == ev.end() || !data->is_object() || !data->contains("reservation_id") ||
+            !data->at("reservation_id").is_number_unsigned() || !data->contains("deadline_ns") ||
+            !data->at("deadline_ns").is_number_integer()) {
+            return -EINVAL;
+        }
+        const json& d = *data;
+        out->reservation_id = d.at("reservation_id").get<std::uint64_t>();
+        out->deadline_ns = d.at("deadline_ns").get<std::int64_t>();
+        out->start_ns = num_or<std::int64_t>(d, "start_ns", 0);
+        out->free_start_ns = num_or<std::int64_t>(d, "free_start_ns", 0);
+        const auto str = [](const json& j, const char* key) {
+            const auto it = j.find(key);
+            return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+        };
+        copy_str(out->qpu, sizeof(out->qpu), str(d, "qpu"));
+        copy_str(out->at_deadline, sizeof(out->at_deadline), str(d, "at_deadline"));
+        copy_str(out->reason, sizeof(out->reason), str(d, "reason"));
+        if (const auto b = d.find("block"); b != d.end() && b->is_object()) {
+            out->block_id = num_or<std::uint64_t>(*b, "block_id", 0);
+            out->block_start_ns = num_or<std::int64_t>(*b, "start_ns", 0);
+            out->block_end_ns = num_or<std::int64_t>(*b, "end_ns", 0);
+            copy_str(out->step, sizeof(out->step), str(*b, "step"));
+        }
+        return 0;
+    } catch (const json::exception&) {
+        return -EINVAL;
+    } catch (...) {
+        return -ENOMEM;
+    }
+}
+
 void qrt_free(void* p) { std::free(p); }
 
 void qrt_close(qrt_client* c) { delete c; }

@@ -301,7 +301,7 @@ std::optional<call_error> connection::authenticate(const connect_options& opts) 
                    "'s host disagree: check that both keep time (chrony, ntpd, systemd-timesyncd)";
         } else if (cause == "invalid") {
             hint = " -- this host's munge key is not the agent's: install the cluster's /etc/munge/munge.key";
-        } else if (e.reason == "unavailable" && cause == "munge_unavailable") {
+        } else if (e.reason == proto::reason::unavailable && cause == "munge_unavailable") {
             hint = " -- munged is not running on the agent's host";
         } else if (cause == "address_mismatch") {
             hint = " -- " + _path + " is not the qrtd that answered: dial qrtd's own address (rpc.listen), "
@@ -342,7 +342,7 @@ std::variant<std::unique_ptr<connection>, call_error> connection::open(std::stri
                 return c;
             }
             const std::string cause = err->data.is_object() ? err->data.value("cause", std::string()) : "";
-            const bool passing = err->reason == "overloaded" &&
+            const bool passing = err->reason == proto::reason::overloaded &&
                                  (cause == "unauthenticated_per_host" || cause == "unauthenticated_connections");
             const auto spread = static_cast<std::uint64_t>(pause.count()) + 1U;
             const auto wait = pause + std::chrono::milliseconds(static_cast<std::int64_t>(jitter() % spread));

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "qrt/proto/protocol.hpp"
+
 namespace qrt::client {
 
 namespace {
@@ -59,11 +61,13 @@ placement place_best(const std::vector<connection*>& agents, const json& reserve
         // A retry with the same key returns what the key got the first time,
         // in its current state: a hold released (the loser of that try) or
         // expired holds nothing.
-        const std::string state = first_member(r.result()).value("state", std::string());
-        if (state != "held" && state != "committed" && state != "dispatched" && state != "sent" &&
-            state != "completed") {
+        const std::string state_name = first_member(r.result()).value("state", std::string());
+        using proto::state;
+        const auto st = proto::state_from_string(state_name);
+        if (!st || (*st != state::held && *st != state::committed && *st != state::dispatched &&
+                    *st != state::sent && *st != state::completed)) {
             out.errors[i] = call_error{0, ESTALE, std::string(not_held),
-                                       "this idempotency key's reservation is " + state, nullptr};
+                                       "this idempotency key's reservation is " + state_name, nullptr};
             continue;
         }
         held[i] = std::move(r).result();

@@ -105,6 +105,32 @@ enum qrt_wire_type {
     QRT_WIRE_DISARM = 8, /* version 2 */
     QRT_WIRE_DISARMED = 9, /* version 2 */
 };
+/* the first version that has each frame type */
+#define QRT_WIRE_HELLO_SINCE 1u
+#define QRT_WIRE_JOB_SINCE 1u
+#define QRT_WIRE_RESULT_SINCE 1u
+#define QRT_WIRE_ERROR_SINCE 1u
+#define QRT_WIRE_ARM_SINCE 2u
+#define QRT_WIRE_ARMED_SINCE 2u
+#define QRT_WIRE_FIRE_SINCE 2u
+#define QRT_WIRE_DISARM_SINCE 2u
+#define QRT_WIRE_DISARMED_SINCE 2u
+#define QRT_WIRE_TYPE_LAST 9
+/* The first version that has frame type `type`; 0 for an unknown type. */
+static inline unsigned qrt_wire_type_since(unsigned type) {
+    switch (type) {
+    case QRT_WIRE_HELLO: return QRT_WIRE_HELLO_SINCE;
+    case QRT_WIRE_JOB: return QRT_WIRE_JOB_SINCE;
+    case QRT_WIRE_RESULT: return QRT_WIRE_RESULT_SINCE;
+    case QRT_WIRE_ERROR: return QRT_WIRE_ERROR_SINCE;
+    case QRT_WIRE_ARM: return QRT_WIRE_ARM_SINCE;
+    case QRT_WIRE_ARMED: return QRT_WIRE_ARMED_SINCE;
+    case QRT_WIRE_FIRE: return QRT_WIRE_FIRE_SINCE;
+    case QRT_WIRE_DISARM: return QRT_WIRE_DISARM_SINCE;
+    case QRT_WIRE_DISARMED: return QRT_WIRE_DISARMED_SINCE;
+    default: return 0u;
+    }
+}
 
 /* flags (bit set) */
 enum qrt_wire_flag {

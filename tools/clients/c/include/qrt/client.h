@@ -209,6 +209,34 @@ QRT_CLIENT_API int qrt_place_best(qrt_client *const *agents, size_t n,
 QRT_CLIENT_API int qrt_next_event(qrt_client *c, int timeout_ms, char **event_json,
                                   qrt_error *err);
 
+/* A reservation.yield_requested event, read (qrtd(8), CALIBRATION BLOCKS):
+ * qrtd asks the holder of the held reservation reservation_id to give its
+ * time to calibration block block_id by deadline_ns.  Release it, or move:
+ * reserve again at or after free_start_ns (0: no free start known) and
+ * release it.  at_deadline says what happens if it does neither: "revoke"
+ * (the reservation is displaced and its fencing token dead) or "keep" (it
+ * stays; the block fails).  Strings are truncated to fit.  */
+typedef struct qrt_yield_request {
+	uint64_t reservation_id;
+	uint64_t block_id;
+	int64_t start_ns;       /* the reservation's start */
+	int64_t deadline_ns;
+	int64_t free_start_ns;
+	int64_t block_start_ns;
+	int64_t block_end_ns;
+	char qpu[64];
+	char step[72];          /* the block's calibration step */
+	char at_deadline[16];   /* "revoke" or "keep" */
+	char reason[256];
+} qrt_yield_request;
+
+/* Read the event event_json (from qrt_next_event) into *out when it is a
+ * reservation.yield_requested: returns 0, -ENOENT for an event of another
+ * type (*out zeroed), -EINVAL when event_json is not an event's JSON or
+ * the event lacks reservation_id or deadline_ns.  Added with symbol
+ * version QRT_CLIENT_1.3.  */
+QRT_CLIENT_API int qrt_yield_request_read(const char *event_json, qrt_yield_request *out);
+
 /* Free a string this library returned.  NULL is fine.  */
 QRT_CLIENT_API void qrt_free(void *p);
 /* Close the connection and free the client.  NULL is fine.  */

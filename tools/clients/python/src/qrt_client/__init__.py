@@ -58,11 +58,11 @@ __all__ = [
     "REASONS",
     "Client",
     "ClientError",
-    "YieldRequest",
-    "yield_request",
     "QrtError",
     "RpcError",
+    "YieldRequest",
     "exit_code_for_reason",
+    "yield_request",
 ]
 
 DEFAULT_SOCKET = "/run/qrtd/qrtd.sock"
@@ -545,7 +545,7 @@ class Client:
         return self.call("slots.release", {"reservation_id": reservation_id,
                                            "fencing_token": fencing_token})
 
-    def jobs_submit(self, payload: bytes, reservation_id: int | None = None,
+    def jobs_submit(self, payload: bytes | str, reservation_id: int | None = None,
                     fencing_token: int | None = None, duration_ns: int | None = None,
                     idempotency_key: str | None = None,
                     qpus: list[str] | None = None, not_before_ns: int | None = None,
@@ -669,7 +669,7 @@ def yield_request(event: dict[str, Any]) -> YieldRequest | None:
     return YieldRequest(event.get("data") or {})
 
 
-def _slot_span(reservation: dict[str, Any]) -> tuple:
+def _slot_span(reservation: dict[str, Any]) -> tuple[int, int]:
     """(start_ns, end_ns) of a slots.reserve result (a gang: its first member)."""
     m = reservation["gang"][0] if "gang" in reservation else reservation
     return (int(m["start_ns"]), int(m["end_ns"]))

@@ -293,7 +293,7 @@ class BlockState(NamedTuple):
     meaning: str
 
 
-BLOCK_STATES: Tuple[BlockState, ...] = (
+BLOCK_STATES: tuple[BlockState, ...] = (
     BlockState("yielding", True, "placed where held reservations sit; their holders were asked to yield (reservation.yield_requested) by yield_deadline_ns"),
     BlockState("scheduled", True, "granted: its time is clear and no one else's job is placed there"),
     BlockState("started", True, "its start passed: the QPU is calibrating"),
@@ -302,7 +302,7 @@ BLOCK_STATES: Tuple[BlockState, ...] = (
     BlockState("ended", False, "its end passed without the service closing it"),
     BlockState("failed", False, "a reservation asked to yield did not (it was committed, or kept past the deadline without revocation): the block never started; reason names the earliest block then"),
 )
-LIVE_BLOCK_STATES: FrozenSet[str] = frozenset(b.name for b in BLOCK_STATES if b.live)
+LIVE_BLOCK_STATES: frozenset[str] = frozenset(b.name for b in BLOCK_STATES if b.live)
 
 # ---- roles, methods, events
 

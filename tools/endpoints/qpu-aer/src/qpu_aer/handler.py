@@ -13,6 +13,10 @@ simulator for at most its own bound.
 The calibration check: a fixed --calibration-id, or the window in force of
 a periodic schedule (--period-ns, the [[qpu]]'s): at a JOB's arrival
 (version 1), at the ARM's fire_at (version 2).
+
+The drifting device (--calibration-dir, qpu_aer_drift): ARM reads the set
+of the job's calibration id and sends the simulator the drift's noise at
+the job's start (arrival or fire_at) under that set; the run applies it.
 """
 
 from __future__ import annotations
@@ -55,13 +59,16 @@ class Config:
     max_armed: int = 16
     horizon_ns: int = 60 * 10**9
     min_lead_ns: int = 100_000_000
+    calibration_dir: str = ""
+    drift: Any = None     # qpu_aer_drift.Drift, with calibration_dir
 
 
 class _Job:
-    __slots__ = ("fired", "lost", "program", "req", "started_ns")
+    __slots__ = ("fired", "head", "lost", "program", "req", "started_ns")
 
-    def __init__(self, req: ArmRequest) -> None:
+    def __init__(self, req: ArmRequest, head: dict[str, Any]) -> None:
         self.req = req
+        self.head = head
         self.program = req.program
         self.fired = False
         self.lost = ""
@@ -73,6 +80,10 @@ class AerHandler:
         self.cfg = cfg
         self.runner = Runner(cfg.qubits, cfg.max_shots, cfg.max_operations, cfg.seed)
         self._jobs: dict[int, _Job] = {}
+        self._sets: Any = None
+        if cfg.calibration_dir:
+            import qpu_aer_drift
+            self._sets = qpu_aer_drift.SetStore(cfg.calibration_dir)
         self._lock = threading.Lock()
         self.stopped = 0
         self.rearmed = 0
@@ -113,6 +124,21 @@ class AerHandler:
             raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH,
                              f"calibration_id {req.calibration_id} is not current ({want})")
 
+    def _noise(self, req: ArmRequest) -> dict[str, Any] | None:
+        """The drift's noise for the job at its start under the set of its
+        calibration id (None without --calibration-dir); ArmRefused when the
+        set cannot be read."""
+        if self._sets is None:
+            return None
+        import qpu_aer_drift
+        at = req.arrival_ns if req.one_phase else req.fire_at_ns
+        try:
+            s = self._sets.load(req.calibration_id)
+        except qpu_aer_drift.SetError as e:
+            raise ArmRefused(STAGE_PARSE, CALIBRATION_MISMATCH, f"qpu-aer: {e}") from None
+        spec: dict[str, Any] = self.cfg.drift.noise_spec(s, at, self.cfg.qubits)
+        return spec
+
     # ------------------------------------------------------------ the interface
 
     def _bound_s(self, req: ArmRequest) -> float:
@@ -126,7 +152,11 @@ class AerHandler:
         if req.job_id in self._jobs:
             raise ArmRefused(STAGE_ARM, PROGRAM_REJECTED, f"job {req.job_id} is already held")
         self._check_calibration(req)
-        reply = self._send({"op": "arm", "job": req.job_id, "shots": req.shots}, req.program, self._bound_s(req))
+        head: dict[str, Any] = {"op": "arm", "job": req.job_id, "shots": req.shots}
+        noise = self._noise(req)
+        if noise is not None:
+            head["noise"] = noise
+        reply = self._send(head, req.program, self._bound_s(req))
         if reply is None:
             self.stopped += 1
             raise ArmRefused(STAGE_PARSE, PROGRAM_REJECTED, f"qpu-aer: reading the program ran past its time "
@@ -137,7 +167,7 @@ class AerHandler:
         if "failed" in reply:
             raise ArmRefused(STAGE_PARSE, PROGRAM_REJECTED, reply["failed"])
         with self._lock:
-            self._jobs[req.job_id] = _Job(req)
+            self._jobs[req.job_id] = _Job(req, head)
         # A simulator has no program duration of its own: 0.
         return Armed(req.job_id, [(s, int(ns)) for s, ns in reply["armed"]], 0)
 
@@ -203,8 +233,7 @@ class AerHandler:
         with self._lock:
             jobs = [j for k, j in self._jobs.items() if k != skip and not j.lost]
         for j in jobs:
-            reply = self.runner.request({"op": "arm", "job": j.req.job_id, "shots": j.req.shots}, j.program,
-                                        self._bound_s(j.req))
+            reply = self.runner.request(j.head, j.program, self._bound_s(j.req))
             if reply is not None and "armed" in reply:
                 self.rearmed += 1
             else:   # it armed once; failing again, it fails at its FIRE or its run

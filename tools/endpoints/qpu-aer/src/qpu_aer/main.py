@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from qrt_endpoint import cli
 
@@ -47,6 +48,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="how far ahead of its fire_at an ARM is taken (version 2; default 60)")
     g.add_argument("--min-lead-ms", type=float, default=100.0,
                    help="the least time between ARM and fire_at this endpoint states (version 2; default 100)")
+    d = ap.add_argument_group("the drifting device (qpu_aer_drift)")
+    d.add_argument("--calibration-dir", metavar="DIR",
+                   help="this QPU's calibration sets (<root>/<qpu>: <id>/aer.json, written by the calibration "
+                        "service): each job runs under the set of its calibration id, its X over-rotation and "
+                        "readout error those of the drift at its start; a job whose set is missing is refused")
+    d.add_argument("--drift-x-per-hour", type=float, default=0.0,
+                   help="the X gain's drift per hour of device time (e.g. 0.01: 1 %% an hour; default 0)")
+    d.add_argument("--drift-readout-per-hour", type=float, default=0.0,
+                   help="the readout discriminator's drift per hour of device time, in half blob separations "
+                        "(default 0)")
+    d.add_argument("--drift-time-scale", type=float, default=1.0,
+                   help="device seconds per wall second, from qpu-aer's start (default 1)")
     ap.add_argument("--version", action="version", version=f"qpu-aer {VERSION}")
     opt = ap.parse_args(argv)
     eopt = cli.options(ap, opt)
@@ -65,10 +78,25 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-armed {opt.max_armed}: give 1..1024")
     if not 0.001 <= opt.horizon_s <= 86400 or not 0 <= opt.min_lead_ms <= 3_600_000:
         ap.error("--horizon-s is 0.001..86400 and --min-lead-ms 0..3600000")
+    drift = None
+    if opt.calibration_dir:
+        try:
+            import qpu_aer_drift
+            drift = qpu_aer_drift.Drift(x_gain_per_hour=opt.drift_x_per_hour,
+                                        readout_shift_per_hour=opt.drift_readout_per_hour,
+                                        time_scale=opt.drift_time_scale, origin_ns=time.time_ns())
+        except ImportError as e:
+            ap.error(f"--calibration-dir needs qpu-aer's drift model, qpu_aer_drift: {e}")
+        except ValueError as e:
+            ap.error(str(e))
+    elif opt.drift_x_per_hour or opt.drift_readout_per_hour:
+        ap.error("--drift-x-per-hour and --drift-readout-per-hour need --calibration-dir (the sets that "
+                 "correct the drift)")
     cfg = Config(qubits=opt.qubits, max_shots=opt.max_shots, calibration_id=opt.calibration_id,
                  period_ns=opt.period_ns, blackout_ns=opt.blackout_ns, phase_ns=opt.phase_ns, seed=opt.seed,
                  max_operations=opt.max_operations, run_margin_s=opt.run_margin_s, max_armed=opt.max_armed,
-                 horizon_ns=int(opt.horizon_s * 1e9), min_lead_ns=int(opt.min_lead_ms * 1e6))
+                 horizon_ns=int(opt.horizon_s * 1e9), min_lead_ns=int(opt.min_lead_ms * 1e6),
+                 calibration_dir=opt.calibration_dir or "", drift=drift)
     try:
         handler = AerHandler(cfg)
     except RuntimeError as e:

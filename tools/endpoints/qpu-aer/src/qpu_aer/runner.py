@@ -22,13 +22,17 @@ START_S = 300   # for a simulator process to import qiskit and warm up
 
 def _pythonpath() -> str:
     """The directories this process imported qpu_aer, qrt_endpoint and
-    qrt_client from, for the simulator process to import the same."""
+    qrt_client (and qpu_aer_drift, when loaded) from, for the simulator
+    process to import the same."""
     import qrt_client
     import qrt_endpoint
 
     from . import __file__ as mine
     dirs = [os.path.dirname(os.path.dirname(os.path.abspath(f)))
             for f in (mine, qrt_endpoint.__file__, qrt_client.__file__) if f]
+    drift = sys.modules.get("qpu_aer_drift")
+    if drift is not None and drift.__file__:
+        dirs.append(os.path.dirname(os.path.abspath(drift.__file__)))
     old = os.environ.get("PYTHONPATH", "")
     return os.pathsep.join(dict.fromkeys([*dirs, *([old] if old else [])]))
 

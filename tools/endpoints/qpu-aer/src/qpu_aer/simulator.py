@@ -133,11 +133,13 @@ def qasm_error_text(exc: BaseException) -> str:
 class Armed:
     """A job's simulator circuits, ready to run."""
 
-    def __init__(self, shots: int, memory: bool, seed: int | None, circuits: list[tuple[str, Any]]) -> None:
+    def __init__(self, shots: int, memory: bool, seed: int | None, circuits: list[tuple[str, Any]],
+                 noise: Any = None) -> None:
         self.shots = shots
         self.memory = memory
         self.seed = seed
         self.circuits = circuits
+        self.noise = noise   # a qiskit-aer NoiseModel (the drifting device), or None
 
 
 class Executor:
@@ -160,17 +162,23 @@ class Executor:
         self.arm(0, json.dumps(warm).encode(), 1)
         self.run(0)
 
-    def arm(self, job_id: int, payload: bytes, wire_shots: int) -> list[tuple[str, int]]:
-        """Reads and checks the envelope; keeps the job's circuits.  The
+    def arm(self, job_id: int, payload: bytes, wire_shots: int,
+            noise: dict[str, Any] | None = None) -> list[tuple[str, int]]:
+        """Reads and checks the envelope; keeps the job's circuits (and the
+        drifting device's noise for it, qpu_aer_drift's noise_spec).  The
         stages and their cost, or ArmRefused naming the circuit and line."""
         t0 = time.perf_counter_ns()
         shots, memory, seed, circuits = self._parse(payload, wire_shots)
         t1 = time.perf_counter_ns()
         self._check(circuits)
+        model = None
+        if noise is not None:
+            import qpu_aer_drift
+            model = qpu_aer_drift.noise_model(noise)
         t2 = time.perf_counter_ns()
         if len(self.armed) >= MAX_ARMED_JOBS:
             raise ArmRefused(STAGE_COMPILE, PROGRAM_INVALID, f"the simulator holds {MAX_ARMED_JOBS} jobs")
-        self.armed[job_id] = Armed(shots, memory, seed, circuits)
+        self.armed[job_id] = Armed(shots, memory, seed, circuits, model)
         return [(STAGE_PARSE, t1 - t0), (STAGE_COMPILE, t2 - t1)]
 
     def _parse(self, payload: bytes, wire_shots: int) -> tuple[int, bool, int | None, list[tuple[str, Any]]]:
@@ -237,6 +245,8 @@ class Executor:
         kw: dict[str, Any] = {"shots": job.shots, "memory": job.memory}
         if job.seed is not None:
             kw["seed_simulator"] = job.seed
+        if job.noise is not None:
+            kw["noise_model"] = job.noise
         started = time.time_ns()
         result = self._sim.run([qc for _, qc in job.circuits], **kw).result()
         ended = time.time_ns()
@@ -279,7 +289,7 @@ def serve(fd: int, opt: argparse.Namespace) -> int:
         reply: dict[str, Any]
         try:
             if req["op"] == "arm":
-                reply = {"armed": ex.arm(job, payload, int(req["shots"]))}
+                reply = {"armed": ex.arm(job, payload, int(req["shots"]), req.get("noise"))}
             elif req["op"] == "run":
                 reply = ex.run(job)
             else:

@@ -262,7 +262,10 @@ class LabOneStack:
 
         def one(ref: Any) -> tuple[str, int]:
             if isinstance(ref, ast.IndexedIdentifier):
-                return ref.name.name, int(getattr(ref.indices[0][0], "value", 0))  # type: ignore[index]
+                index = ref.indices[0]
+                # q[1] is a list of one expression; a DiscreteSet {1, 2} is not one qubit
+                first = index[0] if isinstance(index, list) else None
+                return ref.name.name, int(getattr(first, "value", 0))
             return ref.name, -1
 
         for s in program.statements:
