@@ -87,9 +87,14 @@ def x0():
 
 
 class StackThroughQrtd(QrtdLab):
-    """What both stacks share; a subclass names its endpoint."""
+    """What both stacks share; a subclass names its endpoint, and the wire
+    version qrtd is configured to speak to it ([[qpu]] wire)."""
 
     STACK = ""
+    WIRE = 1
+    # wire = 2: the ARM goes out this far ahead of the start (a compilation
+    # on a loaded host, the first one paying for lazy imports)
+    ARM_LEAD_NS = 20_000 * MS
 
     @classmethod
     def setUpClass(cls):
@@ -104,12 +109,14 @@ class StackThroughQrtd(QrtdLab):
         cls.device = subprocess.run(
             [cls.program(), "--print-device", "1", "--qpu", "qpu0", "--calibration-dir", cls.root],
             check=True, capture_output=True, text=True, env=cls.env()).stdout
+        wire = f"wire = {cls.WIRE}\n" + (f"arm_lead_ns = {cls.ARM_LEAD_NS}\n" if cls.WIRE == 2 else "")
         cls.config('\n[[qpu]]\nname = "qpu0"\nendpoint = "unix://{dir}/qpu0.sock"\ncalibration = "pushed"\n'
-                   'fidelity_f0 = 0.99\n' + cls.device.replace("{", "{{").replace("}", "}}"))
+                   'fidelity_f0 = 0.99\n' + wire + cls.device.replace("{", "{{").replace("}", "}}"))
         with open(cls.cfg) as f:
             text = f.read()
         with open(cls.cfg, "w") as f:
-            f.write(text.replace("[timeline]\n", f"[timeline]\nendpoint_down_horizon_ns = {DOWN_HORIZON_NS}\n", 1))
+            f.write(text.replace("[timeline]\n", f"[timeline]\nendpoint_down_horizon_ns = {cls.lead() + DOWN_HORIZON_NS}\n",
+                                 1))
         cls.power = os.path.join(cls.dir, "power")
         open(cls.power, "w").close()
         cls.endpoint = cls.launch(cls.STACK, [cls.program(), "--listen", f"unix://{cls.dir}/qpu0.sock", "--qpu",
@@ -129,6 +136,11 @@ class StackThroughQrtd(QrtdLab):
         if getattr(cls, "backend", None):
             cls.backend.close()
         cls.lab_end()
+
+    @classmethod
+    def lead(cls):
+        """The least lead qrtd takes for a job on this QPU, beyond its own."""
+        return cls.ARM_LEAD_NS if cls.WIRE == 2 else 0
 
     @classmethod
     def program(cls):
@@ -176,7 +188,9 @@ class StackThroughQrtd(QrtdLab):
 
     def run_circuits(self, circuits, shots=SHOTS, duration_ns=SLOT_NS):
         job = self.backend.run(circuits, shots=shots, duration_ns=duration_ns,
-                               not_before_ns=self.start_in_window("qpu0", duration_ns, ahead_ns=500 * MS))
+                               not_before_ns=self.start_in_window("qpu0", duration_ns,
+                                                                  ahead_ns=self.lead() + 2000 * MS,
+                                                                  span_ns=self.lead() + 3000 * MS))
         return job
 
     def result(self, job):
@@ -224,7 +238,8 @@ class StackThroughQrtd(QrtdLab):
         c = self.client()
         with self.assertRaises(qrt_client.RpcError) as cm:
             c.jobs_submit(make_envelope([wide], SHOTS), duration_ns=SLOT_NS, idempotency_key="too-wide",
-                          qpus=["qpu0"], not_before_ns=self.start_in_window("qpu0", SLOT_NS))
+                          qpus=["qpu0"], not_before_ns=self.start_in_window("qpu0", SLOT_NS, ahead_ns=self.lead() + 2000 * MS,
+                                                                            span_ns=self.lead() + 3000 * MS))
         self.assertEqual(cm.exception.reason, "invalid_argument")
         self.assertIn(f"a circuit needs {qubits + 1} qubits; qpu0 has {qubits}", str(cm.exception))
         with self.assertRaises(QrtdError) as cm:
@@ -265,8 +280,9 @@ class StackThroughQrtd(QrtdLab):
     def test_5_instruments_off_refused_at_request_time_and_the_acked_job_runs_once_back(self):
         c = self.client()
         acked = self.backend.run(x0(), shots=SHOTS, duration_ns=SLOT_NS,
-                                 not_before_ns=self.start_in_window("qpu0", SLOT_NS, ahead_ns=20_000 * MS,
-                                                                    span_ns=30_000 * MS))
+                                 not_before_ns=self.start_in_window("qpu0", SLOT_NS,
+                                                                    ahead_ns=self.lead() + 20_000 * MS,
+                                                                    span_ns=self.lead() + 30_000 * MS))
         os.unlink(self.power)
         try:
             self.assertTrue(base.wait_for(lambda: not c.status()["qpus"][0]["endpoint_up"], 20),
@@ -433,17 +449,23 @@ class QrtdLabone(StackThroughQrtd, unittest.TestCase):
 
     @staticmethod
     def canonical(snap):
-        """A snapshot with its waveforms named by their samples: LabOne Q
-        names a pulse's waveform with a counter and a hash of the pulse's
-        uid, which differ between processes for the same samples."""
-        names = sorted((n for n in snap["waves"]), key=lambda n: (json.dumps(snap["waves"][n]), n.rsplit("_", 1)[-1]))
-        token = {n.removesuffix(".wave"): f"wave{k}" for k, n in enumerate(names)}
+        """A snapshot with its pulses named by their samples: LabOne Q names
+        a pulse (its waveforms "<stem>_i.wave", "<stem>_q.wave" or
+        "<stem>.wave", and the stem in the seqc) with a counter and a hash
+        of its uid, which differ between processes for the same samples."""
+        stems = {}
+        for n in snap["waves"]:
+            stem = n.removesuffix(".wave")
+            stem = stem[:-2] if stem.endswith(("_i", "_q")) else stem
+            stems.setdefault(stem, []).append(n)
+        order = sorted(stems, key=lambda st: json.dumps([snap["waves"][n] for n in sorted(stems[st])]))
+        token = {st: f"pulse{k}" for k, st in enumerate(order)}
         src = {}
         for f, text in snap["src"].items():
-            for name in sorted(token, key=len, reverse=True):
-                text = text.replace(name, token[name])
+            for stem in sorted(token, key=len, reverse=True):
+                text = text.replace(stem, token[stem])
             src[f] = text
-        return {"src": src, "waves": [snap["waves"][n] for n in names],
+        return {"src": src, "waves": [[snap["waves"][n] for n in sorted(stems[st])] for st in order],
                 "command_tables": snap["command_tables"], "oscillators": snap["oscillators"]}
 
     def assert_ran_as_compiled(self, job, want, t0, cal):
@@ -493,6 +515,17 @@ class QrtdLabone(StackThroughQrtd, unittest.TestCase):
             return max(max(abs(x) if not isinstance(x, list) else abs(complex(*x)) for x in w)
                        for n, w in got[c]["waves"].items() if "rxy" in n or "drive" in n)
         self.assertAlmostEqual(peak(2) / peak(1), 0.5, delta=0.01)
+
+
+
+class QrtdQbloxWire2(QrtdQblox):
+    """The same through qrtd speaking wire version 2 ([[qpu]] wire = 2):
+    ARM ahead of T, FIRE at T."""
+    WIRE = 2
+
+
+class QrtdLaboneWire2(QrtdLabone):
+    WIRE = 2
 
 
 if __name__ == "__main__":
