@@ -42,9 +42,10 @@ class QrtdLab:
         cls.procs = []
 
     @classmethod
-    def config(cls, qpu_tables, rpc_extra=""):
+    def config(cls, qpu_tables, rpc_extra="", verbatim=""):
         """test_e2e's config (agent, dispatch, roles for this uid, ...) with
-        these [[qpu]] tables, written to cls.cfg."""
+        these [[qpu]] tables ({dir} and {uid} filled in) and then verbatim
+        (e.g. a [qpu.device] table, braces and all), written to cls.cfg."""
         text = base.CONFIG
         if rpc_extra:
             rpc = 'socket_path = "{dir}/qrtd.sock"\n'
@@ -52,7 +53,7 @@ class QrtdLab:
             text = text.replace(rpc, rpc + rpc_extra)
         with open(cls.cfg, "w") as f:
             f.write((text + qpu_tables).format(dir=cls.dir, uid=os.getuid(), submit="syscall",
-                                               mode="tuned" if os.geteuid() == 0 else "untuned"))
+                                               mode="tuned" if os.geteuid() == 0 else "untuned") + verbatim)
 
     @staticmethod
     def endpoint_socket_args():

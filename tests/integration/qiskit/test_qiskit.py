@@ -97,7 +97,7 @@ class Qiskit(QrtdLab, unittest.TestCase):
         # The network listener, when munge is installed: a munged of our own.
         cls.url, cls.munge_sock = cls.start_munged()
         extra = f'listen = "{cls.url}"\nmunge_socket = "{cls.munge_sock}"\n' if cls.url else ""
-        cls.config(qpu + DEVICE, rpc_extra=extra)
+        cls.config(qpu, rpc_extra=extra, verbatim=DEVICE)
         args = [sys.executable, QPU_AER, "--listen", f"unix://{cls.dir}/qpu0.sock", "--qubits", "3",
                 "--max-shots", "20000", "--period-ns", str(PERIOD), "--blackout-ns", str(BLACKOUT),
                 "--seed", "7", "--verbose", "--json", "--summary-file", cls.summary, "--duration-s", "300"]
