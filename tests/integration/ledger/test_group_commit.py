@@ -31,12 +31,13 @@
      the connection its acknowledgement released is served again.
 
 The daemon runs as the invoking user (or as root with agent.user = "root"),
-untuned, host untouched, with a write-only file:///dev/null endpoint.
+untuned (its miss tolerance and calibration window stated below: the
+commit path is judged, not the send's precision), host untouched, with a
+write-only file:///dev/null endpoint.
 Asserts behaviour, never timings.  Only the PIDs this test started are
 signalled.  Environment: QRTD (the binary).
 """
 
-import sys
 import base64
 import json
 import os
@@ -61,6 +62,7 @@ user = "root"
 apply_on_run = false
 [dispatch]
 mode = "untuned"
+miss_tolerance_ns = {miss_tolerance_ns}
 [timeline]
 policy = "fifo"
 horizon_ns = 600_000_000_000
@@ -83,10 +85,33 @@ max_requests_per_s = 0
 name = "qpu0"
 endpoint = "file:///dev/null"
 calibration = "periodic"
-period_ns = 1_000_000_000
+period_ns = {period_ns}
+phase_ns = {phase_ns}
 blackout_ns = 100_000_000
 fidelity_f0 = 0.99
 """
+
+
+# What these tests judge is the commit path: an acknowledged job reaches its
+# dispatch thread in time, a late commit is refused.  Not the send's
+# precision: the dispatch thread runs untuned (SCHED_OTHER) on a shared host,
+# where hypervisor steal and CPU hogs hold it for milliseconds, past the
+# default 100 us (or, the whole VM held by its hypervisor, for seconds), and
+# the job would be `missed` (not sent) for the host's sake.  The tolerance is
+# stated here, in the config the daemon judges by: the largest it takes
+# (10 s, below wait_terminal's 20 s); a job handed over later than that is
+# still missed, and fails the test.
+MISS_TOLERANCE_NS = 10_000_000_000
+# One calibration window around the whole test (a day, its middle now): a
+# job sent late near a window's end would be refused by the window ("would
+# not end inside the window; not sent"), which is not what is judged here.
+PERIOD_NS = 86_400_000_000_000
+
+
+def config_text(directory):
+    now = time.time_ns()
+    return CONFIG.format(dir=directory, uid=os.getuid(), miss_tolerance_ns=MISS_TOLERANCE_NS,
+                         period_ns=PERIOD_NS, phase_ns=(now + PERIOD_NS // 2) % PERIOD_NS)
 
 
 def wait_for(pred, timeout_s, step_s=0.05):
@@ -163,7 +188,7 @@ class GroupCommit(unittest.TestCase):
         self.sock = os.path.join(self.dir, "qrtd.sock")
         self.cfg = os.path.join(self.dir, "qrtd.toml")
         with open(self.cfg, "w") as f:
-            f.write(CONFIG.format(dir=self.dir, uid=os.getuid()))
+            f.write(config_text(self.dir))
         self.db = os.path.join(self.state, "ledger.sqlite")
         self.qrtd = None
         self.logs = 0
@@ -413,13 +438,7 @@ class GroupCommit(unittest.TestCase):
         self.assertIn("result", again, again)
         self.assertGreaterEqual(again["result"]["start_ns"], err["data"]["next_start_ns"])
         fin = self.wait_terminal(c, again["result"]["job_id"])
-        # Sent; or missed by the dispatch thread itself, held up past the
-        # tolerance by this loaded VM (never sent late: "not sent").  A miss
-        # before the hand-over is the agent's, and fails.
-        if fin["state"] == "missed" and "not sent" in json.dumps(fin) and "before hand-over" not in json.dumps(fin):
-            print(f"\nnote: the retry was missed by the dispatch thread (host held it up): {fin}", file=sys.stderr)
-        else:
-            self.assertEqual(fin["state"], "sent", f"{fin}\n{self.log_tail()}")
+        self.assertEqual(fin["state"], "sent", f"{fin}\n{self.log_tail()}")
         c.close()
 
     def test_a_job_at_the_minimum_lead_behind_a_burst_is_dispatched_or_refused(self):

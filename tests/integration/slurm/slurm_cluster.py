@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slurm_lab  # noqa: E402
@@ -67,6 +68,12 @@ QRTD_PORT = 7071
 # qpu2's tenants.max_reservations (admins are exempt): small, so a test can
 # fill a user's quota there and see a common start refused on one node.
 QPU2_MAX_RESERVATIONS = 3
+
+# qpu1's calibration window is one long one (a week, its blackout a day
+# after the cluster starts), so that a calibration block due in a minute has
+# the time in front of it and nowhere else; qpu2 calibrates every second.
+QPU1_PERIOD_NS = 604_800_000_000_000
+QPU1_PHASE_NS = (time.time_ns() + 86_400_000_000_000) % QPU1_PERIOD_NS
 
 QRTD_CONFIG = """
 [agent]
@@ -104,8 +111,9 @@ enabled = false
 name = "{node}-q0"
 endpoint = "unix://{ndir}/sim.sock"
 calibration = "periodic"
-period_ns = 1_000_000_000
+period_ns = {period_ns}
 blackout_ns = 100_000_000
+phase_ns = {phase_ns}
 fidelity_f0 = 0.99
 """
 
@@ -347,6 +355,9 @@ class Cluster:
         with open(cfg, "w") as f:
             f.write(QRTD_CONFIG.format(ndir=nd, addr=addr(node), port=QRTD_PORT,
                                        munge=self.munge, node=node,
+                                       period_ns=QPU1_PERIOD_NS if node == "qpu1"
+                                       else 1_000_000_000,
+                                       phase_ns=QPU1_PHASE_NS if node == "qpu1" else 0,
                                        max_reservations=QPU2_MAX_RESERVATIONS
                                        if node == "qpu2" else 1000))
         for d in ("state", "journal"):

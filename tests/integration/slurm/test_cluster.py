@@ -43,6 +43,12 @@ serves every case, in order:
      lease (still held, its lease later than the first), and srun killed
      -9 leaves it to expire within that lease, though the job's time limit
      is minutes away.
+  7. a calibration block qrtd grants over a lease=4s step's hold (qrtd asks
+     it to yield): srun releases the hold and reserves the same request
+     again at or after the block's end, under the step's key, and tells the
+     user in one line naming the block and the new start; the block is
+     then scheduled, not failed.  With no slot left before --qpu-deadline
+     the step fails with qrtd's reason and its task is ended.
 
 Asserts outcomes, never timings.  Skips (exit 77) with the reason when
 network namespaces cannot be made, or Slurm, munge, root or the plugin are
@@ -293,23 +299,37 @@ class Cluster(unittest.TestCase):
                 cands = c.slots_query(5 * MS, max_candidates=1)["candidates"]
                 if not cands or cands[0]["start_ns"] >= until_ns:
                     return held
-                # A gap starting now begins past qrtd's minimum lead by the
-                # time the hold arrives: from a little later (the part in
-                # between is past before any step asks).
-                start = max(cands[0]["start_ns"], self.now_ns() + 50 * MS)
-                # Blocks of at most 200 ms, halved where one does not fit
-                # (the window's end is not always usable to the last ns).
-                length = min(cands[0]["window_until_ns"] - start, 200 * MS)
+                # qrtd places each block: from the start it offered, or
+                # from its minimum lead when the hold arrives later than
+                # that (a loaded host delays it by any amount), to the
+                # calibration window's end at the latest.  Blocks of at
+                # most 200 ms, halved where one no longer fits what is
+                # left of the window (no_fit); a gap that time passed is
+                # not offered by the next query.
+                start, until = cands[0]["start_ns"], cands[0]["window_until_ns"]
+                length = min(until - start, 200 * MS)
                 while length >= 5 * MS:
                     try:
                         r = c.slots_reserve(length, f"block-{node}-{until_ns}-{i}-{length}",
-                                            not_before_ns=start, deadline_ns=start + length)
+                                            not_before_ns=start, deadline_ns=until)
                         held.append((r["reservation_id"], r["fencing_token"]))
                         break
                     except slurm_cluster.qrt_client.RpcError as e:
                         last_error = e
                         length //= 2
         self.fail(f"could not book {node} up to {until_ns}: last refusal {last_error}")
+
+    def book_ahead(self, node, ahead_ns):
+        """node booked up to at least ahead_ns past the moment this returns:
+        booking takes time on a loaded host, so what it took is booked too."""
+        held = []
+        for _ in range(20):
+            more = self.book_up(node, self.now_ns() + ahead_ns)
+            held += more
+            if not more:
+                return held
+        self.unbook(node, held)
+        self.fail(f"{node} was never booked {ahead_ns} ns ahead in 20 rounds")
 
     def unbook(self, node, held):
         with self.cl.client(node) as c:
@@ -321,7 +341,7 @@ class Cluster(unittest.TestCase):
 
     def test_3_common_start_on_two_qpu_nodes(self):
         task = self.task_script()
-        blocks = self.book_up("qpu2", self.now_ns() + 5_000_000_000)
+        blocks = self.book_ahead("qpu2", 5_000_000_000)
         try:
             with self.cl.client("qpu2") as c:
                 later = c.slots_query(5 * MS, max_candidates=1)["candidates"][0]["start_ns"]
@@ -357,7 +377,7 @@ class Cluster(unittest.TestCase):
 
         # qpu2 booked past the deadline: the step fails before any task.
         marker = os.path.join(self.cl.jobs, "ran")
-        blocks = self.book_up("qpu2", self.now_ns() + 8_000_000_000)
+        blocks = self.book_ahead("qpu2", 8_000_000_000)
         try:
             r = self.srun("-N2", "-p", "qpu", "-t", "2", "--qpu-duration=5ms",
                           "--qpu-deadline=+4s", "sh", "-c", f"touch {marker}")
@@ -528,6 +548,105 @@ class Cluster(unittest.TestCase):
             self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"),
                                   "qrtd_node=tcp://%n:7071", "qrtd_nodes=qpu[1-2]",
                                   "setup_margin=2s"])
+
+    def yield_step(self, name, deadline):
+        """A lease=4s step on qpu1 holding 20 s from 10 s ahead (qpu1's
+        window is a week long), then a 15 s calibration block due by the
+        hold's end: nothing before the hold is long enough, so qrtd asks
+        the step to yield.  (srun, its stderr file, env, rid, key, block)."""
+        out = os.path.join(self.cl.jobs, f"{name}.out")
+        err = os.path.join(self.cl.jobs, f"{name}.err")
+        script = os.path.join(self.cl.scripts, f"{name}.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\nenv | grep '^QRT_' > {out}\nsleep 120\n")
+        os.chmod(script, 0o755)
+        self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"), "setup_margin=2s",
+                              "lease=4s"])
+        argv = self.cl.in_node("ctl", ["srun", "-N1", "-p", "compute", "-t", "5",
+                                       "--qpu-duration=20s", "--qpu-not-before=+10s",
+                                       f"--qpu-deadline={deadline}", script], user=True)
+        errf = open(err, "w")
+        p = subprocess.Popen(argv, env=self.cl.env, stdout=subprocess.DEVNULL, stderr=errf,
+                             cwd=self.cl.jobs)
+        errf.close()
+        env = wait_for(lambda: "QRT_RESERVATION_ID=" in self.read(out) and self.read(out), 60, 0.2)
+        self.assertTrue(env, "the step's task never started: " + self.read(err))
+        rid = int(re.search(r"^QRT_RESERVATION_ID=(\d+)$", env, re.M).group(1))
+        key = re.search(r"^QRT_IDEMPOTENCY_KEY=(.+)$", env, re.M).group(1)
+        end = int(re.search(r"^QRT_SLOT_END_NS=(\d+)$", env, re.M).group(1))
+        with self.cl.client("qpu1") as c:
+            block = c.calibration_request("qpu1-q0", "slurm_yield", 15_000_000_000, end,
+                                          f"slurm-yield-{name}")
+        self.assertEqual(block["state"], "yielding", block)
+        return p, err, rid, key, block
+
+    def test_7_a_held_step_moves_past_a_calibration_block(self):
+        p = block = None
+        try:
+            p, err, rid, key, block = self.yield_step("yield", "+300s")
+            # Moved: the first hold released, one held at or after the block.
+            moved = wait_for(lambda: [(i, st) for i, st in self.of_step("qpu1", key).items()
+                                      if i != rid and st["state"] == "held"], 30, 0.5)
+            self.assertTrue(moved, self.of_step("qpu1", key))
+            self.assertEqual(len(moved), 1, moved)
+            new_id, new = moved[0]
+            self.assertGreaterEqual(new["start_ns"], block["end_ns"], (new, block))
+            self.assertEqual(self.status("qpu1", rid)["state"], "released")
+            line = wait_for(lambda: re.search(
+                rf"calibration block {block['block_id']} \(step slurm_yield\) on qpu qpu1-q0 "
+                rf"took the step's slot; it moved to start \S+ \({new['start_ns']}\), "
+                rf"reservation {new_id}",
+                self.read(err)), 10, 0.2)
+            self.assertTrue(line, self.read(err))
+            with self.cl.client("qpu1") as c:
+                b = [x for x in c.calibration_blocks("qpu1-q0") if x["block_id"] == block["block_id"]]
+            self.assertEqual(b[0]["state"], "scheduled", b)
+            # srun still renews and, at its end, gives back the new hold.
+            p.terminate()
+            p.wait(30)
+            st = wait_for(lambda: self.status("qpu1", new_id)["state"] != "held" and
+                          self.status("qpu1", new_id), 20, 0.5)
+            self.assertTrue(st, "srun's end left the moved hold")
+            self.assertEqual(st["state"], "released", st)
+        finally:
+            self.end_yield_step(p, block)
+
+    def test_8_a_step_with_no_slot_after_the_block_fails_with_the_reason(self):
+        p = block = None
+        try:
+            # The hold ends 30 s ahead, the deadline 2 s later: after the
+            # block nothing of 20 s fits.
+            p, err, rid, key, block = self.yield_step("noroom", "+32s")
+            rc = wait_for(lambda: p.poll() is not None, 60, 0.5)
+            self.assertTrue(rc, "the step outlived the loss of its slot")
+            self.assertNotEqual(p.returncode, 0)
+            text = self.read(err)
+            self.assertIn(f"calibration block {block['block_id']} (step slurm_yield) on qpu "
+                          "qpu1-q0 took the step's slot, and no other is left", text)
+            # qrtd's own reason: no start after the block leaves the
+            # duration before the deadline.
+            self.assertRegex(text, r"took the step's slot, and no other is left: qrt: no QPU "
+                                   r"slot for this step: .*\(reason [a-z_]+\)")
+            self.assertIn("task 0: Killed", text)
+            self.assertFalse([st for st in self.of_step("qpu1", key).values()
+                              if st["state"] == "held"], self.of_step("qpu1", key))
+        finally:
+            self.end_yield_step(p, block)
+
+    def end_yield_step(self, p, block):
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+        self.cl.run("ctl", ["scancel", "-u", "nobody"], user=False, timeout=30)
+        if block is not None:
+            with self.cl.client("qpu1") as c:
+                try:
+                    c.calibration_cancel(block["block_id"])
+                except slurm_cluster.qrt_client.QrtError:
+                    pass  # over already
+        self.cl.point_plugin(["socket=" + slurm_cluster.qrtd_url("qpu1"),
+                              "qrtd_node=tcp://%n:7071", "qrtd_nodes=qpu[1-2]",
+                              "setup_margin=2s"])
 
     def read(self, path):
         try:

@@ -16,7 +16,9 @@
  * srun renews them, so a dead srun leaves its slots to expiry soon.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,12 @@ static int heartbeat_running;
 static pthread_mutex_t heartbeat_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t heartbeat_cv = PTHREAD_COND_INITIALIZER;
 static int heartbeat_stop;
+/* The heartbeat thread's connection subscribed to
+ * reservation.yield_requested (a step with one reservation, lease=), opened
+ * before any task starts; NULL without one. */
+static qrt_client *yield_watch;
+/* How often the step's hold moved for a calibration block (its keys). */
+static int yield_moves;
 
 /* srun is the job's user: it gives back what it made itself. */
 static void release_local(const char *who)
@@ -160,9 +168,135 @@ static void common_start(qrt_client *const *c)
 		  COMMON_START_ROUNDS, why);
 }
 
+/* Subscribe the step's one hold to reservation.yield_requested at url,
+ * before any task starts (so no request comes unheard): the heartbeat
+ * thread then reads it. */
+static void yield_watch_open(const char *url)
+{
+	qrt_error err;
+	qrt_client *c = connect_to(url, &err);
+	if (c == NULL) {
+		slurm_error("qrt: %s: cannot reach %s to hear calibration yield requests: %s; "
+			    "the hold will not move for a calibration block", key, url, err.message);
+		return;
+	}
+	if (qrt_call(c, "events.subscribe",
+		     "{\"topics\":[\"" QRT_EVENT_RESERVATION_YIELD_REQUESTED "\"]}", NULL,
+		     &err) < 0) {
+		slurm_error("qrt: %s: events.subscribe at %s: %s (%s); the hold will not move for "
+			    "a calibration block", key, url, err.message, err.reason);
+		qrt_close(c);
+		return;
+	}
+	yield_watch = c;
+}
+
+/* qrtd asked the step's hold to yield to calibration block y->block_id
+ * (qrtd(8), CALIBRATION BLOCKS, Yield): release it and reserve the same
+ * request again at or after the nearest free start past the block, under
+ * the step's key with "#yN"; the user reads one line naming the block and
+ * the new start.  When no slot is left the step fails with the reason, as
+ * a refused reservation fails it at srun's start (its tasks are killed). */
+static void move_for_yield(const qrt_yield_request *y)
+{
+	struct node_hold *n = &nodes[0];
+	if (!n->have || y->reservation_id != n->h.member[0].id) {
+		return; /* another reservation of this user's, or given back */
+	}
+	const int64_t from = y->free_start_ns > 0 ? y->free_start_ns : y->block_end_ns;
+	qrt_error err;
+	qrt_client *c = connect_to(n->url, &err);
+	if (c == NULL) {
+		slurm_error("qrt: %s: calibration block %" PRIu64 " asks for the step's slot, but "
+			    "%s cannot be reached: %s; the hold stays (the block's deadline decides)",
+			    key, y->block_id, n->url, err.message);
+		return;
+	}
+	/* A release, never give_back_at: a job the task committed meanwhile
+	 * is acknowledged and stays (qrtd then fails the block). */
+	if (qrt_slots_release(c, n->h.member[0].id, n->h.fencing_token, &err) < 0) {
+		if (strcmp(err.reason, QRT_REASON_ILLEGAL_TRANSITION) != 0) {
+			slurm_error("qrt: %s: calibration block %" PRIu64 " asks for the step's slot; "
+				    "slots.release %" PRIu64 ": %s (%s); the hold stays", key,
+				    y->block_id, n->h.member[0].id, err.message, err.reason);
+		}
+		qrt_close(c);
+		return;
+	}
+	n->have = 0;
+	char k[192];
+	snprintf(k, sizeof(k), "%s#y%d", key, ++yield_moves);
+	qrt_slurm_held h;
+	const int rc = reserve_into(c, from, req.deadline_ns, k, &h, &err);
+	if (rc == 0) {
+		char at[48];
+		qrt_slurm_format_utc(h.start_ns, at, sizeof(at));
+		n->h = h;
+		n->have = 1;
+		slurm_info("qrt: %s: calibration block %" PRIu64 " (step %s) on qpu %s took the "
+			   "step's slot; it moved to start %s (%" PRId64 "), reservation %" PRIu64,
+			   key, y->block_id, y->step, y->qpu, at, h.start_ns, h.member[0].id);
+	} else {
+		char why[QRT_SLURM_MSG];
+		const int64_t next = strcmp(err.reason, QRT_REASON_NO_FIT) == 0 ||
+					     strcmp(err.reason, QRT_REASON_DEADLINE_PASSED) == 0
+				     ? earliest_start(c, from, NULL, 0)
+				     : 0;
+		qrt_slurm_failure_message(&req, err.reason, err.message, next, realtime_ns(), why,
+					  sizeof(why));
+		slurm_error("qrt: %s: calibration block %" PRIu64 " (step %s) on qpu %s took the "
+			    "step's slot, and no other is left: %s", key, y->block_id, y->step,
+			    y->qpu, why);
+		if (slurm_kill_job_step(job_id, step_id, SIGKILL) != SLURM_SUCCESS) {
+			slurm_error("qrt: %s: cannot end the step: %s", key,
+				    slurm_strerror(slurm_get_errno()));
+		}
+	}
+	qrt_close(c);
+}
+
+/* Until the next heartbeat (or stop): wait on heartbeat_cv, or, with a
+ * yield watch, read its events in slices and act on each yield request.
+ * Called and returns with heartbeat_mu held. */
+static void heartbeat_wait(int64_t every)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	const int64_t t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + every;
+	until.tv_sec = (time_t)(t / 1000000000);
+	until.tv_nsec = (long)(t % 1000000000);
+	while (!heartbeat_stop && yield_watch != NULL) {
+		const int64_t left = t - realtime_ns();
+		if (left <= 0) {
+			return;
+		}
+		pthread_mutex_unlock(&heartbeat_mu);
+		char *ev = NULL;
+		qrt_error err;
+		const int slice_ms = left > 250000000 ? 250 : (int)(left / 1000000) + 1;
+		const int rc = qrt_next_event(yield_watch, slice_ms, &ev, &err);
+		qrt_yield_request y;
+		if (rc == 0 && qrt_yield_request_read(ev, &y) == 0) {
+			move_for_yield(&y);
+		} else if (rc < 0 && rc != -ETIMEDOUT) {
+			slurm_error("qrt: %s: the connection that hears calibration yield requests "
+				    "ended: %s; the hold will not move for a calibration block", key,
+				    err.message);
+			qrt_close(yield_watch);
+			yield_watch = NULL;
+		}
+		qrt_free(ev);
+		pthread_mutex_lock(&heartbeat_mu);
+	}
+	while (!heartbeat_stop &&
+	       pthread_cond_timedwait(&heartbeat_cv, &heartbeat_mu, &until) == 0) {
+	}
+}
+
 /* srun's heartbeat (lease=): every third of the lease, slots.heartbeat on
  * every hold srun made that is still held; a committed one has no lease
- * and is left alone.  Ends when srun's exit sets heartbeat_stop. */
+ * and is left alone.  Between heartbeats it hears yield requests for the
+ * step's hold (yield_watch).  Ends when srun's exit sets heartbeat_stop. */
 static void *heartbeat_main(void *arg)
 {
 	(void)arg;
@@ -170,14 +304,7 @@ static void *heartbeat_main(void *arg)
 	int done[MAX_NODES] = {0};
 	pthread_mutex_lock(&heartbeat_mu);
 	while (!heartbeat_stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		const int64_t t = (int64_t)until.tv_sec * 1000000000 + until.tv_nsec + every;
-		until.tv_sec = (time_t)(t / 1000000000);
-		until.tv_nsec = (long)(t % 1000000000);
-		while (!heartbeat_stop &&
-		       pthread_cond_timedwait(&heartbeat_cv, &heartbeat_mu, &until) == 0) {
-		}
+		heartbeat_wait(every);
 		if (heartbeat_stop) {
 			break;
 		}
@@ -222,6 +349,8 @@ static void heartbeat_end(void)
 	pthread_mutex_unlock(&heartbeat_mu);
 	pthread_join(heartbeat_thread, NULL);
 	heartbeat_running = 0;
+	qrt_close(yield_watch);
+	yield_watch = NULL;
 }
 
 /* srun, once per step after the allocation, before any task: for a tcp://
@@ -316,12 +445,19 @@ int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 		setenv("QRT_FAILURE", failure, 1);
 		return 0;
 	}
+	if (cfg.heartbeat_lease_ns > 0 && !per_node) {
+		/* One hold: it may move for a calibration block.  A common start
+		 * does not move (its nodes' holds would part). */
+		yield_watch_open(nodes[0].url);
+	}
 	if (cfg.heartbeat_lease_ns > 0 &&
 	    pthread_create(&heartbeat_thread, NULL, heartbeat_main, NULL) == 0) {
 		heartbeat_running = 1;
 	} else if (cfg.heartbeat_lease_ns > 0) {
 		slurm_error("qrt: %s: cannot start the heartbeat thread; the lease may end "
 			    "before the step", key);
+		qrt_close(yield_watch);
+		yield_watch = NULL;
 	}
 	if (!per_node) {
 		export_held(sp);

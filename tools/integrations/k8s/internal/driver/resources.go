@@ -181,7 +181,7 @@ func (d *Driver) Resources(ctx context.Context) (*resourceslice.DriverResources,
 			if now >= from {
 				since := metav1.NewTime(time.Unix(0, b.StartNS).Truncate(time.Second))
 				dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintCalibration,
-					Value: fmt.Sprintf("%s.block-%d", DeviceName(q.Name), b.BlockID),
+					Value:  fmt.Sprintf("%s.block-%d", DeviceName(q.Name), b.BlockID),
 					Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &since})
 				taints[name] = dev.Taints
 				nextChange = earliest(nextChange, b.EndNS)
