@@ -2,7 +2,7 @@
 # endpoint program of this room installs beside its distribution: its
 # systemd unit and sysusers.d entry (from endpoint.service.in and
 # endpoint.sysusers.in, the room's one template of each), its example
-# /etc/qrtd/<command>.env (a conffile) and its man page <command>.1; the
+# /etc/qrtd/<command>.env (a conffile) and its man page <command>.8; the
 # distribution itself, with its pinned requirements, under
 # /usr/share/qrtd/python/<command>, for endpoint-venv.sh.  Component
 # "endpoints".
@@ -16,7 +16,7 @@ function(qrt_python_endpoint)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${NAME}.service DESTINATION lib/systemd/system COMPONENT endpoints)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/${NAME}.sysusers DESTINATION lib/sysusers.d RENAME ${NAME}.conf
           COMPONENT endpoints)
-  install(FILES ${NAME}.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT endpoints)
+  install(FILES ${NAME}.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT endpoints)
   install(FILES pyproject.toml requirements.txt DESTINATION ${CMAKE_INSTALL_DATADIR}/qrtd/python/${NAME}
           COMPONENT endpoints)
   string(REPLACE "-" "_" _module ${NAME})

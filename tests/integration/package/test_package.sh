@@ -45,8 +45,9 @@ for p in qrtd libqrt-client1 libqrt-client-dev qrtd-slurm; do
 done
 deb() { echo "$out/$1_${version}_amd64.deb"; }
 contents() { dpkg-deb -c "$(deb "$1")" | awk '{print $6}' | sed 's|^\./|/|'; }
-has() {  # has PACKAGE PATH
-  contents "$1" | grep -qx -- "$2" || { fail "$1 ships $2"; return; }
+has() {  # has PACKAGE PATH (grep reads the whole listing: with -q it would stop at the
+          # match, dpkg-deb would die of SIGPIPE, and pipefail would call it missing)
+  contents "$1" | grep -x -- "$2" >/dev/null || { fail "$1 ships $2"; return; }
   echo "ok: $1 ships $2"
 }
 
@@ -79,6 +80,17 @@ has qrtd-qdmi /usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json
 has qrtd-qdmi /usr/share/man/man7/qrtd-qdmi.7.gz
 check "qrtd-qdmi depends on libqrt-client1 (shlibs)" sh -c "dpkg-deb -f '$(deb qrtd-qdmi)' Depends | grep -q libqrt-client1"
 check "the manifest names the library beside it" sh -c "dpkg-deb --fsys-tarfile '$(deb qrtd-qdmi)' | tar -xO ./usr/lib/x86_64-linux-gnu/qrtd/qdmi/qrtd-qdmi.qdmi.json | grep -q '\"library\": \"libqrtd-qdmi.so\"'"
+# The control stacks' endpoints: units (not enabled), users, env files, man
+# pages; their distributions stay in qrtd's /usr/share/qrtd/python.
+endpoints_deb="$out/qrtd-endpoints_${version}_all.deb"
+check "package qrtd-endpoints_${version}_all.deb built" test -f "$endpoints_deb"
+for f in /usr/share/man/man8/qpu-qblox.8.gz /usr/share/man/man8/qpu-labone.8.gz /lib/systemd/system/qpu-qblox.service \
+         /lib/systemd/system/qpu-labone.service /usr/lib/sysusers.d/qpu-qblox.conf /usr/lib/sysusers.d/qpu-labone.conf \
+         /etc/qrtd/qpu-qblox.env /etc/qrtd/qpu-labone.env; do
+  dpkg-deb -c "$endpoints_deb" | awk '{print $6}' | sed 's|^\./|/|' | grep -x -- "$f" >/dev/null || fail "qrtd-endpoints ships $f"
+done
+has qrtd /usr/share/qrtd/python/qpu-qblox/pyproject.toml
+has qrtd /usr/share/qrtd/python/qpu-labone/requirements.txt
 # The shared library policy split: the runtime package holds no .so symlink
 # or header (a -dev package does), so two sonames can be co-installed.
 if contents libqrt-client1 | grep -qE '\.so$|\.h$'; then fail "libqrt-client1 ships only the versioned library"; else echo "ok: libqrt-client1 ships only the versioned library"; fi

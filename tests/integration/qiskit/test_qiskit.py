@@ -28,11 +28,9 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -44,8 +42,7 @@ from qiskit.primitives import BackendSamplerV2
 from qiskit.providers import JobStatus
 from qrtd_qiskit import QrtdBackend, QrtdError, QrtdJobError
 
-sys.path.insert(0, os.environ.get("QRT_E2E_DIR", os.path.join(os.path.dirname(__file__), "../e2e")))
-import test_e2e as base  # noqa: E402  (the sysusers set-up, wait_for, the config)
+from qrtd_lab import QrtdLab, base  # noqa: E402  (the harness shared with the control stacks' tests)
 
 QRTD = os.environ.get("QRTD", "")
 QPU_AER = os.environ.get("QPU_AER", "")
@@ -88,64 +85,24 @@ BELL_QASM = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh 
              'c[0] = measure q[0];\nc[1] = measure q[1];\n')
 
 
-class Qiskit(unittest.TestCase):
+class Qiskit(QrtdLab, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not QRTD or not QPU_AER:
             raise unittest.SkipTest("QRTD and QPU_AER must name the binaries")
-        base.E2E.setUpClass.__func__(cls)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        cls.dir = tempfile.mkdtemp(prefix="qrt-qiskit-", dir=shm)
-        os.chmod(cls.dir, 0o755)
-        cls.state = os.path.join(cls.dir, "state")
-        os.mkdir(cls.state, 0o750)
-        cls.sock = os.path.join(cls.dir, "qrtd.sock")
-        cls.cfg = os.path.join(cls.dir, "qrtd.toml")
+        cls.lab_begin("qrt-qiskit-")
         cls.summary = os.path.join(cls.dir, "aer.json")
-        cls.procs = []
         qpu = base.PERIODIC_QPU.replace("blackout_ns = 100_000_000", f"blackout_ns = {BLACKOUT}")
         assert f"period_ns = 1_000_000_000" in qpu and str(BLACKOUT) in qpu
         # The network listener, when munge is installed: a munged of our own.
         cls.url, cls.munge_sock = cls.start_munged()
-        config = base.CONFIG
-        if cls.url:
-            rpc = 'socket_path = "{dir}/qrtd.sock"\n'
-            assert rpc in config
-            config = config.replace(rpc, rpc + f'listen = "{cls.url}"\nmunge_socket = "{cls.munge_sock}"\n')
-        with open(cls.cfg, "w") as f:
-            f.write((config + qpu).format(
-                dir=cls.dir, uid=os.getuid(), submit="syscall",
-                mode="tuned" if os.geteuid() == 0 else "untuned") + DEVICE)
+        extra = f'listen = "{cls.url}"\nmunge_socket = "{cls.munge_sock}"\n' if cls.url else ""
+        cls.config(qpu, rpc_extra=extra, verbatim=DEVICE)
         args = [sys.executable, QPU_AER, "--listen", f"unix://{cls.dir}/qpu0.sock", "--qubits", "3",
                 "--max-shots", "20000", "--period-ns", str(PERIOD), "--blackout-ns", str(BLACKOUT),
                 "--seed", "7", "--verbose", "--json", "--summary-file", cls.summary, "--duration-s", "300"]
-        if os.geteuid() == 0:
-            args += ["--socket-group", "qrt", "--socket-mode", "0660"]
-        cls.aer_log = open(os.path.join(cls.dir, "qpu-aer.log"), "w")
-        cls.aer = subprocess.Popen(args, stdout=cls.aer_log, stderr=subprocess.STDOUT)
-        cls.procs.append(cls.aer)
-        if not base.wait_for(lambda: os.path.exists(f"{cls.dir}/qpu0.sock") or cls.aer.poll() is not None, 60):
-            raise RuntimeError("qpu-aer did not listen")
-        if cls.aer.poll() is not None:
-            raise RuntimeError("qpu-aer exited: " + cls.tail("qpu-aer.log"))
-        log = open(os.path.join(cls.dir, "qrtd-0.log"), "w")
-        cls.qrtd = subprocess.Popen([QRTD, "run", "-c", cls.cfg, "--state-dir", cls.state],
-                                    stdout=log, stderr=subprocess.STDOUT)
-        cls.procs.append(cls.qrtd)
-
-        def up():
-            if cls.qrtd.poll() is not None:
-                raise RuntimeError("qrtd exited: " + cls.tail("qrtd-0.log"))
-            try:
-                c = qrt_client.Client(cls.sock, timeout=5)
-            except qrt_client.QrtError:
-                return False
-            try:
-                return all(q.get("endpoint_up") for q in c.status()["qpus"])
-            finally:
-                c.close()
-        if not base.wait_for(up, 30):
-            raise RuntimeError("qrtd or its endpoint did not come up: " + cls.tail("qrtd-0.log"))
+        cls.aer = cls.launch("qpu-aer", args + cls.endpoint_socket_args(), f"{cls.dir}/qpu0.sock", timeout_s=60)
+        cls.start_qrtd(up_timeout_s=30)
         cls.backend = QrtdBackend(qpu="qpu0", socket=cls.sock)
 
     @classmethod
@@ -179,43 +136,10 @@ class Qiskit(unittest.TestCase):
     def tearDownClass(cls):
         if getattr(cls, "backend", None):
             cls.backend.close()
-        for p in reversed(getattr(cls, "procs", [])):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        if getattr(cls, "dir", None):
-            shutil.rmtree(cls.dir, ignore_errors=True)
-        base.E2E.tearDownClass.__func__(cls)
-
-    @classmethod
-    def tail(cls, name):
-        try:
-            with open(os.path.join(cls.dir, name)) as f:
-                return "".join(f.readlines()[-20:])
-        except OSError:
-            return ""
-
-    def client(self):
-        c = qrt_client.Client(self.sock, timeout=10)
-        self.addCleanup(c.close)
-        return c
+        cls.lab_end()
 
     def start(self, duration_ns=10 * MS):
-        """A start at least 300 ms ahead and 150 ms inside a window from both
-        its ends: a send late by up to the tolerance still ends inside the
-        window (as test_e2e plans its jobs with MARGIN)."""
-        margin = 150 * MS
-        t = time.time_ns() + 300 * MS
-        for w in sorted(self.client().calibration_get("qpu0", until_ns=t + 3 * PERIOD),
-                        key=lambda w: w["valid_from_ns"]):
-            s = max(t, w["valid_from_ns"] + margin)
-            if s + duration_ns + margin <= w["valid_until_ns"]:
-                return s
-        self.fail("no window ahead")
+        return self.start_in_window("qpu0", duration_ns, span_ns=3 * PERIOD)
 
     def run_job(self, circuits, **kw):
         kw.setdefault("not_before_ns", self.start())

@@ -17,7 +17,7 @@ import time
 import pytest
 from qrt_client import protocol as P
 from qrt_endpoint.testing import Agent, Peer, T, frame, job_fields
-from test_labone import BELL
+from test_labone import BELL, MANY_ANGLES
 
 from qpu_labone import calibration
 
@@ -108,12 +108,14 @@ def test_armed_with_the_trigger_held_started_on_fire_and_the_calibration_switch(
      P.WireError.PROGRAM_REFUSED, "gate_not_supported"),
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[4] q;\nx q[3];\nc[0] = measure q[3];\n', 1, 50_000_000,
      P.WireError.PROGRAM_REFUSED, "qubit_out_of_range"),
+    (MANY_ANGLES, 1, 50_000_000, P.WireError.MEMORY_FULL, "instruction_memory_exceeded"),
     (BELL, 7, 50_000_000, P.WireError.CALIBRATION_UNKNOWN, "calibration_unknown"),
     (BELL, 1, 1_000, P.WireError.PROGRAM_REFUSED, "program_too_long"),
-], ids=["gate", "qubit", "calibration", "too_long"])
+], ids=["gate", "qubit", "instructions", "calibration", "too_long"])
 def test_refusals_at_arm_are_named(bench, text, cal, slot_ns, status, reason):
     a = Agent(bench.sock)
     try:
+        a.control.s.settimeout(300)   # 4200 rotations take a while to compile before the refusal
         f = job_fields(40, ahead_ns=3 * 10**9, cal=cal, duration_ns=slot_ns, shots=8)
         a.arm(f, envelope(text).encode())
         h, body = a.read()

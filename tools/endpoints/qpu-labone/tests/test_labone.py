@@ -14,6 +14,12 @@ BELL = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[2] c;\nqubit[2] q;\nh q[0];
         'c[0] = measure q[0];\nc[1] = measure q[1];\n')
 
 
+# 4200 rotations by distinct angles: one command table entry each, past the
+# 4096 a sequencer has.
+MANY_ANGLES = ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\n' +
+               "".join(f"rx({0.001 * (i + 1):.4f}) q[0];\n" for i in range(4200)) + "c[0] = measure q[0];\n")
+
+
 def req(job, qasm=BELL, cal=1, shots=8, slot=10**9):
     env = {"format": "qasm3", "shots": shots, "circuits": [{"name": "c", "qubits": 2, "qasm": qasm}]}
     return ArmRequest(job, cal, time.time_ns() + 10**9, 0, 2**62, slot, shots, 10**6, json.dumps(env).encode())
@@ -35,6 +41,36 @@ def test_bell_armed_held_fired_counted(lab):
     (res,) = r.payload["results"]
     assert sum(res["counts"].values()) == 8
     assert all(len(k) == 2 for k in res["counts"])
+
+
+def test_a_fire_right_after_armed_is_collected(lab):
+    """FIRE with no pause after ARM (a version-1 JOB is armed, fired and
+    collected at once): the results still come back."""
+    import threading
+
+    stack, _, _ = lab
+    stack.arm(req(1))
+    stack.fire(1)
+    out = []
+    t = threading.Thread(target=lambda: out.append(stack.collect(1)), daemon=True)
+    t.start()
+    t.join(60)
+    assert out, "collect() did not return within 60 s"
+    assert sum(out[0].payload["results"][0]["counts"].values()) == 8
+
+
+GHZ3 = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nbit[3] c;\nqubit[3] q;\nh q[0];\ncx q[0], q[1];\n'
+        'cx q[1], q[2];\nc[0] = measure q[0];\nc[1] = measure q[1];\nc[2] = measure q[2];\n')
+
+
+def test_a_3_qubit_ghz_whose_qubits_come_free_apart_is_read_out_together(lab):
+    """The last CNOT leaves q2 busy after q0 and q1: the three readouts
+    share the SHFQC+'s multiplexed line and are played aligned."""
+    stack, _, _ = lab
+    stack.arm(req(1, qasm=GHZ3))
+    stack.fire(1)
+    (res,) = stack.collect(1).payload["results"]
+    assert res["counts"] == {"111": 8}   # the emulator's readouts against threshold 0
 
 
 def test_thresholds_come_from_the_calibration_set(lab, tmp_path):
@@ -75,7 +111,8 @@ def test_calibration_switch_recompiles_with_new_amplitudes(lab):
 @pytest.mark.parametrize("qasm,reason", [
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[1] q;\nccz q[0];\nc[0] = measure q[0];\n', "gate_not_supported"),
     ('OPENQASM 3.0;\nbit[1] c;\nqubit[4] q;\nx q[3];\nc[0] = measure q[3];\n', "qubit_out_of_range"),
-], ids=["gate", "qubit"])
+    (MANY_ANGLES, "instruction_memory_exceeded"),
+], ids=["gate", "qubit", "instructions"])
 def test_refusals_name_the_reason_and_nothing_runs(lab, qasm, reason):
     stack, _, _ = lab
     with pytest.raises(ArmRefused) as e:
@@ -121,7 +158,7 @@ def native(stack, cal=1, shots=4, **kw):
                                     averaging_mode=AveragingMode.SINGLE_SHOT))
     compiled = stack.session.compile(exp)
     return compiled, {"format": "laboneq-compiled", "shots": shots, "calibration_id": cal, "raw": True,
-                      "compiled": to_json(compiled), **kw}
+                      "compiled": to_json(compiled).decode(), **kw}   # to_json gives bytes
 
 
 def native_req(job, env, cal=1):
@@ -137,8 +174,10 @@ def test_a_precompiled_experiment_runs_and_returns_its_raw_acquisitions(lab):
     stack.fire(1)
     r = stack.collect(1)
     assert r.payload["format"] == "laboneq-raw"
-    assert sorted(r.payload["acquisitions"]) == ["c[0]", "c[1]"]
-    assert all(len(v) == 4 and all(len(x) == 2 for x in v) for v in r.payload["acquisitions"].values())
+    # every handle the experiment acquires, among them the circuit's bits
+    acq = r.payload["acquisitions"]
+    assert {"c[0]", "c[1]"} <= set(acq), sorted(acq)
+    assert all(len(acq[h]) == 4 and all(len(x) == 2 for x in acq[h]) for h in ("c[0]", "c[1]"))
 
 
 @pytest.mark.parametrize("change,reason,text", [

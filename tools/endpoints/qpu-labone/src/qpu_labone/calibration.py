@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qrt_endpoint import device
 from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
@@ -95,6 +96,33 @@ def _build(calibration_id: int, qpu_json: bytes, where: Path) -> CalibrationSet:
         if missing:
             raise CalibrationError(f"{where}: qubit {i} ({q.uid}) lacks {', '.join(missing)}")
     return CalibrationSet(calibration_id, qpu, qubits, hashlib.sha256(qpu_json).hexdigest())
+
+
+# The native gates the set calibrates, in OpenQASM 3 / Qiskit spelling
+# (operations.QrtOperations plays each from the qubit's own parameters):
+# the basis an SDK transpiles to.
+BASIS_GATES = ["rz", "sx", "x", "cz", "measure"]
+
+
+def device_facts(cal: CalibrationSet) -> dict[str, Any]:
+    """qrtd's [qpu.device] facts of this set (qrt_endpoint.device): its
+    qubits, the native gates, the pairs with a calibrated CZ, and each
+    gate's duration from the set's own parameters."""
+    index = {q.uid: i for i, q in enumerate(cal.qubits)}
+    pairs: list[tuple[int, int]] = []
+    cz_ns = 0
+    for i, q in enumerate(cal.qubits):
+        for partner, p in (q.parameters.custom.get("cz") or {}).items():
+            if partner in index:
+                pairs.append((min(i, index[partner]), max(i, index[partner])))
+                cz_ns = max(cz_ns, round(float(p["length"]) * 1e9))
+    c = [q.parameters.custom for q in cal.qubits]
+    pulse = max(round(float(x["pulse_length"]) * 1e9) for x in c)
+    ns = {"rz": 0, "sx": pulse, "x": pulse, "measure": max(round(float(x["readout_length"]) * 1e9) for x in c)}
+    if pairs:
+        ns["cz"] = cz_ns
+    return device.facts(len(cal.qubits), BASIS_GATES if pairs else [g for g in BASIS_GATES if g != "cz"],
+                        sorted(set(pairs)), ns)
 
 
 class CalibrationStore:

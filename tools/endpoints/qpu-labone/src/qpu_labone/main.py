@@ -1,6 +1,6 @@
 """qpu-labone's command line: the endpoint framework's options, the
 calibration directory, and the instruments (the lab's DeviceSetup, or
-LabOne Q's emulator).  See qpu-labone(1)."""
+LabOne Q's emulator).  See qpu-labone(8)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Examples:\n"
                "  qpu-labone --listen unix:///run/qpu-labone/qpu0.sock --qpu qpu0 --device-setup /etc/qpu-labone/setup.json\n"
                "  qpu-labone --listen unix:///tmp/q.sock --calibration-dir /tmp/cal --emulate\n"
-               "See qpu-labone(1).")
+               "See qpu-labone(8).")
     cli.add_options(ap)
     g = ap.add_argument_group("the instruments")
     g.add_argument("--qpu", default="qpu0", help="the QPU's name: its calibration sets are in "
@@ -45,17 +45,32 @@ def main(argv: list[str] | None = None) -> int:
                         "--device-setup: the 3-qubit example setup, PQSC + SHFQC+ + HDAWG)")
     g.add_argument("--emulate-power-file", metavar="PATH",
                    help="with --emulate: the emulated instruments are off while PATH does not exist")
+    g.add_argument("--emulate-journal", metavar="PATH",
+                   help="with --emulate: append each compiled experiment armed (job, calibration id, seqc sources, "
+                        "waveforms, command tables, oscillator frequencies) to PATH (JSON lines)")
     g.add_argument("--horizon-s", type=float, default=DEFAULT_HORIZON_NS / 1e9,
                    help=f"how far ahead of its fire_at an ARM is taken (default {DEFAULT_HORIZON_NS / 1e9:g})")
     g.add_argument("--min-lead-ms", type=float, default=DEFAULT_MIN_LEAD_NS / 1e6,
                    help=f"the least lead this endpoint states (default {DEFAULT_MIN_LEAD_NS / 1e6:g})")
+    ap.add_argument("--print-device", type=int, metavar="ID",
+                    help="print the [qpu.device] sub-table of qrtd.toml that calibration set ID implies (qubits, "
+                         "basis gates, coupling, durations) and exit")
     ap.add_argument("--version", action="version", version=f"qpu-labone {__version__}")
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--print-device" in argv:   # no endpoint or instrument options needed: read the set and print
+        pp = argparse.ArgumentParser(prog="qpu-labone")
+        pp.add_argument("--print-device", type=int, required=True)
+        pp.add_argument("--qpu", default="qpu0")
+        pp.add_argument("--calibration-dir", default=str(DEFAULT_ROOT))
+        po, _ = pp.parse_known_args(argv)
+        return print_device(po.calibration_dir, po.qpu, po.print_device)
     opt = ap.parse_args(argv)
     eopt = cli.options(ap, opt)
     if not opt.device_setup and not opt.emulate:
         ap.error("give --device-setup (the lab's instruments) or --emulate")
-    if opt.emulate_power_file and not opt.emulate:
-        ap.error("--emulate-power-file goes with --emulate")
+    if (opt.emulate_power_file or opt.emulate_journal) and not opt.emulate:
+        ap.error("--emulate-power-file and --emulate-journal go with --emulate")
     if not 0.001 <= opt.horizon_s <= 86400 or not 0 <= opt.min_lead_ms <= 3_600_000:
         ap.error("--horizon-s is 0.001..86400 and --min-lead-ms 0..3600000")
     logging.getLogger("laboneq").setLevel(logging.WARNING)
@@ -71,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(os.path.join(opt.calibration_dir, opt.qpu)):
         print(f"qpu-labone: warning: no {os.path.join(opt.calibration_dir, opt.qpu)} yet: every ARM is refused "
               "calibration_unknown until the calibration service writes a set", file=sys.stderr)
-    lab = Lab(setup, opt.emulate, opt.emulate_power_file)
+    lab = Lab(setup, opt.emulate, opt.emulate_power_file, opt.emulate_journal)
     session: Any = None
     said = ""
     while session is None:   # until the instruments answer; SIGTERM ends it
@@ -85,11 +100,27 @@ def main(argv: list[str] | None = None) -> int:
                 said = why
             time.sleep(CONNECT_RETRY_S)
     stack = LabOneStack(session, CalibrationStore(opt.calibration_dir, opt.qpu), horizon_ns=int(opt.horizon_s * 1e9),
-                        min_lead_ns=int(opt.min_lead_ms * 1e6), reconnect=lab.connect, probe=lab.probe)
+                        min_lead_ns=int(opt.min_lead_ms * 1e6), reconnect=lab.connect, probe=lab.probe,
+                        observe=lab.record if opt.emulate_journal else None)
     try:
         return cli.serve(stack, "qpu-labone", __version__, opt, eopt)
     finally:
         stack.close()
+
+
+def print_device(root: str, qpu: str, calibration_id: int) -> int:
+    from qrt_endpoint import device
+    from qrt_endpoint.handler import ArmRefused
+
+    from .calibration import device_facts
+    try:
+        cal = CalibrationStore(root, qpu).load(calibration_id)
+    except ArmRefused as e:
+        print(f"qpu-labone: --print-device: {e.detail}", file=sys.stderr)
+        return 1
+    print(device.toml(device_facts(cal), f"{os.path.join(root, qpu, str(calibration_id))} (qpu-labone --print-device)"),
+          end="")
+    return 0
 
 
 if __name__ == "__main__":

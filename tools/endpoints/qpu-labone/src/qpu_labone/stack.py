@@ -21,7 +21,9 @@ set's digest), whose acquisitions come back raw.
 
 health() checks the session (and `probe`, when given); after a failure,
 with a `reconnect` (a function returning a connected Session), the next
-health() connects anew.
+health() connects anew.  `observe`, when given, is called with each ARM's
+request and the CompiledExperiment about to be uploaded (the emulator's
+journal, lab.Lab).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from qrt_endpoint import envelope
 from qrt_endpoint.handler import (
     CALIBRATION_MISMATCH,
     GATE_NOT_SUPPORTED,
+    INSTRUCTION_MEMORY_EXCEEDED,
     INSTRUMENT_UNREACHABLE,
     PROGRAM_INVALID,
     PROGRAM_REJECTED,
@@ -106,8 +109,10 @@ class LabOneStack:
 
     def __init__(self, session: Any, calibrations: CalibrationStore, *,
                  horizon_ns: int = DEFAULT_HORIZON_NS, min_lead_ns: int = DEFAULT_MIN_LEAD_NS,
-                 reconnect: Callable[[], Any] | None = None, probe: Callable[[], None] | None = None) -> None:
+                 reconnect: Callable[[], Any] | None = None, probe: Callable[[], None] | None = None,
+                 observe: Callable[[ArmRequest, Any], None] | None = None) -> None:
         self.calibrations = calibrations
+        self.observe = observe
         self.horizon_ns = horizon_ns
         self.min_lead_ns = min_lead_ns
         self.reconnect = reconnect
@@ -138,9 +143,12 @@ class LabOneStack:
             # The result collection's deadline counts from its submission
             # (the execution's time and 2 s): it is submitted at FIRE, not
             # when the instruments are armed, or a job held armed longer
-            # would lose its results.
+            # would lose its results.  A FIRE that came first (right after
+            # ARMED, as a version-1 JOB does it) finds no context to
+            # submit: it is submitted here, at once.  Both run on the
+            # controller's event loop, so one of them does it.
             job = self._current
-            if job is None:
+            if job is None or (job.fired is not None and job.fired.done()):
                 return await collect(context)
             job.result_context = context
             return None
@@ -193,7 +201,8 @@ class LabOneStack:
 
     # ------------------------------------------------------------ ARM
 
-    def _qubit_map(self, text: str, n: int, cal: CalibrationSet) -> dict[str, Any]:
+    @staticmethod
+    def _qubit_map(text: str, n: int, cal: CalibrationSet) -> dict[str, Any]:
         try:
             program = openqasm3.parse(text)
         except Exception as e:  # the parser's errors are of several types
@@ -217,6 +226,29 @@ class LabOneStack:
         if not qmap:  # physical qubits only
             qmap = {f"${i}": q for i, q in enumerate(cal.qubits)}
         return qmap
+
+    @staticmethod
+    def _aligned_readout(text: str) -> str:
+        """The program with a barrier over its declared qubits before each
+        run of consecutive measurements.  The qubits' readouts share one
+        multiplexed line (the SHFQC+'s channel), whose readout pulses and
+        integrations LabOne Q's compiler can only play aligned: measured as
+        each qubit comes free (a GHZ's last CNOT delays one of them) it
+        fails with "Cut points overlap intervals"."""
+        program = openqasm3.parse(text)
+        regs = [s.qubit.name for s in program.statements if isinstance(s, ast.QubitDeclaration)]
+        if not regs:
+            return text
+        out: list[ast.Statement | ast.Pragma] = []
+        before = False
+        for s in program.statements:
+            measure = isinstance(s, ast.QuantumMeasurementStatement)
+            if measure and not before:
+                out.append(ast.QuantumBarrier(qubits=[ast.Identifier(r) for r in regs]))
+            out.append(s)
+            before = measure
+        program.statements = out
+        return str(openqasm3.dumps(program))
 
     @staticmethod
     def _measured(text: str) -> tuple[list[tuple[str, int]], dict[str, int]]:
@@ -274,6 +306,8 @@ class LabOneStack:
                              f"the compiled experiment runs {job.duration_ns} ns (LabOne Q's estimate); "
                              f"the slot is {req.slot_ns} ns")
         t1 = time.perf_counter_ns()
+        if self.observe is not None:   # a test bench's record of what is uploaded (lab.Lab.journal)
+            self.observe(req, compiled)
         self._current = job
         try:
             job.submission = self._controller.submit_compiled(compiled.scheduled_experiment)
@@ -289,21 +323,30 @@ class LabOneStack:
         return Armed(req.job_id, [(STAGE_COMPILE, t1 - t0), (STAGE_UPLOAD, upload),
                                   (STAGE_ARM, job.armed_pc - t1 - upload)], job.duration_ns)
 
-    def _compile(self, req: ArmRequest, env: envelope.Envelope) -> tuple[Any, _Job]:
-        from laboneq.openqasm3 import MultiProgramOptions, OpenQasmException, OpenQASMTranspiler
+    @classmethod
+    def experiment(cls, cal: CalibrationSet, qasms: list[str], shots: int) -> Any:
+        """The one LabOne Q experiment of a job's circuits against `cal`:
+        a batch of the programs, single-shot integration, `shots`
+        iterations (raises ArmRefused, or the importer's OpenQasmException
+        and ValueError)."""
+        from laboneq.openqasm3 import MultiProgramOptions, OpenQASMTranspiler
         from laboneq.simple import AcquisitionType, AveragingMode
 
-        cal = self.calibrations.load(req.calibration_id)
-        n = len(cal.qubits)
-        maps = [self._qubit_map(c.qasm, n, cal) for c in env.circuits]
-        measured = [self._measured(c.qasm) for c in env.circuits]
+        maps = [cls._qubit_map(q, len(cal.qubits), cal) for q in qasms]
+        qasms = [cls._aligned_readout(q) for q in qasms]
         if any(m != maps[0] for m in maps[1:]):
             raise ArmRefused(STAGE_PARSE, PROGRAM_INVALID, "the circuits of one job must declare the same qubits")
+        return OpenQASMTranspiler(cal.qpu).batch_experiment(
+            qasms, qubit_map=maps[0],
+            options=MultiProgramOptions(count=shots, acquisition_type=AcquisitionType.INTEGRATION,
+                                        averaging_mode=AveragingMode.SINGLE_SHOT))
+
+    def _compile(self, req: ArmRequest, env: envelope.Envelope) -> tuple[Any, _Job]:
+        from laboneq.openqasm3 import OpenQasmException
+
+        cal = self.calibrations.load(req.calibration_id)
         try:
-            exp = OpenQASMTranspiler(cal.qpu).batch_experiment(
-                [c.qasm for c in env.circuits], qubit_map=maps[0],
-                options=MultiProgramOptions(count=env.shots, acquisition_type=AcquisitionType.INTEGRATION,
-                                            averaging_mode=AveragingMode.SINGLE_SHOT))
+            exp = self.experiment(cal, [c.qasm for c in env.circuits], env.shots)
         except OpenQasmException as e:
             text = str(e)
             reason = GATE_NOT_SUPPORTED if ("gate" in text.lower() or "operation" in text.lower()
@@ -312,11 +355,19 @@ class LabOneStack:
         except ValueError as e:
             raise ArmRefused(STAGE_COMPILE, GATE_NOT_SUPPORTED if "gate_not_supported" in str(e) else PROGRAM_INVALID,
                              str(e)) from None
+        measured = [self._measured(c.qasm) for c in env.circuits]   # parsed above: they read
         try:
             compiled = self.session.compile(exp)
         except Exception as e:  # LabOne Q's compiler raises its own exception types
             text = str(e)
-            reason = WAVEFORM_MEMORY_EXCEEDED if "memory" in text.lower() else PROGRAM_INVALID
+            low = text.lower()
+            if "resource limitation" in low and "waveform" not in low:
+                # a sequencer's instructions or command table entries (ResourceLimitationError)
+                reason = INSTRUCTION_MEMORY_EXCEEDED
+            elif "memory" in low or "resource limitation" in low:
+                reason = WAVEFORM_MEMORY_EXCEEDED
+            else:
+                reason = PROGRAM_INVALID
             raise ArmRefused(STAGE_COMPILE, reason, f"LabOne Q compiler: {text}") from None
         job = _Job(req.job_id, cal, [c.name for c in env.circuits], [m[0] for m in measured],
                    [m[1] for m in measured], env.shots, 0)

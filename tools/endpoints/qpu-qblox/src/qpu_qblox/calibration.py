@@ -37,6 +37,7 @@ from typing import Any
 
 from qblox_scheduler.backends.graph_compilation import DeviceCompilationConfig, SerialCompilationConfig
 from qblox_scheduler.backends.qblox_backend import QbloxHardwareCompilationConfig
+from qrt_endpoint import device
 from qrt_endpoint.handler import CALIBRATION_UNKNOWN, STAGE_COMPILE, ArmRefused
 
 DEFAULT_ROOT = Path("/var/lib/qrtd-calibration")
@@ -117,6 +118,29 @@ def build(calibration_id: int, device: dict[str, Any], hardware: dict[str, Any],
     config = SerialCompilationConfig(name=f"qrtd calibration {calibration_id}", device_compilation_config=dev,
                                      hardware_compilation_config=hw)
     return CalibrationSet(calibration_id, config, qubits, sorted(edges), thresholds, digest)
+
+
+# The native gates the set calibrates, in OpenQASM 3 / Qiskit spelling (what
+# qasm.GATES turns into the set's Rxy, Rz, CZ and Measure without a
+# decomposition): the basis an SDK transpiles to.
+BASIS_GATES = ["rz", "sx", "x", "cz", "measure"]
+
+
+def device_facts(cal: CalibrationSet) -> dict[str, Any]:
+    """qrtd's [qpu.device] facts of this set (qrt_endpoint.device): its
+    qubits, the native gates, the couplers with a CZ, and each gate's
+    duration from the set's own pulses."""
+    dev = cal.config.device_compilation_config
+    assert dev is not None
+    rxy = dev.elements[cal.qubits[0]]["Rxy"].factory_kwargs
+    meas = dev.elements[cal.qubits[0]]["measure"].factory_kwargs
+    ns = {"rz": 0, "sx": round(rxy["duration"] * 1e9), "x": round(rxy["duration"] * 1e9),
+          "measure": round(max(meas["pulse_duration"], meas["acq_delay"] + meas["acq_duration"]) * 1e9)}
+    cz = [dev.edges[f"q{a}_q{b}"]["CZ"].factory_kwargs.get("square_duration") for a, b in cal.edges]
+    if cz and all(d is not None for d in cz):
+        ns["cz"] = round(max(cz) * 1e9)
+    return device.facts(len(cal.qubits), BASIS_GATES if cal.edges else [g for g in BASIS_GATES if g != "cz"],
+                        cal.edges, ns)
 
 
 class CalibrationStore:

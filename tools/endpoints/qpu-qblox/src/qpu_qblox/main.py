@@ -1,6 +1,6 @@
 """qpu-qblox's command line: the endpoint framework's options, the
 calibration directory, and the Cluster (its address, or the dummy).  See
-qpu-qblox(1)."""
+qpu-qblox(8)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Examples:\n"
                "  qpu-qblox --listen unix:///run/qpu-qblox/qpu0.sock --qpu qpu0 --cluster 192.168.0.2\n"
                "  qpu-qblox --listen unix:///tmp/q.sock --calibration-dir /tmp/cal --dummy 2:QCM_RF,8:QRM_RF\n"
-               "See qpu-qblox(1).")
+               "See qpu-qblox(8).")
     cli.add_options(ap)
     g = ap.add_argument_group("the Cluster")
     g.add_argument("--qpu", default="qpu0", help="the QPU's name: its calibration sets are in "
@@ -58,7 +58,19 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"how far ahead of its fire_at an ARM is taken (default {DEFAULT_HORIZON_NS / 1e9:g})")
     g.add_argument("--min-lead-ms", type=float, default=DEFAULT_MIN_LEAD_NS / 1e6,
                    help=f"the least lead this endpoint states (default {DEFAULT_MIN_LEAD_NS / 1e6:g})")
+    ap.add_argument("--print-device", type=int, metavar="ID",
+                    help="print the [qpu.device] sub-table of qrtd.toml that calibration set ID implies (qubits, "
+                         "basis gates, coupling, durations) and exit")
     ap.add_argument("--version", action="version", version=f"qpu-qblox {__version__}")
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--print-device" in argv:   # no endpoint or Cluster options needed: read the set and print
+        pp = argparse.ArgumentParser(prog="qpu-qblox")
+        pp.add_argument("--print-device", type=int, required=True)
+        pp.add_argument("--qpu", default="qpu0")
+        pp.add_argument("--calibration-dir", default=str(DEFAULT_ROOT))
+        po, _ = pp.parse_known_args(argv)
+        return print_device(po.calibration_dir, po.qpu, po.print_device)
     opt = ap.parse_args(argv)
     eopt = cli.options(ap, opt)
     if not 0.1 <= opt.cluster_timeout_s <= 600:
@@ -107,6 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         return cli.serve(stack, "qpu-qblox", __version__, opt, eopt)
     finally:
         stack.close()
+
+
+def print_device(root: str, qpu: str, calibration_id: int) -> int:
+    from qrt_endpoint import device
+    from qrt_endpoint.handler import ArmRefused
+
+    from .calibration import device_facts
+    try:
+        cal = CalibrationStore(root, qpu).load(calibration_id)
+    except ArmRefused as e:
+        print(f"qpu-qblox: --print-device: {e.detail}", file=sys.stderr)
+        return 1
+    print(device.toml(device_facts(cal), f"{os.path.join(root, qpu, str(calibration_id))} (qpu-qblox --print-device)"),
+          end="")
+    return 0
 
 
 if __name__ == "__main__":

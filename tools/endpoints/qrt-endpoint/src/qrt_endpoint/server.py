@@ -255,7 +255,7 @@ class Endpoint:
         else:
             conn.kind, conn.version = V1, 1
             ok = conn.send(wire.encode(wire.header(1, FrameType.HELLO), self.identity.encode()))
-        self.log(f"{conn}: HELLO from {conn.identity!r}")
+        self.log_always(f"{conn}: HELLO from {conn.identity!r}: wire version {conn.version}")
         return ok
 
     def _hello_fire(self, conn: Conn, payload: bytes) -> bool:
