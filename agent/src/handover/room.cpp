@@ -417,7 +417,16 @@ void room::on_outcome(std::uint32_t qpu, const dispatch::dispatch_outcome& o) {
     if (!o.detail.empty()) {
         why += ": " + o.detail;
     }
-    if (r->state == timeline::res_state::committed) {
+    if (r->state == timeline::res_state::committed && o.state == dispatch::job_state::failed && o.sent_ns == 0 &&
+        o.reason == proto::reason::arm_refused) {
+        // Refused at ARM by the endpoint: the program, not the host or the
+        // clock, so failed (with its stage and reason), not missed.
+        ++q.counts.failed;
+        if (auto f = _ledger.fail_unsent(o.job_id, why, now); !f) {
+            ++_counts.ledger_errors;
+            log::warn("timeline", "{}: fail {}: {}", q.target.name, o.job_id, tl_error(f.err()));
+        }
+    } else if (r->state == timeline::res_state::committed) {
         // Never sent (missed, calibration guard, endpoint down, stopped).
         ++q.counts.missed;
         if (auto m = _ledger.miss(o.job_id, why, now); !m) {

@@ -758,6 +758,11 @@ result<reservation> ledger::mark_sent(std::uint64_t id, std::string_view why, st
                                event_type::sent, {});
 }
 
+result<reservation> ledger::fail_unsent(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
+    return dispatch_transition(id, "fail_unsent", res_state::committed, res_state::failed, why, now_ns,
+                               event_type::failed, {});
+}
+
 result<reservation> ledger::miss(std::uint64_t id, std::string_view why, std::int64_t now_ns) {
     return dispatch_transition(id, "miss", res_state::committed, res_state::missed, why, now_ns,
                                event_type::missed, {});

@@ -70,7 +70,7 @@ class ArmRefusalQuota(base.E2E):
 
         # 2. Refused at ARM, with the endpoint's stage, before its slot.
         st = demo_client.wait_terminal(c, [bad["job_id"]], 30)[bad["job_id"]]
-        self.assertIn(st["state"], demo_client.TERMINAL, f"{st}\n{self.log_tail()}")
+        self.assertEqual(st["state"], "failed", f"{st}\n{self.log_tail()}")
         self.assertTrue(st["reason"].startswith("arm_refused: "), st)
         self.assertIn("stage parse: line 1", st["reason"], st)
         self.assertLess(st["updated_ns"], bad["start_ns"], st)

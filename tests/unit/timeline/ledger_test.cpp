@@ -354,6 +354,7 @@ TEST(ledger, transition_table_allows_exactly_the_documented_edges) {
         {st::held, st::released},        {st::held, st::displaced},
         {st::committed, st::dispatched}, {st::committed, st::cancelled},
         {st::committed, st::missed},     {st::committed, st::displaced},
+        {st::committed, st::failed},  // refused by the endpoint at ARM
         {st::dispatched, st::completed}, {st::dispatched, st::failed},
         {st::dispatched, st::sent},
     };

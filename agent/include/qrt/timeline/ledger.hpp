@@ -371,6 +371,10 @@ public:
     // A committed job the dispatcher never sent (start passed, calibration
     // guard, endpoint down, refused): committed -> missed with that reason.
     result<reservation> miss(std::uint64_t id, std::string_view why, std::int64_t now_ns);
+    // A committed job the endpoint refused at ARM (wire 2): never sent, and
+    // not for lack of time or of the host -- the program cannot run there.
+    // committed -> failed with the endpoint's stage and reason.
+    result<reservation> fail_unsent(std::uint64_t id, std::string_view why, std::int64_t now_ns);
 
     // The hand-over's promise to the next open (dispatch_unknown): the
     // daemon hands a job to a dispatch thread only when its start is at

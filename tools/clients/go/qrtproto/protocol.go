@@ -170,10 +170,10 @@ type State struct {
 // States is the agent's table, in its order.
 var States = []State{
 	{Name: "held", Active: true, FinishesJob: false, Next: []string{"committed", "expired", "released", "displaced"}, Meaning: "reserved, not yet committed; holds a lease"},
-	{Name: "committed", Active: true, FinishesJob: false, Next: []string{"dispatched", "cancelled", "missed", "displaced"}, Meaning: "a job was submitted into it and acknowledged"},
+	{Name: "committed", Active: true, FinishesJob: false, Next: []string{"dispatched", "failed", "cancelled", "missed", "displaced"}, Meaning: "a job was submitted into it and acknowledged"},
 	{Name: "dispatched", Active: true, FinishesJob: false, Next: []string{"completed", "failed", "sent"}, Meaning: "the job's frame left the dispatch thread"},
 	{Name: "completed", Active: false, FinishesJob: true, Next: nil, Meaning: "the QPU answered with a RESULT"},
-	{Name: "failed", Active: false, FinishesJob: true, Next: nil, Meaning: "sent, then failed; or unknown after a crash (reason says which)"},
+	{Name: "failed", Active: false, FinishesJob: true, Next: nil, Meaning: "sent, then failed; refused by the endpoint at ARM, never sent; or unknown after a crash (reason says which)"},
 	{Name: "expired", Active: false, FinishesJob: false, Next: nil, Meaning: "the lease ran out before a commit"},
 	{Name: "released", Active: false, FinishesJob: false, Next: nil, Meaning: "released by its holder before a commit"},
 	{Name: "cancelled", Active: false, FinishesJob: false, Next: nil, Meaning: "cancelled by its tenant or an admin before its start"},

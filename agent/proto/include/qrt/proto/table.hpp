@@ -180,7 +180,7 @@ enum class state : std::uint8_t {
     committed,  // a job was submitted into it and acknowledged
     dispatched,  // the job's frame left the dispatch thread
     completed,  // the QPU answered with a RESULT
-    failed,  // sent, then failed; or unknown after a crash (reason says which)
+    failed,  // sent, then failed; refused by the endpoint at ARM, never sent; or unknown after a crash (reason says which)
     expired,  // the lease ran out before a commit
     released,  // released by its holder before a commit
     cancelled,  // cancelled by its tenant or an admin before its start
@@ -200,10 +200,10 @@ struct state_row {
 // clang-format off
 inline constexpr std::array<state_row, 11> states{{
     {"held", true, false, 0x262, "reserved, not yet committed; holds a lease"},
-    {"committed", true, false, 0x384, "a job was submitted into it and acknowledged"},
+    {"committed", true, false, 0x394, "a job was submitted into it and acknowledged"},
     {"dispatched", true, false, 0x418, "the job's frame left the dispatch thread"},
     {"completed", false, true, 0x000, "the QPU answered with a RESULT"},
-    {"failed", false, true, 0x000, "sent, then failed; or unknown after a crash (reason says which)"},
+    {"failed", false, true, 0x000, "sent, then failed; refused by the endpoint at ARM, never sent; or unknown after a crash (reason says which)"},
     {"expired", false, false, 0x000, "the lease ran out before a commit"},
     {"released", false, false, 0x000, "released by its holder before a commit"},
     {"cancelled", false, false, 0x000, "cancelled by its tenant or an admin before its start"},

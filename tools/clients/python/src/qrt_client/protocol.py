@@ -268,10 +268,10 @@ class State(NamedTuple):
 
 STATES: tuple[State, ...] = (
     State("held", True, False, ("committed", "expired", "released", "displaced"), "reserved, not yet committed; holds a lease"),
-    State("committed", True, False, ("dispatched", "cancelled", "missed", "displaced"), "a job was submitted into it and acknowledged"),
+    State("committed", True, False, ("dispatched", "failed", "cancelled", "missed", "displaced"), "a job was submitted into it and acknowledged"),
     State("dispatched", True, False, ("completed", "failed", "sent"), "the job's frame left the dispatch thread"),
     State("completed", False, True, (), "the QPU answered with a RESULT"),
-    State("failed", False, True, (), "sent, then failed; or unknown after a crash (reason says which)"),
+    State("failed", False, True, (), "sent, then failed; refused by the endpoint at ARM, never sent; or unknown after a crash (reason says which)"),
     State("expired", False, False, (), "the lease ran out before a commit"),
     State("released", False, False, (), "released by its holder before a commit"),
     State("cancelled", False, False, (), "cancelled by its tenant or an admin before its start"),
