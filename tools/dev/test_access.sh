@@ -1,6 +1,7 @@
 # Sourced by .ci/run (bash): lets the users that the deployed-path tests run
-# binaries as -- nobody (Slurm's jobs, the clients' peers) and qrtd (the
-# unit's user) -- search a checkout whose root is 0700 (a clone into
+# binaries as -- nobody (Slurm's jobs, the clients' peers), qrtd (the
+# unit's user) and daemon (the Slurm prolog test's job user, whose
+# TaskProlog runs the built qrt-slurm-prolog) -- search a checkout whose root is 0700 (a clone into
 # `mktemp -d`), and nobody else: an ACL entry with x for each of them on the
 # root alone, never `chmod o+x`, which would open the tree to every local
 # user.  User qrtd (and group qrt) is made from sysusers.d when missing, so
@@ -33,7 +34,7 @@ grant_test_access() {
     # look up in its own directories.
     systemd-sysusers "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/systemd/sysusers.d/qrtd.conf"
   fi
-  for u in nobody qrtd; do
+  for u in nobody qrtd daemon; do
     if getent passwd "$u" >/dev/null; then
       setfacl -m "u:$u:x" "$dir"
       _qrt_access_users+=("$u")

@@ -598,8 +598,13 @@ class Cluster(unittest.TestCase):
                 rf"reservation {new_id}",
                 self.read(err)), 10, 0.2)
             self.assertTrue(line, self.read(err))
-            with self.cl.client("qpu1") as c:
-                b = [x for x in c.calibration_blocks("qpu1-q0") if x["block_id"] == block["block_id"]]
+            # The block leaves `yielding` once qrtd has placed it over the
+            # released slot (after the release is durable, not with its answer).
+            def block_now():
+                with self.cl.client("qpu1") as c:
+                    return [x for x in c.calibration_blocks("qpu1-q0") if x["block_id"] == block["block_id"]]
+            b = wait_for(lambda: (lambda bs: bs if bs and bs[0]["state"] != "yielding" else None)(block_now()),
+                         10, 0.2) or block_now()
             self.assertEqual(b[0]["state"], "scheduled", b)
             # srun still renews and, at its end, gives back the new hold.
             p.terminate()

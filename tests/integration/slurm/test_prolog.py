@@ -117,6 +117,12 @@ def why_not_here():
                             "--clear-groups", "test", "-x", path], capture_output=True)
         if r.returncode != 0:
             return f"user {DAEMON_USER} cannot run {path} (a parent directory is not searchable)"
+    # The TaskProlog runs as the job's user, with the build's libqrt-client.
+    r = subprocess.run(["setpriv", "--reuid", USER, "--regid", "nogroup", "--clear-groups",
+                        "test", "-x", os.environ["QRT_SLURM_PROLOG"]], capture_output=True)
+    if r.returncode != 0:
+        return (f"user {USER} (the job's) cannot run {os.environ['QRT_SLURM_PROLOG']} "
+                "(a parent directory is not searchable; CI grants it by ACL, tools/dev/test_access.sh)")
     return None
 
 
