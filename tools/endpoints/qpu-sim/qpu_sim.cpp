@@ -724,6 +724,7 @@ int main(int argc, char** argv) {
         "  qpu-sim --listen unix:///run/qrtd/qpu0.sock\n"
         "  qpu-sim --listen tcp://127.0.0.1:7000 --duration-s 30 --json\n"
         "  qpu-sim --listen unix:///tmp/q.sock --disconnect-every 100 --garbage-every 150\n"
+        "  qpu-sim --listen unix:///tmp/q.sock --wire 2 --prepare-ms 200 --prepare-ns-per-byte 15\n"
         "  qpu-sim --print-calibration --period-s 2 --blackout-s 0.2 --windows 3\n"
         "See qpu-sim(1).");
     app.add_option("--listen,-l", opt.listen, "endpoint to listen on: unix:///path or tcp://127.x.x.x:port (repeatable)");
