@@ -46,6 +46,7 @@ stage_done deps
 stage_done build
 echo "[test] running ctest in $build"
 # Tests that need root, BPF or a tool skip themselves with the reason.
+rm -f "$build/Testing/Temporary/LastTestsFailed.log"
 stage ctest bash -c 'cd "$1" && ctest --output-on-failure -j "$2" --timeout 600' _ "$build" "${QRT_TEST_JOBS:-2}"
 
 if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
@@ -65,6 +66,7 @@ if [ "${QRT_SKIP_FUZZ:-0}" != 1 ]; then
     if cmake --build "$fuzz" -j "${QRT_JOBS:-$(nproc)}" --target "${targets[@]}"; then
       stage_done "fuzz build"
       echo "[fuzz] smoke runs: 5000 executions each from the seed corpora"
+      rm -f "$fuzz/Testing/Temporary/LastTestsFailed.log"
       stage "fuzz smoke" bash -c 'cd "$1" && ctest --output-on-failure -R "^fuzz_" --timeout 600' _ "$fuzz"
     else
       echo "[test] stage fuzz build FAILED (the later stages still run)"
@@ -94,5 +96,14 @@ fi
 echo "[test] done in $(( $(date +%s) - start )) s"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "[test] FAILED stages: ${failed[*]}"
+  # The failed tests' names again at the very end, where a log's tail shows
+  # them (ctest's own summary is far above when later stages ran).
+  for f in "$build/Testing/Temporary/LastTestsFailed.log" \
+           "${QRT_FUZZ_BUILD_DIR:-$here/build-fuzz}/Testing/Temporary/LastTestsFailed.log"; do
+    if [ -s "$f" ]; then
+      echo "[test] failed tests ($f):"
+      sed 's/^/[test]   /' "$f"
+    fi
+  done
   exit 1
 fi
