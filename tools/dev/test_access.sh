@@ -14,6 +14,8 @@
 # Both print what they do.  Root only; a root that others can already
 # search is left as it is.
 
+# The test users, the one list (tests/integration/ci_access reads it too).
+qrt_test_users=(nobody qrtd daemon)
 _qrt_access_dir=
 _qrt_access_users=()
 _qrt_access_made_user=0
@@ -34,7 +36,7 @@ grant_test_access() {
     # look up in its own directories.
     systemd-sysusers "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/systemd/sysusers.d/qrtd.conf"
   fi
-  for u in nobody qrtd daemon; do
+  for u in "${qrt_test_users[@]}"; do
     if getent passwd "$u" >/dev/null; then
       setfacl -m "u:$u:x" "$dir"
       _qrt_access_users+=("$u")
