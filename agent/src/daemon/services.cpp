@@ -590,6 +590,11 @@ rtcore::status services::start_links() {
                 _room->on_dispatched(qp->index, id, sent_ns);
             }
         };
+        cb.on_arm = [this, qp](std::uint64_t id, dispatch::arm_event e) {
+            if (_room) {
+                _room->on_arm(qp->index, id, e);
+            }
+        };
         cb.on_outcome = [this, qp](const dispatch::dispatch_outcome& o) {
             if (_room) {
                 _room->on_outcome(qp->index, o);

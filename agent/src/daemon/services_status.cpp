@@ -254,6 +254,10 @@ nlohmann::json services::status_json() {
                         {"refused", tel.arm_refused},
                         {"not_armed", tel.not_armed},
                         {"disarms_sent", tel.disarms_sent},
+                        // Now, of the jobs in flight: ARM sent, and ARMED (the
+                        // hand-over table's arm column).
+                        {"now_arming", hc.arming},
+                        {"now_armed", hc.armed},
                         {"arm_to_armed", summary_json(q->link->histograms().arm_latency)},
                         {"endpoint_cost", summary_json(q->link->histograms().arm_cost)},
                         {"start_lateness", summary_json(q->link->histograms().start_lateness)}};

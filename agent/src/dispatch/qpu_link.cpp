@@ -478,6 +478,7 @@ void qpu_link::drop_connection(const std::string& reason, const std::string& det
             p.was_armed = p.was_armed || p.arm == arm_phase::armed;
             p.arm = arm_phase::none;
             _dispatcher.set_armed(id, false);
+            tell_arm(id, arm_event::unarmed);
         }
     }
     _last_error = detail;
@@ -620,6 +621,7 @@ void qpu_link::on_record(const dispatch_record& r) {
             if (_arms_out > 0) {
                 --_arms_out;
             }
+            tell_arm(p.job.job_id, arm_event::fired);
         }
         p.lateness_ns = r.lateness_ns;
         if (r.endpoint_gen != _live_gen && !p.early_answer) {

@@ -206,6 +206,7 @@ void qpu_link::arm_due() {
         p->arm_sent_mono_ns = now_mono;
         ++_arms_out;
         ++_arms_sent;
+        tell_arm(p->job.job_id, arm_event::arm_sent);
     }
 }
 
@@ -234,6 +235,12 @@ void qpu_link::observe_arm(std::int64_t took_ns) {
                               "margin), more than this QPU's arm_lead_ns ({} ms): jobs handed over later than that "
                               "end not_armed; raise arm_lead_ns",
                   _cfg.dispatch.qpu_index, _addr.uri, lead / 1'000'000, _cfg.arm_lead_ns / 1'000'000);
+    }
+}
+
+void qpu_link::tell_arm(std::uint64_t job_id, arm_event e) {
+    if (_cb.on_arm) {
+        _cb.on_arm(job_id, e);
     }
 }
 
@@ -329,6 +336,7 @@ bool qpu_link::handle_v2_frame(wire::frame& f) {
         if (_dispatcher.set_armed(p.job.job_id, true)) {
             p.arm = arm_phase::armed;
             ++_armed_total;
+            tell_arm(p.job.job_id, arm_event::armed);
         }
         return true;
     }

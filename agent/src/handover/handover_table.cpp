@@ -23,6 +23,16 @@ std::string_view to_string(job_state s) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(arm_state s) noexcept {
+    switch (s) {
+        case arm_state::none: return "none";
+        case arm_state::arming: return "arming";
+        case arm_state::armed: return "armed";
+        case arm_state::fired: return "fired";
+    }
+    return "unknown";
+}
+
 std::string_view to_string(refusal r) noexcept {
     switch (r) {
         case refusal::none: return "none";
@@ -48,6 +58,11 @@ auto lower(V& jobs, std::uint64_t id) noexcept {
 std::size_t handover_table::count(job_state s) const noexcept {
     return static_cast<std::size_t>(
         std::count_if(_jobs.begin(), _jobs.end(), [s](const job_entry& e) { return e.state == s; }));
+}
+
+std::size_t handover_table::count(arm_state s) const noexcept {
+    return static_cast<std::size_t>(
+        std::count_if(_jobs.begin(), _jobs.end(), [s](const job_entry& e) { return e.arm == s; }));
 }
 
 const job_entry* handover_table::find(std::uint64_t id) const noexcept {
@@ -132,6 +147,7 @@ refusal handover_table::release(std::uint64_t id) noexcept {
         return refusal::wrong_state;
     }
     e->state = job_state::released;
+    e->arm = arm_state::none;  // its outcome came back: the instruments hold it no more
     e->released_at = _published;
     ++_released_unpublished;
     return refusal::none;
@@ -176,6 +192,39 @@ refusal handover_table::withdraw(std::uint64_t id, bool by_gate) noexcept {
         find_mut(id)->by_gate = by_gate;
     }
     return r;
+}
+
+refusal handover_table::on_arm(std::uint64_t id, dispatch::arm_event ev) noexcept {
+    job_entry* e = find_mut(id);
+    if (e == nullptr) {
+        return refusal::unknown_job;
+    }
+    const bool held = e->state == job_state::handed || e->state == job_state::withdrawn;
+    arm_state to = e->arm;
+    bool ok = false;
+    switch (ev) {
+        case dispatch::arm_event::arm_sent:
+            ok = held && e->arm == arm_state::none;
+            to = arm_state::arming;
+            break;
+        case dispatch::arm_event::armed:
+            ok = held && e->arm == arm_state::arming;
+            to = arm_state::armed;
+            break;
+        case dispatch::arm_event::unarmed:
+            ok = held && (e->arm == arm_state::arming || e->arm == arm_state::armed);
+            to = arm_state::none;
+            break;
+        case dispatch::arm_event::fired:  // never from withdrawn: the dispatcher's compare-and-swap
+            ok = e->state == job_state::handed && e->arm == arm_state::armed;
+            to = arm_state::fired;
+            break;
+    }
+    if (!ok) {
+        return refusal::wrong_state;
+    }
+    e->arm = to;
+    return refusal::none;
 }
 
 void handover_table::forget_released(std::uint64_t plan_seq) noexcept {

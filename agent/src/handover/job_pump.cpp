@@ -364,6 +364,26 @@ std::size_t job_pump::in_flight(std::uint32_t qpu) const {
     return l.table.in_flight();
 }
 
+void job_pump::on_arm(std::uint32_t qpu, std::uint64_t id, dispatch::arm_event e) {
+    if (qpu >= _lanes.size()) {
+        return;
+    }
+    lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    if (l.table.on_arm(id, e) != handover::refusal::none) {
+        _refused_transitions.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+std::pair<std::size_t, std::size_t> job_pump::arming_armed(std::uint32_t qpu) const {
+    if (qpu >= _lanes.size()) {
+        return {0, 0};
+    }
+    const lane& l = *_lanes[qpu];
+    std::lock_guard<rtcore::pi_mutex> lk(l.mu);
+    return {l.table.count(handover::arm_state::arming), l.table.count(handover::arm_state::armed)};
+}
+
 bool job_pump::releases_pending(std::uint32_t qpu) const {
     if (qpu >= _lanes.size()) {
         return false;

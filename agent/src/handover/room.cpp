@@ -10,6 +10,7 @@
 #include <chrono>
 #include <climits>
 #include <exception>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -381,6 +382,15 @@ void room::on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_
     changed();
 }
 
+void room::on_arm(std::uint32_t qpu, std::uint64_t id, dispatch::arm_event e) {
+    if (qpu >= _qpus.size() || !_pump) {
+        return;
+    }
+    // The pump's report of this hand-over is in the table already: its
+    // pass (claim, submit, hand) holds the lane's lock that on_arm takes.
+    _pump->on_arm(qpu, id, e);
+}
+
 void room::on_outcome(std::uint32_t qpu, const dispatch::dispatch_outcome& o) {
     if (qpu >= _qpus.size()) {
         return;
@@ -503,6 +513,9 @@ qpu_counts room::counts(std::uint32_t qpu) const {
     qpu_counts c = _qpus[qpu]->counts;
     c.calibration_id = _qpus[qpu]->calibration_id;
     c.in_flight = _pump ? _pump->in_flight(qpu) : 0;
+    if (_pump) {
+        std::tie(c.arming, c.armed) = _pump->arming_armed(qpu);
+    }
     return c;
 }
 

@@ -97,6 +97,9 @@ class TwoPhase(base.E2E):
                           not_before_ns=time.time_ns() + lead + 1_500 * MS)
         self.assertTrue(wait_for(lambda: c.status()["qpus"][0]["arm"]["armed"] > armed_before, 10),
                         c.status()["qpus"][0])
+        # The hand-over table holds it armed (its arm column), the one job in flight.
+        held = c.status()["qpus"][0]
+        self.assertEqual((held["arm"]["now_armed"], held["arm"]["now_arming"], held["in_flight"]), (1, 0, 1), held)
         c.jobs_cancel(r["job_id"])
         arm = c.status()["qpus"][0]["arm"]
         self.assertGreaterEqual(arm["lead_ns"], 216 * MS, arm)
@@ -110,6 +113,10 @@ class TwoPhase(base.E2E):
         self.assertEqual(stages, ["arm", "compile", "total", "upload"], stages)
         self.assertTrue(wait_for(lambda: c.status()["qpus"][0]["arm"]["disarms_sent"] == 1, 10),
                         c.status()["qpus"][0])
+        # Every arm event of every job (ARM sent, ARMED, FIRE sent) was a
+        # transition the hand-over table allows: none refused.
+        self.assertEqual(c.status()["dispatch"]["pump"]["refused_transitions"], 0, c.status()["dispatch"]["pump"])
+        self.assertTrue(wait_for(lambda: c.status()["qpus"][0]["arm"]["now_armed"] == 0, 10), c.status()["qpus"][0])
         time.sleep(0.2)  # the DISARMED on its way; counted at the endpoint below
         c.close()
         self.qrtd.send_signal(base.signal.SIGTERM)

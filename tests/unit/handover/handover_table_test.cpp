@@ -12,6 +12,8 @@
 
 namespace {
 
+using qrt::dispatch::arm_event;
+using qrt::handover::arm_state;
 using qrt::handover::handover_table;
 using qrt::handover::job_state;
 using qrt::handover::refusal;
@@ -287,10 +289,145 @@ TEST(handover_table, entries_stay_sorted_by_id_whatever_the_order_of_claims) {
     EXPECT_EQ(t.count(job_state::claimed), 4U);
 }
 
+// ---- the arm column (wire version 2) ----
+
+const char* name(arm_event e) {
+    switch (e) {
+        case arm_event::arm_sent: return "arm_sent";
+        case arm_event::armed: return "armed";
+        case arm_event::unarmed: return "unarmed";
+        case arm_event::fired: return "fired";
+    }
+    return "?";
+}
+
+// Brings a job in start s to arm state a by the link's own steps; false
+// when no such path exists (only a job the link holds is ever armed).
+bool arm_to(handover_table& t, start s, arm_state a) {
+    if (a == arm_state::none) {
+        return true;
+    }
+    const bool withdrawn = s == start::withdrawn_by_pump || s == start::withdrawn_by_gate;
+    if (s != start::handed && !withdrawn) {
+        return false;
+    }
+    // Arm while handed, then withdraw as the start says (a fired job is
+    // only ever fired while handed).
+    handover_table fresh(16);
+    fresh.reserve(16);
+    const auto must = [](refusal r) { EXPECT_EQ(r, refusal::none) << qrt::handover::to_string(r); };
+    must(fresh.claim(k_id, 100, 1));
+    must(fresh.hand(k_id));
+    must(fresh.on_arm(k_id, arm_event::arm_sent));
+    if (a != arm_state::arming) {
+        must(fresh.on_arm(k_id, arm_event::armed));
+    }
+    if (a == arm_state::fired) {
+        must(fresh.on_arm(k_id, arm_event::fired));
+    }
+    if (withdrawn) {
+        must(fresh.withdraw(k_id, s == start::withdrawn_by_gate));
+    }
+    t = fresh;
+    return true;
+}
+
+TEST(handover_table, every_arm_state_and_arm_event_pair_is_made_or_refused_as_the_diagram_says) {
+    // The diagram's arm column, written out: (arm state, event) -> after,
+    // for a job the link holds; nullopt: refused.  fired is made from a
+    // handed job only (a withdrawn one is never fired).
+    struct rule {
+        arm_state from;
+        arm_event what;
+        std::optional<arm_state> after;
+    };
+    const std::vector<rule> made{
+        {arm_state::none, arm_event::arm_sent, arm_state::arming},
+        {arm_state::arming, arm_event::armed, arm_state::armed},
+        {arm_state::arming, arm_event::unarmed, arm_state::none},
+        {arm_state::armed, arm_event::unarmed, arm_state::none},
+        {arm_state::armed, arm_event::fired, arm_state::fired},
+    };
+    const std::vector<start> all{start::none, start::claimed, start::handed, start::refused,
+                                 start::withdrawn_by_pump, start::withdrawn_by_gate, start::withheld,
+                                 start::withheld_from_released, start::released};
+    std::size_t pairs = 0, made_n = 0;
+    for (const auto s : all) {
+        for (const auto a : {arm_state::none, arm_state::arming, arm_state::armed, arm_state::fired}) {
+            auto base = table_in(s);
+            if (!arm_to(base, s, a)) {
+                continue;
+            }
+            for (const auto e : {arm_event::arm_sent, arm_event::armed, arm_event::unarmed, arm_event::fired}) {
+                SCOPED_TRACE(std::string(name(s)) + "/" + std::string(qrt::handover::to_string(a)) + " --" +
+                             name(e) + "-->");
+                ++pairs;
+                auto t = base;
+                const bool held = s == start::handed || s == start::withdrawn_by_pump || s == start::withdrawn_by_gate;
+                std::optional<arm_state> want;
+                for (const auto& r : made) {
+                    if (r.from == a && r.what == e && held && (e != arm_event::fired || s == start::handed)) {
+                        want = r.after;
+                    }
+                }
+                const auto before = state_of(t);
+                const refusal got = t.on_arm(k_id, e);
+                if (want) {
+                    ++made_n;
+                    EXPECT_EQ(got, refusal::none) << qrt::handover::to_string(got);
+                    EXPECT_EQ(t.find(k_id)->arm, *want) << qrt::handover::to_string(t.find(k_id)->arm);
+                } else {
+                    EXPECT_EQ(got, s == start::none ? refusal::unknown_job : refusal::wrong_state)
+                        << qrt::handover::to_string(got);
+                    if (const auto* entry = t.find(k_id)) {
+                        EXPECT_EQ(entry->arm, a) << "a refused arm event changes nothing";
+                    }
+                }
+                EXPECT_EQ(state_of(t), before) << "an arm event never changes the job's own state";
+            }
+        }
+    }
+    // 9 starts at none, handed and both withdrawn ones at arming, armed,
+    // fired too: (9 + 3 x 3) x 4 events.
+    EXPECT_EQ(pairs, (9U + 9U) * 4U);
+    EXPECT_EQ(made_n, 3U * 4U + 1U) << "arm_sent, armed, 2 x unarmed for each held start, fired for handed";
+}
+
+TEST(handover_table, a_withdrawn_armed_job_keeps_its_arm_state_through_restore_and_release_clears_it) {
+    handover_table t(16);
+    t.reserve(16);
+    ASSERT_EQ(t.claim(k_id, 100, 1), refusal::none);
+    ASSERT_EQ(t.hand(k_id), refusal::none);
+    ASSERT_EQ(t.on_arm(k_id, arm_event::arm_sent), refusal::none);
+    ASSERT_EQ(t.on_arm(k_id, arm_event::armed), refusal::none);
+    EXPECT_EQ(t.count(arm_state::armed), 1U);
+    ASSERT_EQ(t.withdraw(k_id, true), refusal::none);
+    EXPECT_EQ(t.on_arm(k_id, arm_event::fired), refusal::wrong_state) << "never a FIRE for a withdrawn job";
+    ASSERT_EQ(t.restore(k_id), refusal::none);
+    EXPECT_EQ(t.find(k_id)->arm, arm_state::armed) << "the gate's change was abandoned: still armed";
+    ASSERT_EQ(t.on_arm(k_id, arm_event::fired), refusal::none);
+    ASSERT_EQ(t.release(k_id), refusal::none);
+    EXPECT_EQ(t.find(k_id)->arm, arm_state::none);
+    EXPECT_EQ(t.count(arm_state::fired), 0U);
+    // A job armed on a lost connection is armed no more, and armed again after the reconnect.
+    ASSERT_EQ(t.claim(k_id + 1, 100, 1), refusal::none);
+    ASSERT_EQ(t.hand(k_id + 1), refusal::none);
+    ASSERT_EQ(t.on_arm(k_id + 1, arm_event::arm_sent), refusal::none);
+    ASSERT_EQ(t.on_arm(k_id + 1, arm_event::armed), refusal::none);
+    EXPECT_EQ(t.on_arm(k_id + 1, arm_event::arm_sent), refusal::wrong_state) << "armed already";
+    ASSERT_EQ(t.on_arm(k_id + 1, arm_event::unarmed), refusal::none);
+    EXPECT_EQ(t.on_arm(k_id + 1, arm_event::fired), refusal::wrong_state) << "never a FIRE for a job not armed";
+    ASSERT_EQ(t.on_arm(k_id + 1, arm_event::arm_sent), refusal::none);
+    EXPECT_EQ(t.count(arm_state::arming), 1U);
+}
+
 TEST(handover_table, every_state_and_refusal_has_a_name) {
     for (const auto s : {job_state::claimed, job_state::handed, job_state::refused, job_state::withdrawn,
                          job_state::withheld, job_state::released}) {
         EXPECT_NE(qrt::handover::to_string(s), "unknown");
+    }
+    for (const auto a : {arm_state::none, arm_state::arming, arm_state::armed, arm_state::fired}) {
+        EXPECT_NE(qrt::handover::to_string(a), "unknown");
     }
     for (const auto r : {refusal::none, refusal::unknown_job, refusal::already_decided, refusal::wrong_state,
                          refusal::not_by_gate, refusal::full}) {

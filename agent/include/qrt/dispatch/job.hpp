@@ -40,6 +40,16 @@ enum class dispatch_status : std::uint8_t {
     not_armed,             // wire version 2: the endpoint had not answered ARMED by T, never fired
 };
 
+// Wire version 2: what the QPU link did with a job's arming, reported on
+// the loop (qpu_link_callbacks::on_arm) into the hand-over table's arm
+// column (qrt/handover/handover_table.hpp has the diagram).
+enum class arm_event : std::uint8_t {
+    arm_sent,  // its ARM went out on the control connection
+    armed,     // the endpoint answered ARMED
+    unarmed,   // no longer armed: the connection was lost, or it was DISARMed to be armed again
+    fired,     // the dispatch thread sent its FIRE
+};
+
 // The outcome reasons the QPU link and the job pump write: the first word
 // of a missed or failed job's reason.  Each is a row of the protocol's one
 // table with its outcome column set (qrt/proto/protocol.hpp).

@@ -89,6 +89,10 @@ struct qpu_link_callbacks {
     // Version 2: the extra lead changed (the loop, never the dispatch
     // thread): the learned arm lead beyond budgeted_arm_lead_ns, 0 if none.
     std::function<void(std::int64_t extra_lead_ns)> on_extra_lead;
+    // Version 2: each step of a job's arming (the loop): its ARM sent,
+    // ARMED, armed no more (connection lost), FIRE sent.  The daemon's
+    // hand-over table keeps them and refuses a step out of order.
+    std::function<void(std::uint64_t job_id, arm_event e)> on_arm;
 };
 
 class qpu_link {
@@ -206,6 +210,7 @@ private:
     // max_armed and the horizon.
     void arm_due();
     void send_disarm(const pending_job& p);
+    void tell_arm(std::uint64_t job_id, arm_event e);  // _cb.on_arm, if set
     std::span<const std::uint8_t> payload_of(const pending_job& p) const noexcept;
 
     event_loop& _loop;

@@ -31,6 +31,27 @@
 //                                     the release (a re-placed job still
 //                                     planned is then handed over again)
 //
+// Wire version 2 adds a second column, where the instruments are with a
+// job the link holds (handed or withdrawn).  A column of its own because a
+// withdrawal is orthogonal to it: an armed job can be withdrawn (the link
+// then DISARMs it) and a withdrawal by the gate can be restored while the
+// job stays armed.
+//
+//   none --arm_sent--> arming    the link sent its ARM
+//   arming --armed---> armed     the endpoint answered ARMED
+//   arming | armed --unarmed--> none
+//                                the connection was lost (re-armed after
+//                                the reconnect, if time allows) or the
+//                                link DISARMed it to arm it again
+//   armed --fired----> fired     the dispatch thread sent its FIRE: only
+//                                from armed and handed, so a FIRE for a job
+//                                not armed, or withdrawn, is a refused
+//                                transition, counted as the bug it is
+//
+// release ends a job in any of these (its outcome came back: RESULT, or
+// ERROR at ARM, or not_armed at T).  Only a handed or withdrawn entry has
+// an arm state other than none.
+//
 // Every other (state, event) pair is refused: the call returns why
 // (refusal), changes nothing and never asserts, so a caller's mistake is a
 // counted error, never undefined behaviour.  This is the one place these
@@ -56,9 +77,14 @@
 #include <string_view>
 #include <vector>
 
+#include "qrt/dispatch/job.hpp"
+
 namespace qrt::handover {
 
 enum class job_state : std::uint8_t { claimed, handed, refused, withdrawn, withheld, released };
+// The second column (wire version 2); the events are the link's
+// (dispatch::arm_event), reported through the room.
+enum class arm_state : std::uint8_t { none, arming, armed, fired };
 
 // Why a transition was refused (none: it was made).
 enum class refusal : std::uint8_t {
@@ -71,6 +97,7 @@ enum class refusal : std::uint8_t {
 };
 
 std::string_view to_string(job_state s) noexcept;
+std::string_view to_string(arm_state s) noexcept;
 std::string_view to_string(refusal r) noexcept;
 
 struct job_entry {
@@ -78,6 +105,7 @@ struct job_entry {
     std::int64_t start_ns = 0;          // as claimed from the plan
     std::uint64_t calibration_id = 0;   // likewise
     job_state state = job_state::claimed;
+    arm_state arm = arm_state::none;    // wire version 2 only
     bool by_gate = false;               // withdrawn by the ledger's gate
     std::uint64_t released_at = 0;      // released: the publish count then
     bool was_released = false;          // withheld from released: restore goes back there
@@ -90,6 +118,7 @@ public:
     std::size_t max_jobs() const noexcept { return _max; }
     std::size_t size() const noexcept { return _jobs.size(); }
     std::size_t count(job_state s) const noexcept;
+    std::size_t count(arm_state s) const noexcept;
     // The jobs the link holds or may still report (handed or withdrawn).
     std::size_t in_flight() const noexcept { return count(job_state::handed) + count(job_state::withdrawn); }
     const job_entry* find(std::uint64_t id) const noexcept;
@@ -116,6 +145,8 @@ public:
     refusal refuse(std::uint64_t id) noexcept;
     // Either side: handed -> withdrawn; by_gate says which.
     refusal withdraw(std::uint64_t id, bool by_gate) noexcept;
+    // The link's arm events (the loop, under the lane's lock like the rest).
+    refusal on_arm(std::uint64_t id, dispatch::arm_event e) noexcept;
     // The pump took the plan numbered plan_seq: forget what was released
     // before that plan was published.
     void forget_released(std::uint64_t plan_seq) noexcept;

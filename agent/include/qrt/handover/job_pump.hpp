@@ -166,6 +166,11 @@ public:
     // The job as handed over (start, calibration id), while the link holds it.
     std::optional<std::pair<std::int64_t, std::uint64_t>> handed_as(std::uint32_t qpu, std::uint64_t id) const;
     std::size_t in_flight(std::uint32_t qpu) const;
+    // Wire version 2: the link's arm event for job id, into the table's arm
+    // column (refused: counted in refused_transitions, a bug).
+    void on_arm(std::uint32_t qpu, std::uint64_t id, dispatch::arm_event e);
+    // Jobs the table holds arming and armed.
+    std::pair<std::size_t, std::size_t> arming_armed(std::uint32_t qpu) const;
     // Released since the last publish (the loop publishes again soon).
     bool releases_pending(std::uint32_t qpu) const;
     pump_stats stats() const;

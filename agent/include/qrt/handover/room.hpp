@@ -22,7 +22,7 @@
 //                         the listener sends the acknowledgements (and the
 //                         loop serves more input); the listener publishes
 //                         the ledger's events after them
-//   on_outcome(), on_dispatched()
+//   on_outcome(), on_dispatched(), on_arm()
 //                         the QPU links' records and outcomes
 //   on_calibration(qpu)   the calibration engine (calibration.update, a
 //                         reload, a realtime step): re-read the windows
@@ -66,6 +66,7 @@ struct qpu_target {
 struct qpu_counts {
     std::uint64_t calibration_id = 0;  // what the link's guard holds
     std::size_t in_flight = 0;         // handed over, no outcome yet
+    std::size_t arming = 0, armed = 0; // wire version 2: of those, ARM sent / ARMED (the table's arm column)
     std::uint64_t completed = 0, sent = 0, failed = 0, missed = 0;
 };
 
@@ -116,6 +117,7 @@ public:
     // the caller publishes them).
     void sync(bool publish_events = true) noexcept;
     void on_dispatched(std::uint32_t qpu, std::uint64_t id, std::int64_t sent_ns);
+    void on_arm(std::uint32_t qpu, std::uint64_t id, dispatch::arm_event e);
     void on_outcome(std::uint32_t qpu, const dispatch::dispatch_outcome& o);
     void on_calibration(std::string_view qpu);
     void on_calibration_all();
