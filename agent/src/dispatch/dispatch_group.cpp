@@ -1,8 +1,8 @@
-// One real-time thread for several QPUs' dispatchers (dispatch_group.hpp).
-// The loop reuses the dispatcher's own RT helpers (pull_jobs, drop_withdrawn,
-// follow_realtime_step, reap_completions, emit, check_placement); what
-// differs is the choice of the next job across the members and the one wake
-// word.
+// The dispatch thread and its loop (dispatch_group.hpp): the one owner, for
+// a lone QPU (a group of one, dispatcher::start) as for several QPUs on one
+// CPU.  The loop runs each member's own RT steps (pull_jobs, drop_withdrawn,
+// follow_realtime_step, reap_completions, emit, check_placement, send_head:
+// dispatcher_rt.cpp) and chooses the next job across the members.
 
 #include "qrt/dispatch/dispatch_group.hpp"
 
@@ -32,19 +32,10 @@ namespace qrt::dispatch {
 
 namespace {
 
-using detail::cpu_relax;
 using detail::spin_to;
-using detail::phase_dropped;
-using detail::phase_queued;
-using detail::phase_sending;
-using detail::phase_withdrawn;
 
-constexpr std::uint64_t no_offset = ~std::uint64_t{0};
-// As in dispatcher_rt.cpp: the lead's quantile only when the next send is this
-// far away, endpoint registrations only when the next send is further than
-// lead + this.
-constexpr std::int64_t adapt_guard_ns = 50'000;
-constexpr std::int64_t endpoint_update_guard_ns = 200'000;
+using detail::adapt_guard_ns;
+using detail::endpoint_update_guard_ns;
 
 std::string qpu_name(const dispatcher& d) { return "qpu " + std::to_string(d.config().qpu_index); }
 
@@ -77,7 +68,7 @@ dispatch_group::dispatch_group(std::vector<dispatcher*> members)
                                         " in mode, dispatch_cpu, rt_priority, require_rt or "
                                         "hold_cpu_dma_latency: one thread serves them all");
         }
-        if (m->effective_submit_mode() != submit_mode::syscall) {
+        if (m->effective_submit_mode() != submit_mode::syscall && _members.size() > 1) {
             throw std::invalid_argument(who + " uses sqpoll submission; QPUs sharing a dispatch thread use "
                                               "dispatch.submit_mode = \"syscall\"");
         }
@@ -110,8 +101,10 @@ rtcore::status dispatch_group::start() {
     const int st = _setup_done.load(std::memory_order_acquire);
     if (st < 0 && _members.front()->config().require_rt) {
         stop();
-        return rtcore::error{-st, "dispatch group of " + std::to_string(_members.size()) +
-                                      " QPUs: real-time setup of the dispatch thread: " + _setup_error};
+        const std::string who = _members.size() == 1
+                                    ? "dispatch: " + qpu_name(*_members.front())
+                                    : "dispatch group of " + std::to_string(_members.size()) + " QPUs";
+        return rtcore::error{-st, who + ": real-time setup of the dispatch thread: " + _setup_error};
     }
     return rtcore::ok();
 }
@@ -135,7 +128,14 @@ void dispatch_group::thread_main() noexcept {
     int setup_err = 0;
     try {
         if (cfg.mode == dispatch_mode::tuned) {
-            auto entered = detail::enter_tuned(cfg, [] {});
+            auto entered = detail::enter_tuned(cfg, [this] {
+                // In the isolated cpuset now, still SCHED_OTHER: a group of
+                // one may set its SQPOLL ring up here (SQ_AFF was refused
+                // outside the cpuset).
+                if (dispatcher& only = *_members.front(); _members.size() == 1 && only._sqpoll_retry_on_thread) {
+                    only.retry_sqpoll_on_this_thread();
+                }
+            });
             if (entered) {
                 rt.emplace(std::move(*entered));
                 for (dispatcher* m : _members) {
@@ -147,7 +147,7 @@ void dispatch_group::thread_main() noexcept {
                         m->_st_mlocked.store(true, std::memory_order_relaxed);
                     } else {
                         setup_err = st.err().code != 0 ? st.err().code : EPERM;
-                        _setup_error = qpu_name(*m) + ": " + st.err().message;
+                        _setup_error = (_members.size() > 1 ? qpu_name(*m) + ": " : std::string()) + st.err().message;
                     }
                 }
                 // The group's own state the loop reads: this object and
@@ -193,8 +193,9 @@ void dispatch_group::thread_main() noexcept {
         if (setup_err != 0) {
             m->_setup_error = _setup_error;
         }
+        // Running before start() returns: a set_endpoint_fd() right after
+        // it must hand the fd over, not take the ring lock itself.
         m->_loop_running.store(will_run, std::memory_order_release);
-        m->_setup_done.store(setup_err == 0 ? 1 : -setup_err, std::memory_order_release);
     }
     _setup_done.store(setup_err == 0 ? 1 : -setup_err, std::memory_order_release);
     if (!will_run) {
@@ -218,10 +219,7 @@ std::int64_t dispatch_group::look(std::size_t i, std::int64_t now) noexcept {
     member_loop& ml = _loop_state[i];
     m._st_loops.fetch_add(1, std::memory_order_relaxed);
     m.reap_completions();
-    io_uring* ring = &m._uring->ring;
-    if (io_uring_sq_ready(ring) != 0) {
-        io_uring_submit(ring);  // voided NOPs a failed submit left
-    }
+    m.submit_leftovers();
     const std::uint32_t withdrawals = m._withdrawals.load(std::memory_order_acquire);
     m.pull_jobs();
     if (withdrawals != ml.withdrawals_seen) {
@@ -347,6 +345,9 @@ void dispatch_group::run_loop() noexcept {
             }
             int rc = -EAGAIN;
             if (!arrived) {
+                if (!chunk) {
+                    m.prewake_poller();  // sqpoll (a group of one): awake at T, no syscall to send
+                }
                 rc = _clock.sleep_until_or_woken(target, _wake, seen);
                 m._st_sleeps.fetch_add(1, std::memory_order_relaxed);
             }
@@ -379,7 +380,7 @@ void dispatch_group::run_loop() noexcept {
             m._st_reloads.fetch_add(1, std::memory_order_relaxed);
             continue;
         }
-        m.group_send(*j, deadline, now, wakeup_latency, spin_ns, lead);
+        m.send_head(*j, deadline, now, wakeup_latency, spin_ns, lead);
         // The lead's quantile only when no member's next send is close.
         if (tuned) {
             const std::int64_t after = _clock.now_monotonic_ns();
@@ -400,49 +401,6 @@ void dispatch_group::run_loop() noexcept {
     }
 }
 
-void dispatch_group::finish_member(dispatcher& m) noexcept {
-    // As the end of dispatcher::run_loop: queued jobs cancelled, in-flight
-    // writes a bounded wait, then the ring teardown cancels them.
-    m.pull_jobs();
-    while (const dispatcher::queued_job* j = m.pending_head()) {
-        m.emit(*j, dispatch_status::cancelled, m._slots[j->slot].deadline_ns.load(std::memory_order_relaxed),
-               _clock.now_monotonic_ns(), -1, 0);
-        m.pending_pop();
-    }
-    io_uring* ring = &m._uring->ring;
-    io_uring_submit(ring);
-    __kernel_timespec ts{0, 200'000'000};
-    io_uring_cqe* cqe = nullptr;
-    while (io_uring_wait_cqe_timeout(ring, &cqe, &ts) == 0) {
-        m.reap_completions();
-    }
-}
-
-void dispatcher::group_send(const queued_job& j, std::int64_t deadline, std::int64_t now,
-                            std::int64_t wakeup_latency, std::int64_t spin_ns, std::int64_t lead) noexcept {
-    // dispatcher::run_loop's send, in the same steps (dispatcher_rt.cpp),
-    // syscall submission.
-    if (const dispatch_status verdict = claim_send(j, deadline, now); verdict != dispatch_status::sent) {
-        emit(j, verdict, deadline, now, wakeup_latency, spin_ns);
-        pending_pop();
-        return;
-    }
-    std::int64_t sent_rt = 0;
-    if (!prep_write(j, sent_rt)) {
-        emit(j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
-        pending_pop();
-        return;
-    }
-    io_uring* ring = &_uring->ring;
-    const unsigned write_pos = ring->sq.sqe_tail - 1;
-    const int rc = io_uring_submit(ring);
-    _st_submits.fetch_add(1, std::memory_order_relaxed);
-    const std::int64_t after = _clock.now_monotonic_ns();
-    dispatch_record r = sent_record(j, deadline, after, sent_rt, wakeup_latency, spin_ns, lead);
-    settle_submit(r, rc, write_pos, false);
-    _inflight[j.slot] = r;
-    pending_pop();
-    reap_completions();
-}
+void dispatch_group::finish_member(dispatcher& m) noexcept { m.finish_on_stop(); }
 
 }  // namespace qrt::dispatch

@@ -1,7 +1,8 @@
-// The dispatcher: construction, setup of the dispatch thread (thread_main,
-// lock_dispatch_path) and the housekeeping side (submit, withdraw/restore,
-// calibration, endpoint hand-over, stats).  The thread's loop itself --
-// no allocation, no lock, no log -- is dispatcher_rt.cpp.
+// The dispatcher: construction, start/stop (a dispatch group of one:
+// dispatch_group.cpp owns every dispatch thread, its setup and its loop),
+// lock_dispatch_path and the housekeeping side (submit, withdraw/restore,
+// calibration, endpoint hand-over, stats).  The thread's steps for this
+// dispatcher -- no allocation, no lock, no log -- are dispatcher_rt.cpp.
 
 #include "qrt/dispatch/dispatcher.hpp"
 
@@ -27,6 +28,7 @@
 #include <tuple>
 
 #include "dispatcher_internal.hpp"
+#include "qrt/dispatch/dispatch_group.hpp"
 #include "qrt/dispatch/guard.hpp"
 #include "qrt/proto/wire_codec.hpp"
 #include "qrt/log.hpp"
@@ -296,35 +298,29 @@ std::uint8_t* dispatcher::slot_buffer(std::uint32_t slot) const noexcept {
 rtcore::status dispatcher::start() {
     if (_group != nullptr) {
         return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) +
-                                      ": served by a dispatch group: start the group");
+                                      (_own ? ": already running" : ": served by a dispatch group: start the group"));
     }
-    if (_thread.joinable()) {
-        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": already running");
+    // A lone QPU is a group of one: the one owner of a dispatch thread.
+    try {
+        _own = std::make_unique<dispatch_group>(std::vector<dispatcher*>{this});
+    } catch (const std::exception& e) {
+        return rtcore::error::invalid("dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": " + e.what());
     }
-    _stop.store(false, std::memory_order_release);
-    _setup_done.store(0, std::memory_order_release);
-    _thread = std::thread([this] { thread_main(); });
-    // Wait (bounded) for the thread to report its setup.
-    for (int i = 0; i < 5000 && _setup_done.load(std::memory_order_acquire) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    const int st = _setup_done.load(std::memory_order_acquire);
-    if (st < 0 && _cfg.require_rt) {
-        stop();
-        return rtcore::error{-st, "dispatch: qpu " + std::to_string(_cfg.qpu_index) +
-                                      ": real-time setup of the dispatch thread: " + _setup_error};
+    if (auto st = _own->start(); !st) {
+        _own.reset();
+        return st;
     }
     return rtcore::ok();
 }
 
 void dispatcher::stop() noexcept {
-    if (!_thread.joinable()) {
-        return;
+    if (_own) {
+        _own->stop();
+        _own.reset();  // back to no group: _wakeup is _wake again
     }
-    _stop.store(true, std::memory_order_release);
-    rtcore::wake_sleepers(*_wakeup);
-    _thread.join();
 }
+
+bool dispatcher::running() const noexcept { return _own != nullptr && _own->running(); }
 
 std::string dispatcher::describe_refusal(submit_refusal r, const dispatch_job& job, std::size_t payload_bytes) const {
     const std::string who = "dispatch: qpu " + std::to_string(_cfg.qpu_index) + ": job " + std::to_string(job.job_id);
@@ -637,69 +633,6 @@ dispatch_thread_stats dispatcher::thread_stats() const noexcept {
     s.dma_latency_held = _st_dma.load(std::memory_order_relaxed);
     s.setup_errno = _st_setup_errno.load(std::memory_order_relaxed);
     return s;
-}
-
-void dispatcher::thread_main() noexcept {
-    // Setup (may allocate: it runs before the loop).  Failures are counted
-    // and reported through thread_stats(); start() turns them into an error
-    // when require_rt is set.
-    detail::begin_dispatch_thread();
-    std::optional<rtcore::scoped_rt_thread> rt;
-    rtcore::cpu_dma_latency_hold dma;
-    int setup_err = 0;
-    try {
-        if (_cfg.mode == dispatch_mode::tuned) {
-            auto entered = detail::enter_tuned(_cfg, [&] {
-                if (_sqpoll_retry_on_thread) {  // in the isolated cpuset now, still SCHED_OTHER
-                    retry_sqpoll_on_this_thread();
-                }
-            });
-            if (entered) {
-                rt.emplace(std::move(*entered));
-                _st_rt.store(true, std::memory_order_relaxed);
-                if (auto st = lock_dispatch_path(rtcore::rt_thread_config{}.prefault_stack_bytes); st) {
-                    _st_mlocked.store(true, std::memory_order_relaxed);
-                } else {
-                    setup_err = st.err().code != 0 ? st.err().code : EPERM;
-                    _setup_error = st.err().message;
-                }
-            } else {
-                setup_err = entered.err().code != 0 ? entered.err().code : EPERM;
-                _setup_error = entered.err().message;
-            }
-            if (_cfg.hold_cpu_dma_latency) {
-                rtcore::host_fs fs = rtcore::host_fs::system();
-                auto h = rtcore::cpu_dma_latency_hold::acquire(fs, 0);
-                if (h) {
-                    dma = std::move(*h);
-                    _st_dma.store(dma.active(), std::memory_order_relaxed);
-                } else if (setup_err == 0 && !_cfg.require_rt) {
-                    // Reported (thread_stats, setup_error) but never fatal:
-                    // require_rt is about SCHED_FIFO on the CPU, and a
-                    // missing cpu_dma_latency hold only lets C-states deepen
-                    // (agent.status shows cpu_dma_latency_held = false).
-                    setup_err = h.err().code != 0 ? h.err().code : EPERM;
-                    _setup_error = h.err().message;
-                }
-            }
-        }
-    } catch (...) {
-        setup_err = ENOMEM;
-    }
-    _st_setup_errno.store(setup_err, std::memory_order_relaxed);
-    const bool will_run = setup_err == 0 || !_cfg.require_rt;
-    // Running before start() returns: a set_endpoint_fd() right after it
-    // must hand the fd over, not take the ring lock itself.
-    _loop_running.store(will_run, std::memory_order_release);
-    _setup_done.store(setup_err == 0 ? 1 : -setup_err, std::memory_order_release);
-    if (!will_run) {
-        return;
-    }
-    check_placement(_clock.now_monotonic_ns(), true);
-    run_loop();
-    _loop_running.store(false, std::memory_order_release);
-    _locked.clear();  // munlock what no other dispatcher holds
-    _st_locked_bytes.store(0, std::memory_order_relaxed);
 }
 
 rtcore::status dispatcher::lock_dispatch_path(std::size_t stack_bytes) {

@@ -1,7 +1,8 @@
 #pragma once
-// What dispatcher.cpp (setup and the housekeeping side) and dispatcher_rt.cpp
-// (the dispatch thread's loop) share inside qrt_dispatch: the io_uring state
-// and the phases of a slot.  Not installed; nothing outside this folder
+// What dispatcher.cpp (setup and the housekeeping side), dispatcher_rt.cpp
+// (the dispatch thread's steps) and dispatch_group.cpp (the dispatch thread
+// and its loop) share inside qrt_dispatch: the io_uring state, the phases of
+// a slot and the loop's margins.  Not installed; nothing outside this folder
 // includes it.
 
 #include <liburing.h>
@@ -18,6 +19,19 @@
 #include "rtcore/rt_thread.hpp"
 
 namespace qrt::dispatch::detail {
+
+// The dispatch loop's margins (dispatch_group.cpp runs it, dispatcher_rt.cpp
+// sends):
+// the lead's window quantile is taken after a send only when the next
+// job's wake-up is at least this far away;
+inline constexpr std::int64_t adapt_guard_ns = 50'000;
+// an endpoint update (io_uring_register: microseconds) is applied only
+// when the next send is further away than lead + this;
+inline constexpr std::int64_t endpoint_update_guard_ns = 200'000;
+// sqpoll: after a send, wait for the poller to take the write when the
+// next job's wake-up is closer than this (the thread would not sleep
+// before it).
+inline constexpr std::int64_t sqpoll_yield_below_ns = 200'000;
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,6 +1,7 @@
-// The dispatch thread's side of the dispatcher: run_loop and everything it
-// calls once the thread is set up (thread_main in dispatcher.cpp does the
-// setup, which may allocate, before the loop starts).
+// The dispatch thread's side of the dispatcher: every step the loop takes
+// for this dispatcher once the thread is set up.  The thread and its loop
+// are dispatch_group.cpp's (one owner: a lone QPU is a group of one), which
+// does the setup, which may allocate, before the loop starts.
 //
 // Everything in this file runs on the real-time dispatch thread, on its
 // isolated CPU, between a job's wake-up and its frame on the wire:
@@ -42,22 +43,13 @@ using detail::phase_withdrawn;
 namespace {
 
 constexpr std::uint64_t no_offset = ~std::uint64_t{0};  // -1: current position / stream
-// sqpoll: after a send, wait for the poller to take the write when the next
-// job's wake-up is closer than this (the thread would not sleep before it).
-constexpr std::int64_t sqpoll_yield_below_ns = 200'000;
-// The lead's window quantile is taken after a send only when the next job's
-// wake-up is at least this far away.
-constexpr std::int64_t adapt_guard_ns = 50'000;
-// The thread applies an endpoint update only when its next send is further
-// away than lead + this (the io_uring_register call takes microseconds).
-constexpr std::int64_t endpoint_update_guard_ns = 200'000;
 
 }  // namespace
 
 void dispatcher::apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept {
     if (head != nullptr && _endpoint_up.load(std::memory_order_acquire)) {
         const std::int64_t deadline = _slots[head->slot].deadline_ns.load(std::memory_order_acquire);
-        if (deadline - now <= _lead.lead_ns() + endpoint_update_guard_ns) {
+        if (deadline - now <= _lead.lead_ns() + detail::endpoint_update_guard_ns) {
             return;  // a send is close: after it
         }
     }
@@ -270,186 +262,94 @@ void dispatcher::check_placement(std::int64_t now, bool force) noexcept {
     _st_placement_checks.fetch_add(1, std::memory_order_relaxed);
 }
 
-void dispatcher::run_loop() noexcept {
-    const bool tuned = _cfg.mode == dispatch_mode::tuned;
+void dispatcher::send_head(const queued_job& j, std::int64_t deadline, std::int64_t now,
+                           std::int64_t wakeup_latency, std::int64_t spin_ns, std::int64_t lead) noexcept {
+    if (const dispatch_status verdict = claim_send(j, deadline, now); verdict != dispatch_status::sent) {
+        emit(j, verdict, deadline, now, wakeup_latency, spin_ns);
+        pending_pop();
+        return;
+    }
+    std::int64_t sent_rt = 0;
+    if (!prep_write(j, sent_rt)) {
+        emit(j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
+        pending_pop();
+        return;
+    }
     io_uring* ring = &_uring->ring;
     const bool sqpoll = _submit_mode == submit_mode::sqpoll;
-    const auto poller_asleep = [ring]() noexcept {
-        return (io_uring_smp_load_acquire(ring->sq.kflags) & IORING_SQ_NEED_WAKEUP) != 0;
-    };
-    std::uint32_t cur_slot = UINT32_MAX;
-    std::int64_t first_seen = 0;
-    std::uint32_t withdrawals_seen = 0;
-    while (true) {
-        // Read before looking at any state, _stop included: a change after
-        // this makes the next sleep return at once.
-        const std::uint32_t seen = _wake.load(std::memory_order_acquire);
-        if (_stop.load(std::memory_order_acquire)) {
-            break;
-        }
-        _st_loops.fetch_add(1, std::memory_order_relaxed);
-        reap_completions();
-        if (io_uring_sq_ready(ring) != 0) {
-            // SQEs a failed submit left (voided NOPs, or, in sqpoll mode,
-            // entries a failed poller wake-up left waiting).
-            if (!sqpoll || poller_asleep()) {
-                io_uring_submit(ring);
-            }
-        }
-        // The count first: a job withdrawn by then was pushed before, so
-        // pull_jobs() brings it into the pending array that is scanned.
-        const std::uint32_t withdrawals = _withdrawals.load(std::memory_order_acquire);
-        pull_jobs();
-        std::int64_t now = _clock.now_monotonic_ns();
-        if (withdrawals != withdrawals_seen) {
-            withdrawals_seen = withdrawals;
-            drop_withdrawn(now);
-        }
-        const queued_job* j = pending_head();
-        if (_fd_req_gen.load(std::memory_order_acquire) != _fd_done_gen.load(std::memory_order_relaxed)) {
-            apply_endpoint_update(now, j);
-        }
-        if (j == nullptr) {
-            check_placement(now, false);
-            _idle.store(true, std::memory_order_relaxed);
-            std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with submit()'s fence
-            if (_jobs.peek() == nullptr &&
-                _clock.sleep_until_or_woken(now + _cfg.idle_sleep_ns, _wake, seen) == -EAGAIN) {
-                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
-            }
-            _idle.store(false, std::memory_order_relaxed);
-            continue;
-        }
-        slot_state& s = _slots[j->slot];
-        const std::int64_t deadline = s.deadline_ns.load(std::memory_order_acquire);
-        // Before the missed check: a time base older than a step makes a
-        // job look missed (or not) by the size of the step.
-        if (follow_realtime_step(*j, deadline)) {
-            continue;
-        }
-        if (now - deadline > j->tolerance_ns) {
-            emit(*j, dispatch_status::missed, deadline, now, -1, 0);
-            pending_pop();
-            continue;
-        }
-        if (j->slot != cur_slot) {  // first look at this job: the gap it leaves to T
-            cur_slot = j->slot;
-            first_seen = now;
-        }
-        std::int64_t lead = tuned ? _lead.lead_ns() : 0;
-        // Spin budget: never spin more than max_spin_fraction of the gap
-        // before T, so the thread always sleeps between jobs (a SCHED_FIFO
-        // spin that never sleeps runs into RT throttling and starves the CPU).
-        const auto budget = static_cast<std::int64_t>(static_cast<double>(deadline - first_seen) * _cfg.max_spin_fraction);
-        if (lead > budget) {
-            lead = std::max<std::int64_t>(budget, 0);
-            _st_lead_capped.fetch_add(1, std::memory_order_relaxed);
-        }
-        const std::int64_t wake = deadline - lead;
-        std::int64_t wakeup_latency = -1;
-        if (now < wake) {
-            const bool chunk = wake - now > _cfg.max_sleep_chunk_ns;
-            const std::int64_t target = chunk ? now + _cfg.max_sleep_chunk_ns : wake;
-            if (!chunk && sqpoll && poller_asleep()) {
-                // Wake the poller before the last sleep, not at T: it runs
-                // (and clears NEED_WAKEUP) while this thread sleeps, even on
-                // the same CPU, so the send at T is a plain store to the SQ
-                // tail.  The sleep is <= max_sleep_chunk_ns, below any
-                // sensible sqpoll_idle_ms, so it is still awake at T.
-                io_uring_enter(static_cast<unsigned>(ring->ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
-                _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
-            }
-            const int rc = _clock.sleep_until_or_woken(target, _wake, seen);
-            _st_sleeps.fetch_add(1, std::memory_order_relaxed);
-            if (rc == -EAGAIN) {  // a step, an endpoint change or stop(): look again
-                _st_early_wakes.fetch_add(1, std::memory_order_relaxed);
-                continue;
-            }
-            if (chunk) {
-                continue;  // re-check stop, completions and the deadline
-            }
-            now = _clock.now_monotonic_ns();
-            if (s.deadline_ns.load(std::memory_order_acquire) != deadline) {
-                _st_reloads.fetch_add(1, std::memory_order_relaxed);
-                continue;  // re-converted while asleep (realtime step)
-            }
-            if (follow_realtime_step(*j, deadline)) {
-                continue;  // stepped while asleep, and nobody re-converted it yet
-            }
-            wakeup_latency = now - target;
-            if (tuned) {
-                _lead.observe(wakeup_latency);  // O(1); the quantile is taken after the send
-                _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
-            }
-        }
-        std::int64_t spin_ns = 0;
-        if (tuned && now < deadline && !spin_to(_clock, s.deadline_ns, deadline, now, spin_ns)) {
-            _st_reloads.fetch_add(1, std::memory_order_relaxed);
-            continue;
-        }
-        if (const dispatch_status verdict = claim_send(*j, deadline, now); verdict != dispatch_status::sent) {
-            emit(*j, verdict, deadline, now, wakeup_latency, spin_ns);
-            pending_pop();
-            continue;
-        }
-        std::int64_t sent_rt = 0;
-        if (!prep_write(*j, sent_rt)) {
-            emit(*j, dispatch_status::send_failed, deadline, now, wakeup_latency, spin_ns);
-            pending_pop();
-            continue;
-        }
-        if (sqpoll && poller_asleep()) {
-            _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
-        }
-        // Where this write sits in the SQ ring: after the submit, the kernel
-        // has consumed it iff its head moved past this position.
-        const unsigned write_pos = ring->sq.sqe_tail - 1;
-        // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
-        // syscall unless the poller sleeps.
-        const int rc = io_uring_submit(ring);
-        _st_submits.fetch_add(1, std::memory_order_relaxed);
-        const std::int64_t after = _clock.now_monotonic_ns();
-        dispatch_record r = sent_record(*j, deadline, after, sent_rt, wakeup_latency, spin_ns, lead);
-        settle_submit(r, rc, write_pos, sqpoll);
-        _inflight[j->slot] = r;
-        pending_pop();
-        if (sqpoll && rc >= 0) {
-            // The poller (on this CPU by default) only runs while this
-            // thread sleeps.  When the next job is too close for a sleep,
-            // block until the poller has taken this write (bounded), or the
-            // frame would wait for that next job's spin to end.
-            if (const queued_job* nx = pending_head(); nx != nullptr) {
-                const std::int64_t gap = _slots[nx->slot].deadline_ns.load(std::memory_order_relaxed) -
-                                         _lead.lead_ns() - after;
-                if (gap < sqpoll_yield_below_ns) {
-                    __kernel_timespec ts{};
-                    ts.tv_nsec = std::clamp<std::int64_t>(gap, 10'000, sqpoll_yield_below_ns);
-                    io_uring_cqe* cqe = nullptr;
-                    io_uring_wait_cqe_timeout(ring, &cqe, &ts);  // leaves the CQE for reap
-                    _st_sqpoll_yields.fetch_add(1, std::memory_order_relaxed);
-                }
-            }
-        }
-        reap_completions();  // inline completions (the usual case on a socket)
-        // The window's quantile (a few us of nth_element) only when the next
-        // job leaves time for it, never just before a back-to-back T.
-        const queued_job* next = pending_head();
-        if (tuned && (next == nullptr || _slots[next->slot].deadline_ns.load(std::memory_order_relaxed) - after >
-                                             _lead.lead_ns() + adapt_guard_ns)) {
-            if (_lead.adapt()) {
-                _lead_ns_pub.store(_lead.lead_ns(), std::memory_order_relaxed);
+    if (sqpoll && poller_asleep()) {
+        _st_sqpoll_wakeups.fetch_add(1, std::memory_order_relaxed);  // io_uring_submit will enter
+    }
+    // Where this write sits in the SQ ring: after the submit, the kernel
+    // has consumed it iff its head moved past this position.
+    const unsigned write_pos = ring->sq.sqe_tail - 1;
+    // syscall mode: io_uring_enter.  sqpoll mode: publish the tail, no
+    // syscall unless the poller sleeps.
+    const int rc = io_uring_submit(ring);
+    _st_submits.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t after = _clock.now_monotonic_ns();
+    dispatch_record r = sent_record(j, deadline, after, sent_rt, wakeup_latency, spin_ns, lead);
+    settle_submit(r, rc, write_pos, sqpoll);
+    _inflight[j.slot] = r;
+    pending_pop();
+    if (sqpoll && rc >= 0) {
+        // The poller (on this CPU by default) only runs while this thread
+        // sleeps.  When the next job is too close for a sleep, block until
+        // the poller has taken this write (bounded), or the frame would
+        // wait for that next job's spin to end.
+        if (const queued_job* nx = pending_head(); nx != nullptr) {
+            const std::int64_t gap =
+                _slots[nx->slot].deadline_ns.load(std::memory_order_relaxed) - _lead.lead_ns() - after;
+            if (gap < detail::sqpoll_yield_below_ns) {
+                __kernel_timespec ts{};
+                ts.tv_nsec = std::clamp<std::int64_t>(gap, 10'000, detail::sqpoll_yield_below_ns);
+                io_uring_cqe* cqe = nullptr;
+                io_uring_wait_cqe_timeout(ring, &cqe, &ts);  // leaves the CQE for reap
+                _st_sqpoll_yields.fetch_add(1, std::memory_order_relaxed);
             }
         }
     }
+    reap_completions();  // inline completions (the usual case on a socket)
+}
+
+bool dispatcher::poller_asleep() const noexcept {
+    const io_uring* ring = &_uring->ring;
+    return (io_uring_smp_load_acquire(ring->sq.kflags) & IORING_SQ_NEED_WAKEUP) != 0;
+}
+
+void dispatcher::submit_leftovers() noexcept {
+    io_uring* ring = &_uring->ring;
+    if (io_uring_sq_ready(ring) != 0) {
+        // SQEs a failed submit left (voided NOPs, or, in sqpoll mode,
+        // entries a failed poller wake-up left waiting).
+        if (_submit_mode != submit_mode::sqpoll || poller_asleep()) {
+            io_uring_submit(ring);
+        }
+    }
+}
+
+void dispatcher::prewake_poller() noexcept {
+    // Wake the poller before the last sleep, not at T: it runs (and clears
+    // NEED_WAKEUP) while this thread sleeps, even on the same CPU, so the
+    // send at T is a plain store to the SQ tail.  The sleep is <=
+    // max_sleep_chunk_ns, below any sensible sqpoll_idle_ms, so it is still
+    // awake at T.
+    if (_submit_mode == submit_mode::sqpoll && poller_asleep()) {
+        io_uring_enter(static_cast<unsigned>(_uring->ring.ring_fd), 0, 0, IORING_ENTER_SQ_WAKEUP, nullptr);
+        _st_sqpoll_prewakes.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void dispatcher::finish_on_stop() noexcept {
     // Stopping: queued jobs are cancelled; in-flight writes get a bounded
     // wait, then the ring teardown cancels them.
     pull_jobs();
     while (const queued_job* j = pending_head()) {
-        const std::int64_t now = _clock.now_monotonic_ns();
-        emit(*j, dispatch_status::cancelled, _slots[j->slot].deadline_ns.load(std::memory_order_relaxed), now, -1,
-             0);
+        emit(*j, dispatch_status::cancelled, _slots[j->slot].deadline_ns.load(std::memory_order_relaxed),
+             _clock.now_monotonic_ns(), -1, 0);
         pending_pop();
     }
+    io_uring* ring = &_uring->ring;
     io_uring_submit(ring);  // voided NOPs still in the SQ ring complete too
     __kernel_timespec ts{0, 200'000'000};
     io_uring_cqe* cqe = nullptr;

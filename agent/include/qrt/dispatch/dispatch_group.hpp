@@ -1,7 +1,8 @@
 #pragma once
-// Several QPUs' dispatchers served by ONE real-time thread on one CPU
-// (dispatch.qpus_per_cpu > 1, for a host that cannot spare an isolated core
-// per QPU; README "Threads and cores").
+// The one owner of a dispatch thread: ONE real-time thread on one CPU
+// serving one dispatcher (a lone QPU: dispatcher::start makes a group of
+// one) or several (dispatch.qpus_per_cpu > 1, for a host that cannot spare
+// an isolated core per QPU; README "Threads and cores").
 //
 // Each member keeps everything that is per QPU: its slot pool, job ring,
 // pending array, io_uring ring with its registered buffers and endpoint
@@ -25,9 +26,11 @@
 //   job earlier than the member's queued ones wakes it too.
 // Same rules as the dispatcher's own loop: everything (member list, per-
 // member loop state) is allocated in the constructor, the loop never
-// allocates, locks, logs or throws.  Submission is `syscall` only: a member
-// configured for sqpoll is refused (the SQPOLL yield and pre-wake logic is
-// per ring and assumes the thread serves one ring).
+// allocates, locks, logs or throws.  A group of several submits by
+// `syscall` only: a member configured for sqpoll is refused (the SQPOLL
+// yield and pre-wake logic is per ring and assumes the thread serves one
+// ring); a group of one keeps sqpoll (the poller woken before the last
+// sleep, a bounded yield when the next job is too close to sleep).
 //
 // Members must agree on mode, dispatch_cpu, rt_priority, require_rt and
 // hold_cpu_dma_latency, share one clock, and must not be running.  The

@@ -25,7 +25,7 @@
 // - The slot pool, both rings, the io_uring ring, its registered buffer and
 //   file table are all created in the constructor, before the thread starts
 //   and before it turns real-time; the loop never allocates, locks, logs or
-//   throws (run_loop is noexcept) and only counts.
+//   throws (the loop and its steps are noexcept) and only counts.
 // - Deadlines: each slot's monotonic deadline is one std::atomic<int64_t>;
 //   the window end and tolerance are kept relative to it, so a step
 //   re-conversion can never be seen half-done.
@@ -92,11 +92,13 @@
 //   lock, and a housekeeping thread holding it would stall the RT thread's
 //   next submit (priority inversion).  set_endpoint_fd() hands the fd over
 //   and waits for the thread to apply it.
-// - Several tuned QPUs on one CPU (dispatch.qpus_per_cpu) are served by
-//   one thread: a dispatch_group (dispatch_group.hpp) runs this class's RT
-//   helpers for each member and sends the earliest start among them next.
-//   A member is not start()ed itself; the housekeeping side is unchanged
-//   except that it wakes the group's word (_wakeup).
+// - The dispatch thread and its loop have one owner, dispatch_group
+//   (dispatch_group.hpp): start() makes a group of this one dispatcher.
+//   Several tuned QPUs on one CPU (dispatch.qpus_per_cpu) share one group:
+//   its thread runs this class's RT steps for each member and sends the
+//   earliest start among them next.  A member of a group of several is not
+//   start()ed itself; the housekeeping side is the same either way: it
+//   wakes the group's word (_wakeup).
 // - Sleeps are futex waits with an absolute CLOCK_MONOTONIC timeout on a
 //   wake word: a realtime step, a new job on an idle thread, an endpoint
 //   change or stop() cut them short, so a deadline re-converted earlier is
@@ -280,12 +282,17 @@ public:
     dispatcher(const dispatcher&) = delete;
     dispatcher& operator=(const dispatcher&) = delete;
 
-    // Starts the dispatch thread.  Tuned mode applies the RT setup on the
-    // thread; when require_rt is set and it fails, start() returns the error.
+    // Starts the dispatch thread: a dispatch group of this one dispatcher
+    // (dispatch_group.hpp runs every dispatch thread; sqpoll stays possible
+    // in a group of one).  Tuned mode applies the RT setup on the thread;
+    // when require_rt is set and it fails, start() returns the error.  A
+    // dispatcher in a group of several is started with its group.
     rtcore::status start();
-    // Stops and joins the thread; queued jobs come back as `cancelled`.
+    // Stops and joins the thread start() made; queued jobs come back as
+    // `cancelled`.  Nothing for a dispatcher in a group of several.
     void stop() noexcept;
-    bool running() const noexcept { return _thread.joinable(); }
+    // The thread start() made runs.
+    bool running() const noexcept;
 
     // ---- housekeeping threads (see the header comment) ----
     // Converts T with the current time base, encodes the JOB frame into a
@@ -392,13 +399,13 @@ public:
     // not an intrusion on the dispatch CPU.
     pid_t sqpoll_tid() const noexcept { return _sqpoll_tid; }
 
-    // The group whose one thread serves this dispatcher (dispatch_group.hpp),
-    // or nullptr: then start() runs its own thread.
-    const dispatch_group* group() const noexcept { return _group; }
+    // The group of several whose one thread serves this dispatcher
+    // (dispatch_group.hpp), or nullptr: then start() runs a group of one.
+    const dispatch_group* group() const noexcept { return _own ? nullptr : _group; }
 
 private:
-    // A dispatch group runs this dispatcher's RT state on its own thread
-    // (dispatch_group.cpp), through the same private helpers as run_loop.
+    // A dispatch group runs this dispatcher's RT state on its thread
+    // (dispatch_group.cpp), through the private steps below.
     friend class dispatch_group;
     using queued_job = detail::queued_job;
     struct alignas(64) slot_state {
@@ -414,11 +421,8 @@ private:
     };
     struct uring;  // liburing state (pimpl keeps liburing.h out of this header)
 
-    void thread_main() noexcept;
     // Dispatch thread, setup: lock what the loop touches (memory_lock.hpp).
     rtcore::status lock_dispatch_path(std::size_t stack_bytes);
-    void apply_tuning() noexcept;
-    void run_loop() noexcept;
     // Measures the thread's own placement (see dispatch_thread_stats) and
     // re-pins it to its CPU when it was moved.  Two or three syscalls and
     // relaxed stores: no allocation, no lock, no log.
@@ -426,8 +430,7 @@ private:
     void reap_completions() noexcept;
     void apply_endpoint_update(std::int64_t now, const queued_job* head) noexcept;
     void void_unsubmitted() noexcept;
-    // The send, in steps shared by run_loop and the group loop
-    // (dispatcher_rt.cpp), all on the dispatch thread:
+    // The send, in steps (dispatcher_rt.cpp), all on the dispatch thread:
     // claim_send: the guard, then the send/withdraw compare-and-swap;
     //   dispatch_status::sent when this thread now owns the slot's frame.
     dispatch_status claim_send(const queued_job& j, std::int64_t deadline, std::int64_t now) noexcept;
@@ -442,11 +445,21 @@ private:
                                 std::int64_t sent_rt, std::int64_t wakeup_latency, std::int64_t spin_ns,
                                 std::int64_t lead) const noexcept;
     void settle_submit(dispatch_record& r, int rc, unsigned write_pos, bool sqpoll) noexcept;
-    // The send path of the group loop (dispatch_group.cpp): guard, the
-    // withdraw race, the write at T, the record; pops j and reaps.  Syscall
-    // submission only (a group refuses sqpoll members).
-    void group_send(const queued_job& j, std::int64_t deadline, std::int64_t now, std::int64_t wakeup_latency,
-                    std::int64_t spin_ns, std::int64_t lead) noexcept;
+    // The send at T of the pending head j (the loop in dispatch_group.cpp):
+    // guard, the withdraw race, the write, the record; pops j and reaps.
+    // sqpoll: a plain store to the SQ tail unless the poller sleeps, and a
+    // bounded wait for the poller when the next job is too close to sleep.
+    void send_head(const queued_job& j, std::int64_t deadline, std::int64_t now, std::int64_t wakeup_latency,
+                   std::int64_t spin_ns, std::int64_t lead) noexcept;
+    // sqpoll: the kernel's poller sleeps (a submit would enter to wake it).
+    bool poller_asleep() const noexcept;
+    // SQEs a failed submit left: submitted (sqpoll: when the poller sleeps).
+    void submit_leftovers() noexcept;
+    // sqpoll: wake the poller before the last sleep before a send.
+    void prewake_poller() noexcept;
+    // The loop ended: queued jobs come back cancelled, in-flight writes get
+    // a bounded wait.
+    void finish_on_stop() noexcept;
     // Registered file 0 := fd (-1 empties it) and the RWF_NOWAIT choice for
     // it; 0 or -errno.  The dispatch thread's, or anyone's while it is not
     // running.
@@ -524,15 +537,16 @@ private:
     // Written by whoever updates the registered file, read by the RT thread.
     std::atomic<bool> _nowait_writes{false};
 
-    std::atomic<bool> _stop{false};
     std::atomic<bool> _endpoint_up{false};
     std::atomic<bool> _loop_running{false};
     std::atomic<bool> _idle{false};  // the thread sleeps with nothing queued
-    rtcore::wake_word _wake{0};
+    rtcore::wake_word _wake{0};  // bumped while no group serves this dispatcher (nobody sleeps on it)
     // The word the housekeeping side bumps to wake the thread serving this
-    // dispatcher: its own _wake, or its group's (dispatch_group).
+    // dispatcher: its group's (dispatch_group), else _wake.
     rtcore::wake_word* _wakeup = &_wake;
     dispatch_group* _group = nullptr;
+    // The group of one start() made (nullptr in a group of several).
+    std::unique_ptr<dispatch_group> _own;
     // Endpoint hand-over to the RT thread (it alone calls register_files_update).
     std::atomic<int> _pending_fd{-1};
     std::atomic<std::uint32_t> _fd_req_gen{0};
@@ -547,8 +561,7 @@ private:
     std::atomic<std::uint64_t> _cal_next{0};
     std::atomic<std::int64_t> _cal_switch_rt_ns{INT64_MAX};
     std::atomic<std::int64_t> _lead_ns_pub{0};
-    std::atomic<int> _setup_done{0};  // 0 pending, 1 ok, -errno failed (start() waits)
-    std::string _setup_error;         // written by the thread before _setup_done
+    std::string _setup_error;  // written by the group's thread before its setup is reported
 
     std::atomic<std::uint64_t> _st_loops{0};
     std::atomic<std::uint64_t> _st_sleeps{0};
@@ -579,8 +592,6 @@ private:
     std::vector<rtcore::locked_region> _locked;  // dispatch thread, setup and exit only
     std::atomic<bool> _st_dma{false};
     std::atomic<int> _st_setup_errno{0};
-
-    std::thread _thread;
 };
 
 }  // namespace qrt::dispatch
