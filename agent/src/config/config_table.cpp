@@ -150,7 +150,7 @@ std::vector<config_option> build_table() {
         {.section = "agent", .key = "user", .kind = k::string, .default_value = std::string("qrtd"),
          .meaning = "The user `qrtd run` becomes after its root-only setup (apply the partition, "
                     "start the root restore helper, bind the socket), keeping only CAP_SYS_NICE, "
-                    "CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON.  systemd-sysusers creates it from "
+                    "CAP_BPF and CAP_PERFMON.  systemd-sysusers creates it from "
                     "sysusers.d/qrtd.conf.  \"root\" keeps uid 0 (with a warning; the capabilities "
                     "are dropped all the same).  Ignored when qrtd does not start as root.",
          .check = check_user_name, QRT_FIELD(agent, user)},

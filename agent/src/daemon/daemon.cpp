@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "services.hpp"
 #include "rtcore/capabilities.hpp"
 #include "rtcore/kernel_probe.hpp"
+#include "rtcore/memory_lock.hpp"
 #include "rtcore/secure_dir.hpp"
 #include "rtcore/task_ops.hpp"
 #include "rtcore/unique_fd.hpp"
@@ -38,9 +40,39 @@ namespace {
 
 using rtcore::unique_fd;
 
-// The capabilities `qrtd run` keeps: SCHED_FIFO and affinity, mlockall, and
-// the eBPF probes.
+// The capabilities `qrtd run` keeps: SCHED_FIFO and affinity, the eBPF
+// probes, and CAP_IPC_LOCK only where RLIMIT_MEMLOCK cannot be made
+// unlimited (memlock_unlimited): a container without CAP_SYS_RESOURCE.
 constexpr rtcore::capability kept_caps[] = {CAP_SYS_NICE, CAP_IPC_LOCK, CAP_BPF, CAP_PERFMON};
+
+// The dispatch paths lock their memory (frame pools, code, stacks, rings)
+// within RLIMIT_MEMLOCK, or beyond it with CAP_IPC_LOCK.  qrtd.service sets
+// LimitMEMLOCK=infinity; `qrtd run` started otherwise raises its own limit
+// to the same while it may (the soft limit up to a hard one that is
+// unlimited, or both as root), so that it need not keep CAP_IPC_LOCK, which
+// would also let it lock any amount and other users' SysV segments.  True
+// when the limit is unlimited now.
+bool memlock_unlimited() {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+        return false;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY) {
+        return true;
+    }
+    // Up to an unlimited hard limit anyone may; a finite hard limit only
+    // with CAP_SYS_RESOURCE (root, not in most containers).
+    const rlimit unlimited{RLIM_INFINITY, RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_MEMLOCK, &unlimited) != 0) {
+        log::info("caps", "RLIMIT_MEMLOCK stays {} (raising it: {}; no CAP_SYS_RESOURCE): CAP_IPC_LOCK is kept, "
+                          "if permitted, for the locked dispatch paths",
+                  rtcore::mib_text(static_cast<std::uint64_t>(rl.rlim_cur)), std::strerror(errno));
+        return false;
+    }
+    log::info("caps", "RLIMIT_MEMLOCK raised from {} to unlimited (as qrtd.service's LimitMEMLOCK=infinity)",
+              rtcore::mib_text(static_cast<std::uint64_t>(rl.rlim_cur)));
+    return true;
+}
 
 // Blocks the shutdown signals in this thread (and so in every thread created
 // later) for as long as it lives; they are read from a signalfd instead.
@@ -514,7 +546,11 @@ rtcore::result<rpc::prebound_socket> bind_control_socket(const config& cfg, cons
 // and no_new_privs is set.  Caps this process never had are skipped.
 bool drop_privileges(const run_identity& id, host_facts& facts) {
     std::vector<rtcore::capability> keep;
+    const bool unlimited = memlock_unlimited();
     for (const auto cap : kept_caps) {
+        if (cap == CAP_IPC_LOCK && unlimited) {
+            continue;  // not needed: every lock fits the limit
+        }
         if (rtcore::has_permitted_capability(cap)) {
             keep.push_back(cap);
         } else {
@@ -828,9 +864,11 @@ exit_code daemon::run() {
         rtcore::unique_fd listener_fd(std::exchange(listener->fd, -1));
 
         // 8. Drop privileges: become agent.user (when started as root) with
-        //    only CAP_SYS_NICE (SCHED_FIFO, affinity), CAP_IPC_LOCK
-        //    (mlockall), CAP_BPF and CAP_PERFMON (probes).  After everything
-        //    above that needed root, and BEFORE any thread is created.
+        //    only CAP_SYS_NICE (SCHED_FIFO, affinity), CAP_BPF and
+        //    CAP_PERFMON (probes), RLIMIT_MEMLOCK unlimited for the locked
+        //    dispatch paths (CAP_IPC_LOCK kept instead only where the limit
+        //    cannot be raised).  After everything above that needed root,
+        //    and BEFORE any thread is created.
         if (!drop_privileges(*identity, facts)) {
             return exit_code::failure;
         }
@@ -904,7 +942,7 @@ host_config_check check_config_on_host(const config& cfg, const std::string& fil
                                        const std::filesystem::path& root) {
     host_config_check out;
     // A warning, not an error: the daemon's own limit and capabilities are
-    // its unit's (LimitMEMLOCK=infinity, CAP_IPC_LOCK), not this shell's.
+    // its unit's (LimitMEMLOCK=infinity), not this shell's.
     if (auto note = frame_pool_memlock_note(cfg, rtcore::current_memlock_allowance()); !note.empty()) {
         out.warnings.push_back(std::move(note));
     }

@@ -117,9 +117,9 @@ std::string frame_pool_shortfall(std::uint64_t pool_bytes, std::size_t qpus,
     return allowance.describe() + ", " + rtcore::mib_text(need) + " needed: the dispatch frame pool (" +
            rtcore::mib_text(pool_bytes) + (qpus > 1 ? " for each of " + std::to_string(qpus) + " QPUs" : "") +
            ", sized by dispatch.ring_capacity and dispatch.max_payload_bytes) is registered with io_uring, which "
-           "locks it.  Grant CAP_IPC_LOCK (qrtd.service has AmbientCapabilities=CAP_IPC_LOCK; a container must "
-           "keep it) or raise the limit (LimitMEMLOCK=infinity in the unit, the container's memlock limit, "
-           "ulimit -l), or lower dispatch.ring_capacity or dispatch.max_payload_bytes";
+           "locks it.  Raise the limit (qrtd.service has LimitMEMLOCK=infinity; the container's memlock limit, "
+           "ulimit -l; `qrtd run` started as root raises its own) or grant CAP_IPC_LOCK (a container without "
+           "CAP_SYS_RESOURCE), or lower dispatch.ring_capacity or dispatch.max_payload_bytes";
 }
 
 std::optional<submit_mode> parse_submit_mode(std::string_view s) noexcept {
@@ -260,7 +260,7 @@ rtcore::status dispatcher::register_ring(uring& u) {
         e.message += " (" + a.describe() + ", shared by every process of this user; " +
                      rtcore::mib_text(_pool_bytes) + " needed)";
         if (_cfg.mode == dispatch_mode::tuned) {
-            e.message += ": grant CAP_IPC_LOCK or raise LimitMEMLOCK=, or lower dispatch.ring_capacity or "
+            e.message += ": raise LimitMEMLOCK= or grant CAP_IPC_LOCK, or lower dispatch.ring_capacity or "
                          "dispatch.max_payload_bytes; or run dispatch.mode = \"untuned\"";
             return e;
         }

@@ -135,8 +135,9 @@ TEST_F(installed, unit_runs_the_installed_binary_with_privilege_separation) {
     EXPECT_NE(svc.find("\nType=notify\n"), std::string::npos);
     EXPECT_NE(svc.find("\nUser=qrtd\n"), std::string::npos);
     EXPECT_NE(svc.find("\nNice=-10\n"), std::string::npos) << "the control plane's weight on housekeeping";
-    EXPECT_NE(svc.find("\nCapabilityBoundingSet=CAP_SYS_NICE CAP_BPF CAP_PERFMON CAP_IPC_LOCK\n"),
-              std::string::npos);
+    EXPECT_NE(svc.find("\nCapabilityBoundingSet=CAP_SYS_NICE CAP_BPF CAP_PERFMON\n"), std::string::npos)
+        << "CAP_IPC_LOCK is not needed: LimitMEMLOCK=infinity";
+    EXPECT_NE(svc.find("\nLimitMEMLOCK=infinity\n"), std::string::npos);
     EXPECT_EQ(svc.find("@QRT_"), std::string::npos) << "an unsubstituted @QRT_...@ is left";
 }
 

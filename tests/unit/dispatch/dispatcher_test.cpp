@@ -848,7 +848,7 @@ TEST(dispatcher_memlock, tuned_without_locked_memory_refuses_naming_the_limit_th
     ASSERT_EQ(r.exit_code, 0) << "a tuned dispatcher started without being able to lock its pool";
     for (const char* part : {"dispatch: qpu 0: tuned mode cannot lock its frame pool: RLIMIT_MEMLOCK = 8 MiB and no "
                              "CAP_IPC_LOCK, 64.1 MiB needed",
-                             "dispatch.ring_capacity", "Grant CAP_IPC_LOCK", "LimitMEMLOCK=infinity"}) {
+                             "dispatch.ring_capacity", "Raise the limit", "or grant CAP_IPC_LOCK", "LimitMEMLOCK=infinity"}) {
         EXPECT_NE(r.reply.find(part), std::string::npos) << part << "\nin: " << r.reply;
     }
     EXPECT_EQ(r.reply.find("Cannot allocate memory: Cannot allocate memory"), std::string::npos) << r.reply;

@@ -39,7 +39,7 @@ CONFIG = "/etc/qrtd/qrtd.toml"
 HERE = os.path.dirname(os.path.abspath(__file__))
 MEMBER = "alice"      # in group qrt (guest/install.sh)
 OUTSIDER = "bob"      # not in group qrt
-FOUR_CAPS = 0xC000804000  # CAP_IPC_LOCK, CAP_SYS_NICE, CAP_PERFMON, CAP_BPF
+THREE_CAPS = 0xC000800000  # CAP_SYS_NICE, CAP_PERFMON, CAP_BPF (LimitMEMLOCK=infinity, not CAP_IPC_LOCK)
 SCHED_FIFO = 1
 
 results = []
@@ -333,8 +333,11 @@ def c_user_and_caps():
     require(gids == [str(gid)] * 4, f"Gid: {f['Gid']} (qrt is {gid})")
     caps = {k: int(f[k], 16) for k in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb")}
     for k in ("CapEff", "CapPrm", "CapBnd"):
-        require(caps[k] == FOUR_CAPS, f"{k} {caps[k]:016x}, want {FOUR_CAPS:016x} "
-                                      f"(CAP_IPC_LOCK CAP_SYS_NICE CAP_PERFMON CAP_BPF)")
+        require(caps[k] == THREE_CAPS, f"{k} {caps[k]:016x}, want {THREE_CAPS:016x} "
+                                       f"(CAP_SYS_NICE CAP_PERFMON CAP_BPF)")
+    memlock = re.search(r"^Max locked memory\s+(\S+)", read(f"/proc/{pid}/limits", ""), re.M)
+    require(memlock is not None and memlock.group(1) == "unlimited",
+            f"RLIMIT_MEMLOCK {memlock.group(1) if memlock else '?'}, want unlimited (LimitMEMLOCK=infinity)")
     # Nice=-10 from the unit, on the control-plane threads (the loop and the
     # ledger writer inherit it; the dispatch threads are SCHED_FIFO).
     nice = {}
@@ -344,7 +347,7 @@ def c_user_and_caps():
             nice[read(t + "/comm", "?").strip()] = int(fields[16])
     for comm in ("qrtd", "qrtd-commit"):
         require(nice.get(comm) == -10, f"thread {comm} runs at nice {nice.get(comm)}, want -10 (Nice= of the unit)")
-    return (f"pid {pid} runs as qrtd:qrt ({uid}:{gid}); CapEff=CapPrm=CapBnd={FOUR_CAPS:016x}, "
+    return (f"pid {pid} runs as qrtd:qrt ({uid}:{gid}); CapEff=CapPrm=CapBnd={THREE_CAPS:016x}, memlock unlimited, "
             f"CapInh={caps['CapInh']:016x}, CapAmb={caps['CapAmb']:016x}, NoNewPrivs={f.get('NoNewPrivs')}, "
             f"nice {nice.get('qrtd')} (loop), {nice.get('qrtd-commit')} (writer)")
 
@@ -400,6 +403,10 @@ def c_dispatch_fifo_isolated():
     require("1" not in cpu_list(init_cpus), f"PID 1 may still run on CPU 1 ({init_cpus}); {ctx}")
     good.append(f"isolation {isolation}; not used: {not_used}")
     require(all(q.get("realtime") for q in qpus), f"agent.status says not real-time; {ctx}")
+    # Locked within the unit's LimitMEMLOCK=infinity, without CAP_IPC_LOCK.
+    require(all(q.get("mlocked") for q in qpus),
+            f"agent.status says a dispatch path is not locked: {[(q.get('mlocked'), q.get('locked_bytes')) for q in qpus]}")
+    good.append(f"dispatch paths locked: {[q.get('locked_bytes') for q in qpus]} bytes")
     return "; ".join(good)
 
 
@@ -700,7 +707,7 @@ def main():
                      ("type_notify_active", c_type_notify),
                      ("group_qrt_member_served", c_member_served),
                      ("non_member_refused", c_outsider_refused),
-                     ("user_qrtd_four_capabilities", c_user_and_caps),
+                     ("user_qrtd_three_capabilities_memlock_unlimited", c_user_and_caps),
                      ("dispatch_fifo_on_isolated_cpu_fenced_on_cgroup2", c_dispatch_fifo_isolated),
                      ("kernel_probe_preempt_model", c_kernel_probe),
                      ("ebpf_probes_load", c_ebpf_load),
