@@ -18,7 +18,6 @@ Tuned (root) only, as test_two_phase.py.  Environment as for test_e2e.py.
 """
 
 import os
-import subprocess
 import sys
 import time
 import unittest
@@ -37,25 +36,11 @@ PAYLOAD = b'{"shots": 10}'
 class ArmLeadPromise(base.E2E):
     test_500_jobs_then_kill9_and_restart = None
     test_pushed_calibration_reaches_the_dispatch_guard = None
+    SIM_ARGS = ["--prepare-ms", str(PREPARE_MS)]
 
     def setUp(self):
         super().setUp()
-        with open(self.cfg) as f:
-            text = f.read()
-        text = text.replace('name = "qpu0"\n', f'name = "qpu0"\nwire = 2\narm_lead_ns = {ARM_LEAD}\n', 1)
-        with open(self.cfg, "w") as f:
-            f.write(text)
-
-    def start_sim(self):
-        args = [base.QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock", "--listen", f"unix://{self.dir}/qpu1.sock",
-                "--json", "--summary-file", self.summary, "--duration-s", "110", "--arrivals-file", self.arrivals,
-                "--prepare-ms", str(PREPARE_MS)]
-        if os.geteuid() == 0:
-            args += ["--fifo", "50", "--socket-group", "qrt", "--socket-mode", "0660"]
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        self.assertTrue(wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock"), 10), "qpu-sim did not listen")
-        return p
+        self.use_wire_2("qpu0", ARM_LEAD)
 
     def arm(self, c):
         return c.status()["qpus"][0]["arm"]

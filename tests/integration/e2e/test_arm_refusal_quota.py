@@ -15,7 +15,6 @@ Tuned (root) only, as test_two_phase.py.  Environment as for test_e2e.py.
 """
 
 import os
-import subprocess
 import sys
 import time
 import unittest
@@ -33,26 +32,12 @@ MARKER = "NOT_A_GATE"
 class ArmRefusalQuota(base.E2E):
     test_500_jobs_then_kill9_and_restart = None
     test_pushed_calibration_reaches_the_dispatch_guard = None
+    SIM_ARGS = ["--prepare-ms", "20", "--refuse-marker", MARKER]
 
     def setUp(self):
         super().setUp()
-        with open(self.cfg) as f:
-            text = f.read()
-        text = text.replace('name = "qpu0"\n', f'name = "qpu0"\nwire = 2\narm_lead_ns = {ARM_LEAD}\n', 1)
-        text = text.replace("[rpc]\n", "[tenants]\nmax_reservations = 1\n[rpc]\n", 1)
-        with open(self.cfg, "w") as f:
-            f.write(text)
-
-    def start_sim(self):
-        args = [base.QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock", "--listen", f"unix://{self.dir}/qpu1.sock",
-                "--json", "--summary-file", self.summary, "--duration-s", "110", "--arrivals-file", self.arrivals,
-                "--prepare-ms", "20", "--refuse-marker", MARKER]
-        if os.geteuid() == 0:
-            args += ["--fifo", "50", "--socket-group", "qrt", "--socket-mode", "0660"]
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        self.assertTrue(wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock"), 10), "qpu-sim did not listen")
-        return p
+        self.use_wire_2("qpu0", ARM_LEAD)
+        self.edit_config("[rpc]\n", "[tenants]\nmax_reservations = 1\n[rpc]\n")
 
     def test_refused_at_arm_gives_the_quota_back(self):
         c = self.start_qrtd()

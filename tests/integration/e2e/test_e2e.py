@@ -166,11 +166,27 @@ class E2E(unittest.TestCase):
                     p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    # A subclass's qpu-sim options beyond these (its prepare cost, a
+    # refusal marker, ...).
+    SIM_ARGS: list[str] = []
+
+    def edit_config(self, old, new):
+        """The test's qrtd.toml with the first `old` replaced by `new`."""
+        with open(self.cfg) as f:
+            text = f.read()
+        self.assertIn(old, text)
+        with open(self.cfg, "w") as f:
+            f.write(text.replace(old, new, 1))
+
+    def use_wire_2(self, qpu, arm_lead_ns):
+        """[[qpu]] `qpu` speaks wire version 2 with this arm lead."""
+        self.edit_config(f'name = "{qpu}"\n', f'name = "{qpu}"\nwire = 2\narm_lead_ns = {arm_lead_ns}\n')
+
     def start_sim(self):
         args = [QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock",
                 "--listen", f"unix://{self.dir}/qpu1.sock", "--json",
                 "--summary-file", self.summary, "--duration-s", "110",
-                "--arrivals-file", self.arrivals]
+                "--arrivals-file", self.arrivals, *self.SIM_ARGS]
         if os.geteuid() == 0:
             # Prompt arrival stamps on a loaded host; the control
             # electronics' endpoint for group qrt (the daemon), set by

@@ -43,11 +43,7 @@ class EndpointDown(base.E2E):
     def setUp(self):
         self.unreachable = True
         super().setUp()
-        with open(self.cfg) as f:
-            text = f.read()
-        text = text.replace("[timeline]\n", f"[timeline]\nendpoint_down_horizon_ns = {HORIZON}\n", 1)
-        with open(self.cfg, "w") as f:
-            f.write(text)
+        self.edit_config("[timeline]\n", f"[timeline]\nendpoint_down_horizon_ns = {HORIZON}\n")
 
     def start_sim(self):
         if not self.unreachable:

@@ -19,14 +19,13 @@ for test_e2e.py.
 """
 
 import os
-import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_e2e as base  # noqa: E402
-from test_e2e import demo_client, qrt_client, wait_for  # noqa: E402
+from test_e2e import demo_client, wait_for  # noqa: E402
 
 MS = 1_000_000
 ARM_LEAD = 400 * MS
@@ -42,25 +41,11 @@ def payload(kib):
 class TwoPhase(base.E2E):
     test_500_jobs_then_kill9_and_restart = None
     test_pushed_calibration_reaches_the_dispatch_guard = None
+    SIM_ARGS = PREPARE
 
     def setUp(self):
         super().setUp()
-        with open(self.cfg) as f:
-            text = f.read()
-        text = text.replace('name = "qpu0"\n', f'name = "qpu0"\nwire = 2\narm_lead_ns = {ARM_LEAD}\n', 1)
-        with open(self.cfg, "w") as f:
-            f.write(text)
-
-    def start_sim(self):
-        args = [base.QPU_SIM, "--listen", f"unix://{self.dir}/qpu0.sock", "--listen", f"unix://{self.dir}/qpu1.sock",
-                "--json", "--summary-file", self.summary, "--duration-s", "110", "--arrivals-file", self.arrivals,
-                *PREPARE]
-        if os.geteuid() == 0:
-            args += ["--fifo", "50", "--socket-group", "qrt", "--socket-mode", "0660"]
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        self.assertTrue(wait_for(lambda: os.path.exists(f"{self.dir}/qpu0.sock"), 10), "qpu-sim did not listen")
-        return p
+        self.use_wire_2("qpu0", ARM_LEAD)
 
     def test_armed_ahead_fired_on_time_and_a_cancel_disarms(self):
         c = self.start_qrtd()
